@@ -1,0 +1,105 @@
+//! The lab's error type. An out-of-memory is a value (`LabError::Oom`) that carries what was asked
+//! for and what memory looked like at that moment, so a stage can report it and the next one runs.
+
+use crate::memory::Snapshot;
+
+pub type Result<T, E = LabError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// Bad input from the user: paths, configs, presets, cards, flags.
+    #[error("{0}")]
+    Input(String),
+    #[error("{}", .0.headline())]
+    Oom(Box<OomReport>),
+    /// Something the machine cannot do (no CUDA built in, no GPU, a card larger than the GPU).
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("candle: {0}")]
+    Candle(candle_core::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What an out-of-memory looked like: the request that failed (when the allocator hook saw it),
+/// the snapshot and the memory summary at that moment.
+#[derive(Debug, Clone, Default)]
+pub struct OomReport {
+    /// Bytes of the allocation that failed; `None` when no hook saw it.
+    pub request_bytes: Option<u64>,
+    /// The raw message of the backend.
+    pub message: String,
+    /// What the lab was doing ("load model.layers.23.mlp.up_proj.weight", "prefill 32768").
+    pub during: String,
+    pub snapshot: Option<Snapshot>,
+    pub summary: String,
+}
+
+impl OomReport {
+    pub fn headline(&self) -> String {
+        let req = match self.request_bytes {
+            Some(b) => format!("tried to allocate {}", crate::memory::fmt_bytes(b)),
+            None => "allocation size unknown".into(),
+        };
+        let during = if self.during.is_empty() { String::new() } else { format!(" during {}", self.during) };
+        format!("out of memory{during}: {req} ({})", self.message)
+    }
+}
+
+impl LabError {
+    pub fn input(msg: impl Into<String>) -> Self {
+        Self::Input(msg.into())
+    }
+
+    pub fn other(e: impl std::fmt::Display) -> Self {
+        Self::Other(e.to_string())
+    }
+
+    pub fn is_oom(&self) -> bool {
+        matches!(self, Self::Oom(_))
+    }
+
+    /// Names what the lab was doing when an OOM happened; other errors pass through.
+    pub fn during(mut self, what: impl Into<String>) -> Self {
+        if let Self::Oom(r) = &mut self {
+            if r.during.is_empty() {
+                r.during = what.into();
+            }
+        }
+        self
+    }
+}
+
+/// candle reports CUDA OOM as a driver error inside a boxed error: match its text.
+pub fn candle_is_oom(e: &candle_core::Error) -> bool {
+    let s = format!("{e:?}");
+    s.contains("CUDA_ERROR_OUT_OF_MEMORY") || s.contains("out of memory")
+}
+
+impl From<candle_core::Error> for LabError {
+    fn from(e: candle_core::Error) -> Self {
+        if candle_is_oom(&e) {
+            LabError::Oom(Box::new(OomReport {
+                request_bytes: crate::memory::take_failed_request(),
+                message: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+                ..Default::default()
+            }))
+        } else {
+            LabError::Candle(e)
+        }
+    }
+}
+
+impl From<polars::error::PolarsError> for LabError {
+    fn from(e: polars::error::PolarsError) -> Self {
+        LabError::Other(format!("polars: {e}"))
+    }
+}
+
+impl From<serde_json::Error> for LabError {
+    fn from(e: serde_json::Error) -> Self {
+        LabError::Other(format!("json: {e}"))
+    }
+}

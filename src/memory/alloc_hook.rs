@@ -1,0 +1,135 @@
+//! Sees every CUDA allocation candle makes, so an OOM can say how much was asked for
+//! (as PyTorch's "Tried to allocate 2.03 GiB") and the summary can count allocations.
+//!
+//! candle allocates through cudarc's `cuMemAllocAsync` / `cuMemFreeAsync`. The binary defines
+//! those two symbols with `cuda_alloc_hook!()`; the linker binds cudarc's calls to them, and they
+//! forward to the driver's functions found with `dlsym(RTLD_NEXT)`. Without the macro (e.g. in a
+//! notebook) nothing is counted and request sizes are reported as unknown.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static LAST_FAILED: AtomicU64 = AtomicU64::new(0);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static ALLOC_BYTES: AtomicU64 = AtomicU64::new(0);
+static FREES: AtomicU64 = AtomicU64::new(0);
+static FREE_BYTES: AtomicU64 = AtomicU64::new(0);
+static FAILURES: AtomicU64 = AtomicU64::new(0);
+static LIVE: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
+static LIVE_PEAK: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct AllocCounts {
+    pub allocs: u64,
+    pub alloc_bytes: u64,
+    pub frees: u64,
+    pub free_bytes: u64,
+    pub failures: u64,
+    pub live: u64,
+    pub live_peak: u64,
+    pub largest_live: u64,
+}
+
+/// Called by the hook after the driver answered; `rc` is the CUresult (0 = success).
+pub fn on_alloc(ptr: u64, bytes: u64, rc: u32) {
+    ACTIVE.store(true, Relaxed);
+    if rc != 0 {
+        FAILURES.fetch_add(1, Relaxed);
+        LAST_FAILED.store(bytes, Relaxed);
+        return;
+    }
+    ALLOCS.fetch_add(1, Relaxed);
+    ALLOC_BYTES.fetch_add(bytes, Relaxed);
+    if let Ok(mut live) = LIVE.lock() {
+        let map = live.get_or_insert_with(HashMap::new);
+        map.insert(ptr, bytes);
+        LIVE_PEAK.fetch_max(map.len() as u64, Relaxed);
+    }
+}
+
+pub fn on_free(ptr: u64) {
+    if let Ok(mut live) = LIVE.lock() {
+        if let Some(bytes) = live.get_or_insert_with(HashMap::new).remove(&ptr) {
+            FREES.fetch_add(1, Relaxed);
+            FREE_BYTES.fetch_add(bytes, Relaxed);
+        }
+    }
+}
+
+pub fn active() -> bool {
+    ACTIVE.load(Relaxed)
+}
+
+pub fn take_failed_request() -> Option<u64> {
+    Some(LAST_FAILED.swap(0, Relaxed)).filter(|&b| b != 0)
+}
+
+pub fn counts() -> Option<AllocCounts> {
+    if !active() {
+        return None;
+    }
+    let (live, largest) = LIVE
+        .lock()
+        .ok()
+        .and_then(|l| l.as_ref().map(|m| (m.len() as u64, m.values().copied().max().unwrap_or(0))))
+        .unwrap_or((0, 0));
+    Some(AllocCounts {
+        allocs: ALLOCS.load(Relaxed),
+        alloc_bytes: ALLOC_BYTES.load(Relaxed),
+        frees: FREES.load(Relaxed),
+        free_bytes: FREE_BYTES.load(Relaxed),
+        failures: FAILURES.load(Relaxed),
+        live,
+        live_peak: LIVE_PEAK.load(Relaxed),
+        largest_live: largest,
+    })
+}
+
+/// Defines the two interposed driver entry points. Use once, in the binary's main.rs.
+#[macro_export]
+macro_rules! cuda_alloc_hook {
+    () => {
+        #[cfg(feature = "cuda")]
+        mod cuda_alloc_hook {
+            use std::ffi::c_void;
+            use std::sync::OnceLock;
+            type AllocFn = unsafe extern "C" fn(*mut u64, usize, *mut c_void) -> u32;
+            type FreeFn = unsafe extern "C" fn(u64, *mut c_void) -> u32;
+
+            fn real(name: &std::ffi::CStr) -> usize {
+                // SAFETY: dlsym with a valid C string; RTLD_NEXT skips this executable's definition.
+                unsafe { vram_lab::memory::alloc_hook::libc::dlsym(vram_lab::memory::alloc_hook::libc::RTLD_NEXT, name.as_ptr()) as usize }
+            }
+
+            #[no_mangle]
+            pub unsafe extern "C" fn cuMemAllocAsync(dptr: *mut u64, bytes: usize, stream: *mut c_void) -> u32 {
+                static REAL: OnceLock<usize> = OnceLock::new();
+                let f = *REAL.get_or_init(|| real(c"cuMemAllocAsync"));
+                if f == 0 {
+                    return 999; // CUDA_ERROR_UNKNOWN: no driver library behind us
+                }
+                // SAFETY: f is the driver's cuMemAllocAsync, same signature.
+                let rc = unsafe { std::mem::transmute::<usize, AllocFn>(f)(dptr, bytes, stream) };
+                let ptr = if rc == 0 { unsafe { *dptr } } else { 0 };
+                vram_lab::memory::alloc_hook::on_alloc(ptr, bytes as u64, rc);
+                rc
+            }
+
+            #[no_mangle]
+            pub unsafe extern "C" fn cuMemFreeAsync(dptr: u64, stream: *mut c_void) -> u32 {
+                static REAL: OnceLock<usize> = OnceLock::new();
+                let f = *REAL.get_or_init(|| real(c"cuMemFreeAsync"));
+                if f == 0 {
+                    return 999;
+                }
+                vram_lab::memory::alloc_hook::on_free(dptr);
+                // SAFETY: f is the driver's cuMemFreeAsync, same signature.
+                unsafe { std::mem::transmute::<usize, FreeFn>(f)(dptr, stream) }
+            }
+        }
+    };
+}
+
+pub use libc;

@@ -1,0 +1,156 @@
+//! CUDA readings: the device's default memory pool (where candle's cuMemAllocAsync allocations
+//! live), cuMemGetInfo, NVML's per-process usage, and a plain cuMemAlloc ballast.
+
+use crate::error::{LabError, Result};
+use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaContext};
+use candle_core::cuda_backend::CudaDevice;
+use std::sync::{Arc, OnceLock};
+
+fn check(rc: sys::CUresult, what: &str) -> Result<()> {
+    if rc == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(LabError::other(format!("{what}: {rc:?}")))
+    }
+}
+
+pub fn context(dev: &CudaDevice) -> Arc<CudaContext> {
+    dev.cuda_stream().context().clone()
+}
+
+/// The default pool's four counters, in bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PoolStats {
+    pub used: u64,
+    pub reserved: u64,
+    pub used_high: u64,
+    pub reserved_high: u64,
+}
+
+fn default_pool(ctx: &CudaContext) -> Result<sys::CUmemoryPool> {
+    ctx.bind_to_thread().map_err(LabError::other)?;
+    let mut pool = std::ptr::null_mut();
+    // SAFETY: plain driver call with a valid out-pointer and device handle.
+    check(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }, "cuDeviceGetDefaultMemPool")?;
+    Ok(pool)
+}
+
+fn pool_attr(pool: sys::CUmemoryPool, attr: sys::CUmemPool_attribute) -> Result<u64> {
+    let mut v: u64 = 0;
+    // SAFETY: these attributes are cuuint64_t.
+    check(unsafe { sys::cuMemPoolGetAttribute(pool, attr, &mut v as *mut u64 as *mut _) }, "cuMemPoolGetAttribute")?;
+    Ok(v)
+}
+
+pub fn pool_stats(dev: &CudaDevice) -> Result<PoolStats> {
+    use sys::CUmemPool_attribute::*;
+    let ctx = context(dev);
+    // Frees are stream-ordered: synchronise so the counters describe what the host has dropped.
+    ctx.synchronize().map_err(LabError::other)?;
+    let pool = default_pool(&ctx)?;
+    Ok(PoolStats {
+        used: pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+        reserved: pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+        used_high: pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+        reserved_high: pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
+    })
+}
+
+/// torch.cuda.reset_peak_memory_stats: the high-water marks restart from the current values.
+pub fn reset_peak(dev: &CudaDevice) -> Result<()> {
+    use sys::CUmemPool_attribute::*;
+    let ctx = context(dev);
+    ctx.synchronize().map_err(LabError::other)?;
+    let pool = default_pool(&ctx)?;
+    for attr in [CU_MEMPOOL_ATTR_USED_MEM_HIGH, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH] {
+        let mut zero: u64 = 0;
+        // SAFETY: the high-water attributes may only be set to zero, which resets them.
+        check(unsafe { sys::cuMemPoolSetAttribute(pool, attr, &mut zero as *mut u64 as *mut _) }, "cuMemPoolSetAttribute")?;
+    }
+    Ok(())
+}
+
+/// torch.cuda.empty_cache: give the pool's unused memory back to the driver.
+pub fn trim(dev: &CudaDevice) -> Result<()> {
+    let ctx = context(dev);
+    ctx.synchronize().map_err(LabError::other)?;
+    let pool = default_pool(&ctx)?;
+    // SAFETY: trimming to zero keeps every live allocation.
+    check(unsafe { sys::cuMemPoolTrimTo(pool, 0) }, "cuMemPoolTrimTo")
+}
+
+/// (free, total) from cuMemGetInfo.
+pub fn mem_info(dev: &CudaDevice) -> Result<(u64, u64)> {
+    let ctx = context(dev);
+    ctx.bind_to_thread().map_err(LabError::other)?;
+    let (free, total) = result::mem_get_info().map_err(LabError::other)?;
+    Ok((free as u64, total as u64))
+}
+
+pub fn name(dev: &CudaDevice) -> String {
+    context(dev).name().unwrap_or_else(|_| "CUDA device".into())
+}
+
+pub fn compute_capability(dev: &CudaDevice) -> Option<(i32, i32)> {
+    context(dev).compute_capability().ok()
+}
+
+pub fn driver_cuda_version() -> Option<i32> {
+    let mut v = 0;
+    // SAFETY: plain query with a valid out-pointer.
+    (unsafe { sys::cuDriverGetVersion(&mut v) } == sys::CUresult::CUDA_SUCCESS).then_some(v)
+}
+
+/// Device memory held outside the pool (plain cuMemAlloc) so that a larger GPU looks like a
+/// smaller card. Freed on drop, so every path out of a stage releases it.
+pub struct DeviceBallast {
+    ctx: Arc<CudaContext>,
+    ptr: sys::CUdeviceptr,
+    pub bytes: u64,
+}
+
+impl DeviceBallast {
+    pub fn new(dev: &CudaDevice, bytes: u64) -> Result<Self> {
+        let ctx = context(dev);
+        ctx.bind_to_thread().map_err(LabError::other)?;
+        // SAFETY: a plain allocation released in Drop.
+        let ptr = unsafe { result::malloc_sync(bytes as usize) }
+            .map_err(|e| LabError::Unsupported(format!("could not hold a ballast of {}: {e}", super::fmt_bytes(bytes))))?;
+        Ok(Self { ctx, ptr, bytes })
+    }
+}
+
+impl Drop for DeviceBallast {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: ptr came from malloc_sync and is freed once.
+        let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}
+
+fn nvml() -> Option<&'static nvml_wrapper::Nvml> {
+    static NVML: OnceLock<Option<nvml_wrapper::Nvml>> = OnceLock::new();
+    NVML.get_or_init(|| nvml_wrapper::Nvml::init().ok()).as_ref()
+}
+
+fn uuid_string(dev: &CudaDevice) -> Option<String> {
+    let u = context(dev).uuid().ok()?;
+    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    Some(format!("GPU-{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]))
+}
+
+/// This process's GPU memory as nvidia-smi shows it (pool + context + ballast + libraries).
+pub fn process_used(dev: &CudaDevice) -> Option<u64> {
+    let nvml = nvml()?;
+    let device = nvml.device_by_uuid(uuid_string(dev)?).ok()?;
+    let pid = std::process::id();
+    device.running_compute_processes().ok()?.into_iter().find(|p| p.pid == pid).and_then(|p| match p.used_gpu_memory {
+        nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
+        _ => None,
+    })
+}
+
+pub fn driver_version() -> Option<String> {
+    nvml()?.sys_driver_version().ok()
+}

@@ -1,0 +1,206 @@
+//! Measuring memory, nothing else: snapshots (the counterpart of torch.cuda.memory_allocated /
+//! memory_reserved / max_memory_allocated), card emulation, the summary table and timelines.
+
+pub mod alloc_hook;
+pub mod card;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod host;
+pub mod summary;
+pub mod timeline;
+
+pub use card::{Card, CardEmulation};
+pub use timeline::Timeline;
+
+use crate::error::{LabError, OomReport, Result};
+use candle_core::Device;
+use serde::Serialize;
+use std::time::Instant;
+
+pub const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+pub const MIB: f64 = 1024.0 * 1024.0;
+
+pub fn gib(bytes: u64) -> f64 {
+    bytes as f64 / GIB
+}
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / MIB
+}
+
+pub fn fmt_bytes(bytes: u64) -> String {
+    if bytes as f64 >= GIB {
+        format!("{:.2} GiB", gib(bytes))
+    } else if bytes as f64 >= MIB {
+        format!("{:.2} MiB", mib(bytes))
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// The size of the allocation that failed last, from whichever hook saw it.
+pub fn take_failed_request() -> Option<u64> {
+    alloc_hook::take_failed_request().or_else(host::take_over_cap)
+}
+
+/// One labelled reading. On CUDA: the default pool's used / reserved / used-high, cuMemGetInfo and
+/// NVML. On CPU: bytes counted by the lab's allocator (or RSS without it), RSS, and host memory.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Snapshot {
+    pub label: String,
+    pub t_s: f64,
+    /// Bytes held by live tensors (pool used / heap bytes).
+    pub allocated: u64,
+    /// Bytes the allocator holds from the driver / the OS (pool reserved / RSS).
+    pub reserved: u64,
+    /// High-water mark of `allocated` since the last reset.
+    pub peak: u64,
+    /// Device memory in use and free, as the (emulated) card sees it.
+    pub device_used: Option<u64>,
+    pub device_free: Option<u64>,
+    pub device_total: Option<u64>,
+    /// This process's usage as nvidia-smi shows it (CUDA) or its RSS (CPU).
+    pub process_used: Option<u64>,
+    /// Bytes held aside to emulate a smaller card (not counted in `device_used`).
+    pub ballast: u64,
+}
+
+impl Snapshot {
+    /// Reserved but not allocated: what the allocator keeps for reuse.
+    pub fn cached(&self) -> u64 {
+        self.reserved.saturating_sub(self.allocated)
+    }
+
+    /// Transient memory: how far the peak rose above what stayed allocated.
+    pub fn transient(&self) -> u64 {
+        self.peak.saturating_sub(self.allocated)
+    }
+
+    /// Allocated bytes gained since `earlier` (negative when memory was released).
+    pub fn delta_allocated(&self, earlier: &Snapshot) -> i64 {
+        self.allocated as i64 - earlier.allocated as i64
+    }
+}
+
+/// Reads memory on one device.
+pub struct MemoryProbe {
+    device: Device,
+    start: Instant,
+}
+
+impl MemoryProbe {
+    pub fn new(device: &Device) -> Self {
+        Self { device: device.clone(), start: Instant::now() }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn snapshot(&self, label: &str) -> Snapshot {
+        let t_s = self.start.elapsed().as_secs_f64();
+        let ballast = card::ballast_bytes();
+        match &self.device {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(dev) => {
+                let pool = cuda::pool_stats(dev).unwrap_or_default();
+                let info = cuda::mem_info(dev).ok();
+                // The ballast is not part of the emulated card: take it out of total and used.
+                let total = info.map(|(_, t)| t.saturating_sub(ballast));
+                let free = info.map(|(f, _)| f);
+                Snapshot {
+                    label: label.into(),
+                    t_s,
+                    allocated: pool.used,
+                    reserved: pool.reserved,
+                    peak: pool.used_high,
+                    device_used: total.zip(free).map(|(t, f)| t.saturating_sub(f)),
+                    device_free: free,
+                    device_total: total,
+                    process_used: cuda::process_used(dev).map(|b| b.saturating_sub(ballast)),
+                    ballast,
+                }
+            }
+            _ => {
+                let (rss, hwm) = host::rss().unwrap_or((0, 0));
+                let (allocated, peak) = if host::counting() { (host::allocated(), host::peak()) } else { (rss, hwm) };
+                let (total, free) = match host::cap() {
+                    Some(cap) => (Some(cap), Some(cap.saturating_sub(allocated))),
+                    None => host::meminfo().map(|(t, a)| (Some(t), Some(a))).unwrap_or((None, None)),
+                };
+                Snapshot {
+                    label: label.into(),
+                    t_s,
+                    allocated,
+                    reserved: rss.max(allocated),
+                    peak,
+                    device_used: total.zip(free).map(|(t, f)| t.saturating_sub(f)),
+                    device_free: free,
+                    device_total: total,
+                    process_used: Some(rss),
+                    ballast,
+                }
+            }
+        }
+    }
+
+    /// torch.cuda.reset_peak_memory_stats.
+    pub fn reset_peak(&self) {
+        match &self.device {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(dev) => {
+                let _ = cuda::reset_peak(dev);
+            }
+            _ => host::reset_peak(),
+        }
+    }
+
+    /// torch.cuda.empty_cache: return cached memory to the driver.
+    pub fn empty_cache(&self) {
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(dev) = &self.device {
+            let _ = cuda::trim(dev);
+        }
+    }
+
+    /// The memory summary at this moment, as a text table (torch.cuda.memory_summary).
+    pub fn summary(&self) -> String {
+        summary::memory_summary(&self.snapshot("summary"), alloc_hook::counts())
+    }
+
+    /// The lab's checkpoint for emulated capacity on CPU: an allocation that crossed the card's
+    /// capacity since the last check becomes an OOM here. On CUDA the driver refuses by itself.
+    pub fn check(&self) -> Result<()> {
+        match host::take_over_cap() {
+            Some(bytes) if !self.device.is_cuda() => Err(self.oom_report(bytes, "emulated card capacity exceeded")),
+            _ => Ok(()),
+        }
+    }
+
+    fn oom_report(&self, bytes: u64, message: &str) -> LabError {
+        LabError::Oom(Box::new(OomReport {
+            request_bytes: Some(bytes),
+            message: message.into(),
+            ..Default::default()
+        }))
+    }
+
+    /// Fills an OOM with the snapshot and summary of this moment; other errors pass through.
+    pub fn capture(&self, err: LabError, during: &str) -> LabError {
+        match err.during(during) {
+            LabError::Oom(mut r) => {
+                if r.snapshot.is_none() {
+                    r.snapshot = Some(self.snapshot("oom"));
+                    r.summary = self.summary();
+                }
+                LabError::Oom(r)
+            }
+            other => other,
+        }
+    }
+}
+
+/// Runs `f` and turns an OOM inside it (or one the CPU cap recorded) into a captured report.
+pub fn guarded<T>(probe: &MemoryProbe, during: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let out = f().and_then(|v| probe.check().map(|_| v));
+    out.map_err(|e| probe.capture(e, during))
+}

@@ -1,0 +1,173 @@
+//! Scaled dot-product attention with a causal mask, in two forms:
+//! - `Bounded`: grouped-query attention without copying K/V (the query heads that share a K/V
+//!   head are folded into the row dimension), computed in query chunks so the score matrix held
+//!   at any time stays under a byte budget; softmax in F32.
+//! - `Naive`: what stock candle-transformers' Qwen2 does: repeat K/V for every query head and
+//!   materialise the full [heads, s, t] score matrix, in the activation dtype.
+
+use crate::error::{LabError, Result};
+use candle_core::{DType, Tensor};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum AttentionMode {
+    /// Query chunks whose F32 scores stay under `budget` bytes.
+    Bounded { budget: usize },
+    Naive,
+}
+
+impl Default for AttentionMode {
+    fn default() -> Self {
+        Self::Bounded { budget: 64 << 20 }
+    }
+}
+
+impl AttentionMode {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "bounded" | "chunked" => Ok(Self::default()),
+            "naive" | "full" => Ok(Self::Naive),
+            _ => Err(LabError::input(format!("unknown attention `{s}`: use bounded or naive"))),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Bounded { .. } => "bounded",
+            Self::Naive => "naive",
+        }
+    }
+}
+
+/// candle's kernels count elements in 32 bits: refuse a tensor they would index past.
+pub fn check_elems(what: &str, elems: usize) -> Result<()> {
+    if elems > i32::MAX as usize {
+        return Err(LabError::Unsupported(format!(
+            "{what} would have {elems} elements, more than candle's 32-bit kernel indexing allows (2^31 - 1)"
+        )));
+    }
+    Ok(())
+}
+
+/// A [rows, t] boolean mask (1 = masked) for query positions `first..first+rows`.
+fn causal_mask(first: usize, rows: usize, t: usize, device: &candle_core::Device) -> Result<Tensor> {
+    let q = Tensor::arange(first as u32, (first + rows) as u32, device)?.reshape((rows, 1))?;
+    let k = Tensor::arange(0u32, t as u32, device)?.reshape((1, t))?;
+    Ok(k.broadcast_gt(&q)?)
+}
+
+fn masked_fill_neg_inf(scores: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    let neg = Tensor::new(f32::NEG_INFINITY, scores.device())?.to_dtype(scores.dtype())?.broadcast_as(scores.shape())?;
+    Ok(mask.broadcast_as(scores.shape())?.where_cond(&neg, scores)?)
+}
+
+/// q: [b, heads, s, d]; k, v: [b, kv_heads, t, d] with t = offset + s (the cache up to now).
+/// Returns [b, heads, s, d].
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, mode: AttentionMode) -> Result<Tensor> {
+    match mode {
+        AttentionMode::Bounded { budget } => bounded(q, k, v, offset, budget),
+        AttentionMode::Naive => naive(q, k, v, offset),
+    }
+}
+
+fn bounded(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, budget: usize) -> Result<Tensor> {
+    let (b, heads, s, d) = q.dims4()?;
+    let kv_heads = k.dims()[1];
+    let group = heads / kv_heads;
+    let scale = 1.0 / (d as f64).sqrt();
+    let t_all = offset + s;
+    let row_bytes = b * heads * t_all * 4;
+    let chunk = (budget / row_bytes.max(1)).clamp(1, s);
+    let mut outs = Vec::with_capacity(s.div_ceil(chunk));
+    let mut s0 = 0;
+    while s0 < s {
+        let c = chunk.min(s - s0);
+        // Keys beyond the chunk's last position are all masked: leave them out.
+        let t = offset + s0 + c;
+        check_elems("an attention score chunk", b * heads * c * t)?;
+        let qc = q.narrow(2, s0, c)?.contiguous()?.reshape((b, kv_heads, group * c, d))?;
+        let kc = k.narrow(2, 0, t)?;
+        let vc = v.narrow(2, 0, t)?;
+        let scores = (qc.matmul(&kc.t()?)? * scale)?.to_dtype(DType::F32)?;
+        let scores = if c > 1 {
+            let scores = scores.reshape((b, kv_heads, group, c, t))?;
+            let mask = causal_mask(offset + s0, c, t, q.device())?;
+            masked_fill_neg_inf(&scores, &mask)?.reshape((b, kv_heads, group * c, t))?
+        } else {
+            scores
+        };
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(q.dtype())?;
+        let out = probs.matmul(&vc.contiguous_if_needed()?)?;
+        outs.push(out.reshape((b, heads, c, d))?);
+        s0 += c;
+    }
+    if outs.len() == 1 {
+        return Ok(outs.remove(0));
+    }
+    Ok(Tensor::cat(&outs, 2)?)
+}
+
+fn naive(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Tensor> {
+    let (b, heads, s, d) = q.dims4()?;
+    let kv_heads = k.dims()[1];
+    let t = offset + s;
+    check_elems("the full attention score matrix", b * heads * s * t)?;
+    let group = heads / kv_heads;
+    let k = candle_transformers::utils::repeat_kv(k.contiguous()?, group)?;
+    let v = candle_transformers::utils::repeat_kv(v.contiguous()?, group)?;
+    let scale = 1.0 / (d as f64).sqrt();
+    let scores = (q.matmul(&k.t()?)? * scale)?;
+    let scores = if s > 1 {
+        let mask = causal_mask(offset, s, t, q.device())?;
+        masked_fill_neg_inf(&scores, &mask)?
+    } else {
+        scores
+    };
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    Ok(probs.matmul(&v)?)
+}
+
+trait ContiguousIfNeeded {
+    fn contiguous_if_needed(&self) -> candle_core::Result<Tensor>;
+}
+
+impl ContiguousIfNeeded for Tensor {
+    /// A narrowed cache view is a strided batch matmul operand as it is; only copy what is not.
+    fn contiguous_if_needed(&self) -> candle_core::Result<Tensor> {
+        let dims = self.dims();
+        let stride = self.stride();
+        let rows_contiguous = stride[stride.len() - 1] == 1 && stride[stride.len() - 2] == dims[dims.len() - 1];
+        if rows_contiguous {
+            Ok(self.clone())
+        } else {
+            self.contiguous()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// Bounded (any chunk size, GQA folded) equals naive (K/V repeated, full scores).
+    #[test]
+    fn bounded_equals_naive() {
+        let dev = Device::Cpu;
+        let (b, heads, kv, s, d, offset) = (2, 6, 2, 9, 8, 5);
+        let q = Tensor::randn(0f32, 1.0, (b, heads, s, d), &dev).unwrap();
+        let k = Tensor::randn(0f32, 1.0, (b, kv, offset + s, d), &dev).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (b, kv, offset + s, d), &dev).unwrap();
+        let reference = naive(&q, &k, &v, offset).unwrap();
+        for budget in [1, 3 * b * heads * (offset + s) * 4, 1 << 30] {
+            let got = bounded(&q, &k, &v, offset, budget).unwrap();
+            let diff = (got - &reference).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            assert!(diff < 1e-5, "budget {budget}: max diff {diff}");
+        }
+    }
+
+    #[test]
+    fn element_guard() {
+        assert!(check_elems("x", 1 << 20).is_ok());
+        assert!(check_elems("x", 28 * 16384 * 16384).is_err());
+    }
+}

@@ -1,0 +1,20 @@
+//! What a model is and how it runs: config, weights, the forward pass, cache, attention,
+//! generation, and GGUF quantization.
+
+pub mod attention;
+pub mod config;
+pub mod generate;
+pub mod kv_cache;
+pub mod precision;
+pub mod quantize;
+pub mod qwen2;
+pub mod source;
+pub mod weights;
+
+pub use attention::AttentionMode;
+pub use config::{Qwen2Config, TensorSpec};
+pub use generate::{generate, GenerateConfig, Generation};
+pub use kv_cache::KvCache;
+pub use precision::Precision;
+pub use qwen2::{Logits, Qwen2};
+pub use source::{LoadedModel, ModelSource, SourceOptions};

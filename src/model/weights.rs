@@ -1,0 +1,364 @@
+//! Where weights come from: seeded synthetic tensors, safetensors files, or a GGUF file. Each source
+//! hands out one tensor at a time, already on the target device in the requested precision, so
+//! nothing larger than one tensor is ever staged.
+
+use super::config::{Qwen2Config, TensorSpec};
+use super::precision::{ggml_dtype_for, Precision};
+use crate::error::{LabError, Result};
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::{DType, Device, Tensor};
+use rand::{rngs::StdRng, SeedableRng};
+use rand_distr::{Distribution, Normal};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A loaded weight: dense, or GGUF blocks for candle's quantized matmul.
+#[derive(Debug, Clone)]
+pub enum Weight {
+    Dense(Tensor),
+    Quant(Arc<QTensor>),
+}
+
+impl Weight {
+    /// Bytes the weight occupies on its device.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Self::Dense(t) => (t.elem_count() * t.dtype().size_in_bytes()) as u64,
+            Self::Quant(q) => q.storage_size_in_bytes() as u64,
+        }
+    }
+
+    pub fn dense(self) -> Result<Tensor> {
+        match self {
+            Self::Dense(t) => Ok(t),
+            Self::Quant(q) => Ok(q.dequantize(&q.device())?),
+        }
+    }
+}
+
+pub trait WeightSource {
+    /// One tensor, on `device`, in `precision` (vectors stay F32 under Q4).
+    fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight>;
+    /// Whether the checkpoint holds this tensor (lm_head is absent when embeddings are tied).
+    fn contains(&self, name: &str) -> bool;
+    fn describe(&self) -> String;
+}
+
+/// Dense tensor → the requested precision: a dtype cast, or the Q4 plan's quantization.
+fn convert(t: Tensor, spec: &TensorSpec, precision: Precision, tied: bool, device: &Device) -> Result<Weight> {
+    match precision.dense_dtype() {
+        Some(dtype) => Ok(Weight::Dense(t.to_dtype(dtype)?.to_device(device)?)),
+        None => match ggml_dtype_for(spec, tied) {
+            GgmlDType::F32 => Ok(Weight::Dense(t.to_dtype(DType::F32)?.to_device(device)?)),
+            q => {
+                let cpu = t.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
+                Ok(Weight::Quant(Arc::new(QTensor::quantize_onto(&cpu, q, device)?)))
+            }
+        },
+    }
+}
+
+fn check_shape(name: &str, got: &[usize], want: &[usize]) -> Result<()> {
+    if got != want {
+        return Err(LabError::input(format!("tensor {name} has shape {got:?}, the config implies {want:?}")));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synthetic
+
+/// Seeded random weights with the checkpoint's exact names and shapes: N(0, 0.02) matrices and
+/// biases, norms at 1. Memory and speed do not depend on the values.
+pub struct Synthetic {
+    pub cfg: Qwen2Config,
+    pub seed: u64,
+}
+
+const STD: f32 = 0.02;
+
+impl Synthetic {
+    pub fn new(cfg: Qwen2Config, seed: u64) -> Self {
+        Self { cfg, seed }
+    }
+
+    fn tensor_seed(&self, name: &str) -> u64 {
+        // FNV-1a: each tensor gets its own stream, independent of load order.
+        name.bytes().fold(0xcbf29ce484222325u64 ^ self.seed, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+    }
+
+    fn host_values(&self, name: &str, n: usize) -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(self.tensor_seed(name));
+        // A constant std is valid: Normal::new only fails for a negative or NaN std.
+        let normal = Normal::new(0.0f32, STD).unwrap_or_else(|_| unreachable!());
+        (0..n).map(|_| normal.sample(&mut rng)).collect()
+    }
+
+    fn dense(&self, spec: &TensorSpec, dtype: DType, device: &Device) -> Result<Tensor> {
+        if spec.name.ends_with("norm.weight") {
+            return Ok(Tensor::ones(spec.shape.as_slice(), dtype, device)?);
+        }
+        if !device.is_cuda() {
+            let v = self.host_values(&spec.name, spec.elem_count());
+            return Ok(Tensor::from_vec(v, spec.shape.as_slice(), device)?.to_dtype(dtype)?);
+        }
+        // On the GPU: curand makes F32 only; fill the target in row blocks so the F32 staging
+        // stays small (the 7B embedding would otherwise need 2 GiB of F32 next to it).
+        if dtype == DType::F32 {
+            return Ok(Tensor::randn(0f32, STD, spec.shape.as_slice(), device)?);
+        }
+        let out = Tensor::zeros(spec.shape.as_slice(), dtype, device)?;
+        let rows = spec.shape[0];
+        let cols: usize = spec.shape[1..].iter().product();
+        let block = (16 << 20) / cols.max(1);
+        let block = block.max(1);
+        let mut r = 0;
+        while r < rows {
+            let n = block.min(rows - r);
+            let mut shape = spec.shape.clone();
+            shape[0] = n;
+            let part = Tensor::randn(0f32, STD, shape.as_slice(), device)?.to_dtype(dtype)?;
+            out.slice_set(&part, 0, r)?;
+            r += n;
+        }
+        Ok(out)
+    }
+
+    /// Q4 without quantizing billions of values: quantize one seeded block of up to 256 rows on
+    /// the host and repeat its bytes down the matrix (blocks never span rows).
+    fn quantized(&self, spec: &TensorSpec, q: GgmlDType, device: &Device) -> Result<Weight> {
+        let (rows, cols) = (spec.shape[0], spec.shape[1]);
+        let tile_rows = rows.min(256);
+        let tile = Tensor::from_vec(self.host_values(&spec.name, tile_rows * cols), (tile_rows, cols), &Device::Cpu)?;
+        let tile = QTensor::quantize(&tile, q)?;
+        let bytes = tile.data()?;
+        let row_bytes = bytes.len() / tile_rows;
+        let mut all = Vec::with_capacity(row_bytes * rows);
+        while all.len() < row_bytes * rows {
+            let take = (row_bytes * rows - all.len()).min(bytes.len());
+            all.extend_from_slice(&bytes[..take]);
+        }
+        let storage = candle_core::quantized::QStorage::from_data(std::borrow::Cow::Owned(all), device, q)?;
+        Ok(Weight::Quant(Arc::new(QTensor::new(storage, (rows, cols))?)))
+    }
+}
+
+impl WeightSource for Synthetic {
+    fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight> {
+        match precision.dense_dtype() {
+            Some(dtype) => Ok(Weight::Dense(self.dense(spec, dtype, device)?)),
+            None => match ggml_dtype_for(spec, self.cfg.tie_word_embeddings) {
+                GgmlDType::F32 => Ok(Weight::Dense(self.dense(spec, DType::F32, device)?)),
+                q => self.quantized(spec, q, device),
+            },
+        }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.cfg.tensor_specs().iter().any(|s| s.name == name)
+    }
+
+    fn describe(&self) -> String {
+        format!("synthetic weights (seed {})", self.seed)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Safetensors
+
+/// config.json + one or more *.safetensors (memory-mapped).
+pub struct Safetensors {
+    st: candle_core::safetensors::MmapedSafetensors,
+    tied: bool,
+    files: Vec<PathBuf>,
+}
+
+impl Safetensors {
+    pub fn open(files: &[PathBuf], cfg: &Qwen2Config) -> Result<Self> {
+        if files.is_empty() {
+            return Err(LabError::input("no *.safetensors file found"));
+        }
+        for f in files {
+            if !f.is_file() {
+                return Err(LabError::input(format!("missing weight file {}", f.display())));
+            }
+        }
+        // SAFETY: the files are memory-mapped read-only; the lab never writes them while mapped.
+        let st = unsafe { candle_core::safetensors::MmapedSafetensors::multi(files) }
+            .map_err(|e| LabError::input(format!("not a readable safetensors file ({e})")))?;
+        Ok(Self { st, tied: cfg.tie_word_embeddings, files: files.to_vec() })
+    }
+
+    /// The shard list: model.safetensors.index.json when present, else every *.safetensors.
+    pub fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
+        let index = dir.join("model.safetensors.index.json");
+        if index.is_file() {
+            let text = std::fs::read_to_string(&index)?;
+            let json: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| LabError::input(format!("{}: {e}", index.display())))?;
+            let map = json["weight_map"]
+                .as_object()
+                .ok_or_else(|| LabError::input(format!("{} has no weight_map", index.display())))?;
+            let mut files: Vec<PathBuf> = map.values().filter_map(|v| v.as_str()).map(|f| dir.join(f)).collect();
+            files.sort();
+            files.dedup();
+            return Ok(files);
+        }
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+}
+
+impl WeightSource for Safetensors {
+    fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight> {
+        let t = self
+            .st
+            .load(&spec.name, &Device::Cpu)
+            .map_err(|e| LabError::input(format!("cannot read tensor {} ({e})", spec.name)))?;
+        check_shape(&spec.name, t.dims(), &spec.shape)?;
+        convert(t, spec, precision, self.tied, device)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.st.get(name).is_ok()
+    }
+
+    fn describe(&self) -> String {
+        let names: Vec<_> = self.files.iter().filter_map(|f| f.file_name()).map(|f| f.to_string_lossy()).collect();
+        format!("safetensors: {}", names.join(", "))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GGUF
+
+/// HF tensor name → llama.cpp's GGUF name (Qwen2 needs no Q/K permutation: it uses NeoX RoPE).
+pub fn gguf_name(hf: &str) -> String {
+    let map = [
+        ("model.embed_tokens.", "token_embd."),
+        ("model.norm.", "output_norm."),
+        ("lm_head.", "output."),
+        ("model.layers.", "blk."),
+        ("self_attn.q_proj", "attn_q"),
+        ("self_attn.k_proj", "attn_k"),
+        ("self_attn.v_proj", "attn_v"),
+        ("self_attn.o_proj", "attn_output"),
+        ("mlp.gate_proj", "ffn_gate"),
+        ("mlp.up_proj", "ffn_up"),
+        ("mlp.down_proj", "ffn_down"),
+        ("post_attention_layernorm", "ffn_norm"),
+        ("input_layernorm", "attn_norm"),
+    ];
+    map.iter().fold(hf.to_string(), |s, (a, b)| s.replace(a, b))
+}
+
+pub struct Gguf {
+    path: PathBuf,
+    file: std::fs::File,
+    content: gguf_file::Content,
+}
+
+impl Gguf {
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut file = std::fs::File::open(path)
+            .map_err(|e| LabError::input(format!("cannot open {}: {e}", path.display())))?;
+        let content = gguf_file::Content::read(&mut file)
+            .map_err(|e| LabError::input(format!("{} is not a readable GGUF file ({e})", path.display())))?;
+        Ok(Self { path: path.to_path_buf(), file, content })
+    }
+
+    fn md(&self, key: &str) -> Result<&gguf_file::Value> {
+        self.content
+            .metadata
+            .get(key)
+            .ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no {key}", self.path.display())))
+    }
+
+    fn md_usize(&self, key: &str) -> Result<usize> {
+        let v = self.md(key)?;
+        v.to_u32()
+            .map(|x| x as usize)
+            .or_else(|_| v.to_u64().map(|x| x as usize))
+            .map_err(|e| LabError::input(format!("{key}: {e}")))
+    }
+
+    /// The config from qwen2.* metadata; the vocabulary size from the embedding's shape.
+    pub fn config(&self) -> Result<Qwen2Config> {
+        let arch = self.md("general.architecture")?.to_string().map_err(LabError::other)?;
+        if arch != "qwen2" {
+            return Err(LabError::input(format!("{}: architecture `{arch}`, the lab runs qwen2", self.path.display())));
+        }
+        let embd = self
+            .content
+            .tensor_infos
+            .get("token_embd.weight")
+            .ok_or_else(|| LabError::input(format!("{}: no token_embd.weight", self.path.display())))?;
+        let f = |k: &str| -> Result<f64> { Ok(self.md(k)?.to_f32().map_err(LabError::other)? as f64) };
+        let cfg = Qwen2Config {
+            vocab_size: embd.shape.dims()[0],
+            hidden_size: self.md_usize("qwen2.embedding_length")?,
+            intermediate_size: self.md_usize("qwen2.feed_forward_length")?,
+            num_hidden_layers: self.md_usize("qwen2.block_count")?,
+            num_attention_heads: self.md_usize("qwen2.attention.head_count")?,
+            num_key_value_heads: self.md_usize("qwen2.attention.head_count_kv")?,
+            rms_norm_eps: f("qwen2.attention.layer_norm_rms_epsilon")?,
+            rope_theta: f("qwen2.rope.freq_base").unwrap_or(10000.0),
+            max_position_embeddings: self.md_usize("qwen2.context_length")?,
+            tie_word_embeddings: !self.content.tensor_infos.contains_key("output.weight"),
+            hidden_act: "silu".into(),
+            bos_token_id: self.md_usize("tokenizer.ggml.bos_token_id").ok().map(|v| v as u32),
+            eos_token_id: self.md_usize("tokenizer.ggml.eos_token_id").ok().map(|v| serde_json::json!(v)),
+            torch_dtype: None,
+        };
+        let json = serde_json::to_string(&cfg)?;
+        Qwen2Config::from_json(&json, &self.path.display().to_string())
+    }
+}
+
+impl WeightSource for Gguf {
+    fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight> {
+        let name = gguf_name(&spec.name);
+        let q = self
+            .content
+            .tensor(&mut self.file, &name, device)
+            .map_err(|e| LabError::input(format!("{}: tensor {name}: {e}", self.path.display())))?;
+        check_shape(&name, q.shape().dims(), &spec.shape)?;
+        let block_quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+        match precision.dense_dtype() {
+            _ if precision.is_quantized() && block_quantized => Ok(Weight::Quant(Arc::new(q))),
+            Some(dtype) => Ok(Weight::Dense(q.dequantize(device)?.to_dtype(dtype)?)),
+            None => Ok(Weight::Dense(q.dequantize(device)?.to_dtype(DType::F32)?)),
+        }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(&gguf_name(name))
+    }
+
+    fn describe(&self) -> String {
+        format!("gguf: {}", self.path.display())
+    }
+}
+
+/// Loads every tensor the config names, in module order. `each` runs after every tensor (progress
+/// and the CPU capacity checkpoint); an error there stops the load.
+pub fn load_all(
+    cfg: &Qwen2Config,
+    source: &mut dyn WeightSource,
+    precision: Precision,
+    device: &Device,
+    mut each: impl FnMut(&TensorSpec, &Weight) -> Result<()>,
+) -> Result<HashMap<String, Weight>> {
+    let mut out = HashMap::new();
+    for spec in cfg.tensor_specs() {
+        let w = source.load(&spec, precision, device).map_err(|e| e.during(format!("loading {}", spec.name)))?;
+        each(&spec, &w).map_err(|e| e.during(format!("loading {}", spec.name)))?;
+        out.insert(spec.name.clone(), w);
+    }
+    Ok(out)
+}

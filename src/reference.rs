@@ -1,0 +1,41 @@
+//! Figures from the reference runs the lab stands beside (`../shared/reference/`), in GiB as the
+//! report's code prints them (bytes / 1024³, labelled "GB").
+
+/// The report, RTX 4090 24 GB, PyTorch + transformers, Qwen2.5-7B-Instruct.
+pub mod report {
+    /// (allocated, reserved, peak) after loading.
+    pub const BF16_LOADED: (f64, f64, f64) = (14.19, 14.21, 14.19);
+    /// (allocated, reserved, peak) after generating 200 tokens.
+    pub const BF16_AFTER_GENERATE: (f64, f64, f64) = (14.20, 14.26, 14.23);
+    /// bitsandbytes NF4 (`load_in_4bit=True`).
+    pub const INT4_LOADED: (f64, f64, f64) = (5.46, 6.71, 6.59);
+    pub const INT4_AFTER_GENERATE: (f64, f64, f64) = (5.46, 6.72, 6.59);
+    /// FP32: "Tried to allocate 2.03 GiB", 22.30 GiB in use by the process.
+    pub const FP32_OOM_REQUEST_GIB: f64 = 2.03;
+    pub const FP32_OOM_IN_USE_GIB: f64 = 22.30;
+    /// Full-GPU BF16 decode speed (stage 4).
+    pub const BF16_DECODE_TOK_S: f64 = 38.23;
+}
+
+/// The same experiments re-run with PyTorch on an H200 (transformers 5.17, synthetic weights).
+pub mod pytorch_h200 {
+    pub const BF16_LOADED: (f64, f64, f64) = (14.227, 14.354, 14.227);
+    pub const BF16_AFTER_GENERATE: (f64, f64, f64) = (14.259, 14.432, 14.291);
+    pub const BF16_GENERATE_TOK_S: f64 = 22.59;
+    pub const FP32_UNCAPPED_LOADED: (f64, f64, f64) = (28.541, 28.707, 28.541);
+}
+
+/// Stock candle-transformers 0.11.1 on an H200, synthetic Qwen2.5-7B: what the lab must beat.
+pub mod candle_h200 {
+    pub const BF16_DECODE_TOK_S: f64 = 114.80;
+    pub const Q4K_DECODE_TOK_S: f64 = 140.06;
+    /// Q4_K weights in the pool, MiB (the embedding expanded to F32).
+    pub const Q4K_WEIGHTS_MIB: f64 = 5889.1;
+}
+
+/// The prompt of the report's stage 1.
+pub const REPORT_PROMPT: &str = "显存管理是高性能计算的核心,";
+pub const REPORT_PROMPT_REPEAT: usize = 20;
+/// Tokens Qwen2.5's tokenizer makes of that prompt (160, as the candle reference run counted);
+/// used as the random-id prompt length when no tokenizer is at hand.
+pub const REPORT_PROMPT_TOKENS: usize = 160;

@@ -1,0 +1,7 @@
+//! Output: the run folder (one CSV per table, env.json, console.txt) and the console log.
+
+pub mod env;
+pub mod output;
+
+pub use env::Env;
+pub use output::{Console, OutputDir};
