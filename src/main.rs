@@ -66,6 +66,26 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         max_new_tokens: usize,
     },
+    /// Stage 2: the KV cache — a prefill sweep with a byte ledger
+    Kv {
+        #[arg(long, default_value = "bf16")]
+        precision: String,
+        /// Sequence lengths (default: doubling from --start until OOM or --max)
+        #[arg(long, value_delimiter = ',')]
+        lengths: Option<Vec<usize>>,
+        #[arg(long, default_value_t = 1024)]
+        start: usize,
+        #[arg(long, default_value_t = 131072)]
+        max: usize,
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+        /// Keep logits of every position (as model(input_ids) in transformers) or the last only
+        #[arg(long, default_value = "all")]
+        logits: String,
+        /// bounded (query chunks, GQA without copies) or naive (as stock candle-transformers)
+        #[arg(long, default_value = "bounded")]
+        attention: String,
+    },
     /// Generate text: the quickest check that a model loaded correctly
     Generate {
         #[arg(long, default_value = "bf16")]
@@ -136,27 +156,7 @@ fn print_table(lab: &mut Lab, title: &str, df: &polars::prelude::DataFrame, cols
 }
 
 fn run_anatomy(common: &Common, card: Option<&str>, cfg: &anatomy::AnatomyConfig, out_name: &str) -> Result<()> {
-    let mut lab = make_lab(common)?;
-    let card = card.map(Card::parse).transpose()?;
-    let out = out_dir(common, out_name)?;
-    let env = Env::capture(&lab.device, &command_line(), card.as_ref().map(|c| c.name.as_str()), &lab.source.label());
-    lab.say(format!("vram-lab {} on {}", env.vram_lab, env.device));
-    lab.say(format!("model {}", lab.source.label()));
-    // Held for the whole stage; dropped (ballast freed) on every way out of this function.
-    let _emulation = match &card {
-        Some(c) => {
-            let e = CardEmulation::start(c, &lab.device)?;
-            lab.say(format!(
-                "emulating {} ({:.2} GiB, {}); ballast {}",
-                c.label,
-                c.total_mib / 1024.0,
-                c.total_source,
-                vram_lab::memory::fmt_bytes(e.ballast)
-            ));
-            Some(e)
-        }
-        None => None,
-    };
+    let (mut lab, _emulation, out, env) = begin(common, card, out_name)?;
     let result = anatomy::run(&mut lab, cfg)?;
     let table = result.table()?;
     print_table(
@@ -189,10 +189,90 @@ fn run_anatomy(common: &Common, card: Option<&str>, cfg: &anatomy::AnatomyConfig
     for sc in result.scenarios.iter().filter(|s| !s.oom_summary.is_empty()) {
         out.write_text(&format!("oom_summary_{}.txt", sc.precision), &sc.oom_summary)?;
     }
-    out.write_env(&env)?;
+    finish(&mut lab, &out, &env)
+}
+
+/// Device, model source, output folder, env.json and (while the returned guard lives) the card.
+fn begin(common: &Common, card: Option<&str>, name: &str) -> Result<(Lab, Option<CardEmulation>, OutputDir, Env)> {
+    let mut lab = make_lab(common)?;
+    let card = card.map(Card::parse).transpose()?;
+    let out = out_dir(common, name)?;
+    let env = Env::capture(&lab.device, &command_line(), card.as_ref().map(|c| c.name.as_str()), &lab.source.label());
+    lab.say(format!("vram-lab {} on {}", env.vram_lab, env.device));
+    lab.say(format!("model {}", lab.source.label()));
+    let emulation = match &card {
+        Some(c) => {
+            let e = CardEmulation::start(c, &lab.device)?;
+            lab.say(format!(
+                "emulating {} ({:.2} GiB, {}); ballast {}",
+                c.label,
+                c.total_mib / 1024.0,
+                c.total_source,
+                vram_lab::memory::fmt_bytes(e.ballast)
+            ));
+            Some(e)
+        }
+        None => None,
+    };
+    Ok((lab, emulation, out, env))
+}
+
+fn finish(lab: &mut Lab, out: &OutputDir, env: &Env) -> Result<()> {
+    out.write_env(env)?;
     lab.say(format!("\nwrote {}", out.path.display()));
     out.write_text("console.txt", &lab.console.text)?;
     Ok(())
+}
+
+struct KvArgs {
+    precision: String,
+    lengths: Option<Vec<usize>>,
+    start: usize,
+    max: usize,
+    batch: usize,
+    logits: String,
+    attention: String,
+}
+
+fn run_kv(common: &Common, a: KvArgs) -> Result<()> {
+    use vram_lab::experiments::kv;
+    let precision = Precision::parse(&a.precision)?;
+    let logits = match a.logits.as_str() {
+        "all" => model::Logits::All,
+        "last" => model::Logits::Last,
+        o => return Err(LabError::input(format!("unknown --logits `{o}`: use all or last"))),
+    };
+    let attention = model::AttentionMode::parse(&a.attention)?;
+    if a.batch == 0 {
+        return Err(LabError::input("--batch must be at least 1"));
+    }
+    let (mut lab, _emulation, out, env) = begin(common, common.card.as_deref(), "kv")?;
+    let pb = lab.progress_bar("load");
+    let loaded = vram_lab::memory::guarded(&lab.probe, &format!("loading in {precision}"), || {
+        model::source::load(&lab.source, &lab.opts, precision, &lab.device, &lab.probe, pb.as_ref())
+    });
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    let mut lm = loaded.map_err(|e| match e {
+        LabError::Oom(r) => LabError::Unsupported(format!("the model does not fit: {}\n{}", r.headline(), r.summary)),
+        e => e,
+    })?;
+    lm.model.attention = attention;
+    let w = lab.probe.snapshot("loaded");
+    lab.say(format!("weights loaded: allocated {}", vram_lab::memory::fmt_bytes(w.allocated)));
+    let lengths = a.lengths.unwrap_or_else(|| kv::PrefillConfig::doubling(a.start, a.max));
+    let cfg = kv::PrefillConfig { lengths, batch: a.batch, logits };
+    let steps = kv::prefill_sweep(&mut lab, &lm.model, &cfg);
+    let table = kv::prefill_table(&steps, attention, precision.name())?;
+    print_table(
+        &mut lab,
+        "Stage 2 — prefill ledger (MiB)",
+        &table,
+        &["seq", "outcome", "held_mib", "growth_vs_previous_mib", "kv_mib", "kv_gqa_formula_mib", "kv_naive_formula_mib", "logits_mib", "other_mib", "transient_mib", "prefill_tok_s", "oom_request_mib"],
+    )?;
+    out.write_csv("kv_prefill", &table)?;
+    finish(&mut lab, &out, &env)
 }
 
 fn run_generate(
@@ -304,6 +384,9 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Generate { precision, prompt, prompt_ids, max_new_tokens, temperature, top_p, stop_at_eos, json } => {
             let gen = model::GenerateConfig { max_new_tokens, temperature, top_p, seed: common.seed, stop_at_eos };
             run_generate(common, &precision, &prompt, prompt_ids, gen, json)
+        }
+        Cmd::Kv { precision, lengths, start, max, batch, logits, attention } => {
+            run_kv(common, KvArgs { precision, lengths, start, max, batch, logits, attention })
         }
         Cmd::Quantize { to } => run_quantize(common, &to),
         Cmd::Info => run_info(common),

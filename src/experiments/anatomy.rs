@@ -89,6 +89,7 @@ fn run_scenario(lab: &mut Lab, p: Precision, cfg: &AnatomyConfig, timeline: &mut
     };
     sc.predicted_weights = estimate::weight_bytes(&model_cfg, p);
     lab.probe.empty_cache();
+    lab.probe.clear_pending();
     lab.probe.reset_peak();
     let init = lab.probe.snapshot(&format!("{p}: init"));
     timeline.push(init.clone());

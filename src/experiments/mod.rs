@@ -2,6 +2,7 @@
 //! config, runs, and returns tables.
 
 pub mod anatomy;
+pub mod kv;
 
 use crate::memory::MemoryProbe;
 use crate::model::{ModelSource, SourceOptions};

@@ -176,6 +176,12 @@ impl MemoryProbe {
         }
     }
 
+    /// Forgets a capacity crossing recorded while a failed stage was cleaning up.
+    pub fn clear_pending(&self) {
+        let _ = host::take_over_cap();
+        let _ = alloc_hook::take_failed_request();
+    }
+
     fn oom_report(&self, bytes: u64, message: &str) -> LabError {
         LabError::Oom(Box::new(OomReport {
             request_bytes: Some(bytes),

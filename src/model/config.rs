@@ -79,8 +79,17 @@ impl Qwen2Config {
     }
 
     pub fn from_json(text: &str, origin: &str) -> Result<Self> {
-        let cfg: Self = serde_json::from_str(text)
-            .map_err(|e| LabError::input(format!("{origin} is not a usable Qwen2 config: {e}")))?;
+        let bad = |e: &dyn std::fmt::Display| LabError::input(format!("{origin} is not a usable Qwen2 config: {e}"));
+        let mut json: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(&e))?;
+        // transformers 5 moves rope_theta into rope_parameters.
+        if let Some(obj) = json.as_object_mut() {
+            if !obj.contains_key("rope_theta") {
+                if let Some(theta) = obj.get("rope_parameters").and_then(|r| r.get("rope_theta")).cloned() {
+                    obj.insert("rope_theta".into(), theta);
+                }
+            }
+        }
+        let cfg: Self = serde_json::from_value(json).map_err(|e| bad(&e))?;
         cfg.validate().map_err(|e| LabError::input(format!("{origin}: {e}")))?;
         Ok(cfg)
     }
@@ -181,6 +190,16 @@ mod tests {
         assert_eq!(specs.len(), 339, "339 tensors, as the real checkpoint");
         assert_eq!(specs[0].name, "model.embed_tokens.weight");
         assert_eq!(specs.last().unwrap().name, "lm_head.weight");
+    }
+
+    #[test]
+    fn transformers5_rope_parameters() {
+        let mut v = serde_json::to_value(Qwen2Config::preset("tiny").unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("rope_theta");
+        let err = Qwen2Config::from_json(&v.to_string(), "x").unwrap_err().to_string();
+        assert!(err.contains("missing field `rope_theta`"), "{err}");
+        v["rope_parameters"] = serde_json::json!({"rope_theta": 5e5, "rope_type": "default"});
+        assert_eq!(Qwen2Config::from_json(&v.to_string(), "x").unwrap().rope_theta, 5e5);
     }
 
     #[test]

@@ -1,0 +1,134 @@
+//! The `vram-lab` binary as a user runs it: the default job, the anatomy output folder, OOM as a
+//! value on an emulated card, and bad input giving a clear message and a non-zero exit.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn lab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vram-lab")).args(args).arg("--quiet").output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Fails and says `needle`, without a panic.
+fn fails_with(args: &[&str], needle: &str) {
+    let o = lab(args);
+    let t = text(&o);
+    assert!(!o.status.success(), "{args:?} should fail:\n{t}");
+    assert!(t.contains(needle), "{args:?}: expected `{needle}` in:\n{t}");
+    assert!(!t.contains("panicked"), "{args:?} panicked:\n{t}");
+}
+
+fn csv(dir: &Path, name: &str) -> Vec<std::collections::HashMap<String, String>> {
+    let text = std::fs::read_to_string(dir.join(name)).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<String> = lines.next().unwrap().split(',').map(str::to_string).collect();
+    lines.map(|l| header.iter().cloned().zip(l.split(',').map(str::to_string)).collect()).collect()
+}
+
+#[test]
+fn anatomy_writes_tables_env_and_matches_predictions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let o = lab(&["anatomy", "--max-new-tokens", "12", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    for f in ["anatomy.csv", "anatomy_timeline.csv", "env.json", "console.txt"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let rows = csv(&out, "anatomy.csv");
+    let precisions: Vec<_> = rows.iter().map(|r| r["precision"].as_str()).collect();
+    assert_eq!(precisions, ["bf16", "q4", "f32"]);
+    for r in &rows {
+        assert_eq!(r["outcome"], "ok");
+        let err: f64 = r["weights_vs_predicted_pct"].parse().unwrap();
+        assert!(err.abs() < 1.0, "{}: weights {err}% off the prediction", r["precision"]);
+        assert_eq!(r["new_tokens"], "12");
+    }
+    let env: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("env.json")).unwrap()).unwrap();
+    assert!(env["command"].as_str().unwrap().contains("anatomy"));
+    assert_eq!(env["model"], "synthetic:tiny");
+}
+
+#[test]
+fn oom_on_a_small_card_is_captured_and_every_scenario_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    // 1 MiB of heap cannot hold even the tiny model: every scenario must end in a captured OOM.
+    let o = lab(&["anatomy", "--card", "1MiB", "--max-new-tokens", "4", "--out", out.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "an OOM is a value, the command exits 0:\n{t}");
+    assert!(t.contains("memory summary at the OOM"), "{t}");
+    let rows = csv(&out, "anatomy.csv");
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        assert_eq!(r["outcome"], "oom", "{r:?}");
+        assert!(r["oom_request_mib"].parse::<f64>().unwrap() > 0.0);
+        assert!(r["oom_during"].contains("loading"));
+    }
+    assert!(out.join("oom_summary_f32.txt").is_file());
+}
+
+#[test]
+fn generate_prints_ids_and_is_deterministic() {
+    let args = ["generate", "--precision", "f32", "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "6", "--json"];
+    let a = lab(&args);
+    assert!(a.status.success(), "{}", text(&a));
+    let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    assert_eq!(v["prompt_ids"], serde_json::json!([1, 2, 3, 4, 5]));
+    assert_eq!(v["generated_ids"].as_array().unwrap().len(), 6);
+    let b = lab(&args);
+    let w: serde_json::Value = serde_json::from_slice(&b.stdout).unwrap();
+    assert_eq!(v["generated_ids"], w["generated_ids"]);
+}
+
+#[test]
+fn bad_input_fails_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nope");
+    fails_with(&["generate", "--model", missing.to_str().unwrap()], "no such model");
+    fails_with(&["generate", "--model", "synthetic:qwen9-1b"], "unknown preset `qwen9-1b`");
+    fails_with(&["anatomy", "--card", "rtx9090"], "unknown card `rtx9090`");
+    fails_with(&["generate", "--precision", "int3"], "unknown precision");
+    fails_with(&["generate", "--device", "tpu"], "unknown device");
+    if !cfg!(feature = "cuda") {
+        fails_with(&["generate", "--device", "cuda"], "this build has no CUDA");
+    }
+    fails_with(&["generate", "--prompt", "hello"], "no tokenizer");
+
+    // A config.json missing fields.
+    let dir = tmp.path().join("badcfg");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"vocab_size": 10, "hidden_size": 8}"#).unwrap();
+    fails_with(&["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", "1"], "missing field `intermediate_size`");
+
+    // A directory without weights.
+    let cfg = common::tiny();
+    let dir = tmp.path().join("noweights");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), serde_json::to_string(&cfg).unwrap()).unwrap();
+    fails_with(&["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", "1"], "no *.safetensors file found");
+
+    // A truncated safetensors file.
+    let dir = tmp.path().join("trunc");
+    common::write_dir(&dir, &cfg, 1, candle_core::DType::F32, 1);
+    let f = dir.join("model.safetensors");
+    let bytes = std::fs::read(&f).unwrap();
+    std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+    fails_with(&["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", "1"], "not a readable safetensors file");
+
+    // A truncated GGUF file, and a file that is not GGUF at all.
+    let gguf = tmp.path().join("t.gguf");
+    let o = lab(&["quantize", "--to", gguf.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let bytes = std::fs::read(&gguf).unwrap();
+    std::fs::write(&gguf, &bytes[..bytes.len() / 2]).unwrap();
+    fails_with(&["generate", "--model", gguf.to_str().unwrap(), "--precision", "q4", "--prompt-ids", "1"], "remaining");
+    let junk = tmp.path().join("junk.gguf");
+    std::fs::write(&junk, b"not a gguf").unwrap();
+    fails_with(&["generate", "--model", junk.to_str().unwrap(), "--prompt-ids", "1"], "not a readable GGUF file");
+    fails_with(&["generate", "--model", tmp.path().join("absent.gguf").to_str().unwrap()], "no such GGUF file");
+}

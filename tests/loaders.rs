@@ -1,0 +1,159 @@
+//! Files the tests write (safetensors, sharded safetensors, GGUF) load back and give the logits of
+//! the in-memory model; quantize → load Q4 round trip; presets carry the real names and shapes.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use vram_lab::memory::MemoryProbe;
+use vram_lab::model::qwen2::last_logits;
+use vram_lab::model::weights::Weight;
+use vram_lab::model::{source, Logits, ModelSource, Precision, Qwen2, Qwen2Config, SourceOptions};
+
+const SEED: u64 = 11;
+
+fn load(src: &ModelSource, p: Precision) -> Qwen2 {
+    let probe = MemoryProbe::new(&Device::Cpu);
+    source::load(src, &SourceOptions { seed: SEED, ..Default::default() }, p, &Device::Cpu, &probe, None).unwrap().model
+}
+
+fn logits(model: &Qwen2, ids: &[u32]) -> Tensor {
+    let mut cache = model.new_cache(1, ids.len()).unwrap();
+    let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    last_logits(&model.forward(&t, &mut cache, Logits::Last).unwrap()).unwrap()
+}
+
+fn in_memory(cfg: &Qwen2Config) -> Qwen2 {
+    let w = common::tensors(cfg, SEED).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
+    Qwen2::new(cfg, Precision::F32, w, &Device::Cpu).unwrap()
+}
+
+#[test]
+fn safetensors_single_and_sharded_give_the_same_logits() {
+    let cfg = common::tiny();
+    let ids = common::ids(17, cfg.vocab_size, 1);
+    let reference = logits(&in_memory(&cfg), &ids);
+    let tmp = tempfile::tempdir().unwrap();
+    for shards in [1, 3] {
+        let dir = tmp.path().join(format!("m{shards}"));
+        common::write_dir(&dir, &cfg, SEED, DType::F32, shards);
+        assert_eq!(dir.join("model.safetensors.index.json").is_file(), shards > 1);
+        let got = logits(&load(&ModelSource::parse(dir.to_str().unwrap()).unwrap(), Precision::F32), &ids);
+        assert!(common::max_abs_diff(&got, &reference) < 1e-6, "{shards} shards");
+    }
+    // A BF16 checkpoint (as Qwen ships) loaded in F32: within BF16 rounding of the weights.
+    let dir = tmp.path().join("bf16");
+    common::write_dir(&dir, &cfg, SEED, DType::BF16, 1);
+    let got = logits(&load(&ModelSource::parse(dir.to_str().unwrap()).unwrap(), Precision::F32), &ids);
+    let rel = common::max_abs_diff(&got, &reference) / common::max_abs(&reference);
+    assert!(rel > 0.0 && rel < 0.05, "bf16 checkpoint relative error {rel}");
+}
+
+#[test]
+fn quantize_then_load_q4_round_trip() {
+    let cfg = common::tiny();
+    let ids = common::ids(17, cfg.vocab_size, 2);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    common::write_dir(&dir, &cfg, SEED, DType::F32, 1);
+    let dir_src = ModelSource::parse(dir.to_str().unwrap()).unwrap();
+
+    // quantize: safetensors → GGUF, with the Q4 plan per tensor.
+    let gguf = tmp.path().join("m-q4.gguf");
+    let mut opened = source::open(&dir_src, &SourceOptions::default()).unwrap();
+    let rows = vram_lab::model::quantize::write_gguf(&opened.cfg, opened.weights.as_mut(), &gguf, |_| {}).unwrap();
+    assert!(rows.iter().any(|r| r.ggml_dtype == "Q4K") && rows.iter().any(|r| r.ggml_dtype == "Q6K"));
+    let gguf_src = ModelSource::parse(gguf.to_str().unwrap()).unwrap();
+
+    let q4_from_gguf = load(&gguf_src, Precision::Q4);
+    // The config read back from GGUF metadata is the one written.
+    assert_eq!(q4_from_gguf.cfg.num_key_value_heads, cfg.num_key_value_heads);
+    assert_eq!(q4_from_gguf.cfg.vocab_size, cfg.vocab_size);
+    assert_eq!(q4_from_gguf.weight_bytes(), vram_lab::estimate::weight_bytes(&cfg, Precision::Q4));
+
+    // Quantizing on load from safetensors is the same quantizer: identical logits.
+    let q4_on_load = load(&dir_src, Precision::Q4);
+    let a = logits(&q4_from_gguf, &ids);
+    let b = logits(&q4_on_load, &ids);
+    assert!(common::max_abs_diff(&a, &b) < 1e-5);
+
+    // Against F32: Q4 rounding moves logits a little, not a lot.
+    let f32_logits = logits(&in_memory(&cfg), &ids);
+    let rel = common::max_abs_diff(&a, &f32_logits) / common::max_abs(&f32_logits);
+    assert!(rel > 0.0 && rel < 0.25, "q4 relative error {rel}");
+
+    // The GGUF dequantized to F32 computes the same function as Q4 blocks.
+    let deq = logits(&load(&gguf_src, Precision::F32), &ids);
+    let rel = common::max_abs_diff(&deq, &a) / common::max_abs(&a);
+    assert!(rel < 0.02, "dequantized vs quantized matmul {rel}");
+
+    // candle-transformers' quantized Qwen2 on the same file agrees.
+    let mut f = std::fs::File::open(&gguf).unwrap();
+    let content = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
+    let mut stock = candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap();
+    let t = Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let s = stock.forward(&t, 0).unwrap().flatten_all().unwrap();
+    let rel = common::max_abs_diff(&s, &a) / common::max_abs(&a);
+    assert!(rel < 0.02, "lab q4 vs candle quantized_qwen2: {rel}");
+}
+
+#[test]
+fn synthetic_q4_weights_match_the_plan() {
+    let cfg = common::tiny();
+    let m = load(&ModelSource::parse("synthetic:tiny").unwrap(), Precision::Q4);
+    assert_eq!(m.weight_bytes(), vram_lab::estimate::weight_bytes(&cfg, Precision::Q4));
+    let out = logits(&m, &common::ids(9, cfg.vocab_size, 3));
+    assert!(common::max_abs(&out) > 0.0);
+}
+
+#[test]
+fn presets_carry_real_names_shapes_and_totals() {
+    // Published parameter totals of the Qwen2.5 checkpoints.
+    let totals = [
+        ("qwen2.5-0.5b", 494_032_768usize),
+        ("qwen2.5-1.5b", 1_543_714_304),
+        ("qwen2.5-3b", 3_085_938_688),
+        ("qwen2.5-7b", 7_615_616_512),
+        ("qwen2.5-14b", 14_770_033_664),
+        ("qwen2.5-32b", 32_763_876_352),
+        ("qwen2.5-72b", 72_706_203_648),
+    ];
+    for (name, total) in totals {
+        let cfg = Qwen2Config::preset(name).unwrap();
+        assert_eq!(cfg.param_count(), total, "{name}");
+        let specs = cfg.tensor_specs();
+        assert_eq!(specs.iter().any(|s| s.name == "lm_head.weight"), !cfg.tie_word_embeddings, "{name}");
+        assert_eq!(specs.len(), 2 + 12 * cfg.num_hidden_layers + usize::from(!cfg.tie_word_embeddings));
+    }
+    let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let specs = cfg.tensor_specs();
+    let shape = |n: &str| specs.iter().find(|s| s.name == n).unwrap().shape.clone();
+    assert_eq!(shape("model.embed_tokens.weight"), vec![152064, 3584]);
+    assert_eq!(shape("model.layers.0.self_attn.k_proj.weight"), vec![512, 3584]);
+    assert_eq!(shape("model.layers.0.self_attn.k_proj.bias"), vec![512]);
+    assert_eq!(shape("model.layers.27.mlp.down_proj.weight"), vec![3584, 18944]);
+    // Synthetic tensors come out with those shapes.
+    let mut src = vram_lab::model::weights::Synthetic::new(cfg.clone(), 1);
+    use vram_lab::model::weights::WeightSource;
+    let spec = specs.iter().find(|s| s.name == "model.layers.3.self_attn.k_proj.bias").unwrap();
+    let t = src.load(spec, Precision::Bf16, &Device::Cpu).unwrap().dense().unwrap();
+    assert_eq!(t.dims(), &[512]);
+    assert_eq!(t.dtype(), DType::BF16);
+}
+
+#[test]
+fn hub_settings_honour_env_and_cache_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    // SAFETY (edition 2021): this test alone touches these variables.
+    std::env::set_var("HF_ENDPOINT", "http://127.0.0.1:9");
+    let s = source::HubSettings::from_env(Some(tmp.path()));
+    assert_eq!(s.endpoint, "http://127.0.0.1:9");
+    assert_eq!(s.cache_dir, tmp.path());
+    std::env::set_var("HF_HOME", tmp.path().join("hfhome"));
+    let s = source::HubSettings::from_env(None);
+    assert_eq!(s.cache_dir, tmp.path().join("hfhome").join("hub"));
+    // Fetching from a closed port fails with a message naming the endpoint and the cache.
+    let opts = SourceOptions { cache_dir: Some(tmp.path().to_path_buf()), ..Default::default() };
+    let err = source::open(&ModelSource::parse("Qwen/Qwen2.5-0.5B-Instruct").unwrap(), &opts).err().expect("must fail");
+    let msg = err.to_string();
+    assert!(msg.contains("127.0.0.1:9") && msg.contains(tmp.path().to_str().unwrap()), "{msg}");
+}
