@@ -300,7 +300,10 @@ fn run_generate(
         return Err(LabError::input("the prompt has no tokens"));
     }
     let g = lab.probe.snapshot("before");
-    let out = vram_lab::memory::guarded(&lab.probe, "generating", || model::generate(&lm.model, &ids, &gen))?;
+    let out = vram_lab::memory::guarded(&lab.probe, "generating", || {
+        model::generate::warmup(&lm.model, &ids)?;
+        model::generate(&lm.model, &ids, &gen)
+    })?;
     let after = lab.probe.snapshot("after");
     let text = lm.tokenizer.as_ref().and_then(|t| t.decode(&out.generated_ids, true).ok());
     if json {

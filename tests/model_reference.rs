@@ -113,7 +113,7 @@ fn bf16_stays_close_to_f32() {
     let cfg = common::tiny();
     let f32_model = lab_model(&cfg);
     let mut src = Synthetic::new(cfg.clone(), SEED);
-    let w = vram_lab::model::weights::load_all(&cfg, &mut src, Precision::Bf16, &Device::Cpu, |_, _| Ok(())).unwrap();
+    let w = vram_lab::model::weights::load_all(&cfg, &mut src, Precision::Bf16, &Device::Cpu, None, |_, _| Ok(())).unwrap();
     let bf16 = Qwen2::new(&cfg, Precision::Bf16, w, &Device::Cpu).unwrap();
     let ids = common::ids(20, cfg.vocab_size, 4);
     let a = lab_last(&f32_model, &mut f32_model.new_cache(1, 32).unwrap(), &ids);

@@ -118,7 +118,10 @@ fn run_scenario(lab: &mut Lab, p: Precision, cfg: &AnatomyConfig, timeline: &mut
         let prompt = report_prompt(lm.tokenizer.as_ref(), model_cfg.vocab_size, lab.opts.seed)?;
         sc.prompt_tokens = prompt.len();
         let gen_cfg = GenerateConfig { max_new_tokens: cfg.max_new_tokens, ..Default::default() };
-        let gen = guarded(&lab.probe, &format!("generating in {p}"), || model::generate(&lm.model, &prompt, &gen_cfg))?;
+        let gen = guarded(&lab.probe, &format!("generating in {p}"), || {
+            model::generate::warmup(&lm.model, &prompt)?;
+            model::generate(&lm.model, &prompt, &gen_cfg)
+        })?;
         sc.new_tokens = gen.generated_ids.len();
         sc.prefill_tok_s = gen.prefill_tok_s();
         sc.decode_tok_s = gen.decode_tok_s();

@@ -17,7 +17,7 @@ pub enum AttentionMode {
 
 impl Default for AttentionMode {
     fn default() -> Self {
-        Self::Bounded { budget: 64 << 20 }
+        Self::Bounded { budget: 256 << 20 }
     }
 }
 
@@ -84,10 +84,11 @@ fn bounded(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, budget: usize) -> 
         // Keys beyond the chunk's last position are all masked: leave them out.
         let t = offset + s0 + c;
         check_elems("an attention score chunk", b * heads * c * t)?;
-        let qc = q.narrow(2, s0, c)?.contiguous()?.reshape((b, kv_heads, group * c, d))?;
+        // Scale the small query chunk rather than the large score matrix.
+        let qc = (q.narrow(2, s0, c)?.contiguous()? * scale)?.reshape((b, kv_heads, group * c, d))?;
         let kc = k.narrow(2, 0, t)?;
         let vc = v.narrow(2, 0, t)?;
-        let scores = (qc.matmul(&kc.t()?)? * scale)?.to_dtype(DType::F32)?;
+        let scores = qc.matmul(&kc.t()?)?.to_dtype(DType::F32)?;
         let scores = if c > 1 {
             let scores = scores.reshape((b, kv_heads, group, c, t))?;
             let mask = causal_mask(offset + s0, c, t, q.device())?;

@@ -45,6 +45,13 @@ impl Generation {
     }
 }
 
+/// A short untimed run first, so module loading, cuBLAS handles and kernel compilation stay out of
+/// the timed numbers.
+pub fn warmup(model: &Qwen2, prompt: &[u32]) -> Result<()> {
+    let cfg = GenerateConfig { max_new_tokens: 2, ..Default::default() };
+    generate(model, &prompt[..prompt.len().min(8)], &cfg).map(|_| ())
+}
+
 /// Generates up to `cfg.max_new_tokens` after `prompt`.
 pub fn generate(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig) -> Result<Generation> {
     let device = model.device();

@@ -190,7 +190,7 @@ pub fn load(
         pb.set_length(opened.cfg.tensor_specs().len() as u64);
         pb.set_position(0);
     }
-    let weights = weights::load_all(&opened.cfg, opened.weights.as_mut(), precision, device, |_, _| {
+    let weights = weights::load_all(&opened.cfg, opened.weights.as_mut(), precision, device, Some(probe), |_, _| {
         if let Some(pb) = progress {
             pb.inc(1);
         }

@@ -5,6 +5,7 @@
 use super::config::{Qwen2Config, TensorSpec};
 use super::precision::{ggml_dtype_for, Precision};
 use crate::error::{LabError, Result};
+use crate::memory::MemoryProbe;
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use rand::{rngs::StdRng, SeedableRng};
@@ -346,19 +347,31 @@ impl WeightSource for Gguf {
 }
 
 /// Loads every tensor the config names, in module order. `each` runs after every tensor (progress
-/// and the CPU capacity checkpoint); an error there stops the load.
+/// and the CPU capacity checkpoint); an error there stops the load. An OOM is captured by `probe`
+/// while the tensors loaded so far are still held, so its snapshot shows memory at that moment.
 pub fn load_all(
     cfg: &Qwen2Config,
     source: &mut dyn WeightSource,
     precision: Precision,
     device: &Device,
+    probe: Option<&MemoryProbe>,
     mut each: impl FnMut(&TensorSpec, &Weight) -> Result<()>,
 ) -> Result<HashMap<String, Weight>> {
     let mut out = HashMap::new();
     for spec in cfg.tensor_specs() {
-        let w = source.load(&spec, precision, device).map_err(|e| e.during(format!("loading {}", spec.name)))?;
-        each(&spec, &w).map_err(|e| e.during(format!("loading {}", spec.name)))?;
-        out.insert(spec.name.clone(), w);
+        let loaded = source.load(&spec, precision, device).and_then(|w| each(&spec, &w).map(|_| w));
+        match loaded {
+            Ok(w) => {
+                out.insert(spec.name.clone(), w);
+            }
+            Err(e) => {
+                let during = format!("loading {}", spec.name);
+                return Err(match probe {
+                    Some(p) => p.capture(e, &during),
+                    None => e.during(during),
+                });
+            }
+        }
     }
     Ok(out)
 }

@@ -1,0 +1,30 @@
+//! A tiny Qwen2 that HF transformers saved (config.json + model.safetensors + tokenizer.json,
+//! written by scripts/make_hf_fixture.py): the lab's loader, tokenizer and F32 forward pass give
+//! the same greedy tokens transformers generated from it (recorded in expected.json).
+
+use candle_core::Device;
+use std::path::Path;
+use vram_lab::memory::MemoryProbe;
+use vram_lab::model::{self, source, GenerateConfig, ModelSource, Precision, SourceOptions};
+
+#[test]
+fn greedy_tokens_match_transformers() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny-qwen2");
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let ids = |k: &str| -> Vec<u32> { expected[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect() };
+
+    let src = ModelSource::parse(dir.to_str().unwrap()).unwrap();
+    let probe = MemoryProbe::new(&Device::Cpu);
+    let lm = source::load(&src, &SourceOptions::default(), Precision::F32, &Device::Cpu, &probe, None).unwrap();
+    let tok = lm.tokenizer.as_ref().expect("tokenizer.json beside the weights");
+    let prompt = tok.encode(expected["prompt"].as_str().unwrap(), false).unwrap().get_ids().to_vec();
+    assert_eq!(prompt, ids("prompt_ids"), "tokenizer ids differ from transformers'");
+
+    let want = ids("generated_ids_cpu");
+    let cfg = GenerateConfig { max_new_tokens: want.len(), ..Default::default() };
+    let got = model::generate(&lm.model, &prompt, &cfg).unwrap().generated_ids;
+    assert_eq!(got, want);
+    // transformers on CUDA generated the same tokens.
+    assert_eq!(ids("generated_ids_cuda"), want);
+}
