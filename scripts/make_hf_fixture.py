@@ -43,10 +43,12 @@ with torch.no_grad():
         p.normal_(0.0, 0.2)
 model.save_pretrained(out, safe_serialization=True)
 
-prompt = "显存管理是高性能计算的核心,"
+prompt = "显存管理是高性能计算的核心, and the KV cache grows with every token."
 fast = PreTrainedTokenizerFast(tokenizer_object=tok)
 ids = fast(prompt, add_special_tokens=False)["input_ids"]
 result = {"prompt": prompt, "prompt_ids": ids, "transformers": transformers.__version__, "torch": torch.__version__}
+with torch.no_grad():  # float32 logits of the prompt's last position
+    result["last_logits_cpu"] = model(torch.tensor([ids])).logits[0, -1].tolist()
 for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
     m = model.to(device)
     x = torch.tensor([ids], device=device)

@@ -56,4 +56,24 @@ mod tests {
         assert!(q4 > 4.5 && q4 < 5.0, "{q4} bits/weight");
         assert!((decode_ceiling_tok_s(1000.0, 1_000_000_000) - 1000.0).abs() < 1e-9);
     }
+
+    /// KV bytes per token for every preset, from the configs' layers, KV heads and head size
+    /// (BF16): the GQA formula, and how far the report's formula overshoots.
+    #[test]
+    fn kv_per_token_every_preset() {
+        let want = [
+            ("qwen2.5-0.5b", 12_288u64, 7.0),   // 24 layers × 2 KV heads × 64
+            ("qwen2.5-1.5b", 28_672, 6.0),      // 28 × 2 × 128
+            ("qwen2.5-3b", 36_864, 8.0),        // 36 × 2 × 128
+            ("qwen2.5-7b", 57_344, 7.0),        // 28 × 4 × 128
+            ("qwen2.5-14b", 196_608, 5.0),      // 48 × 8 × 128
+            ("qwen2.5-32b", 262_144, 5.0),      // 64 × 8 × 128
+            ("qwen2.5-72b", 327_680, 8.0),      // 80 × 8 × 128
+        ];
+        for (name, bytes, ratio) in want {
+            let cfg = Qwen2Config::preset(name).unwrap();
+            assert_eq!(kv_bytes_per_token(&cfg, 2), bytes, "{name}");
+            assert_eq!(naive_kv_bytes_per_token(&cfg, 2) as f64 / bytes as f64, ratio, "{name}");
+        }
+    }
 }

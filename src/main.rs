@@ -66,25 +66,38 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         max_new_tokens: usize,
     },
-    /// Stage 2: the KV cache — a prefill sweep with a byte ledger
+    /// Stage 2: the KV cache — prefill, decode and batch sweeps with a byte ledger, and the
+    /// longest context that fits
     Kv {
+        /// prefill, decode, batch or all
+        #[arg(long, default_value = "all")]
+        sweep: String,
         #[arg(long, default_value = "bf16")]
         precision: String,
-        /// Sequence lengths (default: doubling from --start until OOM or --max)
+        /// Prefill lengths (default: doubling from --start until OOM or --max)
         #[arg(long, value_delimiter = ',')]
         lengths: Option<Vec<usize>>,
         #[arg(long, default_value_t = 1024)]
         start: usize,
         #[arg(long, default_value_t = 131072)]
         max: usize,
-        #[arg(long, default_value_t = 1)]
-        batch: usize,
+        /// After the first OOM, bisect to the longest prefill that fits, to within this many tokens (0: no bisection)
+        #[arg(long, default_value_t = 256)]
+        resolution: usize,
         /// Keep logits of every position (as model(input_ids) in transformers) or the last only
         #[arg(long, default_value = "all")]
         logits: String,
         /// bounded (query chunks, GQA without copies) or naive (as stock candle-transformers)
         #[arg(long, default_value = "bounded")]
         attention: String,
+        /// Decode sweep: fill the cache token by token up to this length
+        #[arg(long, default_value_t = 4096)]
+        decode_to: usize,
+        /// Batch sweep: sequence length, and the largest batch tried
+        #[arg(long, default_value_t = 1024)]
+        seq: usize,
+        #[arg(long, default_value_t = 256)]
+        max_batch: usize,
     },
     /// Generate text: the quickest check that a model loaded correctly
     Generate {
@@ -225,13 +238,17 @@ fn finish(lab: &mut Lab, out: &OutputDir, env: &Env) -> Result<()> {
 }
 
 struct KvArgs {
+    sweep: String,
     precision: String,
     lengths: Option<Vec<usize>>,
     start: usize,
     max: usize,
-    batch: usize,
+    resolution: usize,
     logits: String,
     attention: String,
+    decode_to: usize,
+    seq: usize,
+    max_batch: usize,
 }
 
 fn run_kv(common: &Common, a: KvArgs) -> Result<()> {
@@ -243,10 +260,15 @@ fn run_kv(common: &Common, a: KvArgs) -> Result<()> {
         o => return Err(LabError::input(format!("unknown --logits `{o}`: use all or last"))),
     };
     let attention = model::AttentionMode::parse(&a.attention)?;
-    if a.batch == 0 {
-        return Err(LabError::input("--batch must be at least 1"));
-    }
-    let (mut lab, _emulation, out, env) = begin(common, common.card.as_deref(), "kv")?;
+    let sweeps: &[&str] = match a.sweep.as_str() {
+        "all" => &["prefill", "decode", "batch"],
+        "prefill" => &["prefill"],
+        "decode" => &["decode"],
+        "batch" => &["batch"],
+        o => return Err(LabError::input(format!("unknown --sweep `{o}`: use prefill, decode, batch or all"))),
+    };
+    let (mut lab, emulation, out, env) = begin(common, common.card.as_deref(), "kv")?;
+    let card = emulation.as_ref().map(|e| e.card.name.clone()).unwrap_or_else(|| "none".into());
     let pb = lab.progress_bar("load");
     let loaded = vram_lab::memory::guarded(&lab.probe, &format!("loading in {precision}"), || {
         model::source::load(&lab.source, &lab.opts, precision, &lab.device, &lab.probe, pb.as_ref())
@@ -259,19 +281,64 @@ fn run_kv(common: &Common, a: KvArgs) -> Result<()> {
         e => e,
     })?;
     lm.model.attention = attention;
-    let w = lab.probe.snapshot("loaded");
-    lab.say(format!("weights loaded: allocated {}", vram_lab::memory::fmt_bytes(w.allocated)));
-    let lengths = a.lengths.unwrap_or_else(|| kv::PrefillConfig::doubling(a.start, a.max));
-    let cfg = kv::PrefillConfig { lengths, batch: a.batch, logits };
-    let steps = kv::prefill_sweep(&mut lab, &lm.model, &cfg);
-    let table = kv::prefill_table(&steps, attention, precision.name())?;
-    print_table(
-        &mut lab,
-        "Stage 2 — prefill ledger (MiB)",
-        &table,
-        &["seq", "outcome", "held_mib", "growth_vs_previous_mib", "kv_mib", "kv_gqa_formula_mib", "kv_naive_formula_mib", "logits_mib", "other_mib", "transient_mib", "prefill_tok_s", "oom_request_mib"],
-    )?;
-    out.write_csv("kv_prefill", &table)?;
+    let m = &lm.model;
+    lab.say(format!(
+        "weights loaded: allocated {}; KV {} B/token ({}), the report's formula {} B/token",
+        vram_lab::memory::fmt_bytes(lab.probe.snapshot("loaded").allocated),
+        vram_lab::estimate::kv_bytes_per_token(&m.cfg, m.act_dtype().size_in_bytes()),
+        m.act_dtype().as_str(),
+        vram_lab::estimate::naive_kv_bytes_per_token(&m.cfg, m.act_dtype().size_in_bytes())
+    ));
+    if sweeps.contains(&"prefill") {
+        let lengths = a.lengths.clone().unwrap_or_else(|| kv::PrefillConfig::doubling(a.start, a.max));
+        let cfg = kv::PrefillConfig { lengths, batch: 1, logits };
+        let mut steps = kv::prefill_sweep(&mut lab, m, &cfg);
+        if a.resolution > 0 {
+            if let Some(limit) = kv::find_limit(&mut lab, m, &steps, logits, a.resolution) {
+                lab.say(format!(
+                    "max context on {card} in {precision} ({logits:?} logits): {} tokens fit, {} do not",
+                    limit.max_ok, limit.first_oom
+                ));
+                out.write_csv("kv_limit", &kv::limit_table(std::slice::from_ref(&limit), &card)?)?;
+                steps.extend(limit.trials);
+                steps.sort_by_key(|s| s.seq);
+            }
+        }
+        let table = kv::prefill_table(&steps, attention, precision.name())?;
+        print_table(
+            &mut lab,
+            "Stage 2 — prefill ledger (MiB)",
+            &table,
+            &["seq", "outcome", "held_mib", "growth_per_1k_tokens_mib", "kv_measured_mib", "kv_gqa_formula_mib", "kv_naive_formula_mib", "logits_mib", "other_mib", "transient_mib", "prefill_tok_s", "oom_request_mib"],
+        )?;
+        out.write_csv("kv_prefill", &table)?;
+    }
+    if sweeps.contains(&"decode") {
+        let checkpoints: Vec<usize> = std::iter::successors(Some(256usize), |n| Some(n * 2)).take_while(|&n| n <= a.decode_to).collect();
+        let mut points = Vec::new();
+        for kind in [model::CacheKind::Preallocated, model::CacheKind::Concat] {
+            points.extend(kv::decode_sweep(&mut lab, m, kind, 128, &checkpoints));
+        }
+        let table = kv::decode_table(&points, precision.name())?;
+        print_table(
+            &mut lab,
+            "Stage 2 — decode ledger (MiB): preallocated vs concatenating cache",
+            &table,
+            &["cache", "tokens", "outcome", "allocated_mib", "ledger_mib", "ledger_vs_allocated_pct", "kv_mib", "reserved_mib", "peak_above_allocated_mib", "tok_s"],
+        )?;
+        out.write_csv("kv_decode", &table)?;
+    }
+    if sweeps.contains(&"batch") {
+        let steps = kv::batch_sweep(&mut lab, m, a.seq, a.max_batch, logits);
+        let table = kv::prefill_table(&steps, attention, precision.name())?;
+        print_table(
+            &mut lab,
+            "Stage 2 — batch sweep (MiB)",
+            &table,
+            &["batch", "seq", "outcome", "held_mib", "kv_measured_mib", "kv_gqa_formula_mib", "logits_mib", "transient_mib", "peak_mib", "prefill_tok_s"],
+        )?;
+        out.write_csv("kv_batch", &table)?;
+    }
     finish(&mut lab, &out, &env)
 }
 
@@ -388,8 +455,8 @@ fn run(cli: Cli) -> Result<()> {
             let gen = model::GenerateConfig { max_new_tokens, temperature, top_p, seed: common.seed, stop_at_eos };
             run_generate(common, &precision, &prompt, prompt_ids, gen, json)
         }
-        Cmd::Kv { precision, lengths, start, max, batch, logits, attention } => {
-            run_kv(common, KvArgs { precision, lengths, start, max, batch, logits, attention })
+        Cmd::Kv { sweep, precision, lengths, start, max, resolution, logits, attention, decode_to, seq, max_batch } => {
+            run_kv(common, KvArgs { sweep, precision, lengths, start, max, resolution, logits, attention, decode_to, seq, max_batch })
         }
         Cmd::Quantize { to } => run_quantize(common, &to),
         Cmd::Info => run_info(common),

@@ -132,3 +132,39 @@ fn bad_input_fails_clearly() {
     fails_with(&["generate", "--model", junk.to_str().unwrap(), "--prompt-ids", "1"], "not a readable GGUF file");
     fails_with(&["generate", "--model", tmp.path().join("absent.gguf").to_str().unwrap()], "no such GGUF file");
 }
+
+#[test]
+fn kv_sweeps_ledger_and_limit_on_a_controlled_capacity() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("kv");
+    // 24 MiB of heap: the tiny model's prefill with all logits kept stops fitting near 600 tokens.
+    let o = lab(&[
+        "kv", "--card", "24MiB", "--max", "4096", "--resolution", "64", "--decode-to", "512", "--seq", "256",
+        "--max-batch", "64", "--out", out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let limit = &csv(&out, "kv_limit.csv")[0];
+    let (ok, oom): (usize, usize) = (limit["max_context"].parse().unwrap(), limit["first_oom"].parse().unwrap());
+    assert!(ok < oom && oom - ok <= 64, "bracket {ok}..{oom}");
+    let prefill = csv(&out, "kv_prefill.csv");
+    let outcome = |seq: usize| prefill.iter().find(|r| r["seq"] == seq.to_string()).map(|r| r["outcome"].clone());
+    assert_eq!(outcome(ok).as_deref(), Some("ok"));
+    assert_eq!(outcome(oom).as_deref(), Some("oom"));
+    for r in prefill.iter().filter(|r| r["outcome"] == "ok") {
+        // Held = KV + all-position logits: tiny in BF16 holds 1024 + 2048 B per token.
+        let per_1k: f64 = r["growth_per_1k_tokens_mib"].parse().unwrap();
+        assert!((per_1k - 3.0).abs() / 3.0 < 0.02, "seq {}: {per_1k} MiB per 1k tokens", r["seq"]);
+        let kv: f64 = r["kv_measured_mib"].parse().unwrap();
+        let formula: f64 = r["kv_gqa_formula_mib"].parse().unwrap();
+        assert!((kv - formula).abs() / formula < 0.01);
+    }
+    let decode = csv(&out, "kv_decode.csv");
+    assert_eq!(decode.iter().filter(|r| r["cache"] == "concat").count(), 2);
+    for r in &decode {
+        let err: f64 = r["ledger_vs_allocated_pct"].parse().unwrap();
+        assert!(err.abs() < 2.0, "{} at {}: ledger off by {err}%", r["cache"], r["tokens"]);
+    }
+    let batch = csv(&out, "kv_batch.csv");
+    assert_eq!(batch.last().unwrap()["outcome"], "oom", "the batch sweep runs until it does not fit");
+    assert!(batch.len() >= 2);
+}

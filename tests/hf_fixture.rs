@@ -21,6 +21,18 @@ fn greedy_tokens_match_transformers() {
     let prompt = tok.encode(expected["prompt"].as_str().unwrap(), false).unwrap().get_ids().to_vec();
     assert_eq!(prompt, ids("prompt_ids"), "tokenizer ids differ from transformers'");
 
+    // The prompt's last-position logits, where the fixture records them.
+    if let Some(want) = expected["last_logits_cpu"].as_array() {
+        let want: Vec<f32> = want.iter().map(|v| v.as_f64().unwrap() as f32).collect();
+        let mut cache = lm.model.new_cache(1, prompt.len()).unwrap();
+        let t = candle_core::Tensor::new(prompt.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        let got = model::qwen2::last_logits(&lm.model.forward(&t, &mut cache, model::Logits::Last).unwrap()).unwrap();
+        let got: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
+        let max_diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert_eq!(got.len(), want.len());
+        assert!(max_diff < 1e-4, "logits differ from transformers' by {max_diff}");
+    }
+
     let want = ids("generated_ids_cpu");
     let cfg = GenerateConfig { max_new_tokens: want.len(), ..Default::default() };
     let got = model::generate(&lm.model, &prompt, &cfg).unwrap().generated_ids;

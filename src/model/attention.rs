@@ -1,16 +1,16 @@
 //! Scaled dot-product attention with a causal mask, in two forms:
 //! - `Bounded`: grouped-query attention without copying K/V (the query heads that share a K/V
 //!   head are folded into the row dimension), computed in query chunks so the score matrix held
-//!   at any time stays under a byte budget; softmax in F32.
+//!   at any time stays under a byte budget; only the causal corner of each chunk is masked.
 //! - `Naive`: what stock candle-transformers' Qwen2 does: repeat K/V for every query head and
 //!   materialise the full [heads, s, t] score matrix, in the activation dtype.
 
 use crate::error::{LabError, Result};
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum AttentionMode {
-    /// Query chunks whose F32 scores stay under `budget` bytes.
+    /// Query chunks whose scores (activation dtype) stay under `budget` bytes.
     Bounded { budget: usize },
     Naive,
 }
@@ -75,7 +75,7 @@ fn bounded(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, budget: usize) -> 
     let group = heads / kv_heads;
     let scale = 1.0 / (d as f64).sqrt();
     let t_all = offset + s;
-    let row_bytes = b * heads * t_all * 4;
+    let row_bytes = b * heads * t_all * q.dtype().size_in_bytes();
     let chunk = (budget / row_bytes.max(1)).clamp(1, s);
     let mut outs = Vec::with_capacity(s.div_ceil(chunk));
     let mut s0 = 0;
@@ -88,15 +88,17 @@ fn bounded(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, budget: usize) -> 
         let qc = (q.narrow(2, s0, c)?.contiguous()? * scale)?.reshape((b, kv_heads, group * c, d))?;
         let kc = k.narrow(2, 0, t)?;
         let vc = v.narrow(2, 0, t)?;
-        let scores = qc.matmul(&kc.t()?)?.to_dtype(DType::F32)?;
-        let scores = if c > 1 {
-            let scores = scores.reshape((b, kv_heads, group, c, t))?;
-            let mask = causal_mask(offset + s0, c, t, q.device())?;
-            masked_fill_neg_inf(&scores, &mask)?.reshape((b, kv_heads, group * c, t))?
-        } else {
-            scores
-        };
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(q.dtype())?;
+        let scores = qc.matmul(&kc.t()?)?;
+        if c > 1 {
+            // Only the last c keys can lie after a query of this chunk: mask that c × c corner in
+            // place instead of the whole row.
+            let scores5 = scores.reshape((b, kv_heads, group, c, t))?;
+            let corner = scores5.narrow(4, t - c, c)?;
+            let mask = causal_mask(0, c, c, q.device())?;
+            scores5.slice_set(&masked_fill_neg_inf(&corner, &mask)?, 4, t - c)?;
+        }
+        // candle's softmax accumulates in F32 for half types, as transformers' eager attention.
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
         let out = probs.matmul(&vc.contiguous_if_needed()?)?;
         outs.push(out.reshape((b, heads, c, d))?);
         s0 += c;

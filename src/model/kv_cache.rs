@@ -1,29 +1,72 @@
-//! The preallocated KV cache: 2 × layers tensors of [batch, kv_heads, max_seq, head_dim], allocated
-//! once and written in place, so decoding never copies the cache (stock candle concatenates,
-//! copying the whole cache every token).
+//! The KV cache, in two kinds:
+//! - `Preallocated` (the lab's default, the related article's KVCacheManager): 2 × layers tensors
+//!   of [batch, kv_heads, max_seq, head_dim], allocated once and written in place, so decoding
+//!   never copies the cache;
+//! - `Concat` (what stock candle-transformers does): each step concatenates the new K/V onto the
+//!   old, allocating a new cache and copying the whole old one every token.
 
 use super::config::Qwen2Config;
 use crate::error::{LabError, Result};
 use candle_core::{DType, Device, Tensor};
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum CacheKind {
+    Preallocated,
+    Concat,
+}
+
+impl CacheKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Preallocated => "preallocated",
+            Self::Concat => "concat",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct KvCache {
-    k: Vec<Tensor>,
-    v: Vec<Tensor>,
+    kind: CacheKind,
+    k: Vec<Option<Tensor>>,
+    v: Vec<Option<Tensor>>,
     len: usize,
     max_seq: usize,
+    batch: usize,
 }
 
 impl KvCache {
     pub fn new(cfg: &Qwen2Config, batch: usize, max_seq: usize, dtype: DType, device: &Device) -> Result<Self> {
+        Self::with_kind(CacheKind::Preallocated, cfg, batch, max_seq, dtype, device)
+    }
+
+    pub fn with_kind(
+        kind: CacheKind,
+        cfg: &Qwen2Config,
+        batch: usize,
+        max_seq: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         let shape = (batch, cfg.num_key_value_heads, max_seq, cfg.head_dim());
         let mut k = Vec::with_capacity(cfg.num_hidden_layers);
         let mut v = Vec::with_capacity(cfg.num_hidden_layers);
         for _ in 0..cfg.num_hidden_layers {
-            k.push(Tensor::zeros(shape, dtype, device)?);
-            v.push(Tensor::zeros(shape, dtype, device)?);
+            match kind {
+                CacheKind::Preallocated => {
+                    k.push(Some(Tensor::zeros(shape, dtype, device)?));
+                    v.push(Some(Tensor::zeros(shape, dtype, device)?));
+                }
+                CacheKind::Concat => {
+                    k.push(None);
+                    v.push(None);
+                }
+            }
         }
-        Ok(Self { k, v, len: 0, max_seq })
+        Ok(Self { kind, k, v, len: 0, max_seq, batch })
+    }
+
+    pub fn kind(&self) -> CacheKind {
+        self.kind
     }
 
     /// Tokens held.
@@ -40,21 +83,16 @@ impl KvCache {
     }
 
     pub fn batch(&self) -> usize {
-        self.k.first().map(|t| t.dims()[0]).unwrap_or(0)
+        self.batch
     }
 
-    /// Bytes of the cache tensors (all of max_seq, since they are preallocated).
+    /// Bytes of the cache tensors held now (all of max_seq when preallocated).
     pub fn bytes(&self) -> u64 {
-        self.k.iter().chain(&self.v).map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64).sum()
-    }
-
-    /// Bytes holding the `len` tokens written so far.
-    pub fn used_bytes(&self) -> u64 {
-        self.bytes() / self.max_seq.max(1) as u64 * self.len as u64
+        self.k.iter().chain(&self.v).flatten().map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64).sum()
     }
 
     /// Writes `k`, `v` ([batch, kv_heads, s, head_dim]) at the current end for `layer`.
-    pub fn write(&self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+    pub fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         let s = k.dims()[2];
         if self.len + s > self.max_seq {
             return Err(LabError::input(format!(
@@ -62,21 +100,36 @@ impl KvCache {
                 self.len, self.max_seq
             )));
         }
-        self.k[layer].slice_set(&k.contiguous()?, 2, self.len)?;
-        self.v[layer].slice_set(&v.contiguous()?, 2, self.len)?;
+        let (k, v) = (k.contiguous()?, v.contiguous()?);
+        match self.kind {
+            CacheKind::Preallocated => {
+                for (slot, new) in [(&self.k[layer], &k), (&self.v[layer], &v)] {
+                    if let Some(t) = slot {
+                        t.slice_set(new, 2, self.len)?;
+                    }
+                }
+            }
+            CacheKind::Concat => {
+                for (slot, new) in [(&mut self.k[layer], k), (&mut self.v[layer], v)] {
+                    *slot = Some(match slot.take() {
+                        Some(old) => Tensor::cat(&[&old, &new], 2)?,
+                        None => new,
+                    });
+                }
+            }
+        }
         Ok(())
     }
 
     /// Views of the first `upto` positions of `layer` (no copy).
     pub fn view(&self, layer: usize, upto: usize) -> Result<(Tensor, Tensor)> {
-        Ok((self.k[layer].narrow(2, 0, upto)?, self.v[layer].narrow(2, 0, upto)?))
+        match (&self.k[layer], &self.v[layer]) {
+            (Some(k), Some(v)) => Ok((k.narrow(2, 0, upto)?, v.narrow(2, 0, upto)?)),
+            _ => Err(LabError::other(format!("KV cache layer {layer} read before it was written"))),
+        }
     }
 
     pub fn advance(&mut self, s: usize) {
         self.len += s;
-    }
-
-    pub fn reset(&mut self) {
-        self.len = 0;
     }
 }

@@ -14,7 +14,7 @@ pub mod weights;
 pub use attention::AttentionMode;
 pub use config::{Qwen2Config, TensorSpec};
 pub use generate::{generate, GenerateConfig, Generation};
-pub use kv_cache::KvCache;
+pub use kv_cache::{CacheKind, KvCache};
 pub use precision::Precision;
 pub use qwen2::{Logits, Qwen2};
 pub use source::{LoadedModel, ModelSource, SourceOptions};

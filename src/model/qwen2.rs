@@ -5,7 +5,7 @@
 
 use super::attention::{attend, check_elems, AttentionMode};
 use super::config::Qwen2Config;
-use super::kv_cache::KvCache;
+use super::kv_cache::{CacheKind, KvCache};
 use super::precision::Precision;
 use super::weights::Weight;
 use crate::error::{LabError, Result};
@@ -167,9 +167,13 @@ impl Qwen2 {
         self.precision.act_dtype()
     }
 
-    /// A cache for `batch` sequences of up to `max_seq` tokens, in the activation dtype.
+    /// A preallocated cache for `batch` sequences of up to `max_seq` tokens, in the activation dtype.
     pub fn new_cache(&self, batch: usize, max_seq: usize) -> Result<KvCache> {
         KvCache::new(&self.cfg, batch, max_seq, self.act_dtype(), &self.device)
+    }
+
+    pub fn new_cache_of(&self, kind: CacheKind, batch: usize, max_seq: usize) -> Result<KvCache> {
+        KvCache::with_kind(kind, &self.cfg, batch, max_seq, self.act_dtype(), &self.device)
     }
 
     /// cos/sin for positions offset..offset+s: angles in F32 (BF16 positions above 256 round),
