@@ -10,6 +10,7 @@ pub mod estimate;
 pub mod experiments;
 pub mod memory;
 pub mod model;
+pub mod notebook;
 pub mod reference;
 pub mod report;
 
@@ -20,6 +21,8 @@ pub mod prelude {
     pub use crate::error::{LabError, Result};
     pub use crate::experiments::{anatomy, Lab};
     pub use crate::memory::{Card, CardEmulation, MemoryProbe, Snapshot, Timeline};
-    pub use crate::model::{ModelSource, Precision, Qwen2Config, SourceOptions};
+    pub use crate::model::{Logits, ModelSource, Precision, Qwen2Config, SourceOptions};
+    pub use crate::notebook::{check_answer, Mode, Setup};
+    pub use crate::report::{charts, display::{show_chart, show_columns, show_table}};
     pub use candle_core::Device;
 }

@@ -1,5 +1,7 @@
 //! Output: the run folder (one CSV per table, env.json, console.txt) and the console log.
 
+pub mod charts;
+pub mod display;
 pub mod env;
 pub mod output;
 

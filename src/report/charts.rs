@@ -1,0 +1,106 @@
+//! The stages' charts, built from their tables (live or replayed), so the CLI's CSVs and the
+//! notebooks draw the same thing.
+
+use crate::error::Result;
+use plotly::common::{Mode, Title};
+use plotly::layout::{Axis, AxisType, BarMode, Layout};
+use plotly::{Bar, Plot, Scatter};
+use polars::prelude::*;
+
+fn floats(df: &DataFrame, col: &str) -> Result<Vec<f64>> {
+    let c = df.column(col)?.cast(&DataType::Float64)?;
+    Ok(c.f64()?.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
+}
+
+fn strings(df: &DataFrame, col: &str) -> Result<Vec<String>> {
+    let c = df.column(col)?.cast(&DataType::String)?;
+    Ok(c.str()?.iter().map(|v| v.unwrap_or("").to_string()).collect())
+}
+
+fn layout(title: &str, x: &str, y: &str) -> Layout {
+    Layout::new()
+        .title(Title::with_text(title))
+        .x_axis(Axis::new().title(Title::with_text(x)))
+        .y_axis(Axis::new().title(Title::with_text(y)))
+        .height(420)
+}
+
+/// Stage 1: per precision, predicted weights vs measured allocated, peak, and the report.
+pub fn anatomy(df: &DataFrame) -> Result<Plot> {
+    let x = strings(df, "precision")?;
+    let mut plot = Plot::new();
+    for (col, name) in [
+        ("predicted_weights_gib", "predicted weights"),
+        ("loaded_allocated_gib", "allocated after load (this run)"),
+        ("after_peak_gib", "peak during generation (this run)"),
+        ("report_allocated_gib", "allocated, report (RTX 4090, PyTorch)"),
+    ] {
+        plot.add_trace(Bar::new(x.clone(), floats(df, col)?).name(name));
+    }
+    plot.set_layout(layout("显存解剖 VRAM anatomy of Qwen2.5-7B", "precision", "GiB").bar_mode(BarMode::Group));
+    Ok(plot)
+}
+
+/// Stage 1: allocated and peak over the timeline of snapshots.
+pub fn timeline(df: &DataFrame) -> Result<Plot> {
+    let x = strings(df, "label")?;
+    let mut plot = Plot::new();
+    for (col, name) in [("allocated_mib", "allocated"), ("reserved_mib", "reserved"), ("peak_mib", "peak")] {
+        plot.add_trace(Scatter::new(x.clone(), floats(df, col)?).mode(Mode::LinesMarkers).name(name));
+    }
+    plot.set_layout(layout("Memory timeline 显存时间线", "snapshot", "MiB"));
+    Ok(plot)
+}
+
+/// Stage 2: held bytes per prefill length against the GQA formula and the report's formula.
+pub fn kv_prefill(df: &DataFrame) -> Result<Plot> {
+    let ok = df.filter(&df.column("outcome")?.str()?.equal("ok"))?;
+    let seq = floats(&ok, "seq")?;
+    let kv_plus_logits: Vec<f64> =
+        floats(&ok, "kv_gqa_formula_mib")?.iter().zip(floats(&ok, "logits_formula_mib")?).map(|(a, b)| a + b).collect();
+    let naive_plus_logits: Vec<f64> =
+        floats(&ok, "kv_naive_formula_mib")?.iter().zip(floats(&ok, "logits_formula_mib")?).map(|(a, b)| a + b).collect();
+    let mut plot = Plot::new();
+    plot.add_trace(Scatter::new(seq.clone(), floats(&ok, "held_mib")?).mode(Mode::LinesMarkers).name("measured: held after prefill"));
+    plot.add_trace(Scatter::new(seq.clone(), kv_plus_logits).mode(Mode::Lines).name("GQA formula: KV + logits"));
+    plot.add_trace(Scatter::new(seq.clone(), naive_plus_logits).mode(Mode::Lines).name("report's formula 2·L·H·S·B + logits"));
+    plot.add_trace(Scatter::new(seq, floats(&ok, "peak_mib")?).mode(Mode::Markers).name("peak (whole pool)"));
+    let l = layout("KV cache 线性增长 prefill sweep", "sequence length (log2)", "MiB").x_axis(
+        Axis::new().type_(AxisType::Log).title(Title::with_text("sequence length")),
+    );
+    plot.set_layout(l);
+    Ok(plot)
+}
+
+/// Stage 2: allocated and peak during a long decode, per cache kind.
+pub fn kv_decode(df: &DataFrame) -> Result<Plot> {
+    let mut plot = Plot::new();
+    for kind in ["preallocated", "concat"] {
+        let d = df.filter(&df.column("cache")?.str()?.equal(kind))?;
+        let t = floats(&d, "tokens")?;
+        plot.add_trace(Scatter::new(t.clone(), floats(&d, "allocated_mib")?).mode(Mode::LinesMarkers).name(format!("{kind}: allocated")));
+        plot.add_trace(Scatter::new(t, floats(&d, "peak_mib")?).mode(Mode::Markers).name(format!("{kind}: peak")));
+    }
+    plot.set_layout(layout("Decode: preallocated vs concatenating KV cache", "tokens in cache", "MiB"));
+    Ok(plot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charts_carry_the_table_values() {
+        let df = df!(
+            "precision" => ["bf16", "f32"],
+            "predicted_weights_gib" => [14.185, 28.37],
+            "loaded_allocated_gib" => [Some(14.185), None],
+            "after_peak_gib" => [Some(14.28), None],
+            "report_allocated_gib" => [Some(14.19), None],
+        )
+        .unwrap();
+        let json = anatomy(&df).unwrap().to_json();
+        assert!(json.contains("14.185") && json.contains("28.37") && json.contains("report (RTX 4090"));
+        assert!(json.contains("\"barmode\":\"group\""));
+    }
+}

@@ -1,0 +1,107 @@
+//! Rich display in Jupyter through evcxr's protocol (`EVCXR_BEGIN_CONTENT <mime>` blocks on
+//! stdout): DataFrames as HTML tables, plotly charts inline. Outside a kernel the same calls print
+//! plain text, so the notebooks' code also runs in a terminal.
+
+use polars::prelude::*;
+
+/// evcxr sets this in the process that runs a notebook's code.
+pub fn in_notebook() -> bool {
+    std::env::var_os("EVCXR_IS_RUNTIME").is_some()
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+fn cell(col: &Column, row: usize) -> String {
+    match col.get(row) {
+        Ok(AnyValue::Null) | Err(_) => "—".into(),
+        Ok(AnyValue::String(s)) => s.to_string(),
+        Ok(AnyValue::StringOwned(s)) => s.to_string(),
+        Ok(AnyValue::Float64(v)) => fmt_float(v),
+        Ok(AnyValue::Float32(v)) => fmt_float(v as f64),
+        Ok(v) => v.to_string(),
+    }
+}
+
+/// Floats with sense: 3 decimals for small figures, thousands without decimals.
+fn fmt_float(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.abs() >= 1000.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// The table as HTML (polars has no Rust to_html).
+pub fn html_table(df: &DataFrame, caption: &str) -> String {
+    let cols = df.columns();
+    let mut h = String::from("<table class=\"vram-lab\" style=\"border-collapse:collapse;font-size:12px\">");
+    if !caption.is_empty() {
+        h += &format!("<caption style=\"text-align:left;font-weight:bold\">{}</caption>", escape(caption));
+    }
+    h += "<thead><tr>";
+    for c in cols {
+        h += &format!("<th style=\"border-bottom:1px solid #999;padding:2px 6px\">{}</th>", escape(c.name()));
+    }
+    h += "</tr></thead><tbody>";
+    for r in 0..df.height() {
+        h += "<tr>";
+        for c in cols {
+            let align = if c.dtype().is_primitive_numeric() { "right" } else { "left" };
+            h += &format!("<td style=\"padding:2px 6px;text-align:{align}\">{}</td>", escape(&cell(c, r)));
+        }
+        h += "</tr>";
+    }
+    h + "</tbody></table>"
+}
+
+/// Shows a table: HTML in a notebook, polars' text table elsewhere.
+pub fn show_table(df: &DataFrame, caption: &str) {
+    if in_notebook() {
+        println!("EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT", html_table(df, caption));
+    } else {
+        if !caption.is_empty() {
+            println!("{caption}");
+        }
+        println!("{df}");
+    }
+}
+
+/// Only the columns named, in that order.
+pub fn show_columns(df: &DataFrame, cols: &[&str], caption: &str) -> crate::Result<()> {
+    show_table(&df.select(cols.iter().copied())?, caption);
+    Ok(())
+}
+
+/// Shows a chart. In a notebook, one output with two MIME types: plotly's own (drawn by
+/// JupyterLab's plotly renderer) and HTML with plotly.js embedded (drawn anywhere, offline, also
+/// in an nbconvert HTML export). Elsewhere it writes `<name>.html` and says where.
+pub fn show_chart(plot: &plotly::Plot, name: &str) {
+    let div = format!("vram-lab-{}", name.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
+    if in_notebook() {
+        // plotly.js rides along with the first chart a kernel shows; later charts find it loaded.
+        static JS_SENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let js = if JS_SENT.swap(true, std::sync::atomic::Ordering::Relaxed) { String::new() } else { plotly_js() };
+        let html = format!("{js}\n{}", plot.to_inline_html(Some(&div)));
+        println!("EVCXR_BEGIN_CONTENT application/vnd.plotly.v1+json\n{}\nEVCXR_END_CONTENT", plot.to_json());
+        println!("EVCXR_BEGIN_CONTENT text/html\n{html}\nEVCXR_END_CONTENT");
+    } else {
+        let path = std::env::temp_dir().join(format!("{div}.html"));
+        plot.write_html(&path);
+        println!("chart written to {}", path.display());
+    }
+}
+
+/// plotly.js once, without MathJax (the charts use no LaTeX).
+fn plotly_js() -> String {
+    let all = plotly::Plot::offline_js_sources();
+    match all.find("</script>") {
+        Some(end) => all[..end + "</script>".len()].to_string(),
+        None => all,
+    }
+}
