@@ -33,6 +33,7 @@ pub struct Setup {
 
 /// The committed GPU runs the notebooks replay by default.
 pub const REPLAY_STAGE1: &str = "h200/2026-11-21-stage1";
+pub const REPLAY_STAGE2: &str = "h200/2026-11-21-stage2";
 
 impl Setup {
     /// `VRAM_LAB_NOTEBOOK_MODE=live|replay` overrides `mode` (CI runs copies of the notebooks live).
