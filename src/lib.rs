@@ -23,6 +23,7 @@ pub mod prelude {
     pub use crate::memory::{Card, CardEmulation, MemoryProbe, Snapshot, Timeline};
     pub use crate::model::{Logits, ModelSource, Precision, Qwen2Config, SourceOptions};
     pub use crate::notebook::{check_answer, Mode, Setup};
+    pub use crate::report::Table;
     pub use crate::report::{charts, display::{show_chart, show_columns, show_table}};
     pub use candle_core::Device;
 }

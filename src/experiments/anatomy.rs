@@ -77,6 +77,10 @@ pub fn report_prompt(tokenizer: Option<&tokenizers::Tokenizer>, vocab: usize, se
     }
 }
 
+fn memory_line(s: &Snapshot) -> String {
+    format!("allocated {} reserved {} peak {}", fmt_bytes(s.allocated), fmt_bytes(s.reserved), fmt_bytes(s.peak))
+}
+
 fn run_scenario(lab: &mut Lab, p: Precision, cfg: &AnatomyConfig, timeline: &mut Timeline) -> Scenario {
     let opened_cfg = model::source::open(&lab.source, &lab.opts).map(|o| o.cfg);
     let mut sc = Scenario { precision: p.name().into(), ..Default::default() };
@@ -106,13 +110,7 @@ fn run_scenario(lab: &mut Lab, p: Precision, cfg: &AnatomyConfig, timeline: &mut
     let result = loaded.and_then(|lm| {
         sc.load_s = lm.load_s;
         let s = lab.probe.snapshot(&format!("{p}: loaded"));
-        lab.say(format!(
-            "loaded in {:.2} s: allocated {} reserved {} peak {}",
-            lm.load_s,
-            fmt_bytes(s.allocated),
-            fmt_bytes(s.reserved),
-            fmt_bytes(s.peak)
-        ));
+        lab.say(format!("loaded in {:.2} s: {}", lm.load_s, memory_line(&s)));
         timeline.push(s.clone());
         sc.loaded = Some(s);
         let prompt = report_prompt(lm.tokenizer.as_ref(), model_cfg.vocab_size, lab.opts.seed)?;
@@ -131,13 +129,11 @@ fn run_scenario(lab: &mut Lab, p: Precision, cfg: &AnatomyConfig, timeline: &mut
         sc.decode_ceiling_tok_s = lab.own_bandwidth_gbs().map(|bw| estimate::decode_ceiling_tok_s(bw, bytes_per_token));
         let s = lab.probe.snapshot(&format!("{p}: after generating {}", sc.new_tokens));
         lab.say(format!(
-            "generated {} tokens: prefill {:.1} tok/s, decode {:.2} tok/s; allocated {} reserved {} peak {}",
+            "generated {} tokens: prefill {:.1} tok/s, decode {:.2} tok/s; {}",
             sc.new_tokens,
             sc.prefill_tok_s,
             sc.decode_tok_s,
-            fmt_bytes(s.allocated),
-            fmt_bytes(s.reserved),
-            fmt_bytes(s.peak)
+            memory_line(&s)
         ));
         timeline.push(s.clone());
         sc.after = Some(s);

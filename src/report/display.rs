@@ -85,8 +85,11 @@ pub fn show_chart(plot: &plotly::Plot, name: &str) {
     let div = format!("vram-lab-{}", name.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
     if in_notebook() {
         // plotly.js rides along with the first chart a kernel shows; later charts find it loaded.
-        static JS_SENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        let js = if JS_SENT.swap(true, std::sync::atomic::Ordering::Relaxed) { String::new() } else { plotly_js() };
+        // The mark is an environment variable: evcxr links the crate into every cell anew, so a
+        // static would start over in each cell, while the process stays the same.
+        const SENT: &str = "VRAM_LAB_PLOTLY_JS_SENT";
+        let js = if std::env::var_os(SENT).is_some() { String::new() } else { plotly_js() };
+        std::env::set_var(SENT, "1");
         let html = format!("{js}\n{}", plot.to_inline_html(Some(&div)));
         println!("EVCXR_BEGIN_CONTENT application/vnd.plotly.v1+json\n{}\nEVCXR_END_CONTENT", plot.to_json());
         println!("EVCXR_BEGIN_CONTENT text/html\n{html}\nEVCXR_END_CONTENT");

@@ -4,6 +4,8 @@ pub mod charts;
 pub mod display;
 pub mod env;
 pub mod output;
+pub mod table;
 
 pub use env::Env;
 pub use output::{Console, OutputDir};
+pub use table::Table;

@@ -1,0 +1,114 @@
+"""Executes the notebooks with the evcxr kernel, headless, and fails on any cell error.
+
+    .venv/bin/python scripts/run_notebooks.py render        # replay mode, outputs written into notebooks/ (committed)
+    .venv/bin/python scripts/run_notebooks.py ci            # copies, live on CPU (synthetic:tiny), then replay; into target/notebooks-ci/
+
+The kernel runs in notebooks/ so `:dep vram-lab = { path = ".." }` finds the crate. All kernels share
+one EVCXR_TMPDIR and evcxr's compilation cache, one after another, so only the first notebook
+compiles the dependencies.
+"""
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+NB_DIR = ROOT / "notebooks"
+TARGET = ROOT / "target"
+
+
+def evcxr_env():
+    tmp = TARGET / "evcxr-tmp"
+    cfg = TARGET / "evcxr-config"
+    tmp.mkdir(parents=True, exist_ok=True)
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "init.evcxr").write_text(":cache 4000\n")
+    os.environ["EVCXR_TMPDIR"] = str(tmp)
+    os.environ["EVCXR_CONFIG_DIR"] = str(cfg)
+
+
+def strip_volatile(nb):
+    nb.metadata = {
+        "kernelspec": {"display_name": "Rust", "language": "rust", "name": "rust"},
+        "language_info": {"name": "rust", "file_extension": ".rs", "mimetype": "text/rust"},
+    }
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    return nb
+
+
+def execute(path, env, out_path):
+    os.environ.pop("VRAM_LAB_NOTEBOOK_MODE", None)
+    os.environ.update(env)
+    nb = nbformat.read(path, as_version=4)
+    t0 = time.time()
+    client = NotebookClient(nb, timeout=1800, kernel_name="rust", record_timing=False,
+                            resources={"metadata": {"path": str(NB_DIR)}})
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        client.execute()
+    finally:  # the executed cells, the failing one's error included
+        nbformat.write(strip_volatile(nb), out_path)
+    # evcxr prints an error a cell returns with `?` on stderr without failing the cell: fail here.
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream" and o.get("name") == "stderr":
+                raise RuntimeError(f"cell {cell.get('id')} wrote to stderr:\n{o.get('text')}")
+    return time.time() - t0
+
+
+def error_outputs(path):
+    """The error outputs of an executed notebook, as text."""
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception:
+        return ""
+    lines = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                lines.append(f"{o.get('ename')}: {o.get('evalue')}")
+                lines.extend(o.get("traceback", []))
+            if o.get("output_type") == "stream" and o.get("name") == "stderr":
+                lines.append(f"stderr of cell {cell.get('id')}: {o.get('text')}")
+    return "\n".join(lines)
+
+
+def main():
+    what = sys.argv[1] if len(sys.argv) > 1 else "ci"
+    evcxr_env()
+    notebooks = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+    if len(sys.argv) > 2:  # only the notebooks whose names contain this
+        notebooks = [n for n in notebooks if sys.argv[2] in n.name]
+    start = time.time()
+    runs = []
+    if what == "render":
+        runs = [(nb, {"VRAM_LAB_NOTEBOOK_MODE": "replay"}, nb) for nb in notebooks]
+    elif what == "ci":
+        live = {"VRAM_LAB_NOTEBOOK_MODE": "live", "VRAM_LAB_NOTEBOOK_MODEL": "synthetic:tiny", "VRAM_LAB_NOTEBOOK_CARD": "none",
+                "VRAM_LAB_NOTEBOOK_DEVICE": "cpu"}
+        runs = [(nb, live, TARGET / "notebooks-ci" / "live" / nb.name) for nb in notebooks]
+        runs += [(nb, {"VRAM_LAB_NOTEBOOK_MODE": "replay"}, TARGET / "notebooks-ci" / "replay" / nb.name) for nb in notebooks]
+    else:
+        sys.exit(f"unknown mode {what}: use render or ci")
+    failed = 0
+    for src, env, out in runs:
+        mode = env["VRAM_LAB_NOTEBOOK_MODE"]
+        try:
+            secs = execute(src, env, out)
+            print(f"notebook {src.name} ({mode}): executed without error in {secs:.0f} s -> {out.relative_to(ROOT)}", flush=True)
+        except Exception as e:  # a cell error: report it, with the kernel's message, and fail the run
+            failed += 1
+            print(f"notebook {src.name} ({mode}): FAILED\n{e}\n{error_outputs(out)}", flush=True)
+    total = time.time() - start
+    print(f"notebooks: {len(runs) - failed} passed, {failed} failed ({total:.0f} s)")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
