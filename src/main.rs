@@ -1,7 +1,7 @@
 //! The `vram-lab` command: one subcommand per stage, thin — parse, call the crate, print, save.
 
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use vram_lab::error::{LabError, Result};
 use vram_lab::experiments::{anatomy, Lab};
 use vram_lab::memory::{host::CountingAlloc, Card, CardEmulation};
@@ -140,11 +140,9 @@ fn default_model(device: &candle_core::Device) -> &'static str {
     }
 }
 
-fn out_dir(common: &Common, name: &str) -> Result<OutputDir> {
-    let path = common.out.clone().unwrap_or_else(|| {
-        PathBuf::from("out").join(format!("{}-{name}", chrono::Utc::now().format("%Y-%m-%d-%H%M%S")))
-    });
-    OutputDir::create(&path)
+/// `--out`, or out/<date>-<command>.
+fn out_path(common: &Common, name: &str) -> PathBuf {
+    common.out.clone().unwrap_or_else(|| PathBuf::from("out").join(format!("{}-{name}", chrono::Utc::now().format("%Y-%m-%d-%H%M%S"))))
 }
 
 fn make_lab(common: &Common) -> Result<Lab> {
@@ -168,8 +166,8 @@ fn print_table(lab: &mut Lab, title: &str, df: &polars::prelude::DataFrame, cols
     Ok(())
 }
 
-fn run_anatomy(common: &Common, card: Option<&str>, cfg: &anatomy::AnatomyConfig, out_name: &str) -> Result<()> {
-    let (mut lab, _emulation, out, env) = begin(common, card, out_name)?;
+fn run_anatomy(common: &Common, card: Option<&str>, cfg: &anatomy::AnatomyConfig, out: &Path) -> Result<()> {
+    let (mut lab, _emulation, out, env) = begin(common, card, out)?;
     let result = anatomy::run(&mut lab, cfg)?;
     let table = result.table()?;
     print_table(
@@ -206,10 +204,10 @@ fn run_anatomy(common: &Common, card: Option<&str>, cfg: &anatomy::AnatomyConfig
 }
 
 /// Device, model source, output folder, env.json and (while the returned guard lives) the card.
-fn begin(common: &Common, card: Option<&str>, name: &str) -> Result<(Lab, Option<CardEmulation>, OutputDir, Env)> {
+fn begin(common: &Common, card: Option<&str>, out: &Path) -> Result<(Lab, Option<CardEmulation>, OutputDir, Env)> {
     let mut lab = make_lab(common)?;
     let card = card.map(Card::parse).transpose()?;
-    let out = out_dir(common, name)?;
+    let out = OutputDir::create(out)?;
     let env = Env::capture(&lab.device, &command_line(), card.as_ref().map(|c| c.name.as_str()), &lab.source.label());
     lab.say(format!("vram-lab {} on {}", env.vram_lab, env.device));
     lab.say(format!("model {}", lab.source.label()));
@@ -251,7 +249,7 @@ struct KvArgs {
     max_batch: usize,
 }
 
-fn run_kv(common: &Common, a: KvArgs) -> Result<()> {
+fn run_kv(common: &Common, card: Option<&str>, a: KvArgs, out: &Path) -> Result<()> {
     use vram_lab::experiments::kv;
     let precision = Precision::parse(&a.precision)?;
     let logits = match a.logits.as_str() {
@@ -267,7 +265,7 @@ fn run_kv(common: &Common, a: KvArgs) -> Result<()> {
         "batch" => &["batch"],
         o => return Err(LabError::input(format!("unknown --sweep `{o}`: use prefill, decode, batch or all"))),
     };
-    let (mut lab, emulation, out, env) = begin(common, common.card.as_deref(), "kv")?;
+    let (mut lab, emulation, out, env) = begin(common, card, out)?;
     let card = emulation.as_ref().map(|e| e.card.name.clone()).unwrap_or_else(|| "none".into());
     let pb = lab.progress_bar("load");
     let loaded = vram_lab::memory::guarded(&lab.probe, &format!("loading in {precision}"), || {
@@ -442,21 +440,38 @@ fn run(cli: Cli) -> Result<()> {
     let common = &cli.common;
     match cli.cmd.unwrap_or(Cmd::Lab) {
         Cmd::Lab => {
-            let device = vram_lab::device::pick(&common.device)?;
-            let card = common.card.clone().or_else(|| device.is_cuda().then(|| "rtx4090".to_string()));
-            drop(device);
-            run_anatomy(common, card.as_deref(), &anatomy::AnatomyConfig::default(), "lab")
+            // Every stage, each in a folder of the run: on a GPU the report's setting (Qwen2.5-7B on
+            // an emulated RTX 4090), on CPU the tiny model with sweeps sized for a CPU.
+            let gpu = vram_lab::device::pick(&common.device)?.is_cuda();
+            let card = common.card.clone().or_else(|| gpu.then(|| "rtx4090".to_string()));
+            let base = out_path(common, "lab");
+            run_anatomy(common, card.as_deref(), &anatomy::AnatomyConfig::default(), &base.join("anatomy"))?;
+            let kv = KvArgs {
+                sweep: "all".into(),
+                precision: "bf16".into(),
+                lengths: None,
+                start: 1024,
+                max: if gpu { 131072 } else { 8192 },
+                resolution: 256,
+                logits: "all".into(),
+                attention: "bounded".into(),
+                decode_to: if gpu { 4096 } else { 1024 },
+                seq: 1024,
+                max_batch: if gpu { 256 } else { 8 },
+            };
+            run_kv(common, card.as_deref(), kv, &base.join("kv"))
         }
         Cmd::Anatomy { precisions, max_new_tokens } => {
             let precisions = precisions.iter().map(|p| Precision::parse(p)).collect::<Result<Vec<_>>>()?;
-            run_anatomy(common, common.card.as_deref(), &anatomy::AnatomyConfig { precisions, max_new_tokens }, "anatomy")
+            run_anatomy(common, common.card.as_deref(), &anatomy::AnatomyConfig { precisions, max_new_tokens }, &out_path(common, "anatomy"))
         }
         Cmd::Generate { precision, prompt, prompt_ids, max_new_tokens, temperature, top_p, stop_at_eos, json } => {
             let gen = model::GenerateConfig { max_new_tokens, temperature, top_p, seed: common.seed, stop_at_eos };
             run_generate(common, &precision, &prompt, prompt_ids, gen, json)
         }
         Cmd::Kv { sweep, precision, lengths, start, max, resolution, logits, attention, decode_to, seq, max_batch } => {
-            run_kv(common, KvArgs { sweep, precision, lengths, start, max, resolution, logits, attention, decode_to, seq, max_batch })
+            let args = KvArgs { sweep, precision, lengths, start, max, resolution, logits, attention, decode_to, seq, max_batch };
+            run_kv(common, common.card.as_deref(), args, &out_path(common, "kv"))
         }
         Cmd::Quantize { to } => run_quantize(common, &to),
         Cmd::Info => run_info(common),

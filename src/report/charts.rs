@@ -60,13 +60,15 @@ pub fn kv_prefill(df: &DataFrame) -> Result<Plot> {
         floats(&ok, "kv_gqa_formula_mib")?.iter().zip(floats(&ok, "logits_formula_mib")?).map(|(a, b)| a + b).collect();
     let naive_plus_logits: Vec<f64> =
         floats(&ok, "kv_naive_formula_mib")?.iter().zip(floats(&ok, "logits_formula_mib")?).map(|(a, b)| a + b).collect();
+    let seq_ticks = seq.clone();
     let mut plot = Plot::new();
     plot.add_trace(Scatter::new(seq.clone(), floats(&ok, "held_mib")?).mode(Mode::LinesMarkers).name("measured: held after prefill"));
     plot.add_trace(Scatter::new(seq.clone(), kv_plus_logits).mode(Mode::Lines).name("GQA formula: KV + logits"));
     plot.add_trace(Scatter::new(seq.clone(), naive_plus_logits).mode(Mode::Lines).name("report's formula 2·L·H·S·B + logits"));
     plot.add_trace(Scatter::new(seq, floats(&ok, "peak_mib")?).mode(Mode::Markers).name("peak (whole pool)"));
+    // A log axis ticked at the sweep's lengths: 1k, 2k, 4k, … sit evenly, as doublings should.
     let l = layout("KV cache 线性增长 prefill sweep", "sequence length (log2)", "MiB").x_axis(
-        Axis::new().type_(AxisType::Log).title(Title::with_text("sequence length")),
+        Axis::new().type_(AxisType::Log).tick_values(seq_ticks).title(Title::with_text("sequence length (log scale)")),
     );
     plot.set_layout(l);
     Ok(plot)
