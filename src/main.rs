@@ -166,6 +166,13 @@ fn print_table(lab: &mut Lab, title: &str, df: &polars::prelude::DataFrame, cols
     Ok(())
 }
 
+/// Prints the named columns of a stage's table and writes the whole table as `<name>.csv`.
+fn publish(lab: &mut Lab, out: &OutputDir, name: &str, title: &str, df: &polars::prelude::DataFrame, cols: &[&str]) -> Result<()> {
+    print_table(lab, title, df, cols)?;
+    out.write_csv(name, df)?;
+    Ok(())
+}
+
 fn run_anatomy(common: &Common, card: Option<&str>, cfg: &anatomy::AnatomyConfig, out: &Path) -> Result<()> {
     let (mut lab, _emulation, out, env) = begin(common, card, out)?;
     let result = anatomy::run(&mut lab, cfg)?;
@@ -303,13 +310,14 @@ fn run_kv(common: &Common, card: Option<&str>, a: KvArgs, out: &Path) -> Result<
             }
         }
         let table = kv::prefill_table(&steps, attention, precision.name())?;
-        print_table(
+        publish(
             &mut lab,
+            &out,
+            "kv_prefill",
             "Stage 2 — prefill ledger (MiB)",
             &table,
             &["seq", "outcome", "held_mib", "growth_per_1k_tokens_mib", "kv_measured_mib", "kv_gqa_formula_mib", "kv_naive_formula_mib", "logits_mib", "other_mib", "transient_mib", "prefill_tok_s", "oom_request_mib"],
         )?;
-        out.write_csv("kv_prefill", &table)?;
     }
     if sweeps.contains(&"decode") {
         let checkpoints: Vec<usize> = std::iter::successors(Some(256usize), |n| Some(n * 2)).take_while(|&n| n <= a.decode_to).collect();
@@ -318,24 +326,19 @@ fn run_kv(common: &Common, card: Option<&str>, a: KvArgs, out: &Path) -> Result<
             points.extend(kv::decode_sweep(&mut lab, m, kind, 128, &checkpoints));
         }
         let table = kv::decode_table(&points, precision.name())?;
-        print_table(
+        publish(
             &mut lab,
+            &out,
+            "kv_decode",
             "Stage 2 — decode ledger (MiB): preallocated vs concatenating cache",
             &table,
             &["cache", "tokens", "outcome", "allocated_mib", "ledger_mib", "ledger_vs_allocated_pct", "kv_mib", "reserved_mib", "peak_above_allocated_mib", "tok_s"],
         )?;
-        out.write_csv("kv_decode", &table)?;
     }
     if sweeps.contains(&"batch") {
         let steps = kv::batch_sweep(&mut lab, m, a.seq, a.max_batch, logits);
         let table = kv::prefill_table(&steps, attention, precision.name())?;
-        print_table(
-            &mut lab,
-            "Stage 2 — batch sweep (MiB)",
-            &table,
-            &["batch", "seq", "outcome", "held_mib", "kv_measured_mib", "kv_gqa_formula_mib", "logits_mib", "transient_mib", "peak_mib", "prefill_tok_s"],
-        )?;
-        out.write_csv("kv_batch", &table)?;
+        publish(&mut lab, &out, "kv_batch", "Stage 2 — batch sweep (MiB)", &table, &["batch", "seq", "outcome", "held_mib", "kv_measured_mib", "kv_gqa_formula_mib", "logits_mib", "transient_mib", "peak_mib", "prefill_tok_s"])?;
     }
     finish(&mut lab, &out, &env)
 }

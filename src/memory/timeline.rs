@@ -10,9 +10,8 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    pub fn push(&mut self, s: Snapshot) -> &Snapshot {
+    pub fn push(&mut self, s: Snapshot) {
         self.snapshots.push(s);
-        self.snapshots.last().expect("just pushed")
     }
 
     /// One row a snapshot, in MiB, with the allocated delta against the previous row.
