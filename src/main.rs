@@ -294,51 +294,32 @@ fn run_kv(common: &Common, card: Option<&str>, a: KvArgs, out: &Path) -> Result<
         m.act_dtype().as_str(),
         vram_lab::estimate::naive_kv_bytes_per_token(&m.cfg, m.act_dtype().size_in_bytes())
     ));
-    if sweeps.contains(&"prefill") {
-        let lengths = a.lengths.clone().unwrap_or_else(|| kv::PrefillConfig::doubling(a.start, a.max));
-        let cfg = kv::PrefillConfig { lengths, batch: 1, logits };
-        let mut steps = kv::prefill_sweep(&mut lab, m, &cfg);
-        if a.resolution > 0 {
-            if let Some(limit) = kv::find_limit(&mut lab, m, &steps, logits, a.resolution) {
-                lab.say(format!(
-                    "max context on {card} in {precision} ({logits:?} logits): {} tokens fit, {} do not",
-                    limit.max_ok, limit.first_oom
-                ));
-                out.write_csv("kv_limit", &kv::limit_table(std::slice::from_ref(&limit), &card)?)?;
-                steps.extend(limit.trials);
-                steps.sort_by_key(|s| s.seq);
-            }
-        }
-        let table = kv::prefill_table(&steps, attention, precision.name())?;
-        publish(
-            &mut lab,
-            &out,
-            "kv_prefill",
-            "Stage 2 — prefill ledger (MiB)",
-            &table,
-            &["seq", "outcome", "held_mib", "growth_per_1k_tokens_mib", "kv_measured_mib", "kv_gqa_formula_mib", "kv_naive_formula_mib", "logits_mib", "other_mib", "transient_mib", "prefill_tok_s", "oom_request_mib"],
-        )?;
+    let cfg = kv::KvConfig {
+        prefill: sweeps.contains(&"prefill"),
+        decode: sweeps.contains(&"decode"),
+        batch: sweeps.contains(&"batch"),
+        lengths: a.lengths.clone().unwrap_or_else(|| kv::PrefillConfig::doubling(a.start, a.max)),
+        resolution: a.resolution,
+        logits,
+        decode_to: a.decode_to,
+        seq: a.seq,
+        max_batch: a.max_batch,
+    };
+    let tables = kv::run(&mut lab, m, &cfg, &card)?;
+    if let Some(t) = &tables.limit {
+        out.write_csv("kv_limit", t)?;
     }
-    if sweeps.contains(&"decode") {
-        let checkpoints: Vec<usize> = std::iter::successors(Some(256usize), |n| Some(n * 2)).take_while(|&n| n <= a.decode_to).collect();
-        let mut points = Vec::new();
-        for kind in [model::CacheKind::Preallocated, model::CacheKind::Concat] {
-            points.extend(kv::decode_sweep(&mut lab, m, kind, 128, &checkpoints));
-        }
-        let table = kv::decode_table(&points, precision.name())?;
-        publish(
-            &mut lab,
-            &out,
-            "kv_decode",
-            "Stage 2 — decode ledger (MiB): preallocated vs concatenating cache",
-            &table,
-            &["cache", "tokens", "outcome", "allocated_mib", "ledger_mib", "ledger_vs_allocated_pct", "kv_mib", "reserved_mib", "peak_above_allocated_mib", "tok_s"],
-        )?;
+    if let Some(t) = &tables.prefill {
+        let cols = ["seq", "outcome", "held_mib", "growth_per_1k_tokens_mib", "kv_measured_mib", "kv_gqa_formula_mib", "kv_naive_formula_mib", "logits_mib", "other_mib", "transient_mib", "prefill_tok_s", "oom_request_mib"];
+        publish(&mut lab, &out, "kv_prefill", "Stage 2 — prefill ledger (MiB)", t, &cols)?;
     }
-    if sweeps.contains(&"batch") {
-        let steps = kv::batch_sweep(&mut lab, m, a.seq, a.max_batch, logits);
-        let table = kv::prefill_table(&steps, attention, precision.name())?;
-        publish(&mut lab, &out, "kv_batch", "Stage 2 — batch sweep (MiB)", &table, &["batch", "seq", "outcome", "held_mib", "kv_measured_mib", "kv_gqa_formula_mib", "logits_mib", "transient_mib", "peak_mib", "prefill_tok_s"])?;
+    if let Some(t) = &tables.decode {
+        let cols = ["cache", "tokens", "outcome", "allocated_mib", "ledger_mib", "ledger_vs_allocated_pct", "kv_mib", "reserved_mib", "peak_above_allocated_mib", "tok_s"];
+        publish(&mut lab, &out, "kv_decode", "Stage 2 — decode ledger (MiB): preallocated vs concatenating cache", t, &cols)?;
+    }
+    if let Some(t) = &tables.batch {
+        let cols = ["batch", "seq", "outcome", "held_mib", "kv_measured_mib", "kv_gqa_formula_mib", "logits_mib", "transient_mib", "peak_mib", "prefill_tok_s"];
+        publish(&mut lab, &out, "kv_batch", "Stage 2 — batch sweep (MiB)", t, &cols)?;
     }
     finish(&mut lab, &out, &env)
 }

@@ -400,6 +400,68 @@ pub fn decode_table(points: &[DecodePoint], precision: &str) -> Result<DataFrame
     )?)
 }
 
+/// What a stage-2 run does: which sweeps, and their sizes.
+#[derive(Debug, Clone)]
+pub struct KvConfig {
+    pub prefill: bool,
+    pub decode: bool,
+    pub batch: bool,
+    /// Prefill lengths (the report's doubling by default).
+    pub lengths: Vec<usize>,
+    /// Bisect after the first OOM to within this many tokens; 0: no bisection.
+    pub resolution: usize,
+    pub logits: Logits,
+    /// Decode sweep: fill the cache to this length, reading at 256, 512, 1024, …
+    pub decode_to: usize,
+    /// Batch sweep: this length, batches 1, 2, 4, … up to `max_batch`.
+    pub seq: usize,
+    pub max_batch: usize,
+}
+
+/// The tables of the sweeps that ran.
+#[derive(Default)]
+pub struct KvTables {
+    pub prefill: Option<DataFrame>,
+    pub limit: Option<DataFrame>,
+    pub decode: Option<DataFrame>,
+    pub batch: Option<DataFrame>,
+}
+
+/// Runs the configured sweeps on a loaded model; `card` names the (emulated) card in the tables.
+pub fn run(lab: &mut Lab, model: &Qwen2, cfg: &KvConfig, card: &str) -> Result<KvTables> {
+    let mut out = KvTables::default();
+    let precision = model.precision.name();
+    if cfg.prefill {
+        let prefill = PrefillConfig { lengths: cfg.lengths.clone(), batch: 1, logits: cfg.logits };
+        let mut steps = prefill_sweep(lab, model, &prefill);
+        if cfg.resolution > 0 {
+            if let Some(limit) = find_limit(lab, model, &steps, cfg.logits, cfg.resolution) {
+                lab.say(format!(
+                    "max context on {card} in {precision} ({:?} logits): {} tokens fit, {} do not",
+                    cfg.logits, limit.max_ok, limit.first_oom
+                ));
+                out.limit = Some(limit_table(std::slice::from_ref(&limit), card)?);
+                steps.extend(limit.trials);
+                steps.sort_by_key(|s| s.seq);
+            }
+        }
+        out.prefill = Some(prefill_table(&steps, model.attention, precision)?);
+    }
+    if cfg.decode {
+        let checkpoints: Vec<usize> = PrefillConfig::doubling(256, cfg.decode_to);
+        let mut points = Vec::new();
+        for kind in [CacheKind::Preallocated, CacheKind::Concat] {
+            points.extend(decode_sweep(lab, model, kind, 128, &checkpoints));
+        }
+        out.decode = Some(decode_table(&points, precision)?);
+    }
+    if cfg.batch {
+        let steps = batch_sweep(lab, model, cfg.seq, cfg.max_batch, cfg.logits);
+        out.batch = Some(prefill_table(&steps, model.attention, precision)?);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
