@@ -132,12 +132,13 @@ table.show_columns(&["precision", "outcome", "predicted_weights_gib", "loaded_al
 
 - **BF16 = 参数 × 2 字节.** 7,615,616,512 × 2 B = 14.185 GiB; the pool holds exactly that. The
   report's 14.19 is the same number rounded (its analysis guide expects "about 14.5 GB": that
-  guess is off, the weights alone are 14.19). PyTorch on the H200 holds 14.227 GiB: its allocator
-  rounds each tensor up to 512-byte blocks and keeps buffers such as the rotary tables.
+  guess is off, the weights alone are 14.19). PyTorch on the H200 holds 14.227 GiB, 42 MiB more
+  than the parameters: what transformers keeps beside them, which this lab does not take apart.
 - **Q4 ≠ bitsandbytes Int4.** The lab's Q4 is GGUF Q4_K (4.5 bits per weight, scales included)
   for every matrix, Q6_K for the output layer: 4.12 GiB. bitsandbytes' `load_in_4bit` quantizes
   only the transformer blocks' linear layers and keeps the embedding and lm_head in BF16
-  (2 × 152,064 × 3,584 × 2 B = 2.03 GiB): hence its 5.46 GB.
+  (2 × 152,064 × 3,584 × 2 B = 2.03 GiB); its 6.53 billion block weights take 3.04 GiB at 4 bits
+  plus 0.38 GiB of FP32 scales (one per 64 weights): 5.45 GiB, the report's 5.46 GB.
 - **FP32 needs 28.37 GiB**, more than the card's 23.52: the load stops with the allocator saying
   how much it asked for. The report's 2.03 GiB request is one vocabulary-sized matrix in FP32
   (152,064 × 3,584 × 4 B); here the layers are loaded in module order, so the request that fails is
@@ -260,7 +261,7 @@ decode.show_columns(&["cache", "tokens", "allocated_mib", "ledger_mib", "ledger_
     md("""
 The preallocated cache (the related article's KVCacheManager) takes its full size at once and
 never moves; the concatenating cache grows by 57,344 B per token but copies the whole cache every
-step, so its peak rises above what it holds by one layer's cache, and the pool keeps more reserved.
+step, so its peak rises above what it holds by one layer's K (or V), and the pool keeps more reserved.
 The ledger (weights + cache + one step's logits) sums to the measured allocated memory.
 """),
     md("## Batch 扫描 · Batch sweep at 1,024 tokens (all logits kept)"),
