@@ -132,7 +132,7 @@ table.show_columns(&["precision", "outcome", "predicted_weights_gib", "loaded_al
 
 - **BF16 = 参数 × 2 字节.** 7,615,616,512 × 2 B = 14.185 GiB; the pool holds exactly that. The
   report's 14.19 is the same number rounded (its analysis guide expects "about 14.5 GB": that
-  guess is off, the weights alone are 14.19). PyTorch on the H200 holds 14.227 GiB, 42 MiB more
+  guess is off, the weights alone are 14.19). PyTorch on the H200 holds 14.227 GiB, about 43 MiB more
   than the parameters: what transformers keeps beside them, which this lab does not take apart.
 - **Q4 ≠ bitsandbytes Int4.** The lab's Q4 is GGUF Q4_K (4.5 bits per weight, scales included)
   for every matrix, Q6_K for the output layer: 4.12 GiB. bitsandbytes' `load_in_4bit` quantizes
