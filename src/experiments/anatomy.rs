@@ -82,15 +82,16 @@ fn memory_line(s: &Snapshot) -> String {
 }
 
 fn run_scenario(lab: &mut Lab, p: Precision, cfg: &AnatomyConfig, timeline: &mut Timeline) -> Scenario {
-    let opened_cfg = model::source::open(&lab.source, &lab.opts).map(|o| o.cfg);
     let mut sc = Scenario { precision: p.name().into(), ..Default::default() };
-    let model_cfg = match opened_cfg {
-        Ok(c) => c,
+    // Opened once: the config gives the prediction, the same source is then loaded.
+    let opened = match model::source::open(&lab.source, &lab.opts) {
+        Ok(o) => o,
         Err(e) => {
             sc.outcome = format!("error: {e}");
             return sc;
         }
     };
+    let model_cfg = opened.cfg.clone();
     sc.predicted_weights = estimate::weight_bytes(&model_cfg, p);
     lab.probe.empty_cache();
     lab.probe.clear_pending();
@@ -102,7 +103,7 @@ fn run_scenario(lab: &mut Lab, p: Precision, cfg: &AnatomyConfig, timeline: &mut
 
     let pb = lab.progress_bar(&format!("load {p}"));
     let loaded = guarded(&lab.probe, &format!("loading in {p}"), || {
-        model::source::load(&lab.source, &lab.opts, p, &lab.device, &lab.probe, pb.as_ref())
+        model::source::load_opened(opened, p, &lab.device, &lab.probe, pb.as_ref())
     });
     if let Some(pb) = pb {
         pb.finish_and_clear();

@@ -31,7 +31,6 @@ pub struct KvCache {
     v: Vec<Option<Tensor>>,
     len: usize,
     max_seq: usize,
-    batch: usize,
 }
 
 impl KvCache {
@@ -62,7 +61,7 @@ impl KvCache {
                 }
             }
         }
-        Ok(Self { kind, k, v, len: 0, max_seq, batch })
+        Ok(Self { kind, k, v, len: 0, max_seq })
     }
 
     pub fn kind(&self) -> CacheKind {
@@ -80,10 +79,6 @@ impl KvCache {
 
     pub fn capacity(&self) -> usize {
         self.max_seq
-    }
-
-    pub fn batch(&self) -> usize {
-        self.batch
     }
 
     /// Bytes of the cache tensors held now (all of max_seq when preallocated).

@@ -169,7 +169,6 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
 pub struct LoadedModel {
     pub model: Qwen2,
     pub tokenizer: Option<Tokenizer>,
-    pub source: ModelSource,
     pub load_s: f64,
     pub describe: String,
 }
@@ -184,7 +183,17 @@ pub fn load(
     probe: &MemoryProbe,
     progress: Option<&indicatif::ProgressBar>,
 ) -> Result<LoadedModel> {
-    let mut opened = open(source, opts)?;
+    load_opened(open(source, opts)?, precision, device, probe, progress)
+}
+
+/// Loads a source already opened (whose config a caller may have read first).
+pub fn load_opened(
+    mut opened: OpenedSource,
+    precision: Precision,
+    device: &Device,
+    probe: &MemoryProbe,
+    progress: Option<&indicatif::ProgressBar>,
+) -> Result<LoadedModel> {
     let t0 = Instant::now();
     if let Some(pb) = progress {
         pb.set_length(opened.cfg.tensor_specs().len() as u64);
@@ -201,7 +210,6 @@ pub fn load(
     Ok(LoadedModel {
         model,
         tokenizer: opened.tokenizer,
-        source: source.clone(),
         load_s: t0.elapsed().as_secs_f64(),
         describe: opened.weights.describe(),
     })
