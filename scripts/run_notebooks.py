@@ -1,7 +1,10 @@
 """Executes the notebooks with the evcxr kernel, headless, and fails on any cell error.
 
     .venv/bin/python scripts/run_notebooks.py render        # replay mode, outputs written into notebooks/ (committed)
-    .venv/bin/python scripts/run_notebooks.py ci            # copies, live on CPU (synthetic:tiny), then replay; into target/notebooks-ci/
+    .venv/bin/python scripts/run_notebooks.py ci            # the committed ones must carry outputs; then copies, live on CPU
+                                                            # (synthetic:tiny) and in replay, into target/notebooks-ci/
+
+The .ipynb files are the source people edit in JupyterLab; `render` re-executes them in place.
 
 The kernel runs in notebooks/ so `:dep vram-lab = { path = ".." }` finds the crate. All kernels share
 one EVCXR_TMPDIR and evcxr's compilation cache, one after another, so only the first notebook
@@ -79,6 +82,21 @@ def error_outputs(path):
     return "\n".join(lines)
 
 
+SHOWS = (".show(", ".show_only(", ".chart(", "println!", "show_chart(")
+
+
+def missing_outputs(path):
+    """Why a committed notebook fails the check that readers see its figures, or None."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    empty = [c.get("id") for c in code if any(s in c.source for s in SHOWS) and not c.get("outputs")]
+    if empty:
+        return f"cells {', '.join(map(str, empty))} show something but have no outputs"
+    if code and sum(1 for c in code if c.get("outputs")) * 2 < len(code):
+        return "fewer than half of its code cells have outputs"
+    return None
+
+
 def main():
     what = sys.argv[1] if len(sys.argv) > 1 else "ci"
     evcxr_env()
@@ -90,6 +108,11 @@ def main():
     if what == "render":
         runs = [(nb, {"VRAM_LAB_NOTEBOOK_MODE": "replay"}, nb) for nb in notebooks]
     elif what == "ci":
+        bare = [(nb.name, why) for nb in notebooks if (why := missing_outputs(nb))]
+        for name, why in bare:
+            print(f"notebook {name}: committed without outputs ({why}); run `scripts/run_notebooks.py render` and commit", flush=True)
+        if bare:
+            sys.exit(1)
         live = {"VRAM_LAB_NOTEBOOK_MODE": "live", "VRAM_LAB_NOTEBOOK_MODEL": "synthetic:tiny", "VRAM_LAB_NOTEBOOK_CARD": "none",
                 "VRAM_LAB_NOTEBOOK_DEVICE": "cpu"}
         runs = [(nb, live, TARGET / "notebooks-ci" / "live" / nb.name) for nb in notebooks]

@@ -15,8 +15,11 @@ pub enum LabError {
     /// Something the machine cannot do (no CUDA built in, no GPU, a card larger than the GPU).
     #[error("{0}")]
     Unsupported(String),
-    #[error("candle: {0}")]
+    #[error("candle: {}", cause(.0))]
     Candle(candle_core::Error),
+    /// Ctrl-C: the run stops after saving what finished.
+    #[error("interrupted")]
+    Interrupted,
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
@@ -78,11 +81,22 @@ pub fn candle_is_oom(e: &candle_core::Error) -> bool {
     s.contains("CUDA_ERROR_OUT_OF_MEMORY") || s.contains("out of memory")
 }
 
+/// A candle error's message on one line, without the backtrace candle attaches when
+/// RUST_BACKTRACE is set (its frames are `<unknown>` in a stripped binary).
+pub fn cause(e: &candle_core::Error) -> String {
+    use candle_core::Error as E;
+    match e {
+        E::WithBacktrace { inner, .. } => cause(inner),
+        E::Context { inner, context } => format!("{context}: {}", cause(inner)),
+        E::WithPath { inner, path } => format!("{}: {}", path.display(), cause(inner)),
+        other => other.to_string().lines().next().unwrap_or_default().to_string(),
+    }
+}
+
 impl From<candle_core::Error> for LabError {
     fn from(e: candle_core::Error) -> Self {
         if candle_is_oom(&e) {
             LabError::Oom(Box::new(OomReport {
-                request_bytes: crate::memory::take_failed_request(),
                 message: "CUDA_ERROR_OUT_OF_MEMORY".into(),
                 ..Default::default()
             }))

@@ -1,243 +1,219 @@
-//! What the notebooks call: one `Setup` chosen at the top (mode, model, card), then one call per
-//! stage that returns the stage's tables, run live on this kernel's device or replayed from a
-//! committed GPU run under data/results/.
+//! What the notebooks call. One `Setup` at the top (mode, model, card), then one call per stage
+//! that returns a `StageRun`: Live runs the stage through a `Session` into a run folder, as
+//! `vram-lab` does; Replay opens the newest committed run folder under data/results/ whose
+//! manifest has the stage for that model and card. Either way the notebook reads the same folder
+//! through its manifest and shows the stage's declared views.
 
-use crate::error::Result;
-use crate::experiments::{anatomy, kv, Lab};
-use crate::memory::{Card, CardEmulation};
-use crate::model::{self, ModelSource, Precision, SourceOptions};
-use crate::report::OutputDir;
+use crate::error::{LabError, Result};
+use crate::experiments::{find, registry};
+use crate::hw::Card;
+use crate::model::Precision;
+use crate::report::display::{show_chart, show_table};
+use crate::report::format::{groups, view_columns};
+use crate::report::manifest::{Manifest, RunFolder, StageStatus, MANIFEST};
 use crate::report::Table;
-use std::path::PathBuf;
+use crate::session::{Session, SessionArgs};
+use crate::stage::View;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Run the stage through the crate on this kernel's device.
     Live,
-    /// Read the tables of a committed run (`data/results/<gpu>/<run>/`).
+    /// Open a committed run (data/results/<gpu>/<run>/manifest.json).
     Replay,
 }
 
 #[derive(Debug, Clone)]
 pub struct Setup {
     pub mode: Mode,
-    /// synthetic:<preset>, a directory, a .gguf file or a repo id (live mode).
-    pub model: String,
-    /// A card to emulate (live mode), e.g. "rtx4090".
-    pub card: Option<String>,
-    /// auto, cpu or cuda.
-    pub device: String,
-    /// The GPU whose committed runs are replayed (a folder of data/results/).
-    pub replay_gpu: String,
+    /// Model, card and device (Live), and the model and card a replayed run must have.
+    pub args: SessionArgs,
+    /// Where committed runs are looked for.
+    pub results: PathBuf,
 }
-
-/// The committed GPU runs the notebooks replay, per stage.
-pub const REPLAY_STAGE1: &str = "2026-11-21-stage1";
-pub const REPLAY_STAGE2: &str = "2026-11-21-stage2";
 
 impl Setup {
     /// The environment may override the choice: `VRAM_LAB_NOTEBOOK_MODE=live|replay`,
-    /// `VRAM_LAB_NOTEBOOK_MODEL=<source>`, `VRAM_LAB_NOTEBOOK_CARD=<card>|none` (CI runs copies of
-    /// the notebooks live on CPU with the tiny model this way).
+    /// `VRAM_LAB_NOTEBOOK_MODEL=<source>`, `VRAM_LAB_NOTEBOOK_CARD=<card>|none`,
+    /// `VRAM_LAB_NOTEBOOK_DEVICE=cpu|cuda|auto` (CI runs copies of the notebooks live on CPU with
+    /// the tiny model this way).
     pub fn new(mode: Mode, model: &str, card: Option<&str>) -> Self {
-        let mode = match std::env::var("VRAM_LAB_NOTEBOOK_MODE").as_deref() {
-            Ok("live") => Mode::Live,
-            Ok("replay") => Mode::Replay,
+        let var = |k: &str| std::env::var(k).ok();
+        let mode = match var("VRAM_LAB_NOTEBOOK_MODE").as_deref() {
+            Some("live") => Mode::Live,
+            Some("replay") => Mode::Replay,
             _ => mode,
         };
-        let model = std::env::var("VRAM_LAB_NOTEBOOK_MODEL").unwrap_or_else(|_| model.into());
-        let card = match std::env::var("VRAM_LAB_NOTEBOOK_CARD").as_deref() {
-            Ok("none") => None,
-            Ok(c) => Some(c.to_string()),
-            Err(_) => card.map(str::to_string),
+        let card = match var("VRAM_LAB_NOTEBOOK_CARD") {
+            Some(c) => Some(c),
+            None => Some(card.unwrap_or("none").to_string()),
         };
-        Self {
-            mode,
-            model,
+        let args = SessionArgs {
+            device: var("VRAM_LAB_NOTEBOOK_DEVICE").unwrap_or_else(|| "auto".into()),
+            model: Some(var("VRAM_LAB_NOTEBOOK_MODEL").unwrap_or_else(|| model.into())),
             card,
-            device: std::env::var("VRAM_LAB_NOTEBOOK_DEVICE").unwrap_or_else(|_| "auto".into()),
-            replay_gpu: "h200".into(),
-        }
+            silent: true,
+            ..Default::default()
+        };
+        Self { mode, args, results: results_dir() }
     }
 
-    /// The folder a stage's tables are replayed from.
-    pub fn replay_dir(&self, stage: &str, run: &str) -> PathBuf {
-        results_dir().join(&self.replay_gpu).join(stage).join(run)
+    fn model(&self) -> &str {
+        self.args.model.as_deref().unwrap_or("")
     }
 
-    fn lab(&self) -> Result<Lab> {
-        let device = crate::device::pick(&self.device)?;
-        let source = ModelSource::parse(&self.model)?;
-        Ok(Lab::new(device, source, SourceOptions { seed: 42, ..Default::default() }))
-    }
-
-    fn emulate(&self, lab: &Lab) -> Result<Option<CardEmulation>> {
-        self.card.as_deref().map(|c| CardEmulation::start(&Card::parse(c)?, &lab.device)).transpose()
-    }
-
-    /// A quiet lab on the emulated card with the model loaded in `precision` (live mode).
-    fn live(&self, precision: &str) -> Result<Live> {
-        let mut lab = self.lab()?;
-        lab.console.quiet = true;
-        let card = self.emulate(&lab)?;
-        let p = Precision::parse(precision)?;
-        let loaded = model::source::load(&lab.source, &lab.opts, p, &lab.device, &lab.probe, None)?;
-        Ok(Live { lab, loaded, card })
+    fn card(&self) -> &str {
+        self.args.card.as_deref().unwrap_or("none")
     }
 
     pub fn describe(&self) -> String {
         match self.mode {
-            Mode::Live => format!(
-                "live: {} on {} ({}), card {}",
-                self.model,
-                self.device,
-                crate::device::pick(&self.device).map(|d| crate::device::describe(&d)).unwrap_or_else(|e| e.to_string()),
-                self.card.as_deref().unwrap_or("none")
-            ),
-            Mode::Replay => format!("replay: the committed runs in data/results/{}/", self.replay_gpu),
+            Mode::Live => format!("live: {} on {} ({}), card {}", self.model(), self.args.device, device_line(&self.args.device), self.card()),
+            Mode::Replay => format!("replay: the newest committed run of {} on card {} under {}", self.model(), self.card(), self.results.display()),
         }
     }
 
-    /// Stage 1: (anatomy table, timeline table).
-    pub fn anatomy(&self) -> Result<(Table, Table)> {
-        match self.mode {
-            Mode::Replay => {
-                let dir = self.replay_dir(REPLAY_STAGE1, "anatomy-rtx4090");
-                Ok((OutputDir::read_csv(&dir, "anatomy")?.into(), OutputDir::read_csv(&dir, "anatomy_timeline")?.into()))
-            }
+    /// The stage `name`, run live or replayed.
+    pub fn stage(&self, name: &str) -> Result<StageRun> {
+        let stage = find(name).ok_or_else(|| LabError::input(format!("no stage `{name}`")))?;
+        let run = match self.mode {
+            Mode::Replay => RunFolder::open(&self.newest_run_with(name)?)?,
             Mode::Live => {
-                let mut lab = self.lab()?;
-                lab.console.quiet = true;
-                let _card = self.emulate(&lab)?;
-                let result = anatomy::run(&mut lab, &anatomy::AnatomyConfig { max_new_tokens: 32, ..Default::default() })?;
-                Ok((result.table()?.into(), result.timeline.to_dataframe()?.into()))
+                let mut args = self.args.clone();
+                let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S%3f");
+                args.out = Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/notebook-runs").join(format!("{stamp}-{name}")));
+                let mut session = Session::open(&args, name, false)?;
+                let config = stage.default_config(session.device.is_cuda())?;
+                session.run_stage(stage.as_ref(), config)?;
+                session.finish(&registry())?
             }
+        };
+        let record = run.manifest.stage(name).ok_or_else(|| LabError::other(format!("the run has no stage {name}")))?;
+        if record.status != StageStatus::Done {
+            return Err(LabError::other(format!("stage {name} did not finish: {}", record.error.clone().unwrap_or_default())));
         }
+        Ok(StageRun { run, stage: name.to_string() })
     }
 
-    /// Stage 1's memory summary at the F32 OOM, when the run had one.
-    pub fn oom_summary(&self) -> Result<String> {
-        match self.mode {
-            Mode::Replay => std::fs::read_to_string(self.replay_dir(REPLAY_STAGE1, "anatomy-rtx4090").join("oom_summary_f32.txt"))
-                .or_else(|_| Ok("(this run had no OOM)".into())),
-            Mode::Live => {
-                let mut lab = self.lab()?;
-                lab.console.quiet = true;
-                let _card = self.emulate(&lab)?;
-                let cfg = anatomy::AnatomyConfig { precisions: vec![Precision::F32], max_new_tokens: 4 };
-                let r = anatomy::run(&mut lab, &cfg)?;
-                Ok(r.scenarios.first().map(|s| s.oom_summary.clone()).filter(|s| !s.is_empty()).unwrap_or_else(|| "(F32 fit: no OOM on this card)".into()))
-            }
-        }
-    }
-
-    /// Stage 2, batch sweep at 1024 tokens, all logits kept.
-    pub fn kv_batch(&self, precision: &str) -> Result<Table> {
-        match self.mode {
-            Mode::Replay => Ok(OutputDir::read_csv(&self.replay_dir(REPLAY_STAGE2, &format!("kv-{precision}-all-rtx4090")), "kv_batch")?.into()),
-            Mode::Live => {
-                let Live { mut lab, loaded, .. } = self.live(precision)?;
-                let steps = kv::batch_sweep(&mut lab, &loaded.model, 256, 16, model::Logits::All);
-                Ok(kv::prefill_table(&steps, loaded.model.attention, loaded.model.precision.name())?.into())
-            }
-        }
-    }
-
-    /// Stage 2, prefill sweep with bisection: (ledger table, limit table).
-    pub fn kv_prefill(&self, precision: &str, logits: model::Logits) -> Result<(Table, Option<Table>)> {
-        let tag = format!("kv-{precision}-{}-rtx4090", if logits == model::Logits::All { "all" } else { "last" });
-        match self.mode {
-            Mode::Replay => {
-                let dir = self.replay_dir(REPLAY_STAGE2, &tag);
-                Ok((OutputDir::read_csv(&dir, "kv_prefill")?.into(), OutputDir::read_csv(&dir, "kv_limit").ok().map(Table::from)))
-            }
-            Mode::Live => {
-                let mut live = self.live(precision)?;
-                let model = &live.loaded.model;
-                let cfg = kv::PrefillConfig { lengths: kv::PrefillConfig::doubling(256, 8192), batch: 1, logits };
-                let mut steps = kv::prefill_sweep(&mut live.lab, model, &cfg);
-                let limit = kv::find_limit(&mut live.lab, model, &steps, logits, 64);
-                let limit_df = match &limit {
-                    Some(l) => Some(kv::limit_table(std::slice::from_ref(l), live.card_name())?.into()),
-                    None => None,
-                };
-                if let Some(l) = limit {
-                    steps.extend(l.trials);
-                    steps.sort_by_key(|s| s.seq);
-                }
-                Ok((kv::prefill_table(&steps, model.attention, model.precision.name())?.into(), limit_df))
-            }
-        }
-    }
-
-    /// Stage 2: the longest prefill that fits, for BF16 and Q4, with all-position and last-only
-    /// logits (rows only for the sweeps that ran into an OOM).
-    pub fn kv_limits(&self) -> Result<Option<Table>> {
-        let mut out: Option<Table> = None;
-        for p in ["bf16", "q4"] {
-            for l in [model::Logits::All, model::Logits::Last] {
-                if let (_, Some(t)) = self.kv_prefill(p, l)? {
-                    out = Some(match out {
-                        Some(o) => o.vstack(&t)?,
-                        None => t,
-                    });
+    /// The newest run folder (by start time) whose manifest has `stage` done, for this model and card.
+    fn newest_run_with(&self, stage: &str) -> Result<PathBuf> {
+        let mut found: Vec<(String, PathBuf)> = Vec::new();
+        for gpu in read_dirs(&self.results) {
+            for dir in read_dirs(&gpu) {
+                let Ok(m) = Manifest::read(&dir) else { continue };
+                let done = m.stage(stage).is_some_and(|s| s.status == StageStatus::Done);
+                if done && m.model == self.model() && m.card_name() == self.card() {
+                    found.push((m.started.clone(), dir));
                 }
             }
         }
-        Ok(out)
-    }
-
-    /// Stage 2 with attention as stock candle-transformers computes it (K/V repeated per head, the
-    /// full score matrix), all logits kept.
-    pub fn kv_naive(&self) -> Result<(Table, Option<Table>)> {
-        match self.mode {
-            Mode::Replay => {
-                let dir = self.replay_dir(REPLAY_STAGE2, "kv-bf16-naive-rtx4090");
-                Ok((OutputDir::read_csv(&dir, "kv_prefill")?.into(), OutputDir::read_csv(&dir, "kv_limit").ok().map(Table::from)))
-            }
-            Mode::Live => {
-                let Live { mut lab, mut loaded, .. } = self.live("bf16")?;
-                loaded.model.attention = crate::model::AttentionMode::Naive;
-                let cfg = kv::PrefillConfig { lengths: kv::PrefillConfig::doubling(256, 2048), batch: 1, logits: model::Logits::All };
-                let steps = kv::prefill_sweep(&mut lab, &loaded.model, &cfg);
-                Ok((kv::prefill_table(&steps, loaded.model.attention, "bf16")?.into(), None))
-            }
-        }
-    }
-
-    /// Stage 2, decode sweep: both cache kinds.
-    pub fn kv_decode(&self, precision: &str) -> Result<Table> {
-        match self.mode {
-            Mode::Replay => Ok(OutputDir::read_csv(&self.replay_dir(REPLAY_STAGE2, &format!("kv-{precision}-all-rtx4090")), "kv_decode")?.into()),
-            Mode::Live => {
-                let Live { mut lab, loaded, .. } = self.live(precision)?;
-                let mut points = Vec::new();
-                for kind in [model::CacheKind::Preallocated, model::CacheKind::Concat] {
-                    points.extend(kv::decode_sweep(&mut lab, &loaded.model, kind, 64, &[256, 512, 1024]));
-                }
-                Ok(kv::decode_table(&points, loaded.model.precision.name())?.into())
-            }
-        }
+        found.sort();
+        found.pop().map(|(_, d)| d).ok_or_else(|| {
+            LabError::input(format!(
+                "no committed run of stage {stage} for {} on card {} under {} (each run folder has a {MANIFEST}); use Mode::Live",
+                self.model(),
+                self.card(),
+                self.results.display()
+            ))
+        })
     }
 }
 
-/// What a live stage runs with; the card emulation lasts as long as this does.
-struct Live {
-    lab: Lab,
-    loaded: model::LoadedModel,
-    card: Option<CardEmulation>,
+fn read_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).map(|r| r.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect()).unwrap_or_default();
+    v.sort();
+    v
 }
 
-impl Live {
-    fn card_name(&self) -> &str {
-        self.card.as_ref().map(|c| c.card.name.as_str()).unwrap_or("none")
+fn device_line(choice: &str) -> String {
+    crate::hw::pick(choice).map(|d| crate::hw::describe(&d)).unwrap_or_else(|e| e.to_string())
+}
+
+/// One stage of a run folder, as a notebook shows it. It holds only the folder and the stage's
+/// name (a notebook keeps it across cells); the views come from the registry when asked for.
+#[derive(Debug, Clone)]
+pub struct StageRun {
+    pub run: RunFolder,
+    pub stage: String,
+}
+
+impl StageRun {
+    /// Where the figures come from: the run folder, its GPU, date and command.
+    pub fn describe(&self) -> String {
+        let m = &self.run.manifest;
+        format!(
+            "{} — {} on {}, card {}, {}\n{}",
+            self.run.dir.display(),
+            m.model,
+            m.env.gpu.clone().unwrap_or_else(|| m.env.device.clone()),
+            m.card_name(),
+            m.started,
+            m.command
+        )
+    }
+
+    /// A table of the stage, whole.
+    pub fn table(&self, name: &str) -> Result<Table> {
+        Ok(self.run.table(&self.stage, name)?.into())
+    }
+
+    /// A text the stage wrote (an OOM's memory summary), if it wrote it.
+    pub fn text(&self, name: &str) -> Result<Option<String>> {
+        self.run.text(&self.stage, name)
+    }
+
+    fn view(&self, name: &str) -> Result<View> {
+        let views = find(&self.stage).map(|s| s.views()).unwrap_or_default();
+        views.iter().find(|v| v.name == name).cloned().ok_or_else(|| {
+            let names: Vec<&str> = views.iter().map(|v| v.name).collect();
+            LabError::input(format!("stage {} has no view `{name}`: {}", self.stage, names.join(", ")))
+        })
+    }
+
+    /// The view's table(s) and chart(s), one per group whose label contains `only` ("" for all).
+    fn render(&self, name: &str, only: &str, tables: bool, charts: bool) -> Result<()> {
+        let view = self.view(name)?;
+        let df = self.run.table(&self.stage, view.table)?;
+        for (label, part) in groups(&df, view.group_by)?.into_iter().filter(|(l, _)| l.contains(only)) {
+            let caption = if label.is_empty() { view.caption.to_string() } else { format!("{} — {label}", view.caption) };
+            if tables {
+                show_table(&view_columns(&part, &view)?, &caption);
+            }
+            if let (true, Some(chart)) = (charts, view.chart) {
+                show_chart(&chart(&part)?, &format!("{}-{name}-{label}", self.stage));
+            }
+        }
+        Ok(())
+    }
+
+    /// Shows a view's table(s), every group.
+    pub fn show(&self, view: &str) -> Result<()> {
+        self.render(view, "", true, false)
+    }
+
+    /// Shows a view's table(s) for the groups whose label contains `only`, e.g. "precision=bf16, logits=all".
+    pub fn show_only(&self, view: &str, only: &str) -> Result<()> {
+        self.render(view, only, true, false)
+    }
+
+    /// Shows a view's chart(s) for the groups whose label contains `only` ("" for all).
+    pub fn chart(&self, view: &str, only: &str) -> Result<()> {
+        self.render(view, only, false, true)
+    }
+
+    /// The stage's findings: measured, predicted, the report's figure, the ceiling.
+    pub fn findings(&self) -> Result<Table> {
+        let mut m = self.run.manifest.clone();
+        m.stages.retain(|s| s.name == self.stage);
+        Ok(crate::report::manifest::findings_table(&m)?.into())
     }
 }
 
 /// The device this kernel would use, and its memory summary.
 pub fn device_summary(choice: &str) -> Result<String> {
-    let device = crate::device::pick(choice)?;
-    Ok(format!("{}\n{}", crate::device::describe(&device), crate::memory::MemoryProbe::new(&device).summary()))
+    let device = crate::hw::pick(choice)?;
+    Ok(format!("{}\n{}", crate::hw::describe(&device), crate::memory::MemoryProbe::new(&device).summary()))
 }
 
 /// The card presets: capacity, bandwidth, and where the capacity comes from.
@@ -297,11 +273,10 @@ mod tests {
     }
 
     #[test]
-    fn replay_reads_the_committed_run() {
-        let s = Setup { mode: Mode::Replay, ..Setup::new(Mode::Replay, "synthetic:tiny", None) };
-        let (table, timeline) = s.anatomy().unwrap();
-        assert_eq!(table.height(), 3);
-        assert!(timeline.height() > 5);
-        assert!(s.oom_summary().unwrap().contains("vram-lab memory summary"));
+    fn replay_without_a_matching_run_says_so() {
+        let mut s = Setup::new(Mode::Replay, "synthetic:qwen2.5-72b", Some("a4000"));
+        s.results = std::env::temp_dir().join("vram-lab-no-results");
+        let e = s.stage("anatomy").err().unwrap().to_string();
+        assert!(e.contains("no committed run of stage anatomy") && e.contains("qwen2.5-72b"), "{e}");
     }
 }

@@ -15,6 +15,10 @@ pub mod report {
     pub const FP32_OOM_IN_USE_GIB: f64 = 22.30;
     /// Full-GPU BF16 decode speed (stage 4).
     pub const BF16_DECODE_TOK_S: f64 = 38.23;
+    /// Stage 2 ("KV Cache 增量"), MB per added 1,024 tokens from 1k to 2k (its MB are MiB).
+    pub const KV_GROWTH_PER_1K_MIB: f64 = 352.50;
+    /// Stage 2: the first sequence length that ran out of memory (batch 1, all logits kept).
+    pub const KV_FIRST_OOM_SEQ: f64 = 16384.0;
 }
 
 /// The same experiments re-run with PyTorch on an H200 (transformers 5.17, synthetic weights).

@@ -1,5 +1,6 @@
-//! The `vram-lab` binary as a user runs it: the default job, the anatomy output folder, OOM as a
-//! value on an emulated card, and bad input giving a clear message and a non-zero exit.
+//! The `vram-lab` binary as a user runs it: the default job into one run folder (manifest,
+//! report.html), the stage commands' folders, OOM as a value on an emulated card, and bad input
+//! giving a clear message and a non-zero exit.
 
 mod common;
 
@@ -23,6 +24,10 @@ fn fails_with(args: &[&str], needle: &str) {
     assert!(!t.contains("panicked"), "{args:?} panicked:\n{t}");
 }
 
+fn manifest(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).unwrap()).unwrap()
+}
+
 fn csv(dir: &Path, name: &str) -> Vec<std::collections::HashMap<String, String>> {
     let text = std::fs::read_to_string(dir.join(name)).unwrap();
     let mut lines = text.lines();
@@ -36,10 +41,10 @@ fn anatomy_writes_tables_env_and_matches_predictions() {
     let out = tmp.path().join("run");
     let o = lab(&["anatomy", "--max-new-tokens", "12", "--out", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
-    for f in ["anatomy.csv", "anatomy_timeline.csv", "env.json", "console.txt"] {
+    for f in ["anatomy/anatomy.csv", "anatomy/anatomy_timeline.csv", "manifest.json", "console.txt", "report.html"] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
-    let rows = csv(&out, "anatomy.csv");
+    let rows = csv(&out, "anatomy/anatomy.csv");
     let precisions: Vec<_> = rows.iter().map(|r| r["precision"].as_str()).collect();
     assert_eq!(precisions, ["bf16", "q4", "f32"]);
     for r in &rows {
@@ -48,9 +53,11 @@ fn anatomy_writes_tables_env_and_matches_predictions() {
         assert!(err.abs() < 1.0, "{}: weights {err}% off the prediction", r["precision"]);
         assert_eq!(r["new_tokens"], "12");
     }
-    let env: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("env.json")).unwrap()).unwrap();
-    assert!(env["command"].as_str().unwrap().contains("anatomy"));
-    assert_eq!(env["model"], "synthetic:tiny");
+    let m = manifest(&out);
+    assert!(m["command"].as_str().unwrap().contains("anatomy"));
+    assert_eq!(m["model"], "synthetic:tiny");
+    assert_eq!(m["stages"][0]["config"]["max_new_tokens"], 12);
+    assert_eq!(m["stages"][0]["tables"]["anatomy"], "anatomy/anatomy.csv");
 }
 
 #[test]
@@ -61,15 +68,15 @@ fn oom_on_a_small_card_is_captured_and_every_scenario_runs() {
     let o = lab(&["anatomy", "--card", "1MiB", "--max-new-tokens", "4", "--out", out.to_str().unwrap()]);
     let t = text(&o);
     assert!(o.status.success(), "an OOM is a value, the command exits 0:\n{t}");
-    assert!(t.contains("memory summary at the OOM"), "{t}");
-    let rows = csv(&out, "anatomy.csv");
+    assert!(t.contains("f32: out of memory during loading") && t.contains("tried to allocate") && t.contains("captured"), "{t}");
+    let rows = csv(&out, "anatomy/anatomy.csv");
     assert_eq!(rows.len(), 3);
     for r in &rows {
         assert_eq!(r["outcome"], "oom", "{r:?}");
         assert!(r["oom_request_mib"].parse::<f64>().unwrap() > 0.0);
         assert!(r["oom_during"].contains("loading"));
     }
-    assert!(out.join("oom_summary_f32.txt").is_file());
+    assert!(std::fs::read_to_string(out.join("anatomy/oom_summary_f32.txt")).unwrap().contains("vram-lab memory summary"));
 }
 
 #[test]
@@ -92,7 +99,7 @@ fn bad_input_fails_clearly() {
     fails_with(&["generate", "--model", missing.to_str().unwrap()], "no such model");
     fails_with(&["generate", "--model", "synthetic:qwen9-1b"], "unknown preset `qwen9-1b`");
     fails_with(&["anatomy", "--card", "rtx9090"], "unknown card `rtx9090`");
-    fails_with(&["generate", "--precision", "int3"], "unknown precision");
+    fails_with(&["generate", "--precision", "int3"], "invalid value 'int3' for '--precision");
     fails_with(&["generate", "--device", "tpu"], "unknown device");
     if !cfg!(feature = "cuda") {
         fails_with(&["generate", "--device", "cuda"], "this build has no CUDA");
@@ -139,10 +146,11 @@ fn kv_sweeps_ledger_and_limit_on_a_controlled_capacity() {
     let out = tmp.path().join("kv");
     // 24 MiB of heap: the tiny model's prefill with all logits kept stops fitting near 600 tokens.
     let o = lab(&[
-        "kv", "--card", "24MiB", "--max", "4096", "--resolution", "64", "--decode-to", "512", "--seq", "256",
-        "--max-batch", "64", "--out", out.to_str().unwrap(),
+        "kv", "--card", "24MiB", "--precisions", "bf16", "--sweeps", "prefill,decode,batch", "--logits", "all", "--max", "4096",
+        "--resolution", "64", "--decode-to", "512", "--seq", "256", "--max-batch", "64", "--out", out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", text(&o));
+    let out = out.join("kv");
     let limit = &csv(&out, "kv_limit.csv")[0];
     let (ok, oom): (usize, usize) = (limit["max_context"].parse().unwrap(), limit["first_oom"].parse().unwrap());
     assert!(ok < oom && oom - ok <= 64, "bracket {ok}..{oom}");
@@ -167,4 +175,66 @@ fn kv_sweeps_ledger_and_limit_on_a_controlled_capacity() {
     let batch = csv(&out, "kv_batch.csv");
     assert_eq!(batch.last().unwrap()["outcome"], "oom", "the batch sweep runs until it does not fit");
     assert!(batch.len() >= 2);
+}
+
+/// The default command on CPU: every stage into one run folder, with its manifest and report.
+#[test]
+fn run_writes_one_folder_with_manifest_and_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    // A small run of every stage: the same path as `cargo run`, shorter sweeps.
+    let o = lab(&["run", "--out", out.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let m = manifest(&out);
+    assert_eq!(m["status"], "complete");
+    let stages: Vec<&str> = m["stages"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(stages, ["anatomy", "kv"]);
+    for s in m["stages"].as_array().unwrap() {
+        assert_eq!(s["status"], "done", "{s}");
+        for (_, rel) in s["tables"].as_object().unwrap() {
+            assert!(out.join(rel.as_str().unwrap()).is_file(), "{rel}");
+        }
+        assert!(!s["findings"].as_array().unwrap().is_empty(), "{} has no findings", s["name"]);
+    }
+    // The CPU config of kv ran (the tiny model's sizes), recorded as it ran.
+    assert_eq!(m["stages"][1]["config"]["max"], 4096);
+    assert!(m["env"]["versions"]["candle-core"].as_str().unwrap().starts_with("0.11"));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("Stage 1 — anatomy") && html.contains("Stage 2 — the KV cache"));
+    assert!(html.contains("Plotly.newPlot"), "charts are in the page");
+    assert!(!html.contains("<script src=\"http") && !html.contains("<link"), "the page loads nothing from the network");
+    assert!(t.contains("Summary — measured, predicted"), "{t}");
+
+    // A second run into the same folder is refused and leaves the first one as it was.
+    let before = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    fails_with(&["run", "--stages", "anatomy", "--out", out.to_str().unwrap()], "already holds a run");
+    assert_eq!(std::fs::read_to_string(out.join("manifest.json")).unwrap(), before);
+
+    // `report` re-renders the page from the manifest alone.
+    std::fs::remove_file(out.join("report.html")).unwrap();
+    let o = lab(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(out.join("report.html")).unwrap().len(), html.len());
+    fails_with(&["report", tmp.path().to_str().unwrap()], "is not a vram-lab run folder");
+    fails_with(&["run", "--stages", "nope", "--out", tmp.path().join("x").to_str().unwrap()], "unknown stage `nope`");
+}
+
+/// Development shells often set RUST_BACKTRACE=1: a bad file still gives one line, not frames.
+#[test]
+fn errors_are_one_line_with_rust_backtrace_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junk = tmp.path().join("junk.gguf");
+    std::fs::write(&junk, b"not a gguf at all, just some bytes").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_vram-lab"))
+        .args(["generate", "--quiet", "--model", junk.to_str().unwrap(), "--prompt-ids", "1"])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(!o.status.success());
+    assert_eq!(t.trim().lines().count(), 1, "one line expected:\n{t}");
+    assert!(t.contains("is not a readable GGUF file ("), "{t}");
+    assert_eq!(t.matches('(').count(), t.matches(')').count(), "unbalanced: {t}");
+    assert!(!t.contains("<unknown>"), "{t}");
 }

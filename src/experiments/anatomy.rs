@@ -2,17 +2,26 @@
 //! F32 is the one expected to run out of memory), snapshot memory at init, after loading and after
 //! generating N tokens, and put each figure beside its prediction and the report's.
 
-use super::Lab;
 use crate::error::{LabError, Result};
 use crate::estimate;
 use crate::memory::{fmt_bytes, gib, guarded, mib, Snapshot, Timeline};
 use crate::model::{self, GenerateConfig, Precision};
 use crate::reference::{self, pytorch_h200, report};
+use crate::report::charts;
+use crate::session::Session;
+use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
 use polars::prelude::*;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone)]
+pub struct Anatomy;
+
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 pub struct AnatomyConfig {
+    /// Precisions in order (the report runs F32 last)
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = AnatomyConfig::default().precisions)]
     pub precisions: Vec<Precision>,
+    /// Tokens generated after the report's prompt
+    #[arg(long, default_value_t = AnatomyConfig::default().max_new_tokens)]
     pub max_new_tokens: usize,
 }
 
@@ -22,11 +31,44 @@ impl Default for AnatomyConfig {
     }
 }
 
+/// Column names of the stage's tables.
+pub mod col {
+    pub const PRECISION: &str = "precision";
+    pub const OUTCOME: &str = "outcome";
+    pub const PREDICTED_WEIGHTS_GIB: &str = "predicted_weights_gib";
+    pub const LOADED_ALLOCATED_GIB: &str = "loaded_allocated_gib";
+    pub const WEIGHTS_MEASURED_GIB: &str = "weights_measured_gib";
+    pub const WEIGHTS_VS_PREDICTED_PCT: &str = "weights_vs_predicted_pct";
+    pub const LOADED_RESERVED_GIB: &str = "loaded_reserved_gib";
+    pub const LOADED_PEAK_GIB: &str = "loaded_peak_gib";
+    pub const AFTER_ALLOCATED_GIB: &str = "after_allocated_gib";
+    pub const AFTER_RESERVED_GIB: &str = "after_reserved_gib";
+    pub const AFTER_PEAK_GIB: &str = "after_peak_gib";
+    pub const KV_ACT_DELTA_MIB: &str = "kv_act_delta_mib";
+    pub const KV_CACHE_MIB: &str = "kv_cache_mib";
+    pub const LOAD_S: &str = "load_s";
+    pub const PROMPT_TOKENS: &str = "prompt_tokens";
+    pub const NEW_TOKENS: &str = "new_tokens";
+    pub const PREFILL_TOK_S: &str = "prefill_tok_s";
+    pub const DECODE_TOK_S: &str = "decode_tok_s";
+    pub const DECODE_CEILING_TOK_S: &str = "decode_ceiling_tok_s";
+    pub const OOM_REQUEST_MIB: &str = "oom_request_mib";
+    pub const OOM_DURING: &str = "oom_during";
+    pub const REPORT_ALLOCATED_GIB: &str = "report_allocated_gib";
+    pub const REPORT_RESERVED_GIB: &str = "report_reserved_gib";
+    pub const REPORT_PEAK_GIB: &str = "report_peak_gib";
+    pub const PYTORCH_H200_ALLOCATED_GIB: &str = "pytorch_h200_allocated_gib";
+}
+
+/// Table names.
+pub const TABLE: &str = "anatomy";
+pub const TIMELINE: &str = "anatomy_timeline";
+
 /// One scenario (one precision), every figure in bytes or seconds.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Scenario {
     pub precision: String,
-    pub outcome: String,
+    pub outcome: Outcome,
     pub predicted_weights: u64,
     pub init: Option<Snapshot>,
     pub loaded: Option<Snapshot>,
@@ -46,7 +88,7 @@ pub struct Scenario {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct AnatomyResult {
+struct AnatomyResult {
     pub scenarios: Vec<Scenario>,
     pub timeline: Timeline,
 }
@@ -81,43 +123,39 @@ fn memory_line(s: &Snapshot) -> String {
     format!("allocated {} reserved {} peak {}", fmt_bytes(s.allocated), fmt_bytes(s.reserved), fmt_bytes(s.peak))
 }
 
-fn run_scenario(lab: &mut Lab, p: Precision, cfg: &AnatomyConfig, timeline: &mut Timeline) -> Scenario {
+fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &mut Timeline) -> Result<Scenario> {
+    s.check_stop()?;
     let mut sc = Scenario { precision: p.name().into(), ..Default::default() };
     // Opened once: the config gives the prediction, the same source is then loaded.
-    let opened = match model::source::open(&lab.source, &lab.opts) {
+    let opened = match model::source::open(&s.source, &s.opts) {
         Ok(o) => o,
         Err(e) => {
-            sc.outcome = format!("error: {e}");
-            return sc;
+            sc.outcome = Outcome::from_error(&e);
+            return Ok(sc);
         }
     };
     let model_cfg = opened.cfg.clone();
     sc.predicted_weights = estimate::weight_bytes(&model_cfg, p);
-    lab.probe.empty_cache();
-    lab.probe.clear_pending();
-    lab.probe.reset_peak();
-    let init = lab.probe.snapshot(&format!("{p}: init"));
+    s.probe.empty_cache();
+    s.probe.clear_pending();
+    s.probe.reset_peak();
+    let init = s.probe.snapshot(&format!("{p}: init"));
     timeline.push(init.clone());
     sc.init = Some(init);
-    lab.say(format!("\n== {p}: load {} (predicted weights {}) ==", lab.source.label(), fmt_bytes(sc.predicted_weights)));
+    s.say(format!("\n{p}: load {} (predicted weights {})", s.source.label(), fmt_bytes(sc.predicted_weights)));
 
-    let pb = lab.progress_bar(&format!("load {p}"));
-    let loaded = guarded(&lab.probe, &format!("loading in {p}"), || {
-        model::source::load_opened(opened, p, &lab.device, &lab.probe, pb.as_ref())
-    });
-    if let Some(pb) = pb {
-        pb.finish_and_clear();
-    }
+    let loaded = s.load_opened(opened, p);
     let result = loaded.and_then(|lm| {
         sc.load_s = lm.load_s;
-        let s = lab.probe.snapshot(&format!("{p}: loaded"));
-        lab.say(format!("loaded in {:.2} s: {}", lm.load_s, memory_line(&s)));
-        timeline.push(s.clone());
-        sc.loaded = Some(s);
-        let prompt = report_prompt(lm.tokenizer.as_ref(), model_cfg.vocab_size, lab.opts.seed)?;
+        let snap = s.probe.snapshot(&format!("{p}: loaded"));
+        s.say(format!("loaded in {:.2} s: {}", lm.load_s, memory_line(&snap)));
+        timeline.push(snap.clone());
+        sc.loaded = Some(snap);
+        let prompt = report_prompt(lm.tokenizer.as_ref(), model_cfg.vocab_size, s.opts.seed)?;
         sc.prompt_tokens = prompt.len();
         let gen_cfg = GenerateConfig { max_new_tokens: cfg.max_new_tokens, ..Default::default() };
-        let gen = guarded(&lab.probe, &format!("generating in {p}"), || {
+        s.console.step(format!("generating {} tokens in {p}", cfg.max_new_tokens));
+        let gen = guarded(&s.probe, &format!("generating in {p}"), || {
             model::generate::warmup(&lm.model, &prompt)?;
             model::generate(&lm.model, &prompt, &gen_cfg)
         })?;
@@ -127,54 +165,106 @@ fn run_scenario(lab: &mut Lab, p: Precision, cfg: &AnatomyConfig, timeline: &mut
         sc.kv_cache_bytes = gen.kv_cache_bytes;
         sc.first_tokens = gen.generated_ids.iter().take(8).copied().collect();
         let bytes_per_token = lm.model.weight_bytes() + gen.kv_cache_bytes;
-        sc.decode_ceiling_tok_s = lab.own_bandwidth_gbs().map(|bw| estimate::decode_ceiling_tok_s(bw, bytes_per_token));
-        let s = lab.probe.snapshot(&format!("{p}: after generating {}", sc.new_tokens));
-        lab.say(format!(
+        sc.decode_ceiling_tok_s = s.own_bandwidth_gbs().map(|bw| estimate::decode_ceiling_tok_s(bw, bytes_per_token));
+        let snap = s.probe.snapshot(&format!("{p}: after generating {}", sc.new_tokens));
+        s.say(format!(
             "generated {} tokens: prefill {:.1} tok/s, decode {:.2} tok/s; {}",
             sc.new_tokens,
             sc.prefill_tok_s,
             sc.decode_tok_s,
-            memory_line(&s)
+            memory_line(&snap)
         ));
-        timeline.push(s.clone());
-        sc.after = Some(s);
+        timeline.push(snap.clone());
+        sc.after = Some(snap);
         Ok(())
     });
     match result {
-        Ok(()) => sc.outcome = "ok".into(),
+        Ok(()) => sc.outcome = Outcome::Ok,
         Err(LabError::Oom(r)) => {
-            sc.outcome = "oom".into();
+            sc.outcome = Outcome::Oom;
             sc.oom_request = r.request_bytes;
             sc.oom_during = r.during.clone();
             sc.oom_summary = r.summary.clone();
-            lab.say(format!("OOM (captured): {}", r.headline()));
-            lab.say(">>> memory summary at the OOM <<<".to_string());
-            lab.say(r.summary.clone());
-            if let Some(s) = &r.snapshot {
-                let mut s = s.clone();
-                s.label = format!("{p}: oom");
-                timeline.push(s);
+            let capacity = s.probe.snapshot("capacity").device_total.unwrap_or(u64::MAX);
+            let expected = if sc.predicted_weights > capacity { ", as predicted: the weights alone exceed the card" } else { "" };
+            s.say(format!("{p}: {}{expected}; captured (summary in anatomy/oom_summary_{p}.txt), the next precision runs", r.headline()));
+            if let Some(snap) = &r.snapshot {
+                let mut snap = snap.clone();
+                snap.label = format!("{p}: oom");
+                timeline.push(snap);
             }
         }
+        Err(LabError::Interrupted) => return Err(LabError::Interrupted),
         Err(e) => {
-            sc.outcome = format!("error: {e}");
-            lab.say(format!("error: {e}"));
+            sc.outcome = Outcome::from_error(&e);
+            s.say(format!("{p}: error: {e}"));
         }
     }
     // Everything of the scenario is dropped by now; hand the memory back as the report's cleanup.
-    lab.probe.empty_cache();
-    let s = lab.probe.snapshot(&format!("{p}: cleaned up"));
-    timeline.push(s);
-    sc
+    s.probe.empty_cache();
+    timeline.push(s.probe.snapshot(&format!("{p}: cleaned up")));
+    Ok(sc)
 }
 
-pub fn run(lab: &mut Lab, cfg: &AnatomyConfig) -> Result<AnatomyResult> {
-    let mut out = AnatomyResult::default();
-    for &p in &cfg.precisions {
-        let sc = run_scenario(lab, p, cfg, &mut out.timeline);
-        out.scenarios.push(sc);
+impl Stage for Anatomy {
+    const NAME: &'static str = "anatomy";
+    const TITLE: &'static str = "Stage 1 — anatomy / 显存解剖: BF16, Q4, F32";
+    const ABOUT: &'static str = "Stage 1: load in BF16 / Q4 / F32, snapshot memory, generate, catch the OOM";
+    const INTRO: &'static str = "加载 Qwen2.5-7B(BF16、4-bit、FP32),在加载前后和生成 200 个 token 后读取 allocated / reserved / peak;FP32 在 24 GB 卡上 OOM,OOM 被当作一个结果记录下来,下一个精度照常运行。<br>Load the model in BF16, Q4 and F32; read allocated / reserved / peak after loading and after generating 200 tokens. The report (RTX 4090, PyTorch): BF16 14.19 / 14.21 / 14.19 GB; Int4 (bitsandbytes) 5.46 / 6.71 / 6.59 GB; FP32 OOM \"Tried to allocate 2.03 GiB\". BF16 weights are exactly parameters × 2 bytes (7,615,616,512 × 2 B = 14.185 GiB); the lab's Q4 is GGUF Q4_K (4.5 bits per weight, Q6_K output layer), while bitsandbytes keeps the embedding and lm_head in BF16 (2.03 GiB), hence its 5.46 GB.";
+    type Config = AnatomyConfig;
+
+    fn cpu_config() -> AnatomyConfig {
+        AnatomyConfig { max_new_tokens: 32, ..Default::default() }
     }
-    Ok(out)
+
+    fn run(s: &mut Session, cfg: &AnatomyConfig) -> Result<StageOutput> {
+        let mut result = AnatomyResult::default();
+        for &p in &cfg.precisions {
+            let sc = run_scenario(s, p, cfg, &mut result.timeline)?;
+            result.scenarios.push(sc);
+        }
+        let mut out = StageOutput::default();
+        out.table(TABLE, result.table()?);
+        out.table(TIMELINE, result.timeline.to_dataframe()?);
+        for sc in result.scenarios.iter().filter(|sc| !sc.oom_summary.is_empty()) {
+            out.text(&format!("oom_summary_{}.txt", sc.precision), sc.oom_summary.clone());
+        }
+        out.findings = result.findings();
+        Ok(out)
+    }
+
+    fn views() -> Vec<View> {
+        use col::*;
+        vec![
+            View {
+                name: "memory",
+                table: TABLE,
+                caption: "Stage 1 — memory after loading and after generating (GiB): prediction, this run, the report (RTX 4090, PyTorch)",
+                columns: &[PRECISION, OUTCOME, PREDICTED_WEIGHTS_GIB, LOADED_ALLOCATED_GIB, WEIGHTS_VS_PREDICTED_PCT, LOADED_RESERVED_GIB, LOADED_PEAK_GIB, AFTER_ALLOCATED_GIB, AFTER_PEAK_GIB, REPORT_ALLOCATED_GIB, REPORT_RESERVED_GIB, PYTORCH_H200_ALLOCATED_GIB],
+                group_by: &[],
+                chart: Some(charts::anatomy),
+                explain: "BF16 = 参数 × 2 字节: the pool holds exactly the predicted bytes. Reserved − allocated is what the allocator keeps for reuse; candle's stream-ordered pool returns freed memory at the next synchronisation, so it stays small. FP32 needs 28.37 GiB, more than the card's 23.52: the load stops, the request that failed is recorded, the next precision runs.",
+            },
+            View {
+                name: "speed",
+                table: TABLE,
+                caption: "Stage 1 — speed and OOM (decode ceiling = bandwidth ÷ bytes read per token)",
+                columns: &[PRECISION, LOAD_S, PROMPT_TOKENS, NEW_TOKENS, PREFILL_TOK_S, DECODE_TOK_S, DECODE_CEILING_TOK_S, KV_CACHE_MIB, OOM_REQUEST_MIB, OOM_DURING],
+                group_by: &[],
+                chart: None,
+                explain: "解码一个 token 要读一遍全部权重:tokens/s ≤ 带宽 ÷ 每个 token 读取的字节。Decoding reads every weight once per token, so the ceiling is the memory bandwidth over the weight (and cache) bytes; the report's 38 tok/s on an RTX 4090 sits below its 66 tok/s ceiling.",
+            },
+            View {
+                name: "timeline",
+                table: TIMELINE,
+                caption: "Memory timeline / 显存时间线 (MiB)",
+                columns: &["label", "allocated_mib", "reserved_mib", "peak_mib", "delta_allocated_mib", "device_used_mib", "process_used_mib"],
+                group_by: &[],
+                chart: Some(charts::timeline),
+                explain: "After generating, allocated is back at the weights: the KV cache is freed when generation ends; the peak keeps it, with the transient activations.",
+            },
+        ]
+    }
 }
 
 fn pct_err(measured: Option<f64>, predicted: f64) -> Option<f64> {
@@ -182,6 +272,32 @@ fn pct_err(measured: Option<f64>, predicted: f64) -> Option<f64> {
 }
 
 impl AnatomyResult {
+    /// Per precision: the weights against the prediction and the report, the decode speed
+    /// against its ceiling, and the OOM's request against the report's.
+    fn findings(&self) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for sc in &self.scenarios {
+            let Ok(p) = Precision::parse(&sc.precision) else { continue };
+            let weights = sc.init.as_ref().zip(sc.loaded.as_ref()).map(|(i, l)| l.delta_allocated(i) as f64 / crate::memory::GIB);
+            let report = report_figures(p).0.map(|r| r.0);
+            out.push(Finding::new(format!("{p} weights after loading"), "GiB", weights).predicted(gib(sc.predicted_weights)).report(report).note(sc.outcome.as_str()));
+            if sc.outcome.is_ok() {
+                let report_tok_s = (p == Precision::Bf16).then_some(report::BF16_DECODE_TOK_S);
+                out.push(
+                    Finding::new(format!("{p} decode speed"), "tok/s", Some(sc.decode_tok_s))
+                        .report(report_tok_s)
+                        .ceiling(sc.decode_ceiling_tok_s)
+                        .note("ceiling: GPU bandwidth ÷ (weights + KV cache) bytes per token"),
+                );
+            }
+            if let Some(req) = sc.oom_request {
+                let report_req = (p == Precision::F32).then_some(report::FP32_OOM_REQUEST_GIB * 1024.0);
+                out.push(Finding::new(format!("{p} OOM request"), "MiB", Some(mib(req))).report(report_req).note(format!("during {}", sc.oom_during)));
+            }
+        }
+        out
+    }
+
     /// One row per precision: prediction, measurement (GiB) and the report's figures.
     pub fn table(&self) -> Result<DataFrame> {
         let sc = &self.scenarios;
@@ -201,33 +317,33 @@ impl AnatomyResult {
             .map(|s| s.loaded.as_ref().zip(s.after.as_ref()).map(|(l, a)| a.delta_allocated(l) as f64 / crate::memory::MIB))
             .collect::<Vec<_>>();
         Ok(df!(
-            "precision" => sc.iter().map(|s| s.precision.clone()).collect::<Vec<_>>(),
-            "outcome" => sc.iter().map(|s| s.outcome.clone()).collect::<Vec<_>>(),
-            "predicted_weights_gib" => predicted,
+            col::PRECISION => sc.iter().map(|s| s.precision.clone()).collect::<Vec<_>>(),
+            col::OUTCOME => sc.iter().map(|s| s.outcome.as_str()).collect::<Vec<_>>(),
+            col::PREDICTED_WEIGHTS_GIB => predicted,
             "init_allocated_gib" => g(&|s| s.init.as_ref().map(|x| x.allocated)),
-            "loaded_allocated_gib" => loaded_alloc,
-            "weights_measured_gib" => weights,
-            "weights_vs_predicted_pct" => err,
-            "loaded_reserved_gib" => g(&|s| s.loaded.as_ref().map(|x| x.reserved)),
-            "loaded_peak_gib" => g(&|s| s.loaded.as_ref().map(|x| x.peak)),
-            "after_allocated_gib" => g(&|s| s.after.as_ref().map(|x| x.allocated)),
-            "after_reserved_gib" => g(&|s| s.after.as_ref().map(|x| x.reserved)),
-            "after_peak_gib" => g(&|s| s.after.as_ref().map(|x| x.peak)),
-            "kv_act_delta_mib" => delta,
-            "kv_cache_mib" => sc.iter().map(|s| mib(s.kv_cache_bytes)).collect::<Vec<_>>(),
+            col::LOADED_ALLOCATED_GIB => loaded_alloc,
+            col::WEIGHTS_MEASURED_GIB => weights,
+            col::WEIGHTS_VS_PREDICTED_PCT => err,
+            col::LOADED_RESERVED_GIB => g(&|s| s.loaded.as_ref().map(|x| x.reserved)),
+            col::LOADED_PEAK_GIB => g(&|s| s.loaded.as_ref().map(|x| x.peak)),
+            col::AFTER_ALLOCATED_GIB => g(&|s| s.after.as_ref().map(|x| x.allocated)),
+            col::AFTER_RESERVED_GIB => g(&|s| s.after.as_ref().map(|x| x.reserved)),
+            col::AFTER_PEAK_GIB => g(&|s| s.after.as_ref().map(|x| x.peak)),
+            col::KV_ACT_DELTA_MIB => delta,
+            col::KV_CACHE_MIB => sc.iter().map(|s| mib(s.kv_cache_bytes)).collect::<Vec<_>>(),
             "process_used_gib" => g(&|s| s.after.as_ref().or(s.loaded.as_ref()).and_then(|x| x.process_used)),
-            "load_s" => sc.iter().map(|s| s.load_s).collect::<Vec<_>>(),
-            "prompt_tokens" => sc.iter().map(|s| s.prompt_tokens as u64).collect::<Vec<_>>(),
-            "new_tokens" => sc.iter().map(|s| s.new_tokens as u64).collect::<Vec<_>>(),
-            "prefill_tok_s" => sc.iter().map(|s| s.prefill_tok_s).collect::<Vec<_>>(),
-            "decode_tok_s" => sc.iter().map(|s| s.decode_tok_s).collect::<Vec<_>>(),
-            "decode_ceiling_tok_s" => sc.iter().map(|s| s.decode_ceiling_tok_s).collect::<Vec<_>>(),
-            "oom_request_mib" => sc.iter().map(|s| s.oom_request.map(mib)).collect::<Vec<_>>(),
-            "oom_during" => sc.iter().map(|s| s.oom_during.clone()).collect::<Vec<_>>(),
-            "report_allocated_gib" => rep(0),
-            "report_reserved_gib" => rep(1),
-            "report_peak_gib" => rep(2),
-            "pytorch_h200_allocated_gib" => precisions.iter().map(|&p| report_figures(p).1).collect::<Vec<_>>(),
+            col::LOAD_S => sc.iter().map(|s| s.load_s).collect::<Vec<_>>(),
+            col::PROMPT_TOKENS => sc.iter().map(|s| s.prompt_tokens as u64).collect::<Vec<_>>(),
+            col::NEW_TOKENS => sc.iter().map(|s| s.new_tokens as u64).collect::<Vec<_>>(),
+            col::PREFILL_TOK_S => sc.iter().map(|s| s.prefill_tok_s).collect::<Vec<_>>(),
+            col::DECODE_TOK_S => sc.iter().map(|s| s.decode_tok_s).collect::<Vec<_>>(),
+            col::DECODE_CEILING_TOK_S => sc.iter().map(|s| s.decode_ceiling_tok_s).collect::<Vec<_>>(),
+            col::OOM_REQUEST_MIB => sc.iter().map(|s| s.oom_request.map(mib)).collect::<Vec<_>>(),
+            col::OOM_DURING => sc.iter().map(|s| s.oom_during.clone()).collect::<Vec<_>>(),
+            col::REPORT_ALLOCATED_GIB => rep(0),
+            col::REPORT_RESERVED_GIB => rep(1),
+            col::REPORT_PEAK_GIB => rep(2),
+            col::PYTORCH_H200_ALLOCATED_GIB => precisions.iter().map(|&p| report_figures(p).1).collect::<Vec<_>>(),
         )?)
     }
 }

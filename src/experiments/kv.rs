@@ -1,37 +1,156 @@
 //! Stage 2, the KV cache: a prefill sweep (the report's: batch fixed, sequence doubled until OOM)
 //! with a ledger that attributes the bytes held after each step to the KV cache, the logits and
-//! the rest, and the transient peak above them, beside the GQA-correct and the report's formula.
+//! the rest, and the transient peak above them, beside the GQA-correct and the report's formula;
+//! bisection to the longest context that fits; a long decode with a preallocated and a
+//! concatenating cache; a batch sweep; and the prefill again with stock candle's attention.
 
-use super::Lab;
 use crate::error::{LabError, Result};
 use crate::estimate;
 use crate::memory::{fmt_bytes, guarded, mib};
 use crate::model::qwen2::last_logits;
-use crate::model::{AttentionMode, CacheKind, Logits, Qwen2};
+use crate::model::{AttentionMode, CacheKind, Logits, Precision, Qwen2};
+use crate::reference::report;
+use crate::report::charts;
+use crate::session::Session;
+use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
 use candle_core::Tensor;
 use polars::prelude::*;
+use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
-#[derive(Debug, Clone)]
-pub struct PrefillConfig {
-    /// Sequence lengths in order; the sweep stops at the first OOM.
-    pub lengths: Vec<usize>,
-    pub batch: usize,
-    pub logits: Logits,
+pub struct KvCache;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Sweep {
+    /// Doubling lengths until OOM, then bisection to the longest that fits
+    Prefill,
+    /// A long decode, preallocated vs concatenating cache
+    Decode,
+    /// Batch 1, 2, 4, … at a fixed length
+    Batch,
+    /// The prefill sweep with attention as stock candle-transformers computes it
+    Naive,
 }
 
-impl PrefillConfig {
-    /// The report's sweep: 1024, 2048, … up to `max`.
-    pub fn doubling(start: usize, max: usize) -> Vec<usize> {
-        std::iter::successors(Some(start.max(1)), |&n| Some(n * 2)).take_while(|&n| n <= max).collect()
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+pub struct KvConfig {
+    /// Precisions, each loaded once and swept in turn
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = KvConfig::default().precisions)]
+    pub precisions: Vec<Precision>,
+    /// Sweeps to run
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = KvConfig::default().sweeps)]
+    pub sweeps: Vec<Sweep>,
+    /// Logits the prefill keeps, one sweep each: all (as model(input_ids) in transformers) or last
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = KvConfig::default().logits)]
+    pub logits: Vec<Logits>,
+    /// Prefill lengths (default: doubling from --start until OOM or --max)
+    #[arg(long, value_delimiter = ',')]
+    pub lengths: Option<Vec<usize>>,
+    #[arg(long, default_value_t = KvConfig::default().start)]
+    pub start: usize,
+    #[arg(long, default_value_t = KvConfig::default().max)]
+    pub max: usize,
+    /// After the first OOM, bisect to the longest prefill that fits, to within this many tokens (0: no bisection)
+    #[arg(long, default_value_t = KvConfig::default().resolution)]
+    pub resolution: usize,
+    /// Decode sweep: fill the cache token by token up to this length, reading at 256, 512, …
+    #[arg(long, default_value_t = KvConfig::default().decode_to)]
+    pub decode_to: usize,
+    /// Batch sweep: the sequence length
+    #[arg(long, default_value_t = KvConfig::default().seq)]
+    pub seq: usize,
+    /// Batch sweep: the largest batch tried
+    #[arg(long, default_value_t = KvConfig::default().max_batch)]
+    pub max_batch: usize,
+}
+
+impl Default for KvConfig {
+    fn default() -> Self {
+        Self {
+            precisions: vec![Precision::Bf16, Precision::Q4],
+            sweeps: vec![Sweep::Prefill, Sweep::Decode, Sweep::Batch, Sweep::Naive],
+            logits: vec![Logits::All, Logits::Last],
+            lengths: None,
+            start: 1024,
+            max: 131072,
+            resolution: 256,
+            decode_to: 4096,
+            seq: 1024,
+            max_batch: 256,
+        }
     }
+}
+
+impl KvConfig {
+    fn prefill_lengths(&self) -> Vec<usize> {
+        self.lengths.clone().unwrap_or_else(|| doubling(self.start, self.max))
+    }
+}
+
+/// Column names of the stage's tables.
+pub mod col {
+    pub const PRECISION: &str = "precision";
+    pub const ATTENTION: &str = "attention";
+    pub const LOGITS: &str = "logits";
+    pub const SEQ: &str = "seq";
+    pub const BATCH: &str = "batch";
+    pub const OUTCOME: &str = "outcome";
+    pub const BASE_MIB: &str = "base_mib";
+    pub const HELD_MIB: &str = "held_mib";
+    pub const GROWTH_VS_PREVIOUS_MIB: &str = "growth_vs_previous_mib";
+    pub const KV_MIB: &str = "kv_mib";
+    pub const KV_MEASURED_MIB: &str = "kv_measured_mib";
+    pub const KV_GQA_FORMULA_MIB: &str = "kv_gqa_formula_mib";
+    pub const KV_VS_GQA_PCT: &str = "kv_vs_gqa_pct";
+    pub const KV_NAIVE_FORMULA_MIB: &str = "kv_naive_formula_mib";
+    pub const LOGITS_MIB: &str = "logits_mib";
+    pub const LOGITS_FORMULA_MIB: &str = "logits_formula_mib";
+    pub const OTHER_MIB: &str = "other_mib";
+    pub const GROWTH_PER_1K_TOKENS_MIB: &str = "growth_per_1k_tokens_mib";
+    pub const RESERVED_MIB: &str = "reserved_mib";
+    pub const PEAK_MIB: &str = "peak_mib";
+    pub const TRANSIENT_MIB: &str = "transient_mib";
+    pub const SECONDS: &str = "seconds";
+    pub const PREFILL_TOK_S: &str = "prefill_tok_s";
+    pub const OOM_REQUEST_MIB: &str = "oom_request_mib";
+    pub const OOM_DURING: &str = "oom_during";
+    // kv_limit
+    pub const CARD: &str = "card";
+    pub const MAX_CONTEXT: &str = "max_context";
+    pub const FIRST_OOM: &str = "first_oom";
+    pub const RESOLUTION: &str = "resolution";
+    pub const TRIALS: &str = "trials";
+    // kv_decode
+    pub const CACHE: &str = "cache";
+    pub const TOKENS: &str = "tokens";
+    pub const ALLOCATED_MIB: &str = "allocated_mib";
+    pub const LEDGER_MIB: &str = "ledger_mib";
+    pub const LEDGER_VS_ALLOCATED_PCT: &str = "ledger_vs_allocated_pct";
+    pub const CACHED_MIB: &str = "cached_mib";
+    pub const PEAK_ABOVE_ALLOCATED_MIB: &str = "peak_above_allocated_mib";
+    pub const TOK_S: &str = "tok_s";
+}
+
+/// Table names.
+pub const PREFILL: &str = "kv_prefill";
+pub const LIMIT: &str = "kv_limit";
+pub const DECODE: &str = "kv_decode";
+pub const BATCH: &str = "kv_batch";
+
+/// The report's sweep: 1024, 2048, … up to `max`.
+pub fn doubling(start: usize, max: usize) -> Vec<usize> {
+    std::iter::successors(Some(start.max(1)), |&n| Some(n * 2)).take_while(|&n| n <= max).collect()
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PrefillStep {
+    pub precision: String,
+    pub attention: String,
+    pub logits: String,
     pub seq: usize,
     pub batch: usize,
-    pub outcome: String,
+    pub outcome: Outcome,
     /// Allocated before the step (the weights and whatever the runtime keeps).
     pub base: u64,
     /// Allocated after the step, the cache and logits still held.
@@ -74,10 +193,14 @@ fn random_ids(batch: usize, seq: usize, vocab: usize, seed: u64, device: &candle
 }
 
 /// One prefill of `batch` × `seq` random ids from an empty cache, memory read before and after.
-pub fn step(lab: &Lab, model: &Qwen2, seq: usize, batch: usize, logits: Logits) -> PrefillStep {
+pub fn step(s: &Session, model: &Qwen2, seq: usize, batch: usize, logits: Logits) -> PrefillStep {
+    s.console.step(format!("prefill {} {batch} × {seq}, {} logits, {} attention", model.precision, logits.name(), model.attention.name()));
     let dtype_bytes = model.act_dtype().size_in_bytes();
     let tokens = (seq * batch) as u64;
     let mut st = PrefillStep {
+        precision: model.precision.name().into(),
+        attention: model.attention.name().into(),
+        logits: logits.name().into(),
         seq,
         batch,
         predicted_kv_gqa: estimate::kv_bytes_per_token(&model.cfg, dtype_bytes) * tokens,
@@ -88,61 +211,61 @@ pub fn step(lab: &Lab, model: &Qwen2, seq: usize, batch: usize, logits: Logits) 
         },
         ..Default::default()
     };
-    lab.probe.clear_pending();
-    lab.probe.empty_cache();
-    lab.probe.reset_peak();
-    st.base = lab.probe.snapshot("before").allocated;
+    s.probe.clear_pending();
+    s.probe.empty_cache();
+    s.probe.reset_peak();
+    st.base = s.probe.snapshot("before").allocated;
     let t0 = Instant::now();
-    let out = guarded(&lab.probe, &format!("prefill of {batch} × {seq} tokens"), || {
-        let ids = random_ids(batch, seq, model.cfg.vocab_size, lab.opts.seed, model.device())?;
+    let out = guarded(&s.probe, &format!("prefill of {batch} × {seq} tokens"), || {
+        let ids = random_ids(batch, seq, model.cfg.vocab_size, s.opts.seed, model.device())?;
         let mut cache = model.new_cache(batch, seq)?;
         // The cache as the pool saw it being allocated, apart from the tensor arithmetic.
-        let kv_measured = lab.probe.snapshot("cache").allocated.saturating_sub(st.base);
+        let kv_measured = s.probe.snapshot("cache").allocated.saturating_sub(st.base);
         let logits = model.forward(&ids, &mut cache, logits)?;
         model.device().synchronize()?;
-        let s = lab.probe.snapshot("after");
+        let snap = s.probe.snapshot("after");
         let logits_bytes = logits.iter().map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64).sum();
-        Ok((s, cache.bytes(), kv_measured, logits_bytes))
+        Ok((snap, cache.bytes(), kv_measured, logits_bytes))
     });
     st.seconds = t0.elapsed().as_secs_f64();
     match out {
-        Ok((s, kv, kv_measured, lg)) => {
-            st.outcome = "ok".into();
-            st.after = s.allocated;
-            st.reserved = s.reserved;
-            st.peak = s.peak;
+        Ok((snap, kv, kv_measured, lg)) => {
+            st.outcome = Outcome::Ok;
+            st.after = snap.allocated;
+            st.reserved = snap.reserved;
+            st.peak = snap.peak;
             st.kv_bytes = kv;
             st.kv_measured = kv_measured;
             st.logits_bytes = lg;
         }
-        Err(LabError::Oom(r)) => {
-            st.outcome = "oom".into();
-            st.oom_request = r.request_bytes;
-            st.oom_during = r.during.clone();
-            st.peak = r.snapshot.as_ref().map(|s| s.peak).unwrap_or(0);
-        }
         Err(e) => {
-            st.outcome = format!("error: {e}");
+            st.outcome = Outcome::from_error(&e);
+            if let LabError::Oom(r) = e {
+                st.oom_request = r.request_bytes;
+                st.oom_during = r.during.clone();
+                st.peak = r.snapshot.as_ref().map(|s| s.peak).unwrap_or(0);
+            }
         }
     }
     st
 }
 
-fn say_step(lab: &mut Lab, model: &Qwen2, st: &PrefillStep, logits: Logits) {
-    let (seq, batch) = (st.seq, st.batch);
-    lab.say(format!(
-            "prefill {batch} × {seq:>6} ({}, {:?} logits, {} attention): {} — held {}, peak {}, KV {} (GQA formula {}), logits {}, {:.2} s{}",
-            model.precision,
-            logits,
-            model.attention.name(),
-            st.outcome,
-            fmt_bytes(st.held()),
-            fmt_bytes(st.peak),
-            fmt_bytes(st.kv_bytes),
-            fmt_bytes(st.predicted_kv_gqa),
-            fmt_bytes(st.logits_bytes),
-            st.seconds,
-            st.oom_request.map(|b| format!(", OOM asking for {}", fmt_bytes(b))).unwrap_or_default()
+fn say_step(s: &mut Session, st: &PrefillStep) {
+    s.say(format!(
+        "prefill {} × {:>6} ({}, {} logits, {} attention): {} — held {}, peak {}, KV {} (GQA formula {}), logits {}, {:.2} s{}",
+        st.batch,
+        st.seq,
+        st.precision,
+        st.logits,
+        st.attention,
+        st.outcome.as_str(),
+        fmt_bytes(st.held()),
+        fmt_bytes(st.peak),
+        fmt_bytes(st.kv_bytes),
+        fmt_bytes(st.predicted_kv_gqa),
+        fmt_bytes(st.logits_bytes),
+        st.seconds,
+        st.oom_request.map(|b| format!(", OOM asking for {}", fmt_bytes(b))).unwrap_or_default()
     ));
 }
 
@@ -152,25 +275,38 @@ fn warm_up(model: &Qwen2) {
     let _ = crate::model::generate::warmup(model, &[1, 2, 3, 4]);
 }
 
-/// Runs the sweep on a loaded model; stops after the first step that does not fit.
-pub fn prefill_sweep(lab: &mut Lab, model: &Qwen2, cfg: &PrefillConfig) -> Vec<PrefillStep> {
+/// Steps over `sizes` (a length at a fixed batch, or a batch at a fixed length) until the first
+/// one that does not fit.
+fn sweep(s: &mut Session, model: &Qwen2, sizes: impl Iterator<Item = (usize, usize)>, logits: Logits) -> Result<Vec<PrefillStep>> {
     warm_up(model);
     let mut steps = Vec::new();
-    for &seq in &cfg.lengths {
-        let st = step(lab, model, seq, cfg.batch, cfg.logits);
-        say_step(lab, model, &st, cfg.logits);
-        let stop = st.outcome != "ok";
+    for (seq, batch) in sizes {
+        s.check_stop()?;
+        let st = step(s, model, seq, batch, logits);
+        say_step(s, &st);
+        let stop = !st.outcome.is_ok();
         steps.push(st);
         if stop {
             break;
         }
     }
-    steps
+    Ok(steps)
+}
+
+/// The report's prefill sweep on a loaded model: batch 1, `lengths` in order.
+pub fn prefill_sweep(s: &mut Session, model: &Qwen2, lengths: &[usize], logits: Logits) -> Result<Vec<PrefillStep>> {
+    sweep(s, model, lengths.iter().map(|&n| (n, 1)), logits)
+}
+
+/// Batch 1, 2, 4, … at a fixed length.
+pub fn batch_sweep(s: &mut Session, model: &Qwen2, seq: usize, max_batch: usize, logits: Logits) -> Result<Vec<PrefillStep>> {
+    let batches = std::iter::successors(Some(1usize), |b| Some(b * 2)).take_while(|&b| b <= max_batch);
+    sweep(s, model, batches.map(|b| (seq, b)), logits)
 }
 
 /// Narrows [fits, does_not_fit) to within `resolution` by halving; returns the largest length
 /// seen to fit and the lengths tried. `fits` runs one trial.
-pub fn bisect(mut lo: usize, mut hi: usize, resolution: usize, mut fits: impl FnMut(usize) -> bool) -> (usize, Vec<usize>) {
+pub fn bisect(mut lo: usize, mut hi: usize, resolution: usize, mut fits: impl FnMut(usize) -> Result<bool>) -> Result<(usize, Vec<usize>)> {
     let mut tried = Vec::new();
     let resolution = resolution.max(1);
     while hi > lo + resolution {
@@ -181,36 +317,20 @@ pub fn bisect(mut lo: usize, mut hi: usize, resolution: usize, mut fits: impl Fn
             break;
         }
         tried.push(mid);
-        if fits(mid) {
+        if fits(mid)? {
             lo = mid;
         } else {
             hi = mid;
         }
     }
-    (lo, tried)
-}
-
-/// After a sweep that ended in an OOM, finds the longest prefill that fits to within `resolution`.
-pub fn find_limit(lab: &mut Lab, model: &Qwen2, sweep: &[PrefillStep], logits: Logits, resolution: usize) -> Option<ContextLimit> {
-    let oom = sweep.iter().find(|s| s.outcome == "oom")?;
-    let ok = sweep.iter().filter(|s| s.outcome == "ok" && s.seq < oom.seq).map(|s| s.seq).max().unwrap_or(0);
-    let batch = oom.batch;
-    let mut trials = Vec::new();
-    let (max_ok, _) = bisect(ok, oom.seq, resolution, |n| {
-        let st = step(lab, model, n, batch, logits);
-        say_step(lab, model, &st, logits);
-        let fits = st.outcome == "ok";
-        trials.push(st);
-        fits
-    });
-    let first_oom = trials.iter().filter(|s| s.outcome != "ok").map(|s| s.seq).min().unwrap_or(oom.seq);
-    Some(ContextLimit { precision: model.precision.name().into(), logits, batch, max_ok, first_oom, resolution, trials })
+    Ok((lo, tried))
 }
 
 /// The longest prefill that fits on this (emulated) card.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ContextLimit {
     pub precision: String,
+    pub attention: String,
     pub logits: Logits,
     pub batch: usize,
     pub max_ok: usize,
@@ -219,85 +339,103 @@ pub struct ContextLimit {
     pub trials: Vec<PrefillStep>,
 }
 
-pub fn limit_table(limits: &[ContextLimit], card: &str) -> Result<DataFrame> {
-    Ok(df!(
-        "card" => vec![card.to_string(); limits.len()],
-        "precision" => limits.iter().map(|l| l.precision.clone()).collect::<Vec<_>>(),
-        "logits" => limits.iter().map(|l| format!("{:?}", l.logits).to_lowercase()).collect::<Vec<_>>(),
-        "batch" => limits.iter().map(|l| l.batch as u64).collect::<Vec<_>>(),
-        "max_context" => limits.iter().map(|l| l.max_ok as u64).collect::<Vec<_>>(),
-        "first_oom" => limits.iter().map(|l| l.first_oom as u64).collect::<Vec<_>>(),
-        "resolution" => limits.iter().map(|l| l.resolution as u64).collect::<Vec<_>>(),
-        "trials" => limits.iter().map(|l| l.trials.len() as u64).collect::<Vec<_>>(),
-    )?)
+/// After a sweep that ended in an OOM, finds the longest prefill that fits to within `resolution`.
+pub fn find_limit(s: &mut Session, model: &Qwen2, sweep: &[PrefillStep], logits: Logits, resolution: usize) -> Result<Option<ContextLimit>> {
+    let Some(oom) = sweep.iter().find(|st| st.outcome == Outcome::Oom) else { return Ok(None) };
+    let ok = sweep.iter().filter(|st| st.outcome.is_ok() && st.seq < oom.seq).map(|st| st.seq).max().unwrap_or(0);
+    let batch = oom.batch;
+    let mut trials = Vec::new();
+    let (max_ok, _) = bisect(ok, oom.seq, resolution, |n| {
+        s.check_stop()?;
+        let st = step(s, model, n, batch, logits);
+        say_step(s, &st);
+        let fits = st.outcome.is_ok();
+        trials.push(st);
+        Ok(fits)
+    })?;
+    let first_oom = trials.iter().filter(|st| !st.outcome.is_ok()).map(|st| st.seq).min().unwrap_or(oom.seq);
+    Ok(Some(ContextLimit {
+        precision: model.precision.name().into(),
+        attention: model.attention.name().into(),
+        logits,
+        batch,
+        max_ok,
+        first_oom,
+        resolution,
+        trials,
+    }))
 }
 
-/// Batch sweep at a fixed length: batch 1, 2, 4, … until the first OOM.
-pub fn batch_sweep(lab: &mut Lab, model: &Qwen2, seq: usize, max_batch: usize, logits: Logits) -> Vec<PrefillStep> {
-    warm_up(model);
-    let mut steps = Vec::new();
-    for batch in std::iter::successors(Some(1usize), |b| Some(b * 2)).take_while(|&b| b <= max_batch) {
-        let st = step(lab, model, seq, batch, logits);
-        say_step(lab, model, &st, logits);
-        let stop = st.outcome != "ok";
-        steps.push(st);
-        if stop {
-            break;
-        }
-    }
-    steps
+pub fn limit_table(limits: &[ContextLimit], card: &str) -> Result<DataFrame> {
+    Ok(df!(
+        col::CARD => vec![card.to_string(); limits.len()],
+        col::PRECISION => limits.iter().map(|l| l.precision.clone()).collect::<Vec<_>>(),
+        col::LOGITS => limits.iter().map(|l| l.logits.name().to_string()).collect::<Vec<_>>(),
+        col::ATTENTION => limits.iter().map(|l| l.attention.clone()).collect::<Vec<_>>(),
+        col::BATCH => limits.iter().map(|l| l.batch as u64).collect::<Vec<_>>(),
+        col::MAX_CONTEXT => limits.iter().map(|l| l.max_ok as u64).collect::<Vec<_>>(),
+        col::FIRST_OOM => limits.iter().map(|l| l.first_oom as u64).collect::<Vec<_>>(),
+        col::RESOLUTION => limits.iter().map(|l| l.resolution as u64).collect::<Vec<_>>(),
+        col::TRIALS => limits.iter().map(|l| l.trials.len() as u64).collect::<Vec<_>>(),
+    )?)
 }
 
 fn pct(measured: u64, predicted: u64) -> Option<f64> {
     (predicted > 0 && measured > 0).then(|| (measured as f64 - predicted as f64) / predicted as f64 * 100.0)
 }
 
-/// The ledger, one row a step, in MiB.
-pub fn prefill_table(steps: &[PrefillStep], attention: AttentionMode, precision: &str) -> Result<DataFrame> {
-    let m = |f: &dyn Fn(&PrefillStep) -> u64| steps.iter().map(|s| mib(f(s))).collect::<Vec<f64>>();
-    let ok = |s: &PrefillStep| s.outcome == "ok";
+/// The ledger, one row a step, in MiB. Steps of several sweeps may be stacked: the growth
+/// against the previous row is taken within the same sweep (precision, logits, attention, batch).
+pub fn prefill_table(steps: &[PrefillStep]) -> Result<DataFrame> {
+    let m = |f: &dyn Fn(&PrefillStep) -> u64| steps.iter().map(|st| mib(f(st))).collect::<Vec<f64>>();
+    let same_sweep = |a: &PrefillStep, b: &PrefillStep| a.precision == b.precision && a.logits == b.logits && a.attention == b.attention && a.batch == b.batch;
     let growth: Vec<Option<f64>> = steps
         .iter()
         .enumerate()
-        .map(|(i, s)| {
-            let prev = if i == 0 { 0 } else { steps[i - 1].held() };
-            (ok(s) && (i == 0 || ok(&steps[i - 1]))).then(|| mib(s.held()) - mib(prev))
+        .map(|(i, st)| {
+            let prev = (i > 0 && same_sweep(&steps[i - 1], st)).then(|| &steps[i - 1]);
+            match prev {
+                Some(p) => (st.outcome.is_ok() && p.outcome.is_ok()).then(|| mib(st.held()) - mib(p.held())),
+                None => st.outcome.is_ok().then(|| mib(st.held())),
+            }
         })
         .collect();
     Ok(df!(
-        "precision" => vec![precision.to_string(); steps.len()],
-        "attention" => vec![attention.name().to_string(); steps.len()],
-        "seq" => steps.iter().map(|s| s.seq as u64).collect::<Vec<_>>(),
-        "batch" => steps.iter().map(|s| s.batch as u64).collect::<Vec<_>>(),
-        "outcome" => steps.iter().map(|s| s.outcome.clone()).collect::<Vec<_>>(),
-        "base_mib" => m(&|s| s.base),
-        "held_mib" => m(&|s| s.held()),
-        "growth_vs_previous_mib" => growth,
-        "kv_mib" => m(&|s| s.kv_bytes),
-        "kv_measured_mib" => m(&|s| s.kv_measured),
-        "kv_gqa_formula_mib" => m(&|s| s.predicted_kv_gqa),
-        "kv_vs_gqa_pct" => steps.iter().map(|s| pct(s.kv_bytes, s.predicted_kv_gqa)).collect::<Vec<_>>(),
-        "kv_naive_formula_mib" => m(&|s| s.predicted_kv_naive),
-        "logits_mib" => m(&|s| s.logits_bytes),
-        "logits_formula_mib" => m(&|s| s.predicted_logits),
-        "other_mib" => steps.iter().map(|s| s.other() as f64 / crate::memory::MIB).collect::<Vec<_>>(),
-        "growth_per_1k_tokens_mib" => steps.iter().map(|s| ok(s).then(|| mib(s.held()) / (s.seq * s.batch) as f64 * 1024.0)).collect::<Vec<_>>(),
-        "reserved_mib" => m(&|s| s.reserved),
-        "peak_mib" => m(&|s| s.peak),
-        "transient_mib" => m(&|s| s.transient()),
-        "seconds" => steps.iter().map(|s| s.seconds).collect::<Vec<_>>(),
-        "prefill_tok_s" => steps.iter().map(|s| if ok(s) { (s.seq * s.batch) as f64 / s.seconds.max(1e-9) } else { f64::NAN }).collect::<Vec<_>>(),
-        "oom_request_mib" => steps.iter().map(|s| s.oom_request.map(mib)).collect::<Vec<_>>(),
-        "oom_during" => steps.iter().map(|s| s.oom_during.clone()).collect::<Vec<_>>(),
+        col::PRECISION => steps.iter().map(|st| st.precision.clone()).collect::<Vec<_>>(),
+        col::ATTENTION => steps.iter().map(|st| st.attention.clone()).collect::<Vec<_>>(),
+        col::LOGITS => steps.iter().map(|st| st.logits.clone()).collect::<Vec<_>>(),
+        col::SEQ => steps.iter().map(|st| st.seq as u64).collect::<Vec<_>>(),
+        col::BATCH => steps.iter().map(|st| st.batch as u64).collect::<Vec<_>>(),
+        col::OUTCOME => steps.iter().map(|st| st.outcome.as_str()).collect::<Vec<_>>(),
+        col::BASE_MIB => m(&|st| st.base),
+        col::HELD_MIB => m(&|st| st.held()),
+        col::GROWTH_VS_PREVIOUS_MIB => growth,
+        col::KV_MIB => m(&|st| st.kv_bytes),
+        col::KV_MEASURED_MIB => m(&|st| st.kv_measured),
+        col::KV_GQA_FORMULA_MIB => m(&|st| st.predicted_kv_gqa),
+        col::KV_VS_GQA_PCT => steps.iter().map(|st| pct(st.kv_bytes, st.predicted_kv_gqa)).collect::<Vec<_>>(),
+        col::KV_NAIVE_FORMULA_MIB => m(&|st| st.predicted_kv_naive),
+        col::LOGITS_MIB => m(&|st| st.logits_bytes),
+        col::LOGITS_FORMULA_MIB => m(&|st| st.predicted_logits),
+        col::OTHER_MIB => steps.iter().map(|st| st.other() as f64 / crate::memory::MIB).collect::<Vec<_>>(),
+        col::GROWTH_PER_1K_TOKENS_MIB => steps.iter().map(|st| st.outcome.is_ok().then(|| mib(st.held()) / (st.seq * st.batch) as f64 * 1024.0)).collect::<Vec<_>>(),
+        col::RESERVED_MIB => m(&|st| st.reserved),
+        col::PEAK_MIB => m(&|st| st.peak),
+        col::TRANSIENT_MIB => m(&|st| st.transient()),
+        col::SECONDS => steps.iter().map(|st| st.seconds).collect::<Vec<_>>(),
+        col::PREFILL_TOK_S => steps.iter().map(|st| if st.outcome.is_ok() { (st.seq * st.batch) as f64 / st.seconds.max(1e-9) } else { f64::NAN }).collect::<Vec<_>>(),
+        col::OOM_REQUEST_MIB => steps.iter().map(|st| st.oom_request.map(mib)).collect::<Vec<_>>(),
+        col::OOM_DURING => steps.iter().map(|st| st.oom_during.clone()).collect::<Vec<_>>(),
     )?)
 }
 
 /// A reading during a long decode.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct DecodePoint {
+    pub precision: String,
     pub cache: String,
     pub tokens: usize,
-    pub outcome: String,
+    pub outcome: Outcome,
     /// Allocated before the run: the weights and what the runtime keeps.
     pub base: u64,
     pub allocated: u64,
@@ -311,63 +449,68 @@ pub struct DecodePoint {
     pub tok_s: f64,
 }
 
-/// Fills a cache token by token (greedy decoding after a short prompt) up to `max_len`, reading
-/// memory at each checkpoint; `kind` picks the preallocated or the concatenating cache.
-pub fn decode_sweep(lab: &mut Lab, model: &Qwen2, kind: CacheKind, prompt_len: usize, checkpoints: &[usize]) -> Vec<DecodePoint> {
+/// Fills a cache token by token (greedy decoding after a short prompt) up to the last
+/// checkpoint, reading memory at each; `kind` picks the preallocated or the concatenating cache.
+pub fn decode_sweep(s: &mut Session, model: &Qwen2, kind: CacheKind, prompt_len: usize, checkpoints: &[usize]) -> Result<Vec<DecodePoint>> {
     let max_len = checkpoints.iter().copied().max().unwrap_or(prompt_len).max(prompt_len + 1);
     let dtype_bytes = model.act_dtype().size_in_bytes();
     let per_token = estimate::kv_bytes_per_token(&model.cfg, dtype_bytes);
     let logits_bytes = estimate::logits_bytes_per_token(&model.cfg, dtype_bytes);
+    let precision = model.precision.name().to_string();
     warm_up(model);
-    lab.probe.clear_pending();
-    lab.probe.empty_cache();
-    let base = lab.probe.snapshot("base").allocated;
-    lab.probe.reset_peak();
+    s.probe.clear_pending();
+    s.probe.empty_cache();
+    let base = s.probe.snapshot("base").allocated;
+    s.probe.reset_peak();
+    s.console.step(format!("decode {precision} to {max_len} tokens, {} cache", kind.name()));
     let mut points = Vec::new();
-    let run = guarded(&lab.probe, &format!("decoding to {max_len} tokens ({} cache)", kind.name()), || {
+    let run = guarded(&s.probe, &format!("decoding to {max_len} tokens ({} cache)", kind.name()), || {
         let mut cache = model.new_cache_of(kind, 1, max_len)?;
-        let ids = random_ids(1, prompt_len, model.cfg.vocab_size, lab.opts.seed, model.device())?;
+        let ids = random_ids(1, prompt_len, model.cfg.vocab_size, s.opts.seed, model.device())?;
         let mut logits = model.forward(&ids, &mut cache, Logits::Last)?;
         let mut t0 = Instant::now();
         let mut since = cache.len();
         for &at in checkpoints.iter().filter(|&&c| c > prompt_len) {
+            s.check_stop()?;
             while cache.len() < at {
                 let next = last_logits(&logits)?.argmax(candle_core::D::Minus1)?.unsqueeze(1)?;
                 logits = model.forward(&next, &mut cache, Logits::Last)?;
             }
             model.device().synchronize()?;
             let tok_s = (cache.len() - since) as f64 / t0.elapsed().as_secs_f64().max(1e-9);
-            let s = lab.probe.snapshot(&format!("{} {at}", kind.name()));
+            let snap = s.probe.snapshot(&format!("{} {at}", kind.name()));
             let kv_tokens = if kind == CacheKind::Preallocated { cache.capacity() } else { cache.len() };
             points.push(DecodePoint {
+                precision: precision.clone(),
                 cache: kind.name().into(),
                 tokens: cache.len(),
-                outcome: "ok".into(),
+                outcome: Outcome::Ok,
                 base,
-                allocated: s.allocated,
-                reserved: s.reserved,
-                peak: s.peak,
+                allocated: snap.allocated,
+                reserved: snap.reserved,
+                peak: snap.peak,
                 kv_bytes: cache.bytes(),
                 logits_bytes: logits.iter().map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64).sum(),
                 predicted: base + per_token * kv_tokens as u64 + logits_bytes,
                 tok_s,
             });
-            lab.probe.reset_peak();
+            s.probe.reset_peak();
             t0 = Instant::now();
             since = cache.len();
         }
         Ok(())
     });
-    if let Err(e) = run {
-        let outcome = if e.is_oom() { "oom".to_string() } else { format!("error: {e}") };
-        points.push(DecodePoint { cache: kind.name().into(), outcome, base, ..Default::default() });
+    match run {
+        Err(LabError::Interrupted) => return Err(LabError::Interrupted),
+        Err(e) => points.push(DecodePoint { precision, cache: kind.name().into(), outcome: Outcome::from_error(&e), base, ..Default::default() }),
+        Ok(()) => {}
     }
     for p in &points {
-        lab.say(format!(
+        s.say(format!(
             "decode ({} cache) at {:>6} tokens: {} — allocated {} (ledger {}), reserved {}, peak {}, KV {}, {:.1} tok/s",
             p.cache,
             p.tokens,
-            p.outcome,
+            p.outcome.as_str(),
             fmt_bytes(p.allocated),
             fmt_bytes(p.predicted),
             fmt_bytes(p.reserved),
@@ -376,90 +519,228 @@ pub fn decode_sweep(lab: &mut Lab, model: &Qwen2, kind: CacheKind, prompt_len: u
             p.tok_s
         ));
     }
-    points
+    Ok(points)
 }
 
-pub fn decode_table(points: &[DecodePoint], precision: &str) -> Result<DataFrame> {
+fn ledger_pct(p: &DecodePoint) -> Option<f64> {
+    (p.allocated > 0).then(|| (p.predicted as f64 / p.allocated as f64 - 1.0) * 100.0)
+}
+
+pub fn decode_table(points: &[DecodePoint]) -> Result<DataFrame> {
     let m = |f: &dyn Fn(&DecodePoint) -> u64| points.iter().map(|p| mib(f(p))).collect::<Vec<f64>>();
     Ok(df!(
-        "precision" => vec![precision.to_string(); points.len()],
-        "cache" => points.iter().map(|p| p.cache.clone()).collect::<Vec<_>>(),
-        "tokens" => points.iter().map(|p| p.tokens as u64).collect::<Vec<_>>(),
-        "outcome" => points.iter().map(|p| p.outcome.clone()).collect::<Vec<_>>(),
-        "base_mib" => m(&|p| p.base),
-        "allocated_mib" => m(&|p| p.allocated),
-        "ledger_mib" => m(&|p| p.predicted),
-        "ledger_vs_allocated_pct" => points.iter().map(|p| (p.allocated > 0).then(|| (p.predicted as f64 / p.allocated as f64 - 1.0) * 100.0)).collect::<Vec<_>>(),
-        "kv_mib" => m(&|p| p.kv_bytes),
-        "logits_mib" => m(&|p| p.logits_bytes),
-        "reserved_mib" => m(&|p| p.reserved),
-        "cached_mib" => m(&|p| p.reserved.saturating_sub(p.allocated)),
-        "peak_mib" => m(&|p| p.peak),
-        "peak_above_allocated_mib" => m(&|p| p.peak.saturating_sub(p.allocated)),
-        "tok_s" => points.iter().map(|p| p.tok_s).collect::<Vec<_>>(),
+        col::PRECISION => points.iter().map(|p| p.precision.clone()).collect::<Vec<_>>(),
+        col::CACHE => points.iter().map(|p| p.cache.clone()).collect::<Vec<_>>(),
+        col::TOKENS => points.iter().map(|p| p.tokens as u64).collect::<Vec<_>>(),
+        col::OUTCOME => points.iter().map(|p| p.outcome.as_str()).collect::<Vec<_>>(),
+        col::BASE_MIB => m(&|p| p.base),
+        col::ALLOCATED_MIB => m(&|p| p.allocated),
+        col::LEDGER_MIB => m(&|p| p.predicted),
+        col::LEDGER_VS_ALLOCATED_PCT => points.iter().map(ledger_pct).collect::<Vec<_>>(),
+        col::KV_MIB => m(&|p| p.kv_bytes),
+        col::LOGITS_MIB => m(&|p| p.logits_bytes),
+        col::RESERVED_MIB => m(&|p| p.reserved),
+        col::CACHED_MIB => m(&|p| p.reserved.saturating_sub(p.allocated)),
+        col::PEAK_MIB => m(&|p| p.peak),
+        col::PEAK_ABOVE_ALLOCATED_MIB => m(&|p| p.peak.saturating_sub(p.allocated)),
+        col::TOK_S => points.iter().map(|p| p.tok_s).collect::<Vec<_>>(),
     )?)
 }
 
-/// What a stage-2 run does: which sweeps, and their sizes.
-#[derive(Debug, Clone)]
-pub struct KvConfig {
-    pub prefill: bool,
-    pub decode: bool,
-    pub batch: bool,
-    /// Prefill lengths (the report's doubling by default).
-    pub lengths: Vec<usize>,
-    /// Bisect after the first OOM to within this many tokens; 0: no bisection.
-    pub resolution: usize,
-    pub logits: Logits,
-    /// Decode sweep: fill the cache to this length, reading at 256, 512, 1024, …
-    pub decode_to: usize,
-    /// Batch sweep: this length, batches 1, 2, 4, … up to `max_batch`.
-    pub seq: usize,
-    pub max_batch: usize,
-}
-
-/// The tables of the sweeps that ran.
+/// Everything the sweeps measured, before it becomes tables.
 #[derive(Default)]
-pub struct KvTables {
-    pub prefill: Option<DataFrame>,
-    pub limit: Option<DataFrame>,
-    pub decode: Option<DataFrame>,
-    pub batch: Option<DataFrame>,
+struct KvResults {
+    prefill: Vec<PrefillStep>,
+    limits: Vec<ContextLimit>,
+    decode: Vec<DecodePoint>,
+    batch: Vec<PrefillStep>,
+    /// (precision, KV bytes per token and logits bytes per token in its activation dtype)
+    per_token: Vec<(Precision, u64, u64, u64)>,
 }
 
-/// Runs the configured sweeps on a loaded model; `card` names the (emulated) card in the tables.
-pub fn run(lab: &mut Lab, model: &Qwen2, cfg: &KvConfig, card: &str) -> Result<KvTables> {
-    let mut out = KvTables::default();
-    let precision = model.precision.name();
-    if cfg.prefill {
-        let prefill = PrefillConfig { lengths: cfg.lengths.clone(), batch: 1, logits: cfg.logits };
-        let mut steps = prefill_sweep(lab, model, &prefill);
-        if cfg.resolution > 0 {
-            if let Some(limit) = find_limit(lab, model, &steps, cfg.logits, cfg.resolution) {
-                lab.say(format!(
-                    "max context on {card} in {precision} ({:?} logits): {} tokens fit, {} do not",
-                    cfg.logits, limit.max_ok, limit.first_oom
-                ));
-                out.limit = Some(limit_table(std::slice::from_ref(&limit), card)?);
-                steps.extend(limit.trials);
-                steps.sort_by_key(|s| s.seq);
+/// A prefill sweep, then the bisection when it ran out of memory; the trials join the steps.
+fn prefill_with_limit(s: &mut Session, model: &Qwen2, cfg: &KvConfig, logits: Logits, r: &mut KvResults) -> Result<()> {
+    let mut steps = prefill_sweep(s, model, &cfg.prefill_lengths(), logits)?;
+    if cfg.resolution > 0 {
+        if let Some(limit) = find_limit(s, model, &steps, logits, cfg.resolution)? {
+            s.say(format!(
+                "max context on {} in {} ({} logits, {} attention): {} tokens fit, {} do not",
+                s.card_name(),
+                limit.precision,
+                logits.name(),
+                limit.attention,
+                limit.max_ok,
+                limit.first_oom
+            ));
+            steps.extend(limit.trials.iter().cloned());
+            steps.sort_by_key(|st| st.seq);
+            r.limits.push(limit);
+        }
+    }
+    r.prefill.extend(steps);
+    Ok(())
+}
+
+fn run_precision(s: &mut Session, cfg: &KvConfig, precision: Precision, r: &mut KvResults) -> Result<()> {
+    s.check_stop()?;
+    let mut lm = match s.load(precision) {
+        Ok(lm) => lm,
+        Err(LabError::Oom(o)) => {
+            s.say(format!("{precision}: the model does not fit ({}); its sweeps are skipped", o.headline()));
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let m = &lm.model;
+    let dtype_bytes = m.act_dtype().size_in_bytes();
+    let (kv, naive, lg) = (
+        estimate::kv_bytes_per_token(&m.cfg, dtype_bytes),
+        estimate::naive_kv_bytes_per_token(&m.cfg, dtype_bytes),
+        estimate::logits_bytes_per_token(&m.cfg, dtype_bytes),
+    );
+    r.per_token.push((precision, kv, naive, lg));
+    s.say(format!(
+        "\n{precision}: weights loaded, allocated {}; KV {kv} B/token ({}), the report's formula {naive} B/token",
+        fmt_bytes(s.probe.snapshot("loaded").allocated),
+        m.act_dtype().as_str(),
+    ));
+    if cfg.sweeps.contains(&Sweep::Prefill) {
+        for &logits in &cfg.logits {
+            prefill_with_limit(s, &lm.model, cfg, logits, r)?;
+        }
+    }
+    if cfg.sweeps.contains(&Sweep::Decode) {
+        let checkpoints = doubling(256, cfg.decode_to);
+        for kind in [CacheKind::Preallocated, CacheKind::Concat] {
+            let points = decode_sweep(s, &lm.model, kind, 128, &checkpoints)?;
+            r.decode.extend(points);
+        }
+    }
+    if cfg.sweeps.contains(&Sweep::Batch) {
+        let steps = batch_sweep(s, &lm.model, cfg.seq, cfg.max_batch, Logits::All)?;
+        r.batch.extend(steps);
+    }
+    if cfg.sweeps.contains(&Sweep::Naive) {
+        lm.model.attention = AttentionMode::Naive;
+        prefill_with_limit(s, &lm.model, cfg, Logits::All, r)?;
+    }
+    Ok(())
+}
+
+impl KvResults {
+    fn findings(&self) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for &(p, kv, naive, lg) in &self.per_token {
+            let name = p.name();
+            let bounded_all = |st: &&PrefillStep| st.precision == name && st.attention == "bounded" && st.logits == "all" && st.outcome.is_ok();
+            // The largest step that fit: the per-token figures least disturbed by fixed overheads.
+            if let Some(st) = self.prefill.iter().filter(bounded_all).max_by_key(|st| st.seq * st.batch) {
+                let tokens = (st.seq * st.batch) as f64;
+                out.push(
+                    Finding::new(format!("{p} KV cache per token"), "B", Some(st.kv_measured as f64 / tokens))
+                        .predicted(kv as f64)
+                        .report((p == Precision::Bf16).then_some(naive as f64))
+                        .note("prediction: GQA 2·layers·kv_heads·head_dim·bytes; the report's formula 2·layers·hidden·bytes ignores GQA"),
+                );
+                out.push(
+                    Finding::new(format!("{p} memory per 1k tokens, all logits kept"), "MiB", Some(mib(st.held()) / tokens * 1024.0))
+                        .predicted(mib((kv + lg) * 1024))
+                        .report((p == Precision::Bf16).then_some(report::KV_GROWTH_PER_1K_MIB))
+                        .note(format!("at {} tokens: KV cache + every position's logits", st.seq)),
+                );
+            }
+            for l in self.limits.iter().filter(|l| l.precision == name) {
+                let report_seq = (p == Precision::Bf16 && l.logits == Logits::All && l.attention == "bounded").then_some(report::KV_FIRST_OOM_SEQ);
+                out.push(
+                    Finding::new(format!("{p} first length that runs out of memory, {} logits, {} attention", l.logits.name(), l.attention), "tokens", Some(l.first_oom as f64))
+                        .report(report_seq)
+                        .note(format!("longest that fits: {} tokens (bisection to {})", l.max_ok, l.resolution)),
+                );
+            }
+            let worst = self.decode.iter().filter(|d| d.precision == name).filter_map(ledger_pct).fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| if v.abs() > m.abs() { v } else { m })));
+            if let Some(w) = worst {
+                out.push(Finding::new(format!("{p} decode: ledger vs allocated, worst"), "%", Some(w)).predicted(0.0).note("weights + cache + one step's logits against the allocator's count"));
             }
         }
-        out.prefill = Some(prefill_table(&steps, model.attention, precision)?);
+        out
     }
-    if cfg.decode {
-        let checkpoints: Vec<usize> = PrefillConfig::doubling(256, cfg.decode_to);
-        let mut points = Vec::new();
-        for kind in [CacheKind::Preallocated, CacheKind::Concat] {
-            points.extend(decode_sweep(lab, model, kind, 128, &checkpoints));
+}
+
+impl Stage for KvCache {
+    const NAME: &'static str = "kv";
+    const TITLE: &'static str = "Stage 2 — the KV cache / KV Cache 的线性增长";
+    const ABOUT: &'static str = "Stage 2: the KV cache — prefill, decode and batch sweeps with a byte ledger, and the longest context that fits";
+    const INTRO: &'static str = "固定 batch = 1,序列长度从 1k 翻倍直到 OOM,再二分找到最长上下文;每一步把显存拆成 KV cache、logits 和其余部分。<br>Batch 1, the sequence doubled from 1k until OOM, then bisection to the longest context that fits; each step's bytes are attributed to the KV cache, the logits and the rest. The report (RTX 4090): \"KV Cache 增量\" 352.50 MB per added 1k tokens, OOM at 16,384 tokens; its formula 2 × layers × hidden × seq × batch × bytes ignores grouped-query attention (Qwen2.5-7B: 4 KV heads of 128, 57,344 B per token in BF16, 7× less). Most of its growth is logits: <code>model(input_ids)</code> keeps every position's 152,064 logits (304,128 B per token in BF16).";
+    type Config = KvConfig;
+
+    fn cpu_config() -> KvConfig {
+        // The tiny model on CPU: long enough to show linear growth, short enough for a first run.
+        KvConfig { max: 4096, decode_to: 1024, max_batch: 8, ..Default::default() }
+    }
+
+    fn run(s: &mut Session, cfg: &KvConfig) -> Result<StageOutput> {
+        let mut r = KvResults::default();
+        for &p in &cfg.precisions {
+            run_precision(s, cfg, p, &mut r)?;
         }
-        out.decode = Some(decode_table(&points, precision)?);
+        let mut out = StageOutput::default();
+        if !r.prefill.is_empty() {
+            out.table(PREFILL, prefill_table(&r.prefill)?);
+        }
+        if !r.limits.is_empty() {
+            out.table(LIMIT, limit_table(&r.limits, &s.card_name())?);
+        }
+        if !r.decode.is_empty() {
+            out.table(DECODE, decode_table(&r.decode)?);
+        }
+        if !r.batch.is_empty() {
+            out.table(BATCH, prefill_table(&r.batch)?);
+        }
+        out.findings = r.findings();
+        Ok(out)
     }
-    if cfg.batch {
-        let steps = batch_sweep(lab, model, cfg.seq, cfg.max_batch, cfg.logits);
-        out.batch = Some(prefill_table(&steps, model.attention, precision)?);
+
+    fn views() -> Vec<View> {
+        use col::*;
+        vec![
+            View {
+                name: "prefill",
+                table: PREFILL,
+                caption: "Stage 2 — prefill ledger (MiB)",
+                columns: &[SEQ, OUTCOME, HELD_MIB, GROWTH_PER_1K_TOKENS_MIB, KV_MEASURED_MIB, KV_GQA_FORMULA_MIB, KV_NAIVE_FORMULA_MIB, LOGITS_MIB, OTHER_MIB, TRANSIENT_MIB, PEAK_MIB, PREFILL_TOK_S, OOM_REQUEST_MIB],
+                group_by: &[PRECISION, LOGITS, ATTENTION],
+                chart: Some(charts::kv_prefill),
+                explain: "KV + 全部位置的 logits = 353.0 MiB / 1k tokens in BF16 (57,344 + 304,128 B per token): the report's 352.5 MB. Held − KV − logits is \"other\"; the peak above what stays held is transient (attention scores, MLP activations). Stock candle-transformers' attention (naive) repeats K/V per head and materialises the whole score matrix, so it runs out of memory far earlier.",
+            },
+            View {
+                name: "limit",
+                table: LIMIT,
+                caption: "Stage 2 — the longest context that fits / 最长上下文 (tokens)",
+                columns: &[CARD, PRECISION, LOGITS, ATTENTION, BATCH, MAX_CONTEXT, FIRST_OOM, RESOLUTION, TRIALS],
+                group_by: &[],
+                chart: None,
+                explain: "Without every position's logits (what generation needs) the limit moves from about 16k to about 32k tokens: the peak then comes from the MLP's activations during prefill, not the cache. Q4 frees about 10 GiB of weights but computes in F32, so its cache and logits are twice BF16's.",
+            },
+            View {
+                name: "decode",
+                table: DECODE,
+                caption: "Stage 2 — a long decode: preallocated vs concatenating cache (MiB)",
+                columns: &[CACHE, TOKENS, OUTCOME, ALLOCATED_MIB, LEDGER_MIB, LEDGER_VS_ALLOCATED_PCT, KV_MIB, RESERVED_MIB, PEAK_ABOVE_ALLOCATED_MIB, TOK_S],
+                group_by: &[PRECISION],
+                chart: Some(charts::kv_decode),
+                explain: "The preallocated cache takes its full size at once and never moves; the concatenating cache grows by one token's bytes per step but copies the whole cache every step, so its peak rises above what it holds and the pool keeps more reserved. The ledger (weights + cache + one step's logits) sums to the allocated memory.",
+            },
+            View {
+                name: "batch",
+                table: BATCH,
+                caption: "Stage 2 — batch sweep (MiB, all logits kept)",
+                columns: &[BATCH, SEQ, OUTCOME, HELD_MIB, KV_MEASURED_MIB, KV_GQA_FORMULA_MIB, LOGITS_MIB, TRANSIENT_MIB, PEAK_MIB, PREFILL_TOK_S],
+                group_by: &[PRECISION],
+                chart: None,
+                explain: "Batch multiplies the cache and the logits alike: at a fixed length, memory grows linearly in the batch until the card is full.",
+            },
+        ]
     }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -469,18 +750,18 @@ mod tests {
     #[test]
     fn bisection_finds_the_boundary_on_the_grid() {
         for limit in [1024usize, 1300, 2047, 4095] {
-            let (found, tried) = bisect(1024, 4096, 256, |n| n <= limit);
+            let (found, tried) = bisect(1024, 4096, 256, |n| Ok(n <= limit)).unwrap();
             assert!(found <= limit && limit - found < 256, "limit {limit}: found {found}");
             assert!(tried.iter().all(|n| n % 256 == 0 && *n > 1024 && *n < 4096));
             assert!(tried.len() <= 4, "{tried:?}");
         }
         // Already within the resolution: nothing to try.
-        assert_eq!(bisect(1024, 1200, 256, |_| unreachable!()), (1024, vec![]));
+        assert_eq!(bisect(1024, 1200, 256, |_| unreachable!()).unwrap(), (1024, vec![]));
     }
 
     #[test]
     fn doubling_lengths() {
-        assert_eq!(PrefillConfig::doubling(1024, 9000), vec![1024, 2048, 4096, 8192]);
+        assert_eq!(doubling(1024, 9000), vec![1024, 2048, 4096, 8192]);
     }
 
     #[test]
@@ -489,8 +770,29 @@ mod tests {
         assert_eq!(st.held(), 1000);
         assert_eq!(st.other(), 100);
         assert_eq!(st.transient(), 400);
-        let t = prefill_table(&[st], AttentionMode::default(), "bf16").unwrap();
+        let t = prefill_table(&[st]).unwrap();
         assert_eq!(t.height(), 1);
-        assert!(t.column("growth_per_1k_tokens_mib").is_ok());
+        assert!(t.column(col::GROWTH_PER_1K_TOKENS_MIB).is_ok());
+    }
+
+    #[test]
+    fn growth_restarts_at_each_sweep() {
+        let step = |logits: &str, seq: usize, held: u64| PrefillStep { logits: logits.into(), seq, batch: 1, after: held, ..Default::default() };
+        let t = prefill_table(&[step("all", 1, 10 << 20), step("all", 2, 25 << 20), step("last", 1, 4 << 20)]).unwrap();
+        let g: Vec<Option<f64>> = t.column(col::GROWTH_VS_PREVIOUS_MIB).unwrap().f64().unwrap().iter().collect();
+        assert_eq!(g, vec![Some(10.0), Some(15.0), Some(4.0)]);
+    }
+
+    #[test]
+    fn config_defaults_are_the_flags_defaults() {
+        use clap::{Args, FromArgMatches};
+        let cmd = KvConfig::augment_args(clap::Command::new("kv"));
+        let parsed = KvConfig::from_arg_matches(&cmd.get_matches_from(["kv"])).unwrap();
+        assert_eq!(serde_json::to_value(parsed).unwrap(), serde_json::to_value(KvConfig::default()).unwrap());
+        let cmd = KvConfig::augment_args(clap::Command::new("kv"));
+        let parsed = KvConfig::from_arg_matches(&cmd.get_matches_from(["kv", "--precisions", "q4", "--sweeps", "prefill,naive", "--logits", "last"])).unwrap();
+        assert_eq!(parsed.precisions, vec![Precision::Q4]);
+        assert_eq!(parsed.sweeps, vec![Sweep::Prefill, Sweep::Naive]);
+        assert_eq!(parsed.logits, vec![Logits::Last]);
     }
 }

@@ -1,48 +1,17 @@
-//! One file per report stage. Each takes the `Lab` (device, probe, model source, console) and a
-//! config, runs, and returns tables.
+//! One module per report stage, each a `Stage` (see `stage.rs`). The registry below is the list
+//! `vram-lab run` runs in order and the CLI turns into subcommands.
 
 pub mod anatomy;
 pub mod kv;
 
-use crate::memory::MemoryProbe;
-use crate::model::{ModelSource, SourceOptions};
-use crate::report::Console;
-use candle_core::Device;
+use crate::stage::{register, AnyStage};
 
-/// What every stage runs with.
-pub struct Lab {
-    pub device: Device,
-    pub probe: MemoryProbe,
-    pub source: ModelSource,
-    pub opts: SourceOptions,
-    pub console: Console,
-    pub show_progress: bool,
+/// Every stage, in the report's order. Adding a stage: its module, and one line here.
+pub fn registry() -> Vec<Box<dyn AnyStage>> {
+    vec![register::<anatomy::Anatomy>(), register::<kv::KvCache>()]
 }
 
-impl Lab {
-    pub fn new(device: Device, source: ModelSource, opts: SourceOptions) -> Self {
-        let probe = MemoryProbe::new(&device);
-        Self { device, probe, source, opts, console: Console::default(), show_progress: false }
-    }
-
-    pub fn say(&mut self, s: impl AsRef<str>) {
-        self.console.line(s);
-    }
-
-    pub fn progress_bar(&self, what: &str) -> Option<indicatif::ProgressBar> {
-        if !self.show_progress {
-            return None;
-        }
-        let pb = indicatif::ProgressBar::new(0);
-        if let Ok(style) = indicatif::ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} tensors {elapsed}") {
-            pb.set_style(style.progress_chars("=> "));
-        }
-        pb.set_message(what.to_string());
-        Some(pb)
-    }
-
-    /// Memory bandwidth of the GPU this runs on (vendor figure), when it is a known card.
-    pub fn own_bandwidth_gbs(&self) -> Option<f64> {
-        crate::device::own_card(&self.device).map(|c| c.bandwidth_gbs)
-    }
+/// The stage called `name`.
+pub fn find(name: &str) -> Option<Box<dyn AnyStage>> {
+    registry().into_iter().find(|s| s.name() == name)
 }

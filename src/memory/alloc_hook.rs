@@ -4,14 +4,17 @@
 //! candle allocates through cudarc's `cuMemAllocAsync` / `cuMemFreeAsync`. The binary defines
 //! those two symbols with `cuda_alloc_hook!()`; the linker binds cudarc's calls to them, and they
 //! forward to the driver's functions found with `dlsym(RTLD_NEXT)`. Without the macro (e.g. in a
-//! notebook) nothing is counted and request sizes are reported as unknown.
+//! notebook) nothing is counted and request sizes are reported as unknown. A failed request is
+//! kept per device (the context current when it failed), so two GPUs in one process do not mix;
+//! the counts for the summary are the process's.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
-static LAST_FAILED: AtomicU64 = AtomicU64::new(0);
+const MAX_DEVICES: usize = 16;
+static LAST_FAILED: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static ALLOC_BYTES: AtomicU64 = AtomicU64::new(0);
 static FREES: AtomicU64 = AtomicU64::new(0);
@@ -37,7 +40,7 @@ pub fn on_alloc(ptr: u64, bytes: u64, rc: u32) {
     ACTIVE.store(true, Relaxed);
     if rc != 0 {
         FAILURES.fetch_add(1, Relaxed);
-        LAST_FAILED.store(bytes, Relaxed);
+        LAST_FAILED[current_device() % MAX_DEVICES].store(bytes, Relaxed);
         return;
     }
     ALLOCS.fetch_add(1, Relaxed);
@@ -62,8 +65,23 @@ pub fn active() -> bool {
     ACTIVE.load(Relaxed)
 }
 
-pub fn take_failed_request() -> Option<u64> {
-    Some(LAST_FAILED.swap(0, Relaxed)).filter(|&b| b != 0)
+/// The ordinal of the device whose context is current on this thread (0 without CUDA).
+fn current_device() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        let mut d = 0;
+        // SAFETY: a query with a valid out-pointer; called after the driver answered an allocation.
+        if unsafe { sys::cuCtxGetDevice(&mut d) } == sys::CUresult::CUDA_SUCCESS {
+            return d.max(0) as usize;
+        }
+    }
+    0
+}
+
+/// The size of the last allocation that failed on device `ordinal`, once.
+pub fn take_failed_request(ordinal: usize) -> Option<u64> {
+    Some(LAST_FAILED[ordinal % MAX_DEVICES].swap(0, Relaxed)).filter(|&b| b != 0)
 }
 
 pub fn counts() -> Option<AllocCounts> {

@@ -87,6 +87,14 @@ pub fn mem_info(dev: &CudaDevice) -> Result<(u64, u64)> {
     Ok((free as u64, total as u64))
 }
 
+/// The device's ordinal (cuda:N).
+pub fn ordinal(dev: &CudaDevice) -> usize {
+    match candle_core::Device::Cuda(dev.clone()).location() {
+        candle_core::DeviceLocation::Cuda { gpu_id } => gpu_id,
+        _ => 0,
+    }
+}
+
 pub fn name(dev: &CudaDevice) -> String {
     context(dev).name().unwrap_or_else(|_| "CUDA device".into())
 }

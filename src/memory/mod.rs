@@ -2,17 +2,18 @@
 //! memory_reserved / max_memory_allocated), card emulation, the summary table and timelines.
 
 pub mod alloc_hook;
-pub mod card;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod emulation;
 pub mod host;
 pub mod summary;
 pub mod timeline;
 
-pub use card::{Card, CardEmulation};
+pub use emulation::CardEmulation;
 pub use timeline::Timeline;
 
 use crate::error::{LabError, OomReport, Result};
+use crate::hw::Card;
 use candle_core::Device;
 use serde::Serialize;
 use std::time::Instant;
@@ -35,11 +36,6 @@ pub fn fmt_bytes(bytes: u64) -> String {
     } else {
         format!("{bytes} B")
     }
-}
-
-/// The size of the allocation that failed last, from whichever hook saw it.
-pub fn take_failed_request() -> Option<u64> {
-    alloc_hook::take_failed_request().or_else(host::take_over_cap)
 }
 
 /// One labelled reading. On CUDA: the default pool's used / reserved / used-high, cuMemGetInfo and
@@ -81,24 +77,43 @@ impl Snapshot {
     }
 }
 
-/// Reads memory on one device.
+/// Reads memory on one device, and holds that device's card emulation while there is one.
 pub struct MemoryProbe {
     device: Device,
     start: Instant,
+    emulation: Option<CardEmulation>,
 }
 
 impl MemoryProbe {
     pub fn new(device: &Device) -> Self {
-        Self { device: device.clone(), start: Instant::now() }
+        Self { device: device.clone(), start: Instant::now(), emulation: None }
     }
 
     pub fn device(&self) -> &Device {
         &self.device
     }
 
+    /// Makes this device look like `card` until `stop_emulating` or drop.
+    pub fn emulate(&mut self, card: &Card) -> Result<&CardEmulation> {
+        self.emulation = None; // release a previous ballast before measuring free memory
+        Ok(self.emulation.insert(CardEmulation::start(card, &self.device)?))
+    }
+
+    pub fn stop_emulating(&mut self) {
+        self.emulation = None;
+    }
+
+    pub fn card(&self) -> Option<&Card> {
+        self.emulation.as_ref().map(|e| &e.card)
+    }
+
+    fn ballast(&self) -> u64 {
+        self.emulation.as_ref().map(|e| e.ballast).unwrap_or(0)
+    }
+
     pub fn snapshot(&self, label: &str) -> Snapshot {
         let t_s = self.start.elapsed().as_secs_f64();
-        let ballast = card::ballast_bytes();
+        let ballast = self.ballast();
         match &self.device {
             #[cfg(feature = "cuda")]
             Device::Cuda(dev) => {
@@ -179,7 +194,16 @@ impl MemoryProbe {
     /// Forgets a capacity crossing recorded while a failed stage was cleaning up.
     pub fn clear_pending(&self) {
         let _ = host::take_over_cap();
-        let _ = alloc_hook::take_failed_request();
+        let _ = self.failed_request();
+    }
+
+    /// The size of the allocation on this device that failed last, from whichever hook saw it.
+    fn failed_request(&self) -> Option<u64> {
+        match &self.device {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(dev) => alloc_hook::take_failed_request(cuda::ordinal(dev)),
+            _ => host::take_over_cap(),
+        }
     }
 
     fn oom_report(&self, bytes: u64, message: &str) -> LabError {
@@ -190,10 +214,14 @@ impl MemoryProbe {
         }))
     }
 
-    /// Fills an OOM with the snapshot and summary of this moment; other errors pass through.
+    /// Fills an OOM with the request size, the snapshot and the summary of this moment; other
+    /// errors pass through.
     pub fn capture(&self, err: LabError, during: &str) -> LabError {
         match err.during(during) {
             LabError::Oom(mut r) => {
+                if r.request_bytes.is_none() {
+                    r.request_bytes = self.failed_request();
+                }
                 if r.snapshot.is_none() {
                     r.snapshot = Some(self.snapshot("oom"));
                     r.summary = self.summary();

@@ -6,13 +6,17 @@ use candle_core::quantized::GgmlDType;
 use candle_core::DType;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
+    #[value(alias = "fp32", alias = "float32")]
     F32,
+    #[value(alias = "bfloat16")]
     Bf16,
+    #[value(alias = "fp16", alias = "float16")]
     F16,
     /// GGUF k-quants: Q4_K for the matrices (see `ggml_dtype_for`).
+    #[value(alias = "q4k", alias = "q4_k", alias = "int4")]
     Q4,
 }
 

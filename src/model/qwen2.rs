@@ -77,12 +77,22 @@ struct Layer {
 }
 
 /// Which logits a forward pass returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
 pub enum Logits {
     /// Only the last position's (what generation needs).
     Last,
     /// Every position's, as `model(input_ids)` in transformers keeps them.
     All,
+}
+
+impl Logits {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Last => "last",
+            Self::All => "all",
+        }
+    }
 }
 
 pub struct Qwen2 {

@@ -4,7 +4,7 @@
 
 use super::config::{Qwen2Config, TensorSpec};
 use super::precision::{ggml_dtype_for, Precision};
-use crate::error::{LabError, Result};
+use crate::error::{cause, LabError, Result};
 use crate::memory::MemoryProbe;
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
@@ -187,7 +187,7 @@ impl Safetensors {
         }
         // SAFETY: the files are memory-mapped read-only; the lab never writes them while mapped.
         let st = unsafe { candle_core::safetensors::MmapedSafetensors::multi(files) }
-            .map_err(|e| LabError::input(format!("not a readable safetensors file ({e})")))?;
+            .map_err(|e| LabError::input(format!("not a readable safetensors file ({})", cause(&e))))?;
         Ok(Self { st, tied: cfg.tie_word_embeddings, files: files.to_vec() })
     }
 
@@ -220,7 +220,7 @@ impl WeightSource for Safetensors {
         let t = self
             .st
             .load(&spec.name, &Device::Cpu)
-            .map_err(|e| LabError::input(format!("cannot read tensor {} ({e})", spec.name)))?;
+            .map_err(|e| LabError::input(format!("cannot read tensor {} ({})", spec.name, cause(&e))))?;
         check_shape(&spec.name, t.dims(), &spec.shape)?;
         convert(t, spec, precision, self.tied, device)
     }
@@ -269,7 +269,7 @@ impl Gguf {
         let mut file = std::fs::File::open(path)
             .map_err(|e| LabError::input(format!("cannot open {}: {e}", path.display())))?;
         let content = gguf_file::Content::read(&mut file)
-            .map_err(|e| LabError::input(format!("{} is not a readable GGUF file ({e})", path.display())))?;
+            .map_err(|e| LabError::input(format!("{} is not a readable GGUF file ({})", path.display(), cause(&e))))?;
         Ok(Self { path: path.to_path_buf(), file, content })
     }
 
@@ -285,7 +285,7 @@ impl Gguf {
         v.to_u32()
             .map(|x| x as usize)
             .or_else(|_| v.to_u64().map(|x| x as usize))
-            .map_err(|e| LabError::input(format!("{key}: {e}")))
+            .map_err(|e| LabError::input(format!("{key}: {}", cause(&e))))
     }
 
     /// The config from qwen2.* metadata; the vocabulary size from the embedding's shape.
@@ -327,7 +327,7 @@ impl WeightSource for Gguf {
         let q = self
             .content
             .tensor(&mut self.file, &name, device)
-            .map_err(|e| LabError::input(format!("{}: tensor {name}: {e}", self.path.display())))?;
+            .map_err(|e| LabError::input(format!("{}: tensor {name}: {}", self.path.display(), cause(&e))))?;
         check_shape(&name, q.shape().dims(), &spec.shape)?;
         let block_quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
         match precision.dense_dtype() {

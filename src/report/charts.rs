@@ -2,6 +2,8 @@
 //! notebooks draw the same thing.
 
 use crate::error::Result;
+use crate::experiments::{anatomy::col as a, kv::col as k};
+use crate::stage::Outcome;
 use plotly::common::{Mode, Title};
 use plotly::layout::{Axis, AxisType, BarMode, Layout};
 use plotly::{Bar, Plot, Scatter};
@@ -27,17 +29,17 @@ fn layout(title: &str, x: &str, y: &str) -> Layout {
 
 /// Stage 1: per precision, predicted weights vs measured allocated, peak, and the report.
 pub fn anatomy(df: &DataFrame) -> Result<Plot> {
-    let x = strings(df, "precision")?;
+    let x = strings(df, a::PRECISION)?;
     let mut plot = Plot::new();
     for (col, name) in [
-        ("predicted_weights_gib", "predicted weights"),
-        ("loaded_allocated_gib", "allocated after load (this run)"),
-        ("after_peak_gib", "peak during generation (this run)"),
-        ("report_allocated_gib", "allocated, report (RTX 4090, PyTorch)"),
+        (a::PREDICTED_WEIGHTS_GIB, "predicted weights"),
+        (a::LOADED_ALLOCATED_GIB, "allocated after load (this run)"),
+        (a::AFTER_PEAK_GIB, "peak during generation (this run)"),
+        (a::REPORT_ALLOCATED_GIB, "allocated, report (RTX 4090, PyTorch)"),
     ] {
         plot.add_trace(Bar::new(x.clone(), floats(df, col)?).name(name));
     }
-    plot.set_layout(layout("显存解剖 VRAM anatomy of Qwen2.5-7B", "precision", "GiB").bar_mode(BarMode::Group));
+    plot.set_layout(layout("显存解剖 VRAM anatomy: weights and peak by precision", "precision", "GiB").bar_mode(BarMode::Group));
     Ok(plot)
 }
 
@@ -54,17 +56,17 @@ pub fn timeline(df: &DataFrame) -> Result<Plot> {
 
 /// Stage 2: held bytes per prefill length against the GQA formula and the report's formula.
 pub fn kv_prefill(df: &DataFrame) -> Result<Plot> {
-    let ok = df.filter(&df.column("outcome")?.str()?.equal("ok"))?;
-    let seq = floats(&ok, "seq")?;
+    let ok = df.filter(&df.column(k::OUTCOME)?.str()?.equal(Outcome::OK))?;
+    let seq = floats(&ok, k::SEQ)?;
     let kv_plus_logits: Vec<f64> =
-        floats(&ok, "kv_gqa_formula_mib")?.iter().zip(floats(&ok, "logits_formula_mib")?).map(|(a, b)| a + b).collect();
+        floats(&ok, k::KV_GQA_FORMULA_MIB)?.iter().zip(floats(&ok, k::LOGITS_FORMULA_MIB)?).map(|(a, b)| a + b).collect();
     let naive_plus_logits: Vec<f64> =
-        floats(&ok, "kv_naive_formula_mib")?.iter().zip(floats(&ok, "logits_formula_mib")?).map(|(a, b)| a + b).collect();
+        floats(&ok, k::KV_NAIVE_FORMULA_MIB)?.iter().zip(floats(&ok, k::LOGITS_FORMULA_MIB)?).map(|(a, b)| a + b).collect();
     // Ticks at the doublings only; the bisection's lengths crowd between them.
     let seq_ticks: Vec<f64> = seq.iter().copied().filter(|&n| n > 0.0 && (n as u64).is_power_of_two()).collect();
-    let peak_above_base: Vec<f64> = floats(&ok, "peak_mib")?.iter().zip(floats(&ok, "base_mib")?).map(|(p, b)| p - b).collect();
+    let peak_above_base: Vec<f64> = floats(&ok, k::PEAK_MIB)?.iter().zip(floats(&ok, k::BASE_MIB)?).map(|(p, b)| p - b).collect();
     let mut plot = Plot::new();
-    plot.add_trace(Scatter::new(seq.clone(), floats(&ok, "held_mib")?).mode(Mode::LinesMarkers).name("measured: held after prefill, above the weights"));
+    plot.add_trace(Scatter::new(seq.clone(), floats(&ok, k::HELD_MIB)?).mode(Mode::LinesMarkers).name("measured: held after prefill, above the weights"));
     plot.add_trace(Scatter::new(seq.clone(), kv_plus_logits).mode(Mode::Lines).name("GQA formula: KV + logits"));
     plot.add_trace(Scatter::new(seq.clone(), naive_plus_logits).mode(Mode::Lines).name("report's formula 2·L·H·S·B + logits"));
     plot.add_trace(Scatter::new(seq, peak_above_base).mode(Mode::Markers).name("peak during the prefill, above the weights"));
@@ -80,10 +82,10 @@ pub fn kv_prefill(df: &DataFrame) -> Result<Plot> {
 pub fn kv_decode(df: &DataFrame) -> Result<Plot> {
     let mut plot = Plot::new();
     for kind in ["preallocated", "concat"] {
-        let d = df.filter(&df.column("cache")?.str()?.equal(kind))?;
-        let t = floats(&d, "tokens")?;
-        plot.add_trace(Scatter::new(t.clone(), floats(&d, "allocated_mib")?).mode(Mode::LinesMarkers).name(format!("{kind}: allocated")));
-        plot.add_trace(Scatter::new(t, floats(&d, "peak_mib")?).mode(Mode::Markers).name(format!("{kind}: peak")));
+        let d = df.filter(&df.column(k::CACHE)?.str()?.equal(kind))?;
+        let t = floats(&d, k::TOKENS)?;
+        plot.add_trace(Scatter::new(t.clone(), floats(&d, k::ALLOCATED_MIB)?).mode(Mode::LinesMarkers).name(format!("{kind}: allocated")));
+        plot.add_trace(Scatter::new(t, floats(&d, k::PEAK_MIB)?).mode(Mode::Markers).name(format!("{kind}: peak")));
     }
     plot.set_layout(layout("Decode: preallocated vs concatenating KV cache", "tokens in cache", "MiB"));
     Ok(plot)

@@ -18,22 +18,9 @@ fn cell(col: &Column, row: usize) -> String {
         Ok(AnyValue::Null) | Err(_) => "—".into(),
         Ok(AnyValue::String(s)) => s.to_string(),
         Ok(AnyValue::StringOwned(s)) => s.to_string(),
-        Ok(AnyValue::Float64(v)) => fmt_float(v),
-        Ok(AnyValue::Float32(v)) => fmt_float(v as f64),
+        Ok(AnyValue::Float64(v)) => super::format::fmt_float(v),
+        Ok(AnyValue::Float32(v)) => super::format::fmt_float(v as f64),
         Ok(v) => v.to_string(),
-    }
-}
-
-/// Floats with sense: 3 decimals for small figures, thousands without decimals.
-fn fmt_float(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.abs() >= 1000.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 10.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
     }
 }
 
@@ -88,7 +75,7 @@ pub fn show_chart(plot: &plotly::Plot, name: &str) {
         // The mark is an environment variable: evcxr links the crate into every cell anew, so a
         // static would start over in each cell, while the process stays the same.
         const SENT: &str = "VRAM_LAB_PLOTLY_JS_SENT";
-        let js = if std::env::var_os(SENT).is_some() { String::new() } else { plotly_js() };
+        let js = if std::env::var_os(SENT).is_some() { String::new() } else { super::html::plotly_js() };
         std::env::set_var(SENT, "1");
         let html = format!("{js}\n{}", plot.to_inline_html(Some(&div)));
         println!("EVCXR_BEGIN_CONTENT application/vnd.plotly.v1+json\n{}\nEVCXR_END_CONTENT", plot.to_json());
@@ -97,14 +84,5 @@ pub fn show_chart(plot: &plotly::Plot, name: &str) {
         let path = std::env::temp_dir().join(format!("{div}.html"));
         plot.write_html(&path);
         println!("chart written to {}", path.display());
-    }
-}
-
-/// plotly.js once, without MathJax (the charts use no LaTeX).
-fn plotly_js() -> String {
-    let all = plotly::Plot::offline_js_sources();
-    match all.find("</script>") {
-        Some(end) => all[..end + "</script>".len()].to_string(),
-        None => all,
     }
 }

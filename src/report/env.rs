@@ -1,14 +1,15 @@
-//! env.json: what ran where, so a committed result says which GPU, driver and versions made it.
+//! The machine a run measured: device, GPU, driver, CUDA, host, and the library versions
+//! Cargo.lock pinned at build time.
 
 use candle_core::Device;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Env {
-    pub date: String,
-    pub command: String,
     pub vram_lab: String,
-    pub candle: String,
+    /// Versions from Cargo.lock at build time (candle-core, cudarc, polars, …).
+    pub versions: BTreeMap<String, String>,
     pub device: String,
     pub gpu: Option<String>,
     pub compute_capability: Option<String>,
@@ -18,32 +19,28 @@ pub struct Env {
     pub cuda_built_in: bool,
     pub host_cpus: usize,
     pub host_mem_gib: Option<f64>,
-    pub card: Option<String>,
-    pub model: String,
 }
 
-/// candle-core's version, as Cargo.lock pins it (Cargo.toml asks for 0.11.1).
-const CANDLE_VERSION: &str = "0.11.1";
+/// The versions build.rs read from Cargo.lock.
+pub fn locked_versions() -> BTreeMap<String, String> {
+    env!("VRAM_LAB_LOCKED_VERSIONS")
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
 
 impl Env {
-    pub fn capture(device: &Device, command: &str, card: Option<&str>, model: &str) -> Self {
+    pub fn capture(device: &Device) -> Self {
         #[allow(unused_mut)]
         let mut env = Self {
-            date: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-            command: command.into(),
             vram_lab: env!("CARGO_PKG_VERSION").into(),
-            candle: CANDLE_VERSION.into(),
-            device: crate::device::describe(device),
-            gpu: None,
-            compute_capability: None,
-            driver: None,
-            cuda_driver_api: None,
-            device_total_mib: None,
+            versions: locked_versions(),
+            device: crate::hw::describe(device),
             cuda_built_in: cfg!(feature = "cuda"),
             host_cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             host_mem_gib: crate::memory::host::meminfo().map(|(t, _)| crate::memory::gib(t)),
-            card: card.map(str::to_string),
-            model: model.into(),
+            ..Default::default()
         };
         #[cfg(feature = "cuda")]
         if let Device::Cuda(dev) = device {
@@ -55,5 +52,17 @@ impl Env {
             env.device_total_mib = cuda::mem_info(dev).ok().map(|(_, t)| crate::memory::mib(t));
         }
         env
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn versions_come_from_the_lock_file() {
+        let v = super::locked_versions();
+        let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).unwrap();
+        let candle = &v["candle-core"];
+        assert!(lock.contains(&format!("name = \"candle-core\"\nversion = \"{candle}\"")), "{candle}");
+        assert!(v.contains_key("polars"));
     }
 }

@@ -1,11 +1,15 @@
-//! Output: the run folder (one CSV per table, env.json, console.txt) and the console log.
+//! Output: run folders (manifest, CSVs), report.html, charts, and the tables as the console and
+//! the notebooks show them.
 
 pub mod charts;
 pub mod display;
 pub mod env;
-pub mod output;
+pub mod format;
+pub mod html;
+pub mod manifest;
 pub mod table;
 
 pub use env::Env;
-pub use output::{Console, OutputDir};
+pub use format::{console_columns, console_table};
+pub use manifest::{Manifest, RunFolder};
 pub use table::Table;

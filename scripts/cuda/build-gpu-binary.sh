@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds the `--features cuda` release binary on a machine without a GPU (after setup-cuda-build.sh)
+# and packs it, stripped and xz-compressed, into .gpu/vram-lab.xz for scripts/gpu/run.sh.
+#   bash scripts/cuda/build-gpu-binary.sh            # CUDA_COMPUTE_CAP=90: H100 / H200
+#   CUDA_COMPUTE_CAP=89 bash scripts/cuda/build-gpu-binary.sh   # RTX 4090 (86: RTX 3090, A4000)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source /opt/cuda13/env.sh
+cargo build --release --features cuda
+mkdir -p .gpu
+xz -T0 -6 -c target/release/vram-lab > .gpu/vram-lab.xz
+ls -la .gpu/vram-lab.xz

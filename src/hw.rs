@@ -1,0 +1,122 @@
+//! What a machine is: the card presets (capacity, bandwidth, PCIe) and which device to run on.
+//! Nothing here measures; `memory/` does.
+
+use crate::error::{LabError, Result};
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Card {
+    pub name: String,
+    pub label: String,
+    /// What the driver reports as total on that card, in MiB.
+    pub total_mib: f64,
+    pub total_source: String,
+    /// Memory bandwidth (vendor figure), GB/s; unknown for a card given as a size.
+    pub bandwidth_gbs: Option<f64>,
+    pub pcie: String,
+    pub pcie_gbs: Option<f64>,
+}
+
+const CARDS_JSON: &str = include_str!("../data/cards.json");
+
+impl Card {
+    pub fn presets() -> Vec<Card> {
+        // The file is embedded and checked by a test; an error here is a build defect.
+        serde_json::from_str(CARDS_JSON).unwrap_or_default()
+    }
+
+    /// A preset name (`rtx4090`, `a4000`, …) or a size (`24GiB`, `16gib`, `512MiB`).
+    pub fn parse(s: &str) -> Result<Card> {
+        let key = s.trim().to_ascii_lowercase();
+        if let Some(card) = Self::presets().into_iter().find(|c| c.name == key) {
+            return Ok(card);
+        }
+        let (num, unit) = key.split_at(key.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(key.len()));
+        let mib = match (num.trim().parse::<f64>(), unit) {
+            (Ok(n), "gib" | "g" | "gb") if n > 0.0 => n * 1024.0,
+            (Ok(n), "mib" | "m" | "mb") if n > 0.0 => n,
+            _ => {
+                let names: Vec<_> = Self::presets().into_iter().map(|c| c.name).collect();
+                return Err(LabError::input(format!(
+                    "unknown card `{s}`: use one of {} or a size such as 24GiB",
+                    names.join(", ")
+                )));
+            }
+        };
+        Ok(Card {
+            name: key.clone(),
+            label: format!("a {} card", crate::memory::fmt_bytes((mib * 1024.0 * 1024.0) as u64)),
+            total_mib: mib,
+            total_source: "given on the command line".into(),
+            bandwidth_gbs: None,
+            pcie: String::new(),
+            pcie_gbs: None,
+        })
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        (self.total_mib * 1024.0 * 1024.0) as u64
+    }
+}
+
+/// `auto` (CUDA if there is one), `cpu`, `cuda` or `cuda:N`.
+pub fn pick(choice: &str) -> Result<Device> {
+    match choice {
+        "cpu" => Ok(Device::Cpu),
+        "auto" => Ok(if cfg!(feature = "cuda") { Device::cuda_if_available(0).unwrap_or(Device::Cpu) } else { Device::Cpu }),
+        c if c == "cuda" || c.starts_with("cuda:") => {
+            if !cfg!(feature = "cuda") {
+                return Err(LabError::Unsupported(
+                    "this build has no CUDA: rebuild with `cargo build --release --features cuda`".into(),
+                ));
+            }
+            let ordinal = c.strip_prefix("cuda:").map(|n| n.parse::<usize>()).transpose()
+                .map_err(|_| LabError::input(format!("bad device `{c}`: use cuda:N")))?
+                .unwrap_or(0);
+            Device::new_cuda(ordinal).map_err(|e| LabError::Unsupported(format!("no usable CUDA device {ordinal}: {}", crate::error::cause(&e))))
+        }
+        other => Err(LabError::input(format!("unknown device `{other}`: use auto, cpu, cuda or cuda:N"))),
+    }
+}
+
+/// A one-line description: "cpu (16 threads)" or "cuda:0 NVIDIA H200".
+pub fn describe(device: &Device) -> String {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(dev) => format!("cuda:{} {}", crate::memory::cuda::ordinal(dev), crate::memory::cuda::name(dev)),
+        _ => format!("cpu ({} threads)", candle_core::utils::get_num_threads()),
+    }
+}
+
+/// The GPU's name, None on CPU.
+pub fn gpu_name(device: &Device) -> Option<String> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(dev) => Some(crate::memory::cuda::name(dev)),
+        _ => None,
+    }
+}
+
+/// The card preset matching this device's GPU (for its bandwidth), if any.
+pub fn own_card(device: &Device) -> Option<Card> {
+    let name = gpu_name(device)?.to_ascii_lowercase();
+    let key = ["h200", "h100", "a100", "l40s", "4090", "3090", "a4000"].into_iter().find(|k| name.contains(k))?;
+    Card::presets().into_iter().find(|c| c.name.contains(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_parse_and_sizes() {
+        let cards = Card::presets();
+        assert!(cards.len() >= 8);
+        assert_eq!(Card::parse("RTX4090").unwrap().total_mib, 24084.5);
+        assert_eq!(Card::parse("24GiB").unwrap().total_bytes(), 24 << 30);
+        assert_eq!(Card::parse("512MiB").unwrap().total_bytes(), 512 << 20);
+        assert!(Card::parse("rtx9090").is_err());
+        assert!(Card::parse("0GiB").is_err());
+    }
+}

@@ -1,0 +1,146 @@
+//! Figures with sensible precision, and a view's table as the console, report.html and the
+//! notebooks show it: the view's columns, split into the view's groups.
+
+use crate::error::Result;
+use crate::stage::View;
+use polars::prelude::*;
+
+/// Whole tables on the console: every column and row, no shape or dtype lines.
+pub fn console_setup() {
+    for (k, v) in [
+        ("POLARS_FMT_MAX_COLS", "40"),
+        ("POLARS_FMT_MAX_ROWS", "80"),
+        ("POLARS_FMT_TABLE_HIDE_DATAFRAME_SHAPE_INFORMATION", "1"),
+        ("POLARS_FMT_TABLE_HIDE_COLUMN_DATA_TYPES", "1"),
+        ("POLARS_TABLE_WIDTH", "250"),
+    ] {
+        std::env::set_var(k, v);
+    }
+}
+
+/// 3 decimals for small figures, 2 from 10, none from 1000.
+pub fn fmt_float(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.abs() >= 1000.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// Decimals to keep for a float column whose largest magnitude is `max`: none from 1000, 2 from
+/// 10, 3 from 1, and three significant digits below (a tiny model's GiB).
+fn decimals(max: f64) -> i32 {
+    if max >= 1000.0 {
+        0
+    } else if max >= 10.0 {
+        2
+    } else if max >= 1.0 || max <= 0.0 {
+        3
+    } else {
+        (2 - max.log10().floor() as i32).min(9)
+    }
+}
+
+/// Float columns rounded for reading (the CSVs keep every digit).
+pub fn rounded(df: &DataFrame) -> Result<DataFrame> {
+    let cols = df
+        .columns()
+        .iter()
+        .map(|c| {
+            if !matches!(c.dtype(), DataType::Float64 | DataType::Float32) {
+                return Ok(c.clone());
+            }
+            let f = c.cast(&DataType::Float64)?;
+            let ca = f.f64()?;
+            let max = ca.iter().flatten().filter(|v| v.is_finite()).fold(0.0f64, |m, v| m.max(v.abs()));
+            let scale = 10f64.powi(decimals(max));
+            let out: Float64Chunked = ca.iter().map(|v| v.map(|x| (x * scale).round() / scale)).collect();
+            Ok(out.with_name(c.name().clone()).into_column())
+        })
+        .collect::<Result<Vec<Column>>>()?;
+    Ok(DataFrame::new_infer_height(cols)?)
+}
+
+/// The rows of `df` split by the distinct values of `by`, in order of first appearance, each
+/// with a label such as "precision=bf16, logits=all". No `by`: the whole table, no label.
+pub fn groups(df: &DataFrame, by: &[&str]) -> Result<Vec<(String, DataFrame)>> {
+    let by: Vec<&str> = by.iter().copied().filter(|c| df.column(c).is_ok()).collect();
+    if by.is_empty() {
+        return Ok(vec![(String::new(), df.clone())]);
+    }
+    let cols: Vec<Column> = by.iter().map(|c| df.column(c).and_then(|c| c.cast(&DataType::String))).collect::<PolarsResult<_>>()?;
+    let key = |row: usize| -> String {
+        by.iter()
+            .zip(&cols)
+            .map(|(name, c)| format!("{name}={}", c.str().ok().and_then(|s| s.get(row)).unwrap_or("")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let keys: Vec<String> = (0..df.height()).map(key).collect();
+    let mut order: Vec<String> = Vec::new();
+    for k in &keys {
+        if !order.contains(k) {
+            order.push(k.clone());
+        }
+    }
+    order
+        .into_iter()
+        .map(|k| {
+            let mask: BooleanChunked = keys.iter().map(|x| *x == k).collect();
+            Ok((k, df.filter(&mask)?))
+        })
+        .collect()
+}
+
+/// The view's columns that the table has (a replayed older table may lack a newer column).
+pub fn view_columns(df: &DataFrame, view: &View) -> Result<DataFrame> {
+    let cols: Vec<&str> = view.columns.iter().copied().filter(|c| df.column(c).is_ok()).collect();
+    Ok(df.select(cols)?)
+}
+
+/// A titled text table, floats rounded.
+pub fn console_columns(df: &DataFrame, caption: &str) -> Result<String> {
+    Ok(format!("{caption}\n{}", rounded(df)?))
+}
+
+/// A view as console text: per group, the caption with the group's label and its columns.
+pub fn console_table(df: &DataFrame, view: &View) -> Result<String> {
+    let mut out = Vec::new();
+    for (label, part) in groups(df, view.group_by)? {
+        let caption = if label.is_empty() { view.caption.to_string() } else { format!("{} [{label}]", view.caption) };
+        out.push(console_columns(&view_columns(&part, view)?, &caption)?);
+    }
+    Ok(out.join("\n\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_and_groups() {
+        let df = df!(
+            "p" => ["bf16", "bf16", "q4"],
+            "x" => [14.185191, 2.0, 1.0],
+            "y" => [1234.567, 1.0, 2.0],
+        )
+        .unwrap();
+        let r = rounded(&df).unwrap();
+        assert_eq!(r.column("x").unwrap().f64().unwrap().get(0), Some(14.19));
+        assert_eq!(r.column("y").unwrap().f64().unwrap().get(0), Some(1235.0));
+        let g = groups(&df, &["p"]).unwrap();
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].0, "p=bf16");
+        assert_eq!(g[0].1.height(), 2);
+        assert_eq!(g[1].1.height(), 1);
+        assert_eq!(groups(&df, &[]).unwrap().len(), 1);
+        let small = rounded(&df!("gib" => [0.0032591, 0.00955]).unwrap()).unwrap();
+        assert_eq!(small.column("gib").unwrap().f64().unwrap().get(0), Some(0.00326));
+        assert_eq!(fmt_float(14.185191), "14.19");
+        assert_eq!(fmt_float(0.0123), "0.012");
+    }
+}

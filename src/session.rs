@@ -1,0 +1,396 @@
+//! A run of the lab: the device and its card emulation (in the device's `MemoryProbe`), the model
+//! source, the console and progress bars, and the run folder with its manifest. Every front end
+//! — the `vram-lab` commands, `vram-lab run`, the notebooks' Live mode — runs stages through one
+//! `Session`, so they all write the same folder.
+
+use crate::error::{LabError, Result};
+use crate::hw::{self, Card};
+use crate::memory::{fmt_bytes, guarded, MemoryProbe};
+use crate::model::{self, LoadedModel, ModelSource, Precision, SourceOptions};
+use crate::report::manifest::{self, Manifest, RunFolder, RunStatus, StageRecord, StageStatus, MANIFEST};
+use crate::report::{console_table, Env};
+use crate::stage::AnyStage;
+use candle_core::Device;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// What every command shares: where to run, on what, and where to write.
+#[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
+pub struct SessionArgs {
+    /// auto (CUDA when built in and present), cpu, cuda or cuda:N
+    #[arg(long, global = true, default_value = "auto")]
+    pub device: String,
+    /// Model: synthetic:<preset>, a directory (config.json + *.safetensors), a .gguf file, or a
+    /// Hugging Face repo id. Default: synthetic:qwen2.5-7b on a GPU, synthetic:tiny on CPU.
+    #[arg(long, global = true)]
+    pub model: Option<String>,
+    /// Emulate a smaller card: rtx4090, rtx3090, a4000, l40s, a100-40g, a100-80g, h100, h200, a
+    /// size such as 24GiB, or none. Default for `run` on a GPU: rtx4090, as the report.
+    #[arg(long, global = true)]
+    pub card: Option<String>,
+    /// tokenizer.json (GGUF files and synthetic models carry none)
+    #[arg(long, global = true)]
+    pub tokenizer: Option<PathBuf>,
+    /// hf-hub download cache (AutoDL: /root/autodl-tmp/hf); default $HF_HOME/hub
+    #[arg(long, global = true, env = "VRAM_LAB_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Seed of synthetic weights and random prompts
+    #[arg(long, global = true, default_value_t = 42)]
+    pub seed: u64,
+    /// Output folder (default out/<date>-<command>); it must not hold a run already
+    #[arg(long, global = true)]
+    pub out: Option<PathBuf>,
+    /// No progress bars
+    #[arg(long, global = true)]
+    pub quiet: bool,
+    /// Errors with their backtrace
+    #[arg(long, global = true)]
+    pub verbose: bool,
+    /// Print nothing (a notebook shows the tables instead)
+    #[arg(skip)]
+    #[serde(skip)]
+    pub silent: bool,
+}
+
+impl Default for SessionArgs {
+    fn default() -> Self {
+        Self {
+            device: "auto".into(),
+            model: None,
+            card: None,
+            tokenizer: None,
+            cache_dir: None,
+            seed: 42,
+            out: None,
+            quiet: true,
+            verbose: false,
+            silent: false,
+        }
+    }
+}
+
+impl SessionArgs {
+    /// The card to emulate: `--card`, else the report's RTX 4090 when `report_card` and on a GPU.
+    pub fn card_for(&self, device: &Device, report_card: bool) -> Result<Option<Card>> {
+        match self.card.as_deref() {
+            Some("none") => Ok(None),
+            Some(c) => Card::parse(c).map(Some),
+            None if report_card && device.is_cuda() => Card::parse("rtx4090").map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub fn source_options(&self) -> SourceOptions {
+        SourceOptions { tokenizer: self.tokenizer.clone(), cache_dir: self.cache_dir.clone(), seed: self.seed }
+    }
+}
+
+/// The model a device runs by default: the report's 7B on a GPU, the tiny preset on CPU.
+pub fn default_model(device: &Device) -> &'static str {
+    if device.is_cuda() {
+        "synthetic:qwen2.5-7b"
+    } else {
+        "synthetic:tiny"
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Ctrl-C asks the run to stop after the step in hand (the finished stages' files are kept and
+/// the GPU memory is freed as the session drops); a second Ctrl-C quits at once.
+pub fn stop_on_ctrl_c() {
+    let _ = ctrlc::set_handler(|| {
+        if STOP.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\nstopping after the current step (Ctrl-C again to quit now)");
+    });
+}
+
+/// Prints and keeps a copy for console.txt; progress bars stay below the printed lines.
+pub struct Console {
+    pub text: String,
+    /// Print nothing (notebooks show tables instead).
+    pub silent: bool,
+    multi: Option<MultiProgress>,
+    stage_bar: Option<ProgressBar>,
+}
+
+impl Console {
+    fn new(silent: bool, bars: bool) -> Self {
+        let multi = (bars && !silent).then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+        Self { text: String::new(), silent, multi, stage_bar: None }
+    }
+
+    pub fn line(&mut self, s: impl AsRef<str>) {
+        let s = s.as_ref();
+        if !self.silent {
+            match &self.multi {
+                Some(m) => m.suspend(|| println!("{s}")),
+                None => println!("{s}"),
+            }
+        }
+        self.text.push_str(s);
+        self.text.push('\n');
+    }
+
+    /// A bar of `len` units for a long step (loading tensors); hidden without bars.
+    pub fn bar(&self, len: u64, what: &str, unit: &str) -> ProgressBar {
+        let Some(m) = &self.multi else { return ProgressBar::hidden() };
+        let pb = m.add(ProgressBar::new(len));
+        if let Ok(style) = ProgressStyle::with_template(&format!("  {{msg:>14}} [{{bar:40}}] {{pos}}/{{len}} {unit} {{elapsed}}")) {
+            pb.set_style(style.progress_chars("=> "));
+        }
+        pb.set_message(what.to_string());
+        pb
+    }
+
+    /// Names the step in hand on the stage's spinner.
+    pub fn step(&self, what: impl Into<String>) {
+        if let Some(pb) = &self.stage_bar {
+            pb.set_message(what.into());
+        }
+    }
+
+    fn begin_stage(&mut self, title: &str) {
+        if let Some(m) = &self.multi {
+            let pb = m.add(ProgressBar::new_spinner());
+            if let Ok(style) = ProgressStyle::with_template("{spinner} {prefix} — {msg} {elapsed}") {
+                pb.set_style(style);
+            }
+            pb.set_prefix(title.to_string());
+            pb.enable_steady_tick(std::time::Duration::from_millis(200));
+            self.stage_bar = Some(pb);
+        }
+    }
+
+    fn end_stage(&mut self) {
+        if let Some(pb) = self.stage_bar.take() {
+            pb.finish_and_clear();
+        }
+    }
+}
+
+pub struct Session {
+    pub device: Device,
+    /// Reads this device's memory and holds its card emulation.
+    pub probe: MemoryProbe,
+    pub source: ModelSource,
+    pub opts: SourceOptions,
+    pub console: Console,
+    pub dir: PathBuf,
+    manifest: Manifest,
+}
+
+impl Session {
+    /// Picks the device, resolves the model and card, claims the run folder (a folder that holds a
+    /// run already is refused, so two runs never mix) and starts the card emulation.
+    pub fn open(args: &SessionArgs, what: &str, report_card: bool) -> Result<Self> {
+        let device = hw::pick(&args.device)?;
+        let model = args.model.clone().unwrap_or_else(|| default_model(&device).to_string());
+        let source = ModelSource::parse(&model)?;
+        let card = args.card_for(&device, report_card)?;
+        let dir = match &args.out {
+            Some(d) => d.clone(),
+            None => default_out(what),
+        };
+        let env = Env::capture(&device);
+        let manifest = Manifest {
+            status: RunStatus::Running,
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            started: now(),
+            finished: None,
+            model: source.label(),
+            card: card.clone(),
+            env,
+            stages: Vec::new(),
+        };
+        claim(&dir, &manifest)?;
+        let mut s = Self {
+            probe: MemoryProbe::new(&device),
+            device,
+            source,
+            opts: args.source_options(),
+            console: Console::new(args.silent, !args.quiet),
+            dir,
+            manifest,
+        };
+        s.say(format!("vram-lab {} on {}", s.manifest.env.vram_lab, s.manifest.env.device));
+        s.say(format!("model {}", s.source.label()));
+        if let Some(card) = card {
+            let line = s.probe.emulate(&card)?.describe();
+            s.say(line);
+        }
+        Ok(s)
+    }
+
+    pub fn say(&mut self, s: impl AsRef<str>) {
+        self.console.line(s);
+    }
+
+    /// Err(Interrupted) once Ctrl-C was pressed: stages call it between steps.
+    pub fn check_stop(&self) -> Result<()> {
+        if STOP.load(Ordering::SeqCst) {
+            Err(LabError::Interrupted)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The emulated card's name, or "none".
+    pub fn card_name(&self) -> String {
+        self.probe.card().map(|c| c.name.clone()).unwrap_or_else(|| "none".into())
+    }
+
+    /// Memory bandwidth of the GPU this runs on (vendor figure), when it is a known card.
+    pub fn own_bandwidth_gbs(&self) -> Option<f64> {
+        hw::own_card(&self.device).and_then(|c| c.bandwidth_gbs)
+    }
+
+    /// Loads a source already opened, with a bar over its tensors; an OOM is captured.
+    pub fn load_opened(&mut self, opened: model::source::OpenedSource, precision: Precision) -> Result<LoadedModel> {
+        self.console.step(format!("loading in {precision}"));
+        let pb = self.console.bar(0, &format!("load {precision}"), "tensors");
+        let loaded = guarded(&self.probe, &format!("loading in {precision}"), || {
+            model::source::load_opened(opened, precision, &self.device, &self.probe, Some(&pb))
+        });
+        pb.finish_and_clear();
+        loaded
+    }
+
+    /// Opens the model source and loads it in `precision`.
+    pub fn load(&mut self, precision: Precision) -> Result<LoadedModel> {
+        let opened = model::source::open(&self.source, &self.opts)?;
+        self.load_opened(opened, precision)
+    }
+
+    /// Runs one stage, writes its tables and texts into `<run>/<stage>/`, prints its views and
+    /// records it in the manifest. A failed stage is recorded and the next one still runs; only
+    /// Ctrl-C comes back as an error.
+    pub fn run_stage(&mut self, stage: &dyn AnyStage, config: serde_json::Value) -> Result<()> {
+        self.check_stop()?;
+        self.say(format!("\n=== {} ===", stage.title()));
+        self.console.begin_stage(stage.title());
+        let t0 = Instant::now();
+        let result = stage.run(self, &config);
+        self.console.end_stage();
+        let mut record = StageRecord {
+            name: stage.name().into(),
+            title: stage.title().into(),
+            config,
+            status: StageStatus::Done,
+            error: None,
+            seconds: t0.elapsed().as_secs_f64(),
+            tables: BTreeMap::new(),
+            texts: BTreeMap::new(),
+            findings: Vec::new(),
+        };
+        let out = match result {
+            Ok(out) => out,
+            Err(e) => {
+                record.status = if matches!(e, LabError::Interrupted) { StageStatus::Interrupted } else { StageStatus::Failed };
+                self.say(format!("stage {} {}: {e}", stage.name(), if record.status == StageStatus::Failed { "failed" } else { "interrupted" }));
+                record.error = Some(e.to_string());
+                self.manifest.stages.push(record);
+                self.save_manifest()?;
+                return if matches!(e, LabError::Interrupted) { Err(e) } else { Ok(()) };
+            }
+        };
+        let folder = self.dir.join(stage.name());
+        std::fs::create_dir_all(&folder)?;
+        for (name, df) in &out.tables {
+            manifest::write_csv(&folder.join(format!("{name}.csv")), df)?;
+            record.tables.insert(name.clone(), format!("{}/{name}.csv", stage.name()));
+        }
+        for (name, text) in &out.texts {
+            std::fs::write(folder.join(name), text)?;
+            record.texts.insert(name.clone(), format!("{}/{name}", stage.name()));
+        }
+        record.findings = out.findings;
+        for view in stage.views() {
+            if let Some((_, df)) = out.tables.iter().find(|(n, _)| n == view.table) {
+                let text = console_table(df, &view)?;
+                self.say(text);
+            }
+        }
+        self.say(format!("stage {} done in {:.1} s", stage.name(), record.seconds));
+        self.manifest.stages.push(record);
+        self.save_manifest()
+    }
+
+    fn save_manifest(&self) -> Result<()> {
+        let tmp = self.dir.join(format!("{MANIFEST}.tmp"));
+        std::fs::write(&tmp, serde_json::to_string_pretty(&self.manifest)?)?;
+        std::fs::rename(&tmp, self.dir.join(MANIFEST))?;
+        Ok(())
+    }
+
+    /// Closes the run: the manifest's final status, console.txt, report.html (from the manifest,
+    /// as `vram-lab report` makes it), and the summary of findings on the console.
+    pub fn finish(mut self, stages: &[Box<dyn AnyStage>]) -> Result<RunFolder> {
+        let statuses: Vec<StageStatus> = self.manifest.stages.iter().map(|s| s.status).collect();
+        self.manifest.status = if statuses.contains(&StageStatus::Interrupted) {
+            RunStatus::Interrupted
+        } else if statuses.contains(&StageStatus::Failed) {
+            RunStatus::Failed
+        } else {
+            RunStatus::Complete
+        };
+        self.manifest.finished = Some(now());
+        self.save_manifest()?;
+        let findings = manifest::findings_table(&self.manifest)?;
+        if findings.height() > 0 {
+            let text = crate::report::console_columns(&findings, "Summary — measured, predicted, the report's RTX 4090 figure, the ceiling")?;
+            self.say(format!("\n{text}"));
+        }
+        let run = RunFolder::open(&self.dir)?;
+        let html = crate::report::html::write(&run, stages)?;
+        self.say(format!("\nwrote {} (open {})", self.dir.display(), html.display()));
+        std::fs::write(self.dir.join("console.txt"), &self.console.text)?;
+        Ok(run)
+    }
+}
+
+fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// out/<date-time>-<what>, with a suffix if that name is taken.
+fn default_out(what: &str) -> PathBuf {
+    let base = PathBuf::from("out").join(format!("{}-{what}", chrono::Utc::now().format("%Y-%m-%d-%H%M%S")));
+    (1..).map(|i| if i == 1 { base.clone() } else { PathBuf::from(format!("{}-{i}", base.display())) })
+        .find(|p| !p.exists())
+        .unwrap_or(base)
+}
+
+/// Creates the folder and its manifest in one exclusive step: a second run into the same folder,
+/// or one started at the same time, is refused.
+fn claim(dir: &Path, manifest: &Manifest) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| LabError::input(format!("cannot create output folder {}: {e}", dir.display())))?;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(MANIFEST)).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            LabError::input(format!("{} already holds a run (its {MANIFEST}): choose another --out", dir.display()))
+        } else {
+            LabError::input(format!("cannot write {}: {e}", dir.join(MANIFEST).display()))
+        }
+    })?;
+    use std::io::Write;
+    f.write_all(serde_json::to_string_pretty(manifest)?.as_bytes())?;
+    Ok(())
+}
+
+/// One line for the console about the memory a loaded model holds.
+pub fn loaded_line(probe: &MemoryProbe, lm: &LoadedModel) -> String {
+    let s = probe.snapshot("loaded");
+    format!(
+        "loaded in {:.2} s: allocated {} reserved {} peak {}",
+        lm.load_s,
+        fmt_bytes(s.allocated),
+        fmt_bytes(s.reserved),
+        fmt_bytes(s.peak)
+    )
+}
