@@ -37,6 +37,13 @@ pub mod candle_h200 {
     pub const Q4K_WEIGHTS_MIB: f64 = 5889.1;
 }
 
+/// Whether `cfg` is the report's model (Qwen2.5-7B's shapes): only then do its figures apply.
+pub fn is_report_model(cfg: &crate::model::Qwen2Config) -> bool {
+    crate::model::Qwen2Config::preset("qwen2.5-7b")
+        .map(|r| r.param_count() == cfg.param_count() && r.hidden_size == cfg.hidden_size && r.num_hidden_layers == cfg.num_hidden_layers)
+        .unwrap_or(false)
+}
+
 /// The prompt of the report's stage 1.
 pub const REPORT_PROMPT: &str = "显存管理是高性能计算的核心,";
 pub const REPORT_PROMPT_REPEAT: usize = 20;

@@ -209,9 +209,15 @@ impl Session {
             env,
             stages: Vec::new(),
         };
+        // The card first: a card the GPU cannot emulate leaves no folder behind.
+        let mut probe = MemoryProbe::new(&device);
+        let emulating = match &card {
+            Some(c) => Some(probe.emulate(c)?.describe()),
+            None => None,
+        };
         claim(&dir, &manifest)?;
         let mut s = Self {
-            probe: MemoryProbe::new(&device),
+            probe,
             device,
             source,
             opts: args.source_options(),
@@ -221,8 +227,7 @@ impl Session {
         };
         s.say(format!("vram-lab {} on {}", s.manifest.env.vram_lab, s.manifest.env.device));
         s.say(format!("model {}", s.source.label()));
-        if let Some(card) = card {
-            let line = s.probe.emulate(&card)?.describe();
+        if let Some(line) = emulating {
             s.say(line);
         }
         Ok(s)

@@ -126,6 +126,10 @@ fn bad_input_fails_clearly() {
     let bytes = std::fs::read(&f).unwrap();
     std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
     fails_with(&["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", "1"], "not a readable safetensors file");
+    // A stage fails on it too (an OOM is a result, a broken file is not), after writing its folder.
+    let out = tmp.path().join("trunc-run");
+    fails_with(&["anatomy", "--model", dir.to_str().unwrap(), "--out", out.to_str().unwrap()], "not a readable safetensors file");
+    assert!(std::fs::read_to_string(out.join("manifest.json")).unwrap().contains("\"status\": \"failed\""));
 
     // A truncated GGUF file, and a file that is not GGUF at all.
     let gguf = tmp.path().join("t.gguf");
@@ -237,4 +241,34 @@ fn errors_are_one_line_with_rust_backtrace_set() {
     assert!(t.contains("is not a readable GGUF file ("), "{t}");
     assert_eq!(t.matches('(').count(), t.matches(')').count(), "unbalanced: {t}");
     assert!(!t.contains("<unknown>"), "{t}");
+}
+
+/// Ctrl-C during the second stage: the first stage's files stay, the manifest says where it
+/// stopped, report.html is written for what finished, and the exit code is 130.
+#[test]
+fn ctrl_c_keeps_the_finished_stages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-lab"))
+        .args(["run", "--quiet", "--out", out.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    // The manifest lists a stage once it has finished: then the kv stage is running.
+    while !std::fs::read_to_string(out.join("manifest.json")).is_ok_and(|t| t.contains("\"name\": \"anatomy\"")) {
+        assert!(t0.elapsed().as_secs() < 300, "anatomy did not finish");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: signals our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let m = manifest(&out);
+    assert_eq!(m["status"], "interrupted");
+    assert_eq!(m["stages"][0]["status"], "done");
+    assert_eq!(m["stages"][1]["status"], "interrupted");
+    assert!(out.join("anatomy/anatomy.csv").is_file());
+    assert!(out.join("report.html").is_file() && out.join("console.txt").is_file());
 }

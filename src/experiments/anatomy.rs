@@ -91,10 +91,15 @@ pub struct Scenario {
 struct AnatomyResult {
     pub scenarios: Vec<Scenario>,
     pub timeline: Timeline,
+    /// The report's figures stand beside this run only for the report's model.
+    pub report_model: bool,
 }
 
 /// The report's (allocated, reserved, peak) after loading, and the PyTorch-on-H200 allocated.
-fn report_figures(p: Precision) -> (Option<(f64, f64, f64)>, Option<f64>) {
+fn report_figures(p: Precision, report_model: bool) -> (Option<(f64, f64, f64)>, Option<f64>) {
+    if !report_model {
+        return (None, None);
+    }
     match p {
         Precision::Bf16 => (Some(report::BF16_LOADED), Some(pytorch_h200::BF16_LOADED.0)),
         Precision::Q4 => (Some(report::INT4_LOADED), None),
@@ -126,14 +131,9 @@ fn memory_line(s: &Snapshot) -> String {
 fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &mut Timeline) -> Result<Scenario> {
     s.check_stop()?;
     let mut sc = Scenario { precision: p.name().into(), ..Default::default() };
-    // Opened once: the config gives the prediction, the same source is then loaded.
-    let opened = match model::source::open(&s.source, &s.opts) {
-        Ok(o) => o,
-        Err(e) => {
-            sc.outcome = Outcome::from_error(&e);
-            return Ok(sc);
-        }
-    };
+    // Opened once: the config gives the prediction, the same source is then loaded. A source
+    // that cannot be read fails the stage; only running out of memory is a result.
+    let opened = model::source::open(&s.source, &s.opts)?;
     let model_cfg = opened.cfg.clone();
     sc.predicted_weights = estimate::weight_bytes(&model_cfg, p);
     s.probe.empty_cache();
@@ -155,10 +155,13 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
         sc.prompt_tokens = prompt.len();
         let gen_cfg = GenerateConfig { max_new_tokens: cfg.max_new_tokens, ..Default::default() };
         s.console.step(format!("generating {} tokens in {p}", cfg.max_new_tokens));
+        let pb = s.console.bar(cfg.max_new_tokens as u64, &format!("generate {p}"), "tokens");
         let gen = guarded(&s.probe, &format!("generating in {p}"), || {
             model::generate::warmup(&lm.model, &prompt)?;
-            model::generate(&lm.model, &prompt, &gen_cfg)
-        })?;
+            model::generate::generate_with(&lm.model, &prompt, &gen_cfg, |n| pb.set_position(n as u64))
+        });
+        pb.finish_and_clear();
+        let gen = gen?;
         sc.new_tokens = gen.generated_ids.len();
         sc.prefill_tok_s = gen.prefill_tok_s();
         sc.decode_tok_s = gen.decode_tok_s();
@@ -194,11 +197,7 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
                 timeline.push(snap);
             }
         }
-        Err(LabError::Interrupted) => return Err(LabError::Interrupted),
-        Err(e) => {
-            sc.outcome = Outcome::from_error(&e);
-            s.say(format!("{p}: error: {e}"));
-        }
+        Err(e) => return Err(e),
     }
     // Everything of the scenario is dropped by now; hand the memory back as the report's cleanup.
     s.probe.empty_cache();
@@ -219,6 +218,7 @@ impl Stage for Anatomy {
 
     fn run(s: &mut Session, cfg: &AnatomyConfig) -> Result<StageOutput> {
         let mut result = AnatomyResult::default();
+        result.report_model = model::source::open(&s.source, &s.opts).map(|o| reference::is_report_model(&o.cfg)).unwrap_or(false);
         for &p in &cfg.precisions {
             let sc = run_scenario(s, p, cfg, &mut result.timeline)?;
             result.scenarios.push(sc);
@@ -279,10 +279,10 @@ impl AnatomyResult {
         for sc in &self.scenarios {
             let Ok(p) = Precision::parse(&sc.precision) else { continue };
             let weights = sc.init.as_ref().zip(sc.loaded.as_ref()).map(|(i, l)| l.delta_allocated(i) as f64 / crate::memory::GIB);
-            let report = report_figures(p).0.map(|r| r.0);
+            let report = report_figures(p, self.report_model).0.map(|r| r.0);
             out.push(Finding::new(format!("{p} weights after loading"), "GiB", weights).predicted(gib(sc.predicted_weights)).report(report).note(sc.outcome.as_str()));
             if sc.outcome.is_ok() {
-                let report_tok_s = (p == Precision::Bf16).then_some(report::BF16_DECODE_TOK_S);
+                let report_tok_s = (self.report_model && p == Precision::Bf16).then_some(report::BF16_DECODE_TOK_S);
                 out.push(
                     Finding::new(format!("{p} decode speed"), "tok/s", Some(sc.decode_tok_s))
                         .report(report_tok_s)
@@ -291,7 +291,7 @@ impl AnatomyResult {
                 );
             }
             if let Some(req) = sc.oom_request {
-                let report_req = (p == Precision::F32).then_some(report::FP32_OOM_REQUEST_GIB * 1024.0);
+                let report_req = (self.report_model && p == Precision::F32).then_some(report::FP32_OOM_REQUEST_GIB * 1024.0);
                 out.push(Finding::new(format!("{p} OOM request"), "MiB", Some(mib(req))).report(report_req).note(format!("during {}", sc.oom_during)));
             }
         }
@@ -303,7 +303,7 @@ impl AnatomyResult {
         let sc = &self.scenarios;
         let g = |f: &dyn Fn(&Scenario) -> Option<u64>| sc.iter().map(|s| f(s).map(gib)).collect::<Vec<Option<f64>>>();
         let precisions: Vec<Precision> = sc.iter().filter_map(|s| Precision::parse(&s.precision).ok()).collect();
-        let rep = |i: usize| precisions.iter().map(|&p| report_figures(p).0.map(|r| [r.0, r.1, r.2][i])).collect::<Vec<_>>();
+        let rep = |i: usize| precisions.iter().map(|&p| report_figures(p, self.report_model).0.map(|r| [r.0, r.1, r.2][i])).collect::<Vec<_>>();
         let predicted: Vec<f64> = sc.iter().map(|s| gib(s.predicted_weights)).collect();
         let loaded_alloc = g(&|s| s.loaded.as_ref().map(|x| x.allocated));
         // What loading added: on CUDA the pool starts empty, on CPU the heap holds the runtime too.
@@ -343,7 +343,7 @@ impl AnatomyResult {
             col::REPORT_ALLOCATED_GIB => rep(0),
             col::REPORT_RESERVED_GIB => rep(1),
             col::REPORT_PEAK_GIB => rep(2),
-            col::PYTORCH_H200_ALLOCATED_GIB => precisions.iter().map(|&p| report_figures(p).1).collect::<Vec<_>>(),
+            col::PYTORCH_H200_ALLOCATED_GIB => precisions.iter().map(|&p| report_figures(p, self.report_model).1).collect::<Vec<_>>(),
         )?)
     }
 }

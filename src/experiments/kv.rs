@@ -279,10 +279,13 @@ fn warm_up(model: &Qwen2) {
 /// one that does not fit.
 fn sweep(s: &mut Session, model: &Qwen2, sizes: impl Iterator<Item = (usize, usize)>, logits: Logits) -> Result<Vec<PrefillStep>> {
     warm_up(model);
+    let sizes: Vec<(usize, usize)> = sizes.collect();
+    let pb = s.console.bar(sizes.len() as u64, &format!("{} sweep", model.precision), "steps");
     let mut steps = Vec::new();
     for (seq, batch) in sizes {
         s.check_stop()?;
         let st = step(s, model, seq, batch, logits);
+        pb.inc(1);
         say_step(s, &st);
         let stop = !st.outcome.is_ok();
         steps.push(st);
@@ -290,6 +293,7 @@ fn sweep(s: &mut Session, model: &Qwen2, sizes: impl Iterator<Item = (usize, usi
             break;
         }
     }
+    pb.finish_and_clear();
     Ok(steps)
 }
 
@@ -556,6 +560,8 @@ struct KvResults {
     batch: Vec<PrefillStep>,
     /// (precision, KV bytes per token and logits bytes per token in its activation dtype)
     per_token: Vec<(Precision, u64, u64, u64)>,
+    /// The report's figures stand beside this run only for the report's model.
+    report_model: bool,
 }
 
 /// A prefill sweep, then the bisection when it ran out of memory; the trials join the steps.
@@ -599,6 +605,7 @@ fn run_precision(s: &mut Session, cfg: &KvConfig, precision: Precision, r: &mut 
         estimate::logits_bytes_per_token(&m.cfg, dtype_bytes),
     );
     r.per_token.push((precision, kv, naive, lg));
+    r.report_model = crate::reference::is_report_model(&m.cfg);
     s.say(format!(
         "\n{precision}: weights loaded, allocated {}; KV {kv} B/token ({}), the report's formula {naive} B/token",
         fmt_bytes(s.probe.snapshot("loaded").allocated),
@@ -645,12 +652,12 @@ impl KvResults {
                 out.push(
                     Finding::new(format!("{p} memory per 1k tokens, all logits kept"), "MiB", Some(mib(st.held()) / tokens * 1024.0))
                         .predicted(mib((kv + lg) * 1024))
-                        .report((p == Precision::Bf16).then_some(report::KV_GROWTH_PER_1K_MIB))
+                        .report((self.report_model && p == Precision::Bf16).then_some(report::KV_GROWTH_PER_1K_MIB))
                         .note(format!("at {} tokens: KV cache + every position's logits", st.seq)),
                 );
             }
             for l in self.limits.iter().filter(|l| l.precision == name) {
-                let report_seq = (p == Precision::Bf16 && l.logits == Logits::All && l.attention == "bounded").then_some(report::KV_FIRST_OOM_SEQ);
+                let report_seq = (self.report_model && p == Precision::Bf16 && l.logits == Logits::All && l.attention == "bounded").then_some(report::KV_FIRST_OOM_SEQ);
                 out.push(
                     Finding::new(format!("{p} first length that runs out of memory, {} logits, {} attention", l.logits.name(), l.attention), "tokens", Some(l.first_oom as f64))
                         .report(report_seq)

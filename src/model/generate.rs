@@ -54,6 +54,11 @@ pub fn warmup(model: &Qwen2, prompt: &[u32]) -> Result<()> {
 
 /// Generates up to `cfg.max_new_tokens` after `prompt`.
 pub fn generate(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig) -> Result<Generation> {
+    generate_with(model, prompt, cfg, |_| {})
+}
+
+/// `generate`, calling `on_token` with the count of tokens generated so far (a progress bar).
+pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on_token: impl FnMut(usize)) -> Result<Generation> {
     let device = model.device();
     let mut cache = model.new_cache(1, prompt.len() + cfg.max_new_tokens)?;
     let mut sampler = LogitsProcessor::new(cfg.seed, cfg.temperature, cfg.top_p);
@@ -74,6 +79,7 @@ pub fn generate(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig) -> Result<G
         let logits = last_logits(&model.forward(&ids, &mut cache, Logits::Last)?)?;
         next = sampler.sample(&logits.squeeze(0)?)?;
         out.push(next);
+        on_token(out.len());
     }
     device.synchronize()?;
     let decode_s = t1.elapsed().as_secs_f64();

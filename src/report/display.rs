@@ -18,16 +18,19 @@ fn cell(col: &Column, row: usize) -> String {
         Ok(AnyValue::Null) | Err(_) => "—".into(),
         Ok(AnyValue::String(s)) => s.to_string(),
         Ok(AnyValue::StringOwned(s)) => s.to_string(),
-        Ok(AnyValue::Float64(v)) => super::format::fmt_float(v),
-        Ok(AnyValue::Float32(v)) => super::format::fmt_float(v as f64),
+        Ok(AnyValue::Float64(v)) if v.is_nan() => "NaN".into(),
+        Ok(AnyValue::Float64(v)) => v.to_string(),
+        Ok(AnyValue::Float32(v)) => v.to_string(),
         Ok(v) => v.to_string(),
     }
 }
 
-/// The table as HTML (polars has no Rust to_html).
+/// The table as HTML (polars has no Rust to_html), floats rounded per column, in a box that
+/// scrolls sideways when the table is wider than the page.
 pub fn html_table(df: &DataFrame, caption: &str) -> String {
+    let df = super::format::rounded(df).unwrap_or_else(|_| df.clone());
     let cols = df.columns();
-    let mut h = String::from("<table class=\"vram-lab\" style=\"border-collapse:collapse;font-size:12px\">");
+    let mut h = String::from("<div style=\"overflow-x:auto\"><table class=\"vram-lab\" style=\"border-collapse:collapse;font-size:12px\">");
     if !caption.is_empty() {
         h += &format!("<caption style=\"text-align:left;font-weight:bold\">{}</caption>", escape(caption));
     }
@@ -44,7 +47,7 @@ pub fn html_table(df: &DataFrame, caption: &str) -> String {
         }
         h += "</tr>";
     }
-    h + "</tbody></table>"
+    h + "</tbody></table></div>"
 }
 
 /// Shows a table: HTML in a notebook, polars' text table elsewhere.

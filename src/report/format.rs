@@ -18,19 +18,6 @@ pub fn console_setup() {
     }
 }
 
-/// 3 decimals for small figures, 2 from 10, none from 1000.
-pub fn fmt_float(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.abs() >= 1000.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 10.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
 /// Decimals to keep for a float column whose largest magnitude is `max`: none from 1000, 2 from
 /// 10, 3 from 1, and three significant digits below (a tiny model's GiB).
 fn decimals(max: f64) -> i32 {
@@ -140,7 +127,5 @@ mod tests {
         assert_eq!(groups(&df, &[]).unwrap().len(), 1);
         let small = rounded(&df!("gib" => [0.0032591, 0.00955]).unwrap()).unwrap();
         assert_eq!(small.column("gib").unwrap().f64().unwrap().get(0), Some(0.00326));
-        assert_eq!(fmt_float(14.185191), "14.19");
-        assert_eq!(fmt_float(0.0123), "0.012");
     }
 }
