@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# A GPU run on a machine without a Rust toolchain: `bash scripts/gpu/run.sh [vram-lab run flags]`.
-# Expects .gpu/vram-lab.xz (made by scripts/cuda/build-gpu-binary.sh). Starts `vram-lab run` in its
-# own process session (so it outlives a shell that is cut off), waits for it up to WAIT seconds
-# (default 560), and packs what exists into $OUT/results.tar.gz: the run folder (manifest.json,
-# report.html, CSVs, console.txt), nvidia-smi, the binary's info and this log. Called again while
-# the run is going, it only waits and packs.
+# GPU runs on a machine without a Rust toolchain:
+#   bash scripts/gpu/run.sh ["NAME=vram-lab arguments" ...]      (default: "run=run")
+# e.g. bash scripts/gpu/run.sh "run=run" "kv-alone=kv --precisions bf16 --sweeps prefill --logits all"
+# Expects .gpu/vram-lab.xz (made by scripts/cuda/build-gpu-binary.sh). Runs each command in turn,
+# `--quiet --out $R/NAME` added, in a process session of its own (so the runs outlive a shell that
+# is cut off); waits up to WAIT seconds (default 560) and packs what exists into
+# $OUT/results.tar.gz: one run folder per command (manifest.json, report.html, CSVs), each
+# command's stdout, nvidia-smi, the binary's info and this log. Called again while the runs go
+# on, it only waits and packs.
 set -u
 R=/tmp/results
 OUT=${OUT:-/tmp/out}
@@ -20,12 +23,21 @@ if [ ! -e "$R/started" ]; then
   nvidia-smi > "$R/nvidia-smi.txt" 2>&1
   date -u +%Y-%m-%dT%H:%M:%SZ > "$R/started"
   /tmp/vram-lab info --quiet > "$R/info.txt" 2>&1
-  echo "### vram-lab run --quiet --out $R/run $*"
-  setsid bash -c "/tmp/vram-lab run --quiet --out $R/run $* > $R/run.stdout.txt 2>&1; echo \$? > $R/exit" &
+  [ $# -gt 0 ] || set -- "run=run"
+  script=$R/commands.sh
+  : > "$script"
+  for spec in "$@"; do
+    name=${spec%%=*}; args=${spec#*=}
+    echo "echo \"### \$(date -u +%H:%M:%S) $name: vram-lab $args --quiet --out $R/$name\"" >> "$script"
+    echo "/tmp/vram-lab $args --quiet --out $R/$name > $R/$name.stdout.txt 2>&1; echo \"### $name exit \$?\"" >> "$script"
+  done
+  echo "touch $R/done" >> "$script"
+  cat "$script"
+  setsid bash "$script" >> "$R/progress.txt" 2>&1 &
 fi
 t0=$SECONDS
-while [ ! -e "$R/exit" ] && [ $((SECONDS - t0)) -lt "$WAIT" ]; do sleep 5; done
-if [ -e "$R/exit" ]; then echo "### exit $(cat "$R/exit")"; else echo "### still running after ${WAIT} s: call again"; fi
-tail -n 30 "$R/run.stdout.txt"
+while [ ! -e "$R/done" ] && [ $((SECONDS - t0)) -lt "$WAIT" ]; do sleep 5; done
+cat "$R/progress.txt"
+[ -e "$R/done" ] || echo "### still running after ${WAIT} s: call again"
 tar czf "$OUT/results.tar.gz" -C /tmp results
 ls -la "$OUT"

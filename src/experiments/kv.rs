@@ -111,6 +111,8 @@ pub mod col {
     pub const RESERVED_MIB: &str = "reserved_mib";
     pub const PEAK_MIB: &str = "peak_mib";
     pub const TRANSIENT_MIB: &str = "transient_mib";
+    pub const RESERVED_PEAK_MIB: &str = "reserved_peak_mib";
+    pub const OUTSIDE_POOL_MIB: &str = "outside_pool_mib";
     pub const SECONDS: &str = "seconds";
     pub const PREFILL_TOK_S: &str = "prefill_tok_s";
     pub const OOM_REQUEST_MIB: &str = "oom_request_mib";
@@ -157,6 +159,10 @@ pub struct PrefillStep {
     pub after: u64,
     pub peak: u64,
     pub reserved: u64,
+    /// What the allocator had mapped at its busiest during the step (at the OOM, if one).
+    pub reserved_peak: u64,
+    /// Device memory of this process outside the pool (context, modules, workspaces).
+    pub outside_pool: Option<u64>,
     /// Bytes of the cache tensors, and what the pool's allocated count rose by when it was made.
     pub kv_bytes: u64,
     pub kv_measured: u64,
@@ -234,6 +240,8 @@ pub fn step(s: &Session, model: &Qwen2, seq: usize, batch: usize, logits: Logits
             st.after = snap.allocated;
             st.reserved = snap.reserved;
             st.peak = snap.peak;
+            st.reserved_peak = snap.reserved_peak;
+            st.outside_pool = snap.outside_pool();
             st.kv_bytes = kv;
             st.kv_measured = kv_measured;
             st.logits_bytes = lg;
@@ -243,7 +251,11 @@ pub fn step(s: &Session, model: &Qwen2, seq: usize, batch: usize, logits: Logits
             if let LabError::Oom(r) = e {
                 st.oom_request = r.request_bytes;
                 st.oom_during = r.during.clone();
-                st.peak = r.snapshot.as_ref().map(|s| s.peak).unwrap_or(0);
+                if let Some(snap) = &r.snapshot {
+                    st.peak = snap.peak;
+                    st.reserved_peak = snap.reserved_peak;
+                    st.outside_pool = snap.outside_pool();
+                }
             }
         }
     }
@@ -426,6 +438,8 @@ pub fn prefill_table(steps: &[PrefillStep]) -> Result<DataFrame> {
         col::RESERVED_MIB => m(&|st| st.reserved),
         col::PEAK_MIB => m(&|st| st.peak),
         col::TRANSIENT_MIB => m(&|st| st.transient()),
+        col::RESERVED_PEAK_MIB => m(&|st| st.reserved_peak),
+        col::OUTSIDE_POOL_MIB => steps.iter().map(|st| st.outside_pool.map(mib)).collect::<Vec<_>>(),
         col::SECONDS => steps.iter().map(|st| st.seconds).collect::<Vec<_>>(),
         col::PREFILL_TOK_S => steps.iter().map(|st| if st.outcome.is_ok() { (st.seq * st.batch) as f64 / st.seconds.max(1e-9) } else { f64::NAN }).collect::<Vec<_>>(),
         col::OOM_REQUEST_MIB => steps.iter().map(|st| st.oom_request.map(mib)).collect::<Vec<_>>(),
@@ -714,7 +728,7 @@ impl Stage for KvCache {
                 name: "prefill",
                 table: PREFILL,
                 caption: "Stage 2 — prefill ledger (MiB)",
-                columns: &[SEQ, OUTCOME, HELD_MIB, GROWTH_PER_1K_TOKENS_MIB, KV_MEASURED_MIB, KV_GQA_FORMULA_MIB, KV_NAIVE_FORMULA_MIB, LOGITS_MIB, OTHER_MIB, TRANSIENT_MIB, PEAK_MIB, PREFILL_TOK_S, OOM_REQUEST_MIB],
+                columns: &[SEQ, OUTCOME, HELD_MIB, GROWTH_PER_1K_TOKENS_MIB, KV_MEASURED_MIB, KV_GQA_FORMULA_MIB, KV_NAIVE_FORMULA_MIB, LOGITS_MIB, OTHER_MIB, TRANSIENT_MIB, PEAK_MIB, RESERVED_PEAK_MIB, OUTSIDE_POOL_MIB, PREFILL_TOK_S, OOM_REQUEST_MIB],
                 group_by: &[PRECISION, LOGITS, ATTENTION],
                 chart: Some(charts::kv_prefill),
                 explain: "KV + 全部位置的 logits = 353.0 MiB / 1k tokens in BF16 (57,344 + 304,128 B per token): the report's 352.5 MB. Held − KV − logits is \"other\"; the peak above what stays held is transient (attention scores, MLP activations). Stock candle-transformers' attention (naive) repeats K/V per head and materialises the whole score matrix, so it runs out of memory far earlier.",

@@ -50,6 +50,9 @@ pub struct Snapshot {
     pub reserved: u64,
     /// High-water mark of `allocated` since the last reset.
     pub peak: u64,
+    /// High-water mark of `reserved` since the last reset: what the allocator had to map at its
+    /// busiest (above `peak` when its blocks did not fit what was asked).
+    pub reserved_peak: u64,
     /// Device memory in use and free, as the (emulated) card sees it.
     pub device_used: Option<u64>,
     pub device_free: Option<u64>,
@@ -64,6 +67,12 @@ impl Snapshot {
     /// Reserved but not allocated: what the allocator keeps for reuse.
     pub fn cached(&self) -> u64 {
         self.reserved.saturating_sub(self.allocated)
+    }
+
+    /// Device memory this process uses outside the allocator's pool: the CUDA context, loaded
+    /// kernel modules, library workspaces (on CPU: the rest of the process beside the heap).
+    pub fn outside_pool(&self) -> Option<u64> {
+        self.device_used.map(|u| u.saturating_sub(self.reserved))
     }
 
     /// Transient memory: how far the peak rose above what stayed allocated.
@@ -128,6 +137,7 @@ impl MemoryProbe {
                     allocated: pool.used,
                     reserved: pool.reserved,
                     peak: pool.used_high,
+                    reserved_peak: pool.reserved_high,
                     device_used: total.zip(free).map(|(t, f)| t.saturating_sub(f)),
                     device_free: free,
                     device_total: total,
@@ -148,6 +158,7 @@ impl MemoryProbe {
                     allocated,
                     reserved: rss.max(allocated),
                     peak,
+                    reserved_peak: hwm.max(peak),
                     device_used: total.zip(free).map(|(t, f)| t.saturating_sub(f)),
                     device_free: free,
                     device_total: total,

@@ -18,21 +18,23 @@ pub fn console_setup() {
     }
 }
 
-/// Decimals to keep for a float column whose largest magnitude is `max`: none from 1000, 2 from
-/// 10, 3 from 1, and three significant digits below (a tiny model's GiB).
-fn decimals(max: f64) -> i32 {
-    if max >= 1000.0 {
+/// Decimals to keep for a figure of magnitude `v`: none from 1000, 2 from 10, 3 from 1, and three
+/// significant digits below (a tiny model's GiB).
+fn decimals(v: f64) -> i32 {
+    let v = v.abs();
+    if v >= 1000.0 {
         0
-    } else if max >= 10.0 {
+    } else if v >= 10.0 {
         2
-    } else if max >= 1.0 || max <= 0.0 {
+    } else if v >= 1.0 || v == 0.0 {
         3
     } else {
-        (2 - max.log10().floor() as i32).min(9)
+        (2 - v.log10().floor() as i32).min(9)
     }
 }
 
-/// Float columns rounded for reading (the CSVs keep every digit).
+/// Float columns rounded for reading, each figure by its own magnitude (a summary mixes GiB,
+/// bytes and tokens in one column); the CSVs keep every digit.
 pub fn rounded(df: &DataFrame) -> Result<DataFrame> {
     let cols = df
         .columns()
@@ -42,10 +44,11 @@ pub fn rounded(df: &DataFrame) -> Result<DataFrame> {
                 return Ok(c.clone());
             }
             let f = c.cast(&DataType::Float64)?;
-            let ca = f.f64()?;
-            let max = ca.iter().flatten().filter(|v| v.is_finite()).fold(0.0f64, |m, v| m.max(v.abs()));
-            let scale = 10f64.powi(decimals(max));
-            let out: Float64Chunked = ca.iter().map(|v| v.map(|x| (x * scale).round() / scale)).collect();
+            let out: Float64Chunked = f
+                .f64()?
+                .iter()
+                .map(|v| v.map(|x| if x.is_finite() { let s = 10f64.powi(decimals(x)); (x * s).round() / s } else { x }))
+                .collect();
             Ok(out.with_name(c.name().clone()).into_column())
         })
         .collect::<Result<Vec<Column>>>()?;
@@ -125,7 +128,8 @@ mod tests {
         assert_eq!(g[0].1.height(), 2);
         assert_eq!(g[1].1.height(), 1);
         assert_eq!(groups(&df, &[]).unwrap().len(), 1);
-        let small = rounded(&df!("gib" => [0.0032591, 0.00955]).unwrap()).unwrap();
-        assert_eq!(small.column("gib").unwrap().f64().unwrap().get(0), Some(0.00326));
+        let mixed = rounded(&df!("v" => [0.0032591, 14.185191, 57348.2]).unwrap()).unwrap();
+        let v: Vec<Option<f64>> = mixed.column("v").unwrap().f64().unwrap().iter().collect();
+        assert_eq!(v, vec![Some(0.00326), Some(14.19), Some(57348.0)]);
     }
 }
