@@ -96,20 +96,23 @@ impl Setup {
         Ok(StageRun { run, stage: name.to_string() })
     }
 
-    /// The newest run folder (by start time) whose manifest has `stage` done, for this model and card.
+    /// The run folder whose manifest has `stage` done, for this model and card: the newest that
+    /// ran the stage with its default config (a full run), else the newest of any.
     fn newest_run_with(&self, stage: &str) -> Result<PathBuf> {
-        let mut found: Vec<(String, PathBuf)> = Vec::new();
+        let defaults = find(stage).map(|s| (s.default_config(true).ok(), s.default_config(false).ok()));
+        let mut found: Vec<(bool, String, PathBuf)> = Vec::new();
         for gpu in read_dirs(&self.results) {
             for dir in read_dirs(&gpu) {
                 let Ok(m) = Manifest::read(&dir) else { continue };
-                let done = m.stage(stage).is_some_and(|s| s.status == StageStatus::Done);
-                if done && m.model == self.model() && m.card_name() == self.card() {
-                    found.push((m.started.clone(), dir));
+                let Some(rec) = m.stage(stage).filter(|s| s.status == StageStatus::Done) else { continue };
+                if m.model == self.model() && m.card_name() == self.card() {
+                    let full = defaults.as_ref().is_some_and(|(g, c)| g.as_ref() == Some(&rec.config) || c.as_ref() == Some(&rec.config));
+                    found.push((full, m.started.clone(), dir));
                 }
             }
         }
         found.sort();
-        found.pop().map(|(_, d)| d).ok_or_else(|| {
+        found.pop().map(|(_, _, d)| d).ok_or_else(|| {
             LabError::input(format!(
                 "no committed run of stage {stage} for {} on card {} under {} (each run folder has a {MANIFEST}); use Mode::Live",
                 self.model(),

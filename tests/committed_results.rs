@@ -1,0 +1,87 @@
+//! The committed GPU runs agree with each other: the run made through `vram-lab run`
+//! (data/results/h200/2026-11-22-run) reproduces the figures of the earlier one-command-per-stage
+//! runs (2026-11-21-stage1, -stage2) under the same column names, as its RUN.md says.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+type Rows = Vec<HashMap<String, String>>;
+
+fn results() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h200")
+}
+
+fn csv(path: &Path) -> (Vec<String>, Rows) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = text.lines();
+    let header: Vec<String> = lines.next().unwrap().split(',').map(str::to_string).collect();
+    let rows = lines.map(|l| header.iter().cloned().zip(l.split(',').map(str::to_string)).collect()).collect();
+    (header, rows)
+}
+
+fn num(r: &HashMap<String, String>, col: &str) -> f64 {
+    r[col].parse().unwrap_or_else(|_| panic!("{col} = {:?}", r[col]))
+}
+
+/// Every old column is still there under its name.
+fn keeps_columns(old: &[String], new: &[String], what: &str) {
+    let missing: Vec<_> = old.iter().filter(|c| !new.contains(c)).collect();
+    assert!(missing.is_empty(), "{what}: columns gone: {missing:?}");
+}
+
+#[test]
+fn stage1_reproduces_to_the_byte() {
+    let (oh, old) = csv(&results().join("2026-11-21-stage1/anatomy-rtx4090/anatomy.csv"));
+    let (nh, new) = csv(&results().join("2026-11-22-run/run/anatomy/anatomy.csv"));
+    keeps_columns(&oh, &nh, "anatomy.csv");
+    assert_eq!(old.len(), new.len());
+    for (o, n) in old.iter().zip(&new) {
+        assert_eq!(o["precision"], n["precision"]);
+        assert_eq!(o["outcome"], n["outcome"]);
+        for c in ["predicted_weights_gib", "loaded_allocated_gib", "loaded_reserved_gib", "loaded_peak_gib", "after_allocated_gib", "oom_request_mib"] {
+            assert_eq!(o[c], n[c], "{} {c}", o["precision"]);
+        }
+    }
+    let (oh, old) = csv(&results().join("2026-11-21-stage1/anatomy-rtx4090/anatomy_timeline.csv"));
+    let (nh, new) = csv(&results().join("2026-11-22-run/run/anatomy/anatomy_timeline.csv"));
+    keeps_columns(&oh, &nh, "anatomy_timeline.csv");
+    for (o, n) in old.iter().zip(&new) {
+        for c in ["label", "allocated_mib", "reserved_mib", "peak_mib", "device_used_mib"] {
+            assert_eq!(o[c], n[c], "{} {c}", o["label"]);
+        }
+    }
+}
+
+#[test]
+fn stage2_ledger_reproduces_and_the_limit_alone() {
+    let old_dir = results().join("2026-11-21-stage2");
+    let new_dir = results().join("2026-11-22-run");
+    let (oh, old) = csv(&old_dir.join("kv-bf16-all-rtx4090/kv_prefill.csv"));
+    let (nh, run) = csv(&new_dir.join("run/kv/kv_prefill.csv"));
+    keeps_columns(&oh, &nh, "kv_prefill.csv");
+    for c in ["logits", "reserved_peak_mib", "outside_pool_mib"] {
+        assert!(nh.iter().any(|h| h == c), "new column {c}");
+    }
+    // The per-token ledger is the same at every length both swept, in the full run too.
+    let bf16_all = |r: &&HashMap<String, String>| r["precision"] == "bf16" && r["logits"] == "all" && r["attention"] == "bounded" && r["outcome"] == "ok";
+    let mut compared = 0;
+    for o in old.iter().filter(|r| r["outcome"] == "ok") {
+        if let Some(n) = run.iter().filter(bf16_all).find(|n| n["seq"] == o["seq"]) {
+            for c in ["held_mib", "kv_measured_mib", "logits_mib", "growth_per_1k_tokens_mib"] {
+                assert!((num(o, c) - num(n, c)).abs() < 1e-6, "seq {} {c}: {} vs {}", o["seq"], o[c], n[c]);
+            }
+            compared += 1;
+        }
+    }
+    assert!(compared >= 4, "only {compared} lengths in common");
+    // Alone in a fresh process, the longest context is the committed one.
+    let (_, old_limit) = csv(&old_dir.join("kv-bf16-all-rtx4090/kv_limit.csv"));
+    let (lh, alone) = csv(&new_dir.join("kv-alone/kv/kv_limit.csv"));
+    assert!(lh.iter().any(|h| h == "attention"));
+    assert_eq!(old_limit[0]["max_context"], alone[0]["max_context"]);
+    assert_eq!(old_limit[0]["first_oom"], alone[0]["first_oom"]);
+    // Inside the run, after stage 1, the pool had less room (RUN.md): never more than the fresh process.
+    let (_, run_limit) = csv(&new_dir.join("run/kv/kv_limit.csv"));
+    let in_run = run_limit.iter().find(|r| r["precision"] == "bf16" && r["logits"] == "all" && r["attention"] == "bounded").unwrap();
+    assert!(num(in_run, "max_context") <= num(&alone[0], "max_context"));
+}
