@@ -50,15 +50,15 @@ enum Cmd {
     Info,
 }
 
-/// Runs `stages` with their configs in one session; a failed stage is an error once the run
-/// folder and its report are written.
-fn run_stages(args: &SessionArgs, what: &str, stages: Vec<(Box<dyn AnyStage>, Option<serde_json::Value>)>, report_card: bool) -> Result<()> {
+/// Runs `stages` in one session, each with its device's default config and the flags given (if
+/// any); a failed stage is an error once the run folder and its report are written.
+fn run_stages(args: &SessionArgs, what: &str, stages: Vec<(Box<dyn AnyStage>, Option<&clap::ArgMatches>)>, report_card: bool) -> Result<()> {
     let mut session = Session::open(args, what, report_card)?;
     let gpu = session.device.is_cuda();
     let mut interrupted = false;
-    for (stage, config) in &stages {
-        let config = match config {
-            Some(c) => c.clone(),
+    for (stage, flags) in &stages {
+        let config = match flags {
+            Some(m) => stage.config_from(m, gpu)?,
             None => stage.default_config(gpu)?,
         };
         if let Err(e) = session.run_stage(stage.as_ref(), config) {
@@ -87,8 +87,7 @@ fn dispatch(matches: &clap::ArgMatches) -> Result<()> {
     if let Some((name, sub)) = matches.subcommand() {
         if let Some(stage) = experiments::find(name) {
             let args = SessionArgs::from_arg_matches(sub).map_err(cli_err)?;
-            let config = stage.config_from(sub)?;
-            return run_stages(&args, name, vec![(stage, Some(config))], false);
+            return run_stages(&args, name, vec![(stage, Some(sub))], false);
         }
     }
     let cli = Cli::from_arg_matches(matches).map_err(cli_err)?;

@@ -141,7 +141,9 @@ pub trait AnyStage {
     fn views(&self) -> Vec<View>;
     /// The clap subcommand carrying the config's flags.
     fn command(&self) -> clap::Command;
-    fn config_from(&self, matches: &clap::ArgMatches) -> Result<serde_json::Value>;
+    /// The config for this device (`default_config`), with the flags given on the command line
+    /// put over it: `vram-lab kv` on CPU sweeps the tiny model's sizes unless told otherwise.
+    fn config_from(&self, matches: &clap::ArgMatches, gpu: bool) -> Result<serde_json::Value>;
     fn default_config(&self, gpu: bool) -> Result<serde_json::Value>;
     fn run(&self, session: &mut Session, config: &serde_json::Value) -> Result<StageOutput>;
 }
@@ -169,9 +171,20 @@ impl<S: Stage> AnyStage for Registered<S> {
     fn command(&self) -> clap::Command {
         <S::Config as clap::Args>::augment_args(clap::Command::new(S::NAME).about(S::ABOUT))
     }
-    fn config_from(&self, matches: &clap::ArgMatches) -> Result<serde_json::Value> {
-        let cfg = <S::Config as clap::FromArgMatches>::from_arg_matches(matches).map_err(|e| LabError::input(e.to_string()))?;
-        Ok(serde_json::to_value(cfg)?)
+    fn config_from(&self, matches: &clap::ArgMatches, gpu: bool) -> Result<serde_json::Value> {
+        let parsed = <S::Config as clap::FromArgMatches>::from_arg_matches(matches).map_err(|e| LabError::input(e.to_string()))?;
+        let given = serde_json::to_value(parsed)?;
+        let mut config = self.default_config(gpu)?;
+        if let (Some(config), Some(given)) = (config.as_object_mut(), given.as_object()) {
+            for (field, value) in given {
+                // clap names each flag's id after its field.
+                let from_user = matches!(matches.value_source(field), Some(clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable));
+                if from_user {
+                    config.insert(field.clone(), value.clone());
+                }
+            }
+        }
+        Ok(config)
     }
     fn default_config(&self, gpu: bool) -> Result<serde_json::Value> {
         Ok(serde_json::to_value(if gpu { S::Config::default() } else { S::cpu_config() })?)

@@ -55,6 +55,8 @@ fn anatomy_writes_tables_env_and_matches_predictions() {
     }
     let m = manifest(&out);
     assert!(m["command"].as_str().unwrap().contains("anatomy"));
+    // Flags not given take the device's defaults (on CPU, the tiny model's): precisions as default.
+    assert_eq!(m["stages"][0]["config"]["precisions"], serde_json::json!(["bf16", "q4", "f32"]));
     assert_eq!(m["model"], "synthetic:tiny");
     assert_eq!(m["stages"][0]["config"]["max_new_tokens"], 12);
     assert_eq!(m["stages"][0]["tables"]["anatomy"], "anatomy/anatomy.csv");

@@ -805,6 +805,16 @@ mod tests {
     }
 
     #[test]
+    fn flags_given_go_over_the_device_defaults() {
+        let stage = crate::stage::register::<KvCache>();
+        let m = stage.command().get_matches_from(["kv", "--max", "2048"]);
+        let cpu = stage.config_from(&m, false).unwrap();
+        assert_eq!((cpu["max"].as_u64(), cpu["decode_to"].as_u64(), cpu["max_batch"].as_u64()), (Some(2048), Some(1024), Some(8)));
+        let gpu = stage.config_from(&m, true).unwrap();
+        assert_eq!((gpu["max"].as_u64(), gpu["decode_to"].as_u64(), gpu["max_batch"].as_u64()), (Some(2048), Some(4096), Some(256)));
+    }
+
+    #[test]
     fn config_defaults_are_the_flags_defaults() {
         use clap::{Args, FromArgMatches};
         let cmd = KvConfig::augment_args(clap::Command::new("kv"));
