@@ -101,14 +101,12 @@ impl Setup {
     fn newest_run_with(&self, stage: &str) -> Result<PathBuf> {
         let defaults = find(stage).map(|s| (s.default_config(true).ok(), s.default_config(false).ok()));
         let mut found: Vec<(bool, String, PathBuf)> = Vec::new();
-        for gpu in read_dirs(&self.results) {
-            for dir in read_dirs(&gpu) {
-                let Ok(m) = Manifest::read(&dir) else { continue };
-                let Some(rec) = m.stage(stage).filter(|s| s.status == StageStatus::Done) else { continue };
-                if m.model == self.model() && m.card_name() == self.card() {
-                    let full = defaults.as_ref().is_some_and(|(g, c)| g.as_ref() == Some(&rec.config) || c.as_ref() == Some(&rec.config));
-                    found.push((full, m.started.clone(), dir));
-                }
+        for dir in run_folders(&self.results, 3) {
+            let Ok(m) = Manifest::read(&dir) else { continue };
+            let Some(rec) = m.stage(stage).filter(|s| s.status == StageStatus::Done) else { continue };
+            if m.model == self.model() && m.card_name() == self.card() {
+                let full = defaults.as_ref().is_some_and(|(g, c)| g.as_ref() == Some(&rec.config) || c.as_ref() == Some(&rec.config));
+                found.push((full, m.started.clone(), dir));
             }
         }
         found.sort();
@@ -123,10 +121,19 @@ impl Setup {
     }
 }
 
-fn read_dirs(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).map(|r| r.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect()).unwrap_or_default();
-    v.sort();
-    v
+/// Folders holding a manifest.json, up to `depth` levels below `dir`
+/// (data/results/<gpu>/<date>-<what>/<run>/).
+fn run_folders(dir: &Path, depth: usize) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let subdirs = std::fs::read_dir(dir).map(|r| r.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect::<Vec<_>>()).unwrap_or_default();
+    for sub in subdirs {
+        if sub.join(MANIFEST).is_file() {
+            out.push(sub);
+        } else if depth > 1 {
+            out.extend(run_folders(&sub, depth - 1));
+        }
+    }
+    out
 }
 
 fn device_line(choice: &str) -> String {
@@ -273,6 +280,20 @@ mod tests {
         assert!(check_answer("q", 0.0, 14.19, 0.01).contains("not answered"));
         assert!(check_answer("q", 14.2, 14.19, 0.01).contains("✅"));
         assert!(check_answer("q", 16.0, 14.19, 0.01).contains("❌"));
+    }
+
+    #[test]
+    fn replay_opens_the_committed_full_run() {
+        let s = Setup { mode: Mode::Replay, ..Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090")) };
+        let kv = s.stage("kv").unwrap();
+        // The full run, not the later run of stage 2 alone with fewer precisions.
+        assert!(kv.run.dir.ends_with("run"), "{}", kv.run.dir.display());
+        assert_eq!(kv.run.manifest.stage("kv").unwrap().config["precisions"], serde_json::json!(["bf16", "q4"]));
+        assert!(kv.table("kv_limit").unwrap().height() >= 4);
+        let anatomy = s.stage("anatomy").unwrap();
+        assert!(anatomy.text("oom_summary_f32.txt").unwrap().unwrap().contains("vram-lab memory summary"));
+        assert!(anatomy.findings().unwrap().height() >= 5);
+        assert!(anatomy.show("nope").is_err());
     }
 
     #[test]

@@ -208,6 +208,9 @@ fn run_writes_one_folder_with_manifest_and_report() {
     assert!(m["env"]["versions"]["candle-core"].as_str().unwrap().starts_with("0.11"));
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("Stage 1 — anatomy") && html.contains("Stage 2 — the KV cache"));
+    for caption in ["Stage 2 — prefill ledger (MiB) — precision=bf16, logits=all", "Stage 2 — a long decode", "Stage 2 — batch sweep", "Memory timeline"] {
+        assert!(html.contains(caption), "report.html lacks `{caption}`");
+    }
     assert!(html.contains("Plotly.newPlot"), "charts are in the page");
     assert!(!html.contains("<script src=\"http") && !html.contains("<link"), "the page loads nothing from the network");
     assert!(t.contains("Summary — measured, predicted"), "{t}");

@@ -62,7 +62,7 @@ pub mod col {
 
 /// Table names.
 pub const TABLE: &str = "anatomy";
-pub const TIMELINE: &str = "anatomy_timeline";
+pub const TIMELINE_TABLE: &str = "anatomy_timeline";
 
 /// One scenario (one precision), every figure in bytes or seconds.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -225,7 +225,7 @@ impl Stage for Anatomy {
         }
         let mut out = StageOutput::default();
         out.table(TABLE, result.table()?);
-        out.table(TIMELINE, result.timeline.to_dataframe()?);
+        out.table(TIMELINE_TABLE, result.timeline.to_dataframe()?);
         for sc in result.scenarios.iter().filter(|sc| !sc.oom_summary.is_empty()) {
             out.text(&format!("oom_summary_{}.txt", sc.precision), sc.oom_summary.clone());
         }
@@ -256,7 +256,7 @@ impl Stage for Anatomy {
             },
             View {
                 name: "timeline",
-                table: TIMELINE,
+                table: TIMELINE_TABLE,
                 caption: "Memory timeline / 显存时间线 (MiB)",
                 columns: &["label", "allocated_mib", "reserved_mib", "peak_mib", "delta_allocated_mib", "device_used_mib", "process_used_mib"],
                 group_by: &[],

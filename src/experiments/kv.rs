@@ -135,10 +135,10 @@ pub mod col {
 }
 
 /// Table names.
-pub const PREFILL: &str = "kv_prefill";
-pub const LIMIT: &str = "kv_limit";
-pub const DECODE: &str = "kv_decode";
-pub const BATCH: &str = "kv_batch";
+pub const PREFILL_TABLE: &str = "kv_prefill";
+pub const LIMIT_TABLE: &str = "kv_limit";
+pub const DECODE_TABLE: &str = "kv_decode";
+pub const BATCH_TABLE: &str = "kv_batch";
 
 /// The report's sweep: 1024, 2048, … up to `max`.
 pub fn doubling(start: usize, max: usize) -> Vec<usize> {
@@ -706,16 +706,16 @@ impl Stage for KvCache {
         }
         let mut out = StageOutput::default();
         if !r.prefill.is_empty() {
-            out.table(PREFILL, prefill_table(&r.prefill)?);
+            out.table(PREFILL_TABLE, prefill_table(&r.prefill)?);
         }
         if !r.limits.is_empty() {
-            out.table(LIMIT, limit_table(&r.limits, &s.card_name())?);
+            out.table(LIMIT_TABLE, limit_table(&r.limits, &s.card_name())?);
         }
         if !r.decode.is_empty() {
-            out.table(DECODE, decode_table(&r.decode)?);
+            out.table(DECODE_TABLE, decode_table(&r.decode)?);
         }
         if !r.batch.is_empty() {
-            out.table(BATCH, prefill_table(&r.batch)?);
+            out.table(BATCH_TABLE, prefill_table(&r.batch)?);
         }
         out.findings = r.findings();
         Ok(out)
@@ -726,7 +726,7 @@ impl Stage for KvCache {
         vec![
             View {
                 name: "prefill",
-                table: PREFILL,
+                table: PREFILL_TABLE,
                 caption: "Stage 2 — prefill ledger (MiB)",
                 columns: &[SEQ, OUTCOME, HELD_MIB, GROWTH_PER_1K_TOKENS_MIB, KV_MEASURED_MIB, KV_GQA_FORMULA_MIB, KV_NAIVE_FORMULA_MIB, LOGITS_MIB, OTHER_MIB, TRANSIENT_MIB, PEAK_MIB, RESERVED_PEAK_MIB, OUTSIDE_POOL_MIB, PREFILL_TOK_S, OOM_REQUEST_MIB],
                 group_by: &[PRECISION, LOGITS, ATTENTION],
@@ -735,7 +735,7 @@ impl Stage for KvCache {
             },
             View {
                 name: "limit",
-                table: LIMIT,
+                table: LIMIT_TABLE,
                 caption: "Stage 2 — the longest context that fits / 最长上下文 (tokens)",
                 columns: &[CARD, PRECISION, LOGITS, ATTENTION, BATCH, MAX_CONTEXT, FIRST_OOM, RESOLUTION, TRIALS],
                 group_by: &[],
@@ -744,7 +744,7 @@ impl Stage for KvCache {
             },
             View {
                 name: "decode",
-                table: DECODE,
+                table: DECODE_TABLE,
                 caption: "Stage 2 — a long decode: preallocated vs concatenating cache (MiB)",
                 columns: &[CACHE, TOKENS, OUTCOME, ALLOCATED_MIB, LEDGER_MIB, LEDGER_VS_ALLOCATED_PCT, KV_MIB, RESERVED_MIB, PEAK_ABOVE_ALLOCATED_MIB, TOK_S],
                 group_by: &[PRECISION],
@@ -753,7 +753,7 @@ impl Stage for KvCache {
             },
             View {
                 name: "batch",
-                table: BATCH,
+                table: BATCH_TABLE,
                 caption: "Stage 2 — batch sweep (MiB, all logits kept)",
                 columns: &[BATCH, SEQ, OUTCOME, HELD_MIB, KV_MEASURED_MIB, KV_GQA_FORMULA_MIB, LOGITS_MIB, TRANSIENT_MIB, PEAK_MIB, PREFILL_TOK_S],
                 group_by: &[PRECISION],

@@ -15,3 +15,23 @@ pub fn registry() -> Vec<Box<dyn AnyStage>> {
 pub fn find(name: &str) -> Option<Box<dyn AnyStage>> {
     registry().into_iter().find(|s| s.name() == name)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn views_name_the_stages_tables() {
+        for stage in super::registry() {
+            let views = stage.views();
+            assert!(!views.is_empty(), "{}", stage.name());
+            for v in &views {
+                // Table names carry the stage's name (a column name here would match no table).
+                assert!(v.table.starts_with(stage.name()), "{}: view {} shows `{}`", stage.name(), v.name, v.table);
+                assert!(!v.columns.is_empty());
+            }
+            let mut names: Vec<&str> = views.iter().map(|v| v.name).collect();
+            names.sort();
+            names.dedup();
+            assert_eq!(names.len(), views.len(), "{}: view names repeat", stage.name());
+        }
+    }
+}
