@@ -46,7 +46,9 @@ def strip_volatile(nb):
 
 
 def execute(path, env, out_path):
-    os.environ.pop("VRAM_LAB_NOTEBOOK_MODE", None)
+    # Each execution sees only its own settings: a live run's model must not leak into a replay.
+    for k in [k for k in os.environ if k.startswith("VRAM_LAB_NOTEBOOK_")]:
+        del os.environ[k]
     os.environ.update(env)
     nb = nbformat.read(path, as_version=4)
     t0 = time.time()

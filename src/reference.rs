@@ -1,4 +1,4 @@
-//! Figures from the reference runs the lab stands beside (`../shared/reference/`), in GiB as the
+//! Figures of the report and of the reference runs the lab stands beside (PyTorch and stock candle re-run on an H200), in GiB as the
 //! report's code prints them (bytes / 1024³, labelled "GB").
 
 /// The report, RTX 4090 24 GB, PyTorch + transformers, Qwen2.5-7B-Instruct.
