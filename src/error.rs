@@ -60,10 +60,6 @@ impl LabError {
         Self::Other(e.to_string())
     }
 
-    pub fn is_oom(&self) -> bool {
-        matches!(self, Self::Oom(_))
-    }
-
     /// Names what the lab was doing when an OOM happened; other errors pass through.
     pub fn during(mut self, what: impl Into<String>) -> Self {
         if let Self::Oom(r) = &mut self {

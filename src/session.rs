@@ -5,7 +5,7 @@
 
 use crate::error::{LabError, Result};
 use crate::hw::{self, Card};
-use crate::memory::{fmt_bytes, guarded, MemoryProbe};
+use crate::memory::{guarded, MemoryProbe};
 use crate::model::{self, LoadedModel, ModelSource, Precision, SourceOptions};
 use crate::report::manifest::{self, Manifest, RunFolder, RunStatus, StageRecord, StageStatus, MANIFEST};
 use crate::report::{console_table, Env};
@@ -386,16 +386,4 @@ fn claim(dir: &Path, manifest: &Manifest) -> Result<()> {
     use std::io::Write;
     f.write_all(serde_json::to_string_pretty(manifest)?.as_bytes())?;
     Ok(())
-}
-
-/// One line for the console about the memory a loaded model holds.
-pub fn loaded_line(probe: &MemoryProbe, lm: &LoadedModel) -> String {
-    let s = probe.snapshot("loaded");
-    format!(
-        "loaded in {:.2} s: allocated {} reserved {} peak {}",
-        lm.load_s,
-        fmt_bytes(s.allocated),
-        fmt_bytes(s.reserved),
-        fmt_bytes(s.peak)
-    )
 }

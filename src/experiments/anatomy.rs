@@ -85,6 +85,8 @@ pub struct Scenario {
     pub oom_during: String,
     pub oom_summary: String,
     pub first_tokens: Vec<u32>,
+    /// The model has the report's shapes, so its figures stand beside this scenario.
+    pub report_model: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -136,6 +138,7 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
     let opened = model::source::open(&s.source, &s.opts)?;
     let model_cfg = opened.cfg.clone();
     sc.predicted_weights = estimate::weight_bytes(&model_cfg, p);
+    sc.report_model = reference::is_report_model(&model_cfg);
     s.probe.empty_cache();
     s.probe.clear_pending();
     s.probe.reset_peak();
@@ -218,11 +221,11 @@ impl Stage for Anatomy {
 
     fn run(s: &mut Session, cfg: &AnatomyConfig) -> Result<StageOutput> {
         let mut result = AnatomyResult::default();
-        result.report_model = model::source::open(&s.source, &s.opts).map(|o| reference::is_report_model(&o.cfg)).unwrap_or(false);
         for &p in &cfg.precisions {
             let sc = run_scenario(s, p, cfg, &mut result.timeline)?;
             result.scenarios.push(sc);
         }
+        result.report_model = result.scenarios.iter().any(|sc| sc.report_model);
         let mut out = StageOutput::default();
         out.table(TABLE, result.table()?);
         out.table(TIMELINE_TABLE, result.timeline.to_dataframe()?);
