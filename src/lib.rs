@@ -5,6 +5,7 @@
 //! stages; `estimate` holds pure formulas; `experiments` hold one report stage each, on the
 //! contract of `stage`; a `session::Session` runs them.
 
+pub mod alloc_model;
 pub mod error;
 pub mod estimate;
 pub mod experiments;
@@ -14,6 +15,7 @@ pub mod model;
 pub mod notebook;
 pub mod reference;
 pub mod report;
+pub mod search;
 pub mod session;
 pub mod stage;
 pub mod tools;

@@ -19,6 +19,11 @@ pub mod report {
     pub const KV_GROWTH_PER_1K_MIB: f64 = 352.50;
     /// Stage 2: the first sequence length that ran out of memory (batch 1, all logits kept).
     pub const KV_FIRST_OOM_SEQ: f64 = 16384.0;
+    /// Stage 3 (fragmentation), (allocated, reserved) after ten 500 MB blocks, after freeing the
+    /// odd ones, and reserved after asking for 2 GB (its allocated was not printed).
+    pub const FRAG_TEN_BLOCKS: (f64, f64) = (4.88, 4.88);
+    pub const FRAG_ODD_FREED: (f64, f64) = (2.93, 4.88);
+    pub const FRAG_AFTER_REQUEST_RESERVED: f64 = 6.88;
 }
 
 /// The same experiments re-run with PyTorch on an H200 (transformers 5.17, synthetic weights).
@@ -50,3 +55,18 @@ pub const REPORT_PROMPT_REPEAT: usize = 20;
 /// Tokens Qwen2.5's tokenizer makes of that prompt (160, as the candle reference run counted);
 /// used as the random-id prompt length when no tokenizer is at hand.
 pub const REPORT_PROMPT_TOKENS: usize = 160;
+
+/// Records of the PyTorch reference script (`scripts/reference/pytorch_reference.py`), one JSON
+/// object per line, run on the same GPU in the same call as the lab: those with `"experiment"`
+/// equal to `experiment`.
+pub fn pytorch_records(path: &std::path::Path, experiment: &str) -> crate::Result<Vec<serde_json::Value>> {
+    let text = std::fs::read_to_string(path).map_err(|e| crate::LabError::input(format!("cannot read PyTorch figures {}: {e}", path.display())))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| crate::LabError::input(format!("{} line {}: not JSON ({e})", path.display(), i + 1)))?;
+        if v["experiment"] == experiment {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}

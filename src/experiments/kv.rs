@@ -10,6 +10,7 @@ use crate::memory::{fmt_bytes, guarded, mib};
 use crate::model::qwen2::last_logits;
 use crate::model::{AttentionMode, CacheKind, Logits, Precision, Qwen2};
 use crate::reference::report;
+use crate::search::bisect;
 use crate::report::charts;
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
@@ -320,28 +321,6 @@ pub fn batch_sweep(s: &mut Session, model: &Qwen2, seq: usize, max_batch: usize,
     sweep(s, model, batches.map(|b| (seq, b)), logits)
 }
 
-/// Narrows [fits, does_not_fit) to within `resolution` by halving; returns the largest length
-/// seen to fit and the lengths tried. `fits` runs one trial.
-pub fn bisect(mut lo: usize, mut hi: usize, resolution: usize, mut fits: impl FnMut(usize) -> Result<bool>) -> Result<(usize, Vec<usize>)> {
-    let mut tried = Vec::new();
-    let resolution = resolution.max(1);
-    while hi > lo + resolution {
-        // Keep trial lengths on the resolution grid, strictly between the bounds.
-        let mid = (lo + (hi - lo) / 2) / resolution * resolution;
-        let mid = if mid <= lo { lo + resolution } else { mid };
-        if mid >= hi {
-            break;
-        }
-        tried.push(mid);
-        if fits(mid)? {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok((lo, tried))
-}
-
 /// The longest prefill that fits on this (emulated) card.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ContextLimit {
@@ -361,9 +340,9 @@ pub fn find_limit(s: &mut Session, model: &Qwen2, sweep: &[PrefillStep], logits:
     let ok = sweep.iter().filter(|st| st.outcome.is_ok() && st.seq < oom.seq).map(|st| st.seq).max().unwrap_or(0);
     let batch = oom.batch;
     let mut trials = Vec::new();
-    let (max_ok, _) = bisect(ok, oom.seq, resolution, |n| {
+    let (max_ok, _) = bisect(ok as u64, oom.seq as u64, resolution as u64, |n| {
         s.check_stop()?;
-        let st = step(s, model, n, batch, logits);
+        let st = step(s, model, n as usize, batch, logits);
         say_step(s, &st);
         let fits = st.outcome.is_ok();
         trials.push(st);
@@ -375,7 +354,7 @@ pub fn find_limit(s: &mut Session, model: &Qwen2, sweep: &[PrefillStep], logits:
         attention: model.attention.name().into(),
         logits,
         batch,
-        max_ok,
+        max_ok: max_ok as usize,
         first_oom,
         resolution,
         trials,
@@ -767,18 +746,6 @@ impl Stage for KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bisection_finds_the_boundary_on_the_grid() {
-        for limit in [1024usize, 1300, 2047, 4095] {
-            let (found, tried) = bisect(1024, 4096, 256, |n| Ok(n <= limit)).unwrap();
-            assert!(found <= limit && limit - found < 256, "limit {limit}: found {found}");
-            assert!(tried.iter().all(|n| n % 256 == 0 && *n > 1024 && *n < 4096));
-            assert!(tried.len() <= 4, "{tried:?}");
-        }
-        // Already within the resolution: nothing to try.
-        assert_eq!(bisect(1024, 1200, 256, |_| unreachable!()).unwrap(), (1024, vec![]));
-    }
 
     #[test]
     fn doubling_lengths() {

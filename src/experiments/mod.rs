@@ -2,13 +2,14 @@
 //! `vram-lab run` runs in order and the CLI turns into subcommands.
 
 pub mod anatomy;
+pub mod frag;
 pub mod kv;
 
 use crate::stage::{register, AnyStage};
 
 /// Every stage, in the report's order. Adding a stage: its module, and one line here.
 pub fn registry() -> Vec<Box<dyn AnyStage>> {
-    vec![register::<anatomy::Anatomy>(), register::<kv::KvCache>()]
+    vec![register::<anatomy::Anatomy>(), register::<kv::KvCache>(), register::<frag::Frag>()]
 }
 
 /// The stage called `name`.

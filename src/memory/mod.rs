@@ -4,6 +4,8 @@
 pub mod alloc_hook;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod device_arena;
 pub mod emulation;
 pub mod host;
 pub mod summary;

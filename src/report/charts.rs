@@ -2,7 +2,7 @@
 //! notebooks draw the same thing.
 
 use crate::error::Result;
-use crate::experiments::{anatomy::col as a, kv::col as k};
+use crate::experiments::{anatomy::col as a, frag::col as f, kv::col as k};
 use crate::stage::Outcome;
 use plotly::common::{Mode, Title};
 use plotly::layout::{Axis, AxisType, BarMode, Layout};
@@ -88,6 +88,28 @@ pub fn kv_decode(df: &DataFrame) -> Result<Plot> {
         plot.add_trace(Scatter::new(t, floats(&d, k::PEAK_MIB)?).mode(Mode::Markers).name(format!("{kind}: peak")));
     }
     plot.set_layout(layout("Decode: preallocated vs concatenating KV cache", "tokens in cache", "MiB"));
+    Ok(plot)
+}
+
+/// Stage 3: allocated and reserved at each step of the report's sequence, measured and modelled,
+/// with the report's figures (one chart per allocator).
+pub fn frag_steps(df: &DataFrame) -> Result<Plot> {
+    let x = strings(df, f::STEP)?;
+    let mut plot = Plot::new();
+    for (col, name) in [
+        (f::ALLOCATED_GIB, "allocated (measured)"),
+        (f::RESERVED_GIB, "reserved (measured)"),
+        (f::MODEL_RESERVED_GIB, "reserved (model)"),
+        (f::REPORT_RESERVED_GIB, "reserved, report (PyTorch, RTX 4090)"),
+        (f::LARGEST_BLOCK_GIB, "largest allocatable block (measured)"),
+    ] {
+        let y = floats(df, col)?;
+        if y.iter().any(|v| v.is_finite()) {
+            plot.add_trace(Bar::new(x.clone(), y).name(name));
+        }
+    }
+    let who = strings(df, f::ALLOCATOR)?.into_iter().next().unwrap_or_default();
+    plot.set_layout(layout(&format!("碎片化 fragmentation: {who}"), "step", "GiB").bar_mode(BarMode::Group));
     Ok(plot)
 }
 
