@@ -2,6 +2,7 @@
 
 use crate::model::config::Qwen2Config;
 use crate::model::precision::{ggml_bytes, ggml_dtype_for, Precision};
+use crate::model::Logits;
 
 /// Weight bytes of `cfg` in `precision`, tensor by tensor (the Q4 plan per tensor for Q4).
 pub fn weight_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
@@ -36,6 +37,75 @@ pub fn decode_ceiling_tok_s(bandwidth_gbs: f64, bytes_per_token: u64) -> f64 {
     bandwidth_gbs * 1e9 / bytes_per_token.max(1) as f64
 }
 
+/// A prefill: `batch` sequences of `seq` tokens in `precision`, keeping `logits`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Workload {
+    pub precision: Precision,
+    pub seq: usize,
+    pub batch: usize,
+    pub logits: Logits,
+}
+
+/// Bytes a prefill needs at its peak: the weights, the KV cache and the logits it keeps (in the
+/// activation dtype: F32 for the lab's Q4, which computes in F32), and the transient above them,
+/// given per token (measured by the caller at a size that fitted).
+pub fn prefill_need(cfg: &Qwen2Config, w: &Workload, transient_per_token: f64) -> u64 {
+    let act = w.precision.act_dtype().size_in_bytes();
+    let tokens = (w.seq * w.batch) as u64;
+    let logit_rows = match w.logits {
+        Logits::All => tokens,
+        Logits::Last => w.batch as u64,
+    };
+    weight_bytes(cfg, w.precision) + kv_bytes_per_token(cfg, act) * tokens + logits_bytes_per_token(cfg, act) * logit_rows + (transient_per_token * tokens as f64) as u64
+}
+
+/// The largest `n` in 1..=`upto` for which `fits(n)`, assuming it is monotone (0 if none).
+fn largest(upto: usize, fits: impl Fn(usize) -> bool) -> usize {
+    crate::search::bisect(0, upto as u64 + 1, 1, |n| Ok(fits(n as usize))).map(|(n, _)| n as usize).unwrap_or(0)
+}
+
+/// One way out of an OOM and what it would need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remedy {
+    pub what: &'static str,
+    pub change: String,
+    pub need: u64,
+    pub fits: bool,
+}
+
+/// What would have made `w` fit in `capacity` bytes: a shorter context, last-token logits, a
+/// smaller batch, Q4 weights, or some layers' weights kept off the GPU (offload).
+pub fn remedies(cfg: &Qwen2Config, w: &Workload, capacity: u64, transient_per_token: f64) -> Vec<Remedy> {
+    let need = |w: &Workload| prefill_need(cfg, w, transient_per_token);
+    let mut out = Vec::new();
+    let seq = largest(w.seq, |s| need(&Workload { seq: s, ..*w }) <= capacity);
+    out.push(Remedy { what: "shorter context", change: format!("{} → {seq} tokens", w.seq), need: need(&Workload { seq: seq.max(1), ..*w }), fits: seq > 0 });
+    if w.logits == Logits::All {
+        let n = need(&Workload { logits: Logits::Last, ..*w });
+        out.push(Remedy { what: "last-token logits", change: "all → last".into(), need: n, fits: n <= capacity });
+    }
+    if w.batch > 1 {
+        let b = largest(w.batch, |b| need(&Workload { batch: b, ..*w }) <= capacity);
+        out.push(Remedy { what: "smaller batch", change: format!("{} → {b}", w.batch), need: need(&Workload { batch: b.max(1), ..*w }), fits: b > 0 });
+    }
+    if w.precision != Precision::Q4 {
+        let n = need(&Workload { precision: Precision::Q4, ..*w });
+        out.push(Remedy { what: "Q4 weights", change: format!("{} → q4 (the lab computes Q4 in F32)", w.precision), need: n, fits: n <= capacity });
+    }
+    // Offload: each layer's weights moved to the host frees its share of the weights.
+    let total = need(w);
+    let per_layer = weight_bytes(cfg, w.precision) / (cfg.num_hidden_layers as u64 + 1).max(1);
+    let over = total.saturating_sub(capacity);
+    let layers = over.div_ceil(per_layer.max(1)) as usize;
+    let n = cfg.num_hidden_layers;
+    out.push(if layers < n {
+        Remedy { what: "offload", change: format!("{layers} of {n} layers' weights in host memory"), need: total - per_layer * layers as u64, fits: true }
+    } else {
+        Remedy { what: "offload", change: format!("not enough: all {n} layers' weights would leave {} too many", over.saturating_sub(per_layer * n as u64)), need: total - per_layer * n as u64, fits: false }
+    });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +125,32 @@ mod tests {
         let q4 = weight_bytes(&cfg, Precision::Q4) as f64 * 8.0 / 7_615_616_512.0;
         assert!(q4 > 4.5 && q4 < 5.0, "{q4} bits/weight");
         assert!((decode_ceiling_tok_s(1000.0, 1_000_000_000) - 1000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn remedies_for_the_report_oom() {
+        // 7B BF16, 16,384 tokens with all logits, 19 GiB for the pool, no transient.
+        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let w = Workload { precision: Precision::Bf16, seq: 16384, batch: 1, logits: Logits::All };
+        let cap = 19u64 << 30;
+        let weights = weight_bytes(&cfg, Precision::Bf16);
+        let need = prefill_need(&cfg, &w, 0.0);
+        assert_eq!(need, weights + 16384 * (57_344 + 304_128));
+        assert!(need > cap);
+        let r = remedies(&cfg, &w, cap, 0.0);
+        let get = |what: &str| r.iter().find(|x| x.what == what).unwrap().clone();
+        // (19 GiB − the weights) / 361,472 B per token = 14,302 tokens.
+        let shorter = get("shorter context");
+        assert_eq!(shorter.change, "16384 → 14302 tokens");
+        assert!(shorter.fits && shorter.need <= cap);
+        assert!(get("last-token logits").fits);
+        assert!(get("Q4 weights").fits);
+        let off = get("offload");
+        assert!(off.fits && off.need <= cap, "{off:?}");
+        assert!(r.iter().all(|x| x.what != "smaller batch"));
+        // A transient of 100 kB per token moves the limit.
+        let shorter = remedies(&cfg, &w, cap, 100_000.0).into_iter().find(|x| x.what == "shorter context").unwrap();
+        assert_eq!(shorter.change, format!("16384 → {} tokens", (cap - weights) / 461_472));
     }
 
     /// KV bytes per token for every preset, from the configs' layers, KV heads and head size

@@ -5,7 +5,9 @@
 //! concatenating cache; a batch sweep; and the prefill again with stock candle's attention.
 
 use crate::error::{LabError, Result};
-use crate::estimate;
+use crate::estimate::{self, Workload};
+use crate::experiments::oom;
+use crate::memory::{Category, Held};
 use crate::memory::{fmt_bytes, guarded, mib};
 use crate::model::qwen2::last_logits;
 use crate::model::{AttentionMode, CacheKind, Logits, Precision, Qwen2};
@@ -140,6 +142,7 @@ pub const PREFILL_TABLE: &str = "kv_prefill";
 pub const LIMIT_TABLE: &str = "kv_limit";
 pub const DECODE_TABLE: &str = "kv_decode";
 pub const BATCH_TABLE: &str = "kv_batch";
+pub const OOM_TABLE: &str = "kv_oom";
 
 /// The report's sweep: 1024, 2048, … up to `max`.
 pub fn doubling(start: usize, max: usize) -> Vec<usize> {
@@ -174,6 +177,9 @@ pub struct PrefillStep {
     pub seconds: f64,
     pub oom_request: Option<u64>,
     pub oom_during: String,
+    /// The OOM as captured, for the diagnosis.
+    #[serde(skip)]
+    pub oom: Option<Box<crate::error::OomReport>>,
 }
 
 impl PrefillStep {
@@ -257,6 +263,7 @@ pub fn step(s: &Session, model: &Qwen2, seq: usize, batch: usize, logits: Logits
                     st.reserved_peak = snap.reserved_peak;
                     st.outside_pool = snap.outside_pool();
                 }
+                st.oom = Some(r);
             }
         }
     }
@@ -290,7 +297,7 @@ fn warm_up(model: &Qwen2) {
 
 /// Steps over `sizes` (a length at a fixed batch, or a batch at a fixed length) until the first
 /// one that does not fit.
-fn sweep(s: &mut Session, model: &Qwen2, sizes: impl Iterator<Item = (usize, usize)>, logits: Logits) -> Result<Vec<PrefillStep>> {
+fn sweep(s: &mut Session, model: &Qwen2, sizes: impl Iterator<Item = (usize, usize)>, logits: Logits, diagnoses: &mut Vec<oom::Row>) -> Result<Vec<PrefillStep>> {
     warm_up(model);
     let sizes: Vec<(usize, usize)> = sizes.collect();
     let pb = s.console.bar(sizes.len() as u64, &format!("{} sweep", model.precision), "steps");
@@ -307,18 +314,36 @@ fn sweep(s: &mut Session, model: &Qwen2, sizes: impl Iterator<Item = (usize, usi
         }
     }
     pb.finish_and_clear();
+    diagnose_last(s, model, &steps, logits, diagnoses);
     Ok(steps)
 }
 
+/// The diagnosis of a sweep's OOM: what the failed step held and what would have made it fit,
+/// with the transient per token of the last step that fitted.
+fn diagnose_last(s: &Session, model: &Qwen2, steps: &[PrefillStep], logits: Logits, out: &mut Vec<oom::Row>) {
+    let Some(failed) = steps.last().filter(|st| st.outcome == Outcome::Oom) else { return };
+    let Some(report) = &failed.oom else { return };
+    let transient = steps
+        .iter()
+        .rev()
+        .find(|st| st.outcome.is_ok())
+        .map(|st| st.transient() as f64 / (st.seq * st.batch) as f64)
+        .unwrap_or(0.0);
+    let held = Held::of(&[(Category::Weights, model.weight_bytes()), (Category::KvCache, failed.predicted_kv_gqa)]);
+    let w = Workload { precision: model.precision, seq: failed.seq, batch: failed.batch, logits };
+    let context = format!("{} {} × {} ({} logits, {} attention)", failed.precision, failed.batch, failed.seq, failed.logits, failed.attention);
+    out.extend(oom::diagnose(s, &context, report, &model.cfg, &w, &held, transient));
+}
+
 /// The report's prefill sweep on a loaded model: batch 1, `lengths` in order.
-pub fn prefill_sweep(s: &mut Session, model: &Qwen2, lengths: &[usize], logits: Logits) -> Result<Vec<PrefillStep>> {
-    sweep(s, model, lengths.iter().map(|&n| (n, 1)), logits)
+pub fn prefill_sweep(s: &mut Session, model: &Qwen2, lengths: &[usize], logits: Logits, diagnoses: &mut Vec<oom::Row>) -> Result<Vec<PrefillStep>> {
+    sweep(s, model, lengths.iter().map(|&n| (n, 1)), logits, diagnoses)
 }
 
 /// Batch 1, 2, 4, … at a fixed length.
-pub fn batch_sweep(s: &mut Session, model: &Qwen2, seq: usize, max_batch: usize, logits: Logits) -> Result<Vec<PrefillStep>> {
+pub fn batch_sweep(s: &mut Session, model: &Qwen2, seq: usize, max_batch: usize, logits: Logits, diagnoses: &mut Vec<oom::Row>) -> Result<Vec<PrefillStep>> {
     let batches = std::iter::successors(Some(1usize), |b| Some(b * 2)).take_while(|&b| b <= max_batch);
-    sweep(s, model, batches.map(|b| (seq, b)), logits)
+    sweep(s, model, batches.map(|b| (seq, b)), logits, diagnoses)
 }
 
 /// The longest prefill that fits on this (emulated) card.
@@ -555,11 +580,13 @@ struct KvResults {
     per_token: Vec<(Precision, u64, u64, u64)>,
     /// The report's figures stand beside this run only for the report's model.
     report_model: bool,
+    /// One diagnosis per sweep that ran out of memory.
+    diagnoses: Vec<oom::Row>,
 }
 
 /// A prefill sweep, then the bisection when it ran out of memory; the trials join the steps.
 fn prefill_with_limit(s: &mut Session, model: &Qwen2, cfg: &KvConfig, logits: Logits, r: &mut KvResults) -> Result<()> {
-    let mut steps = prefill_sweep(s, model, &cfg.prefill_lengths(), logits)?;
+    let mut steps = prefill_sweep(s, model, &cfg.prefill_lengths(), logits, &mut r.diagnoses)?;
     if cfg.resolution > 0 {
         if let Some(limit) = find_limit(s, model, &steps, logits, cfg.resolution)? {
             s.say(format!(
@@ -617,7 +644,7 @@ fn run_precision(s: &mut Session, cfg: &KvConfig, precision: Precision, r: &mut 
         }
     }
     if cfg.sweeps.contains(&Sweep::Batch) {
-        let steps = batch_sweep(s, &lm.model, cfg.seq, cfg.max_batch, Logits::All)?;
+        let steps = batch_sweep(s, &lm.model, cfg.seq, cfg.max_batch, Logits::All, &mut r.diagnoses)?;
         r.batch.extend(steps);
     }
     if cfg.sweeps.contains(&Sweep::Naive) {
@@ -696,6 +723,9 @@ impl Stage for KvCache {
         if !r.batch.is_empty() {
             out.table(BATCH_TABLE, prefill_table(&r.batch)?);
         }
+        if !r.diagnoses.is_empty() {
+            out.table(OOM_TABLE, oom::table(&r.diagnoses)?);
+        }
         out.findings = r.findings();
         Ok(out)
     }
@@ -739,6 +769,7 @@ impl Stage for KvCache {
                 chart: None,
                 explain: "Batch multiplies the cache and the logits alike: at a fixed length, memory grows linearly in the batch until the card is full.",
             },
+            oom::view("oom", OOM_TABLE, "Stage 2 — why each sweep ran out of memory / OOM 诊断 (MiB)"),
         ]
     }
 }

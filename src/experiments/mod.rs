@@ -4,12 +4,14 @@
 pub mod anatomy;
 pub mod frag;
 pub mod kv;
+pub mod leaks;
+pub mod oom;
 
 use crate::stage::{register, AnyStage};
 
 /// Every stage, in the report's order. Adding a stage: its module, and one line here.
 pub fn registry() -> Vec<Box<dyn AnyStage>> {
-    vec![register::<anatomy::Anatomy>(), register::<kv::KvCache>(), register::<frag::Frag>()]
+    vec![register::<anatomy::Anatomy>(), register::<kv::KvCache>(), register::<frag::Frag>(), register::<leaks::Leaks>()]
 }
 
 /// The stage called `name`.

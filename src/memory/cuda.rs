@@ -159,6 +159,42 @@ pub fn process_used(dev: &CudaDevice) -> Option<u64> {
     })
 }
 
+/// Other processes using this GPU and their memory (NVML), as nvidia-smi lists them.
+pub fn other_processes(dev: &CudaDevice) -> Vec<(u32, u64)> {
+    let Some(nvml) = nvml() else { return Vec::new() };
+    let Some(device) = uuid_string(dev).and_then(|u| nvml.device_by_uuid(u).ok()) else { return Vec::new() };
+    let me = std::process::id();
+    device
+        .running_compute_processes()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.pid != me)
+        .map(|p| match p.used_gpu_memory {
+            nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => (p.pid, b),
+            _ => (p.pid, 0),
+        })
+        .collect()
+}
+
+/// The largest block plain cuMemAlloc gives now, to 2 MiB, by bisection (each trial is freed).
+pub fn largest_free_block(dev: &CudaDevice) -> Result<u64> {
+    let ctx = context(dev);
+    ctx.bind_to_thread().map_err(LabError::other)?;
+    let (free, _) = mem_info(dev)?;
+    let granule = crate::alloc_model::GRANULE;
+    let (lo, _) = crate::search::bisect(0, free as u64 + granule, granule, |b| {
+        // SAFETY: a trial allocation freed at once.
+        Ok(match unsafe { result::malloc_sync(b as usize) } {
+            Ok(p) => {
+                let _ = unsafe { result::free_sync(p) };
+                true
+            }
+            Err(_) => false,
+        })
+    })?;
+    Ok(lo)
+}
+
 pub fn driver_version() -> Option<String> {
     nvml()?.sys_driver_version().ok()
 }

@@ -8,10 +8,12 @@ pub mod cuda;
 pub mod device_arena;
 pub mod emulation;
 pub mod host;
+pub mod monitor;
 pub mod summary;
 pub mod timeline;
 
 pub use emulation::CardEmulation;
+pub use monitor::{Category, Held, MemoryMonitor};
 pub use timeline::Timeline;
 
 use crate::error::{LabError, OomReport, Result};
@@ -168,6 +170,25 @@ impl MemoryProbe {
                     ballast,
                 }
             }
+        }
+    }
+
+    /// Other processes on this GPU and the bytes each uses (none on CPU).
+    pub fn other_processes(&self) -> Vec<(u32, u64)> {
+        match &self.device {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(dev) => cuda::other_processes(dev),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The largest single block the device would give now: by bisection with the driver on a
+    /// GPU (the ballast of an emulated card stays held), the room left under the cap on CPU.
+    pub fn largest_free_block(&self) -> Option<u64> {
+        match &self.device {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(dev) => cuda::largest_free_block(dev).ok(),
+            _ => host::cap().map(|c| c.saturating_sub(host::allocated())),
         }
     }
 

@@ -168,6 +168,47 @@ impl Qwen2 {
         &self.device
     }
 
+    /// The same model with every dense weight a trainable `Var`, as a model left in training
+    /// mode: candle then records each op's inputs, so an output keeps its whole forward graph
+    /// alive. Tensors are converted one at a time (the peak is one tensor above the model);
+    /// quantized weights stay as they are.
+    pub fn into_trainable(self) -> Result<Self> {
+        fn var(t: Tensor) -> Result<Tensor> {
+            Ok(candle_core::Var::from_tensor(&t)?.as_tensor().clone())
+        }
+        fn lin(l: Linear) -> Result<Linear> {
+            Ok(match l {
+                Linear::Dense(d) => {
+                    let (w, b) = (d.weight().clone(), d.bias().cloned());
+                    drop(d);
+                    Linear::Dense(candle_nn::Linear::new(var(w)?, b.map(var).transpose()?))
+                }
+                q => q,
+            })
+        }
+        let Qwen2 { cfg, precision, attention, embed, layers, norm, lm_head, device, weight_bytes } = self;
+        let embed = match embed {
+            Embedding::Dense(t) => Embedding::Dense(var(t)?),
+            q => q,
+        };
+        let lm_head = lin(lm_head)?;
+        let mut out = Vec::with_capacity(layers.len());
+        for l in layers {
+            out.push(Layer {
+                q: lin(l.q)?,
+                k: lin(l.k)?,
+                v: lin(l.v)?,
+                o: lin(l.o)?,
+                gate: lin(l.gate)?,
+                up: lin(l.up)?,
+                down: lin(l.down)?,
+                ln1: var(l.ln1)?,
+                ln2: var(l.ln2)?,
+            });
+        }
+        Ok(Qwen2 { cfg, precision, attention, embed, layers: out, norm: var(norm)?, lm_head, device, weight_bytes })
+    }
+
     /// Bytes of all weight tensors as loaded (a tied table counted once).
     pub fn weight_bytes(&self) -> u64 {
         self.weight_bytes

@@ -1,0 +1,103 @@
+//! The OOM diagnosis a stage gives when it catches an out-of-memory: what was held at that moment
+//! (weights, KV cache, logits, activations and workspace), the request, what the device had left
+//! and who else uses it, and which remedy would have made it fit, with the numbers. A helper for
+//! the stages, not a stage.
+
+use crate::error::OomReport;
+use crate::estimate::{self, Workload};
+use crate::memory::{mib, Category, Held};
+use crate::model::Qwen2Config;
+use crate::session::Session;
+use polars::prelude::*;
+
+pub mod col {
+    pub const CONTEXT: &str = "context";
+    pub const SECTION: &str = "section";
+    pub const ITEM: &str = "item";
+    pub const MIB: &str = "mib";
+    pub const FITS: &str = "fits";
+    pub const NOTE: &str = "note";
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Row {
+    pub context: String,
+    pub section: &'static str,
+    pub item: String,
+    pub mib: Option<f64>,
+    pub fits: String,
+    pub note: String,
+}
+
+fn row(context: &str, section: &'static str, item: impl Into<String>, bytes: Option<u64>, note: impl Into<String>) -> Row {
+    Row { context: context.into(), section, item: item.into(), mib: bytes.map(mib), fits: String::new(), note: note.into() }
+}
+
+/// Bytes the pool can give this workload: the card less what the process holds outside the pool
+/// (CUDA context, modules); on CPU the emulated cap.
+pub fn capacity(report: &OomReport) -> Option<u64> {
+    let s = report.snapshot.as_ref()?;
+    let total = s.device_total?;
+    Some(total.saturating_sub(s.outside_pool().unwrap_or(0)))
+}
+
+/// One table's rows for one OOM. `held` names what the caller knows it held (weights, KV cache,
+/// logits); the rest of the peak is activations and workspace. `transient_per_token` comes from
+/// the last step of the same kind that fitted (0 if none).
+pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Config, w: &Workload, held: &Held, transient_per_token: f64) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let snap = report.snapshot.as_ref();
+    let peak = snap.map(|s| s.peak).unwrap_or(0);
+    for c in [Category::Weights, Category::KvCache, Category::Logits] {
+        rows.push(row(context, "held", c.name(), Some(held.get(c)), ""));
+    }
+    rows.push(row(context, "held", "activations + workspace", Some(peak.saturating_sub(held.total())), "the pool's peak during the step, less the above"));
+    rows.push(row(context, "device", "request", report.request_bytes, format!("failed during {}", report.during)));
+    let cap = capacity(report);
+    rows.push(row(context, "device", "capacity for the pool", cap, "the card less the CUDA context and modules outside the pool"));
+    if let (Some(cap), Some(snap)) = (cap, snap) {
+        rows.push(row(context, "device", "free at the failure", Some(cap.saturating_sub(snap.reserved_peak)), "capacity less what the pool had mapped at its busiest"));
+    }
+    rows.push(row(context, "device", "largest free block now", s.probe.largest_free_block(), "after the failed step's tensors were freed (bisection)"));
+    let others = s.probe.other_processes();
+    let other_bytes: u64 = others.iter().map(|(_, b)| b).sum();
+    let pids: Vec<String> = others.iter().map(|(p, _)| p.to_string()).collect();
+    rows.push(row(context, "device", "other processes", Some(other_bytes), if pids.is_empty() { "none".to_string() } else { format!("pids {}", pids.join(", ")) }));
+    if let Some(cap) = cap {
+        let need = estimate::prefill_need(cfg, w, transient_per_token);
+        let mut r = row(context, "need", "this workload", Some(need), format!("weights + KV + logits + transient {transient_per_token:.0} B/token"));
+        r.fits = if need <= cap { "yes" } else { "no" }.into();
+        rows.push(r);
+        for m in estimate::remedies(cfg, w, cap, transient_per_token) {
+            let mut r = row(context, "remedy", m.what, Some(m.need), m.change);
+            r.fits = if m.fits { "yes" } else { "no" }.into();
+            rows.push(r);
+        }
+    }
+    rows
+}
+
+pub fn table(rows: &[Row]) -> PolarsResult<DataFrame> {
+    df!(
+        col::CONTEXT => rows.iter().map(|r| r.context.clone()).collect::<Vec<_>>(),
+        col::SECTION => rows.iter().map(|r| r.section).collect::<Vec<_>>(),
+        col::ITEM => rows.iter().map(|r| r.item.clone()).collect::<Vec<_>>(),
+        col::MIB => rows.iter().map(|r| r.mib).collect::<Vec<_>>(),
+        col::FITS => rows.iter().map(|r| r.fits.clone()).collect::<Vec<_>>(),
+        col::NOTE => rows.iter().map(|r| r.note.clone()).collect::<Vec<_>>(),
+    )
+}
+
+/// The view every stage with OOMs declares for its diagnosis table.
+pub fn view(name: &'static str, table: &'static str, caption: &'static str) -> crate::stage::View {
+    use col::*;
+    crate::stage::View {
+        name,
+        table,
+        caption,
+        columns: &[SECTION, ITEM, MIB, FITS, NOTE],
+        group_by: &[CONTEXT],
+        chart: None,
+        explain: "OOM 诊断:失败时各部分占用、请求大小、剩余与最大空闲块,以及哪种补救能装下。What was held when the request failed, what the device had left, and which remedy fits, from the lab's formulas with the transient per token measured at the last step that fitted.",
+    }
+}
