@@ -48,6 +48,9 @@ enum Cmd {
     },
     /// The device, the card presets and the model presets
     Info,
+    /// A process's GPU memory over time (NVML), to CSV, with a live line: `vram-lab watch --pid N`
+    /// or `vram-lab watch -- python infer.py`
+    Watch(tools::WatchArgs),
 }
 
 /// Runs `stages` in one session, each with its device's default config and the flags given (if
@@ -111,6 +114,7 @@ fn dispatch(matches: &clap::ArgMatches) -> Result<()> {
         Cmd::Generate(g) => tools::generate(args, &g).map(|t| println!("{t}")),
         Cmd::Quantize { to } => tools::quantize(args, &to).map(|t| println!("{t}")),
         Cmd::Info => tools::info(args).map(|t| println!("{t}")),
+        Cmd::Watch(w) => tools::watch(args, &w).map(|t| println!("{t}")),
     }
 }
 

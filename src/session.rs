@@ -100,6 +100,11 @@ pub fn default_model(device: &Device) -> &'static str {
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// Ctrl-C was pressed.
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
 /// Ctrl-C asks the run to stop after the step in hand (the finished stages' files are kept and
 /// the GPU memory is freed as the session drops); a second Ctrl-C quits at once.
 pub fn stop_on_ctrl_c() {
@@ -239,7 +244,7 @@ impl Session {
 
     /// Err(Interrupted) once Ctrl-C was pressed: stages call it between steps.
     pub fn check_stop(&self) -> Result<()> {
-        if STOP.load(Ordering::SeqCst) {
+        if stop_requested() {
             Err(LabError::Interrupted)
         } else {
             Ok(())

@@ -150,10 +150,15 @@ impl Run {
         self.monitor.flagged() || self.outcomes.contains(&Outcome::Oom)
     }
 
-    /// Mean allocated growth per step between marks after the first.
+    /// Median allocated growth per step (a one-time allocation of the runtime does not move it).
     pub fn growth_per_step(&self) -> Option<f64> {
-        let g = self.monitor.growth();
-        (!g.is_empty()).then(|| g.iter().map(|x| x.allocated as f64).sum::<f64>() / g.len() as f64)
+        let mut g: Vec<i64> = self.monitor.growth().iter().map(|x| x.allocated).collect();
+        g.sort();
+        match g.len() {
+            0 => None,
+            n if n % 2 == 1 => Some(g[n / 2] as f64),
+            n => Some((g[n / 2 - 1] + g[n / 2]) as f64 / 2.0),
+        }
     }
 }
 

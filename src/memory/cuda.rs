@@ -4,7 +4,7 @@
 use crate::error::{LabError, Result};
 use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaContext};
 use candle_core::cuda_backend::CudaDevice;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 fn check(rc: sys::CUresult, what: &str) -> Result<()> {
     if rc == sys::CUresult::CUDA_SUCCESS {
@@ -136,11 +136,6 @@ impl Drop for DeviceBallast {
     }
 }
 
-fn nvml() -> Option<&'static nvml_wrapper::Nvml> {
-    static NVML: OnceLock<Option<nvml_wrapper::Nvml>> = OnceLock::new();
-    NVML.get_or_init(|| nvml_wrapper::Nvml::init().ok()).as_ref()
-}
-
 fn uuid_string(dev: &CudaDevice) -> Option<String> {
     let u = context(dev).uuid().ok()?;
     let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
@@ -150,7 +145,7 @@ fn uuid_string(dev: &CudaDevice) -> Option<String> {
 
 /// This process's GPU memory as nvidia-smi shows it (pool + context + ballast + libraries).
 pub fn process_used(dev: &CudaDevice) -> Option<u64> {
-    let nvml = nvml()?;
+    let nvml = super::nvml::nvml()?;
     let device = nvml.device_by_uuid(uuid_string(dev)?).ok()?;
     let pid = std::process::id();
     device.running_compute_processes().ok()?.into_iter().find(|p| p.pid == pid).and_then(|p| match p.used_gpu_memory {
@@ -161,7 +156,7 @@ pub fn process_used(dev: &CudaDevice) -> Option<u64> {
 
 /// Other processes using this GPU and their memory (NVML), as nvidia-smi lists them.
 pub fn other_processes(dev: &CudaDevice) -> Vec<(u32, u64)> {
-    let Some(nvml) = nvml() else { return Vec::new() };
+    let Some(nvml) = super::nvml::nvml() else { return Vec::new() };
     let Some(device) = uuid_string(dev).and_then(|u| nvml.device_by_uuid(u).ok()) else { return Vec::new() };
     let me = std::process::id();
     device
@@ -195,6 +190,4 @@ pub fn largest_free_block(dev: &CudaDevice) -> Result<u64> {
     Ok(lo)
 }
 
-pub fn driver_version() -> Option<String> {
-    nvml()?.sys_driver_version().ok()
-}
+

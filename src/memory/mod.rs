@@ -9,6 +9,7 @@ pub mod device_arena;
 pub mod emulation;
 pub mod host;
 pub mod monitor;
+pub mod nvml;
 pub mod summary;
 pub mod timeline;
 

@@ -47,7 +47,7 @@ impl Env {
             use crate::memory::cuda;
             env.gpu = Some(cuda::name(dev));
             env.compute_capability = cuda::compute_capability(dev).map(|(a, b)| format!("{a}.{b}"));
-            env.driver = cuda::driver_version();
+            env.driver = crate::memory::nvml::driver_version();
             env.cuda_driver_api = cuda::driver_cuda_version().map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
             env.device_total_mib = cuda::mem_info(dev).ok().map(|(_, t)| crate::memory::mib(t));
         }
