@@ -100,17 +100,28 @@ impl Setup {
     /// ran the stage with its default config (a full run), else the newest of any.
     fn newest_run_with(&self, stage: &str) -> Result<PathBuf> {
         let defaults = find(stage).map(|s| (s.default_config(true).ok(), s.default_config(false).ok()));
-        let mut found: Vec<(bool, String, PathBuf)> = Vec::new();
+        // The PyTorch figures a stage reads (`--pytorch FILE`) add rows without changing what the
+        // lab ran: a run with them counts as a full one, and is preferred.
+        let without_reference = |v: &serde_json::Value| {
+            let mut v = v.clone();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("pytorch");
+            }
+            v
+        };
+        let mut found: Vec<(bool, bool, String, PathBuf)> = Vec::new();
         for dir in run_folders(&self.results, 3) {
             let Ok(m) = Manifest::read(&dir) else { continue };
             let Some(rec) = m.stage(stage).filter(|s| s.status == StageStatus::Done) else { continue };
             if m.model == self.model() && m.card_name() == self.card() {
-                let full = defaults.as_ref().is_some_and(|(g, c)| g.as_ref() == Some(&rec.config) || c.as_ref() == Some(&rec.config));
-                found.push((full, m.started.clone(), dir));
+                let config = without_reference(&rec.config);
+                let full = defaults.as_ref().is_some_and(|(g, c)| [g, c].iter().any(|d| d.as_ref().map(&without_reference) == Some(config.clone())));
+                let reference = rec.config.get("pytorch").is_some_and(|p| !p.is_null());
+                found.push((full, reference, m.started.clone(), dir));
             }
         }
         found.sort();
-        found.pop().map(|(_, _, d)| d).ok_or_else(|| {
+        found.pop().map(|(_, _, _, d)| d).ok_or_else(|| {
             LabError::input(format!(
                 "no committed run of stage {stage} for {} on card {} under {} (each run folder has a {MANIFEST}); use Mode::Live",
                 self.model(),

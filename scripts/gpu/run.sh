@@ -2,6 +2,9 @@
 # GPU runs on a machine without a Rust toolchain:
 #   bash scripts/gpu/run.sh ["NAME=vram-lab arguments" ...]      (default: "run=run")
 # e.g. bash scripts/gpu/run.sh "run=run" "kv-alone=kv --precisions bf16 --sweeps prefill --logits all"
+# A spec "NAME=sh:COMMAND" runs a shell command instead (the PyTorch reference script, say), with
+# $R (the results folder) set, its output in $R/NAME.stdout.txt:
+#   "torch-frag=sh:python3 scripts/reference/pytorch_reference.py frag --card 24084.5 --out \$R/torch-frag.jsonl"
 # Expects .gpu/vram-lab.xz (made by scripts/cuda/build-gpu-binary.sh). Runs each command in turn,
 # `--quiet --out $R/NAME` added, in a process session of its own (so the runs outlive a shell that
 # is cut off); waits up to WAIT seconds (default 560) and packs what exists into
@@ -26,10 +29,17 @@ if [ ! -e "$R/started" ]; then
   [ $# -gt 0 ] || set -- "run=run"
   script=$R/commands.sh
   : > "$script"
+  echo "export R=$R" >> "$script"
   for spec in "$@"; do
     name=${spec%%=*}; args=${spec#*=}
-    echo "echo \"### \$(date -u +%H:%M:%S) $name: vram-lab $args --quiet --out $R/$name\"" >> "$script"
-    echo "/tmp/vram-lab $args --quiet --out $R/$name > $R/$name.stdout.txt 2>&1; echo \"### $name exit \$?\"" >> "$script"
+    if [ "${args#sh:}" != "$args" ]; then
+      cmd=${args#sh:}
+      echo "echo \"### \$(date -u +%H:%M:%S) $name: $cmd\"" >> "$script"
+      echo "$cmd > $R/$name.stdout.txt 2>&1; echo \"### $name exit \$?\"" >> "$script"
+    else
+      echo "echo \"### \$(date -u +%H:%M:%S) $name: vram-lab $args --quiet --out $R/$name\"" >> "$script"
+      echo "/tmp/vram-lab $args --quiet --out $R/$name > $R/$name.stdout.txt 2>&1; echo \"### $name exit \$?\"" >> "$script"
+    fi
   done
   echo "touch $R/done" >> "$script"
   cat "$script"
