@@ -59,6 +59,17 @@ pub fn prefill_need(cfg: &Qwen2Config, w: &Workload, transient_per_token: f64) -
     weight_bytes(cfg, w.precision) + kv_bytes_per_token(cfg, act) * tokens + logits_bytes_per_token(cfg, act) * logit_rows + (transient_per_token * tokens as f64) as u64
 }
 
+/// What the allocator must map for `w`: the weights, and the rest times `pool_factor`, the ratio
+/// of bytes the pool mapped to bytes it handed out above the weights (measured at a size that
+/// fitted; 1.0 for an allocator that reuses every freed byte). The stream-ordered pool maps more
+/// than it hands out while a forward frees and allocates blocks of many sizes without a
+/// synchronisation: its OOMs come from this, not from the allocated total.
+pub fn mapped_need(cfg: &Qwen2Config, w: &Workload, transient_per_token: f64, pool_factor: f64) -> u64 {
+    let weights = weight_bytes(cfg, w.precision);
+    let above = prefill_need(cfg, w, transient_per_token) - weights;
+    weights + (above as f64 * pool_factor.max(1.0)) as u64
+}
+
 /// The largest `n` in 1..=`upto` for which `fits(n)`, assuming it is monotone (0 if none).
 fn largest(upto: usize, fits: impl Fn(usize) -> bool) -> usize {
     crate::search::bisect(0, upto as u64 + 1, 1, |n| Ok(fits(n as usize))).map(|(n, _)| n as usize).unwrap_or(0)
@@ -75,8 +86,8 @@ pub struct Remedy {
 
 /// What would have made `w` fit in `capacity` bytes: a shorter context, last-token logits, a
 /// smaller batch, Q4 weights, or some layers' weights kept off the GPU (offload).
-pub fn remedies(cfg: &Qwen2Config, w: &Workload, capacity: u64, transient_per_token: f64) -> Vec<Remedy> {
-    let need = |w: &Workload| prefill_need(cfg, w, transient_per_token);
+pub fn remedies(cfg: &Qwen2Config, w: &Workload, capacity: u64, transient_per_token: f64, pool_factor: f64) -> Vec<Remedy> {
+    let need = |w: &Workload| mapped_need(cfg, w, transient_per_token, pool_factor);
     let mut out = Vec::new();
     let seq = largest(w.seq, |s| need(&Workload { seq: s, ..*w }) <= capacity);
     out.push(Remedy { what: "shorter context", change: format!("{} → {seq} tokens", w.seq), need: need(&Workload { seq: seq.max(1), ..*w }), fits: seq > 0 });
@@ -137,7 +148,7 @@ mod tests {
         let need = prefill_need(&cfg, &w, 0.0);
         assert_eq!(need, weights + 16384 * (57_344 + 304_128));
         assert!(need > cap);
-        let r = remedies(&cfg, &w, cap, 0.0);
+        let r = remedies(&cfg, &w, cap, 0.0, 1.0);
         let get = |what: &str| r.iter().find(|x| x.what == what).unwrap().clone();
         // (19 GiB − the weights) / 361,472 B per token = 14,302 tokens.
         let shorter = get("shorter context");
@@ -149,8 +160,13 @@ mod tests {
         assert!(off.fits && off.need <= cap, "{off:?}");
         assert!(r.iter().all(|x| x.what != "smaller batch"));
         // A transient of 100 kB per token moves the limit.
-        let shorter = remedies(&cfg, &w, cap, 100_000.0).into_iter().find(|x| x.what == "shorter context").unwrap();
+        let shorter = remedies(&cfg, &w, cap, 100_000.0, 1.0).into_iter().find(|x| x.what == "shorter context").unwrap();
         assert_eq!(shorter.change, format!("16384 → {} tokens", (cap - weights) / 461_472));
+        // A pool that maps 1.5× what it hands out: the limit falls by a third.
+        assert_eq!(mapped_need(&cfg, &w, 0.0, 1.5), weights + 16384 * 361_472 * 3 / 2);
+        let shorter = remedies(&cfg, &w, cap, 0.0, 1.5).into_iter().find(|x| x.what == "shorter context").unwrap();
+        let expect = (0..=16384u64).rev().find(|&s| weights + ((s * 361_472) as f64 * 1.5) as u64 <= cap).unwrap();
+        assert_eq!(shorter.change, format!("16384 → {expect} tokens"));
     }
 
     /// KV bytes per token for every preset, from the configs' layers, KV heads and head size

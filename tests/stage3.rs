@@ -34,9 +34,10 @@ fn frag_on_cpu_runs_the_model_of_each_policy() {
     let step = strs(&steps, "step");
     let reserved = floats(&steps, "model_reserved_gib");
     let at = |a: &str, s: &str| (0..alloc.len()).find(|&i| alloc[i] == a && step[i] == s).map(|i| reserved[i].unwrap()).unwrap();
-    // Caching: the request adds 2 GiB on top of the holes (the report's 4.88 → 6.88); the pool
-    // gives the holes back at the synchronisation.
-    assert!((at("caching", "request") - at("caching", "odd_freed") - 2.0).abs() < 1e-3);
+    // The caching pool keeps the holes and serves the request from their pages (measured on an
+    // H200); the pool with threshold 0 gives them back at the synchronisation.
+    assert!((at("caching", "odd_freed") - 4.883).abs() < 1e-3);
+    assert!((at("caching", "request") - at("caching", "odd_freed")).abs() < 1e-6);
     assert!((at("pool", "odd_freed") - 2.441).abs() < 1e-3);
     // No GPU: nothing measured, nothing invented.
     assert!(floats(&steps, "allocated_gib").iter().all(Option::is_none));
@@ -45,9 +46,8 @@ fn frag_on_cpu_runs_the_model_of_each_policy() {
     let outcome = strs(&ooms, "model_outcome");
     let layout = strs(&ooms, "layout");
     let who = strs(&ooms, "allocator");
-    let get = |a: &str, l: &str| (0..who.len()).find(|&i| who[i] == a && layout[i] == l).map(|i| outcome[i].clone()).unwrap();
-    assert_eq!(get("sync", "reused"), "ok");
-    assert_eq!(get("pool", "reused"), "oom");
+    // CUDA's allocators remap pages or keep no holes: no false OOM under any of them.
+    assert!(outcome.iter().all(|o| o == "ok"), "{who:?} {layout:?} {outcome:?}");
     // A request that fits in a hole is refused as input.
     let o = lab(&["frag", "--hole-mib", "512", "--hole-request-mib", "256", "--out", tmp.path().join("x").to_str().unwrap()]);
     assert!(!o.status.success() && text(&o).contains("must be larger than --hole-mib"), "{}", text(&o));

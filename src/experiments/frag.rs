@@ -618,14 +618,18 @@ fn findings(steps: &[Reading], ooms: &[FalseOom], cfg: &FragConfig) -> Vec<Findi
     let at = |alloc: &str, st: &str| steps.iter().find(|r| r.allocator == alloc && r.step == st);
     let mut out = Vec::new();
     let standard = cfg.blocks == 10 && cfg.block_mib == 500 && cfg.request_mib == 2048;
-    for a in ["caching", "pytorch"] {
+    for (a, why) in [
+        ("caching", "the CUDA pool assembles the request from the freed pages behind a fresh virtual range: reserved does not grow, unlike PyTorch"),
+        ("pytorch", "no hole holds the request: a new segment is mapped on top and the holes stay reserved (the report's 4.88 → 6.88 GB)"),
+        ("pytorch-expandable", "the expandable segment grows at its end, over the last hole: less than a new segment"),
+    ] {
         if let (Some(before), Some(after)) = (at(a, step::ODD_FREED), at(a, step::REQUEST)) {
             let grew = |b: &Reading, a: &Reading| a.reserved.zip(b.reserved).map(|(x, y)| mib(x) - mib(y));
             out.push(
                 Finding::new(format!("{a} allocator: reserved growth for the {} MiB request", cfg.request_mib), "MiB", grew(before, after))
                     .predicted(mib(after.model_reserved) - mib(before.model_reserved))
                     .report(standard.then_some((report::FRAG_AFTER_REQUEST_RESERVED - report::FRAG_ODD_FREED.1) * 1024.0))
-                    .note("no hole holds the request: a new segment is mapped on top, the holes stay reserved"),
+                    .note(why),
             );
         }
     }
@@ -634,7 +638,10 @@ fn findings(steps: &[Reading], ooms: &[FalseOom], cfg: &FragConfig) -> Vec<Findi
             Finding::new("pool allocator (candle's): reserved after freeing the odd blocks and synchronising", "GiB", r.reserved.map(gib))
                 .predicted(gib(r.model_reserved))
                 .report(standard.then_some(report::FRAG_ODD_FREED.1))
-                .note("release threshold 0: freed memory returns to the driver at the synchronisation; PyTorch (the report) keeps it"),
+                .note(format!(
+                    "release threshold 0: freed pages return to the driver at the synchronisation (all but {:.0} MiB); PyTorch (the report) keeps them",
+                    r.reserved.zip(r.allocated).map(|(x, y)| mib(x) - mib(y)).unwrap_or(0.0)
+                )),
         );
     }
     if let Some(r) = at(cfg.policies.first().map(|p| p.name()).unwrap_or("pool"), step::ODD_FREED) {
@@ -659,7 +666,7 @@ impl Stage for Frag {
     const NAME: &'static str = "frag";
     const TITLE: &'static str = "Stage 3 — the allocator: fragmentation and false OOM / 显存碎片化与假 OOM";
     const ABOUT: &'static str = "Stage 3: the report's fragmentation sequence and a false OOM under three allocator policies, beside the lab's allocator model and PyTorch";
-    const INTRO: &'static str = "报告第三阶段:申请 10 × 500 MB,释放奇数块,再申请 2 GB。PyTorch 的 caching allocator 打印 4.88 / 4.88 → 2.93 / 4.88 → reserved 6.88 GB。<br>The report's stage 3 allocates ten 500 MB blocks, frees the odd ones and asks for 2 GB; PyTorch's caching allocator printed allocated / reserved 4.88 / 4.88 → 2.93 / 4.88 GB, then reserved 6.88 GB. candle allocates from CUDA's stream-ordered pool with release threshold 0, which returns freed memory at the next synchronisation: the same sequence tells another story. Each step runs under three policies — the pool as candle uses it, the same pool with its threshold at the maximum (a caching allocator, like PyTorch's), plain cuMemAlloc — and, in step, on the lab's allocator model, whose figures stand beside the measured ones. Then the false OOM: a card full of blocks, every other one freed, one request larger than any hole but smaller than the holes together.";
+    const INTRO: &'static str = "报告第三阶段:申请 10 × 500 MB,释放奇数块,再申请 2 GB。PyTorch 的 caching allocator 打印 4.88 / 4.88 → 2.93 / 4.88 → reserved 6.88 GB。<br>The report's stage 3 allocates ten 500 MB blocks, frees the odd ones and asks for 2 GB; PyTorch's caching allocator printed allocated / reserved 4.88 / 4.88 → 2.93 / 4.88 GB, then reserved 6.88 GB. candle allocates from CUDA's stream-ordered pool with release threshold 0, which returns freed memory at the next synchronisation and can remap cached pages: the same sequence tells another story. Each step runs under three policies — the pool as candle uses it, the same pool with its threshold at the maximum (a caching allocator, like PyTorch's), plain cuMemAlloc — and, in step, on the lab's allocator model, whose figures stand beside the measured ones. Then the false OOM: a card full of blocks, every other one freed, one request larger than any hole but smaller than the holes together.";
     type Config = FragConfig;
 
     fn run(s: &mut Session, cfg: &FragConfig) -> Result<StageOutput> {
@@ -704,7 +711,7 @@ impl Stage for Frag {
                 columns: &[STEP, OUTCOME, ALLOCATED_GIB, MODEL_ALLOCATED_GIB, REPORT_ALLOCATED_GIB, RESERVED_GIB, MODEL_RESERVED_GIB, REPORT_RESERVED_GIB, LARGEST_BLOCK_GIB, MODEL_LARGEST_BLOCK_GIB, DEVICE_FREE_GIB, PROCESS_USED_GIB, RESERVED_BYTES],
                 group_by: &[ALLOCATOR],
                 chart: Some(charts::frag_steps),
-                explain: "Caching (and PyTorch): the freed blocks stay reserved, and 2 GiB fits in no 500 MiB hole, so a new segment is mapped on top — reserved grows by exactly 2 GiB, as the report's 4.88 → 6.88. The pool as candle uses it gives freed memory back at the synchronisation: reserved falls to allocated. The report's 2.93 GB after the frees is six blocks (its loop variable `t` still holds the last one), not a fragmentation effect. 缓存分配器保留空洞,新请求另开一段;阈值为 0 的内存池在同步时归还。",
+                explain: "PyTorch: the freed blocks stay reserved and 2 GiB fits in no 500 MiB hole, so a new segment is mapped on top — reserved grows by exactly 2 GiB, the report's 4.88 → 6.88. CUDA's pool with its threshold at the maximum keeps the holes reserved too, but serves the 2 GiB from their pages behind a fresh virtual range: reserved does not grow. The pool as candle uses it (threshold 0) gives freed pages back at the synchronisation: reserved falls to about allocated. The report's 2.93 GB after the frees is six blocks (its loop variable `t` still holds the last one), not fragmentation. PyTorch 另开新段(+2 GiB);CUDA 内存池把空洞的物理页重新映射给新请求,reserved 不增长。",
             },
             View {
                 name: "false_oom",
@@ -713,7 +720,7 @@ impl Stage for Frag {
                 columns: &[ALLOCATOR, LAYOUT, BLOCKS, FREED_MIB, REQUEST_MIB, OUTCOME, MODEL_OUTCOME, RESERVED_BEFORE_MIB, RESERVED_AFTER_MIB, MODEL_RESERVED_AFTER_MIB, DEVICE_FREE_BEFORE_MIB, DEVICE_FREE_AFTER_MIB, LARGEST_BLOCK_MIB, MODEL_LARGEST_BLOCK_MIB],
                 group_by: &[],
                 chart: None,
-                explain: "GPU memory is paged (2 MiB): a request needs free pages, not a free contiguous range, so a false OOM needs an allocator that keeps the holes mapped and cannot give them back — PyTorch when the holes were carved out of one segment that still has live blocks (the reused layout), fixed by expandable_segments, which remaps the pages. 假 OOM:空闲总量够,但空洞被分配器占着且无法归还。",
+                explain: "GPU memory is paged (2 MiB): a request needs free pages, not a free contiguous range. A false OOM needs an allocator that keeps the holes mapped and can neither give them back nor remap them: PyTorch's, when the holes were carved out of one segment that still has live blocks (the reused layout). expandable_segments remaps the pages and the request fits; CUDA's pool, under every threshold, remaps them too, and plain cuMemAlloc never keeps holes. 假 OOM 只在 PyTorch 默认分配器、空洞位于仍有活块的段内时出现。",
             },
         ]
     }
@@ -731,16 +738,19 @@ mod tests {
     #[test]
     fn the_sequence_reads_six_steps_and_the_model_predicts_the_report() {
         let cfg = FragConfig::default();
-        let rows = report_sequence(&mut model_only(Policy::Caching.behaviour(), 24 << 30), &cfg).unwrap();
+        let rows = report_sequence(&mut model_only(alloc_model::torch(false), 24 << 30), &cfg).unwrap();
         let names: Vec<&str> = rows.iter().map(|r| r.step.as_str()).collect();
         assert_eq!(names, [step::START, step::BLOCKS, step::ODD_FREED, step::REQUEST, step::ALL_FREED, step::EMPTIED]);
-        // Caching: 5000 → 2500 / 5000 → 4548 / 7048 MiB; the report's 4.88 → 6.88 GB is the same +2 GiB.
+        // PyTorch: 5000 → 2500 / 5000 → 4548 / 7048 MiB; the report's 4.88 → 6.88 GB is the same +2 GiB.
         assert_eq!(rows[2].model_reserved - rows[2].model_allocated, 2500 << 20);
         assert_eq!(rows[3].model_reserved - rows[2].model_reserved, 2048 << 20);
         assert_eq!(rows[4].model_allocated, 0);
         assert_eq!(rows[4].model_reserved, 7048 << 20);
         assert_eq!(rows[5].model_reserved, 0);
         assert_eq!(rows[3].model_outcome, Outcome::OK);
+        // The caching pool takes the request from the holes' pages: reserved stays.
+        let caching = report_sequence(&mut model_only(Policy::Caching.behaviour(), 24 << 30), &cfg).unwrap();
+        assert_eq!(caching[3].model_reserved, caching[2].model_reserved);
         let pool = report_sequence(&mut model_only(Policy::Pool.behaviour(), 24 << 30), &cfg).unwrap();
         assert_eq!(pool[2].model_reserved, 2500 << 20);
     }

@@ -323,16 +323,16 @@ fn sweep(s: &mut Session, model: &Qwen2, sizes: impl Iterator<Item = (usize, usi
 fn diagnose_last(s: &Session, model: &Qwen2, steps: &[PrefillStep], logits: Logits, out: &mut Vec<oom::Row>) {
     let Some(failed) = steps.last().filter(|st| st.outcome == Outcome::Oom) else { return };
     let Some(report) = &failed.oom else { return };
-    let transient = steps
+    let measured = steps
         .iter()
         .rev()
         .find(|st| st.outcome.is_ok())
-        .map(|st| st.transient() as f64 / (st.seq * st.batch) as f64)
-        .unwrap_or(0.0);
+        .map(|st| oom::Measured::from_step(st.base, st.peak, st.after, st.reserved_peak, st.seq * st.batch))
+        .unwrap_or(oom::Measured { transient_per_token: 0.0, pool_factor: 1.0 });
     let held = Held::of(&[(Category::Weights, model.weight_bytes()), (Category::KvCache, failed.predicted_kv_gqa)]);
     let w = Workload { precision: model.precision, seq: failed.seq, batch: failed.batch, logits };
     let context = format!("{} {} × {} ({} logits, {} attention)", failed.precision, failed.batch, failed.seq, failed.logits, failed.attention);
-    out.extend(oom::diagnose(s, &context, report, &model.cfg, &w, &held, transient));
+    out.extend(oom::diagnose(s, &context, report, &model.cfg, &w, &held, measured));
 }
 
 /// The report's prefill sweep on a loaded model: batch 1, `lengths` in order.

@@ -61,6 +61,9 @@ pub struct LeaksConfig {
     /// Tokens generated per request (kv demo)
     #[arg(long, default_value_t = LeaksConfig::default().new_tokens)]
     pub new_tokens: usize,
+    /// Tokens of each forward pass of the autograd demo (its trainable run keeps every layer's activations during the pass)
+    #[arg(long, default_value_t = LeaksConfig::default().graph_prompt)]
+    pub graph_prompt: usize,
     /// Sequence length of the batch demo
     #[arg(long, default_value_t = LeaksConfig::default().seq)]
     pub seq: usize,
@@ -83,6 +86,7 @@ impl Default for LeaksConfig {
             requests: 4,
             prompt: 2048,
             new_tokens: 16,
+            graph_prompt: 256,
             seq: 1024,
             threshold_mib: 100.0,
             noise_mib: 1.0,
@@ -98,6 +102,7 @@ pub mod col {
     pub const OUTCOME: &str = "outcome";
     pub const ALLOCATED_MIB: &str = "allocated_mib";
     pub const RESERVED_MIB: &str = "reserved_mib";
+    pub const PEAK_MIB: &str = "peak_mib";
     pub const GROWTH_MIB: &str = "growth_mib";
     pub const RESERVED_GROWTH_MIB: &str = "reserved_growth_mib";
     pub const KV_CACHE_MIB: &str = "kv_cache_mib";
@@ -262,13 +267,17 @@ fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, d
     let base = s.probe.snapshot("base");
     prefill(s, model, 1, cfg.seq)?;
     let one = s.probe.snapshot("one");
-    let per_seq = one.peak.saturating_sub(base.allocated).max(1);
+    // Per sequence, what the pool had to map (on a GPU the stream-ordered pool maps more than it
+    // hands out during a forward: stage 2's OOMs come from that), or the heap's peak on CPU.
+    let measured = oom::Measured::from_step(base.allocated, one.peak, one.allocated, one.reserved_peak, cfg.seq);
+    let per_seq = if s.device.is_cuda() { one.reserved_peak.saturating_sub(base.reserved) } else { one.peak.saturating_sub(base.allocated) }.max(1);
     let capacity = base.device_total.map(|t| t.saturating_sub(base.outside_pool().unwrap_or(0))).unwrap_or(u64::MAX);
-    let fit = (capacity.saturating_sub(base.allocated) / per_seq).max(1) as usize;
+    let fit = (capacity.saturating_sub(base.reserved.max(base.allocated)) / per_seq).max(1) as usize;
     s.say(format!(
-        "batch demo: one sequence of {} tokens peaks {} above the weights; {} free for the pool → the ledger's largest batch {fit}",
+        "batch demo: one sequence of {} tokens needs {} above the weights (peak allocated {}); {} free for the pool → the ledger's largest batch {fit}",
         cfg.seq,
         fmt_bytes(per_seq),
+        fmt_bytes(one.peak.saturating_sub(base.allocated)),
         fmt_bytes(capacity.saturating_sub(base.allocated))
     ));
     let mut runs = Vec::new();
@@ -287,10 +296,8 @@ fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, d
                 let w = Workload { precision: model.precision, seq: cfg.seq, batch, logits: Logits::Last };
                 let kv = estimate::kv_bytes_per_token(&model.cfg, model.act_dtype().size_in_bytes()) * (batch * cfg.seq) as u64;
                 let held = Held::of(&[(Category::Weights, weights), (Category::KvCache, kv)]);
-                // The transient per token of the one-sequence run, above its cache and logits.
-                let transient = one.peak.saturating_sub(one.allocated) as f64 / cfg.seq as f64;
                 let context = format!("{} batch {batch} × {}", model.precision, cfg.seq);
-                diagnoses.extend(oom::diagnose(s, &context, &r, &model.cfg, &w, &held, transient));
+                diagnoses.extend(oom::diagnose(s, &context, &r, &model.cfg, &w, &held, measured));
                 s.say(format!("batch {batch}: {}", r.headline()));
                 Outcome::Oom
             }
@@ -323,17 +330,30 @@ fn autograd_pair(s: &mut Session, model: Qwen2, cfg: &LeaksConfig) -> Result<(Ve
         let mut kept: Vec<Tensor> = Vec::new();
         let forward = |f: usize| {
             guarded(&s.probe, &format!("forward {f}"), || {
-                let mut cache = m.new_cache(1, cfg.prompt)?;
-                let logits = m.forward(&random_ids(s, &m, 1, cfg.prompt, 100u64.wrapping_add(f as u64))?, &mut cache, Logits::Last)?;
+                let mut cache = m.new_cache(1, cfg.graph_prompt)?;
+                let logits = m.forward(&random_ids(s, &m, 1, cfg.graph_prompt, 100u64.wrapping_add(f as u64))?, &mut cache, Logits::Last)?;
                 m.device().synchronize()?;
                 Ok(logits)
             })
         };
-        drop(forward(usize::MAX)?); // warm-up, as in the kv pair
+        // Warm-up, as in the kv pair; an OOM here is this run's result, not the stage's end.
+        let warm = forward(usize::MAX);
         run.mark(s, "start", Held::of(&[(Category::Weights, weights)]), Outcome::Ok);
+        if let Err(e) = warm {
+            if !matches!(e, LabError::Oom(_)) {
+                return Err(e);
+            }
+            run.mark(s, "warm-up", Held::of(&[(Category::Weights, weights)]), Outcome::Oom);
+        }
+        let mut peaks = Vec::new();
         for f in 0..cfg.requests {
+            if run.outcomes.contains(&Outcome::Oom) {
+                break;
+            }
             s.check_stop()?;
+            s.probe.reset_peak();
             let out = forward(f);
+            peaks.push(s.probe.snapshot("peak").peak);
             let outcome = match out {
                 Ok(logits) => {
                     kept.extend(logits);
@@ -351,16 +371,18 @@ fn autograd_pair(s: &mut Session, model: Qwen2, cfg: &LeaksConfig) -> Result<(Ve
         let logits_row = estimate::logits_bytes_per_token(&m.cfg, act as usize);
         // candle's fused rms_norm records no backward op, so the graph an output keeps starts at
         // the final norm: its output (every position), the last row copied out, the logits.
-        let graph = (cfg.prompt as u64 + 1) * m.cfg.hidden_size as u64 * act;
+        let graph = (cfg.graph_prompt as u64 + 1) * m.cfg.hidden_size as u64 * act;
         run.predicted_per_step = Some(if trainable { graph + logits_row } else { logits_row });
+        let peak = peaks.iter().max().map(|&p| fmt_bytes(p.saturating_sub(weights))).unwrap_or_else(|| "—".into());
         run.note = if trainable {
             format!(
-                "each kept output holds its graph back to the final rms_norm (fused, no backward op): {} of hidden states + {} of logits; PyTorch would keep every layer's activations",
+                "{} tokens a forward; during it the residual stream keeps every layer's activations alive for a backward pass (peak {peak} above the weights); a kept output holds its graph back to the final rms_norm (fused, no backward op): {} of hidden states + {} of logits",
+                cfg.graph_prompt,
                 fmt_bytes(graph),
                 fmt_bytes(logits_row)
             )
         } else {
-            format!("each kept output is one row of logits ({})", fmt_bytes(logits_row))
+            format!("{} tokens a forward (peak {peak} above the weights); each kept output is one row of logits ({})", cfg.graph_prompt, fmt_bytes(logits_row))
         };
         drop(kept);
         runs.push(run);
@@ -374,6 +396,7 @@ fn marks_table(runs: &[Run]) -> Result<DataFrame> {
     let mut variant = Vec::new();
     let mut mark = Vec::new();
     let mut outcome = Vec::new();
+    let mut peak = Vec::new();
     let (mut alloc, mut res, mut growth, mut rgrowth, mut kv, mut lg, mut unattr, mut flagged) = (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for r in runs {
         let g = r.monitor.growth();
@@ -384,6 +407,7 @@ fn marks_table(runs: &[Run]) -> Result<DataFrame> {
             outcome.push(r.outcomes.get(i).map(|o| o.as_str()).unwrap_or_default());
             alloc.push(mib(m.snapshot.allocated));
             res.push(mib(m.snapshot.reserved));
+            peak.push(mib(m.snapshot.peak));
             kv.push(mib(m.held.get(Category::KvCache)));
             lg.push(mib(m.held.get(Category::Logits)));
             let prev = i.checked_sub(1).map(|j| &g[j]);
@@ -395,7 +419,7 @@ fn marks_table(runs: &[Run]) -> Result<DataFrame> {
     }
     Ok(df!(
         col::DEMO => demo, col::VARIANT => variant, col::MARK => mark, col::OUTCOME => outcome,
-        col::ALLOCATED_MIB => alloc, col::RESERVED_MIB => res, col::GROWTH_MIB => growth, col::RESERVED_GROWTH_MIB => rgrowth,
+        col::ALLOCATED_MIB => alloc, col::PEAK_MIB => peak, col::RESERVED_MIB => res, col::GROWTH_MIB => growth, col::RESERVED_GROWTH_MIB => rgrowth,
         col::KV_CACHE_MIB => kv, col::LOGITS_MIB => lg, col::UNATTRIBUTED_MIB => unattr, col::FLAGGED => flagged,
     )?)
 }
@@ -527,7 +551,7 @@ impl Stage for Leaks {
                 name: "marks",
                 table: MARKS_TABLE,
                 caption: "Stage 3 — leaks: the monitor's marks (MiB)",
-                columns: &[MARK, OUTCOME, ALLOCATED_MIB, GROWTH_MIB, KV_CACHE_MIB, LOGITS_MIB, UNATTRIBUTED_MIB, RESERVED_MIB, RESERVED_GROWTH_MIB, FLAGGED],
+                columns: &[MARK, OUTCOME, ALLOCATED_MIB, PEAK_MIB, GROWTH_MIB, KV_CACHE_MIB, LOGITS_MIB, UNATTRIBUTED_MIB, RESERVED_MIB, RESERVED_GROWTH_MIB, FLAGGED],
                 group_by: &[DEMO, VARIANT],
                 chart: None,
                 explain: "Growth is allocated bytes between consecutive marks; the categories are what the lab knows it holds (the history of caches, the kept logits); unattributed growth is what no category explains — the autograd graph.",

@@ -41,10 +41,33 @@ pub fn capacity(report: &OomReport) -> Option<u64> {
     Some(total.saturating_sub(s.outside_pool().unwrap_or(0)))
 }
 
+/// What the last step that fitted measured: the transient per token (peak above what it held)
+/// and the pool's factor (bytes it mapped per byte it handed out above the weights).
+#[derive(Debug, Clone, Copy)]
+pub struct Measured {
+    pub transient_per_token: f64,
+    pub pool_factor: f64,
+}
+
+impl Measured {
+    /// From a step's base (allocated before), peak, what it held after, its reserved high-water
+    /// mark and its tokens.
+    pub fn from_step(base: u64, peak: u64, after: u64, reserved_peak: u64, tokens: usize) -> Self {
+        let above = peak.saturating_sub(base).max(1) as f64;
+        Self {
+            transient_per_token: peak.saturating_sub(after) as f64 / tokens.max(1) as f64,
+            pool_factor: (reserved_peak.saturating_sub(base) as f64 / above).max(1.0),
+        }
+    }
+}
+
 /// One table's rows for one OOM. `held` names what the caller knows it held (weights, KV cache,
-/// logits); the rest of the peak is activations and workspace. `transient_per_token` comes from
-/// the last step of the same kind that fitted (0 if none).
-pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Config, w: &Workload, held: &Held, transient_per_token: f64) -> Vec<Row> {
+/// logits); the rest of the peak is activations and workspace. `m` comes from the last step of
+/// the same kind that fitted.
+pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Config, w: &Workload, held: &Held, m: Measured) -> Vec<Row> {
+    let transient_per_token = m.transient_per_token;
+    // The CPU heap has no pool: its reserved figures are the process's RSS.
+    let m = if s.device.is_cuda() { m } else { Measured { pool_factor: 1.0, ..m } };
     let mut rows = Vec::new();
     let snap = report.snapshot.as_ref();
     let peak = snap.map(|s| s.peak).unwrap_or(0);
@@ -65,10 +88,14 @@ pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Confi
     rows.push(row(context, "device", "other processes", Some(other_bytes), if pids.is_empty() { "none".to_string() } else { format!("pids {}", pids.join(", ")) }));
     if let Some(cap) = cap {
         let need = estimate::prefill_need(cfg, w, transient_per_token);
-        let mut r = row(context, "need", "this workload", Some(need), format!("weights + KV + logits + transient {transient_per_token:.0} B/token"));
+        let mut r = row(context, "need", "allocated by this workload", Some(need), format!("weights + KV + logits + transient {transient_per_token:.0} B/token"));
         r.fits = if need <= cap { "yes" } else { "no" }.into();
         rows.push(r);
-        for m in estimate::remedies(cfg, w, cap, transient_per_token) {
+        let mapped = estimate::mapped_need(cfg, w, transient_per_token, m.pool_factor);
+        let mut r = row(context, "need", "mapped by the pool for it", Some(mapped), format!("the pool mapped {:.2}× what it handed out above the weights at the last size that fitted", m.pool_factor));
+        r.fits = if mapped <= cap { "yes" } else { "no" }.into();
+        rows.push(r);
+        for m in estimate::remedies(cfg, w, cap, transient_per_token, m.pool_factor) {
             let mut r = row(context, "remedy", m.what, Some(m.need), m.change);
             r.fits = if m.fits { "yes" } else { "no" }.into();
             rows.push(r);
