@@ -120,6 +120,9 @@ pub mod col {
     pub const NOTE: &str = "note";
 }
 
+/// The batch demo's second measurement: the ledger's cost of one more sequence comes from 1 → PROBE.
+const PROBE: usize = 4;
+
 pub const MARKS_TABLE: &str = "leaks_marks";
 pub const SUMMARY_TABLE: &str = "leaks_summary";
 pub const OOM_TABLE: &str = "leaks_oom";
@@ -260,33 +263,42 @@ fn batch_pair(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, diagnoses: &mut
 }
 
 fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, diagnoses: &mut Vec<oom::Row>) -> Result<Vec<Run>> {
-    s.console.step(format!("leaks: one sequence of {} tokens, measured", cfg.seq));
+    s.console.step(format!("leaks: batches of 1 and {PROBE} sequences of {} tokens, measured", cfg.seq));
     let _ = prefill(s, model, 1, cfg.seq.min(16)); // runtime workspaces into the base
-    s.probe.clear_pending();
-    s.probe.reset_peak();
-    let base = s.probe.snapshot("base");
-    prefill(s, model, 1, cfg.seq)?;
-    let one = s.probe.snapshot("one");
-    // Per sequence, what the pool had to map (on a GPU the stream-ordered pool maps more than it
-    // hands out during a forward: stage 2's OOMs come from that), or the heap's peak on CPU.
+    // What the device had to give for `b` sequences: on a GPU what the pool mapped (it maps more
+    // than it hands out during a forward: stage 2's OOMs come from that), on CPU the heap's peak.
+    let probe = |s: &Session, b: usize| -> Result<(u64, crate::memory::Snapshot, crate::memory::Snapshot)> {
+        s.probe.clear_pending();
+        s.probe.empty_cache();
+        s.probe.reset_peak();
+        let base = s.probe.snapshot("base");
+        prefill(s, model, b, cfg.seq)?;
+        let after = s.probe.snapshot("after");
+        let need = if s.device.is_cuda() { after.reserved_peak.saturating_sub(base.reserved) } else { after.peak.saturating_sub(base.allocated) };
+        Ok((need, base, after))
+    };
+    let (one_need, base, one) = probe(s, 1)?;
+    let (probe_need, _, _) = probe(s, PROBE)?;
+    // The ledger: the first sequence, then the cost of each one more (from 1 to PROBE sequences).
+    let per_seq = (probe_need.saturating_sub(one_need) / (PROBE as u64 - 1)).max(one_need / 2).max(1);
     let measured = oom::Measured::from_step(base.allocated, one.peak, one.allocated, one.reserved_peak, cfg.seq);
-    let per_seq = if s.device.is_cuda() { one.reserved_peak.saturating_sub(base.reserved) } else { one.peak.saturating_sub(base.allocated) }.max(1);
     let capacity = base.device_total.map(|t| t.saturating_sub(base.outside_pool().unwrap_or(0))).unwrap_or(u64::MAX);
-    let fit = (capacity.saturating_sub(base.reserved.max(base.allocated)) / per_seq).max(1) as usize;
+    let free = capacity.saturating_sub(base.reserved.max(base.allocated));
+    let fit = if free < one_need { 1 } else { 1 + ((free - one_need) / per_seq) as usize };
     s.say(format!(
-        "batch demo: one sequence of {} tokens needs {} above the weights (peak allocated {}); {} free for the pool → the ledger's largest batch {fit}",
+        "batch demo: {} tokens a sequence; the first needs {}, each one more {} (from batches of 1 and {PROBE}); {} free for the pool → the ledger's largest batch {fit}",
         cfg.seq,
+        fmt_bytes(one_need),
         fmt_bytes(per_seq),
-        fmt_bytes(one.peak.saturating_sub(base.allocated)),
-        fmt_bytes(capacity.saturating_sub(base.allocated))
+        fmt_bytes(free)
     ));
     let mut runs = Vec::new();
     for (variant, batch, over) in [("twice the ledger's batch", fit * 2, true), ("the ledger's batch", fit, false)] {
         s.check_stop()?;
         s.console.step(format!("leaks: prefill batch {batch} × {}", cfg.seq));
         let mut run = Run::new(Demo::Batch, variant, over, cfg);
-        run.predicted_per_step = Some(base.allocated + per_seq * batch as u64);
-        run.note = format!("batch {batch} × {} tokens; the ledger: {} per sequence at its peak, {} for the pool", cfg.seq, fmt_bytes(per_seq), fmt_bytes(capacity));
+        run.predicted_per_step = None;
+        run.note = format!("batch {batch} × {} tokens; the ledger: {} for the first sequence, {} for each one more, {} free for the pool", cfg.seq, fmt_bytes(one_need), fmt_bytes(per_seq), fmt_bytes(free));
         s.probe.clear_pending();
         s.probe.reset_peak();
         run.mark(s, "start", Held::of(&[(Category::Weights, weights)]), Outcome::Ok);
@@ -452,7 +464,7 @@ fn summary_table(runs: &[Run]) -> Result<DataFrame> {
         col::FLAGGED_STEPS => runs.iter().map(|r| r.monitor.leaks().len() as u64).collect::<Vec<_>>(),
         col::SUSTAINED => runs.iter().map(|r| r.monitor.sustained().is_some()).collect::<Vec<_>>(),
         col::GROWTH_PER_STEP_MIB => runs.iter().map(|r| r.growth_per_step().map(|b| b / crate::memory::MIB)).collect::<Vec<_>>(),
-        col::PREDICTED_PER_STEP_MIB => runs.iter().map(|r| if r.demo == Demo::Batch { None } else { r.predicted_per_step.map(mib) }).collect::<Vec<_>>(),
+        col::PREDICTED_PER_STEP_MIB => runs.iter().map(|r| r.predicted_per_step.map(mib)).collect::<Vec<_>>(),
         col::RESERVED_GROWTH_MIB => runs.iter().map(|r| {
             let m = &r.monitor.marks;
             m.first().zip(m.last()).map(|(a, b)| (b.snapshot.reserved as f64 - a.snapshot.reserved as f64) / crate::memory::MIB)
