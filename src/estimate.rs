@@ -109,7 +109,7 @@ pub fn remedies(cfg: &Qwen2Config, w: &Workload, capacity: u64, transient_per_to
     let over = total.saturating_sub(capacity);
     let layers = over.div_ceil(per_layer.max(1)) as usize;
     let n = cfg.num_hidden_layers;
-    out.push(if layers < n {
+    out.push(if layers <= n {
         Remedy { what: "offload", change: format!("{layers} of {n} layers' weights in host memory"), need: total - per_layer * layers as u64, fits: true }
     } else {
         Remedy { what: "offload", change: format!("not enough: all {n} layers' weights would leave {} too many", over.saturating_sub(per_layer * n as u64)), need: total - per_layer * n as u64, fits: false }

@@ -3,9 +3,10 @@
 //! generating N tokens, and put each figure beside its prediction and the report's.
 
 use crate::error::{LabError, Result};
-use crate::estimate;
-use crate::memory::{fmt_bytes, gib, guarded, mib, Snapshot, Timeline};
-use crate::model::{self, GenerateConfig, Precision};
+use crate::estimate::{self, Workload};
+use crate::experiments::oom;
+use crate::memory::{fmt_bytes, gib, guarded, mib, Category, Held, Snapshot, Timeline};
+use crate::model::{self, GenerateConfig, Logits, Precision};
 use crate::reference::{self, pytorch_h200, report};
 use crate::report::charts;
 use crate::session::Session;
@@ -63,6 +64,7 @@ pub mod col {
 /// Table names.
 pub const TABLE: &str = "anatomy";
 pub const TIMELINE_TABLE: &str = "anatomy_timeline";
+pub const OOM_TABLE: &str = "anatomy_oom";
 
 /// One scenario (one precision), every figure in bytes or seconds.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -87,6 +89,9 @@ pub struct Scenario {
     pub first_tokens: Vec<u32>,
     /// The model has the report's shapes, so its figures stand beside this scenario.
     pub report_model: bool,
+    /// Why it ran out of memory, when it did (its own table).
+    #[serde(skip)]
+    pub diagnosis: Vec<oom::Row>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -199,6 +204,12 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
                 snap.label = format!("{p}: oom");
                 timeline.push(snap);
             }
+            // The weights loaded so far are what was held; the workload is the report's prompt
+            // and the tokens to generate. Nothing of this precision fitted, so no transient.
+            let held = Held::of(&[(Category::Weights, r.snapshot.as_ref().map(|s| s.peak).unwrap_or(0))]);
+            let w = Workload { precision: p, seq: crate::reference::REPORT_PROMPT_TOKENS + cfg.max_new_tokens, batch: 1, logits: Logits::Last };
+            let measured = oom::Measured { transient_per_token: 0.0, pool_factor: 1.0 };
+            sc.diagnosis = oom::diagnose(s, &format!("{p} load"), &r, &model_cfg, &w, &held, measured);
         }
         Err(e) => return Err(e),
     }
@@ -231,6 +242,10 @@ impl Stage for Anatomy {
         out.table(TIMELINE_TABLE, result.timeline.to_dataframe()?);
         for sc in result.scenarios.iter().filter(|sc| !sc.oom_summary.is_empty()) {
             out.text(&format!("oom_summary_{}.txt", sc.precision), sc.oom_summary.clone());
+        }
+        let diagnoses: Vec<oom::Row> = result.scenarios.iter().flat_map(|sc| sc.diagnosis.clone()).collect();
+        if !diagnoses.is_empty() {
+            out.table(OOM_TABLE, oom::table(&diagnoses)?);
         }
         out.findings = result.findings();
         Ok(out)
@@ -266,6 +281,7 @@ impl Stage for Anatomy {
                 chart: Some(charts::timeline),
                 explain: "After generating, allocated is back at the weights: the KV cache is freed when generation ends; the peak keeps it, with the transient activations.",
             },
+            oom::view("oom", OOM_TABLE, "Stage 1 — why F32 did not load / OOM 诊断 (MiB)"),
         ]
     }
 }

@@ -197,7 +197,8 @@ impl PrefillStep {
     }
 }
 
-fn random_ids(batch: usize, seq: usize, vocab: usize, seed: u64, device: &candle_core::Device) -> Result<Tensor> {
+/// `batch` × `seq` random ids below 1000 (as the report draws them), seeded by `seed` and `seq`.
+pub fn random_ids(batch: usize, seq: usize, vocab: usize, seed: u64, device: &candle_core::Device) -> Result<Tensor> {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ seq as u64);
     // The report draws ids below 1000.

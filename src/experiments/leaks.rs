@@ -171,10 +171,7 @@ impl Run {
 }
 
 fn random_ids(s: &Session, model: &Qwen2, batch: usize, seq: usize, salt: u64) -> Result<Tensor> {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand::rngs::StdRng::seed_from_u64(s.opts.seed ^ salt);
-    let v: Vec<u32> = (0..batch * seq).map(|_| rng.random_range(0..model.cfg.vocab_size.min(1000) as u32)).collect();
-    Ok(Tensor::from_vec(v, (batch, seq), model.device())?)
+    crate::experiments::kv::random_ids(batch, seq, model.cfg.vocab_size, s.opts.seed ^ salt, model.device())
 }
 
 fn tensor_bytes(t: &[Tensor]) -> u64 {

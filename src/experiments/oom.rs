@@ -92,7 +92,12 @@ pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Confi
         r.fits = if need <= cap { "yes" } else { "no" }.into();
         rows.push(r);
         let mapped = estimate::mapped_need(cfg, w, transient_per_token, m.pool_factor);
-        let mut r = row(context, "need", "mapped by the pool for it", Some(mapped), format!("the pool mapped {:.2}× what it handed out above the weights at the last size that fitted", m.pool_factor));
+        let why = if m.pool_factor > 1.0 {
+            format!("the pool mapped {:.2}× what it handed out above the weights at the last size that fitted", m.pool_factor)
+        } else {
+            "as allocated: no size fitted to measure the pool's overhead, or no pool".to_string()
+        };
+        let mut r = row(context, "need", "mapped by the pool for it", Some(mapped), why);
         r.fits = if mapped <= cap { "yes" } else { "no" }.into();
         rows.push(r);
         for m in estimate::remedies(cfg, w, cap, transient_per_token, m.pool_factor) {

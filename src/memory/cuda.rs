@@ -6,7 +6,7 @@ use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaContext};
 use candle_core::cuda_backend::CudaDevice;
 use std::sync::Arc;
 
-fn check(rc: sys::CUresult, what: &str) -> Result<()> {
+pub(super) fn check(rc: sys::CUresult, what: &str) -> Result<()> {
     if rc == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
@@ -27,7 +27,7 @@ pub struct PoolStats {
     pub reserved_high: u64,
 }
 
-fn default_pool(ctx: &CudaContext) -> Result<sys::CUmemoryPool> {
+pub(super) fn default_pool(ctx: &CudaContext) -> Result<sys::CUmemoryPool> {
     ctx.bind_to_thread().map_err(LabError::other)?;
     let mut pool = std::ptr::null_mut();
     // SAFETY: plain driver call with a valid out-pointer and device handle.
@@ -35,7 +35,7 @@ fn default_pool(ctx: &CudaContext) -> Result<sys::CUmemoryPool> {
     Ok(pool)
 }
 
-fn pool_attr(pool: sys::CUmemoryPool, attr: sys::CUmemPool_attribute) -> Result<u64> {
+pub(super) fn pool_attr(pool: sys::CUmemoryPool, attr: sys::CUmemPool_attribute) -> Result<u64> {
     let mut v: u64 = 0;
     // SAFETY: these attributes are cuuint64_t.
     check(unsafe { sys::cuMemPoolGetAttribute(pool, attr, &mut v as *mut u64 as *mut _) }, "cuMemPoolGetAttribute")?;

@@ -6,21 +6,13 @@
 //! the arena lives and puts it back (and trims) on drop, so every way out leaves candle's pool as
 //! it was.
 
-use super::cuda::{context, mem_info};
+use super::cuda::{check, context, default_pool, mem_info, pool_attr as pool_u64};
 use crate::alloc_model::{round_up, Policy};
 use crate::error::{LabError, OomReport, Result};
 use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaContext};
 use candle_core::cuda_backend::CudaDevice;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-fn check(rc: sys::CUresult, what: &str) -> Result<()> {
-    if rc == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(LabError::other(format!("{what}: {rc:?}")))
-    }
-}
 
 pub struct DeviceArena {
     pub policy: Policy,
@@ -36,13 +28,6 @@ pub struct DeviceArena {
     next: u64,
 }
 
-fn pool_u64(pool: sys::CUmemoryPool, attr: sys::CUmemPool_attribute) -> Result<u64> {
-    let mut v: u64 = 0;
-    // SAFETY: the attributes read here are cuuint64_t.
-    check(unsafe { sys::cuMemPoolGetAttribute(pool, attr, &mut v as *mut u64 as *mut _) }, "cuMemPoolGetAttribute")?;
-    Ok(v)
-}
-
 fn set_threshold(pool: sys::CUmemoryPool, mut bytes: u64) -> Result<()> {
     // SAFETY: the release threshold is a cuuint64_t.
     check(
@@ -54,11 +39,8 @@ fn set_threshold(pool: sys::CUmemoryPool, mut bytes: u64) -> Result<()> {
 impl DeviceArena {
     pub fn new(dev: &CudaDevice, policy: Policy) -> Result<Self> {
         let ctx = context(dev);
-        ctx.bind_to_thread().map_err(LabError::other)?;
         ctx.synchronize().map_err(LabError::other)?;
-        let mut pool = std::ptr::null_mut();
-        // SAFETY: plain query with a valid out-pointer.
-        check(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }, "cuDeviceGetDefaultMemPool")?;
+        let pool = default_pool(&ctx)?;
         // SAFETY: trimming keeps every live allocation; it starts each policy from the same state.
         check(unsafe { sys::cuMemPoolTrimTo(pool, 0) }, "cuMemPoolTrimTo")?;
         let saved_threshold = pool_u64(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)?;
