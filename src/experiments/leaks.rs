@@ -122,6 +122,8 @@ pub mod col {
 
 /// The batch demo's second measurement: the ledger's cost of one more sequence comes from 1 → PROBE.
 const PROBE: usize = 4;
+/// The ledger's batch is never taken above this (twice it is the overflow).
+const MAX_BATCH: usize = 1024;
 
 pub const MARKS_TABLE: &str = "leaks_marks";
 pub const SUMMARY_TABLE: &str = "leaks_summary";
@@ -245,6 +247,12 @@ fn prefill(s: &Session, model: &Qwen2, batch: usize, seq: usize) -> Result<(u64,
 /// say fits, then twice that. The overflow's OOM is diagnosed.
 fn batch_pair(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, diagnoses: &mut Vec<oom::Row>) -> Result<Vec<Run>> {
     let weights = model.weight_bytes();
+    // On CPU the capacity is the counting allocator's: without it (a notebook kernel) nothing
+    // would stop an oversized batch but the host itself.
+    if !s.device.is_cuda() && !crate::memory::host::counting() {
+        s.say("batch demo skipped: on CPU it needs the lab's counting allocator (the vram-lab binary), which this process lacks");
+        return Ok(Vec::new());
+    }
     // Without an emulated card, a temporary one: the weights and `batch_room_mib` (CPU tests).
     let temporary = s.probe.card().is_none() && cfg.batch_room_mib > 0.0;
     if temporary {
@@ -281,7 +289,7 @@ fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, d
     let measured = oom::Measured::from_step(base.allocated, one.peak, one.allocated, one.reserved_peak, cfg.seq);
     let capacity = base.device_total.map(|t| t.saturating_sub(base.outside_pool().unwrap_or(0))).unwrap_or(u64::MAX);
     let free = capacity.saturating_sub(base.reserved.max(base.allocated));
-    let fit = if free < one_need { 1 } else { 1 + ((free - one_need) / per_seq) as usize };
+    let fit = if free < one_need { 1 } else { 1 + ((free - one_need) / per_seq) as usize }.min(MAX_BATCH);
     s.say(format!(
         "batch demo: {} tokens a sequence; the first needs {}, each one more {} (from batches of 1 and {PROBE}); {} free for the pool → the ledger's largest batch {fit}",
         cfg.seq,
