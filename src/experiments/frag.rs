@@ -8,7 +8,7 @@
 use crate::alloc_model::{self, AllocModel, Policy, GRANULE};
 use crate::error::{LabError, Result};
 use crate::hw::Card;
-use crate::memory::{gib, mib, MemoryProbe};
+use crate::memory::{gib, mib, DeviceAllocator, MemoryProbe};
 use crate::reference::{pytorch_records, report};
 use crate::report::charts;
 use crate::search::bisect;
@@ -132,46 +132,6 @@ pub mod step {
     pub const EMPTIED: &str = "cache_emptied";
 }
 
-/// The device side of a run, where there is one.
-trait Measured {
-    fn alloc(&mut self, bytes: u64) -> Result<u64>;
-    fn free(&mut self, handle: u64);
-    fn synchronize(&mut self) -> Result<()>;
-    fn trim(&mut self) -> Result<()>;
-    fn allocated(&self) -> u64;
-    fn reserved(&self) -> u64;
-    fn device_free(&self) -> u64;
-    fn fits(&mut self, bytes: u64) -> Result<bool>;
-}
-
-#[cfg(feature = "cuda")]
-impl Measured for crate::memory::device_arena::DeviceArena {
-    fn alloc(&mut self, bytes: u64) -> Result<u64> {
-        Self::alloc(self, bytes)
-    }
-    fn free(&mut self, handle: u64) {
-        Self::free(self, handle)
-    }
-    fn synchronize(&mut self) -> Result<()> {
-        Self::synchronize(self)
-    }
-    fn trim(&mut self) -> Result<()> {
-        Self::trim(self)
-    }
-    fn allocated(&self) -> u64 {
-        Self::allocated(self)
-    }
-    fn reserved(&self) -> u64 {
-        Self::reserved(self)
-    }
-    fn device_free(&self) -> u64 {
-        Self::device_free(self)
-    }
-    fn fits(&mut self, bytes: u64) -> Result<bool> {
-        Self::fits(self, bytes)
-    }
-}
-
 /// One reading of the report's sequence.
 #[derive(Debug, Clone, Default)]
 pub struct Reading {
@@ -193,7 +153,7 @@ pub struct Reading {
 /// The device and the model driven by the same calls.
 struct Lockstep<'a> {
     name: String,
-    device: Option<Box<dyn Measured + 'a>>,
+    device: Option<Box<dyn DeviceAllocator + 'a>>,
     model: AllocModel,
     probe: Option<&'a MemoryProbe>,
     /// (device handle, model handle) per block, None once freed or refused.
@@ -388,7 +348,7 @@ fn false_oom(ls: &mut Lockstep, layout: Layout, hole: u64, request: u64) -> Resu
 }
 
 /// A fresh device arena under `policy` (CUDA), or none (CPU: the model runs alone).
-fn device_side<'a>(s: &'a Session, policy: Policy) -> Result<Option<Box<dyn Measured + 'a>>> {
+fn device_side<'a>(s: &'a Session, policy: Policy) -> Result<Option<Box<dyn DeviceAllocator + 'a>>> {
     match &s.device {
         #[cfg(feature = "cuda")]
         candle_core::Device::Cuda(dev) => Ok(Some(Box::new(crate::memory::device_arena::DeviceArena::new(dev, policy)?))),
@@ -454,9 +414,8 @@ fn opt_gib(v: Option<u64>) -> String {
 
 fn reading_line(r: &Reading) -> String {
     format!(
-        "{:<18} {:<8} {:<17} allocated {} (model {:.3}), reserved {} (model {:.3}), largest block {} (model {:.3}){}",
+        "{:<18} {:<17} allocated {} (model {:.3}), reserved {} (model {:.3}), largest block {} (model {:.3}){}",
         r.allocator,
-        "",
         r.step,
         opt_gib(r.allocated),
         gib(r.model_allocated),

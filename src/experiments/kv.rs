@@ -7,8 +7,7 @@
 use crate::error::{LabError, Result};
 use crate::estimate::{self, Workload};
 use crate::experiments::oom;
-use crate::memory::{Category, Held};
-use crate::memory::{fmt_bytes, guarded, mib};
+use crate::memory::{fmt_bytes, guarded, mib, tensor_bytes, Category, Held};
 use crate::model::qwen2::last_logits;
 use crate::model::{AttentionMode, CacheKind, Logits, Precision, Qwen2};
 use crate::reference::report;
@@ -238,7 +237,7 @@ pub fn step(s: &Session, model: &Qwen2, seq: usize, batch: usize, logits: Logits
         let logits = model.forward(&ids, &mut cache, logits)?;
         model.device().synchronize()?;
         let snap = s.probe.snapshot("after");
-        let logits_bytes = logits.iter().map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64).sum();
+        let logits_bytes = tensor_bytes(&logits);
         Ok((snap, cache.bytes(), kv_measured, logits_bytes))
     });
     st.seconds = t0.elapsed().as_secs_f64();
@@ -513,7 +512,7 @@ pub fn decode_sweep(s: &mut Session, model: &Qwen2, kind: CacheKind, prompt_len:
                 reserved: snap.reserved,
                 peak: snap.peak,
                 kv_bytes: cache.bytes(),
-                logits_bytes: logits.iter().map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64).sum(),
+                logits_bytes: tensor_bytes(&logits),
                 predicted: base + per_token * kv_tokens as u64 + logits_bytes,
                 tok_s,
             });

@@ -14,7 +14,7 @@ use crate::error::{LabError, Result};
 use crate::estimate::{self, Workload};
 use crate::experiments::oom;
 use crate::hw::Card;
-use crate::memory::{fmt_bytes, guarded, mib, Category, Held, MemoryMonitor};
+use crate::memory::{fmt_bytes, guarded, mib, tensor_bytes, Category, Held, MemoryMonitor};
 use crate::model::qwen2::last_logits;
 use crate::model::{Logits, Precision, Qwen2};
 use crate::session::Session;
@@ -176,10 +176,6 @@ fn random_ids(s: &Session, model: &Qwen2, batch: usize, seq: usize, salt: u64) -
     crate::experiments::kv::random_ids(batch, seq, model.cfg.vocab_size, s.opts.seed ^ salt, model.device())
 }
 
-fn tensor_bytes(t: &[Tensor]) -> u64 {
-    t.iter().map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64).sum()
-}
-
 /// Requests of a prompt and a few generated tokens, each with its own cache; the leaky run keeps
 /// every cache in a history, the clean one drops it.
 fn kv_pair(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig) -> Result<Vec<Run>> {
@@ -287,7 +283,7 @@ fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, d
     // The ledger: the first sequence, then the cost of each one more (from 1 to PROBE sequences).
     let per_seq = (probe_need.saturating_sub(one_need) / (PROBE as u64 - 1)).max(one_need / 2).max(1);
     let measured = oom::Measured::from_step(base.allocated, one.peak, one.allocated, one.reserved_peak, cfg.seq);
-    let capacity = base.device_total.map(|t| t.saturating_sub(base.outside_pool().unwrap_or(0))).unwrap_or(u64::MAX);
+    let capacity = base.pool_capacity().unwrap_or(u64::MAX);
     let free = capacity.saturating_sub(base.reserved.max(base.allocated));
     let fit = if free < one_need { 1 } else { 1 + ((free - one_need) / per_seq) as usize }.min(MAX_BATCH);
     s.say(format!(
@@ -330,82 +326,79 @@ fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, d
 }
 
 /// Forward passes whose last-token logits are kept in a list: with plain weights each keeps a
-/// row of logits; with trainable weights each keeps its whole graph. Returns the model, trainable.
+/// row of logits; with trainable weights each keeps its graph. Returns the model, trainable.
 fn autograd_pair(s: &mut Session, model: Qwen2, cfg: &LeaksConfig) -> Result<(Vec<Run>, Qwen2)> {
-    let weights = model.weight_bytes();
-    let mut runs = Vec::new();
-    let mut model = Some(model);
-    for (variant, trainable) in [("plain weights", false), ("trainable weights", true)] {
-        let m = if trainable {
-            s.console.step("leaks: weights made trainable (Var)");
-            model.take().expect("the model").into_trainable()?
-        } else {
-            model.take().expect("the model")
-        };
-        s.console.step(format!("leaks: {} forward passes, outputs kept, {} weights", cfg.requests, if trainable { "trainable" } else { "plain" }));
-        let mut run = Run::new(Demo::Autograd, variant, trainable, cfg);
-        let mut kept: Vec<Tensor> = Vec::new();
-        let forward = |f: usize| {
-            guarded(&s.probe, &format!("forward {f}"), || {
-                let mut cache = m.new_cache(1, cfg.graph_prompt)?;
-                let logits = m.forward(&random_ids(s, &m, 1, cfg.graph_prompt, 100u64.wrapping_add(f as u64))?, &mut cache, Logits::Last)?;
-                m.device().synchronize()?;
-                Ok(logits)
-            })
-        };
-        // Warm-up, as in the kv pair; an OOM here is this run's result, not the stage's end.
-        let warm = forward(usize::MAX);
-        run.mark(s, "start", Held::of(&[(Category::Weights, weights)]), Outcome::Ok);
-        if let Err(e) = warm {
-            if !matches!(e, LabError::Oom(_)) {
-                return Err(e);
-            }
-            run.mark(s, "warm-up", Held::of(&[(Category::Weights, weights)]), Outcome::Oom);
+    let plain = autograd_run(s, &model, cfg, false)?;
+    s.console.step("leaks: weights made trainable (Var)");
+    let model = model.into_trainable()?;
+    let trainable = autograd_run(s, &model, cfg, true)?;
+    Ok((vec![plain, trainable], model))
+}
+
+/// One run of the autograd pair on `m`, whose weights are trainable or not.
+fn autograd_run(s: &mut Session, m: &Qwen2, cfg: &LeaksConfig, trainable: bool) -> Result<Run> {
+    let weights = m.weight_bytes();
+    let variant = if trainable { "trainable weights" } else { "plain weights" };
+    s.console.step(format!("leaks: {} forward passes, outputs kept, {} weights", cfg.requests, if trainable { "trainable" } else { "plain" }));
+    let mut run = Run::new(Demo::Autograd, variant, trainable, cfg);
+    let mut kept: Vec<Tensor> = Vec::new();
+    let forward = |f: usize| {
+        guarded(&s.probe, &format!("forward {f}"), || {
+            let mut cache = m.new_cache(1, cfg.graph_prompt)?;
+            let logits = m.forward(&random_ids(s, m, 1, cfg.graph_prompt, 100u64.wrapping_add(f as u64))?, &mut cache, Logits::Last)?;
+            m.device().synchronize()?;
+            Ok(logits)
+        })
+    };
+    // Warm-up, as in the kv pair; an OOM here is this run's result, not the stage's end.
+    let warm = forward(usize::MAX);
+    run.mark(s, "start", Held::of(&[(Category::Weights, weights)]), Outcome::Ok);
+    if let Err(e) = warm {
+        if !matches!(e, LabError::Oom(_)) {
+            return Err(e);
         }
-        let mut peaks = Vec::new();
-        for f in 0..cfg.requests {
-            if run.outcomes.contains(&Outcome::Oom) {
-                break;
-            }
-            s.check_stop()?;
-            s.probe.reset_peak();
-            let out = forward(f);
-            peaks.push(s.probe.snapshot("peak").peak);
-            let outcome = match out {
-                Ok(logits) => {
-                    kept.extend(logits);
-                    Outcome::Ok
-                }
-                Err(e @ LabError::Oom(_)) => Outcome::from_error(&e),
-                Err(e) => return Err(e),
-            };
-            run.mark(s, &format!("forward {}", f + 1), Held::of(&[(Category::Weights, weights), (Category::Logits, tensor_bytes(&kept))]), outcome.clone());
-            if outcome == Outcome::Oom {
-                break;
-            }
-        }
-        let act = m.act_dtype().size_in_bytes() as u64;
-        let logits_row = estimate::logits_bytes_per_token(&m.cfg, act as usize);
-        // candle's fused rms_norm records no backward op, so the graph an output keeps starts at
-        // the final norm: its output (every position), the last row copied out, the logits.
-        let graph = (cfg.graph_prompt as u64 + 1) * m.cfg.hidden_size as u64 * act;
-        run.predicted_per_step = Some(if trainable { graph + logits_row } else { logits_row });
-        let peak = peaks.iter().max().map(|&p| fmt_bytes(p.saturating_sub(weights))).unwrap_or_else(|| "—".into());
-        run.note = if trainable {
-            format!(
-                "{} tokens a forward; during it the residual stream keeps every layer's activations alive for a backward pass (peak {peak} above the weights); a kept output holds its graph back to the final rms_norm (fused, no backward op): {} of hidden states + {} of logits",
-                cfg.graph_prompt,
-                fmt_bytes(graph),
-                fmt_bytes(logits_row)
-            )
-        } else {
-            format!("{} tokens a forward (peak {peak} above the weights); each kept output is one row of logits ({})", cfg.graph_prompt, fmt_bytes(logits_row))
-        };
-        drop(kept);
-        runs.push(run);
-        model = Some(m);
+        run.mark(s, "warm-up", Held::of(&[(Category::Weights, weights)]), Outcome::Oom);
     }
-    Ok((runs, model.expect("the model")))
+    let mut peaks = Vec::new();
+    for f in 0..cfg.requests {
+        if run.outcomes.contains(&Outcome::Oom) {
+            break;
+        }
+        s.check_stop()?;
+        s.probe.reset_peak();
+        let out = forward(f);
+        peaks.push(s.probe.snapshot("peak").peak);
+        let outcome = match out {
+            Ok(logits) => {
+                kept.extend(logits);
+                Outcome::Ok
+            }
+            Err(e @ LabError::Oom(_)) => Outcome::from_error(&e),
+            Err(e) => return Err(e),
+        };
+        run.mark(s, &format!("forward {}", f + 1), Held::of(&[(Category::Weights, weights), (Category::Logits, tensor_bytes(&kept))]), outcome.clone());
+        if outcome == Outcome::Oom {
+            break;
+        }
+    }
+    let act = m.act_dtype().size_in_bytes() as u64;
+    let logits_row = estimate::logits_bytes_per_token(&m.cfg, act as usize);
+    // candle's fused rms_norm records no backward op, so the graph an output keeps starts at
+    // the final norm: its output (every position), the last row copied out, the logits.
+    let graph = (cfg.graph_prompt as u64 + 1) * m.cfg.hidden_size as u64 * act;
+    run.predicted_per_step = Some(if trainable { graph + logits_row } else { logits_row });
+    let peak = peaks.iter().max().map(|&p| fmt_bytes(p.saturating_sub(weights))).unwrap_or_else(|| "—".into());
+    run.note = if trainable {
+        format!(
+            "{} tokens a forward; during it the residual stream keeps every layer's activations alive for a backward pass (peak {peak} above the weights); a kept output holds its graph back to the final rms_norm (fused, no backward op): {} of hidden states + {} of logits",
+            cfg.graph_prompt,
+            fmt_bytes(graph),
+            fmt_bytes(logits_row)
+        )
+    } else {
+        format!("{} tokens a forward (peak {peak} above the weights); each kept output is one row of logits ({})", cfg.graph_prompt, fmt_bytes(logits_row))
+    };
+    Ok(run)
 }
 
 fn marks_table(runs: &[Run]) -> Result<DataFrame> {

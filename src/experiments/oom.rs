@@ -33,14 +33,6 @@ fn row(context: &str, section: &'static str, item: impl Into<String>, bytes: Opt
     Row { context: context.into(), section, item: item.into(), mib: bytes.map(mib), fits: String::new(), note: note.into() }
 }
 
-/// Bytes the pool can give this workload: the card less what the process holds outside the pool
-/// (CUDA context, modules); on CPU the emulated cap.
-pub fn capacity(report: &OomReport) -> Option<u64> {
-    let s = report.snapshot.as_ref()?;
-    let total = s.device_total?;
-    Some(total.saturating_sub(s.outside_pool().unwrap_or(0)))
-}
-
 /// What the last step that fitted measured: the transient per token (peak above what it held)
 /// and the pool's factor (bytes it mapped per byte it handed out above the weights).
 #[derive(Debug, Clone, Copy)]
@@ -76,7 +68,7 @@ pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Confi
     }
     rows.push(row(context, "held", "activations + workspace", Some(peak.saturating_sub(held.total())), "the pool's peak during the step, less the above"));
     rows.push(row(context, "device", "request", report.request_bytes, format!("failed during {}", report.during)));
-    let cap = capacity(report);
+    let cap = snap.and_then(|s| s.pool_capacity());
     rows.push(row(context, "device", "capacity for the pool", cap, "the card less the CUDA context and modules outside the pool"));
     if let (Some(cap), Some(snap)) = (cap, snap) {
         rows.push(row(context, "device", "free at the failure", Some(cap.saturating_sub(snap.reserved_peak)), "capacity less what the pool had mapped at its busiest"));

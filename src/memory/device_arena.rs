@@ -7,6 +7,7 @@
 //! it was.
 
 use super::cuda::{check, context, default_pool, mem_info, pool_attr as pool_u64};
+use super::DeviceAllocator;
 use crate::alloc_model::{round_up, Policy};
 use crate::error::{LabError, OomReport, Result};
 use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaContext};
@@ -54,9 +55,12 @@ impl DeviceArena {
     fn stream(&self) -> sys::CUstream {
         self.dev.cuda_stream().cu_stream()
     }
+}
+
+impl DeviceAllocator for DeviceArena {
 
     /// A new block of `bytes`; a refusal is an OOM value carrying the request.
-    pub fn alloc(&mut self, bytes: u64) -> Result<u64> {
+    fn alloc(&mut self, bytes: u64) -> Result<u64> {
         self.ctx.bind_to_thread().map_err(LabError::other)?;
         // SAFETY: the pointers are freed once, in `free` or on drop.
         let ptr = unsafe {
@@ -79,7 +83,7 @@ impl DeviceArena {
         }
     }
 
-    pub fn free(&mut self, handle: u64) {
+    fn free(&mut self, handle: u64) {
         let Some((ptr, _)) = self.live.remove(&handle) else { return };
         let _ = self.ctx.bind_to_thread();
         // SAFETY: ptr came from this arena's allocation call and is freed once.
@@ -91,18 +95,18 @@ impl DeviceArena {
         };
     }
 
-    pub fn synchronize(&self) -> Result<()> {
+    fn synchronize(&mut self) -> Result<()> {
         self.ctx.synchronize().map_err(LabError::other)
     }
 
     /// Bytes asked for by the live blocks.
-    pub fn allocated(&self) -> u64 {
+    fn allocated(&self) -> u64 {
         self.live.values().map(|(_, b)| b).sum()
     }
 
     /// Bytes this arena holds from the driver: the pool's reserved above where it started, or
     /// for plain cuMemAlloc the live blocks in whole pages.
-    pub fn reserved(&self) -> u64 {
+    fn reserved(&self) -> u64 {
         match self.policy {
             Policy::Sync => self.live.values().map(|(_, b)| round_up(*b)).sum(),
             _ => pool_u64(self.pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(0).saturating_sub(self.base_reserved),
@@ -110,13 +114,13 @@ impl DeviceArena {
     }
 
     /// cuMemGetInfo's free bytes.
-    pub fn device_free(&self) -> u64 {
+    fn device_free(&self) -> u64 {
         mem_info(&self.dev).map(|(f, _)| f).unwrap_or(0)
     }
 
     /// Would `bytes` be allocated now? Tried for real, then undone: freed, synchronised, and for
     /// the caching pool trimmed back to what it held before, so the trial leaves no block behind.
-    pub fn fits(&mut self, bytes: u64) -> Result<bool> {
+    fn fits(&mut self, bytes: u64) -> Result<bool> {
         self.synchronize()?;
         let before = pool_u64(self.pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
         let ok = match self.alloc(bytes) {
@@ -138,7 +142,7 @@ impl DeviceArena {
     }
 
     /// cuMemPoolTrimTo(0) — torch.cuda.empty_cache — for the pool policies.
-    pub fn trim(&self) -> Result<()> {
+    fn trim(&mut self) -> Result<()> {
         self.synchronize()?;
         // SAFETY: trimming keeps every live allocation.
         check(unsafe { sys::cuMemPoolTrimTo(self.pool, 0) }, "cuMemPoolTrimTo")

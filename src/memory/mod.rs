@@ -14,6 +14,25 @@ pub mod summary;
 pub mod timeline;
 
 pub use emulation::CardEmulation;
+
+/// Raw device allocations under one policy (`device_arena::DeviceArena` on CUDA): what the
+/// allocator stage drives in step with its model. A refusal is `LabError::Oom` with the request.
+pub trait DeviceAllocator {
+    /// A new block of `bytes`; returns its handle.
+    fn alloc(&mut self, bytes: u64) -> Result<u64>;
+    fn free(&mut self, handle: u64);
+    fn synchronize(&mut self) -> Result<()>;
+    /// torch.cuda.empty_cache: give cached memory back.
+    fn trim(&mut self) -> Result<()>;
+    /// Bytes asked for by the live blocks.
+    fn allocated(&self) -> u64;
+    /// Bytes held from the driver.
+    fn reserved(&self) -> u64;
+    /// cuMemGetInfo's free bytes.
+    fn device_free(&self) -> u64;
+    /// Would `bytes` be allocated now? Tried and undone.
+    fn fits(&mut self, bytes: u64) -> Result<bool>;
+}
 pub use monitor::{Category, Held, MemoryMonitor};
 pub use timeline::Timeline;
 
@@ -31,6 +50,11 @@ pub fn gib(bytes: u64) -> f64 {
 }
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / MIB
+}
+
+/// Bytes of the tensors' elements.
+pub fn tensor_bytes(tensors: &[candle_core::Tensor]) -> u64 {
+    tensors.iter().map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64).sum()
 }
 
 pub fn fmt_bytes(bytes: u64) -> String {
@@ -78,6 +102,12 @@ impl Snapshot {
     /// kernel modules, library workspaces (on CPU: the rest of the process beside the heap).
     pub fn outside_pool(&self) -> Option<u64> {
         self.device_used.map(|u| u.saturating_sub(self.reserved))
+    }
+
+    /// What the allocator's pool can have at most: the card less what the process holds outside
+    /// the pool (CUDA context, modules; on CPU the cap, nothing outside).
+    pub fn pool_capacity(&self) -> Option<u64> {
+        self.device_total.map(|t| t.saturating_sub(self.outside_pool().unwrap_or(0)))
     }
 
     /// Transient memory: how far the peak rose above what stayed allocated.

@@ -118,8 +118,9 @@ impl MemoryMonitor {
     }
 
     pub fn push(&mut self, mark: Mark) -> &Mark {
+        let i = self.marks.len();
         self.marks.push(mark);
-        self.marks.last().expect("just pushed")
+        &self.marks[i]
     }
 
     /// Growth between consecutive marks.
