@@ -5,6 +5,8 @@ pub mod alloc_hook;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(feature = "cuda")]
+pub mod cuda_copy;
+#[cfg(feature = "cuda")]
 pub mod device_arena;
 pub mod emulation;
 pub mod host;

@@ -46,10 +46,22 @@ impl KvCache {
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
+        Self::on_devices(kind, cfg, batch, max_seq, dtype, &vec![device.clone(); cfg.num_hidden_layers])
+    }
+
+    /// A cache whose layer `l` lives on `devices[l]` (the device its layer runs on).
+    pub fn on_devices(
+        kind: CacheKind,
+        cfg: &Qwen2Config,
+        batch: usize,
+        max_seq: usize,
+        dtype: DType,
+        devices: &[Device],
+    ) -> Result<Self> {
         let shape = (batch, cfg.num_key_value_heads, max_seq, cfg.head_dim());
         let mut k = Vec::with_capacity(cfg.num_hidden_layers);
         let mut v = Vec::with_capacity(cfg.num_hidden_layers);
-        for _ in 0..cfg.num_hidden_layers {
+        for device in devices.iter().take(cfg.num_hidden_layers) {
             match kind {
                 CacheKind::Preallocated => {
                     k.push(Some(Tensor::zeros(shape, dtype, device)?));

@@ -4,10 +4,13 @@
 pub mod attention;
 pub mod config;
 pub mod generate;
+pub mod host_linear;
 pub mod kv_cache;
+pub mod placement;
 pub mod precision;
 pub mod quantize;
 pub mod qwen2;
+pub mod streamer;
 pub mod source;
 pub mod weights;
 

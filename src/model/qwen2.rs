@@ -5,8 +5,11 @@
 
 use super::attention::{attend, check_elems, AttentionMode};
 use super::config::Qwen2Config;
+use super::host_linear::HostLinear;
 use super::kv_cache::{CacheKind, KvCache};
+use super::placement::{Home, Placement};
 use super::precision::Precision;
+use super::streamer::Streamer;
 use super::weights::Weight;
 use crate::error::{LabError, Result};
 use candle_core::quantized::QMatMul;
@@ -18,6 +21,8 @@ use std::collections::HashMap;
 pub enum Linear {
     Dense(candle_nn::Linear),
     Quant(QMatMul, Option<Tensor>),
+    /// Computed on the CPU from host memory (an offloaded layer).
+    Host(HostLinear),
 }
 
 impl Linear {
@@ -31,6 +36,7 @@ impl Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Self::Dense(l) => Ok(l.forward(x)?),
+            Self::Host(h) => h.forward(x),
             Self::Quant(q, bias) => {
                 let y = q.forward(x)?;
                 Ok(match bias {
@@ -38,6 +44,24 @@ impl Linear {
                     None => y,
                 })
             }
+        }
+    }
+
+    /// The same weights computed on the CPU.
+    fn to_host(&self) -> Result<Self> {
+        match self {
+            Self::Dense(l) => Ok(Self::Host(HostLinear::new(l.weight().clone(), l.bias().cloned())?)),
+            Self::Host(h) => Ok(Self::Host(h.clone())),
+            Self::Quant(..) => Err(LabError::Unsupported("CPU layers of the offload compute dense weights (BF16, F16 or F32), not GGUF blocks".into())),
+        }
+    }
+
+    /// The weight and the bias, for a dense layer.
+    fn dense_parts(&self) -> Result<(Tensor, Option<Tensor>)> {
+        match self {
+            Self::Dense(l) => Ok((l.weight().clone(), l.bias().cloned())),
+            Self::Host(h) => Ok((h.weight().clone(), h.bias().cloned())),
+            Self::Quant(..) => Err(LabError::Unsupported("streaming moves dense weights, not GGUF blocks".into())),
         }
     }
 }
@@ -50,6 +74,13 @@ enum Embedding {
 }
 
 impl Embedding {
+    fn device(&self) -> Device {
+        match self {
+            Self::Dense(t) | Self::Quant(Weight::Dense(t)) => t.device().clone(),
+            Self::Quant(Weight::Quant(q)) => q.device(),
+        }
+    }
+
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let (b, s) = ids.dims2()?;
         let flat = ids.flatten_all()?;
@@ -64,7 +95,7 @@ impl Embedding {
 }
 
 #[derive(Debug, Clone)]
-struct Layer {
+pub(super) struct Layer {
     q: Linear,
     k: Linear,
     v: Linear,
@@ -74,6 +105,88 @@ struct Layer {
     down: Linear,
     ln1: Tensor,
     ln2: Tensor,
+}
+
+impl Layer {
+    /// Where its inputs must be: the device of its weights.
+    pub(super) fn device(&self) -> &Device {
+        self.ln1.device()
+    }
+
+    /// Its tensors in a fixed order (what a streamed layer copies): q, k, v weights and biases,
+    /// o, gate, up, down, the two norms.
+    pub(super) fn tensors(&self) -> Result<Vec<Tensor>> {
+        let mut out = Vec::with_capacity(12);
+        for lin in [&self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down] {
+            let (w, b) = lin.dense_parts()?;
+            out.push(w);
+            out.extend(b);
+        }
+        out.extend([self.ln1.clone(), self.ln2.clone()]);
+        Ok(out)
+    }
+
+    /// The inverse of `tensors`.
+    pub(super) fn from_tensors(t: Vec<Tensor>) -> Result<Self> {
+        let [qw, qb, kw, kb, vw, vb, ow, gw, uw, dw, ln1, ln2]: [Tensor; 12] =
+            t.try_into().map_err(|_| LabError::other("a layer has 12 dense tensors"))?;
+        let lin = |w, b| Linear::Dense(candle_nn::Linear::new(w, b));
+        Ok(Self {
+            q: lin(qw, Some(qb)),
+            k: lin(kw, Some(kb)),
+            v: lin(vw, Some(vb)),
+            o: lin(ow, None),
+            gate: lin(gw, None),
+            up: lin(uw, None),
+            down: lin(dw, None),
+            ln1,
+            ln2,
+        })
+    }
+
+    /// The same layer computed on the CPU from host memory.
+    fn to_host(&self) -> Result<Self> {
+        let cpu = Device::Cpu;
+        Ok(Self {
+            q: self.q.to_host()?,
+            k: self.k.to_host()?,
+            v: self.v.to_host()?,
+            o: self.o.to_host()?,
+            gate: self.gate.to_host()?,
+            up: self.up.to_host()?,
+            down: self.down.to_host()?,
+            ln1: self.ln1.to_device(&cpu)?,
+            ln2: self.ln2.to_device(&cpu)?,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn forward(&self, x: &Tensor, l: usize, cfg: &Qwen2Config, rope: &(Tensor, Tensor), cache: &mut KvCache, offset: usize, mode: AttentionMode) -> Result<Tensor> {
+        let (b, s, _) = x.dims3()?;
+        let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
+        let (cos, sin) = rope;
+        let h = candle_nn::ops::rms_norm(x, &self.ln1, cfg.rms_norm_eps as f32)?;
+        let q = self.q.forward(&h)?.reshape((b, s, heads, d))?.transpose(1, 2)?.contiguous()?;
+        let k = self.k.forward(&h)?.reshape((b, s, kv_heads, d))?.transpose(1, 2)?.contiguous()?;
+        let v = self.v.forward(&h)?.reshape((b, s, kv_heads, d))?.transpose(1, 2)?;
+        let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
+        let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
+        cache.write(l, &k, &v)?;
+        let (kc, vc) = cache.view(l, offset + s)?;
+        let a = attend(&q, &kc, &vc, offset, mode)?;
+        let a = a.transpose(1, 2)?.reshape((b, s, heads * d))?;
+        let x = (x + self.o.forward(&a)?)?;
+        let h = candle_nn::ops::rms_norm(&x, &self.ln2, cfg.rms_norm_eps as f32)?;
+        let m = (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?;
+        Ok((x + self.down.forward(&m)?)?)
+    }
+}
+
+/// A layer resident on its device, or the index of a streamed one in the model's `Streamer`.
+#[derive(Debug, Clone)]
+enum LayerSlot {
+    Resident(Layer),
+    Streamed,
 }
 
 /// Which logits a forward pass returns.
@@ -100,11 +213,14 @@ pub struct Qwen2 {
     pub precision: Precision,
     pub attention: AttentionMode,
     embed: Embedding,
-    layers: Vec<Layer>,
+    layers: Vec<LayerSlot>,
     norm: Tensor,
     lm_head: Linear,
+    /// The device of the head and of resident GPU layers.
     device: Device,
     weight_bytes: u64,
+    /// The streamed layers' host copies and GPU buffers, when a placement streams any.
+    streamer: Option<Streamer>,
 }
 
 fn take(w: &mut HashMap<String, Weight>, name: &str) -> Result<Weight> {
@@ -138,7 +254,7 @@ impl Qwen2 {
                 let b = if bias { Some(take_dense(&mut w, &format!("{p}.{name}.bias"), act)?) } else { None };
                 Linear::new(take(&mut w, &format!("{p}.{name}.weight"))?, b)
             };
-            layers.push(Layer {
+            layers.push(LayerSlot::Resident(Layer {
                 q: lin("self_attn.q_proj", true)?,
                 k: lin("self_attn.k_proj", true)?,
                 v: lin("self_attn.v_proj", true)?,
@@ -148,7 +264,7 @@ impl Qwen2 {
                 down: lin("mlp.down_proj", false)?,
                 ln1: take_dense(&mut w, &format!("{p}.input_layernorm.weight"), act)?,
                 ln2: take_dense(&mut w, &format!("{p}.post_attention_layernorm.weight"), act)?,
-            });
+            }));
         }
         let norm = take_dense(&mut w, "model.norm.weight", act)?;
         Ok(Self {
@@ -161,7 +277,53 @@ impl Qwen2 {
             lm_head,
             device: device.clone(),
             weight_bytes,
+            streamer: None,
         })
+    }
+
+    /// Builds the model from weights already on their homes (see `weights::load_placed`): `Gpu`
+    /// parts on `gpu`, the rest in host memory. CPU layers compute there; streamed layers go to
+    /// a `Streamer` with `placement.slots` buffers on `gpu`. A tied head on the GPU is a copy of
+    /// the host embedding table.
+    pub fn new_placed(cfg: &Qwen2Config, precision: Precision, mut w: HashMap<String, Weight>, gpu: &Device, placement: &Placement) -> Result<Self> {
+        if placement.layers.len() != cfg.num_hidden_layers {
+            return Err(LabError::input(format!("a placement of {} layers for a model of {}", placement.layers.len(), cfg.num_hidden_layers)));
+        }
+        if cfg.tie_word_embeddings && placement.head == Home::Gpu && placement.embed != Home::Gpu {
+            let table = w.get("model.embed_tokens.weight").ok_or_else(|| LabError::input("weight model.embed_tokens.weight is missing"))?;
+            let copy = table.clone().dense()?.to_device(gpu)?;
+            w.insert("lm_head.weight".into(), Weight::Dense(copy));
+        }
+        let mut model = Self::new(cfg, precision, w, gpu)?;
+        let mut streamed = Vec::new();
+        for (l, home) in placement.layers.iter().enumerate() {
+            match (*home, &mut model.layers[l]) {
+                (Home::Cpu, LayerSlot::Resident(layer)) => *layer = layer.to_host()?,
+                (Home::Streamed, slot) => {
+                    if let LayerSlot::Resident(layer) = std::mem::replace(slot, LayerSlot::Streamed) {
+                        streamed.push((l, layer));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !streamed.is_empty() {
+            model.streamer = Some(Streamer::new(streamed, placement.slots, gpu)?);
+        }
+        Ok(model)
+    }
+
+    /// Bytes the streamer holds in GPU buffers and in (pinned) host memory.
+    pub fn stream_buffers(&self) -> Option<(u64, u64)> {
+        self.streamer.as_ref().map(|s| (s.gpu_bytes(), s.host_bytes()))
+    }
+
+    /// The device layer `l` runs on (a streamed layer: the GPU).
+    pub fn layer_device(&self, l: usize) -> Device {
+        match &self.layers[l] {
+            LayerSlot::Resident(layer) => layer.device().clone(),
+            LayerSlot::Streamed => self.device.clone(),
+        }
     }
 
     pub fn device(&self) -> &Device {
@@ -186,15 +348,19 @@ impl Qwen2 {
                 q => q,
             })
         }
-        let Qwen2 { cfg, precision, attention, embed, layers, norm, lm_head, device, weight_bytes } = self;
+        let Qwen2 { cfg, precision, attention, embed, layers, norm, lm_head, device, weight_bytes, streamer } = self;
+        if streamer.is_some() {
+            return Err(LabError::Unsupported("a model with streamed layers cannot be made trainable".into()));
+        }
         let embed = match embed {
             Embedding::Dense(t) => Embedding::Dense(var(t)?),
             q => q,
         };
         let lm_head = lin(lm_head)?;
         let mut out = Vec::with_capacity(layers.len());
-        for l in layers {
-            out.push(Layer {
+        for slot in layers {
+            let LayerSlot::Resident(l) = slot else { continue };
+            out.push(LayerSlot::Resident(Layer {
                 q: lin(l.q)?,
                 k: lin(l.k)?,
                 v: lin(l.v)?,
@@ -204,9 +370,9 @@ impl Qwen2 {
                 down: lin(l.down)?,
                 ln1: var(l.ln1)?,
                 ln2: var(l.ln2)?,
-            });
+            }));
         }
-        Ok(Qwen2 { cfg, precision, attention, embed, layers: out, norm: var(norm)?, lm_head, device, weight_bytes })
+        Ok(Qwen2 { cfg, precision, attention, embed, layers: out, norm: var(norm)?, lm_head, device, weight_bytes, streamer: None })
     }
 
     /// Bytes of all weight tensors as loaded (a tied table counted once).
@@ -219,12 +385,14 @@ impl Qwen2 {
     }
 
     /// A preallocated cache for `batch` sequences of up to `max_seq` tokens, in the activation dtype.
+    /// Each layer's part of the cache lives where the layer runs.
     pub fn new_cache(&self, batch: usize, max_seq: usize) -> Result<KvCache> {
-        KvCache::new(&self.cfg, batch, max_seq, self.act_dtype(), &self.device)
+        self.new_cache_of(CacheKind::Preallocated, batch, max_seq)
     }
 
     pub fn new_cache_of(&self, kind: CacheKind, batch: usize, max_seq: usize) -> Result<KvCache> {
-        KvCache::with_kind(kind, &self.cfg, batch, max_seq, self.act_dtype(), &self.device)
+        let devices: Vec<Device> = (0..self.layers.len()).map(|l| self.layer_device(l)).collect();
+        KvCache::on_devices(kind, &self.cfg, batch, max_seq, self.act_dtype(), &devices)
     }
 
     /// cos/sin for positions offset..offset+s: angles in F32 (BF16 positions above 256 round),
@@ -245,27 +413,37 @@ impl Qwen2 {
     pub fn forward(&self, ids: &Tensor, cache: &mut KvCache, logits: Logits) -> Result<Vec<Tensor>> {
         let (b, s) = ids.dims2()?;
         let cfg = &self.cfg;
-        let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
         check_elems("the MLP activation", b * s * cfg.intermediate_size)?;
         let offset = cache.len();
-        let (cos, sin) = self.rope(offset, s)?;
-        let mut x = self.embed.forward(&ids.to_device(&self.device)?)?.to_dtype(self.act_dtype())?;
-        for (l, layer) in self.layers.iter().enumerate() {
-            let h = candle_nn::ops::rms_norm(&x, &layer.ln1, cfg.rms_norm_eps as f32)?;
-            let q = layer.q.forward(&h)?.reshape((b, s, heads, d))?.transpose(1, 2)?.contiguous()?;
-            let k = layer.k.forward(&h)?.reshape((b, s, kv_heads, d))?.transpose(1, 2)?.contiguous()?;
-            let v = layer.v.forward(&h)?.reshape((b, s, kv_heads, d))?.transpose(1, 2)?;
-            let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?;
-            let k = candle_nn::rotary_emb::rope(&k, &cos, &sin)?;
-            cache.write(l, &k, &v)?;
-            let (kc, vc) = cache.view(l, offset + s)?;
-            let a = attend(&q, &kc, &vc, offset, self.attention)?;
-            let a = a.transpose(1, 2)?.reshape((b, s, heads * d))?;
-            x = (x + layer.o.forward(&a)?)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ln2, cfg.rms_norm_eps as f32)?;
-            let m = (candle_nn::ops::silu(&layer.gate.forward(&h)?)? * layer.up.forward(&h)?)?;
-            x = (x + layer.down.forward(&m)?)?;
+        let rope = self.rope(offset, s)?;
+        // The rotary table on the CPU too, made once per pass, when some layer runs there.
+        let mut host_rope = None;
+        let embed_dev = self.embed.device();
+        let mut x = self.embed.forward(&ids.to_device(&embed_dev)?)?.to_dtype(self.act_dtype())?;
+        if let Some(st) = &self.streamer {
+            st.start_pass()?;
         }
+        for (l, slot) in self.layers.iter().enumerate() {
+            let layer = match slot {
+                LayerSlot::Resident(layer) => layer,
+                LayerSlot::Streamed => self.streamer()?.acquire(l)?,
+            };
+            let dev = layer.device();
+            x = x.to_device(dev)?;
+            let r = if dev.same_device(&self.device) {
+                &rope
+            } else {
+                if host_rope.is_none() {
+                    host_rope = Some((rope.0.to_device(dev)?, rope.1.to_device(dev)?));
+                }
+                host_rope.as_ref().unwrap_or(&rope)
+            };
+            x = layer.forward(&x, l, cfg, r, cache, offset, self.attention)?;
+            if let LayerSlot::Streamed = slot {
+                self.streamer()?.release(l)?;
+            }
+        }
+        let x = x.to_device(&self.device)?;
         cache.advance(s);
         let x = candle_nn::ops::rms_norm(&x, &self.norm, cfg.rms_norm_eps as f32)?;
         match logits {
@@ -282,6 +460,12 @@ impl Qwen2 {
                 Ok(out)
             }
         }
+    }
+}
+
+impl Qwen2 {
+    fn streamer(&self) -> Result<&Streamer> {
+        self.streamer.as_ref().ok_or_else(|| LabError::other("a streamed layer without a streamer"))
     }
 }
 

@@ -355,11 +355,33 @@ pub fn load_all(
     precision: Precision,
     device: &Device,
     probe: Option<&MemoryProbe>,
+    each: impl FnMut(&TensorSpec, &Weight) -> Result<()>,
+) -> Result<HashMap<String, Weight>> {
+    load_placed(cfg, source, precision, device, |_| device.clone(), probe, each)
+}
+
+/// As `load_all`, each tensor then moved to `home(name)` at once: made or read on `load_on` (on a
+/// GPU, synthetic weights are made there, far faster than on the CPU), so at most one tensor is
+/// ever off its home. The offload stage loads models larger than the card this way.
+pub fn load_placed(
+    cfg: &Qwen2Config,
+    source: &mut dyn WeightSource,
+    precision: Precision,
+    load_on: &Device,
+    home: impl Fn(&str) -> Device,
+    probe: Option<&MemoryProbe>,
     mut each: impl FnMut(&TensorSpec, &Weight) -> Result<()>,
 ) -> Result<HashMap<String, Weight>> {
     let mut out = HashMap::new();
     for spec in cfg.tensor_specs() {
-        let loaded = source.load(&spec, precision, device).and_then(|w| each(&spec, &w).map(|_| w));
+        let to = home(&spec.name);
+        let loaded = source
+            .load(&spec, precision, load_on)
+            .and_then(|w| match w {
+                Weight::Dense(t) if !t.device().same_device(&to) => Ok(Weight::Dense(t.to_device(&to)?)),
+                w => Ok(w),
+            })
+            .and_then(|w| each(&spec, &w).map(|_| w));
         match loaded {
             Ok(w) => {
                 out.insert(spec.name.clone(), w);
