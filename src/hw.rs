@@ -18,6 +18,22 @@ pub struct Card {
     pub pcie_gbs: Option<f64>,
 }
 
+/// `24GiB`, `5gib`, `512MiB` (G/GB and M/MB read as GiB and MiB) in MiB; None if not a size.
+fn size_mib(s: &str) -> Option<f64> {
+    let key = s.trim().to_ascii_lowercase();
+    let (num, unit) = key.split_at(key.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(key.len()));
+    match (num.trim().parse::<f64>(), unit) {
+        (Ok(n), "gib" | "g" | "gb") if n > 0.0 => Some(n * 1024.0),
+        (Ok(n), "mib" | "m" | "mb") if n > 0.0 => Some(n),
+        _ => None,
+    }
+}
+
+/// A size such as `5GiB` or `512MiB`, in bytes.
+pub fn parse_size(s: &str) -> Result<u64> {
+    size_mib(s).map(|m| (m * 1024.0 * 1024.0) as u64).ok_or_else(|| LabError::input(format!("`{s}` is not a size: write e.g. 5GiB or 512MiB")))
+}
+
 const CARDS_JSON: &str = include_str!("../data/cards.json");
 
 impl Card {
@@ -32,17 +48,9 @@ impl Card {
         if let Some(card) = Self::presets().into_iter().find(|c| c.name == key) {
             return Ok(card);
         }
-        let (num, unit) = key.split_at(key.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(key.len()));
-        let mib = match (num.trim().parse::<f64>(), unit) {
-            (Ok(n), "gib" | "g" | "gb") if n > 0.0 => n * 1024.0,
-            (Ok(n), "mib" | "m" | "mb") if n > 0.0 => n,
-            _ => {
-                let names: Vec<_> = Self::presets().into_iter().map(|c| c.name).collect();
-                return Err(LabError::input(format!(
-                    "unknown card `{s}`: use one of {} or a size such as 24GiB",
-                    names.join(", ")
-                )));
-            }
+        let Some(mib) = size_mib(&key) else {
+            let names: Vec<_> = Self::presets().into_iter().map(|c| c.name).collect();
+            return Err(LabError::input(format!("unknown card `{s}`: use one of {} or a size such as 24GiB", names.join(", "))));
         };
         Ok(Card {
             name: key.clone(),

@@ -24,7 +24,22 @@ pub mod report {
     pub const FRAG_TEN_BLOCKS: (f64, f64) = (4.88, 4.88);
     pub const FRAG_ODD_FREED: (f64, f64) = (2.93, 4.88);
     pub const FRAG_AFTER_REQUEST_RESERVED: f64 = 6.88;
+    /// Stage 4: accelerate's `device_map="auto"` with `max_memory={0: "5GiB"}`, 50 tokens.
+    pub const OFFLOAD_5GIB_TOK_S: f64 = 0.61;
 }
+
+/// The related article on CUDA unified memory: Qwen3-14B (27 GB in BF16) on an RTX 4090 24 GB,
+/// (GPU memory in MB, tok/s) per mode.
+pub mod unified_article {
+    pub const MANAGED: (f64, f64) = (20584.0, 1.75);
+    pub const PREFER_CPU: (f64, f64) = (744.0, 0.90);
+    pub const READ_MOSTLY: (f64, f64) = (20622.0, 1.77);
+}
+
+/// llama.cpp (llama-bench, BF16 GGUF of Qwen2.5-7B's shapes) on an H200 with 16 host cores,
+/// `-ngl 10`: 10 layers on the GPU (4.9 GiB of weights), the rest computed on the CPU. The
+/// offload stage's best mode is set beside it.
+pub const LLAMACPP_H200_NGL10_TOK_S: f64 = 14.1;
 
 /// The same experiments re-run with PyTorch on an H200 (transformers 5.17, synthetic weights).
 pub mod pytorch_h200 {

@@ -10,6 +10,10 @@ Stages:
          false-OOM trials (a card full of 512 MiB blocks, every other one freed, 2 GiB asked),
          once with PyTorch's default caching allocator and once with expandable_segments:True
          (each in its own process: the setting is read when CUDA starts).
+  offload the report's stage 4: the model in BF16 on the GPU alone, then with accelerate's
+         device map limited to --gpu-budget on the GPU (the rest in host RAM, moved to the GPU
+         layer by layer at each forward), tok/s of greedy decoding for each. The weights are
+         random with the exact shapes of the lab's preset (--model, a data/models/*.json).
 
 --card MIB emulates a smaller card as the lab does: a ballast of (GPU total - MIB) is held with
 cuMemAlloc, outside PyTorch's allocator, so PyTorch sees the card's free memory.
@@ -185,6 +189,62 @@ def frag(args, out):
         out.write(r.stdout)
 
 
+def offload(args, out):
+    import time
+
+    import torch
+    from accelerate import dispatch_model, infer_auto_device_map
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    ballast = hold_ballast(args.card) if args.card else None
+    cfg_dict = json.load(open(args.model))
+    cfg_dict.pop("architectures", None)
+    cfg = AutoConfig.for_model(cfg_dict.pop("model_type", "qwen2"), **cfg_dict)
+    t0 = time.time()
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+    model = model.to_empty(device="cpu")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02)
+    model.eval()
+    emit(out, experiment="offload", case="init", seconds=round(time.time() - t0, 2), params=sum(p.numel() for p in model.parameters()))
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, cfg.vocab_size, (1, args.prompt), generator=gen)
+
+    def tok_s(m, device):
+        x = ids.to(device)
+        kw = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0)
+        m.generate(x, **dict(kw, max_new_tokens=3, min_new_tokens=3))
+        torch.cuda.synchronize()
+        t = time.time()
+        m.generate(x, **kw)
+        torch.cuda.synchronize()
+        return args.new_tokens / (time.time() - t)
+
+    gib = 1 << 30
+    if not args.skip_full:
+        model.to("cuda")
+        full = tok_s(model, "cuda")
+        emit(out, experiment="offload", case="full_gpu", tok_s=round(full, 3), allocated_gib=round(torch.cuda.memory_allocated() / gib, 3))
+        model.to("cpu")
+        torch.cuda.empty_cache()
+    else:
+        full = None
+    torch.cuda.reset_peak_memory_stats()
+    device_map = infer_auto_device_map(model, max_memory={0: args.gpu_budget, "cpu": "200GiB"}, no_split_module_classes=["Qwen2DecoderLayer"])
+    model = dispatch_model(model, device_map)
+    on_cpu = [k for k, v in device_map.items() if v == "cpu"]
+    offloaded = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if any(n == k or n.startswith(k + ".") for k in on_cpu))
+    emit(out, experiment="offload", case="dispatched", allocated_gib=round(torch.cuda.memory_allocated() / gib, 3), reserved_gib=round(torch.cuda.memory_reserved() / gib, 3), modules_on_cpu=len(on_cpu))
+    speed = tok_s(model, "cuda")
+    rec = dict(experiment="offload", case="accelerate", gpu_budget=args.gpu_budget, tok_s=round(speed, 3), offloaded_gib=round(offloaded / gib, 3), peak_gib=round(torch.cuda.max_memory_allocated() / gib, 3), new_tokens=args.new_tokens)
+    if full:
+        rec["slowdown_pct"] = round((1 - speed / full) * 100, 2)
+    emit(out, **rec)
+    del ballast
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="stage", required=True)
@@ -197,9 +257,17 @@ def main():
         p.add_argument("--hole-mib", type=int, default=512)
         p.add_argument("--hole-request-mib", type=int, default=2048)
         p.add_argument("--out", help="write the JSON lines here (default: stdout)")
+    p = sub.add_parser("offload")
+    p.add_argument("--card", type=float, default=0.0, help="emulate a card of this many MiB (0: the whole GPU)")
+    p.add_argument("--model", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "models", "qwen2.5-7b.json"))
+    p.add_argument("--gpu-budget", default="5GiB", help="accelerate's max_memory for the GPU (the report: 5GiB)")
+    p.add_argument("--prompt", type=int, default=32)
+    p.add_argument("--new-tokens", type=int, default=50, help="the report: 50")
+    p.add_argument("--skip-full", action="store_true", help="no full-GPU run (a model larger than the card)")
+    p.add_argument("--out", help="write the JSON lines here (default: stdout)")
     args = ap.parse_args()
     out = open(args.out, "w") if getattr(args, "out", None) else sys.stdout
-    {"frag": frag, "frag-one": frag_one}[args.stage](args, out)
+    {"frag": frag, "frag-one": frag_one, "offload": offload}[args.stage](args, out)
 
 
 if __name__ == "__main__":

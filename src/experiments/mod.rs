@@ -2,16 +2,18 @@
 //! `vram-lab run` runs in order and the CLI turns into subcommands.
 
 pub mod anatomy;
+pub mod bandwidth;
 pub mod frag;
 pub mod kv;
 pub mod leaks;
+pub mod offload;
 pub mod oom;
 
 use crate::stage::{register, AnyStage};
 
 /// Every stage, in the report's order. Adding a stage: its module, and one line here.
 pub fn registry() -> Vec<Box<dyn AnyStage>> {
-    vec![register::<anatomy::Anatomy>(), register::<kv::KvCache>(), register::<frag::Frag>(), register::<leaks::Leaks>()]
+    vec![register::<anatomy::Anatomy>(), register::<kv::KvCache>(), register::<frag::Frag>(), register::<leaks::Leaks>(), register::<bandwidth::Bandwidth>(), register::<offload::Offload>()]
 }
 
 /// The stage called `name`.

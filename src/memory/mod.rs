@@ -2,12 +2,15 @@
 //! memory_reserved / max_memory_allocated), card emulation, the summary table and timelines.
 
 pub mod alloc_hook;
+pub mod bandwidth;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(feature = "cuda")]
 pub mod cuda_copy;
 #[cfg(feature = "cuda")]
 pub mod device_arena;
+#[cfg(feature = "cuda")]
+pub mod unified;
 pub mod emulation;
 pub mod host;
 pub mod monitor;

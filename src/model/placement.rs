@@ -123,7 +123,7 @@ impl Placement {
             return Ok(Self::full(n));
         }
         let fixed = parts.head + reserve;
-        let mut room = budget.checked_sub(fixed).ok_or_else(|| {
+        let room = budget.checked_sub(fixed).ok_or_else(|| {
             LabError::input(format!(
                 "a GPU budget of {} holds neither the output layer ({}) and the reserve ({}); give at least {}",
                 crate::memory::fmt_bytes(budget),
@@ -133,19 +133,21 @@ impl Placement {
             ))
         })?;
         let streams = matches!(strategy, Strategy::Streamed | Strategy::Hybrid);
-        let mut gpu = (room / parts.layer.max(1)) as usize;
-        let mut slots = 0;
-        if streams && gpu < n {
-            slots = 2.min(n);
-            room = room.checked_sub(slots as u64 * parts.layer).ok_or_else(|| {
-                LabError::input(format!(
-                    "a GPU budget of {} cannot hold two layer buffers ({} each) beside the output layer and the reserve",
+        // The most resident layers that fit beside their stream buffers: two (double
+        // buffering) when two layers or more are streamed, one when only one fits at all.
+        let fits = |g: usize, slots: usize| (g + slots) as u64 * parts.layer <= room;
+        let slots_for = |g: usize| if streams && g < n { 2.min(n - g) } else { 0 };
+        let (gpu, slots) = match (0..=n).rev().find(|&g| fits(g, slots_for(g))) {
+            Some(g) => (g, slots_for(g)),
+            None if streams && fits(0, 1) => (0, 1),
+            None => {
+                return Err(LabError::input(format!(
+                    "a GPU budget of {} cannot hold a layer buffer ({}) beside the output layer and the reserve",
                     crate::memory::fmt_bytes(budget),
                     crate::memory::fmt_bytes(parts.layer)
-                ))
-            })?;
-            gpu = (room / parts.layer.max(1)) as usize;
-        }
+                )))
+            }
+        };
         let gpu = gpu.min(n);
         let rest = n - gpu;
         let streamed = match strategy {

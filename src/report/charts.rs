@@ -113,6 +113,36 @@ pub fn frag_steps(df: &DataFrame) -> Result<Plot> {
     Ok(plot)
 }
 
+/// Stage 4a: measured bandwidth per test beside the vendor figure (log scale: 25 to 4,000 GB/s).
+pub fn bandwidth(df: &DataFrame) -> Result<Plot> {
+    use crate::experiments::bandwidth::col as b;
+    let x = strings(df, b::TEST)?;
+    let mut plot = Plot::new();
+    plot.add_trace(Bar::new(x.clone(), floats(df, b::GBS)?).name("measured"));
+    plot.add_trace(Bar::new(x, floats(df, b::VENDOR_GBS)?).name("vendor figure"));
+    plot.set_layout(layout("带宽 Bandwidths: the straws", "transfer", "GB/s").bar_mode(BarMode::Group).y_axis(Axis::new().type_(AxisType::Log).title(Title::with_text("GB/s"))));
+    Ok(plot)
+}
+
+/// Stage 4b: decode tok/s per mode beside its ceiling (log scale: 0.6 to 200 tok/s).
+pub fn offload(df: &DataFrame) -> Result<Plot> {
+    use crate::experiments::offload::col as o;
+    let x = strings(df, o::MODE)?;
+    let mut plot = Plot::new();
+    plot.add_trace(Bar::new(x.clone(), floats(df, o::TOK_S)?).name("measured tok/s"));
+    plot.add_trace(Bar::new(x.clone(), floats(df, o::CEILING_TOK_S)?).name("ceiling from this run's bandwidths"));
+    let report = floats(df, o::REPORT_TOK_S)?;
+    if report.iter().any(|v| v.is_finite()) {
+        plot.add_trace(Bar::new(x.clone(), report).name("report (RTX 4090, PyTorch)"));
+    }
+    let article = floats(df, o::ARTICLE_TOK_S)?;
+    if article.iter().any(|v| v.is_finite()) {
+        plot.add_trace(Bar::new(x, article).name("unified-memory article (14B on a 4090)"));
+    }
+    plot.set_layout(layout("卸载 Offload: decode speed by mode", "mode", "tok/s").bar_mode(BarMode::Group).y_axis(Axis::new().type_(AxisType::Log).title(Title::with_text("tok/s"))));
+    Ok(plot)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,159 @@
+//! Bandwidth measurements: the ceilings every speed of the lab is set beside.
+//! - host read: the CPU's threads summing a host buffer (what CPU layers of an offload read at);
+//! - host → device and device → host, from pinned and from pageable host memory;
+//! - device → device (cuMemcpyDtoD: each byte read and written);
+//! - device read: a kernel that only reads a buffer (batch-1 decoding reads every weight once per
+//!   token, so this is its ceiling).
+
+use crate::error::Result;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::time::Instant;
+
+/// One measured transfer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Transfer {
+    /// "host_read", "h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable", "d2d", "device_read".
+    pub test: &'static str,
+    pub bytes: u64,
+    pub seconds: f64,
+    /// Bytes counted as moved: the size, twice the size for a device copy (read + write).
+    pub counted_bytes: u64,
+}
+
+impl Transfer {
+    pub fn gbs(&self) -> f64 {
+        self.counted_bytes as f64 / self.seconds / 1e9
+    }
+}
+
+/// The CPU reading `bytes` of host memory on all rayon threads, best of `reps` after a warm-up.
+pub fn host_read(bytes: usize, reps: usize) -> Transfer {
+    let words = vec![1u64; bytes / 8];
+    let sum = |w: &[u64]| w.par_chunks(1 << 16).map(|c| c.iter().fold(0u64, |a, &b| a.wrapping_add(b))).reduce(|| 0, u64::wrapping_add);
+    std::hint::black_box(sum(&words));
+    let mut best = f64::MAX;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        std::hint::black_box(sum(std::hint::black_box(&words)));
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let bytes = (words.len() * 8) as u64;
+    Transfer { test: "host_read", bytes, seconds: best, counted_bytes: bytes }
+}
+
+#[cfg(feature = "cuda")]
+pub use gpu::*;
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use super::Transfer;
+    use crate::error::{LabError, Result};
+    use crate::memory::cuda_copy::{self, Pinned};
+    use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::CudaDevice;
+    use candle_core::{DType, Device, Tensor};
+
+    /// Reads 16 bytes per load, four loads in flight per thread, and folds them so the loads
+    /// are kept; writes only if the fold hits one value in 2^32 (never, for zeros).
+    const READ_KERNEL: &str = r#"
+extern "C" __global__ void vram_lab_read(const uint4* __restrict__ p, unsigned long long n, unsigned int* out) {
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned int acc = 0;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride), d = __ldcs(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n; i += stride) {
+        uint4 a = __ldcs(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x9e3779b9u) out[0] = acc;
+}
+"#;
+
+    fn err(e: impl std::fmt::Debug) -> LabError {
+        LabError::other(format!("{e:?}"))
+    }
+
+    fn cuda(device: &Device) -> Result<&CudaDevice> {
+        match device {
+            Device::Cuda(d) => Ok(d),
+            _ => Err(LabError::Unsupported("this measurement needs a CUDA GPU".into())),
+        }
+    }
+
+    /// A device buffer of `bytes` from candle's pool (so it counts as the lab's memory).
+    fn buffer(device: &Device, bytes: usize) -> Result<Tensor> {
+        Ok(Tensor::zeros(bytes, DType::U8, device)?)
+    }
+
+    /// Host → device and device → host of `bytes`, from pinned and from pageable memory.
+    pub fn pcie(device: &Device, bytes: usize, reps: usize) -> Result<Vec<Transfer>> {
+        let dev = cuda(device)?;
+        let buf = buffer(device, bytes)?;
+        let stream = dev.cuda_stream();
+        let (dst, _) = cuda_copy::device_ptr(&buf, &stream)?;
+        let mut pinned = Pinned::new(dev, bytes)?;
+        pinned.as_mut_slice()?.fill(1);
+        let mut pageable = vec![1u8; bytes];
+        let b = bytes as u64;
+        let row = |test, seconds| Transfer { test, bytes: b, seconds, counted_bytes: b };
+        let mut out = vec![
+            row("h2d_pinned", cuda_copy::time_htod(dev, dst, pinned.as_slice()?, reps)?),
+            row("h2d_pageable", cuda_copy::time_htod(dev, dst, &pageable, reps)?),
+        ];
+        out.push(row("d2h_pinned", cuda_copy::time_dtoh(dev, pinned.as_mut_slice()?, dst, reps)?));
+        out.push(row("d2h_pageable", cuda_copy::time_dtoh(dev, &mut pageable, dst, reps)?));
+        Ok(out)
+    }
+
+    /// Device → device copy of `bytes` (two buffers of that size).
+    pub fn d2d(device: &Device, bytes: usize, reps: usize) -> Result<Transfer> {
+        let dev = cuda(device)?;
+        let (a, b) = (buffer(device, bytes)?, buffer(device, bytes)?);
+        let stream = dev.cuda_stream();
+        let (pa, _) = cuda_copy::device_ptr(&a, &stream)?;
+        let (pb, _) = cuda_copy::device_ptr(&b, &stream)?;
+        let seconds = cuda_copy::time_dtod(dev, pb, pa, bytes, reps)?;
+        Ok(Transfer { test: "d2d", bytes: bytes as u64, seconds, counted_bytes: 2 * bytes as u64 })
+    }
+
+    /// The read kernel over a buffer of `bytes` (rounded down to 16 B).
+    pub fn device_read(device: &Device, bytes: usize, reps: usize) -> Result<Transfer> {
+        let dev = cuda(device)?;
+        let bytes = bytes / 16 * 16;
+        let buf = buffer(device, bytes)?;
+        let sink = buffer(device, 16)?;
+        let stream = dev.cuda_stream();
+        let (p, _) = cuda_copy::device_ptr(&buf, &stream)?;
+        let (out, _) = cuda_copy::device_ptr(&sink, &stream)?;
+        let ptx = candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(READ_KERNEL).map_err(|e| LabError::other(format!("compiling the read kernel with NVRTC: {e:?}")))?;
+        let func = dev.get_or_load_custom_func("vram_lab_read", "vram_lab_bandwidth", &ptx.to_src())?;
+        let n = (bytes / 16) as u64;
+        let sms = dev.cuda_stream().context().attribute(candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(err)? as u32;
+        let cfg = LaunchConfig { grid_dim: (sms * 8, 1, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
+        let seconds = cuda_copy::time_on(&stream, reps, || {
+            let mut b = func.builder();
+            b.arg(&p).arg(&n).arg(&out);
+            // SAFETY: the kernel reads n uint4 from p (the buffer holds them) and may write out[0].
+            unsafe { b.launch(cfg) }.map(|_| ()).map_err(err)
+        })?;
+        Ok(Transfer { test: "device_read", bytes: bytes as u64, seconds, counted_bytes: bytes as u64 })
+    }
+
+    /// The quick set an offload run needs: pinned host → device, device read, host read.
+    pub fn quick(device: &Device) -> Result<crate::model::placement::Bandwidths> {
+        let pcie = pcie(device, 512 << 20, 5)?.into_iter().find(|t| t.test == "h2d_pinned").ok_or_else(|| LabError::other("no pinned copy measured"))?;
+        let read = device_read(device, 2 << 30, 10)?;
+        let host = super::host_read(1 << 30, 3);
+        Ok(crate::model::placement::Bandwidths { device: read.gbs(), pcie: pcie.gbs(), host: host.gbs() })
+    }
+}
+
+/// Without CUDA: the host read alone (the GPU rows say why they are missing).
+#[cfg(not(feature = "cuda"))]
+pub fn quick(_device: &candle_core::Device) -> Result<crate::model::placement::Bandwidths> {
+    Err(crate::error::LabError::Unsupported("GPU bandwidths need a CUDA build (cargo build --release --features cuda)".into()))
+}
