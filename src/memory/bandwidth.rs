@@ -5,7 +5,6 @@
 //! - device read: a kernel that only reads a buffer (batch-1 decoding reads every weight once per
 //!   token, so this is its ceiling).
 
-use crate::error::Result;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::time::Instant;
@@ -154,6 +153,6 @@ extern "C" __global__ void vram_lab_read(const uint4* __restrict__ p, unsigned l
 
 /// Without CUDA: the host read alone (the GPU rows say why they are missing).
 #[cfg(not(feature = "cuda"))]
-pub fn quick(_device: &candle_core::Device) -> Result<crate::model::placement::Bandwidths> {
+pub fn quick(_device: &candle_core::Device) -> crate::error::Result<crate::model::placement::Bandwidths> {
     Err(crate::error::LabError::Unsupported("GPU bandwidths need a CUDA build (cargo build --release --features cuda)".into()))
 }
