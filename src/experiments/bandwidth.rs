@@ -55,6 +55,7 @@ pub const TABLE: &str = "bandwidth";
 fn what(test: &str) -> &'static str {
     match test {
         "host_read" => "CPU reads host memory (all threads)",
+        "host_gemv" => "CPU layer kernel: BF16 matrix × vector",
         "h2d_pinned" => "host → device, pinned",
         "h2d_pageable" => "host → device, pageable",
         "d2h_pinned" => "device → host, pinned",
@@ -83,6 +84,10 @@ impl Stage for Bandwidth {
         let mut rows: Vec<(Transfer, String)> = Vec::new();
         s.console.step("host read");
         rows.push((bandwidth::host_read(cfg.host_mib << 20, cfg.reps), format!("{} threads", rayon::current_num_threads())));
+        s.console.step("host matrix-vector product");
+        // The 7B MLP's gate matrix (or a smaller one on CPU): what CPU layers of an offload run.
+        let (r, c) = if s.device.is_cuda() { (18944, 3584) } else { (4096, 1024) };
+        rows.push((bandwidth::host_gemv(r, c, cfg.reps)?, format!("[{r}, {c}] BF16 × one token, {} threads", rayon::current_num_threads())));
         if s.device.is_cuda() {
             #[cfg(feature = "cuda")]
             {

@@ -5,6 +5,7 @@
 //! - device read: a kernel that only reads a buffer (batch-1 decoding reads every weight once per
 //!   token, so this is its ceiling).
 
+use crate::error::Result;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::time::Instant;
@@ -39,6 +40,25 @@ pub fn host_read(bytes: usize, reps: usize) -> Transfer {
     }
     let bytes = (words.len() * 8) as u64;
     Transfer { test: "host_read", bytes, seconds: best, counted_bytes: bytes }
+}
+
+/// The CPU layers' kernel: a BF16 matrix-vector product over a [rows, cols] matrix in host
+/// memory (`HostLinear`), best of `reps`.
+pub fn host_gemv(rows: usize, cols: usize, reps: usize) -> Result<Transfer> {
+    use candle_core::{DType, Device, Tensor};
+    let w = Tensor::ones((rows, cols), DType::BF16, &Device::Cpu)?;
+    let x = Tensor::ones((1, 1, cols), DType::BF16, &Device::Cpu)?;
+    let lin = crate::model::host_linear::HostLinear::new(w, None)?;
+    lin.forward(&x)?;
+    let mut best = f64::MAX;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        std::hint::black_box(lin.forward(&x)?);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    crate::model::host_linear::take_counters();
+    let bytes = (rows * cols * 2) as u64;
+    Ok(Transfer { test: "host_gemv", bytes, seconds: best, counted_bytes: bytes })
 }
 
 #[cfg(feature = "cuda")]
@@ -153,6 +173,6 @@ extern "C" __global__ void vram_lab_read(const uint4* __restrict__ p, unsigned l
 
 /// Without CUDA: the host read alone (the GPU rows say why they are missing).
 #[cfg(not(feature = "cuda"))]
-pub fn quick(_device: &candle_core::Device) -> crate::error::Result<crate::model::placement::Bandwidths> {
+pub fn quick(_device: &candle_core::Device) -> Result<crate::model::placement::Bandwidths> {
     Err(crate::error::LabError::Unsupported("GPU bandwidths need a CUDA build (cargo build --release --features cuda)".into()))
 }

@@ -169,8 +169,10 @@ pub fn time_dtod(dev: &CudaDevice, dst: sys::CUdeviceptr, src: sys::CUdeviceptr,
 pub fn time_on(stream: &Arc<CudaStream>, reps: usize, mut op: impl FnMut() -> Result<()>) -> Result<f64> {
     op()?;
     let ctx = stream.context();
-    let start = ctx.new_event(None).map_err(err)?;
-    let end = ctx.new_event(None).map_err(err)?;
+    // Timing events: cudarc's default flags disable timing.
+    let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let start = ctx.new_event(timing).map_err(err)?;
+    let end = ctx.new_event(timing).map_err(err)?;
     start.record(stream).map_err(err)?;
     for _ in 0..reps.max(1) {
         op()?;
