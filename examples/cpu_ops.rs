@@ -21,6 +21,9 @@ fn main() {
     let k = Tensor::randn(0f32, 1., (1, 4, 512, 128), &d).unwrap().to_dtype(bf).unwrap();
     let kc = k.narrow(2, 0, 40).unwrap();
     t("attend", || { attend(&q, &kc, &kc, 39, AttentionMode::default()).unwrap(); });
+    let (qf, kf) = (q.to_dtype(DType::F32).unwrap(), kc.to_dtype(DType::F32).unwrap());
+    t("attend f32", || { attend(&qf, &kf, &kf, 39, AttentionMode::default()).unwrap(); });
+    t("attend cvt", || { let (a,b)=(q.to_dtype(DType::F32).unwrap(), kc.to_dtype(DType::F32).unwrap()); attend(&a, &b, &b, 39, AttentionMode::default()).unwrap().to_dtype(bf).unwrap(); });
     let m = Tensor::randn(0f32, 1., (1, 1, 18944), &d).unwrap().to_dtype(bf).unwrap();
     t("silu*mul", || { (candle_nn::ops::silu(&m).unwrap() * &m).unwrap(); });
     t("add", || { (&x + &x).unwrap(); });
@@ -37,3 +40,5 @@ fn main() {
     let x3 = Tensor::randn(0f32, 1., (1, 1, 3584), &d).unwrap().to_dtype(bf).unwrap();
     t("reshape/tr", || { x3.reshape((1, 1, 28, 128)).unwrap().transpose(1, 2).unwrap().contiguous().unwrap(); });
 }
+#[allow(dead_code)]
+fn unused() {}

@@ -85,9 +85,15 @@ impl Stage for Bandwidth {
         s.console.step("host read");
         rows.push((bandwidth::host_read(cfg.host_mib << 20, cfg.reps), format!("{} threads", rayon::current_num_threads())));
         s.console.step("host matrix-vector product");
-        // The 7B MLP's gate matrix (or a smaller one on CPU): what CPU layers of an offload run.
-        let (r, c) = if s.device.is_cuda() { (18944, 3584) } else { (4096, 1024) };
-        rows.push((bandwidth::host_gemv(r, c, cfg.reps)?, format!("[{r}, {c}] BF16 × one token, {} threads", rayon::current_num_threads())));
+        // The CPU layers' kernel over 4 × the 7B MLP's gate matrix (543 MB, beyond any L3; a
+        // small one on CPU), with its task size and prefetch varied: the profile behind its speed.
+        let (r, c) = if s.device.is_cuda() { (4 * 18944, 3584) } else { (4096, 1024) };
+        let threads = rayon::current_num_threads();
+        for (task_rows, prefetch) in [(64, false), (16, false), (256, false), (64, true)] {
+            let tuning = crate::model::host_linear::Tuning { task_rows, prefetch };
+            let t = bandwidth::host_gemv(r, c, cfg.reps, tuning)?;
+            rows.push((t, format!("[{r}, {c}] BF16 × one token, {threads} threads, {task_rows} rows per task{}", if prefetch { ", prefetch" } else { "" })));
+        }
         if s.device.is_cuda() {
             #[cfg(feature = "cuda")]
             {

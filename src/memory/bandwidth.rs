@@ -44,11 +44,11 @@ pub fn host_read(bytes: usize, reps: usize) -> Transfer {
 
 /// The CPU layers' kernel: a BF16 matrix-vector product over a [rows, cols] matrix in host
 /// memory (`HostLinear`), best of `reps`.
-pub fn host_gemv(rows: usize, cols: usize, reps: usize) -> Result<Transfer> {
+pub fn host_gemv(rows: usize, cols: usize, reps: usize, tuning: crate::model::host_linear::Tuning) -> Result<Transfer> {
     use candle_core::{DType, Device, Tensor};
     let w = Tensor::ones((rows, cols), DType::BF16, &Device::Cpu)?;
     let x = Tensor::ones((1, 1, cols), DType::BF16, &Device::Cpu)?;
-    let lin = crate::model::host_linear::HostLinear::new(w, None)?;
+    let lin = crate::model::host_linear::HostLinear::new(w, None)?.with_tuning(tuning);
     lin.forward(&x)?;
     let mut best = f64::MAX;
     for _ in 0..reps.max(1) {

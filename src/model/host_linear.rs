@@ -31,6 +31,7 @@ pub struct HostLinear {
     /// [out, in], BF16 or F32, contiguous, on the CPU.
     weight: Tensor,
     bias: Option<Tensor>,
+    tuning: Tuning,
 }
 
 trait Elem: Copy + Send + Sync {
@@ -72,16 +73,26 @@ fn dot<W: Elem>(w: &[W], x: &[f32]) -> f32 {
 /// Four rows against one input: each 16-wide slice of x is loaded once for four rows, so the
 /// loop is bound by the weight bytes, not by loads of x.
 #[inline(always)]
-fn dot4<W: Elem>(w: [&[W]; 4], x: &[f32]) -> [f32; 4] {
+fn dot4<W: Elem, const PREFETCH: bool>(w: [&[W]; 4], x: &[f32]) -> [f32; 4] {
     let mut acc = [[0f32; 16]; 4];
     let n = x.len() / 16 * 16;
-    for ((((x16, w0), w1), w2), w3) in x[..n]
+    for (c, ((((x16, w0), w1), w2), w3)) in x[..n]
         .chunks_exact(16)
         .zip(w[0][..n].chunks_exact(16))
         .zip(w[1][..n].chunks_exact(16))
         .zip(w[2][..n].chunks_exact(16))
         .zip(w[3][..n].chunks_exact(16))
+        .enumerate()
     {
+        #[cfg(target_arch = "x86_64")]
+        if PREFETCH && c % 4 == 0 {
+            // 2 KiB ahead in each of the four rows (a prefetch never faults, even past the end).
+            for row in &w {
+                let ahead = row.as_ptr().wrapping_add(c * 16 + 2048 / std::mem::size_of::<W>()) as *const i8;
+                // SAFETY: a prefetch hint reads nothing and cannot fault.
+                unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ahead) };
+            }
+        }
         for j in 0..16 {
             acc[0][j] += w0[j].f32() * x16[j];
             acc[1][j] += w1[j].f32() * x16[j];
@@ -98,13 +109,13 @@ fn dot4<W: Elem>(w: [&[W]; 4], x: &[f32]) -> [f32; 4] {
 
 /// out[r * m + i] = w[r] · x[i] for the rows r of one task.
 #[inline(always)]
-fn rows<W: Elem>(w: &[W], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
+fn rows<W: Elem, const PREFETCH: bool>(w: &[W], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
     let nr = out.len() / m;
     let mut r = 0;
     if m == 1 {
         // Decoding: four rows at a time.
         while r + 4 <= nr {
-            let y = dot4([&w[r * k..(r + 1) * k], &w[(r + 1) * k..(r + 2) * k], &w[(r + 2) * k..(r + 3) * k], &w[(r + 3) * k..(r + 4) * k]], x);
+            let y = dot4::<W, PREFETCH>([&w[r * k..(r + 1) * k], &w[(r + 1) * k..(r + 2) * k], &w[(r + 2) * k..(r + 3) * k], &w[(r + 3) * k..(r + 4) * k]], x);
             out[r..r + 4].copy_from_slice(&y);
             r += 4;
         }
@@ -119,38 +130,57 @@ fn rows<W: Elem>(w: &[W], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn rows_avx512<W: Elem>(w: &[W], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
-    rows(w, x, m, k, out)
+unsafe fn rows_avx512<W: Elem, const P: bool>(w: &[W], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
+    rows::<W, P>(w, x, m, k, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn rows_avx2<W: Elem>(w: &[W], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
-    rows(w, x, m, k, out)
+unsafe fn rows_avx2<W: Elem, const P: bool>(w: &[W], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
+    rows::<W, P>(w, x, m, k, out)
 }
 
-fn rows_dispatch<W: Elem>(w: &[W], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
+fn rows_dispatch<W: Elem, const P: bool>(w: &[W], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") && std::is_x86_feature_detected!("avx512vl") {
             // SAFETY: the CPU has the features the function is compiled for.
-            return unsafe { rows_avx512(w, x, m, k, out) };
+            return unsafe { rows_avx512::<W, P>(w, x, m, k, out) };
         }
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             // SAFETY: as above.
-            return unsafe { rows_avx2(w, x, m, k, out) };
+            return unsafe { rows_avx2::<W, P>(w, x, m, k, out) };
         }
     }
-    rows(w, x, m, k, out)
+    rows::<W, P>(w, x, m, k, out)
+}
+
+/// How the rows are cut into rayon tasks and whether the kernel prefetches ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    pub task_rows: usize,
+    pub prefetch: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self { task_rows: ROWS_PER_TASK, prefetch: false }
+    }
 }
 
 /// y [m, n] = x [m, k] · wᵀ for w [n, k] in host memory.
-fn matmul_t<W: Elem>(w: &[W], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
+fn matmul_t<W: Elem>(w: &[W], n: usize, k: usize, x: &[f32], m: usize, tuning: Tuning) -> Vec<f32> {
     let mut yt = vec![0f32; n * m];
-    yt.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(t, out)| {
-        let r0 = t * ROWS_PER_TASK;
+    let task = tuning.task_rows.max(4) / 4 * 4;
+    yt.par_chunks_mut(task * m).enumerate().for_each(|(t, out)| {
+        let r0 = t * task;
         let nr = out.len() / m;
-        rows_dispatch(&w[r0 * k..(r0 + nr) * k], x, m, k, out);
+        let w = &w[r0 * k..(r0 + nr) * k];
+        if tuning.prefetch {
+            rows_dispatch::<W, true>(w, x, m, k, out)
+        } else {
+            rows_dispatch::<W, false>(w, x, m, k, out)
+        }
     });
     if m == 1 {
         return yt;
@@ -172,7 +202,12 @@ impl HostLinear {
             return Err(LabError::Unsupported(format!("CPU layers compute BF16 or F32 weights, not {:?}", weight.dtype())));
         }
         let bias = bias.map(|b| b.to_device(&Device::Cpu)).transpose()?;
-        Ok(Self { weight, bias })
+        Ok(Self { weight, bias, tuning: Tuning::default() })
+    }
+
+    pub fn with_tuning(mut self, tuning: Tuning) -> Self {
+        self.tuning = tuning;
+        self
     }
 
     pub fn weight(&self) -> &Tensor {
@@ -197,12 +232,15 @@ impl HostLinear {
         let start = layout.start_offset();
         let t0 = Instant::now();
         let y = match self.weight.dtype() {
-            DType::BF16 => matmul_t(&cpu.as_slice::<bf16>()?[start..start + n * k], n, k, &xs, m),
-            _ => matmul_t(&cpu.as_slice::<f32>()?[start..start + n * k], n, k, &xs, m),
+            DType::BF16 => matmul_t(&cpu.as_slice::<bf16>()?[start..start + n * k], n, k, &xs, m, self.tuning),
+            _ => matmul_t(&cpu.as_slice::<f32>()?[start..start + n * k], n, k, &xs, m, self.tuning),
         };
         drop(storage);
-        NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        BYTES.fetch_add((n * k * self.weight.dtype().size_in_bytes()) as u64, Ordering::Relaxed);
+        // Decoding steps only (m = 1): a prefill's products are compute-bound, not a read.
+        if m == 1 {
+            NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            BYTES.fetch_add((n * k * self.weight.dtype().size_in_bytes()) as u64, Ordering::Relaxed);
+        }
         let mut out_dims = dims;
         if let Some(last) = out_dims.last_mut() {
             *last = n;
