@@ -105,6 +105,9 @@ pub(super) struct Layer {
     down: Linear,
     ln1: Tensor,
     ln2: Tensor,
+    /// CPU layers: q|k|v and gate|up as one product each (four rayon calls per layer, not
+    /// seven); q, k, v, gate, up are views into these.
+    fused: Option<(HostLinear, HostLinear)>,
 }
 
 impl Layer {
@@ -141,22 +144,54 @@ impl Layer {
             down: lin(dw, None),
             ln1,
             ln2,
+            fused: None,
         })
     }
 
-    /// The same layer computed on the CPU from host memory.
+    /// The same layer computed on the CPU from host memory, q|k|v and gate|up fused.
     fn to_host(&self) -> Result<Self> {
         let cpu = Device::Cpu;
+        let fuse = |parts: &[&Linear]| -> Result<(HostLinear, Vec<Linear>)> {
+            let mut ws = Vec::new();
+            let mut bs = Vec::new();
+            for p in parts {
+                let (w, b) = p.dense_parts()?;
+                bs.push(match b {
+                    Some(b) => b.to_device(&cpu)?,
+                    None => Tensor::zeros(w.dim(0)?, w.dtype(), &cpu)?,
+                });
+                ws.push(w.to_device(&cpu)?);
+            }
+            let has_bias = parts.iter().any(|p| p.dense_parts().map(|(_, b)| b.is_some()).unwrap_or(false));
+            let w = Tensor::cat(&ws, 0)?;
+            let b = if has_bias { Some(Tensor::cat(&bs, 0)?) } else { None };
+            // The separate projections become views of the fused matrix (no second copy).
+            let mut views = Vec::new();
+            let mut at = 0;
+            for (p, wi) in parts.iter().zip(&ws) {
+                let n = wi.dim(0)?;
+                let bias = p.dense_parts()?.1.map(|_| b.as_ref().map(|b| b.narrow(0, at, n))).flatten().transpose()?;
+                views.push(Linear::Host(HostLinear::new(w.narrow(0, at, n)?, bias)?));
+                at += n;
+            }
+            Ok((HostLinear::new(w, b)?, views))
+        };
+        let (qkv, mut v1) = fuse(&[&self.q, &self.k, &self.v])?;
+        let (gate_up, mut v2) = fuse(&[&self.gate, &self.up])?;
+        let (v, k, q) = (v1.pop(), v1.pop(), v1.pop());
+        let (up, gate) = (v2.pop(), v2.pop());
+        let some = |l: Option<Linear>| l.ok_or_else(|| LabError::other("fusing a layer's projections"));
         Ok(Self {
-            q: self.q.to_host()?,
-            k: self.k.to_host()?,
-            v: self.v.to_host()?,
+            q: some(q)?,
+            k: some(k)?,
+            v: some(v)?,
             o: self.o.to_host()?,
-            gate: self.gate.to_host()?,
-            up: self.up.to_host()?,
+            gate: some(gate)?,
+            up: some(up)?,
             down: self.down.to_host()?,
             ln1: self.ln1.to_device(&cpu)?,
             ln2: self.ln2.to_device(&cpu)?,
+            fused: Some((qkv, gate_up)),
         })
     }
 
@@ -164,21 +199,41 @@ impl Layer {
     fn forward(&self, x: &Tensor, l: usize, cfg: &Qwen2Config, rope: &(Tensor, Tensor), cache: &mut KvCache, offset: usize, mode: AttentionMode) -> Result<Tensor> {
         let (b, s, _) = x.dims3()?;
         let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
-        let (cos, sin) = rope;
-        let h = candle_nn::ops::rms_norm(x, &self.ln1, cfg.rms_norm_eps as f32)?;
-        let q = self.q.forward(&h)?.reshape((b, s, heads, d))?.transpose(1, 2)?.contiguous()?;
-        let k = self.k.forward(&h)?.reshape((b, s, kv_heads, d))?.transpose(1, 2)?.contiguous()?;
-        let v = self.v.forward(&h)?.reshape((b, s, kv_heads, d))?.transpose(1, 2)?;
-        let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
-        let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
-        cache.write(l, &k, &v)?;
+        let act = x.dtype();
+        // CPU layers compute in F32: candle's CPU kernels are vectorised for F32, not for BF16
+        // (a BF16 layer spent more time in its norms, rotary and attention than in its weights).
+        let work = if self.fused.is_some() { DType::F32 } else { act };
+        let x = x.to_dtype(work)?;
+        let (cos, sin) = (rope.0.to_dtype(work)?, rope.1.to_dtype(work)?);
+        let h = candle_nn::ops::rms_norm(&x, &self.ln1.to_dtype(work)?, cfg.rms_norm_eps as f32)?;
+        let (q, k, v) = match &self.fused {
+            Some((qkv, _)) => {
+                let y = qkv.forward(&h)?;
+                let (nq, nk) = (heads * d, kv_heads * d);
+                (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?)
+            }
+            None => (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?),
+        };
+        let q = q.reshape((b, s, heads, d))?.transpose(1, 2)?.contiguous()?;
+        let k = k.reshape((b, s, kv_heads, d))?.transpose(1, 2)?.contiguous()?;
+        let v = v.reshape((b, s, kv_heads, d))?.transpose(1, 2)?;
+        let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?;
+        let k = candle_nn::rotary_emb::rope(&k, &cos, &sin)?;
+        cache.write(l, &k.to_dtype(act)?, &v.to_dtype(act)?)?;
         let (kc, vc) = cache.view(l, offset + s)?;
-        let a = attend(&q, &kc, &vc, offset, mode)?;
+        let a = attend(&q, &kc.to_dtype(work)?, &vc.to_dtype(work)?, offset, mode)?;
         let a = a.transpose(1, 2)?.reshape((b, s, heads * d))?;
         let x = (x + self.o.forward(&a)?)?;
-        let h = candle_nn::ops::rms_norm(&x, &self.ln2, cfg.rms_norm_eps as f32)?;
-        let m = (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?;
-        Ok((x + self.down.forward(&m)?)?)
+        let h = candle_nn::ops::rms_norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps as f32)?;
+        let m = match &self.fused {
+            Some((_, gate_up)) => {
+                let y = gate_up.forward(&h)?;
+                let i = cfg.intermediate_size;
+                (candle_nn::ops::silu(&y.narrow(2, 0, i)?)? * y.narrow(2, i, i)?)?
+            }
+            None => (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?,
+        };
+        Ok((x + self.down.forward(&m)?)?.to_dtype(act)?)
     }
 }
 
@@ -264,6 +319,7 @@ impl Qwen2 {
                 down: lin("mlp.down_proj", false)?,
                 ln1: take_dense(&mut w, &format!("{p}.input_layernorm.weight"), act)?,
                 ln2: take_dense(&mut w, &format!("{p}.post_attention_layernorm.weight"), act)?,
+                fused: None,
             }));
         }
         let norm = take_dense(&mut w, "model.norm.weight", act)?;
@@ -370,6 +426,7 @@ impl Qwen2 {
                 down: lin(l.down)?,
                 ln1: var(l.ln1)?,
                 ln2: var(l.ln2)?,
+                fused: None,
             }));
         }
         Ok(Qwen2 { cfg, precision, attention, embed, layers: out, norm: var(norm)?, lm_head, device, weight_bytes, streamer: None })
