@@ -140,6 +140,8 @@ pub mod col {
     pub const MS_PER_TOKEN: &str = "ms_per_token";
     pub const HOST_KERNEL_MS: &str = "host_kernel_ms_per_token";
     pub const HOST_KERNEL_GBS: &str = "host_kernel_gb_s";
+    pub const CPU_LAYERS_MS: &str = "cpu_layers_ms_per_token";
+    pub const CROSSINGS_MS: &str = "crossings_ms_per_token";
     pub const PCT_CEILING: &str = "pct_of_ceiling";
     pub const SLOWDOWN_PCT: &str = "slowdown_vs_full_pct";
     pub const VS_ACCELERATE: &str = "x_accelerate";
@@ -186,6 +188,8 @@ pub struct Row {
     pub host_kernel: Option<(f64, u64)>,
     /// Forward passes in the timed generation.
     pub passes: usize,
+    /// Per decode step: wall time in CPU layers and in CPU↔GPU crossings.
+    pub profile: Option<model::profile::StepProfile>,
     pub note: String,
 }
 
@@ -206,8 +210,10 @@ fn generate_in(s: &mut Session, model: &Qwen2, cfg: &OffloadConfig, row: &mut Ro
         model::generate::warmup(model, &prompt)?;
         row.first_pass_s = Some(t.elapsed().as_secs_f64());
         model::host_linear::take_counters();
+        model::profile::take();
         generate(model, &prompt, &gen_cfg)
     })?;
+    row.profile = Some(model::profile::take());
     let (secs, bytes) = model::host_linear::take_counters();
     row.host_kernel = (bytes > 0).then_some((secs, bytes));
     row.passes = g.generated_ids.len();
@@ -410,8 +416,10 @@ fn table(rows: &[Row], report_model: bool) -> Result<DataFrame> {
         col::HOST_MIB_TOKEN => rows.iter().map(|r| mib(r.host_per_token)).collect::<Vec<_>>(),
         col::CEILING_TOK_S => rows.iter().map(|r| r.ceiling).collect::<Vec<_>>(),
         col::MS_PER_TOKEN => rows.iter().map(|r| r.tok_s.map(|t| 1e3 / t)).collect::<Vec<_>>(),
-        col::HOST_KERNEL_MS => rows.iter().map(|r| r.host_kernel.map(|(s, _)| 1e3 * s / r.passes.max(1) as f64)).collect::<Vec<_>>(),
+        col::HOST_KERNEL_MS => rows.iter().map(|r| r.host_kernel.map(|(s, _)| 1e3 * s / r.profile.map(|p| p.steps).unwrap_or(r.passes as u64).max(1) as f64)).collect::<Vec<_>>(),
         col::HOST_KERNEL_GBS => rows.iter().map(|r| r.host_kernel.map(|(s, b)| b as f64 / s / 1e9)).collect::<Vec<_>>(),
+        col::CPU_LAYERS_MS => rows.iter().map(|r| r.profile.filter(|p| p.cpu_layers_s > 0.0).map(|p| 1e3 * p.cpu_layers_s)).collect::<Vec<_>>(),
+        col::CROSSINGS_MS => rows.iter().map(|r| r.profile.filter(|p| p.crossings_s > 0.0).map(|p| 1e3 * p.crossings_s)).collect::<Vec<_>>(),
         col::PCT_CEILING => rows.iter().map(|r| Some(100.0 * r.tok_s? / r.ceiling?)).collect::<Vec<_>>(),
         col::SLOWDOWN_PCT => rows.iter().map(|r| Some(100.0 * (1.0 - r.tok_s? / full?))).collect::<Vec<_>>(),
         col::VS_ACCELERATE => rows.iter().map(|r| Some(r.tok_s? / accel?)).collect::<Vec<_>>(),
@@ -596,7 +604,7 @@ impl Stage for Offload {
                 name: "modes",
                 table: TABLE,
                 caption: "Stage 4b — every mode on the same weights: GPU memory, tok/s, bytes crossing PCIe per token, and the ceiling from this run's bandwidths",
-                columns: &[MODE, RUN_BY, OUTCOME, GPU_LAYERS, CPU_LAYERS, STREAMED_LAYERS, BUDGET_GIB, PREDICTED_GPU_GIB, ALLOCATED_GIB, PEAK_GIB, DEVICE_USED_GIB, PREFILL_S, TOK_S, PCIE_MIB_TOKEN, HOST_MIB_TOKEN, CEILING_TOK_S, PCT_CEILING, MS_PER_TOKEN, HOST_KERNEL_MS, HOST_KERNEL_GBS, SLOWDOWN_PCT, VS_ACCELERATE, REPORT_TOK_S, ARTICLE_TOK_S, ARTICLE_GPU_MIB, NOTE],
+                columns: &[MODE, RUN_BY, OUTCOME, GPU_LAYERS, CPU_LAYERS, STREAMED_LAYERS, BUDGET_GIB, PREDICTED_GPU_GIB, ALLOCATED_GIB, PEAK_GIB, DEVICE_USED_GIB, PREFILL_S, TOK_S, PCIE_MIB_TOKEN, HOST_MIB_TOKEN, CEILING_TOK_S, PCT_CEILING, MS_PER_TOKEN, CPU_LAYERS_MS, HOST_KERNEL_MS, HOST_KERNEL_GBS, CROSSINGS_MS, SLOWDOWN_PCT, VS_ACCELERATE, REPORT_TOK_S, ARTICLE_TOK_S, ARTICLE_GPU_MIB, NOTE],
                 group_by: &[],
                 chart: Some(crate::report::charts::offload),
                 explain: "Streaming moves every offloaded weight over PCIe once per token, so its ceiling is the pinned bandwidth ÷ those bytes; accelerate moves the same bytes but one layer at a time without overlap, from pageable memory. Computing the offloaded layers where they live (split) reads them at host-memory speed instead, several times PCIe. Unified memory with room for every page ends up resident on the GPU (managed, read-mostly, prefetched): no offload at all; preferred-location CPU reads every weight over PCIe each token. 显存预算内最快的方式:在权重所在的地方计算,而不是搬运它们。",

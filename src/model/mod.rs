@@ -7,6 +7,7 @@ pub mod generate;
 pub mod host_linear;
 pub mod kv_cache;
 pub mod placement;
+pub mod profile;
 pub mod precision;
 pub mod quantize;
 pub mod qwen2;

@@ -486,7 +486,13 @@ impl Qwen2 {
                 LayerSlot::Streamed => self.streamer()?.acquire(l)?,
             };
             let dev = layer.device();
-            x = x.to_device(dev)?;
+            if !x.device().same_device(dev) {
+                let t = std::time::Instant::now();
+                x = x.to_device(dev)?;
+                if s == 1 {
+                    super::profile::crossing(t);
+                }
+            }
             let r = if dev.same_device(&self.device) {
                 &rope
             } else {
@@ -495,12 +501,28 @@ impl Qwen2 {
                 }
                 host_rope.as_ref().unwrap_or(&rope)
             };
+            let t = std::time::Instant::now();
             x = layer.forward(&x, l, cfg, r, cache, offset, self.attention)?;
+            if s == 1 && layer.fused.is_some() {
+                super::profile::cpu_layer(t);
+            }
             if let LayerSlot::Streamed = slot {
                 self.streamer()?.release(l)?;
             }
         }
-        let x = x.to_device(&self.device)?;
+        let x = if x.device().same_device(&self.device) {
+            x
+        } else {
+            let t = std::time::Instant::now();
+            let x = x.to_device(&self.device)?;
+            if s == 1 {
+                super::profile::crossing(t);
+            }
+            x
+        };
+        if s == 1 {
+            super::profile::step();
+        }
         cache.advance(s);
         let x = candle_nn::ops::rms_norm(&x, &self.norm, cfg.rms_norm_eps as f32)?;
         match logits {
