@@ -114,3 +114,75 @@ fn stage3_run_shows_what_its_notes_say() {
     assert_eq!(text.matches("as expected").count(), 6, "{text}");
     assert!(text.contains("kv_cache_kept,caches kept,4,4,true,112.875,112.875"), "{text}");
 }
+
+/// A committed CSV read with polars (notes hold commas), as (column → values as text) per row.
+fn table(path: &Path) -> Rows {
+    use polars::prelude::*;
+    let df = CsvReadOptions::default()
+        .with_has_header(true)
+        .try_into_reader_with_file_path(Some(path.to_path_buf()))
+        .and_then(|r| r.finish())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let cols: Vec<(String, Vec<String>)> = df
+        .columns()
+        .iter()
+        .map(|c| {
+            let s = c.as_materialized_series().cast(&DataType::String).unwrap();
+            (c.name().to_string(), s.str().unwrap().iter().map(|v| v.unwrap_or("").to_string()).collect())
+        })
+        .collect();
+    (0..df.height()).map(|i| cols.iter().map(|(n, v)| (n.clone(), v[i].clone())).collect()).collect()
+}
+
+fn row<'a>(rows: &'a Rows, col: &str, value: &str) -> &'a HashMap<String, String> {
+    rows.iter().find(|r| r[col] == value).unwrap_or_else(|| panic!("no row with {col} = {value}"))
+}
+
+#[test]
+fn stage4_meets_its_targets_and_no_figure_passes_its_ceiling() {
+    let dir = results().join("2026-11-22-stage4");
+    let modes = table(&dir.join("offload/offload/offload.csv"));
+    let streamed = row(&modes, "mode", "streamed");
+    let accelerate = row(&modes, "mode", "pytorch accelerate");
+    // Streaming: at least 80 % of its pinned-PCIe ceiling and four times accelerate (same call).
+    assert!(num(streamed, "pct_of_ceiling") >= 80.0, "{}", streamed["pct_of_ceiling"]);
+    assert!(num(streamed, "decode_tok_s") >= 4.0 * num(accelerate, "decode_tok_s"));
+    for r in modes.iter().filter(|r| r["run_by"] == "vram-lab") {
+        assert_eq!(r["outcome"], "ok", "{}", r["mode"]);
+        assert!(num(r, "decode_tok_s") <= num(r, "ceiling_tok_s"), "{} above its ceiling", r["mode"]);
+        if !r["gpu_budget_gib"].is_empty() {
+            // Within the budget: what the pool held at its peak.
+            assert!(num(r, "peak_gib") <= num(r, "gpu_budget_gib"), "{} over its budget", r["mode"]);
+        }
+    }
+    // The unified-memory modes were all measured; preferred-location CPU keeps the weights off the GPU.
+    for m in ["managed", "managed-prefer-cpu", "managed-read-mostly", "managed-prefetch"] {
+        assert!(num(row(&modes, "mode", m), "decode_tok_s") > 0.0, "{m}");
+    }
+    assert!(num(row(&modes, "mode", "managed-prefer-cpu"), "device_used_gib") < 1.0);
+    assert!(num(row(&modes, "mode", "managed-prefetch"), "device_used_gib") > 14.0);
+    // The best mode within the budget beats computing nowhere but on the GPU through PCIe.
+    let best = ["split", "streamed", "hybrid"].iter().map(|m| num(row(&modes, "mode", m), "decode_tok_s")).fold(0.0, f64::max);
+    assert!(best > num(streamed, "ceiling_tok_s"), "computing where the weights live beats streaming them");
+
+    let bw = table(&dir.join("bandwidth/bandwidth/bandwidth.csv"));
+    for r in bw.iter().filter(|r| !r["vendor_gb_s"].is_empty()) {
+        assert!(num(r, "gb_s") <= num(r, "vendor_gb_s"), "{} above the vendor figure", r["test"]);
+    }
+
+    // 14B (27.5 GiB) on the emulated 24 GB card: the whole model does not fit, the offload modes run.
+    let big = table(&dir.join("offload14/offload/offload.csv"));
+    assert_eq!(row(&big, "mode", "full")["outcome"], "oom");
+    for m in ["split", "streamed", "hybrid"] {
+        let r = row(&big, "mode", m);
+        assert_eq!(r["outcome"], "ok", "{m}");
+        assert!(num(r, "decode_tok_s") <= num(r, "ceiling_tok_s"));
+    }
+    // The prediction for a real RTX 4090 sits beside the article's three figures.
+    let predict = table(&dir.join("offload/offload/offload_predict.csv"));
+    for (m, article) in [("managed", 1.75), ("managed-prefer-cpu", 0.90), ("managed-read-mostly", 1.77)] {
+        let r = row(&predict, "case", m);
+        assert_eq!(num(r, "article_tok_s"), article);
+        assert!(num(r, "predicted_tok_s") > 0.0);
+    }
+}

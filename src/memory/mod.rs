@@ -304,7 +304,41 @@ impl MemoryProbe {
 }
 
 /// Runs `f` and turns an OOM inside it (or one the CPU cap recorded) into a captured report.
+/// Refuses a CUDA managed (unified) allocation of `bytes` above the GPU's `free` memory less
+/// `margin`: oversubscribing managed memory can hang the whole GPU, not just this process. Only
+/// `oversubscribe` (documented for one's own workstation) lets it through.
+pub fn check_managed_request(bytes: u64, free: u64, margin: u64, oversubscribe: bool) -> Result<()> {
+    if bytes > free.saturating_sub(margin) && !oversubscribe {
+        return Err(LabError::Unsupported(format!(
+            "refusing {} of CUDA managed memory: the GPU has {} free, and asking for more than free minus {} \
+             can hang the whole GPU. On your own workstation only, --oversubscribe allows it",
+            fmt_bytes(bytes),
+            fmt_bytes(free),
+            fmt_bytes(margin)
+        )));
+    }
+    Ok(())
+}
+
 pub fn guarded<T>(probe: &MemoryProbe, during: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let out = f().and_then(|v| probe.check().map(|_| v));
     out.map_err(|e| probe.capture(e, during))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn managed_requests_above_free_are_refused() {
+        const GIB: u64 = 1 << 30;
+        // 15 GiB of weights with 22 GiB free and 1 GiB kept: allowed.
+        assert!(check_managed_request(15 * GIB, 22 * GIB, GIB, false).is_ok());
+        // The article's 27 GB model on a 24 GB card: refused, saying how much is free.
+        let e = check_managed_request(27 * GIB, 22 * GIB, GIB, false).unwrap_err().to_string();
+        assert!(e.contains("22.00 GiB free") && e.contains("--oversubscribe"), "{e}");
+        // Within the margin is refused too; the flag lets it through.
+        assert!(check_managed_request(21 * GIB + 1, 22 * GIB, GIB, false).is_err());
+        assert!(check_managed_request(27 * GIB, 22 * GIB, GIB, true).is_ok());
+    }
 }

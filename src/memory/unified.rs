@@ -10,7 +10,6 @@
 //! block keeps one reference to every tensor made over it and forgets them when dropped (their
 //! storage is never freed by candle), then frees the block itself with cuMemFree.
 
-use super::fmt_bytes;
 use crate::error::{LabError, Result};
 use candle_core::cuda_backend::cudarc::driver::{result, sys};
 use candle_core::cuda_backend::{CudaDevice, CudaStorage};
@@ -49,16 +48,7 @@ impl Managed {
     /// unless `oversubscribe`.
     pub fn alloc(dev: &CudaDevice, bytes: usize, oversubscribe: bool) -> Result<Self> {
         let (free, _) = super::cuda::mem_info(dev)?;
-        let allowed = free.saturating_sub(MARGIN);
-        if bytes as u64 > allowed && !oversubscribe {
-            return Err(LabError::Unsupported(format!(
-                "refusing {} of CUDA managed memory: the GPU has {} free, and asking for more than free minus {} \
-                 can hang the whole GPU. On your own workstation only, --oversubscribe allows it",
-                fmt_bytes(bytes as u64),
-                fmt_bytes(free),
-                fmt_bytes(MARGIN)
-            )));
-        }
+        super::check_managed_request(bytes as u64, free, MARGIN, oversubscribe)?;
         super::cuda::context(dev).bind_to_thread().map_err(err("binding the context"))?;
         // SAFETY: a plain allocation; freed in Drop.
         let ptr = unsafe { result::malloc_managed(bytes.max(1), sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }.map_err(err("cuMemAllocManaged"))?;
