@@ -1,19 +1,9 @@
 //! Stage 3 on CPU: the `frag`, `leaks` and `watch` commands as a user runs them.
 
+mod common;
+
+use common::{lab_quiet as lab, output_text as text, read_csv as read};
 use polars::prelude::*;
-use std::process::{Command, Output};
-
-fn lab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vram-lab")).args(args).arg("--quiet").output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-fn read(path: &std::path::Path) -> DataFrame {
-    CsvReadOptions::default().with_has_header(true).try_into_reader_with_file_path(Some(path.into())).unwrap().finish().unwrap()
-}
 
 fn strs(df: &DataFrame, col: &str) -> Vec<String> {
     df.column(col).unwrap().cast(&DataType::String).unwrap().str().unwrap().iter().map(|v| v.unwrap_or("").to_string()).collect()

@@ -2,20 +2,10 @@
 //! placements is the CPU too, so what is checked is the bookkeeping: the placement chosen for the
 //! budget, the bytes per token, the ceilings, and the clear refusals.
 
+mod common;
+
+use common::{lab_quiet as lab, output_text as text, read_csv as read};
 use polars::prelude::*;
-use std::process::{Command, Output};
-
-fn lab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vram-lab")).args(args).arg("--quiet").output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-fn read(path: &std::path::Path) -> DataFrame {
-    CsvReadOptions::default().with_has_header(true).try_into_reader_with_file_path(Some(path.into())).unwrap().finish().unwrap()
-}
 
 fn col<T: std::str::FromStr>(df: &DataFrame, name: &str) -> Vec<Option<T>> {
     df.column(name).unwrap().cast(&DataType::String).unwrap().str().unwrap().iter().map(|v| v.and_then(|s| s.parse().ok())).collect()

@@ -48,14 +48,11 @@ pub enum Mode {
 impl Mode {
     pub fn name(self) -> &'static str {
         match self {
-            Self::Full => "full",
-            Self::Split => "split",
-            Self::Streamed => "streamed",
-            Self::Hybrid => "hybrid",
             Self::Managed => "managed",
             Self::ManagedPreferCpu => "managed-prefer-cpu",
             Self::ManagedReadMostly => "managed-read-mostly",
             Self::ManagedPrefetch => "managed-prefetch",
+            placed => placed.strategy().map(Strategy::name).unwrap_or_default(),
         }
     }
 
@@ -198,8 +195,25 @@ fn prompt_ids(vocab: usize, n: usize, seed: u64) -> Vec<u32> {
     (0..n).map(|_| rng.random_range(0..vocab as u32)).collect()
 }
 
-/// Measures decode speed and memory of a built model.
-fn generate_in(s: &mut Session, model: &Qwen2, cfg: &OffloadConfig, row: &mut Row) -> Result<()> {
+impl Row {
+    /// The row of a mode whose run ended with `result`: an OOM or another error is the row's
+    /// outcome (the next mode still runs); only Ctrl-C stops the stage.
+    fn settle(mut self, result: Result<()>) -> Result<Row> {
+        match result {
+            Err(LabError::Interrupted) => Err(LabError::Interrupted),
+            Err(e) => {
+                self.outcome = Outcome::from_error(&e);
+                self.note = e.to_string();
+                Ok(self)
+            }
+            Ok(()) => Ok(self),
+        }
+    }
+}
+
+/// Measures decode speed and memory of a built model; `before` is the snapshot taken before the
+/// mode loaded anything (device memory used beyond it includes managed pages).
+fn generate_in(s: &mut Session, model: &Qwen2, cfg: &OffloadConfig, row: &mut Row, before: &Snapshot) -> Result<()> {
     row.loaded = Some(s.probe.snapshot(&format!("{}: loaded", row.mode)));
     let prompt = prompt_ids(model.cfg.vocab_size, cfg.prompt, s.opts.seed);
     let gen_cfg = GenerateConfig { max_new_tokens: cfg.new_tokens, stop_at_eos: false, ..Default::default() };
@@ -218,7 +232,9 @@ fn generate_in(s: &mut Session, model: &Qwen2, cfg: &OffloadConfig, row: &mut Ro
     row.host_kernel = (bytes > 0).then_some((secs, bytes));
     row.passes = g.generated_ids.len();
     row.tok_s = Some(g.decode_tok_s());
-    row.after = Some(s.probe.snapshot(&format!("{}: after generating", row.mode)));
+    let after = s.probe.snapshot(&format!("{}: after generating", row.mode));
+    row.device_used = after.device_used.zip(before.device_used).map(|(a, b)| a.saturating_sub(b));
+    row.after = Some(after);
     Ok(())
 }
 
@@ -255,18 +271,9 @@ fn run_placed(s: &mut Session, cfg: &OffloadConfig, strategy: Strategy, bw: &Ban
             model::weights::load_placed(&mcfg, opened.weights.as_mut(), cfg.precision, &device, |n| placement.device_of(n, &device), Some(&s.probe), |_, _| s.probe.check())
         })?;
         let model = crate::memory::guarded(&s.probe, "placing the model", || Qwen2::new_placed(&mcfg, cfg.precision, weights, &device, &placement))?;
-        generate_in(s, &model, cfg, &mut row)?;
-        row.device_used = row.after.as_ref().and_then(|a| Some(a.device_used?.saturating_sub(before.device_used?)));
-        Ok(())
+        generate_in(s, &model, cfg, &mut row, &before)
     })();
-    if let Err(e) = result {
-        if matches!(e, LabError::Interrupted) {
-            return Err(e);
-        }
-        row.outcome = Outcome::from_error(&e);
-        row.note = e.to_string();
-    }
-    Ok(row)
+    row.settle(result)
 }
 
 #[cfg(feature = "cuda")]
@@ -314,20 +321,13 @@ fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwidths
             _ => {}
         }
         let model = Qwen2::new(&mcfg, cfg.precision, on_block, &device)?;
-        generate_in(s, &model, cfg, &mut row)?;
-        row.device_used = row.after.as_ref().and_then(|a| Some(a.device_used?.saturating_sub(before.device_used?)));
+        let measured = generate_in(s, &model, cfg, &mut row, &before);
+        // The model's tensors before the block they live in.
         drop(model);
         drop(block);
-        Ok(())
+        measured
     })();
-    if let Err(e) = result {
-        if matches!(e, LabError::Interrupted) {
-            return Err(e);
-        }
-        row.outcome = Outcome::from_error(&e);
-        row.note = e.to_string();
-    }
-    Ok(row)
+    row.settle(result)
 }
 
 #[cfg(not(feature = "cuda"))]

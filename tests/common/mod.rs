@@ -61,3 +61,19 @@ pub fn max_abs(a: &Tensor) -> f32 {
 pub fn ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
     (0..n as u64).map(|i| ((i * 2654435761 + seed * 40503) % vocab as u64) as u32).collect()
 }
+
+/// Runs the vram-lab binary with `args` and `--quiet`.
+pub fn lab_quiet(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vram-lab")).args(args).arg("--quiet").output().unwrap()
+}
+
+/// stdout and stderr of a run, together.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// A CSV a run wrote, read with polars.
+pub fn read_csv(path: &Path) -> polars::prelude::DataFrame {
+    use polars::prelude::*;
+    CsvReadOptions::default().with_has_header(true).try_into_reader_with_file_path(Some(path.into())).unwrap().finish().unwrap()
+}
