@@ -189,6 +189,8 @@ pub struct Session {
     pub console: Console,
     pub dir: PathBuf,
     manifest: Manifest,
+    /// The read bandwidth measured once per session (see `read_bandwidth_gbs`).
+    read_gbs: std::cell::OnceCell<Option<f64>>,
 }
 
 impl Session {
@@ -229,6 +231,7 @@ impl Session {
             console: Console::new(args.silent, !args.quiet),
             dir,
             manifest,
+            read_gbs: std::cell::OnceCell::new(),
         };
         s.say(format!("vram-lab {} on {}", s.manifest.env.vram_lab, s.manifest.env.device));
         s.say(format!("model {}", s.source.label()));
@@ -256,9 +259,16 @@ impl Session {
         self.probe.card().map(|c| c.name.clone()).unwrap_or_else(|| "none".into())
     }
 
-    /// Memory bandwidth of the GPU this runs on (vendor figure), when it is a known card.
-    pub fn own_bandwidth_gbs(&self) -> Option<f64> {
-        hw::own_card(&self.device).and_then(|c| c.bandwidth_gbs)
+    /// What this device's memory is read at, measured in this run (once, then kept): the read
+    /// kernel over 1 GiB on a GPU, the host cores over 256 MiB on CPU. Decoding reads every weight
+    /// once per token, so its ceiling is this ÷ bytes per token. None if the measurement failed
+    /// (no room for the buffer).
+    pub fn read_bandwidth_gbs(&self) -> Option<f64> {
+        *self.read_gbs.get_or_init(|| match &self.device {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => crate::memory::bandwidth::device_read(&self.device, 1 << 30, 5).ok().map(|t| t.gbs()),
+            _ => Some(crate::memory::bandwidth::host_read(256 << 20, 3).gbs()),
+        })
     }
 
     /// Loads a source already opened, with a bar over its tensors; an OOM is captured.
