@@ -125,7 +125,7 @@ impl Placement {
         let fixed = parts.head + reserve;
         let room = budget.checked_sub(fixed).ok_or_else(|| {
             LabError::input(format!(
-                "a GPU budget of {} holds neither the output layer ({}) and the reserve ({}); give at least {}",
+                "a GPU budget of {} cannot hold the output layer ({}) and the reserve ({}); give at least {}",
                 crate::memory::fmt_bytes(budget),
                 crate::memory::fmt_bytes(parts.head),
                 crate::memory::fmt_bytes(reserve),

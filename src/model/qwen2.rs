@@ -507,7 +507,7 @@ impl Qwen2 {
                 super::profile::cpu_layer(t);
             }
             if let LayerSlot::Streamed = slot {
-                self.streamer()?.release(l)?;
+                self.streamer()?.release()?;
             }
         }
         let x = if x.device().same_device(&self.device) {

@@ -150,8 +150,8 @@ impl Streamer {
         Ok(&self.slots[slot])
     }
 
-    /// Layer `l` has been queued to run: its slot takes the layer due `slots` steps later.
-    pub(super) fn release(&self, _l: usize) -> Result<()> {
+    /// The layer acquired last has been queued to run: its slot takes the layer due `slots` steps later.
+    pub(super) fn release(&self) -> Result<()> {
         let k = self.step.fetch_add(1, Ordering::SeqCst);
         let next = k + self.slots.len();
         // With as many slots as streamed layers, every slot keeps its layer.
