@@ -13,6 +13,9 @@ pub enum AttentionMode {
     /// Query chunks whose scores (activation dtype) stay under `budget` bytes.
     Bounded { budget: usize },
     Naive,
+    /// `Naive` through ops that record their backward pass (candle's fused softmax, RMS norm
+    /// and rotary kernels do not): what a training step runs.
+    Differentiable,
 }
 
 impl Default for AttentionMode {
@@ -34,6 +37,7 @@ impl AttentionMode {
         match self {
             Self::Bounded { .. } => "bounded",
             Self::Naive => "naive",
+            Self::Differentiable => "differentiable",
         }
     }
 }
@@ -65,7 +69,8 @@ fn masked_fill_neg_inf(scores: &Tensor, mask: &Tensor) -> Result<Tensor> {
 pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, mode: AttentionMode) -> Result<Tensor> {
     match mode {
         AttentionMode::Bounded { budget } => bounded(q, k, v, offset, budget),
-        AttentionMode::Naive => naive(q, k, v, offset),
+        AttentionMode::Naive => naive(q, k, v, offset, false),
+        AttentionMode::Differentiable => naive(q, k, v, offset, true),
     }
 }
 
@@ -109,7 +114,7 @@ fn bounded(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, budget: usize) -> 
     Ok(Tensor::cat(&outs, 2)?)
 }
 
-fn naive(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Tensor> {
+fn naive(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, differentiable: bool) -> Result<Tensor> {
     let (b, heads, s, d) = q.dims4()?;
     let kv_heads = k.dims()[1];
     let t = offset + s;
@@ -125,7 +130,7 @@ fn naive(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Tensor> {
     } else {
         scores
     };
-    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    let probs = if differentiable { candle_nn::ops::softmax(&scores, candle_core::D::Minus1)? } else { candle_nn::ops::softmax_last_dim(&scores)? };
     Ok(probs.matmul(&v)?)
 }
 
@@ -160,7 +165,10 @@ mod tests {
         let q = Tensor::randn(0f32, 1.0, (b, heads, s, d), &dev).unwrap();
         let k = Tensor::randn(0f32, 1.0, (b, kv, offset + s, d), &dev).unwrap();
         let v = Tensor::randn(0f32, 1.0, (b, kv, offset + s, d), &dev).unwrap();
-        let reference = naive(&q, &k, &v, offset).unwrap();
+        let reference = naive(&q, &k, &v, offset, false).unwrap();
+        // The differentiable form computes the same.
+        let diff = (naive(&q, &k, &v, offset, true).unwrap() - &reference).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        assert!(diff < 1e-5, "differentiable: max diff {diff}");
         for budget in [1, 3 * b * heads * (offset + s) * 4, 1 << 30] {
             let got = bounded(&q, &k, &v, offset, budget).unwrap();
             let diff = (got - &reference).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();

@@ -205,7 +205,7 @@ impl Layer {
         let work = if self.fused.is_some() { DType::F32 } else { act };
         let x = x.to_dtype(work)?;
         let (cos, sin) = (rope.0.to_dtype(work)?, rope.1.to_dtype(work)?);
-        let h = candle_nn::ops::rms_norm(&x, &self.ln1.to_dtype(work)?, cfg.rms_norm_eps as f32)?;
+        let h = norm(&x, &self.ln1.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
         let (q, k, v) = match &self.fused {
             Some((qkv, _)) => {
                 let y = qkv.forward(&h)?;
@@ -217,14 +217,17 @@ impl Layer {
         let q = q.reshape((b, s, heads, d))?.transpose(1, 2)?.contiguous()?;
         let k = k.reshape((b, s, kv_heads, d))?.transpose(1, 2)?.contiguous()?;
         let v = v.reshape((b, s, kv_heads, d))?.transpose(1, 2)?;
-        let q = candle_nn::rotary_emb::rope(&q, &cos, &sin)?;
-        let k = candle_nn::rotary_emb::rope(&k, &cos, &sin)?;
+        let (q, k) = if mode == AttentionMode::Differentiable {
+            (candle_nn::rotary_emb::rope_slow(&q, &cos, &sin)?, candle_nn::rotary_emb::rope_slow(&k, &cos, &sin)?)
+        } else {
+            (candle_nn::rotary_emb::rope(&q, &cos, &sin)?, candle_nn::rotary_emb::rope(&k, &cos, &sin)?)
+        };
         cache.write(l, &k.to_dtype(act)?, &v.to_dtype(act)?)?;
         let (kc, vc) = cache.view(l, offset + s)?;
         let a = attend(&q, &kc.to_dtype(work)?, &vc.to_dtype(work)?, offset, mode)?;
         let a = a.transpose(1, 2)?.reshape((b, s, heads * d))?;
         let x = (x + self.o.forward(&a)?)?;
-        let h = candle_nn::ops::rms_norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps as f32)?;
+        let h = norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
         let m = match &self.fused {
             Some((_, gate_up)) => {
                 let y = gate_up.forward(&h)?;
@@ -235,6 +238,15 @@ impl Layer {
         };
         Ok((x + self.down.forward(&m)?)?.to_dtype(act)?)
     }
+}
+
+/// RMS norm: candle's fused kernel, or (for a training step) the composed ops it has a backward for.
+fn norm(x: &Tensor, w: &Tensor, eps: f64, mode: AttentionMode) -> Result<Tensor> {
+    Ok(if mode == AttentionMode::Differentiable {
+        candle_nn::ops::rms_norm_slow(x, w, eps as f32)?
+    } else {
+        candle_nn::ops::rms_norm(x, w, eps as f32)?
+    })
 }
 
 /// A layer resident on its device, or the index of a streamed one in the model's `Streamer`.
@@ -524,7 +536,7 @@ impl Qwen2 {
             super::profile::step();
         }
         cache.advance(s);
-        let x = candle_nn::ops::rms_norm(&x, &self.norm, cfg.rms_norm_eps as f32)?;
+        let x = norm(&x, &self.norm, cfg.rms_norm_eps, self.attention)?;
         match logits {
             Logits::Last => Ok(vec![self.lm_head.forward(&x.narrow(1, s - 1, 1)?.contiguous()?)?]),
             Logits::All => {

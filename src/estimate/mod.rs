@@ -1,8 +1,11 @@
-//! Pure formulas: bytes a model, its KV cache and its logits take. No measurement, no experiment.
+//! Pure formulas: bytes a model, its KV cache and its logits take (here), and what training adds
+//! (`training`). No measurement, no experiment.
 
 use crate::model::config::Qwen2Config;
 use crate::model::precision::{ggml_bytes, ggml_dtype_for, Precision};
 use crate::model::Logits;
+
+pub mod training;
 
 /// Weight bytes of `cfg` in `precision`, tensor by tensor (the Q4 plan per tensor for Q4).
 pub fn weight_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
