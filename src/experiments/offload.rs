@@ -31,9 +31,13 @@ pub struct Offload;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
+    /// everything on the GPU (no budget)
     Full,
+    /// the first layers on the GPU, the rest computed on the CPU (llama.cpp's -ngl)
     Split,
+    /// the rest copied layer by layer into two GPU buffers, overlapped with compute
     Streamed,
+    /// the rest shared between streaming and CPU compute by bandwidth
     Hybrid,
     /// cudaMallocManaged, no advice
     Managed,
