@@ -189,8 +189,8 @@ pub struct Session {
     pub console: Console,
     pub dir: PathBuf,
     manifest: Manifest,
-    /// The read bandwidth measured once per session (see `read_bandwidth_gbs`).
-    read_gbs: std::cell::OnceCell<Option<f64>>,
+    /// The bandwidths measured once per session (see `bandwidths`).
+    bandwidths: std::cell::OnceCell<crate::model::placement::Bandwidths>,
 }
 
 impl Session {
@@ -231,7 +231,7 @@ impl Session {
             console: Console::new(args.silent, !args.quiet),
             dir,
             manifest,
-            read_gbs: std::cell::OnceCell::new(),
+            bandwidths: std::cell::OnceCell::new(),
         };
         s.say(format!("vram-lab {} on {}", s.manifest.env.vram_lab, s.manifest.env.device));
         s.say(format!("model {}", s.source.label()));
@@ -259,16 +259,15 @@ impl Session {
         self.probe.card().map(|c| c.name.clone()).unwrap_or_else(|| "none".into())
     }
 
-    /// What this device's memory is read at, measured in this run (once, then kept): the read
-    /// kernel over 1 GiB on a GPU, the host cores over 256 MiB on CPU. Decoding reads every weight
-    /// once per token, so its ceiling is this ÷ bytes per token. None if the measurement failed
-    /// (no room for the buffer).
-    pub fn read_bandwidth_gbs(&self) -> Option<f64> {
-        *self.read_gbs.get_or_init(|| match &self.device {
-            #[cfg(feature = "cuda")]
-            Device::Cuda(_) => crate::memory::bandwidth::device_read(&self.device, 1 << 30, 5).ok().map(|t| t.gbs()),
-            _ => Some(crate::memory::bandwidth::host_read(256 << 20, 3).gbs()),
-        })
+    /// The device read, pinned host → device and host read bandwidths of this machine, measured
+    /// once per run (`memory::bandwidth::quick`) and quoted by every stage after: decoding reads
+    /// every weight once per token, so its ceiling is the device read ÷ bytes per token.
+    pub fn bandwidths(&self) -> Result<crate::model::placement::Bandwidths> {
+        if let Some(bw) = self.bandwidths.get() {
+            return Ok(*bw);
+        }
+        let bw = crate::memory::bandwidth::quick(&self.device)?;
+        Ok(*self.bandwidths.get_or_init(|| bw))
     }
 
     /// Loads a source already opened, with a bar over its tensors; an OOM is captured.

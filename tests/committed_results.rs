@@ -2,6 +2,8 @@
 //! (data/results/h200/2026-11-22-run) reproduces the figures of the earlier one-command-per-stage
 //! runs (2026-11-21-stage1, -stage2) under the same column names, as its RUN.md says.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -118,11 +120,7 @@ fn stage3_run_shows_what_its_notes_say() {
 /// A committed CSV read with polars (notes hold commas), as (column → values as text) per row.
 fn table(path: &Path) -> Rows {
     use polars::prelude::*;
-    let df = CsvReadOptions::default()
-        .with_has_header(true)
-        .try_into_reader_with_file_path(Some(path.to_path_buf()))
-        .and_then(|r| r.finish())
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let df = common::read_csv(path);
     let cols: Vec<(String, Vec<String>)> = df
         .columns()
         .iter()

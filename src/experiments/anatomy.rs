@@ -176,7 +176,7 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
         sc.kv_cache_bytes = gen.kv_cache_bytes;
         sc.first_tokens = gen.generated_ids.iter().take(8).copied().collect();
         let bytes_per_token = lm.model.weight_bytes() + gen.kv_cache_bytes;
-        sc.decode_ceiling_tok_s = s.read_bandwidth_gbs().map(|bw| estimate::decode_ceiling_tok_s(bw, bytes_per_token));
+        sc.decode_ceiling_tok_s = s.bandwidths().ok().map(|bw| estimate::decode_ceiling_tok_s(bw.device, bytes_per_token));
         let snap = s.probe.snapshot(&format!("{p}: after generating {}", sc.new_tokens));
         s.say(format!(
             "generated {} tokens: prefill {:.1} tok/s, decode {:.2} tok/s; {}",

@@ -15,7 +15,7 @@
 use crate::error::{LabError, Result};
 use crate::estimate;
 use crate::hw::{self, Card};
-use crate::memory::{bandwidth, fmt_bytes, gib, Snapshot};
+use crate::memory::{fmt_bytes, gib, Snapshot};
 use crate::model::placement::{Bandwidths, Home, PartBytes, Placement, Strategy};
 use crate::model::{self, generate, GenerateConfig, Precision, Qwen2, Qwen2Config};
 use crate::reference;
@@ -184,12 +184,8 @@ pub struct Row {
     pub pcie_per_token: Option<u64>,
     pub host_per_token: Option<u64>,
     pub ceiling: Option<f64>,
-    /// Seconds and weight bytes of the host matrix-vector products in the timed generation
-    /// (a profile of the CPU layers: the kernel's speed beside the layer's).
-    pub host_kernel: Option<(f64, u64)>,
-    /// Forward passes in the timed generation.
-    pub passes: usize,
-    /// Per decode step: wall time in CPU layers and in CPU↔GPU crossings.
+    /// Per decode step: wall time in CPU layers, in their matrix-vector products and in
+    /// CPU↔GPU crossings.
     pub profile: Option<model::profile::StepProfile>,
     pub note: String,
 }
@@ -227,14 +223,10 @@ fn generate_in(s: &mut Session, model: &Qwen2, cfg: &OffloadConfig, row: &mut Ro
         let t = std::time::Instant::now();
         model::generate::warmup(model, &prompt)?;
         row.first_pass_s = Some(t.elapsed().as_secs_f64());
-        model::host_linear::take_counters();
         model::profile::take();
         generate(model, &prompt, &gen_cfg)
     })?;
     row.profile = Some(model::profile::take());
-    let (secs, bytes) = model::host_linear::take_counters();
-    row.host_kernel = (bytes > 0).then_some((secs, bytes));
-    row.passes = g.generated_ids.len();
     row.tok_s = Some(g.decode_tok_s());
     let after = s.probe.snapshot(&format!("{}: after generating", row.mode));
     row.device_used = after.device_used.zip(before.device_used).map(|(a, b)| a.saturating_sub(b));
@@ -312,11 +304,10 @@ fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwidths
         let mut at = 0;
         for (name, w) in host {
             let t = w.dense()?;
-            let bytes = crate::memory::cuda_copy::host_bytes(&t)?;
-            block.write(at, &bytes)?;
+            let n = crate::memory::cuda_copy::with_host_bytes(&t, |b| block.write(at, b).map(|_| b.len()))??;
             let mt = block.tensor(at, t.shape(), t.dtype())?;
             on_block.insert(name, model::weights::Weight::Dense(mt));
-            at += align(bytes.len());
+            at += align(n);
         }
         match mode {
             Mode::ManagedPreferCpu => block.advise(Advice::PreferCpu)?,
@@ -343,18 +334,6 @@ fn run_managed(_s: &mut Session, _cfg: &OffloadConfig, mode: Mode, _bw: &Bandwid
         note: "unified memory needs a CUDA build on a GPU".into(),
         ..Default::default()
     })
-}
-
-/// The bandwidths the placements are chosen and judged by: measured on a GPU; on the CPU, the
-/// host read stands in for all three (the "GPU" is the CPU too).
-fn bandwidths(s: &mut Session) -> Result<Bandwidths> {
-    s.console.step("measuring bandwidths");
-    if s.device.is_cuda() {
-        bandwidth::quick(&s.device)
-    } else {
-        let host = bandwidth::host_read(256 << 20, 3).gbs();
-        Ok(Bandwidths { device: host, pcie: host, host })
-    }
 }
 
 /// PyTorch rows from the reference script's JSON lines.
@@ -420,8 +399,8 @@ fn table(rows: &[Row], report_model: bool) -> Result<DataFrame> {
         col::HOST_MIB_TOKEN => rows.iter().map(|r| mib(r.host_per_token)).collect::<Vec<_>>(),
         col::CEILING_TOK_S => rows.iter().map(|r| r.ceiling).collect::<Vec<_>>(),
         col::MS_PER_TOKEN => rows.iter().map(|r| r.tok_s.map(|t| 1e3 / t)).collect::<Vec<_>>(),
-        col::HOST_KERNEL_MS => rows.iter().map(|r| r.host_kernel.map(|(s, _)| 1e3 * s / r.profile.map(|p| p.steps).unwrap_or(r.passes as u64).max(1) as f64)).collect::<Vec<_>>(),
-        col::HOST_KERNEL_GBS => rows.iter().map(|r| r.host_kernel.map(|(s, b)| b as f64 / s / 1e9)).collect::<Vec<_>>(),
+        col::HOST_KERNEL_MS => rows.iter().map(|r| r.profile.filter(|p| p.kernel_s > 0.0).map(|p| 1e3 * p.kernel_s)).collect::<Vec<_>>(),
+        col::HOST_KERNEL_GBS => rows.iter().map(|r| r.profile.and_then(|p| p.kernel_gbs())).collect::<Vec<_>>(),
         col::CPU_LAYERS_MS => rows.iter().map(|r| r.profile.filter(|p| p.cpu_layers_s > 0.0).map(|p| 1e3 * p.cpu_layers_s)).collect::<Vec<_>>(),
         col::CROSSINGS_MS => rows.iter().map(|r| r.profile.filter(|p| p.crossings_s > 0.0).map(|p| 1e3 * p.crossings_s)).collect::<Vec<_>>(),
         col::PCT_CEILING => rows.iter().map(|r| Some(100.0 * r.tok_s? / r.ceiling?)).collect::<Vec<_>>(),
@@ -570,7 +549,8 @@ impl Stage for Offload {
 
     fn run(s: &mut Session, cfg: &OffloadConfig) -> Result<StageOutput> {
         let budget = hw::parse_size(&cfg.gpu_budget)?;
-        let bw = bandwidths(s)?;
+        s.console.step("measuring bandwidths");
+        let bw = s.bandwidths()?;
         s.say(format!("bandwidths: device read {:.0} GB/s, host→device pinned {:.1} GB/s, host read {:.1} GB/s", bw.device, bw.pcie, bw.host));
         let mut rows = Vec::new();
         for &mode in &cfg.modes {

@@ -27,19 +27,25 @@ impl Transfer {
     }
 }
 
+/// Runs `op` once to warm up, then `reps` times; the fastest run's seconds.
+fn best_of<T>(reps: usize, mut op: impl FnMut() -> Result<T>) -> Result<f64> {
+    std::hint::black_box(op()?);
+    let mut best = f64::MAX;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        std::hint::black_box(op()?);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best)
+}
+
 /// The CPU reading `bytes` of host memory on all rayon threads, best of `reps` after a warm-up.
 pub fn host_read(bytes: usize, reps: usize) -> Transfer {
     let words = vec![1u64; bytes / 8];
     let sum = |w: &[u64]| w.par_chunks(1 << 16).map(|c| c.iter().fold(0u64, |a, &b| a.wrapping_add(b))).reduce(|| 0, u64::wrapping_add);
-    std::hint::black_box(sum(&words));
-    let mut best = f64::MAX;
-    for _ in 0..reps.max(1) {
-        let t = Instant::now();
-        std::hint::black_box(sum(std::hint::black_box(&words)));
-        best = best.min(t.elapsed().as_secs_f64());
-    }
+    let seconds = best_of(reps, || Ok(sum(std::hint::black_box(&words)))).unwrap_or(f64::NAN);
     let bytes = (words.len() * 8) as u64;
-    Transfer { test: "host_read", bytes, seconds: best, counted_bytes: bytes }
+    Transfer { test: "host_read", bytes, seconds, counted_bytes: bytes }
 }
 
 /// The CPU layers' kernel: a BF16 matrix-vector product over a [rows, cols] matrix in host
@@ -49,16 +55,11 @@ pub fn host_gemv(rows: usize, cols: usize, reps: usize, tuning: crate::model::ho
     let w = Tensor::ones((rows, cols), DType::BF16, &Device::Cpu)?;
     let x = Tensor::ones((1, 1, cols), DType::BF16, &Device::Cpu)?;
     let lin = crate::model::host_linear::HostLinear::new(w, None)?.with_tuning(tuning);
-    lin.forward(&x)?;
-    let mut best = f64::MAX;
-    for _ in 0..reps.max(1) {
-        let t = Instant::now();
-        std::hint::black_box(lin.forward(&x)?);
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    crate::model::host_linear::take_counters();
+    let seconds = best_of(reps, || lin.forward(&x))?;
+    // These products are not a model's: keep them out of the next profile.
+    crate::model::profile::take();
     let bytes = (rows * cols * 2) as u64;
-    Ok(Transfer { test: "host_gemv", bytes, seconds: best, counted_bytes: bytes })
+    Ok(Transfer { test: "host_gemv", bytes, seconds, counted_bytes: bytes })
 }
 
 #[cfg(feature = "cuda")]
@@ -162,8 +163,8 @@ extern "C" __global__ void vram_lab_read(const uint4* __restrict__ p, unsigned l
         Ok(Transfer { test: "device_read", bytes: bytes as u64, seconds, counted_bytes: bytes as u64 })
     }
 
-    /// The quick set an offload run needs: pinned host → device, device read, host read.
-    pub fn quick(device: &Device) -> Result<crate::model::placement::Bandwidths> {
+    /// The quick set on a GPU: pinned host → device, device read, host read.
+    pub(super) fn quick_gpu(device: &Device) -> Result<crate::model::placement::Bandwidths> {
         let pcie = pcie(device, 512 << 20, 5)?.into_iter().find(|t| t.test == "h2d_pinned").ok_or_else(|| LabError::other("no pinned copy measured"))?;
         let read = device_read(device, 2 << 30, 10)?;
         let host = super::host_read(1 << 30, 3);
@@ -171,8 +172,15 @@ extern "C" __global__ void vram_lab_read(const uint4* __restrict__ p, unsigned l
     }
 }
 
-/// Without CUDA: the host read alone (the GPU rows say why they are missing).
-#[cfg(not(feature = "cuda"))]
-pub fn quick(_device: &candle_core::Device) -> Result<crate::model::placement::Bandwidths> {
-    Err(crate::error::LabError::Unsupported("GPU bandwidths need a CUDA build (cargo build --release --features cuda)".into()))
+/// The bandwidths decoding and offload are judged by: the device read, pinned host → device and
+/// the host read on a GPU; on the CPU the host read stands in for all three (the "GPU" is the
+/// CPU too).
+pub fn quick(device: &candle_core::Device) -> Result<crate::model::placement::Bandwidths> {
+    #[cfg(feature = "cuda")]
+    if device.is_cuda() {
+        return gpu::quick_gpu(device);
+    }
+    let _ = device;
+    let host = host_read(256 << 20, 3).gbs();
+    Ok(crate::model::placement::Bandwidths { device: host, pcie: host, host })
 }

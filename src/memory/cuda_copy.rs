@@ -37,21 +37,13 @@ impl Pinned {
     pub fn as_mut_slice(&mut self) -> Result<&mut [u8]> {
         self.slice.as_mut_slice().map_err(err)
     }
-
-    pub fn len(&self) -> usize {
-        self.slice.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.slice.len() == 0
-    }
 }
 
-/// The bytes of a contiguous CPU tensor.
-pub fn host_bytes(t: &Tensor) -> Result<Vec<u8>> {
+/// Calls `f` with the bytes of a CPU tensor, read in place (a copy only if it is not contiguous).
+pub fn with_host_bytes<R>(t: &Tensor, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
     let t = t.contiguous()?;
     let (storage, layout) = t.storage_and_layout();
-    let Storage::Cpu(c) = &*storage else { return Err(LabError::other("host_bytes of a tensor not on the CPU")) };
+    let Storage::Cpu(c) = &*storage else { return Err(LabError::other("host bytes of a tensor not on the CPU")) };
     let size = t.dtype().size_in_bytes();
     let (start, n) = (layout.start_offset() * size, t.elem_count() * size);
     // SAFETY: plain-old-data slices viewed as bytes, within their length.
@@ -63,7 +55,7 @@ pub fn host_bytes(t: &Tensor) -> Result<Vec<u8>> {
             other => return Err(LabError::Unsupported(format!("copying {other:?} tensors"))),
         }
     };
-    Ok(bytes[start..start + n].to_vec())
+    Ok(f(&bytes[start..start + n]))
 }
 
 unsafe fn as_bytes<T>(s: &[T]) -> &[u8] {
@@ -100,10 +92,6 @@ impl CopyStream {
         ctx.bind_to_thread().map_err(err)?;
         let raw = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(err)?;
         Ok(Self { raw, ctx })
-    }
-
-    pub fn raw(&self) -> sys::CUstream {
-        self.raw
     }
 
     /// host → device, queued on this stream.

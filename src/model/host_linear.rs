@@ -10,18 +10,7 @@ use crate::error::{LabError, Result};
 use candle_core::{DType, Device, Tensor};
 use half::bf16;
 use rayon::prelude::*;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-/// Time spent in host matrix-vector products and the weight bytes they read, since the last
-/// `take_counters` (the offload stage reports the kernel's own speed beside the layer's).
-static NANOS: AtomicU64 = AtomicU64::new(0);
-static BYTES: AtomicU64 = AtomicU64::new(0);
-
-/// (seconds, bytes) of host products since the last call.
-pub fn take_counters() -> (f64, u64) {
-    (NANOS.swap(0, Ordering::Relaxed) as f64 / 1e9, BYTES.swap(0, Ordering::Relaxed))
-}
 
 /// Weight rows per task: large enough to amortise scheduling, small enough to balance 16 cores.
 const ROWS_PER_TASK: usize = 64;
@@ -243,8 +232,7 @@ impl HostLinear {
         drop(storage);
         // Decoding steps only (m = 1): a prefill's products are compute-bound, not a read.
         if m == 1 {
-            NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            BYTES.fetch_add((n * k * self.weight.dtype().size_in_bytes()) as u64, Ordering::Relaxed);
+            super::profile::kernel(t0, (n * k * self.weight.dtype().size_in_bytes()) as u64);
         }
         let mut out_dims = dims;
         if let Some(last) = out_dims.last_mut() {

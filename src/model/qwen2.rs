@@ -189,8 +189,9 @@ impl Layer {
             gate: some(gate)?,
             up: some(up)?,
             down: self.down.to_host()?,
-            ln1: self.ln1.to_device(&cpu)?,
-            ln2: self.ln2.to_device(&cpu)?,
+            // In F32, as the layer computes (see `forward`).
+            ln1: self.ln1.to_device(&cpu)?.to_dtype(DType::F32)?,
+            ln2: self.ln2.to_device(&cpu)?.to_dtype(DType::F32)?,
             fused: Some((qkv, gate_up)),
         })
     }
@@ -485,7 +486,8 @@ impl Qwen2 {
         check_elems("the MLP activation", b * s * cfg.intermediate_size)?;
         let offset = cache.len();
         let rope = self.rope(offset, s)?;
-        // The rotary table on the CPU too, made once per pass, when some layer runs there.
+        // The rotary table on the CPU too, in F32 as CPU layers compute, made once per pass when
+        // some layer runs there.
         let mut host_rope = None;
         let embed_dev = self.embed.device();
         let mut x = self.embed.forward(&ids.to_device(&embed_dev)?)?.to_dtype(self.act_dtype())?;
@@ -509,7 +511,7 @@ impl Qwen2 {
                 &rope
             } else {
                 if host_rope.is_none() {
-                    host_rope = Some((rope.0.to_device(dev)?, rope.1.to_device(dev)?));
+                    host_rope = Some((rope.0.to_device(dev)?.to_dtype(DType::F32)?, rope.1.to_device(dev)?.to_dtype(DType::F32)?));
                 }
                 host_rope.as_ref().unwrap_or(&rope)
             };

@@ -97,16 +97,18 @@ impl Streamer {
         match device {
             #[cfg(feature = "cuda")]
             Device::Cuda(dev) => {
-                let bytes: Vec<Vec<u8>> = tensors.iter().map(crate::memory::cuda_copy::host_bytes).collect::<Result<_>>()?;
-                let total = bytes.iter().map(Vec::len).sum();
+                let total = crate::memory::tensor_bytes(&tensors) as usize;
                 let mut pinned = crate::memory::cuda_copy::Pinned::new(dev, total)?;
                 let buf = pinned.as_mut_slice()?;
-                let mut ranges = Vec::with_capacity(bytes.len());
+                let mut ranges = Vec::with_capacity(tensors.len());
                 let mut at = 0;
-                for b in bytes {
-                    buf[at..at + b.len()].copy_from_slice(&b);
-                    ranges.push((at, b.len()));
-                    at += b.len();
+                for t in &tensors {
+                    let n = crate::memory::cuda_copy::with_host_bytes(t, |b| {
+                        buf[at..at + b.len()].copy_from_slice(b);
+                        b.len()
+                    })?;
+                    ranges.push((at, n));
+                    at += n;
                 }
                 Ok(HostLayer::Pinned(pinned, ranges))
             }
