@@ -5,7 +5,9 @@ use crate::model::config::Qwen2Config;
 use crate::model::precision::{ggml_bytes, ggml_dtype_for, Precision};
 use crate::model::Logits;
 
+pub mod fit;
 pub mod training;
+pub mod transient;
 
 /// Weight bytes of `cfg` in `precision`, tensor by tensor (the Q4 plan per tensor for Q4).
 pub fn weight_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
@@ -73,10 +75,7 @@ pub fn mapped_need(cfg: &Qwen2Config, w: &Workload, transient_per_token: f64, po
     weights + (above as f64 * pool_factor.max(1.0)) as u64
 }
 
-/// The largest `n` in 1..=`upto` for which `fits(n)`, assuming it is monotone (0 if none).
-fn largest(upto: usize, fits: impl Fn(usize) -> bool) -> usize {
-    crate::search::bisect(0, upto as u64 + 1, 1, |n| Ok(fits(n as usize))).map(|(n, _)| n as usize).unwrap_or(0)
-}
+use fit::largest;
 
 /// One way out of an OOM and what it would need.
 #[derive(Debug, Clone, PartialEq)]

@@ -196,27 +196,31 @@ impl Layer {
         })
     }
 
+    /// One decoder layer. `x` is taken by value so the layer's input is freed once the attention
+    /// residual is added: what stays alive through the MLP is what `estimate::transient` counts
+    /// (the residual, both norms' outputs, q before and after rotary, k before and after rotary,
+    /// v's projection, the attention output and its reshaped copy), as stages 1–2 measured it.
     #[allow(clippy::too_many_arguments)]
-    fn forward(&self, x: &Tensor, l: usize, cfg: &Qwen2Config, rope: &(Tensor, Tensor), cache: &mut KvCache, offset: usize, mode: AttentionMode) -> Result<Tensor> {
+    fn forward(&self, x: Tensor, l: usize, cfg: &Qwen2Config, rope: &(Tensor, Tensor), cache: &mut KvCache, offset: usize, mode: AttentionMode) -> Result<Tensor> {
         let (b, s, _) = x.dims3()?;
         let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
         let act = x.dtype();
         // CPU layers compute in F32: candle's CPU kernels are vectorised for F32, not for BF16
         // (a BF16 layer spent more time in its norms, rotary and attention than in its weights).
         let work = if self.fused.is_some() { DType::F32 } else { act };
-        let x = x.to_dtype(work)?;
+        let x = into_dtype(x, work)?;
         let (cos, sin) = (rope.0.to_dtype(work)?, rope.1.to_dtype(work)?);
         let h = norm(&x, &self.ln1.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
+        // Heads first, [b, s, n·d] → [b, n, s, d]: consumes the projection, so only the copy stays.
+        let heads_first = |t: Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape((b, s, n, d))?.transpose(1, 2)?.contiguous()?) };
         let (q, k, v) = match &self.fused {
             Some((qkv, _)) => {
                 let y = qkv.forward(&h)?;
                 let (nq, nk) = (heads * d, kv_heads * d);
-                (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?)
+                (heads_first(y.narrow(2, 0, nq)?, heads)?, heads_first(y.narrow(2, nq, nk)?, kv_heads)?, y.narrow(2, nq + nk, nk)?)
             }
-            None => (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?),
+            None => (heads_first(self.q.forward(&h)?, heads)?, heads_first(self.k.forward(&h)?, kv_heads)?, self.v.forward(&h)?),
         };
-        let q = q.reshape((b, s, heads, d))?.transpose(1, 2)?.contiguous()?;
-        let k = k.reshape((b, s, kv_heads, d))?.transpose(1, 2)?.contiguous()?;
         let v = v.reshape((b, s, kv_heads, d))?.transpose(1, 2)?;
         let (q, k) = if mode == AttentionMode::Differentiable {
             (candle_nn::rotary_emb::rope_slow(&q, &cos, &sin)?, candle_nn::rotary_emb::rope_slow(&k, &cos, &sin)?)
@@ -239,6 +243,11 @@ impl Layer {
         };
         Ok((x + self.down.forward(&m)?)?.to_dtype(act)?)
     }
+}
+
+/// `x` in `dtype`, consuming it (no second reference kept alive when it already is).
+fn into_dtype(x: Tensor, dtype: DType) -> Result<Tensor> {
+    Ok(if x.dtype() == dtype { x } else { x.to_dtype(dtype)? })
 }
 
 /// RMS norm: candle's fused kernel, or (for a training step) the composed ops it has a backward for.
@@ -516,7 +525,7 @@ impl Qwen2 {
                 host_rope.as_ref().unwrap_or(&rope)
             };
             let t = std::time::Instant::now();
-            x = layer.forward(&x, l, cfg, r, cache, offset, self.attention)?;
+            x = layer.forward(x, l, cfg, r, cache, offset, self.attention)?;
             if s == 1 && layer.fused.is_some() {
                 super::profile::cpu_layer(t);
             }

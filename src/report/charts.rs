@@ -162,3 +162,28 @@ mod tests {
         assert!(json.contains("\"barmode\":\"group\""));
     }
 }
+
+/// Estimator: memory against context per precision, with each card's capacity as a line.
+pub fn estimate_curve(df: &DataFrame) -> Result<Plot> {
+    use crate::experiments::estimate::col as e;
+    let precision = strings(df, e::PRECISION)?;
+    let seq = floats(df, e::SEQ)?;
+    let need = floats(df, e::NEED_GIB)?;
+    let mut plot = Plot::new();
+    let mut names: Vec<&String> = precision.iter().collect();
+    names.dedup();
+    for name in names {
+        let (x, y): (Vec<f64>, Vec<f64>) = precision.iter().zip(seq.iter().zip(&need)).filter(|(p, _)| *p == name).map(|(_, (s, n))| (*s, *n)).unzip();
+        plot.add_trace(Scatter::new(x, y).mode(Mode::LinesMarkers).name(name.as_str()));
+    }
+    let (lo, hi) = (seq.iter().copied().fold(f64::INFINITY, f64::min), seq.iter().copied().fold(0.0, f64::max));
+    for card in crate::hw::Card::presets() {
+        let gib = card.total_mib / 1024.0;
+        plot.add_trace(Scatter::new(vec![lo, hi], vec![gib, gib]).mode(Mode::Lines).name(card.name.as_str()));
+    }
+    let ticks: Vec<f64> = seq.iter().copied().filter(|&n| n > 0.0).collect();
+    plot.set_layout(
+        layout("显存 vs 上下文 memory against context", "context (tokens)", "GiB").x_axis(Axis::new().type_(AxisType::Log).tick_values(ticks).title(Title::with_text("context, tokens (log scale)"))),
+    );
+    Ok(plot)
+}

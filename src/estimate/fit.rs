@@ -1,0 +1,157 @@
+//! Does a workload fit a card, and what is the most it can take: the inference ledger of `mod.rs`
+//! and `transient.rs` summed with the runtime's fixed overhead, and inverted for the largest
+//! batch and context. Pure: cards and overheads come in as data.
+
+use super::transient::{self, Prefill};
+use super::{kv_bytes_per_token, weight_bytes};
+use crate::model::attention::AttentionMode;
+use crate::model::{Logits, Precision, Qwen2Config};
+use serde::{Deserialize, Serialize};
+
+const RUNTIME_JSON: &str = include_str!("../../data/runtime.json");
+
+/// Device memory a process uses outside the allocator's pool (CUDA context, cuBLAS, kernels),
+/// measured per GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Runtime {
+    pub gpu: String,
+    pub cuda: String,
+    pub driver: String,
+    pub outside_pool_mib: f64,
+    pub what: String,
+    pub source: String,
+}
+
+impl Runtime {
+    pub fn measured() -> Vec<Runtime> {
+        // Embedded and checked by a test; an error here is a build defect.
+        serde_json::from_str(RUNTIME_JSON).unwrap_or_default()
+    }
+
+    /// The overhead the planner assumes on any card: the one measured (on other GPUs the
+    /// context differs by tens of MiB; the fit table says which GPU it comes from).
+    pub fn assumed() -> Runtime {
+        Self::measured().into_iter().next().unwrap_or(Runtime {
+            gpu: "none measured".into(),
+            cuda: String::new(),
+            driver: String::new(),
+            outside_pool_mib: 0.0,
+            what: String::new(),
+            source: String::new(),
+        })
+    }
+
+    pub fn bytes(&self) -> u64 {
+        (self.outside_pool_mib * 1024.0 * 1024.0) as u64
+    }
+}
+
+/// One inference workload: a prefill of `batch × seq` tokens that keeps `logits`, in `precision`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Inference {
+    pub precision: Precision,
+    pub seq: usize,
+    pub batch: usize,
+    pub logits: Logits,
+    pub attention: AttentionMode,
+}
+
+/// What a workload needs on the device, part by part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Ledger {
+    pub weights: u64,
+    pub kv_cache: u64,
+    pub logits: u64,
+    /// Above the weights, the cache and the kept logits at the prefill's busiest moment.
+    pub transient: u64,
+    pub peak_at: &'static str,
+    pub runtime: u64,
+}
+
+impl Ledger {
+    /// What stays allocated after the prefill.
+    pub fn allocated(&self) -> u64 {
+        self.weights + self.kv_cache + self.logits
+    }
+    pub fn peak(&self) -> u64 {
+        self.allocated() + self.transient
+    }
+    /// The peak plus the runtime outside the pool: what the card must have.
+    pub fn device(&self) -> u64 {
+        self.peak() + self.runtime
+    }
+}
+
+pub fn ledger(cfg: &Qwen2Config, w: &Inference, runtime: u64) -> Ledger {
+    let act = w.precision.act_dtype().size_in_bytes();
+    let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention });
+    Ledger {
+        weights: weight_bytes(cfg, w.precision),
+        kv_cache: kv_bytes_per_token(cfg, act) * (w.seq * w.batch) as u64,
+        logits: p.logits_kept,
+        transient: p.transient(),
+        peak_at: p.peak_at(),
+        runtime,
+    }
+}
+
+/// The largest `n` in 1..=`upto` with `fits(n)` (monotone), 0 if none.
+pub fn largest(upto: usize, fits: impl Fn(usize) -> bool) -> usize {
+    crate::search::bisect(0, upto as u64 + 1, 1, |n| Ok(fits(n as usize))).map(|(n, _)| n as usize).unwrap_or(0)
+}
+
+/// The longest context at `w.batch` and the largest batch at `w.seq` that fit `capacity` bytes
+/// (contexts up to the model's trained maximum, batches up to 4,096).
+pub fn limits(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64) -> (usize, usize) {
+    let fits = |w: Inference| ledger(cfg, &w, runtime).device() <= capacity;
+    let max_context = largest(cfg.max_position_embeddings.max(w.seq), |s| fits(Inference { seq: s, ..*w }));
+    let max_batch = largest(4096, |b| fits(Inference { batch: b, ..*w }));
+    (max_context, max_batch)
+}
+
+/// Bytes batch-1 decoding reads per token at context `seq`: every weight and the cache so far.
+pub fn decode_bytes(cfg: &Qwen2Config, precision: Precision, seq: usize) -> u64 {
+    weight_bytes(cfg, precision) + kv_bytes_per_token(cfg, precision.act_dtype().size_in_bytes()) * seq as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(precision: Precision, seq: usize) -> Inference {
+        Inference { precision, seq, batch: 1, logits: Logits::Last, attention: AttentionMode::default() }
+    }
+
+    #[test]
+    fn runtime_file_parses() {
+        let r = Runtime::measured();
+        assert!(!r.is_empty() && r.iter().all(|r| r.outside_pool_mib > 0.0 && !r.source.is_empty()));
+    }
+
+    /// 7B BF16 at 4,096 tokens: the parts add up, by hand.
+    #[test]
+    fn seven_b_ledger() {
+        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let l = ledger(&cfg, &w(Precision::Bf16, 4096), 0);
+        assert_eq!(l.weights, 7_615_616_512 * 2);
+        assert_eq!(l.kv_cache, 57_344 * 4096);
+        assert_eq!(l.logits, 304_128);
+        assert_eq!(l.transient, 205_056 * 4096 - 304_128);
+        assert_eq!(l.device(), l.weights + 57_344 * 4096 + 205_056 * 4096);
+    }
+
+    /// The limits are the edge: one more token or one more sequence does not fit.
+    #[test]
+    fn limits_are_the_edge() {
+        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        // 20 GiB: the edge lies below the model's 32,768 positions.
+        let cap = 20u64 << 30;
+        let base = w(Precision::Bf16, 2048);
+        let (ctx, batch) = limits(&cfg, &base, 700 << 20, cap);
+        let dev = |w: Inference| ledger(&cfg, &w, 700 << 20).device();
+        assert!(ctx > 2048 && dev(Inference { seq: ctx, ..base }) <= cap && dev(Inference { seq: ctx + 1, ..base }) > cap, "{ctx}");
+        assert!(batch >= 1 && dev(Inference { batch, ..base }) <= cap && dev(Inference { batch: batch + 1, ..base }) > cap, "{batch}");
+        // F32 weights alone exceed 24 GiB: nothing fits.
+        assert_eq!(limits(&cfg, &w(Precision::F32, 1), 0, cap), (0, 0));
+    }
+}

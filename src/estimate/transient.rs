@@ -1,0 +1,169 @@
+//! The prefill's transient peak: the bytes the lab's forward pass holds above the weights and the
+//! (preallocated) KV cache at its busiest moment, counted tensor by tensor from
+//! `model::qwen2::Layer::forward` and `model::attention`. Four moments compete:
+//! - attention: the layer's live tensors plus one query chunk's scores, probabilities and output;
+//! - the o projection's residual add, and the MLP's `silu(gate) * up` (four I-sized tensors);
+//! - the logits: the final norm's input and output beside the logits kept.
+//!
+//! Per token of `batch × seq` (H = hidden × bytes, KV = kv_heads × head_dim × bytes, I =
+//! intermediate × bytes) the layer keeps through its MLP: the residual, both norms' outputs, q
+//! after the head transpose and after rotary, the attention output and its reshaped copy (7 H);
+//! k after the transpose and after rotary, and v's projection (3 KV); the rotary table (cos and
+//! sin, head_dim × bytes per position, shared by the batch). Checked on CPU against the counting
+//! allocator (tests/transient.rs) and against every committed GPU prefill (tests/estimate_check.rs).
+
+use crate::model::attention::AttentionMode;
+use crate::model::config::Qwen2Config;
+use crate::model::Logits;
+
+/// A prefill from an empty cache: `batch` sequences of `seq` tokens, activations of `act_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prefill {
+    pub seq: usize,
+    pub batch: usize,
+    pub act_bytes: usize,
+    pub logits: Logits,
+    pub attention: AttentionMode,
+}
+
+/// Bytes above the weights and the KV cache at each moment that can be the peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Phases {
+    pub attention: u64,
+    pub o_proj: u64,
+    pub mlp: u64,
+    /// The final norm's input and output, and the logits kept.
+    pub logits: u64,
+    /// The logits the forward returns (they stay after it).
+    pub logits_kept: u64,
+}
+
+impl Phases {
+    /// The peak above the weights and the KV cache.
+    pub fn peak(&self) -> u64 {
+        self.attention.max(self.o_proj).max(self.mlp).max(self.logits)
+    }
+
+    /// What the lab's stages report as transient: the peak less what stays (the logits).
+    pub fn transient(&self) -> u64 {
+        self.peak() - self.logits_kept
+    }
+
+    /// Which moment is the peak.
+    pub fn peak_at(&self) -> &'static str {
+        let p = self.peak();
+        if p == self.mlp {
+            "mlp"
+        } else if p == self.logits {
+            "logits"
+        } else if p == self.attention {
+            "attention"
+        } else {
+            "o_proj"
+        }
+    }
+}
+
+/// The four moments of `p` on `cfg`.
+pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
+    let a = p.act_bytes as u64;
+    let (b, s) = (p.batch as u64, p.seq as u64);
+    let tokens = b * s;
+    let h = cfg.hidden_size as u64 * a;
+    let kv = (cfg.num_key_value_heads * cfg.head_dim()) as u64 * a;
+    let i = cfg.intermediate_size as u64 * a;
+    let rope = s * cfg.head_dim() as u64 * a;
+    // x, h1, q (transposed), q (rotary); k (transposed), k (rotary), v.
+    let layer = tokens * (4 * h + 3 * kv) + rope;
+    let attention = layer
+        + match p.attention {
+            AttentionMode::Bounded { budget } => bounded(cfg, b, s, a, budget as u64),
+            AttentionMode::Naive | AttentionMode::Differentiable => naive(cfg, b, s, a),
+        };
+    // x, h1, q, q, a, a reshaped, o(a), x + o(a).
+    let o_proj = layer + tokens * 4 * h;
+    // x + o(a), h1, q, q, a, a reshaped, h2; gate, silu(gate), up, silu(gate) * up.
+    let mlp = layer + tokens * (3 * h + 4 * i);
+    let logits_kept = b * cfg.vocab_size as u64 * a * if p.logits == Logits::All { s } else { 1 };
+    let logits = tokens * 2 * h + rope + logits_kept;
+    Phases { attention, o_proj, mlp, logits, logits_kept }
+}
+
+/// Bounded attention's own bytes at its busiest chunk (`attention::bounded`): the outputs of
+/// the chunks done, the scaled query chunk, and either the scores with the causal corner being
+/// masked (mask and masked copy) or the scores, probabilities and the chunk's output.
+fn bounded(cfg: &Qwen2Config, b: u64, s: u64, a: u64, budget: u64) -> u64 {
+    let heads = cfg.num_attention_heads as u64;
+    let h = cfg.hidden_size as u64 * a;
+    let row_bytes = b * heads * s * a;
+    let chunk = (budget / row_bytes.max(1)).clamp(1, s.max(1));
+    let mut worst = 0;
+    let mut s0 = 0;
+    while s0 < s {
+        let c = chunk.min(s - s0);
+        let t = s0 + c;
+        let scores = b * heads * c * t * a;
+        let masking = if c > 1 { scores + c * c + b * heads * c * c * a } else { 0 };
+        let softmax = 2 * scores + b * c * h;
+        worst = worst.max(b * (s0 + c) * h + masking.max(softmax));
+        s0 += c;
+    }
+    // Several chunks are concatenated: their outputs and the copy.
+    if chunk < s {
+        worst = worst.max(2 * b * s * h);
+    }
+    worst
+}
+
+/// Stock candle-transformers' attention (`attention::naive`): K and V repeated for every query
+/// head, the scaled scores, the masked copy and the probabilities (three full score matrices),
+/// and the output.
+fn naive(cfg: &Qwen2Config, b: u64, s: u64, a: u64) -> u64 {
+    let heads = cfg.num_attention_heads as u64;
+    let h = cfg.hidden_size as u64 * a;
+    let scores = b * heads * s * s * a;
+    2 * b * s * h + 3 * scores + b * s * h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seven_b(seq: usize, logits: Logits, act_bytes: usize) -> Phases {
+        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        phases(&cfg, &Prefill { seq, batch: 1, act_bytes, logits, attention: AttentionMode::default() })
+    }
+
+    /// Qwen2.5-7B by hand: H = 3,584 × 2, KV = 512 × 2, I = 18,944 × 2, rotary 128 × 2 per token.
+    #[test]
+    fn seven_b_by_hand() {
+        // MLP: 7 × 7,168 + 3 × 1,024 + 4 × 37,888 + 256 = 205,056 B per token.
+        let p = seven_b(16384, Logits::Last, 2);
+        assert_eq!(p.mlp, 205_056 * 16384);
+        assert_eq!(p.peak_at(), "mlp");
+        assert_eq!(p.transient(), 205_056 * 16384 - 304_128);
+        // All logits: 304,128 B per token kept, 2 × 7,168 + 256 above them.
+        let p = seven_b(16384, Logits::All, 2);
+        assert_eq!(p.peak_at(), "logits");
+        assert_eq!(p.transient(), 14_592 * 16384);
+        // 2,048 tokens, one chunk: 28 × 2,048² × 2 B of scores and as many of probabilities, the
+        // chunk's output, beside the layer's 4 H + 3 KV + rotary and the scaled query per token.
+        let p = seven_b(2048, Logits::Last, 2);
+        let scores = 28 * 2048 * 2048 * 2;
+        assert_eq!(p.attention, 2048 * (6 * 7168 + 3 * 1024 + 256) + 2 * scores);
+        assert_eq!(p.peak_at(), "attention");
+        // Q4 computes in F32: twice the bytes per token.
+        assert_eq!(seven_b(16384, Logits::Last, 4).mlp, 2 * 205_056 * 16384);
+    }
+
+    /// The chunks keep every score matrix under the budget; a larger budget never lowers the peak.
+    #[test]
+    fn chunks_bound_the_scores() {
+        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let at = |budget| phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Bounded { budget } }).attention;
+        assert!(at(64 << 20) < at(256 << 20));
+        assert!(at(256 << 20) < at(1 << 30));
+        let naive = phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Naive }).attention;
+        assert!(naive > 3 * 28 * 32768 * 32768 * 2);
+    }
+}
