@@ -132,6 +132,34 @@ impl Setup {
     }
 }
 
+/// The estimator, the planner and the check for a model and card, computed here (formulas and
+/// committed CSVs only: no GPU, no weights). `model` is a source (`synthetic:qwen2.5-14b`, a
+/// directory with config.json); `card` a preset or a size; `seq` and `batch` the workload.
+pub struct Estimator {
+    pub estimate: StageRun,
+    pub plan: StageRun,
+    pub check: StageRun,
+}
+
+pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Estimator> {
+    use crate::experiments::{estimate, estimate_check};
+    let args = SessionArgs { device: "cpu".into(), model: Some(model.into()), card: Some(card.into()), silent: true, ..Default::default() };
+    let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S%3f");
+    let mut args = args;
+    args.out = Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/notebook-runs").join(format!("{stamp}-estimate")));
+    let mut session = Session::open(&args, "estimate", false)?;
+    let est = estimate::EstimateConfig { seq, batch, train: true, ..Default::default() };
+    let plan = estimate::PlanConfig { seq, ..Default::default() };
+    let check = estimate_check::CheckConfig { results: results_dir() };
+    for (name, config) in [("estimate", serde_json::to_value(est)?), ("plan", serde_json::to_value(plan)?), ("check", serde_json::to_value(check)?)] {
+        let stage = find(name).ok_or_else(|| LabError::other(format!("no stage {name}")))?;
+        session.run_stage(stage.as_ref(), config)?;
+    }
+    let run = session.finish(&registry())?;
+    let of = |stage: &str| StageRun { run: run.clone(), stage: stage.into() };
+    Ok(Estimator { estimate: of("estimate"), plan: of("plan"), check: of("check") })
+}
+
 /// Folders holding a manifest.json, up to `depth` levels below `dir`
 /// (data/results/<gpu>/<date>-<what>/<run>/).
 fn run_folders(dir: &Path, depth: usize) -> Vec<PathBuf> {

@@ -85,7 +85,12 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     // x + o(a), h1, q, q, a, a reshaped, h2; gate, silu(gate), up, silu(gate) * up.
     let mlp = layer + tokens * (3 * h + 4 * i);
     let logits_kept = b * cfg.vocab_size as u64 * a * if p.logits == Logits::All { s } else { 1 };
-    let logits = tokens * 2 * h + rope + logits_kept;
+    // All logits come in pieces of at most 2^31 elements (candle indexes in 32 bits); with a
+    // batch, each piece's rows of the final norm are copied out first, the last piece's copy
+    // beside every logit.
+    let rows = (i32::MAX as u64 / (b * cfg.vocab_size as u64)).max(1);
+    let last_copy = if p.logits == Logits::All && b > 1 && rows < s { b * (s - (s - 1) / rows * rows) * h } else { 0 };
+    let logits = tokens * 2 * h + rope + logits_kept + last_copy;
     Phases { attention, o_proj, mlp, logits, logits_kept }
 }
 

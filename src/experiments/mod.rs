@@ -4,6 +4,7 @@
 pub mod anatomy;
 pub mod bandwidth;
 pub mod estimate;
+pub mod estimate_check;
 pub mod frag;
 pub mod kv;
 pub mod leaks;
@@ -14,7 +15,7 @@ use crate::stage::{register, AnyStage};
 
 /// Every stage, in the report's order. Adding a stage: its module, and one line here.
 pub fn registry() -> Vec<Box<dyn AnyStage>> {
-    vec![register::<anatomy::Anatomy>(), register::<kv::KvCache>(), register::<frag::Frag>(), register::<leaks::Leaks>(), register::<bandwidth::Bandwidth>(), register::<offload::Offload>(), register::<estimate::Estimate>(), register::<estimate::Plan>()]
+    vec![register::<anatomy::Anatomy>(), register::<kv::KvCache>(), register::<frag::Frag>(), register::<leaks::Leaks>(), register::<bandwidth::Bandwidth>(), register::<offload::Offload>(), register::<estimate::Estimate>(), register::<estimate::Plan>(), register::<estimate_check::Check>()]
 }
 
 /// The stage called `name`.
