@@ -81,8 +81,7 @@ impl Setup {
             Mode::Replay => RunFolder::open(&self.newest_run_with(name)?)?,
             Mode::Live => {
                 let mut args = self.args.clone();
-                let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S%3f");
-                args.out = Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/notebook-runs").join(format!("{stamp}-{name}")));
+                args.out = Some(live_run_dir(name));
                 let mut session = Session::open(&args, name, false)?;
                 let config = stage.default_config(session.device.is_cuda())?;
                 session.run_stage(stage.as_ref(), config)?;
@@ -143,10 +142,7 @@ pub struct Estimator {
 
 pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Estimator> {
     use crate::experiments::{estimate, estimate_check};
-    let args = SessionArgs { device: "cpu".into(), model: Some(model.into()), card: Some(card.into()), silent: true, ..Default::default() };
-    let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S%3f");
-    let mut args = args;
-    args.out = Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/notebook-runs").join(format!("{stamp}-estimate")));
+    let args = SessionArgs { device: "cpu".into(), model: Some(model.into()), card: Some(card.into()), silent: true, out: Some(live_run_dir("estimate")), ..Default::default() };
     let mut session = Session::open(&args, "estimate", false)?;
     let est = estimate::EstimateConfig { seq, batch, train: true, ..Default::default() };
     let plan = estimate::PlanConfig { seq, ..Default::default() };
@@ -158,6 +154,12 @@ pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Es
     let run = session.finish(&registry())?;
     let of = |stage: &str| StageRun { run: run.clone(), stage: stage.into() };
     Ok(Estimator { estimate: of("estimate"), plan: of("plan"), check: of("check") })
+}
+
+/// A fresh folder for a run a notebook makes: target/notebook-runs/<time>-<name>.
+fn live_run_dir(name: &str) -> PathBuf {
+    let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S%3f");
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/notebook-runs").join(format!("{stamp}-{name}"))
 }
 
 /// Folders holding a manifest.json, up to `depth` levels below `dir`

@@ -109,6 +109,37 @@ pub fn limits(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64) -> 
     (max_context, max_batch)
 }
 
+/// A workload on one card: what it needs, the card's capacity, its limits and decode ceiling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CardFit {
+    pub need: u64,
+    pub capacity: u64,
+    pub max_context: usize,
+    pub max_batch: usize,
+    /// The card's bandwidth ÷ the bytes batch-1 decoding reads per token; None without a bandwidth.
+    pub decode_ceiling_tok_s: Option<f64>,
+}
+
+impl CardFit {
+    pub fn fits(&self) -> bool {
+        self.need <= self.capacity
+    }
+    pub fn headroom(&self) -> i64 {
+        self.capacity as i64 - self.need as i64
+    }
+}
+
+pub fn on_card(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64, bandwidth_gbs: Option<f64>) -> CardFit {
+    let (max_context, max_batch) = limits(cfg, w, runtime, capacity);
+    CardFit {
+        need: ledger(cfg, w, runtime).device(),
+        capacity,
+        max_context,
+        max_batch,
+        decode_ceiling_tok_s: bandwidth_gbs.map(|bw| super::decode_ceiling_tok_s(bw, decode_bytes(cfg, w.precision, w.seq))),
+    }
+}
+
 /// Bytes batch-1 decoding reads per token at context `seq`: every weight and the cache so far.
 pub fn decode_bytes(cfg: &Qwen2Config, precision: Precision, seq: usize) -> u64 {
     weight_bytes(cfg, precision) + kv_bytes_per_token(cfg, precision.act_dtype().size_in_bytes()) * seq as u64

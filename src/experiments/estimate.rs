@@ -6,13 +6,15 @@
 //! `plan` inverts it for one card.
 
 use crate::error::Result;
-use crate::estimate::fit::{self, Inference, Runtime};
+use crate::estimate::fit::{self, CardFit, Inference, Runtime};
 use crate::estimate::training::{self, Optimizer, TrainSetup};
-use crate::estimate::{self, decode_ceiling_tok_s};
+use crate::estimate;
 use crate::hw::Card;
 use crate::memory::mib;
 use crate::model::attention::AttentionMode;
 use crate::model::{self, Logits, Precision, Qwen2Config};
+
+const MIB: f64 = (1u64 << 20) as f64;
 use crate::report::charts;
 use crate::session::Session;
 use crate::stage::{Finding, Stage, StageOutput, View};
@@ -143,7 +145,7 @@ impl Stage for Estimate {
         let runtime = Runtime::assumed();
         let cards = Card::presets();
         let (mut lp, mut li, mut lm, mut lf) = (vec![], vec![], vec![], vec![]);
-        let mut fit_rows: Vec<(String, String, f64, f64, bool, f64, u64, u64, Option<f64>, Option<f64>)> = vec![];
+        let mut fits: Vec<(Precision, &Card, CardFit)> = vec![];
         let mut curve: (Vec<String>, Vec<u64>, Vec<f64>) = (vec![], vec![], vec![]);
         let mut out = StageOutput::default();
         for &p in &c.precisions {
@@ -156,10 +158,7 @@ impl Stage for Estimate {
             }
             let need = fit::ledger(&cfg, &w, runtime.bytes()).device();
             for card in &cards {
-                let cap = card.total_bytes();
-                let (ctx, batch) = fit::limits(&cfg, &w, runtime.bytes(), cap);
-                let ceiling = card.bandwidth_gbs.map(|bw| decode_ceiling_tok_s(bw, fit::decode_bytes(&cfg, p, c.seq)));
-                fit_rows.push((p.to_string(), card.name.clone(), card.total_mib, mib(need), need <= cap, mib(cap) - mib(need), ctx as u64, batch as u64, card.bandwidth_gbs, ceiling));
+                fits.push((p, card, fit::on_card(&cfg, &w, runtime.bytes(), card.total_bytes(), card.bandwidth_gbs)));
             }
             // Memory against context: powers of two up to the model's positions.
             let mut seq = 256;
@@ -169,7 +168,7 @@ impl Stage for Estimate {
                 curve.2.push(fit::ledger(&cfg, &workload(p, seq, c.batch, c.logits), runtime.bytes()).device() as f64 / (1u64 << 30) as f64);
                 seq *= 2;
             }
-            let fits_on: Vec<&str> = fit_rows.iter().filter(|r| r.0 == p.to_string() && r.4).map(|r| r.1.as_str()).collect();
+            let fits_on: Vec<&str> = fits.iter().filter(|(q, _, f)| *q == p && f.fits()).map(|(_, card, _)| card.name.as_str()).collect();
             s.say(format!("{p}: needs {:.2} GiB at {} × {} tokens; fits {}", need as f64 / (1u64 << 30) as f64, c.batch, c.seq, if fits_on.is_empty() { "no preset card".to_string() } else { fits_on.join(", ") }));
             out.findings.push(Finding::new(format!("{p}: memory for {} × {} tokens", c.batch, c.seq), "GiB", None).predicted(need as f64 / (1u64 << 30) as f64).note(format!("fits: {}", fits_on.join(", "))));
         }
@@ -177,16 +176,16 @@ impl Stage for Estimate {
         out.table(
             FIT,
             df!(
-                col::PRECISION => fit_rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
-                col::CARD => fit_rows.iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
-                col::CARD_MIB => fit_rows.iter().map(|r| r.2).collect::<Vec<_>>(),
-                col::NEED_MIB => fit_rows.iter().map(|r| r.3).collect::<Vec<_>>(),
-                col::FITS => fit_rows.iter().map(|r| r.4).collect::<Vec<_>>(),
-                col::HEADROOM_MIB => fit_rows.iter().map(|r| r.5).collect::<Vec<_>>(),
-                col::MAX_CONTEXT => fit_rows.iter().map(|r| r.6).collect::<Vec<_>>(),
-                col::MAX_BATCH => fit_rows.iter().map(|r| r.7).collect::<Vec<_>>(),
-                col::BANDWIDTH_GBS => fit_rows.iter().map(|r| r.8).collect::<Vec<_>>(),
-                col::DECODE_CEILING => fit_rows.iter().map(|r| r.9).collect::<Vec<_>>(),
+                col::PRECISION => fits.iter().map(|r| r.0.to_string()).collect::<Vec<_>>(),
+                col::CARD => fits.iter().map(|r| r.1.name.clone()).collect::<Vec<_>>(),
+                col::CARD_MIB => fits.iter().map(|r| r.1.total_mib).collect::<Vec<_>>(),
+                col::NEED_MIB => fits.iter().map(|r| mib(r.2.need)).collect::<Vec<_>>(),
+                col::FITS => fits.iter().map(|r| r.2.fits()).collect::<Vec<_>>(),
+                col::HEADROOM_MIB => fits.iter().map(|r| r.2.headroom() as f64 / MIB).collect::<Vec<_>>(),
+                col::MAX_CONTEXT => fits.iter().map(|r| r.2.max_context as u64).collect::<Vec<_>>(),
+                col::MAX_BATCH => fits.iter().map(|r| r.2.max_batch as u64).collect::<Vec<_>>(),
+                col::BANDWIDTH_GBS => fits.iter().map(|r| r.1.bandwidth_gbs).collect::<Vec<_>>(),
+                col::DECODE_CEILING => fits.iter().map(|r| r.2.decode_ceiling_tok_s).collect::<Vec<_>>(),
             )?,
         );
         out.table(CURVE, df!(col::PRECISION => curve.0, col::SEQ => curve.1, col::NEED_GIB => curve.2)?);
@@ -198,7 +197,7 @@ impl Stage for Estimate {
 
     fn views() -> Vec<View> {
         use col::*;
-        let mut v = vec![
+        vec![
             View {
                 name: "ledger",
                 table: LEDGER,
@@ -226,17 +225,16 @@ impl Stage for Estimate {
                 chart: Some(charts::estimate_curve),
                 explain: "The ledger's total for each context, against each card's capacity: where a line crosses a card is its longest context. 显存随上下文增长,与各卡容量的交点即最长上下文。",
             },
-        ];
-        v.push(View {
-            name: "training",
-            table: TRAINING,
-            caption: "Estimator — a training step per GPU, beside the articles' 16 B/parameter",
-            columns: &[SETUP, ITEM, BYTES_PER_PARAM, GIB_PER_GPU, NOTE],
-            group_by: &[],
-            chart: None,
-            explain: "Weights, gradients, the F32 master copy (mixed precision), the optimizer's states, and what ZeRO divides across GPUs; activations are measured by the training stage, not estimated here. 训练:权重、梯度、主权重、优化器状态,以及 ZeRO 的切分。",
-        });
-        v
+            View {
+                name: "training",
+                table: TRAINING,
+                caption: "Estimator — a training step per GPU, beside the articles' 16 B/parameter",
+                columns: &[SETUP, ITEM, BYTES_PER_PARAM, GIB_PER_GPU, NOTE],
+                group_by: &[],
+                chart: None,
+                explain: "Weights, gradients, the F32 master copy (mixed precision), the optimizer's states, and what ZeRO divides across GPUs; activations are not in this ledger yet. 训练:权重、梯度、主权重、优化器状态,以及 ZeRO 的切分。",
+            },
+        ]
     }
 }
 
@@ -285,19 +283,14 @@ impl Stage for Plan {
         };
         let runtime = Runtime::assumed();
         let cap = card.total_bytes();
-        let mut rows = vec![];
-        for p in [Precision::F32, Precision::Bf16, Precision::Q4] {
-            let w = workload(p, c.seq, 1, Logits::Last);
-            let (ctx, batch) = fit::limits(&cfg, &w, runtime.bytes(), cap);
-            let need = fit::ledger(&cfg, &w, runtime.bytes()).device();
-            let ceiling = card.bandwidth_gbs.map(|bw| decode_ceiling_tok_s(bw, fit::decode_bytes(&cfg, p, c.seq)));
-            rows.push((p, need, ctx, batch, ceiling));
-        }
+        let rows: Vec<(Precision, CardFit)> =
+            [Precision::F32, Precision::Bf16, Precision::Q4].into_iter().map(|p| (p, fit::on_card(&cfg, &workload(p, c.seq, 1, Logits::Last), runtime.bytes(), cap, card.bandwidth_gbs))).collect();
         // The best: the most precise that fits the context wanted (F32 > BF16 > Q4), else the one
         // with the longest context.
-        let best = rows.iter().position(|r| r.1 <= cap).unwrap_or_else(|| rows.iter().enumerate().max_by_key(|(_, r)| r.2).map(|(i, _)| i).unwrap_or(0));
+        let best = rows.iter().position(|r| r.1.fits()).unwrap_or_else(|| rows.iter().enumerate().max_by_key(|(_, r)| r.1.max_context).map(|(i, _)| i).unwrap_or(0));
         let mut out = StageOutput::default();
-        let (p, need, ctx, batch, ceiling) = rows[best];
+        let (p, f) = rows[best];
+        let (need, ctx, batch, ceiling) = (f.need, f.max_context, f.max_batch, f.decode_ceiling_tok_s);
         let verdict = if need <= cap {
             format!("{p}: {} tokens fit with {:.2} GiB to spare; up to {ctx} tokens at batch 1, {batch} sequences of {} tokens; decode ceiling {}", c.seq, (cap - need) as f64 / (1u64 << 30) as f64, c.seq, ceiling.map(|t| format!("{t:.1} tok/s")).unwrap_or_else(|| "unknown (no bandwidth for this card)".into()))
         } else if ctx > 0 {
@@ -312,12 +305,12 @@ impl Stage for Plan {
             df!(
                 col::RANK => rows.iter().enumerate().map(|(i, _)| if i == best { "best" } else { "" }).collect::<Vec<_>>(),
                 col::PRECISION => rows.iter().map(|r| r.0.to_string()).collect::<Vec<_>>(),
-                col::NEED_MIB => rows.iter().map(|r| mib(r.1)).collect::<Vec<_>>(),
-                col::FITS => rows.iter().map(|r| r.1 <= cap).collect::<Vec<_>>(),
-                col::HEADROOM_MIB => rows.iter().map(|r| mib(cap) - mib(r.1)).collect::<Vec<_>>(),
-                col::MAX_CONTEXT => rows.iter().map(|r| r.2 as u64).collect::<Vec<_>>(),
-                col::MAX_BATCH => rows.iter().map(|r| r.3 as u64).collect::<Vec<_>>(),
-                col::DECODE_CEILING => rows.iter().map(|r| r.4).collect::<Vec<_>>(),
+                col::NEED_MIB => rows.iter().map(|r| mib(r.1.need)).collect::<Vec<_>>(),
+                col::FITS => rows.iter().map(|r| r.1.fits()).collect::<Vec<_>>(),
+                col::HEADROOM_MIB => rows.iter().map(|r| r.1.headroom() as f64 / MIB).collect::<Vec<_>>(),
+                col::MAX_CONTEXT => rows.iter().map(|r| r.1.max_context as u64).collect::<Vec<_>>(),
+                col::MAX_BATCH => rows.iter().map(|r| r.1.max_batch as u64).collect::<Vec<_>>(),
+                col::DECODE_CEILING => rows.iter().map(|r| r.1.decode_ceiling_tok_s).collect::<Vec<_>>(),
             )?,
         );
         Ok(out)

@@ -11,6 +11,7 @@ use crate::hw::Card;
 use crate::memory::mib;
 use crate::model::attention::AttentionMode;
 use crate::model::{Logits, Precision, Qwen2Config};
+use crate::report::format::{floats, strings};
 use crate::report::manifest::read_csv;
 use crate::session::Session;
 use crate::stage::{Finding, Stage, StageOutput, View};
@@ -138,26 +139,8 @@ fn run_context(csv: &Path) -> Result<(Qwen2Config, Option<String>)> {
     Err(LabError::input(format!("{}: no env.json or manifest.json names its model", csv.display())))
 }
 
-fn strs(df: &DataFrame, name: &str) -> Result<Vec<String>> {
-    let c = df.column(name)?.cast(&DataType::String)?;
-    Ok(c.str()?.iter().map(|v| v.unwrap_or("").to_string()).collect())
-}
-
-fn nums(df: &DataFrame, name: &str) -> Result<Vec<f64>> {
-    let c = df.column(name)?.cast(&DataType::Float64)?;
-    Ok(c.f64()?.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
-}
-
-fn precision(s: &str) -> Result<Precision> {
-    <Precision as clap::ValueEnum>::from_str(s, true).map_err(|_| LabError::input(format!("unknown precision `{s}` in a results file")))
-}
-
 fn logits(s: &str) -> Result<Logits> {
     <Logits as clap::ValueEnum>::from_str(s, true).map_err(|_| LabError::input(format!("unknown logits `{s}` in a results file")))
-}
-
-fn attention(s: &str) -> Result<AttentionMode> {
-    AttentionMode::parse(s)
 }
 
 /// The logits a folder's steps kept when its CSV has no column for it (runs before it had one):
@@ -179,7 +162,7 @@ fn folder_logits(csv: &Path) -> Result<Option<Logits>> {
         return Ok(Some(Logits::All));
     }
     let df = read_csv(&limit)?;
-    strs(&df, "logits")?.first().map(|s| logits(s)).transpose()
+    strings(&df, "logits")?.first().map(|s| logits(s)).transpose()
 }
 
 fn relative(p: &Path, root: &Path) -> String {
@@ -196,22 +179,22 @@ pub fn steps(root: &Path) -> Result<Vec<StepCheck>> {
         let (cfg, _) = run_context(&f)?;
         let df = read_csv(&f)?;
         let n = df.height();
-        let outcome = strs(&df, "outcome")?;
-        let prec = strs(&df, "precision")?;
-        let att = strs(&df, "attention")?;
-        let lg: Vec<Option<Logits>> = match strs(&df, "logits") {
+        let outcome = strings(&df, "outcome")?;
+        let prec = strings(&df, "precision")?;
+        let att = strings(&df, "attention")?;
+        let lg: Vec<Option<Logits>> = match strings(&df, "logits") {
             Ok(v) => v.iter().map(|s| logits(s).map(Some)).collect::<Result<_>>()?,
             Err(_) => vec![folder_logits(&f)?; n],
         };
-        let (seq, batch) = (nums(&df, "seq")?, nums(&df, "batch")?);
-        let (base, held, peak, transient) = (nums(&df, "base_mib")?, nums(&df, "held_mib")?, nums(&df, "peak_mib")?, nums(&df, "transient_mib")?);
+        let (seq, batch) = (floats(&df, "seq")?, floats(&df, "batch")?);
+        let (base, held, peak, transient) = (floats(&df, "base_mib")?, floats(&df, "held_mib")?, floats(&df, "peak_mib")?, floats(&df, "transient_mib")?);
         for r in 0..n {
             let Some(logits) = lg[r] else { continue };
             if outcome[r] != "ok" {
                 continue;
             }
-            let p = precision(&prec[r])?;
-            let w = Inference { precision: p, seq: seq[r] as usize, batch: batch[r] as usize, logits, attention: attention(&att[r])? };
+            let p = Precision::parse(&prec[r])?;
+            let w = Inference { precision: p, seq: seq[r] as usize, batch: batch[r] as usize, logits, attention: AttentionMode::parse(&att[r])? };
             let l = fit::ledger(&cfg, &w, 0);
             out.push(StepCheck {
                 file: relative(&f, root),
@@ -241,10 +224,10 @@ pub fn weights(root: &Path) -> Result<Vec<(String, Precision, f64, f64)>> {
     for f in files {
         let (cfg, _) = run_context(&f)?;
         let df = read_csv(&f)?;
-        let (outcome, prec, loaded) = (strs(&df, "outcome")?, strs(&df, "precision")?, nums(&df, "loaded_allocated_gib")?);
+        let (outcome, prec, loaded) = (strings(&df, "outcome")?, strings(&df, "precision")?, floats(&df, "loaded_allocated_gib")?);
         for r in 0..df.height() {
             if outcome[r] == "ok" {
-                let p = precision(&prec[r])?;
+                let p = Precision::parse(&prec[r])?;
                 out.push((relative(&f, root), p, loaded[r] * 1024.0, mib(weight_bytes(&cfg, p))));
             }
         }
@@ -262,16 +245,16 @@ pub fn limits(root: &Path) -> Result<Vec<LimitCheck>> {
     for f in files {
         let (cfg, _) = run_context(&f)?;
         let df = read_csv(&f)?;
-        let (card, prec, lg, batch, max) = (strs(&df, "card")?, strs(&df, "precision")?, strs(&df, "logits")?, nums(&df, "batch")?, nums(&df, "max_context")?);
+        let (card, prec, lg, batch, max) = (strings(&df, "card")?, strings(&df, "precision")?, strings(&df, "logits")?, floats(&df, "batch")?, floats(&df, "max_context")?);
         // Older folders ran one attention each, named in their prefill sweep.
-        let att = match strs(&df, "attention") {
+        let att = match strings(&df, "attention") {
             Ok(v) => v,
-            Err(_) => vec![strs(&read_csv(&f.with_file_name("kv_prefill.csv"))?, "attention")?.first().cloned().unwrap_or_default(); df.height()],
+            Err(_) => vec![strings(&read_csv(&f.with_file_name("kv_prefill.csv"))?, "attention")?.first().cloned().unwrap_or_default(); df.height()],
         };
         for r in 0..df.height() {
             let Ok(c) = Card::parse(&card[r]) else { continue };
-            let p = precision(&prec[r])?;
-            let w = Inference { precision: p, seq: 1, batch: batch[r] as usize, logits: logits(&lg[r])?, attention: attention(&att[r])? };
+            let p = Precision::parse(&prec[r])?;
+            let w = Inference { precision: p, seq: 1, batch: batch[r] as usize, logits: logits(&lg[r])?, attention: AttentionMode::parse(&att[r])? };
             // Beyond the model's positions too: the bisections were not capped there.
             let predicted = fit::largest(1 << 20, |seq| fit::ledger(&cfg, &Inference { seq, ..w }, runtime).device() <= c.total_bytes());
             out.push(LimitCheck { file: relative(&f, root), card: c.name, precision: p, logits: w.logits, attention: att[r].clone(), batch: w.batch, max_context: max[r] as usize, predicted_max_context: predicted });

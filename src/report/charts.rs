@@ -9,15 +9,7 @@ use plotly::layout::{Axis, AxisType, BarMode, Layout};
 use plotly::{Bar, Plot, Scatter};
 use polars::prelude::*;
 
-fn floats(df: &DataFrame, col: &str) -> Result<Vec<f64>> {
-    let c = df.column(col)?.cast(&DataType::Float64)?;
-    Ok(c.f64()?.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
-}
-
-fn strings(df: &DataFrame, col: &str) -> Result<Vec<String>> {
-    let c = df.column(col)?.cast(&DataType::String)?;
-    Ok(c.str()?.iter().map(|v| v.unwrap_or("").to_string()).collect())
-}
+use crate::report::format::{floats, strings};
 
 fn layout(title: &str, x: &str, y: &str) -> Layout {
     Layout::new()

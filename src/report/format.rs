@@ -133,3 +133,15 @@ mod tests {
         assert_eq!(v, vec![Some(0.00326), Some(14.19), Some(57348.0)]);
     }
 }
+
+/// A column as floats (nulls as NaN).
+pub fn floats(df: &DataFrame, col: &str) -> Result<Vec<f64>> {
+    let c = df.column(col)?.cast(&DataType::Float64)?;
+    Ok(c.f64()?.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
+}
+
+/// A column as strings (nulls as empty).
+pub fn strings(df: &DataFrame, col: &str) -> Result<Vec<String>> {
+    let c = df.column(col)?.cast(&DataType::String)?;
+    Ok(c.str()?.iter().map(|v| v.unwrap_or("").to_string()).collect())
+}
