@@ -7,15 +7,22 @@ mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer as _, ParamsAdamW};
-use vram_lab::estimate::training::{ledger, TrainSetup};
+use vram_lab::estimate::training::{graph, ledger, step_activations, TrainSetup, TrainShape};
 use vram_lab::memory::host::{self, CountingAlloc};
 use vram_lab::model::weights::Weight;
-use vram_lab::model::{AttentionMode, CacheKind, Logits, Precision, Qwen2};
+use vram_lab::model::weights::{load_all, Synthetic};
+use vram_lab::model::{train, AttentionMode, CacheKind, Logits, Precision, Qwen2};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
+/// One test function: the counter is process-wide, so the checks run one after another.
 #[test]
+fn training_memory_is_what_the_formulas_say() {
+    a_training_step_holds_what_the_ledger_says();
+    the_forward_keeps_what_the_graph_formula_counts();
+}
+
 fn a_training_step_holds_what_the_ledger_says() {
     let cfg = common::tiny();
     let mut vars = Vec::new();
@@ -63,4 +70,37 @@ fn a_training_step_holds_what_the_ledger_says() {
     opt.step(&grads).unwrap();
     assert!(host::allocated() <= held + (1 << 16), "the step kept {} B more", host::allocated() - held);
     assert_ne!(vars[0].as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap(), w0);
+}
+
+/// What the forward keeps for the backward, as `estimate::training::graph` counts it: equal to the
+/// byte between two shapes (the host's per-tensor bookkeeping, the same count of tensors in both,
+/// cancels), and the plain step's backward peak within 1 %.
+fn the_forward_keeps_what_the_graph_formula_counts() {
+    let cfg = common::tiny();
+    let mut source = Synthetic::new(cfg.clone(), 3);
+    let w = load_all(&cfg, &mut source, Precision::F32, &Device::Cpu, None, |_, _| Ok(())).unwrap();
+    let model = train::trainable(Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap()).unwrap();
+    let params: u64 = model.vars().unwrap().iter().map(|v| v.elem_count() as u64).sum();
+    let measure = |batch: usize, seq: usize| -> (u64, u64) {
+        let ids = Tensor::from_vec(common::ids(batch * (seq + 1), cfg.vocab_size, 4), (batch, seq + 1), &Device::Cpu).unwrap();
+        let (input, target) = train::shift(&ids).unwrap();
+        // Once to warm the allocator's and kernels' scratch, once measured.
+        train::gradients(&model, &input, &target, false, &mut || ()).unwrap();
+        let base = host::allocated();
+        host::reset_peak();
+        let mut kept = 0;
+        let step = train::gradients(&model, &input, &target, false, &mut || kept = host::allocated() - base).unwrap();
+        let peak = host::peak() - base;
+        drop(step);
+        (kept, peak)
+    };
+    let shapes = [TrainShape { batch: 1, seq: 32 }, TrainShape { batch: 2, seq: 64 }];
+    let got: Vec<(u64, u64)> = shapes.iter().map(|sh| measure(sh.batch, sh.seq)).collect();
+    let want: Vec<u64> = shapes.iter().map(|sh| graph(&cfg, *sh)).collect();
+    assert_eq!(got[1].0 - got[0].0, want[1] - want[0], "graph growth from {:?} to {:?}", shapes[0], shapes[1]);
+    for (sh, (_, peak)) in shapes.iter().zip(&got) {
+        let lab = step_activations(&cfg, params, *sh, false).peak;
+        let err = (*peak as f64 - lab as f64).abs() / *peak as f64;
+        assert!(err < 0.01, "{sh:?}: backward peak {peak} B measured, {lab} B by the formula ({:.2} %)", 100.0 * err);
+    }
 }

@@ -1,6 +1,7 @@
 //! Training memory per GPU: weights, gradients, an F32 master copy under mixed precision, the
-//! optimizer's states, and what ZeRO divides across GPUs. Exact byte counts of the tensors a
-//! training step holds; activations are a separate, measured matter (not here yet).
+//! optimizer's states, and what ZeRO divides across GPUs; and the activations of the lab's own F32
+//! training step (`model::train`), with and without gradient checkpointing, counted tensor by
+//! tensor from candle's forward and backward.
 //!
 //! The related articles' "FP32 training of a 7B model needs 112 GB" is 4 B of weights + 4 B of
 //! gradients + 8 B of Adam states per parameter: 16 × 7e9. Qwen2.5-7B has 7,615,616,512
@@ -88,6 +89,144 @@ pub fn ledger(params: u64, setup: &TrainSetup) -> TrainLedger {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Activations of the lab's F32 training step
+
+use crate::model::Qwen2Config;
+
+/// A batch of `batch` sequences of `seq` tokens, trained in F32 (4 B per element).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainShape {
+    pub batch: usize,
+    pub seq: usize,
+}
+
+const F32: u64 = 4;
+
+impl TrainShape {
+    fn tokens(&self) -> u64 {
+        (self.batch * self.seq) as u64
+    }
+
+    /// One layer's score matrix, [batch, heads, seq, seq], in elements.
+    fn scores(&self, cfg: &Qwen2Config) -> u64 {
+        (self.batch * cfg.num_attention_heads) as u64 * (self.seq * self.seq) as u64
+    }
+}
+
+/// Bytes one layer's forward leaves in the graph (candle keeps every op's output while the loss
+/// lives), per token unless noted, in F32 elements:
+/// - two composed RMS norms (x², x/rms, × weight: 3 H each, plus 4 per-row scalars each);
+/// - q, k, v products and their biases (2 H + 2·2 KV), heads-first copies of q and k (H + KV),
+///   V copied into the cache (KV);
+/// - composed rotary for q and k: x·cos, −x₂, the rotated concat, ·sin, the sum (4.5 H + 4.5 KV),
+///   plus cos and sin concatenated twice per call (4 · seq · head_dim, shared by the batch);
+/// - K and V repeated for every query head (2 H), the attention output and its reshaped copy
+///   (2 H), the o product and the residual (2 H);
+/// - the naive scores: product, scaled, masked, max-subtracted, exp, normalised (6 score
+///   matrices) plus the row max and sum (2 · heads), and the u8 causal mask (seq² B);
+/// - the MLP: gate, up, silu, product (4 I), down and the residual (2 H).
+pub fn graph_layer(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+    let (n, h, kv, i) = (sh.tokens(), cfg.hidden_size as u64, cfg.kv_dim() as u64, cfg.intermediate_size as u64);
+    let heads = cfg.num_attention_heads as u64;
+    // 21.5 H and 10.5 KV per token, kept as halves.
+    let halves = n * (43 * h + 21 * kv) / 2;
+    F32 * (halves + n * (4 * i + 8 + 2 * heads) + 6 * sh.scores(cfg) + 4 * (sh.seq * cfg.head_dim()) as u64) + (sh.seq * sh.seq) as u64
+}
+
+/// The head's graph: the embedding output (H), the final norm (3 H + 4), the logits (V), and
+/// cross-entropy's log-softmax (max-subtracted, exp, log-probabilities: 3 V, plus 4 per-row
+/// scalars).
+pub fn graph_head(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+    let (n, h, v) = (sh.tokens(), cfg.hidden_size as u64, cfg.vocab_size as u64);
+    F32 * n * (h + 3 * h + 4 + 4 * v + 4)
+}
+
+/// Everything a forward with trainable weights keeps until the backward ends.
+pub fn graph(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+    cfg.num_hidden_layers as u64 * graph_layer(cfg, sh) + graph_head(cfg, sh)
+}
+
+/// Gradients candle computes for constants a layer's graph uses, kept in the gradient store
+/// until it is dropped: the masked fill's −∞ (a score matrix), and rotary's broadcast cos and sin
+/// for q and k (H, H, KV, KV), each holding the chain it was computed from (its zeros, the
+/// product with the activation, the upstream gradient: 4× its size).
+pub fn constant_grads_layer(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+    let (n, h, kv) = (sh.tokens(), cfg.hidden_size as u64, cfg.kv_dim() as u64);
+    F32 * (sh.scores(cfg) + 4 * n * (2 * h + 2 * kv))
+}
+
+/// The head's backward at its busiest, measured (CPU and H200 alike) rather than derived from
+/// candle's backward one line at a time: cross-entropy's holds seven logits-sized tensors at once
+/// (a gradient computed from an output of the graph — exp's, the log-probabilities' — records its
+/// inputs, so a running sum keeps its addends alive until it is consumed); the head's product
+/// holds the logits' gradient and five weight-sized tensors. Qwen's 151,936-word vocabulary makes
+/// the first the larger from a few hundred tokens on.
+pub fn head_backward(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+    let (n, v) = (sh.tokens(), cfg.vocab_size as u64);
+    let table = (cfg.hidden_size * cfg.vocab_size) as u64;
+    F32 * (7 * n * v).max(n * v + 5 * table)
+}
+
+/// What a training step holds above weights and optimizer states, at its peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepActivations {
+    /// What the forward keeps for the backward (the graph, or with checkpointing the layer inputs).
+    pub forward: u64,
+    /// The gradients of every parameter (F32).
+    pub gradients: u64,
+    /// The peak above weights and states.
+    pub peak: u64,
+    /// Where the peak falls.
+    pub phase: &'static str,
+    /// The AdamW update's peak above weights and states: the gradients, and 14 tensors the size of
+    /// the largest weight. candle's AdamW keeps its moments as `Var`s, so each op of the update
+    /// records its inputs and the new moment, its bias-corrected copy, the update and the new
+    /// weight hold every intermediate until that weight is done: 3 + 3 + 1 + 1 + 1 + 3 + 2.
+    pub optimizer_peak: u64,
+}
+
+/// The lab's F32 training step on `cfg` with `params` parameters.
+/// - Plain: the peak is at the end of the backward, the embedding's gradient being added: the
+///   whole graph, every gradient, the constants' gradients, the table's new sum and the incoming
+///   [tokens, hidden] gradient; or earlier, at the head, if its backward outweighs the gradients.
+/// - Checkpointed: the forward keeps each layer's input ((L + 1) · tokens · H); the peak is the largest
+///   of the head's phase (inputs, head graph, its backward), a layer's (every gradient, the layer
+///   recomputed with its constants' gradients, four score matrices of its backward, its input and
+///   output gradients), and the embedding's (every gradient, the table's gradient and its sum).
+pub fn step_activations(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bool) -> StepActivations {
+    let (n, h, layers) = (sh.tokens(), cfg.hidden_size as u64, cfg.num_hidden_layers as u64);
+    let table = F32 * (cfg.hidden_size * cfg.vocab_size) as u64;
+    let gradients = F32 * params;
+    let hidden = F32 * n * h;
+    let head = graph_head(cfg, sh) + head_backward(cfg, sh);
+    let largest = cfg.tensor_specs().iter().map(|t| t.elem_count() as u64).max().unwrap_or(0);
+    let optimizer_peak = gradients + 14 * F32 * largest;
+    if !checkpoint {
+        let forward = graph(cfg, sh);
+        let end = forward + gradients + layers * constant_grads_layer(cfg, sh) + table + hidden;
+        let head = forward + head_backward(cfg, sh);
+        let (peak, phase) = if head > end { (head, "head backward") } else { (end, "embedding backward") };
+        return StepActivations { forward, gradients, peak, phase, optimizer_peak };
+    }
+    // Each layer's input, the last layer's output, and the rotary table (cos and sin).
+    let forward = (layers + 1) * hidden + F32 * (sh.seq * cfg.head_dim()) as u64;
+    let phases = [
+        (forward + head, "head backward"),
+        (gradients + graph_layer(cfg, sh) + constant_grads_layer(cfg, sh) + F32 * 4 * sh.scores(cfg) + 3 * hidden, "layer backward"),
+        (gradients + 2 * table + 2 * hidden, "embedding backward"),
+    ];
+    let (peak, phase) = phases.into_iter().max_by_key(|p| p.0).unwrap_or((0, ""));
+    StepActivations { forward, gradients, peak, phase, optimizer_peak }
+}
+
+/// The articles' activation estimate: batch × seq × hidden × layers × 4 B ("FP32 for backward
+/// pass"), and checkpointing saving 65 % of it.
+pub fn articles_activations(cfg: &Qwen2Config, sh: TrainShape, checkpoint: bool) -> u64 {
+    let full = F32 * sh.tokens() * (cfg.hidden_size * cfg.num_hidden_layers) as u64;
+    if checkpoint { full * 35 / 100 } else { full }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,5 +268,32 @@ mod tests {
         assert_eq!(at(3).total(), 2 * P7);
         // One GPU: ZeRO changes nothing.
         assert_eq!(ledger(P7, &TrainSetup { zero: 3, gpus: 1, ..base }).total(), 16 * P7);
+    }
+
+    #[test]
+    fn activations_of_the_tiny_model_by_hand() {
+        // tiny: H 256, KV 128, I 512, 4 heads of 64, V 1024, 2 layers; one sequence of 64 tokens.
+        let cfg = Qwen2Config::preset("tiny").unwrap();
+        let sh = TrainShape { batch: 1, seq: 64 };
+        let scores = 4 * 64 * 64;
+        // 21.5·256 + 10.5·128 + 4·512 + 8 + 2·4 = 8,912 per token; 6 score matrices; 4·64·64 of rotary.
+        let layer = 4 * (64 * 8_912 + 6 * scores + 4 * 64 * 64) + 64 * 64;
+        assert_eq!(graph_layer(&cfg, sh), layer);
+        assert_eq!(graph_head(&cfg, sh), 4 * 64 * (4 * 256 + 4 * 1024 + 8));
+        assert_eq!(constant_grads_layer(&cfg, sh), 4 * (scores + 64 * 4 * 768));
+        // The head product (64·1024 + 5·262,144) beats seven logits-sized tensors (7·64·1024).
+        assert_eq!(head_backward(&cfg, sh), 4 * (64 * 1024 + 5 * 262_144));
+        let p = cfg.param_count() as u64;
+        let plain = step_activations(&cfg, p, sh, false);
+        assert_eq!(plain.phase, "embedding backward");
+        assert_eq!(plain.peak, graph(&cfg, sh) + 4 * p + 2 * constant_grads_layer(&cfg, sh) + 4 * 262_144 + 4 * 64 * 256);
+        let ckpt = step_activations(&cfg, p, sh, true);
+        assert_eq!(ckpt.forward, 3 * 4 * 64 * 256 + 4 * 64 * 64);
+        // AdamW: the gradients and 14 copies of the largest tensor (the 1,024 × 256 embedding).
+        assert_eq!(plain.optimizer_peak, 4 * p + 14 * 4 * 262_144);
+        assert!(ckpt.peak < plain.peak);
+        // The articles': 64 · 256 · 2 · 4 B, and 35 % of it kept.
+        assert_eq!(articles_activations(&cfg, sh, false), 131_072);
+        assert_eq!(articles_activations(&cfg, sh, true), 45_875);
     }
 }

@@ -12,6 +12,7 @@ pub mod precision;
 pub mod quantize;
 pub mod qwen2;
 pub mod streamer;
+pub mod train;
 pub mod source;
 pub mod weights;
 

@@ -148,6 +148,12 @@ impl Layer {
         })
     }
 
+    /// The same weights with no backward recorded (views of the same storage): what a
+    /// checkpointed training pass runs forward, keeping no graph.
+    pub(super) fn detached(&self) -> Result<Self> {
+        Self::from_tensors(self.tensors()?.iter().map(Tensor::detach).collect())
+    }
+
     /// The same layer computed on the CPU from host memory, q|k|v and gate|up fused.
     fn to_host(&self) -> Result<Self> {
         let cpu = Device::Cpu;
@@ -201,7 +207,7 @@ impl Layer {
     /// (the residual, both norms' outputs, q before and after rotary, k before and after rotary,
     /// v's projection, the attention output and its reshaped copy), as stages 1–2 measured it.
     #[allow(clippy::too_many_arguments)]
-    fn forward(&self, x: Tensor, l: usize, cfg: &Qwen2Config, rope: &(Tensor, Tensor), cache: &mut KvCache, offset: usize, mode: AttentionMode) -> Result<Tensor> {
+    pub(super) fn forward(&self, x: Tensor, l: usize, cfg: &Qwen2Config, rope: &(Tensor, Tensor), cache: &mut KvCache, offset: usize, mode: AttentionMode) -> Result<Tensor> {
         let (b, s, _) = x.dims3()?;
         let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
         let act = x.dtype();
@@ -430,11 +436,23 @@ impl Qwen2 {
         if streamer.is_some() {
             return Err(LabError::Unsupported("a model with streamed layers cannot be made trainable".into()));
         }
+        // A tied head is the embedding table itself: one Var for both (two would be two copies
+        // and two half gradients).
+        let table_id = match &embed {
+            Embedding::Dense(t) => Some(t.id()),
+            _ => None,
+        };
         let embed = match embed {
             Embedding::Dense(t) => Embedding::Dense(var(t)?),
             q => q,
         };
-        let lm_head = lin(lm_head)?;
+        let lm_head = match (lm_head, &embed) {
+            (Linear::Dense(d), Embedding::Dense(table)) if Some(d.weight().id()) == table_id => {
+                drop(d);
+                Linear::Dense(candle_nn::Linear::new(table.clone(), None))
+            }
+            (l, _) => lin(l)?,
+        };
         let mut out = Vec::with_capacity(layers.len());
         for slot in layers {
             let LayerSlot::Resident(l) = slot else { continue };
@@ -452,6 +470,31 @@ impl Qwen2 {
             }));
         }
         Ok(Qwen2 { cfg, precision, attention, embed, layers: out, norm: var(norm)?, lm_head, device, weight_bytes, streamer: None })
+    }
+
+    /// Every trainable tensor once (a tied table once), in a fixed order: the embedding, each
+    /// layer's (see `Layer::tensors`), the final norm, an untied head.
+    pub fn vars(&self) -> Result<Vec<candle_core::Var>> {
+        let mut out = Vec::new();
+        let mut push = |t: &Tensor| -> Result<()> {
+            if t.is_variable() && !out.iter().any(|v: &candle_core::Var| v.as_tensor().id() == t.id()) {
+                out.push(candle_core::Var::from_tensor(t)?);
+            }
+            Ok(())
+        };
+        if let Embedding::Dense(t) = &self.embed {
+            push(t)?;
+        }
+        for l in 0..self.layers.len() {
+            for t in self.layer(l)?.tensors()? {
+                push(&t)?;
+            }
+        }
+        push(&self.norm)?;
+        if let Linear::Dense(d) = &self.lm_head {
+            push(d.weight())?;
+        }
+        Ok(out)
     }
 
     /// Bytes of all weight tensors as loaded (a tied table counted once).
@@ -476,7 +519,7 @@ impl Qwen2 {
 
     /// cos/sin for positions offset..offset+s: angles in F32 (BF16 positions above 256 round),
     /// then cast to the activation dtype as transformers does.
-    fn rope(&self, offset: usize, s: usize) -> Result<(Tensor, Tensor)> {
+    pub(super) fn rope(&self, offset: usize, s: usize) -> Result<(Tensor, Tensor)> {
         let d = self.cfg.head_dim();
         let inv: Vec<f32> = (0..d / 2).map(|i| (1.0 / self.cfg.rope_theta.powf((2 * i) as f64 / d as f64)) as f32).collect();
         let inv = Tensor::from_vec(inv, (1, d / 2), &self.device)?;
@@ -498,8 +541,7 @@ impl Qwen2 {
         // The rotary table on the CPU too, in F32 as CPU layers compute, made once per pass when
         // some layer runs there.
         let mut host_rope = None;
-        let embed_dev = self.embed.device();
-        let mut x = self.embed.forward(&ids.to_device(&embed_dev)?)?.to_dtype(self.act_dtype())?;
+        let mut x = self.embed(ids)?;
         if let Some(st) = &self.streamer {
             st.start_pass()?;
         }
@@ -547,11 +589,40 @@ impl Qwen2 {
             super::profile::step();
         }
         cache.advance(s);
-        let x = norm(&x, &self.norm, cfg.rms_norm_eps, self.attention)?;
+        self.head(&x, logits)
+    }
+
+    /// The token embedding of `ids` ([batch, s]) in the activation dtype.
+    pub(super) fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        Ok(self.embed.forward(&ids.to_device(&self.embed.device())?)?.to_dtype(self.act_dtype())?)
+    }
+
+    /// The dense embedding table (a quantized one has no gradient).
+    pub(super) fn embed_table(&self) -> Option<Tensor> {
+        match &self.embed {
+            Embedding::Dense(t) => Some(t.clone()),
+            Embedding::Quant(_) => None,
+        }
+    }
+
+    /// A resident layer.
+    pub(super) fn layer(&self, l: usize) -> Result<&Layer> {
+        match self.layers.get(l) {
+            Some(LayerSlot::Resident(layer)) => Ok(layer),
+            _ => Err(LabError::other(format!("layer {l} is not resident"))),
+        }
+    }
+
+    /// The final norm and the head over the last layer's output `x` ([batch, s, hidden]): the
+    /// last position's logits, or every position's in pieces of at most 2^31 elements (candle's
+    /// kernels index in 32 bits), each [batch, rows, vocab].
+    pub(super) fn head(&self, x: &Tensor, logits: Logits) -> Result<Vec<Tensor>> {
+        let (b, s, _) = x.dims3()?;
+        let x = norm(x, &self.norm, self.cfg.rms_norm_eps, self.attention)?;
         match logits {
             Logits::Last => Ok(vec![self.lm_head.forward(&x.narrow(1, s - 1, 1)?.contiguous()?)?]),
             Logits::All => {
-                let rows = (i32::MAX as usize / (b * cfg.vocab_size)).max(1);
+                let rows = (i32::MAX as usize / (b * self.cfg.vocab_size)).max(1);
                 let mut out = Vec::with_capacity(s.div_ceil(rows));
                 let mut r = 0;
                 while r < s {
