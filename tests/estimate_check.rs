@@ -80,3 +80,49 @@ fn transient_on_cpu_equals_the_formula() {
         assert!((measured - predicted).abs() < 0.01, "{seq} tokens: measured {measured:.3} MiB, formula {predicted:.3}");
     }
 }
+
+/// Every committed training step (`vram-lab train` on a GPU): the formula, recomputed here from
+/// the run's model and shape, within 10 % of the measured step peak with and without
+/// checkpointing, and the gradients to the byte (0.01 MiB).
+#[test]
+fn training_steps_within_10_percent() {
+    use vram_lab::estimate::training::{ledger, step_activations, TrainSetup, TrainShape};
+    use vram_lab::model::Qwen2Config;
+    let mut checked = 0;
+    for run in std::fs::read_dir(results().join("h200")).unwrap().flatten() {
+        for dir in std::fs::read_dir(run.path()).unwrap().flatten() {
+            let csv = dir.path().join("train/train_memory.csv");
+            if !csv.is_file() {
+                continue;
+            }
+            let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("manifest.json")).unwrap()).unwrap();
+            let preset = manifest["model"].as_str().unwrap().trim_start_matches("synthetic:");
+            let cfg = Qwen2Config::preset(preset).unwrap();
+            let c = &manifest["stages"][0]["config"];
+            let sh = TrainShape { batch: c["batch"].as_u64().unwrap() as usize, seq: c["seq"].as_u64().unwrap() as usize };
+            let p = cfg.param_count() as u64;
+            let df = common::read_csv(&csv);
+            let ckpt = df.column("checkpointing").unwrap().bool().unwrap().clone();
+            let item = df.column("item").unwrap().str().unwrap().clone();
+            let measured = df.column("measured_mib").unwrap().f64().unwrap().clone();
+            for i in 0..df.height() {
+                let (Some(ck), Some(what), Some(m)) = (ckpt.get(i), item.get(i), measured.get(i)) else { continue };
+                let a = step_activations(&cfg, p, sh, ck);
+                let l = ledger(p, &TrainSetup::fp32_adam());
+                let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+                match what {
+                    "step peak" => {
+                        let want = mib(l.weights + l.optimizer + a.peak.max(a.optimizer_peak));
+                        let err = (want - m).abs() / m;
+                        assert!(err <= 0.10, "{}: {preset} {sh:?} checkpointing {ck}: {m:.1} MiB measured, {want:.1} by the formula", dir.path().display());
+                        checked += 1;
+                    }
+                    "gradients" => assert!((mib(a.gradients) - m).abs() < 0.01, "{}: gradients {m} MiB", dir.path().display()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    // Four committed runs, each with and without checkpointing.
+    assert!(checked >= 8, "only {checked} training steps found");
+}
