@@ -232,7 +232,7 @@ impl Stage for Estimate {
                 columns: &[SETUP, ITEM, BYTES_PER_PARAM, GIB_PER_GPU, NOTE],
                 group_by: &[],
                 chart: None,
-                explain: "Weights, gradients, the F32 master copy (mixed precision), the optimizer's states, and what ZeRO divides across GPUs; activations are not in this ledger yet. 训练:权重、梯度、主权重、优化器状态,以及 ZeRO 的切分。",
+                explain: "Weights, gradients, the F32 master copy (mixed precision), the optimizer's states, and what ZeRO divides across GPUs; activations are not in this ledger: `vram-lab train` measures a real step and its activation formula. 训练:权重、梯度、主权重、优化器状态,以及 ZeRO 的切分。",
             },
         ]
     }

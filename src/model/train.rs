@@ -68,11 +68,8 @@ pub fn gradients(model: &Qwen2, input: &Tensor, target: &Tensor, checkpoint: boo
         StepGrads { loss: loss.to_scalar::<f32>()?, grads }
     };
     let mut kept = GradStore::default();
-    for v in model.vars()? {
-        if let Some(g) = step.grads.remove(v.as_tensor()) {
-            kept.insert(v.as_tensor(), g);
-        }
-    }
+    let weights: Vec<Tensor> = model.vars()?.iter().map(|v| v.as_tensor().clone()).collect();
+    merge(&mut kept, &mut step.grads, &weights)?;
     step.grads = kept;
     Ok(step)
 }
