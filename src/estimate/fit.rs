@@ -3,7 +3,7 @@
 //! batch and context. Pure: cards and overheads come in as data.
 
 use super::transient::{self, Prefill};
-use super::{kv_bytes_per_token, weight_bytes};
+use super::{kv_bytes_per_token, weight_bytes, workspace};
 use crate::model::attention::AttentionMode;
 use crate::model::{Logits, Precision, Qwen2Config};
 use serde::{Deserialize, Serialize};
@@ -60,6 +60,8 @@ pub struct Inference {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Ledger {
     pub weights: u64,
+    /// candle's quantized-matmul scratch a Q4 process keeps (`workspace`); 0 for dense weights.
+    pub workspace: u64,
     pub kv_cache: u64,
     pub logits: u64,
     /// Above the weights, the cache and the kept logits at the prefill's busiest moment.
@@ -71,7 +73,7 @@ pub struct Ledger {
 impl Ledger {
     /// What stays allocated after the prefill.
     pub fn allocated(&self) -> u64 {
-        self.weights + self.kv_cache + self.logits
+        self.weights + self.workspace + self.kv_cache + self.logits
     }
     pub fn peak(&self) -> u64 {
         self.allocated() + self.transient
@@ -82,15 +84,28 @@ impl Ledger {
     }
 }
 
+/// The workload as the first prefill of a fresh process.
 pub fn ledger(cfg: &Qwen2Config, w: &Inference, runtime: u64) -> Ledger {
+    ledger_after(cfg, w, runtime, 0)
+}
+
+/// The workload in a process whose earlier prefills reached `seen` tokens (batch × seq): a Q4
+/// process keeps the quantized matmul's buffer for the longest of them, and growing it holds the
+/// old and the new buffer at once, in the first layer's down projection.
+pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -> Ledger {
     let act = w.precision.act_dtype().size_in_bytes();
     let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention });
+    let tokens = (w.seq * w.batch) as u64;
+    let kept = workspace::held(cfg, w.precision, seen.max(tokens));
+    let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - kept;
+    let (transient, peak_at) = if growth > p.peak() { (growth - p.logits_kept, "workspace") } else { (p.transient(), p.peak_at()) };
     Ledger {
         weights: weight_bytes(cfg, w.precision),
-        kv_cache: kv_bytes_per_token(cfg, act) * (w.seq * w.batch) as u64,
+        workspace: kept,
+        kv_cache: kv_bytes_per_token(cfg, act) * tokens,
         logits: p.logits_kept,
-        transient: p.transient(),
-        peak_at: p.peak_at(),
+        transient,
+        peak_at,
         runtime,
     }
 }

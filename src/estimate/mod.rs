@@ -6,8 +6,10 @@ use crate::model::precision::{ggml_bytes, ggml_dtype_for, Precision};
 use crate::model::Logits;
 
 pub mod fit;
+pub mod sweep;
 pub mod training;
 pub mod transient;
+pub mod workspace;
 
 /// Weight bytes of `cfg` in `precision`, tensor by tensor (the Q4 plan per tensor for Q4).
 pub fn weight_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {

@@ -32,6 +32,9 @@ pub struct Phases {
     pub attention: u64,
     pub o_proj: u64,
     pub mlp: u64,
+    /// When the MLP's down projection is called: its input alone is left of the MLP's tensors
+    /// (below `mlp`; where a Q4 process grows its quantized buffer, `workspace`).
+    pub down_proj: u64,
     /// The final norm's input and output, and the logits kept.
     pub logits: u64,
     /// The logits the forward returns (they stay after it).
@@ -84,6 +87,7 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let o_proj = layer + tokens * 4 * h;
     // x + o(a), h1, q, q, a, a reshaped, h2; gate, silu(gate), up, silu(gate) * up.
     let mlp = layer + tokens * (3 * h + 4 * i);
+    let down_proj = layer + tokens * (3 * h + i);
     let logits_kept = b * cfg.vocab_size as u64 * a * if p.logits == Logits::All { s } else { 1 };
     // All logits come in pieces of at most 2^31 elements (candle indexes in 32 bits); with a
     // batch, each piece's rows of the final norm are copied out first, the last piece's copy
@@ -91,7 +95,7 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let rows = (i32::MAX as u64 / (b * cfg.vocab_size as u64)).max(1);
     let last_copy = if p.logits == Logits::All && b > 1 && rows < s { b * (s - (s - 1) / rows * rows) * h } else { 0 };
     let logits = tokens * 2 * h + rope + logits_kept + last_copy;
-    Phases { attention, o_proj, mlp, logits, logits_kept }
+    Phases { attention, o_proj, mlp, down_proj, logits, logits_kept }
 }
 
 /// Bounded attention's own bytes at its busiest chunk (`attention::bounded`): the outputs of

@@ -123,14 +123,18 @@ fn ledger_rows(cfg: &Qwen2Config, w: &Inference, runtime: &Runtime) -> Vec<(&'st
     let l = fit::ledger(cfg, w, runtime.bytes());
     let act = w.precision.act_dtype().size_in_bytes();
     let tokens = w.seq * w.batch;
-    vec![
-        ("weights", l.weights, if w.precision.is_quantized() { "Q4_K blocks per tensor (the plan of `ggml_dtype_for`)".into() } else { format!("{} parameters × {act} B", cfg.param_count()) }),
+    let mut rows = vec![("weights", l.weights, if w.precision.is_quantized() { "Q4_K blocks per tensor (the plan of `ggml_dtype_for`)".into() } else { format!("{} parameters × {act} B", cfg.param_count()) })];
+    if l.workspace > 0 {
+        rows.push(("workspace", l.workspace, format!("candle's quantized matmul keeps its inputs as Q8_1 for the longest prefill ({tokens} tokens), and a 16 MiB fixup buffer")));
+    }
+    rows.extend([
         ("kv_cache", l.kv_cache, format!("{} B/token (2 × {} layers × {} KV heads × {} × {act} B) × {tokens} tokens", estimate::kv_bytes_per_token(cfg, act), cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim())),
         ("logits", l.logits, format!("{} × {act} B × {} rows", cfg.vocab_size, if w.logits == Logits::All { tokens } else { w.batch })),
         ("transient", l.transient, format!("the prefill's busiest moment ({}), above what stays", l.peak_at)),
         ("runtime", l.runtime, format!("CUDA context, cuBLAS and kernels outside the pool, measured on {}", runtime.gpu)),
         ("total", l.device(), "what the card must have".into()),
-    ]
+    ]);
+    rows
 }
 
 impl Stage for Estimate {

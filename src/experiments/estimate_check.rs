@@ -6,6 +6,7 @@
 
 use crate::error::{LabError, Result};
 use crate::estimate::fit::{self, Inference, Runtime};
+use crate::estimate::sweep;
 use crate::estimate::weight_bytes;
 use crate::hw::Card;
 use crate::memory::mib;
@@ -97,6 +98,8 @@ pub struct LimitCheck {
     pub batch: usize,
     pub max_context: usize,
     pub predicted_max_context: usize,
+    /// Whether the run retried a failed request after trimming the pool (later runs do).
+    pub retried: bool,
 }
 
 impl LimitCheck {
@@ -169,50 +172,180 @@ fn relative(p: &Path, root: &Path) -> String {
     p.strip_prefix(root).unwrap_or(p).display().to_string()
 }
 
-/// The prefill and batch steps that fitted, under `root`.
-pub fn steps(root: &Path) -> Result<Vec<StepCheck>> {
+/// One prefill a KV folder's process ran, as its CSV row records it.
+struct Attempt {
+    file: String,
+    w: Inference,
+    ok: bool,
+    /// base + held, peak, transient (MiB), for the steps that fitted.
+    measured: (f64, f64, f64),
+}
+
+/// A folder's sweeps: its attempts in the order the process ran them, the bisections' limits.
+struct Folder {
+    cfg: Qwen2Config,
+    capacity: u64,
+    card: Option<Card>,
+    attempts: Vec<Attempt>,
+    /// (the limit row's file, its index in `attempts` of the sweep's first attempt, the sweep's
+    /// doubling lengths, resolution, measured longest, whether a failed request was retried)
+    limits: Vec<(String, usize, Vec<usize>, usize, usize, bool)>,
+}
+
+/// The runs under `root` that hold a KV sweep (kv_prefill.csv or kv_batch.csv).
+fn kv_folders(root: &Path) -> Result<Vec<Folder>> {
     let mut files = Vec::new();
     find(root, "kv_prefill.csv", &mut files);
     find(root, "kv_batch.csv", &mut files);
-    let mut out = Vec::new();
-    for f in files {
-        let (cfg, _) = run_context(&f)?;
-        let df = read_csv(&f)?;
-        let n = df.height();
-        let outcome = strings(&df, "outcome")?;
-        let prec = strings(&df, "precision")?;
-        let att = strings(&df, "attention")?;
-        let lg: Vec<Option<Logits>> = match strings(&df, "logits") {
-            Ok(v) => v.iter().map(|s| logits(s).map(Some)).collect::<Result<_>>()?,
-            Err(_) => vec![folder_logits(&f)?; n],
+    let mut dirs: Vec<PathBuf> = files.iter().filter_map(|f| f.parent().map(Path::to_path_buf)).collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs.iter().map(|d| kv_folder(d, root)).collect()
+}
+
+/// The rows of one CSV as attempts, grouped by sweep (precision, logits, attention) in the
+/// order the groups first appear, each group's rows sorted by (seq, batch).
+fn read_attempts(f: &Path, root: &Path) -> Result<Vec<Vec<Attempt>>> {
+    let df = read_csv(f)?;
+    let n = df.height();
+    let (outcome, prec, att) = (strings(&df, "outcome")?, strings(&df, "precision")?, strings(&df, "attention")?);
+    let lg: Vec<Option<Logits>> = match strings(&df, "logits") {
+        Ok(v) => v.iter().map(|s| logits(s).map(Some)).collect::<Result<_>>()?,
+        Err(_) => vec![folder_logits(f)?; n],
+    };
+    let (seq, batch) = (floats(&df, "seq")?, floats(&df, "batch")?);
+    let (base, held, peak, transient) = (floats(&df, "base_mib")?, floats(&df, "held_mib")?, floats(&df, "peak_mib")?, floats(&df, "transient_mib")?);
+    let mut groups: Vec<(String, Vec<Attempt>)> = Vec::new();
+    for r in 0..n {
+        let Some(logits) = lg[r] else { continue };
+        let w = Inference { precision: Precision::parse(&prec[r])?, seq: seq[r] as usize, batch: batch[r] as usize, logits, attention: AttentionMode::parse(&att[r])? };
+        let key = format!("{}/{}/{}", prec[r], logits.name(), att[r]);
+        let a = Attempt { file: relative(f, root), w, ok: outcome[r] == "ok", measured: (base[r] + held[r], peak[r], transient[r]) };
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(a),
+            None => groups.push((key, vec![a])),
+        }
+    }
+    Ok(groups
+        .into_iter()
+        .map(|(_, mut g)| {
+            g.sort_by_key(|a| (a.w.seq, a.w.batch));
+            g
+        })
+        .collect())
+}
+
+/// A sweep's rows (sorted) in the order the KV stage ran them: the doubling lengths up to the
+/// first that failed (the longest row), then the bisection's trials between the last doubling
+/// length that fitted and it. Returns the order and the doubling lengths.
+fn run_order(rows: &[Attempt], resolution: usize) -> (Vec<usize>, Vec<usize>) {
+    let ascending: Vec<usize> = (0..rows.len()).collect();
+    let Some(top) = rows.len().checked_sub(1).filter(|&t| !rows[t].ok) else { return (ascending, vec![]) };
+    let outcome = |seq: u64| rows.iter().position(|a| a.w.seq as u64 == seq);
+    // The bisection's lower bound: the shortest fitted length whose search tries exactly the rows
+    // between it and the longest.
+    for lo in (0..top).filter(|&i| rows[i].ok) {
+        let between: Vec<usize> = (lo + 1..top).collect();
+        let mut tried = Vec::new();
+        let found = crate::search::bisect(rows[lo].w.seq as u64, rows[top].w.seq as u64, resolution as u64, |n| {
+            let i = outcome(n).ok_or_else(|| LabError::other("not a row"))?;
+            tried.push(i);
+            Ok(rows[i].ok)
+        });
+        let mut sorted = tried.clone();
+        sorted.sort();
+        if found.is_ok() && sorted == between {
+            let doubling: Vec<usize> = (0..=lo).chain([top]).collect();
+            let lengths = doubling.iter().map(|&i| rows[i].w.seq).collect();
+            return (doubling.into_iter().chain(tried).collect(), lengths);
+        }
+    }
+    (ascending, rows.iter().map(|a| a.w.seq).collect())
+}
+
+/// One KV folder: its sweeps in the order the KV stage runs them (per precision: the prefill
+/// sweeps, then the batch sweep), each with its bisection.
+fn kv_folder(dir: &Path, root: &Path) -> Result<Folder> {
+    let any = ["kv_prefill.csv", "kv_batch.csv"].iter().map(|n| dir.join(n)).find(|p| p.is_file()).ok_or_else(|| LabError::other("no KV CSV"))?;
+    let (cfg, card) = run_context(&any)?;
+    let card = card.and_then(|c| Card::parse(&c).ok());
+    let capacity = card.as_ref().map(|c| c.total_bytes()).unwrap_or(u64::MAX);
+    let limit_file = dir.join("kv_limit.csv");
+    // (precision, logits, attention, batch) → (resolution, measured longest, retried)
+    let mut limit_rows: Vec<((String, String, String, usize), (usize, usize, bool))> = Vec::new();
+    if limit_file.is_file() {
+        let df = read_csv(&limit_file)?;
+        let (prec, lg, batch, max, res) = (strings(&df, "precision")?, strings(&df, "logits")?, floats(&df, "batch")?, floats(&df, "max_context")?, floats(&df, "resolution")?);
+        // Older folders ran one attention each, named in their prefill sweep.
+        let att = match strings(&df, "attention") {
+            Ok(v) => v,
+            Err(_) => vec![strings(&read_csv(&dir.join("kv_prefill.csv"))?, "attention")?.first().cloned().unwrap_or_default(); df.height()],
         };
-        let (seq, batch) = (floats(&df, "seq")?, floats(&df, "batch")?);
-        let (base, held, peak, transient) = (floats(&df, "base_mib")?, floats(&df, "held_mib")?, floats(&df, "peak_mib")?, floats(&df, "transient_mib")?);
-        for r in 0..n {
-            let Some(logits) = lg[r] else { continue };
-            if outcome[r] != "ok" {
-                continue;
+        // Runs before the allocation hook retried a failed request after a trim have no column.
+        let retry = match strings(&df, "oom_retry") {
+            Ok(v) => v.iter().map(|s| s == "true").collect(),
+            Err(_) => vec![false; df.height()],
+        };
+        for r in 0..df.height() {
+            limit_rows.push(((prec[r].clone(), lg[r].clone(), att[r].clone(), batch[r] as usize), (res[r] as usize, max[r] as usize, retry[r])));
+        }
+    }
+    let prefill = if dir.join("kv_prefill.csv").is_file() { read_attempts(&dir.join("kv_prefill.csv"), root)? } else { vec![] };
+    let batch = if dir.join("kv_batch.csv").is_file() { read_attempts(&dir.join("kv_batch.csv"), root)? } else { vec![] };
+    let mut precisions: Vec<Precision> = Vec::new();
+    for p in prefill.iter().chain(&batch).map(|g| g[0].w.precision) {
+        if !precisions.contains(&p) {
+            precisions.push(p);
+        }
+    }
+    let mut attempts = Vec::new();
+    let mut limits = Vec::new();
+    for p in precisions {
+        for group in prefill.iter().filter(|g| g[0].w.precision == p) {
+            let w = group[0].w;
+            let key = (p.name().to_string(), w.logits.name().to_string(), w.attention.name().to_string(), w.batch);
+            let limit = limit_rows.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+            let (order, doubling) = run_order(group, limit.map(|l| l.0).unwrap_or(1));
+            if let Some((res, max, retry)) = limit {
+                limits.push((relative(&limit_file, root), attempts.len(), doubling, res, max, retry));
             }
-            let p = Precision::parse(&prec[r])?;
-            let w = Inference { precision: p, seq: seq[r] as usize, batch: batch[r] as usize, logits, attention: AttentionMode::parse(&att[r])? };
-            let l = fit::ledger(&cfg, &w, 0);
+            attempts.extend(order.into_iter().map(|i| Attempt { file: group[i].file.clone(), ..group[i] }));
+        }
+        for group in batch.iter().filter(|g| g[0].w.precision == p) {
+            attempts.extend(group.iter().map(|a| Attempt { file: a.file.clone(), ..*a }));
+        }
+    }
+    Ok(Folder { cfg, capacity, card, attempts, limits })
+}
+
+/// The prefill and batch steps that fitted, under `root`, each predicted for the process it ran
+/// in (a Q4 process carries the quantized buffer of its longest prefill so far).
+pub fn steps(root: &Path) -> Result<Vec<StepCheck>> {
+    let runtime = Runtime::assumed().bytes();
+    let mut out = Vec::new();
+    for f in kv_folders(root)? {
+        let order: Vec<(Inference, bool)> = f.attempts.iter().map(|a| (a.w, a.ok)).collect();
+        let seen = sweep::seen_before(&f.cfg, runtime, f.capacity, &order, 0);
+        for (a, seen) in f.attempts.iter().zip(seen).filter(|(a, _)| a.ok) {
+            let l = fit::ledger_after(&f.cfg, &a.w, 0, seen);
             out.push(StepCheck {
-                file: relative(&f, root),
-                precision: p,
-                logits,
-                attention: att[r].clone(),
-                seq: w.seq,
-                batch: w.batch,
-                allocated_mib: base[r] + held[r],
+                file: a.file.clone(),
+                precision: a.w.precision,
+                logits: a.w.logits,
+                attention: a.w.attention.name().to_string(),
+                seq: a.w.seq,
+                batch: a.w.batch,
+                allocated_mib: a.measured.0,
                 predicted_allocated_mib: mib(l.allocated()),
-                peak_mib: peak[r],
+                peak_mib: a.measured.1,
                 predicted_peak_mib: mib(l.peak()),
-                transient_mib: transient[r],
+                transient_mib: a.measured.2,
                 predicted_transient_mib: mib(l.transient),
                 peak_at: l.peak_at,
             });
         }
     }
+    out.sort_by(|a, b| a.file.cmp(&b.file));
     Ok(out)
 }
 
@@ -235,29 +368,20 @@ pub fn weights(root: &Path) -> Result<Vec<(String, Precision, f64, f64)>> {
     Ok(out)
 }
 
-/// The longest contexts the bisections found on an emulated card, beside the longest the ledger
-/// fits in the card's total less the runtime's overhead.
+/// The longest contexts the bisections found on an emulated card, beside the longest the same
+/// search finds on the ledger (the card's total less the runtime's overhead, the quantized buffer
+/// carried from the process's earlier prefills).
 pub fn limits(root: &Path) -> Result<Vec<LimitCheck>> {
-    let mut files = Vec::new();
-    find(root, "kv_limit.csv", &mut files);
     let runtime = Runtime::assumed().bytes();
     let mut out = Vec::new();
-    for f in files {
-        let (cfg, _) = run_context(&f)?;
-        let df = read_csv(&f)?;
-        let (card, prec, lg, batch, max) = (strings(&df, "card")?, strings(&df, "precision")?, strings(&df, "logits")?, floats(&df, "batch")?, floats(&df, "max_context")?);
-        // Older folders ran one attention each, named in their prefill sweep.
-        let att = match strings(&df, "attention") {
-            Ok(v) => v,
-            Err(_) => vec![strings(&read_csv(&f.with_file_name("kv_prefill.csv"))?, "attention")?.first().cloned().unwrap_or_default(); df.height()],
-        };
-        for r in 0..df.height() {
-            let Ok(c) = Card::parse(&card[r]) else { continue };
-            let p = Precision::parse(&prec[r])?;
-            let w = Inference { precision: p, seq: 1, batch: batch[r] as usize, logits: logits(&lg[r])?, attention: AttentionMode::parse(&att[r])? };
-            // Beyond the model's positions too: the bisections were not capped there.
-            let predicted = fit::largest(1 << 20, |seq| fit::ledger(&cfg, &Inference { seq, ..w }, runtime).device() <= c.total_bytes());
-            out.push(LimitCheck { file: relative(&f, root), card: c.name, precision: p, logits: w.logits, attention: att[r].clone(), batch: w.batch, max_context: max[r] as usize, predicted_max_context: predicted });
+    for f in kv_folders(root)? {
+        let Some(card) = &f.card else { continue };
+        let order: Vec<(Inference, bool)> = f.attempts.iter().map(|a| (a.w, a.ok)).collect();
+        let seen = sweep::seen_before(&f.cfg, runtime, f.capacity, &order, 0);
+        for (file, first, doubling, res, max, retried) in &f.limits {
+            let w = f.attempts[*first].w;
+            let (predicted, _) = sweep::longest_context(&f.cfg, &w, runtime, f.capacity, doubling, *res, seen[*first]);
+            out.push(LimitCheck { file: file.clone(), card: card.name.clone(), precision: w.precision, logits: w.logits, attention: w.attention.name().to_string(), batch: w.batch, max_context: *max, predicted_max_context: predicted, retried: *retried });
         }
     }
     Ok(out)

@@ -125,6 +125,7 @@ pub mod col {
     pub const FIRST_OOM: &str = "first_oom";
     pub const RESOLUTION: &str = "resolution";
     pub const TRIALS: &str = "trials";
+    pub const OOM_RETRY: &str = "oom_retry";
     // kv_decode
     pub const CACHE: &str = "cache";
     pub const TOKENS: &str = "tokens";
@@ -357,6 +358,8 @@ pub struct ContextLimit {
     pub first_oom: usize,
     pub resolution: usize,
     pub trials: Vec<PrefillStep>,
+    /// Whether a failed request was retried after a trim (the allocation hook, on a GPU).
+    pub oom_retry: bool,
 }
 
 /// After a sweep that ended in an OOM, finds the longest prefill that fits to within `resolution`.
@@ -383,6 +386,7 @@ pub fn find_limit(s: &mut Session, model: &Qwen2, sweep: &[PrefillStep], logits:
         first_oom,
         resolution,
         trials,
+        oom_retry: crate::memory::alloc_hook::active() && crate::memory::alloc_hook::retry_enabled(),
     }))
 }
 
@@ -397,6 +401,7 @@ pub fn limit_table(limits: &[ContextLimit], card: &str) -> Result<DataFrame> {
         col::FIRST_OOM => limits.iter().map(|l| l.first_oom as u64).collect::<Vec<_>>(),
         col::RESOLUTION => limits.iter().map(|l| l.resolution as u64).collect::<Vec<_>>(),
         col::TRIALS => limits.iter().map(|l| l.trials.len() as u64).collect::<Vec<_>>(),
+        col::OOM_RETRY => limits.iter().map(|l| l.oom_retry).collect::<Vec<_>>(),
     )?)
 }
 
@@ -746,7 +751,7 @@ impl Stage for KvCache {
                 name: "limit",
                 table: LIMIT_TABLE,
                 caption: "Stage 2 — the longest context that fits / 最长上下文 (tokens)",
-                columns: &[CARD, PRECISION, LOGITS, ATTENTION, BATCH, MAX_CONTEXT, FIRST_OOM, RESOLUTION, TRIALS],
+                columns: &[CARD, PRECISION, LOGITS, ATTENTION, BATCH, MAX_CONTEXT, FIRST_OOM, RESOLUTION, TRIALS, OOM_RETRY],
                 group_by: &[],
                 chart: None,
                 explain: "Without every position's logits (what generation needs) the limit moves from about 16k to about 32k tokens: the peak then comes from the MLP's activations during prefill, not the cache. Q4 frees about 10 GiB of weights but computes in F32, so its cache and logits are twice BF16's.",

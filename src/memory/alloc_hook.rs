@@ -7,6 +7,13 @@
 //! notebook) nothing is counted and request sizes are reported as unknown. A failed request is
 //! kept per device (the context current when it failed), so two GPUs in one process do not mix;
 //! the counts for the summary are the process's.
+//!
+//! A failed request is retried once after the stream is synchronised and the pool trimmed, as
+//! PyTorch's caching allocator releases its cached blocks and retries: candle's pool (release
+//! threshold 0) keeps freed blocks until the next synchronisation, and a prefill issues none, so
+//! without the retry a request fails while the pool holds gigabytes nothing uses (measured on an
+//! H200 emulating an RTX 4090: the pool's mapped high-water mark at the card's edge with 3-4 GiB
+//! live less, 2026-11-22). The allocator stage turns it off to drive the raw policies.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -22,6 +29,8 @@ static FREE_BYTES: AtomicU64 = AtomicU64::new(0);
 static FAILURES: AtomicU64 = AtomicU64::new(0);
 static LIVE: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
 static LIVE_PEAK: AtomicU64 = AtomicU64::new(0);
+static RETRY: AtomicBool = AtomicBool::new(true);
+static RETRIES: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct AllocCounts {
@@ -33,6 +42,51 @@ pub struct AllocCounts {
     pub live: u64,
     pub live_peak: u64,
     pub largest_live: u64,
+    /// Failed requests that succeeded after a trim.
+    pub retried: u64,
+}
+
+/// Whether a failed request is retried after a trim (on by default); returns the previous value.
+pub fn set_retry(on: bool) -> bool {
+    RETRY.swap(on, Relaxed)
+}
+
+pub fn retry_enabled() -> bool {
+    RETRY.load(Relaxed)
+}
+
+/// After a failed request on `stream`: when retrying is on, waits for the stream (its frees land
+/// in the pool), gives the pool's unused memory back and says to try again.
+pub fn release_for_retry(stream: *mut std::ffi::c_void) -> bool {
+    if !RETRY.load(Relaxed) {
+        return false;
+    }
+    #[cfg(feature = "cuda")]
+    {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        let (mut dev, mut pool) = (0, std::ptr::null_mut());
+        // SAFETY: the stream is the one the failed request named; the queries take valid
+        // out-pointers; trimming keeps every live allocation.
+        unsafe {
+            if sys::cuStreamSynchronize(stream as sys::CUstream) != sys::CUresult::CUDA_SUCCESS
+                || sys::cuCtxGetDevice(&mut dev) != sys::CUresult::CUDA_SUCCESS
+                || sys::cuDeviceGetMemPool(&mut pool, dev) != sys::CUresult::CUDA_SUCCESS
+            {
+                return false;
+            }
+            sys::cuMemPoolTrimTo(pool, 0) == sys::CUresult::CUDA_SUCCESS
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = stream;
+        false
+    }
+}
+
+/// Called when a retried request succeeded.
+pub fn on_retried() {
+    RETRIES.fetch_add(1, Relaxed);
 }
 
 /// Called by the hook after the driver answered; `rc` is the CUresult (0 = success).
@@ -102,6 +156,7 @@ pub fn counts() -> Option<AllocCounts> {
         live,
         live_peak: LIVE_PEAK.load(Relaxed),
         largest_live: largest,
+        retried: RETRIES.load(Relaxed),
     })
 }
 
@@ -129,7 +184,15 @@ macro_rules! cuda_alloc_hook {
                     return 999; // CUDA_ERROR_UNKNOWN: no driver library behind us
                 }
                 // SAFETY: f is the driver's cuMemAllocAsync, same signature.
-                let rc = unsafe { std::mem::transmute::<usize, AllocFn>(f)(dptr, bytes, stream) };
+                let alloc = unsafe { std::mem::transmute::<usize, AllocFn>(f) };
+                let mut rc = unsafe { alloc(dptr, bytes, stream) };
+                // CUDA_ERROR_OUT_OF_MEMORY: once more after the pool gave back what nothing uses.
+                if rc == 2 && vram_lab::memory::alloc_hook::release_for_retry(stream) {
+                    rc = unsafe { alloc(dptr, bytes, stream) };
+                    if rc == 0 {
+                        vram_lab::memory::alloc_hook::on_retried();
+                    }
+                }
                 let ptr = if rc == 0 { unsafe { *dptr } } else { 0 };
                 vram_lab::memory::alloc_hook::on_alloc(ptr, bytes as u64, rc);
                 rc

@@ -24,6 +24,8 @@ pub struct DeviceArena {
     saved_threshold: u64,
     /// The pool's reserved bytes when the arena started (candle's own, after a trim).
     base_reserved: u64,
+    /// Whether the allocation hook retried failed requests before (restored on drop).
+    saved_retry: bool,
     /// handle → (pointer, bytes asked)
     live: BTreeMap<u64, (sys::CUdeviceptr, u64)>,
     next: u64,
@@ -49,7 +51,9 @@ impl DeviceArena {
             set_threshold(pool, u64::MAX)?;
         }
         let base_reserved = pool_u64(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
-        Ok(Self { policy, dev: dev.clone(), ctx, pool, saved_threshold, base_reserved, live: BTreeMap::new(), next: 1 })
+        // The policies are driven raw: a trim-and-retry would hide the pool's own failures.
+        let saved_retry = crate::memory::alloc_hook::set_retry(false);
+        Ok(Self { policy, dev: dev.clone(), ctx, pool, saved_threshold, base_reserved, saved_retry, live: BTreeMap::new(), next: 1 })
     }
 
     fn stream(&self) -> sys::CUstream {
@@ -159,5 +163,6 @@ impl Drop for DeviceArena {
         let _ = set_threshold(self.pool, self.saved_threshold);
         // SAFETY: trimming keeps candle's live allocations.
         let _ = unsafe { sys::cuMemPoolTrimTo(self.pool, 0) };
+        crate::memory::alloc_hook::set_retry(self.saved_retry);
     }
 }

@@ -28,6 +28,7 @@ pub fn memory_summary(s: &Snapshot, counts: Option<AllocCounts>) -> String {
             ("Bytes allocated / freed (total)".into(), format!("{} / {}", fmt_bytes(c.alloc_bytes), fmt_bytes(c.free_bytes))),
             ("Largest live allocation".into(), fmt_bytes(c.largest_live)),
             ("Failed allocations (OOM)".into(), c.failures.to_string()),
+            ("Requests served after a trim (retried)".into(), c.retried.to_string()),
         ]);
     }
     let mut out = vec![line.replace('-', "="), format!("| {:<61} |", "vram-lab memory summary"), line.clone()];
