@@ -62,6 +62,19 @@ fn anatomy_writes_tables_env_and_matches_predictions() {
     assert_eq!(m["stages"][0]["tables"]["anatomy"], "anatomy/anatomy.csv");
 }
 
+/// A model too large to train on the card is a result (as `run` meets with 7B on a 24 GB card):
+/// the formula's need and the OOM, exit 0, the scale table still written.
+#[test]
+fn train_reports_a_model_too_large_for_the_card() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let o = lab(&["train", "--card", "1MiB", "--out", out.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "an OOM is a value, the command exits 0:\n{t}");
+    assert!(t.contains("does not fit in F32 for training") && t.contains("tried to allocate"), "{t}");
+    assert_eq!(csv(&out, "train/train_scale.csv").len(), 4);
+}
+
 #[test]
 fn oom_on_a_small_card_is_captured_and_every_scenario_runs() {
     let tmp = tempfile::tempdir().unwrap();

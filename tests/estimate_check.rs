@@ -28,19 +28,16 @@ fn transient_of_every_committed_step() {
     }
 }
 
-/// BF16: what stays allocated and the peak within 3 % (they are within 0.2 %). Q4: candle's
-/// quantized path keeps a buffer that grows with the longest prefill the process saw, outside
-/// the formula: the formula is never above what was measured there.
+/// What stays allocated and the peak within 3 %, BF16 and Q4: Q4's process carries candle's
+/// quantized-matmul buffer for its longest prefill so far, replayed from the sweeps' order.
 #[test]
 fn allocated_and_peak_within_3_percent() {
     let st = steps(results()).unwrap();
-    let bf16: Vec<_> = st.iter().filter(|s| s.precision == Precision::Bf16).collect();
-    assert!(bf16.len() >= 80);
-    for s in bf16 {
-        assert!(s.allocated_err_pct().abs() <= 3.0 && s.peak_err_pct().abs() <= 3.0, "{} {} × {}: allocated {:+.2} %, peak {:+.2} %", s.file, s.batch, s.seq, s.allocated_err_pct(), s.peak_err_pct());
+    for p in [Precision::Bf16, Precision::Q4] {
+        assert!(st.iter().filter(|s| s.precision == p).count() >= 80, "{p}");
     }
-    for s in st.iter().filter(|s| s.precision == Precision::Q4) {
-        assert!(s.predicted_allocated_mib <= s.allocated_mib, "{} {} × {}", s.file, s.batch, s.seq);
+    for s in &st {
+        assert!(s.allocated_err_pct().abs() <= 3.0 && s.peak_err_pct().abs() <= 3.0, "{} {} {} {} × {}: allocated {:+.2} %, peak {:+.2} %", s.file, s.precision, s.logits.name(), s.batch, s.seq, s.allocated_err_pct(), s.peak_err_pct());
     }
     let w = weights(results()).unwrap();
     assert!(w.len() >= 4);
@@ -49,14 +46,24 @@ fn allocated_and_peak_within_3_percent() {
     }
 }
 
-/// The longest context: the ledger is an upper bound on every bisection (the pool maps more than
-/// it hands out near the edge), never below what was found.
+/// The longest context: the same search on the ledger is an upper bound on every bisection.
+/// Runs that retry a failed request after trimming the pool (kv_limit's oom_retry) land within
+/// 2 % and one bisection step of it where the edge is the logits or the attention; where it is
+/// the MLP (last logits) the pool keeps about 400 MiB it cannot hand out, and the gap is up to
+/// 6 %. Runs before the retry stopped where the pool's mapped memory, not the live bytes, hit
+/// the card (16,128 tokens where the ledger says 24,576).
 #[test]
 fn longest_context_is_bounded_by_the_ledger() {
     let l = limits(results()).unwrap();
     assert!(l.len() >= 10);
     for x in &l {
         assert!(x.predicted_max_context >= x.max_context, "{} {} {} {}: measured {}, ledger {}", x.file, x.precision, x.logits.name(), x.attention, x.max_context, x.predicted_max_context);
+    }
+    let retried: Vec<_> = l.iter().filter(|x| x.retried).collect();
+    assert!(retried.len() >= 7, "only {} runs with the retry", retried.len());
+    for x in retried {
+        let tolerance = if x.logits == Logits::Last && x.attention == "bounded" { 6.0 } else { 2.0 + 100.0 * 256.0 / x.max_context as f64 };
+        assert!(x.err_pct() <= tolerance, "{} {} {} {}: measured {}, ledger {} ({:+.2} %)", x.file, x.precision, x.logits.name(), x.attention, x.max_context, x.predicted_max_context, x.err_pct());
     }
 }
 
