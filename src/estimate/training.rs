@@ -186,6 +186,19 @@ pub struct StepActivations {
     pub optimizer_peak: u64,
 }
 
+impl StepActivations {
+    /// The step's busiest moment above weights and states: the backward or the update.
+    pub fn above_states(&self) -> u64 {
+        self.peak.max(self.optimizer_peak)
+    }
+}
+
+/// The F32 AdamW step's peak: weights and states (12 B per parameter) and its busiest moment.
+pub fn step_peak(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bool) -> u64 {
+    let l = ledger(params, &TrainSetup::fp32_adam());
+    l.weights + l.optimizer + step_activations(cfg, params, sh, checkpoint).above_states()
+}
+
 /// The lab's F32 training step on `cfg` with `params` parameters.
 /// - Plain: the peak is at the end of the backward, the embedding's gradient being added: the
 ///   whole graph, every gradient, the constants' gradients, the table's new sum and the incoming

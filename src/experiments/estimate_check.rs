@@ -174,6 +174,7 @@ fn relative(p: &Path, root: &Path) -> String {
 }
 
 /// One prefill a KV folder's process ran, as its CSV row records it.
+#[derive(Clone)]
 struct Attempt {
     file: String,
     w: Inference,
@@ -182,15 +183,26 @@ struct Attempt {
     measured: (f64, f64, f64),
 }
 
-/// A folder's sweeps: its attempts in the order the process ran them, the bisections' limits.
+/// A bisection's row of kv_limit.csv, with the sweep it closed.
+struct SweepLimit {
+    /// Where in the folder's `attempts` the sweep starts.
+    first: usize,
+    /// The sweep's doubling lengths, up to the first that failed.
+    doubling: Vec<usize>,
+    resolution: usize,
+    max_context: usize,
+    retried: bool,
+}
+
+/// A folder's sweeps: its attempts in the order the process ran them, the tokens the quantized
+/// buffer was sized for before each, and the bisections' limits.
 struct Folder {
     cfg: Qwen2Config,
-    capacity: u64,
     card: Option<Card>,
     attempts: Vec<Attempt>,
-    /// (the limit row's file, its index in `attempts` of the sweep's first attempt, the sweep's
-    /// doubling lengths, resolution, measured longest, whether a failed request was retried)
-    limits: Vec<(String, usize, Vec<usize>, usize, usize, bool)>,
+    seen: Vec<u64>,
+    limit_file: String,
+    limits: Vec<SweepLimit>,
 }
 
 /// The runs under `root` that hold a KV sweep (kv_prefill.csv or kv_batch.csv).
@@ -271,6 +283,8 @@ fn kv_folder(dir: &Path, root: &Path) -> Result<Folder> {
     let (cfg, card) = run_context(&any)?;
     let card = card.and_then(|c| Card::parse(&c).ok());
     let capacity = card.as_ref().map(|c| c.total_bytes()).unwrap_or(u64::MAX);
+    let prefill = if dir.join("kv_prefill.csv").is_file() { read_attempts(&dir.join("kv_prefill.csv"), root)? } else { vec![] };
+    let batch = if dir.join("kv_batch.csv").is_file() { read_attempts(&dir.join("kv_batch.csv"), root)? } else { vec![] };
     let limit_file = dir.join("kv_limit.csv");
     // (precision, logits, attention, batch) → (resolution, measured longest, retried)
     let mut limit_rows: Vec<((String, String, String, usize), (usize, usize, bool))> = Vec::new();
@@ -280,7 +294,7 @@ fn kv_folder(dir: &Path, root: &Path) -> Result<Folder> {
         // Older folders ran one attention each, named in their prefill sweep.
         let att = match strings(&df, "attention") {
             Ok(v) => v,
-            Err(_) => vec![strings(&read_csv(&dir.join("kv_prefill.csv"))?, "attention")?.first().cloned().unwrap_or_default(); df.height()],
+            Err(_) => vec![prefill.first().map(|g| g[0].w.attention.name().to_string()).unwrap_or_default(); df.height()],
         };
         // Runs before the allocation hook retried a failed request after a trim have no column.
         let retry = match strings(&df, "oom_retry") {
@@ -291,8 +305,6 @@ fn kv_folder(dir: &Path, root: &Path) -> Result<Folder> {
             limit_rows.push(((prec[r].clone(), lg[r].clone(), att[r].clone(), batch[r] as usize), (res[r] as usize, max[r] as usize, retry[r])));
         }
     }
-    let prefill = if dir.join("kv_prefill.csv").is_file() { read_attempts(&dir.join("kv_prefill.csv"), root)? } else { vec![] };
-    let batch = if dir.join("kv_batch.csv").is_file() { read_attempts(&dir.join("kv_batch.csv"), root)? } else { vec![] };
     let mut precisions: Vec<Precision> = Vec::new();
     for p in prefill.iter().chain(&batch).map(|g| g[0].w.precision) {
         if !precisions.contains(&p) {
@@ -307,27 +319,30 @@ fn kv_folder(dir: &Path, root: &Path) -> Result<Folder> {
             let key = (p.name().to_string(), w.logits.name().to_string(), w.attention.name().to_string(), w.batch);
             let limit = limit_rows.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
             let (order, doubling) = run_order(group, limit.map(|l| l.0).unwrap_or(1));
-            if let Some((res, max, retry)) = limit {
-                limits.push((relative(&limit_file, root), attempts.len(), doubling, res, max, retry));
+            if let Some((resolution, max_context, retried)) = limit {
+                limits.push(SweepLimit { first: attempts.len(), doubling, resolution, max_context, retried });
             }
-            attempts.extend(order.into_iter().map(|i| Attempt { file: group[i].file.clone(), ..group[i] }));
+            attempts.extend(order.into_iter().map(|i| group[i].clone()));
         }
         for group in batch.iter().filter(|g| g[0].w.precision == p) {
-            attempts.extend(group.iter().map(|a| Attempt { file: a.file.clone(), ..*a }));
+            attempts.extend(group.iter().cloned());
         }
     }
-    Ok(Folder { cfg, capacity, card, attempts, limits })
+    let order: Vec<(Inference, bool)> = attempts.iter().map(|a| (a.w, a.ok)).collect();
+    let seen = sweep::seen_before(&cfg, Runtime::assumed().bytes(), capacity, &order, 0);
+    Ok(Folder { cfg, card, attempts, seen, limit_file: relative(&limit_file, root), limits })
 }
 
 /// The prefill and batch steps that fitted, under `root`, each predicted for the process it ran
 /// in (a Q4 process carries the quantized buffer of its longest prefill so far).
 pub fn steps(root: &Path) -> Result<Vec<StepCheck>> {
-    let runtime = Runtime::assumed().bytes();
+    Ok(steps_of(&kv_folders(root)?))
+}
+
+fn steps_of(folders: &[Folder]) -> Vec<StepCheck> {
     let mut out = Vec::new();
-    for f in kv_folders(root)? {
-        let order: Vec<(Inference, bool)> = f.attempts.iter().map(|a| (a.w, a.ok)).collect();
-        let seen = sweep::seen_before(&f.cfg, runtime, f.capacity, &order, 0);
-        for (a, seen) in f.attempts.iter().zip(seen).filter(|(a, _)| a.ok) {
+    for f in folders {
+        for (a, &seen) in f.attempts.iter().zip(&f.seen).filter(|(a, _)| a.ok) {
             let l = fit::ledger_after(&f.cfg, &a.w, 0, seen);
             out.push(StepCheck {
                 file: a.file.clone(),
@@ -347,7 +362,7 @@ pub fn steps(root: &Path) -> Result<Vec<StepCheck>> {
         }
     }
     out.sort_by(|a, b| a.file.cmp(&b.file));
-    Ok(out)
+    out
 }
 
 /// The weights after loading in each anatomy run, as (file, precision, measured, predicted) MiB.
@@ -373,19 +388,21 @@ pub fn weights(root: &Path) -> Result<Vec<(String, Precision, f64, f64)>> {
 /// search finds on the ledger (the card's total less the runtime's overhead, the quantized buffer
 /// carried from the process's earlier prefills).
 pub fn limits(root: &Path) -> Result<Vec<LimitCheck>> {
+    Ok(limits_of(&kv_folders(root)?))
+}
+
+fn limits_of(folders: &[Folder]) -> Vec<LimitCheck> {
     let runtime = Runtime::assumed().bytes();
     let mut out = Vec::new();
-    for f in kv_folders(root)? {
+    for f in folders {
         let Some(card) = &f.card else { continue };
-        let order: Vec<(Inference, bool)> = f.attempts.iter().map(|a| (a.w, a.ok)).collect();
-        let seen = sweep::seen_before(&f.cfg, runtime, f.capacity, &order, 0);
-        for (file, first, doubling, res, max, retried) in &f.limits {
-            let w = f.attempts[*first].w;
-            let (predicted, _) = sweep::longest_context(&f.cfg, &w, runtime, f.capacity, doubling, *res, seen[*first]);
-            out.push(LimitCheck { file: file.clone(), card: card.name.clone(), precision: w.precision, logits: w.logits, attention: w.attention.name().to_string(), batch: w.batch, max_context: *max, predicted_max_context: predicted, retried: *retried });
+        for l in &f.limits {
+            let w = f.attempts[l.first].w;
+            let (predicted, _) = sweep::longest_context(&f.cfg, &w, runtime, card.total_bytes(), &l.doubling, l.resolution, f.seen[l.first]);
+            out.push(LimitCheck { file: f.limit_file.clone(), card: card.name.clone(), precision: w.precision, logits: w.logits, attention: w.attention.name().to_string(), batch: w.batch, max_context: l.max_context, predicted_max_context: predicted, retried: l.retried });
         }
     }
-    Ok(out)
+    out
 }
 
 impl Stage for Check {
@@ -401,9 +418,9 @@ impl Stage for Check {
             s.say(format!("no results folder {}: nothing to check (run from the repository root, or give --results)", c.results.display()));
             return Ok(StageOutput::default());
         }
-        let st = steps(&c.results)?;
+        let folders = kv_folders(&c.results)?;
+        let (st, lim) = (steps_of(&folders), limits_of(&folders));
         let wt = weights(&c.results)?;
-        let lim = limits(&c.results)?;
         let mut out = StageOutput::default();
         let worst = |v: Vec<f64>| v.into_iter().fold(0.0f64, |m, e| m.max(e.abs()));
         let worst_alloc = worst(st.iter().map(|x| x.allocated_err_pct()).chain(wt.iter().map(|w| 100.0 * (w.3 - w.2) / w.2)).collect());

@@ -5,7 +5,7 @@
 //! 65 %), and the articles' 112 GB for a 7B model beside the lab's estimate of the same case.
 
 use crate::error::{LabError, Result};
-use crate::estimate::training::{self, articles_activations, step_activations, TrainSetup, TrainShape};
+use crate::estimate::training::{self, articles_activations, step_activations, step_peak, TrainSetup, TrainShape};
 use crate::experiments::kv::random_ids;
 use crate::memory::{guarded, mib};
 use crate::model::{train, Precision, Qwen2, Qwen2Config};
@@ -134,7 +134,7 @@ fn rows_for(model_cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bo
         Row { checkpointing: checkpoint, item: "kept by the forward", measured: m.map(|m| m.forward), lab: lab.forward, articles: Some(art), note: if checkpoint { "each layer's input".into() } else { "the whole graph".into() } },
         Row { checkpointing: checkpoint, item: "backward peak above weights + states", measured: m.map(|m| m.backward_peak), lab: lab.peak, articles: Some(ledger.gradients + art), note: format!("lab: at the {}", lab.phase) },
         Row { checkpointing: checkpoint, item: "AdamW update peak above weights + states", measured: m.map(|m| m.optimizer_peak), lab: lab.optimizer_peak, articles: None, note: "the gradients and 14 tensors the size of the largest weight (candle keeps the update's graph)".into() },
-        Row { checkpointing: checkpoint, item: "step peak", measured: m.map(|m| weights + states + m.backward_peak.max(m.optimizer_peak)), lab: ledger.weights + ledger.optimizer + lab.peak.max(lab.optimizer_peak), articles: Some(ledger.total() + art), note },
+        Row { checkpointing: checkpoint, item: "step peak", measured: m.map(|m| weights + states + m.backward_peak.max(m.optimizer_peak)), lab: ledger.weights + ledger.optimizer + lab.above_states(), articles: Some(ledger.total() + art), note },
     ]
 }
 
@@ -160,11 +160,7 @@ fn scale_table(sh: TrainShape) -> Result<DataFrame> {
     let p = cfg.param_count() as u64;
     let states = training::ledger(p, &TrainSetup::fp32_adam()).total();
     let gb = |b: u64| b as f64 / 1e9;
-    // Weights and states, then the step's peak above them (gradients included).
-    let lab = |ckpt| {
-        let a = step_activations(&cfg, p, sh, ckpt);
-        12 * p + a.peak.max(a.optimizer_peak)
-    };
+    let lab = |ckpt| step_peak(&cfg, p, sh, ckpt);
     let cases = [
         ("articles: 16 B × 7e9 parameters".to_string(), 112e9 as u64, "weights 4 + gradients 4 + Adam 8 B per parameter; no activations".to_string()),
         ("articles' rule, Qwen2.5-7B's 7,615,616,512 parameters".into(), states, "the same 16 B per parameter".into()),
@@ -185,8 +181,7 @@ fn too_large(s: &mut Session, cfg: &Qwen2Config, sh: TrainShape, oom: &str) -> R
     let mut out = StageOutput::default();
     s.say(format!("the model does not fit in F32 for training ({oom}); the formula's need is reported instead (smaller presets train: --model synthetic:qwen2.5-0.5b)"));
     for ckpt in [false, true] {
-        let a = step_activations(cfg, p, sh, ckpt);
-        let need = 12 * p + a.peak.max(a.optimizer_peak);
+        let need = step_peak(cfg, p, sh, ckpt);
         out.findings.push(
             Finding::new(format!("training step peak, checkpointing {}", if ckpt { "on" } else { "off" }), "MiB", None)
                 .predicted(mib(need))
