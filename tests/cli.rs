@@ -208,7 +208,7 @@ fn run_writes_one_folder_with_manifest_and_report() {
     let m = manifest(&out);
     assert_eq!(m["status"], "complete");
     let stages: Vec<&str> = m["stages"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(stages, ["anatomy", "kv", "frag", "leaks", "bandwidth", "offload", "estimate", "plan", "train", "check"]);
+    assert_eq!(stages, ["anatomy", "load", "kv", "frag", "leaks", "bandwidth", "offload", "estimate", "plan", "train", "check"]);
     for s in m["stages"].as_array().unwrap() {
         assert_eq!(s["status"], "done", "{s}");
         for (_, rel) in s["tables"].as_object().unwrap() {
@@ -217,7 +217,7 @@ fn run_writes_one_folder_with_manifest_and_report() {
         assert!(!s["findings"].as_array().unwrap().is_empty(), "{} has no findings", s["name"]);
     }
     // The CPU config of kv ran (the tiny model's sizes), recorded as it ran.
-    assert_eq!(m["stages"][1]["config"]["max"], 4096);
+    assert_eq!(m["stages"][2]["config"]["max"], 4096);
     assert!(m["env"]["versions"]["candle-core"].as_str().unwrap().starts_with("0.11"));
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("Stage 1 — anatomy") && html.contains("Stage 2 — the KV cache"));

@@ -157,3 +157,55 @@ fn hub_settings_honour_env_and_cache_dir() {
     let msg = err.to_string();
     assert!(msg.contains("127.0.0.1:9") && msg.contains(tmp.path().to_str().unwrap()), "{msg}");
 }
+
+/// Column `c` of a CSV row set as strings (nulls empty).
+fn column(df: &polars::prelude::DataFrame, c: &str) -> Vec<String> {
+    df.column(c).unwrap().as_materialized_series().iter().map(|v| v.to_string().trim_matches('"').to_string()).collect()
+}
+
+#[test]
+fn load_stage_times_a_written_checkpoint_and_a_real_one_in_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let disk = tmp.path().join("disk");
+    std::fs::create_dir_all(&disk).unwrap();
+    let out = tmp.path().join("run");
+    let o = common::lab_quiet(&["load", "--dir", disk.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    // The checkpoint written on the disk measured is gone after the stage.
+    assert_eq!(std::fs::read_dir(&disk).unwrap().count(), 0);
+    let d = common::read_csv(&out.join("load/load_disk.csv"));
+    let ops: Vec<String> = column(&d, "checkpoint").iter().zip(column(&d, "op")).map(|(c, o)| format!("{c}: {o}")).collect();
+    assert_eq!(ops, ["safetensors bf16: write (synced)", "safetensors bf16: read cold", "safetensors bf16: read warm", "gguf q4: write (synced)", "gguf q4: read cold", "gguf q4: read warm"]);
+    // Every read returns the bytes written.
+    let mib: Vec<f64> = column(&d, "file_mib").iter().map(|v| v.parse().unwrap()).collect();
+    assert_eq!(mib[0], mib[1]);
+    assert_eq!(mib[1], mib[2]);
+    assert_eq!(mib[3], mib[4]);
+    let cfg = Qwen2Config::preset("tiny").unwrap();
+    let bf16 = vram_lab::estimate::weight_bytes(&cfg, Precision::Bf16) as f64 / (1 << 20) as f64;
+    // The safetensors files hold the BF16 weights and a header of a few KiB.
+    assert!(mib[0] >= bf16 && mib[0] < bf16 + 0.1, "{} MiB on disk for {bf16} MiB of weights", mib[0]);
+    let t = common::read_csv(&out.join("load/load_time.csv"));
+    let loads: Vec<String> = column(&t, "checkpoint").iter().zip(column(&t, "precision")).zip(column(&t, "cache")).map(|((c, p), k)| format!("{c} {p} {k}")).collect();
+    assert_eq!(loads, ["safetensors bf16 bf16 cold", "safetensors bf16 bf16 warm", "safetensors bf16 q4 cold", "safetensors bf16 q4 warm", "gguf q4 q4 cold", "gguf q4 q4 warm"]);
+    assert!(column(&t, "outcome").iter().all(|o| o == "ok"));
+    let q4 = vram_lab::estimate::weight_bytes(&cfg, Precision::Q4) as f64 / (1 << 20) as f64;
+    let device: Vec<f64> = column(&t, "device_mib").iter().map(|v| v.parse().unwrap()).collect();
+    // The CSV keeps six decimals.
+    for (got, want) in device.iter().zip([bf16, bf16, q4, q4, q4, q4]) {
+        assert!((got - want).abs() < 1e-5, "{device:?}");
+    }
+
+    // A real directory is measured where it is: no write, nothing removed.
+    let dir = tmp.path().join("model");
+    common::write_dir(&dir, &cfg, SEED, DType::BF16, 2);
+    let before = std::fs::read_dir(&dir).unwrap().count();
+    let out2 = tmp.path().join("run2");
+    let o = common::lab_quiet(&["load", "--model", dir.to_str().unwrap(), "--precisions", "bf16", "--out", out2.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), before);
+    let d = common::read_csv(&out2.join("load/load_disk.csv"));
+    assert_eq!(column(&d, "op"), ["read cold", "read warm"]);
+    let t = common::read_csv(&out2.join("load/load_time.csv"));
+    assert_eq!(column(&t, "cache"), ["cold", "warm"]);
+}

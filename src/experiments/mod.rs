@@ -8,6 +8,7 @@ pub mod estimate_check;
 pub mod frag;
 pub mod kv;
 pub mod leaks;
+pub mod loading;
 pub mod offload;
 pub mod oom;
 pub mod train;
@@ -16,7 +17,7 @@ use crate::stage::{register, AnyStage};
 
 /// Every stage, in the report's order. Adding a stage: its module, and one line here.
 pub fn registry() -> Vec<Box<dyn AnyStage>> {
-    vec![register::<anatomy::Anatomy>(), register::<kv::KvCache>(), register::<frag::Frag>(), register::<leaks::Leaks>(), register::<bandwidth::Bandwidth>(), register::<offload::Offload>(), register::<estimate::Estimate>(), register::<estimate::Plan>(), register::<train::Train>(), register::<estimate_check::Check>()]
+    vec![register::<anatomy::Anatomy>(), register::<loading::Loading>(), register::<kv::KvCache>(), register::<frag::Frag>(), register::<leaks::Leaks>(), register::<bandwidth::Bandwidth>(), register::<offload::Offload>(), register::<estimate::Estimate>(), register::<estimate::Plan>(), register::<train::Train>(), register::<estimate_check::Check>()]
 }
 
 /// The stage called `name`.

@@ -11,6 +11,7 @@ pub mod cuda_copy;
 pub mod device_arena;
 #[cfg(feature = "cuda")]
 pub mod unified;
+pub mod disk;
 pub mod emulation;
 pub mod host;
 pub mod monitor;

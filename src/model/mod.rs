@@ -2,6 +2,7 @@
 //! generation, and GGUF quantization.
 
 pub mod attention;
+pub mod checkpoint;
 pub mod config;
 pub mod generate;
 pub mod host_linear;

@@ -83,7 +83,7 @@ impl HubSettings {
 }
 
 /// Fetches config.json, tokenizer.json and the safetensors shards of `repo` into the cache.
-fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
+pub fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
     let hub = HubSettings::from_env(opts.cache_dir.as_deref());
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         LabError::input(format!(

@@ -135,6 +135,19 @@ pub fn offload(df: &DataFrame) -> Result<Plot> {
     Ok(plot)
 }
 
+/// Stage 1b: each load's time beside its floor (file read + host→device copy).
+pub fn load_time(df: &DataFrame) -> Result<Plot> {
+    use crate::experiments::loading::col as l;
+    let (ck, p, cache) = (strings(df, l::CHECKPOINT)?, strings(df, l::PRECISION)?, strings(df, l::CACHE)?);
+    let x: Vec<String> = ck.iter().zip(&p).zip(&cache).map(|((c, p), k)| format!("{c} → {p}, {k}")).collect();
+    let mut plot = Plot::new();
+    plot.add_trace(Bar::new(x.clone(), floats(df, l::LOAD_S)?).name("load (this run)"));
+    plot.add_trace(Bar::new(x.clone(), floats(df, l::READ_S)?).name("file read alone"));
+    plot.add_trace(Bar::new(x, floats(df, l::FLOOR_S)?).name("floor: read + host→device copy"));
+    plot.set_layout(layout("加载时间 Loading time: what the disk costs", "checkpoint → precision, page cache", "seconds").bar_mode(BarMode::Group));
+    Ok(plot)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
