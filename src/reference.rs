@@ -57,6 +57,14 @@ pub mod candle_h200 {
     pub const Q4K_WEIGHTS_MIB: f64 = 5889.1;
 }
 
+/// llama.cpp (0c1e57098, CUDA 13.0) on an H200, synthetic Qwen2.5-7B GGUF, `llama-bench -p 160
+/// -n 200 -r 3` with flash attention: the stack the lab's speed stands beside.
+pub mod llamacpp_h200 {
+    pub const BF16_DECODE_TOK_S: f64 = 198.74;
+    pub const Q4KM_DECODE_TOK_S: f64 = 286.08;
+    pub const BF16_PREFILL_160_TOK_S: f64 = 16526.53;
+}
+
 /// Whether `cfg` is the report's model (Qwen2.5-7B's shapes): only then do its figures apply.
 pub fn is_report_model(cfg: &crate::model::Qwen2Config) -> bool {
     crate::model::Qwen2Config::preset("qwen2.5-7b")

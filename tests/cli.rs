@@ -208,7 +208,7 @@ fn run_writes_one_folder_with_manifest_and_report() {
     let m = manifest(&out);
     assert_eq!(m["status"], "complete");
     let stages: Vec<&str> = m["stages"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(stages, ["anatomy", "load", "kv", "frag", "leaks", "bandwidth", "offload", "estimate", "plan", "train", "check"]);
+    assert_eq!(stages, ["anatomy", "load", "kv", "frag", "leaks", "bandwidth", "offload", "bench", "estimate", "plan", "train", "check"]);
     for s in m["stages"].as_array().unwrap() {
         assert_eq!(s["status"], "done", "{s}");
         for (_, rel) in s["tables"].as_object().unwrap() {

@@ -132,3 +132,32 @@ fn kv_cache_full_is_an_error_not_a_panic() {
     let err = lab.forward(&t, &mut cache, Logits::Last).err().expect("must fail");
     assert!(err.to_string().contains("KV cache full"), "{err}");
 }
+
+/// Stacked q|k|v and gate|up (decoding's fewer launches) compute what the separate products do:
+/// the same logits token by token as the separate model and stock candle-transformers, with the
+/// weights' bytes unchanged.
+#[test]
+fn fused_projections_decode_the_same_tokens() {
+    use vram_lab::model::generate::argmax;
+    let cfg = common::tiny();
+    let separate = lab_model(&cfg);
+    let mut fused = lab_model(&cfg);
+    assert_eq!(fused.fuse_projections().unwrap(), cfg.num_hidden_layers);
+    assert_eq!(fused.weight_bytes(), separate.weight_bytes());
+    let ids = common::ids(9, cfg.vocab_size, 3);
+    let (mut c1, mut c2) = (separate.new_cache(1, 32).unwrap(), fused.new_cache(1, 32).unwrap());
+    let mut stock = stock_model(&cfg);
+    let (mut a, mut b, mut r) = (lab_last(&separate, &mut c1, &ids), lab_last(&fused, &mut c2, &ids), stock_last(&mut stock, &ids, 0));
+    let mut offset = ids.len();
+    for _ in 0..6 {
+        let scale = common::max_abs(&r).max(1.0);
+        assert!(common::max_abs_diff(&a, &b) < 1e-4 * scale, "fused vs separate");
+        assert!(common::max_abs_diff(&b, &r) < 1e-4 * scale, "fused vs candle-transformers");
+        let next = argmax(&b).unwrap()[0];
+        assert_eq!(next, argmax(&r).unwrap()[0]);
+        a = lab_last(&separate, &mut c1, &[next]);
+        b = lab_last(&fused, &mut c2, &[next]);
+        r = stock_last(&mut stock, &[next], offset);
+        offset += 1;
+    }
+}

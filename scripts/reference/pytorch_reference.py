@@ -15,6 +15,10 @@ Stages:
          layer by layer at each forward), tok/s of greedy decoding for each. The weights are
          random with the exact shapes of the lab's preset (--model, a data/models/*.json).
 
+  bench  the speed the lab's `bench` stands beside: the model in BF16 on the GPU, prefill of each
+         --prompt-lens (one forward, last-token logits) and greedy decoding with transformers'
+         generate (--new-tokens after a --decode-prompt), median of --repeats after a warm-up.
+
 --card MIB emulates a smaller card as the lab does: a ballast of (GPU total - MIB) is held with
 cuMemAlloc, outside PyTorch's allocator, so PyTorch sees the card's free memory.
 """
@@ -189,27 +193,76 @@ def frag(args, out):
         out.write(r.stdout)
 
 
-def offload(args, out):
-    import time
-
+def synthetic_model(path, device):
+    """transformers' Qwen2 with the preset's exact shapes and N(0, 0.02) BF16 weights on `device`."""
     import torch
-    from accelerate import dispatch_model, infer_auto_device_map
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    ballast = hold_ballast(args.card) if args.card else None
-    cfg_dict = json.load(open(args.model))
+    cfg_dict = json.load(open(path))
     cfg_dict.pop("architectures", None)
     cfg = AutoConfig.for_model(cfg_dict.pop("model_type", "qwen2"), **cfg_dict)
-    t0 = time.time()
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
-    model = model.to_empty(device="cpu")
+    model = model.to_empty(device=device)
     with torch.no_grad():
         # Drawn on the GPU a tensor at a time (normal_ on 7.6B CPU values takes minutes).
         for p in model.parameters():
             p.copy_((torch.randn(p.shape, device="cuda", dtype=torch.float32) * 0.02).to(p.dtype))
         torch.cuda.empty_cache()
-    model.eval()
+    return cfg, model.eval()
+
+
+def bench(args, out):
+    import statistics
+    import time
+
+    import torch
+
+    ballast = hold_ballast(args.card) if args.card else None
+    cfg, model = synthetic_model(args.model, "cuda")
+    gib = 1 << 30
+    emit(out, experiment="bench", case="load", precision="bf16", allocated_gib=round(torch.cuda.memory_allocated() / gib, 3), reserved_gib=round(torch.cuda.memory_reserved() / gib, 3))
+    gen = torch.Generator().manual_seed(0)
+
+    def timed(f):
+        f()  # warm-up
+        times = []
+        for _ in range(args.repeats):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            f()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    for seq in args.prompt_lens:
+        ids = torch.randint(0, cfg.vocab_size, (1, seq), generator=gen).cuda()
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            with torch.no_grad():
+                # logits_to_keep=1: the last position's logits only, as the lab's prefill.
+                s = timed(lambda: model(ids, logits_to_keep=1, use_cache=True))
+            emit(out, experiment="bench", case="prefill", precision="bf16", seq=seq, tok_s=round(seq / s, 2), peak_gib=round(torch.cuda.max_memory_allocated() / gib, 3))
+        except torch.cuda.OutOfMemoryError as e:
+            emit(out, experiment="bench", case="prefill", precision="bf16", seq=seq, outcome="oom", error=str(e)[:200])
+        torch.cuda.empty_cache()
+    ids = torch.randint(0, cfg.vocab_size, (1, args.decode_prompt), generator=gen).cuda()
+    kw = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=0)
+    s = timed(lambda: model.generate(ids, **kw))
+    # generate's time includes its prefill of the short prompt, as the report's tok/s does.
+    emit(out, experiment="bench", case="decode", precision="bf16", tok_s=round(args.new_tokens / s, 3), ms_per_token=round(1e3 * s / args.new_tokens, 3), new_tokens=args.new_tokens, prompt=args.decode_prompt, torch=torch.__version__)
+    del ballast
+
+
+def offload(args, out):
+    import time
+
+    import torch
+    from accelerate import dispatch_model, infer_auto_device_map
+
+    ballast = hold_ballast(args.card) if args.card else None
+    t0 = time.time()
+    cfg, model = synthetic_model(args.model, "cpu")
     emit(out, experiment="offload", case="init", seconds=round(time.time() - t0, 2), params=sum(p.numel() for p in model.parameters()))
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, cfg.vocab_size, (1, args.prompt), generator=gen)
@@ -259,6 +312,14 @@ def main():
         p.add_argument("--hole-mib", type=int, default=512)
         p.add_argument("--hole-request-mib", type=int, default=2048)
         p.add_argument("--out", help="write the JSON lines here (default: stdout)")
+    p = sub.add_parser("bench")
+    p.add_argument("--card", type=float, default=0.0, help="emulate a card of this many MiB (0: the whole GPU)")
+    p.add_argument("--model", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "models", "qwen2.5-7b.json"))
+    p.add_argument("--prompt-lens", type=lambda v: [int(x) for x in v.split(",")], default=[512, 32768])
+    p.add_argument("--decode-prompt", type=int, default=32)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", help="write the JSON lines here (default: stdout)")
     p = sub.add_parser("offload")
     p.add_argument("--card", type=float, default=0.0, help="emulate a card of this many MiB (0: the whole GPU)")
     p.add_argument("--model", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "models", "qwen2.5-7b.json"))
@@ -269,7 +330,7 @@ def main():
     p.add_argument("--out", help="write the JSON lines here (default: stdout)")
     args = ap.parse_args()
     out = open(args.out, "w") if getattr(args, "out", None) else sys.stdout
-    {"frag": frag, "frag-one": frag_one, "offload": offload}[args.stage](args, out)
+    {"frag": frag, "frag-one": frag_one, "offload": offload, "bench": bench}[args.stage](args, out)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,22 @@ pub fn decode_ceiling_tok_s(bandwidth_gbs: f64, bytes_per_token: u64) -> f64 {
     bandwidth_gbs * 1e9 / bytes_per_token.max(1) as f64
 }
 
+/// Bytes one batch-1 or batched decoding step reads from device memory: every weight once,
+/// except an untied embedding table (one row per token is looked up; a tied table is the head and
+/// is read whole), and the KV cache of each sequence at `context` tokens. Its ceiling is the
+/// device's read bandwidth ÷ these bytes.
+pub fn decode_read_bytes(cfg: &Qwen2Config, precision: Precision, context: usize, batch: usize) -> u64 {
+    let embed = cfg.tensor_specs().into_iter().find(|s| s.name == "model.embed_tokens.weight");
+    let table = match (cfg.tie_word_embeddings, embed) {
+        (false, Some(s)) => match precision.dense_dtype() {
+            Some(dtype) => (s.elem_count() * dtype.size_in_bytes()) as u64,
+            None => ggml_bytes(ggml_dtype_for(&s, cfg.tie_word_embeddings), s.elem_count()),
+        },
+        _ => 0,
+    };
+    weight_bytes(cfg, precision) - table + kv_bytes_per_token(cfg, precision.act_dtype().size_in_bytes()) * (context * batch) as u64
+}
+
 /// A prefill: `batch` sequences of `seq` tokens in `precision`, keeping `logits`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Workload {
@@ -140,6 +156,18 @@ mod tests {
         let q4 = weight_bytes(&cfg, Precision::Q4) as f64 * 8.0 / 7_615_616_512.0;
         assert!(q4 > 4.5 && q4 < 5.0, "{q4} bits/weight");
         assert!((decode_ceiling_tok_s(1000.0, 1_000_000_000) - 1000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn decode_reads_the_weights_but_the_embedding_table() {
+        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        // 15,231,233,024 B of BF16 weights less the 152,064 × 3,584 × 2 = 1,089,994,752 B table.
+        assert_eq!(decode_read_bytes(&cfg, Precision::Bf16, 0, 1), 14_141_238_272);
+        // Plus 57,344 B of cache per token of each sequence.
+        assert_eq!(decode_read_bytes(&cfg, Precision::Bf16, 1000, 2), 14_141_238_272 + 2000 * 57_344);
+        // A tied table (0.5B) is the head: read whole.
+        let small = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+        assert_eq!(decode_read_bytes(&small, Precision::Bf16, 0, 1), weight_bytes(&small, Precision::Bf16));
     }
 
     #[test]

@@ -62,13 +62,23 @@ pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on
     let device = model.device();
     let mut cache = model.new_cache(1, prompt.len() + cfg.max_new_tokens)?;
     let mut sampler = LogitsProcessor::new(cfg.seed, cfg.temperature, cfg.top_p);
+    // Greedy picks the id on the device: one u32 crosses PCIe per token, not the vocabulary's logits.
+    let greedy = cfg.temperature.is_none();
+    let mut pick = |pieces: &[Tensor]| -> Result<u32> {
+        let logits = last_logits(pieces)?;
+        if greedy {
+            Ok(argmax(&logits)?[0])
+        } else {
+            Ok(sampler.sample(&logits.squeeze(0)?)?)
+        }
+    };
     let eos = model.cfg.eos_ids();
     let mut out = Vec::with_capacity(cfg.max_new_tokens);
 
     let t0 = Instant::now();
     let ids = Tensor::new(prompt, device)?.unsqueeze(0)?;
-    let logits = last_logits(&model.forward(&ids, &mut cache, Logits::Last)?)?;
-    let mut next = sampler.sample(&logits.squeeze(0)?)?;
+    let logits = model.forward(&ids, &mut cache, Logits::Last)?;
+    let mut next = pick(&logits)?;
     device.synchronize()?;
     let prefill_s = t0.elapsed().as_secs_f64();
     out.push(next);
@@ -76,8 +86,8 @@ pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on
     let t1 = Instant::now();
     while out.len() < cfg.max_new_tokens && !(cfg.stop_at_eos && eos.contains(&next)) {
         let ids = Tensor::new(&[next], device)?.unsqueeze(0)?;
-        let logits = last_logits(&model.forward(&ids, &mut cache, Logits::Last)?)?;
-        next = sampler.sample(&logits.squeeze(0)?)?;
+        let logits = model.forward(&ids, &mut cache, Logits::Last)?;
+        next = pick(&logits)?;
         out.push(next);
         on_token(out.len());
     }
@@ -90,4 +100,95 @@ pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on
         decode_s,
         kv_cache_bytes: cache.bytes(),
     })
+}
+
+/// The greedy ids of `logits` ([batch, vocab]), picked on their device.
+pub fn argmax(logits: &Tensor) -> Result<Vec<u32>> {
+    Ok(logits.argmax(candle_core::D::Minus1)?.to_vec1::<u32>()?)
+}
+
+/// One timed batch-1 or batched greedy decode: the prefill, then each step's time to issue its
+/// kernels (the forward returning) and to finish (the picked ids read back).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct DecodeTiming {
+    pub batch: usize,
+    pub prompt: usize,
+    pub prefill_s: f64,
+    /// Seconds from a step's start to its forward returning: the host's share.
+    pub issue_s: Vec<f64>,
+    /// Seconds from a step's start to its ids on the host.
+    pub step_s: Vec<f64>,
+}
+
+impl DecodeTiming {
+    /// Median seconds per step.
+    pub fn step_median_s(&self) -> f64 {
+        median(&self.step_s)
+    }
+
+    pub fn issue_median_s(&self) -> f64 {
+        median(&self.issue_s)
+    }
+
+    /// Tokens per second over every sequence of the batch, at the median step.
+    pub fn tok_s(&self) -> f64 {
+        self.batch as f64 / self.step_median_s().max(1e-12)
+    }
+}
+
+/// The median of `v` (NaN when empty).
+pub fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// `batch` sequences of `prompt` seeded ids prefilled, then `steps` greedy steps, each timed.
+pub fn time_decode(model: &Qwen2, batch: usize, prompt: usize, steps: usize, seed: u64) -> Result<DecodeTiming> {
+    let device = model.device();
+    let ids = seeded_ids(batch * prompt, model.cfg.vocab_size, seed);
+    let mut cache = model.new_cache(batch, prompt + steps + 1)?;
+    device.synchronize()?;
+    let t0 = Instant::now();
+    let ids = Tensor::from_vec(ids, (batch, prompt), device)?;
+    let mut next = argmax(&last_logits(&model.forward(&ids, &mut cache, Logits::Last)?)?)?;
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let mut t = DecodeTiming { batch, prompt, prefill_s, ..Default::default() };
+    for _ in 0..steps {
+        let start = Instant::now();
+        let ids = Tensor::from_vec(next, (batch, 1), device)?;
+        let pieces = model.forward(&ids, &mut cache, Logits::Last)?;
+        t.issue_s.push(start.elapsed().as_secs_f64());
+        next = argmax(&last_logits(&pieces)?)?;
+        t.step_s.push(start.elapsed().as_secs_f64());
+    }
+    Ok(t)
+}
+
+/// Seconds of one prefill of `batch` × `seq` seeded ids from an empty cache (synchronised).
+pub fn time_prefill(model: &Qwen2, batch: usize, seq: usize, logits: Logits, seed: u64) -> Result<f64> {
+    let device = model.device();
+    let ids = seeded_ids(batch * seq, model.cfg.vocab_size, seed);
+    let mut cache = model.new_cache(batch, seq)?;
+    let ids = Tensor::from_vec(ids, (batch, seq), device)?;
+    device.synchronize()?;
+    let t0 = Instant::now();
+    let out = model.forward(&ids, &mut cache, logits)?;
+    device.synchronize()?;
+    let s = t0.elapsed().as_secs_f64();
+    drop(out);
+    Ok(s)
+}
+
+/// `n` seeded ids below `vocab` (a synthetic model's prompt: its values do not change the time).
+pub fn seeded_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    (0..n as u64).map(|i| ((i * 2654435761 + seed * 40503) % vocab as u64) as u32).collect()
 }

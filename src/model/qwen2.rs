@@ -105,9 +105,9 @@ pub(super) struct Layer {
     down: Linear,
     ln1: Tensor,
     ln2: Tensor,
-    /// CPU layers: q|k|v and gate|up as one product each (four rayon calls per layer, not
-    /// seven); q, k, v, gate, up are views into these.
-    fused: Option<(HostLinear, HostLinear)>,
+    /// q|k|v and gate|up as one product each (CPU layers: four rayon calls per layer, not seven;
+    /// GPU layers: fewer launches per token); q, k, v, gate, up are views into these.
+    fused: Option<(Linear, Linear)>,
 }
 
 impl Layer {
@@ -157,49 +157,37 @@ impl Layer {
     /// The same layer computed on the CPU from host memory, q|k|v and gate|up fused.
     fn to_host(&self) -> Result<Self> {
         let cpu = Device::Cpu;
-        let fuse = |parts: &[&Linear]| -> Result<(HostLinear, Vec<Linear>)> {
-            let mut ws = Vec::new();
-            let mut bs = Vec::new();
-            for p in parts {
-                let (w, b) = p.dense_parts()?;
-                bs.push(match b {
-                    Some(b) => b.to_device(&cpu)?,
-                    None => Tensor::zeros(w.dim(0)?, w.dtype(), &cpu)?,
-                });
-                ws.push(w.to_device(&cpu)?);
-            }
-            let has_bias = parts.iter().any(|p| p.dense_parts().map(|(_, b)| b.is_some()).unwrap_or(false));
-            let w = Tensor::cat(&ws, 0)?;
-            let b = if has_bias { Some(Tensor::cat(&bs, 0)?) } else { None };
-            // The separate projections become views of the fused matrix (no second copy).
-            let mut views = Vec::new();
-            let mut at = 0;
-            for (p, wi) in parts.iter().zip(&ws) {
-                let n = wi.dim(0)?;
-                let bias = p.dense_parts()?.1.map(|_| b.as_ref().map(|b| b.narrow(0, at, n))).flatten().transpose()?;
-                views.push(Linear::Host(HostLinear::new(w.narrow(0, at, n)?, bias)?));
-                at += n;
-            }
-            Ok((HostLinear::new(w, b)?, views))
-        };
-        let (qkv, mut v1) = fuse(&[&self.q, &self.k, &self.v])?;
-        let (gate_up, mut v2) = fuse(&[&self.gate, &self.up])?;
-        let (v, k, q) = (v1.pop(), v1.pop(), v1.pop());
-        let (up, gate) = (v2.pop(), v2.pop());
-        let some = |l: Option<Linear>| l.ok_or_else(|| LabError::other("fusing a layer's projections"));
+        let host = |w: Tensor, b: Option<Tensor>| -> Result<Linear> { Ok(Linear::Host(HostLinear::new(w, b)?)) };
+        let (qkv, [q, k, v]) = stack([&self.q, &self.k, &self.v], &cpu, host)?;
+        let (gate_up, [gate, up]) = stack([&self.gate, &self.up], &cpu, host)?;
         Ok(Self {
-            q: some(q)?,
-            k: some(k)?,
-            v: some(v)?,
+            q,
+            k,
+            v,
             o: self.o.to_host()?,
-            gate: some(gate)?,
-            up: some(up)?,
+            gate,
+            up,
             down: self.down.to_host()?,
             // In F32, as the layer computes (see `forward`).
             ln1: self.ln1.to_device(&cpu)?.to_dtype(DType::F32)?,
             ln2: self.ln2.to_device(&cpu)?.to_dtype(DType::F32)?,
             fused: Some((qkv, gate_up)),
         })
+    }
+
+    /// The same layer with q|k|v and gate|up as one product each on its own device (two matrix
+    /// products in place of five per token); q, k, v, gate, up become views of them.
+    fn fused_on_device(&self) -> Result<Self> {
+        let dev = self.device().clone();
+        let dense = |w: Tensor, b: Option<Tensor>| -> Result<Linear> { Ok(Linear::Dense(candle_nn::Linear::new(w, b))) };
+        let (qkv, [q, k, v]) = stack([&self.q, &self.k, &self.v], &dev, dense)?;
+        let (gate_up, [gate, up]) = stack([&self.gate, &self.up], &dev, dense)?;
+        Ok(Self { q, k, v, o: self.o.clone(), gate, up, down: self.down.clone(), ln1: self.ln1.clone(), ln2: self.ln2.clone(), fused: Some((qkv, gate_up)) })
+    }
+
+    /// Whether the layer computes on the CPU (in F32).
+    fn on_host(&self) -> bool {
+        matches!(self.q, Linear::Host(_))
     }
 
     /// One decoder layer. `x` is taken by value so the layer's input is freed once the attention
@@ -213,13 +201,17 @@ impl Layer {
         let act = x.dtype();
         // CPU layers compute in F32: candle's CPU kernels are vectorised for F32, not for BF16
         // (a BF16 layer spent more time in its norms, rotary and attention than in its weights).
-        let work = if self.fused.is_some() { DType::F32 } else { act };
+        let work = if self.on_host() { DType::F32 } else { act };
         let x = into_dtype(x, work)?;
         let (cos, sin) = (rope.0.to_dtype(work)?, rope.1.to_dtype(work)?);
         let h = norm(&x, &self.ln1.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
         // Heads first, [b, s, n·d] → [b, n, s, d]: consumes the projection, so only the copy stays.
         let heads_first = |t: Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape((b, s, n, d))?.transpose(1, 2)?.contiguous()?) };
-        let (q, k, v) = match &self.fused {
+        // A GPU layer takes its stacked products when decoding (fewer launches per token) and its
+        // separate views when prefilling, so every moment of a prefill holds what stages 1-2
+        // measured (the stacked product beside its copies would be a new, larger moment).
+        let fused = self.fused.as_ref().filter(|_| self.on_host() || s == 1);
+        let (q, k, v) = match fused {
             Some((qkv, _)) => {
                 let y = qkv.forward(&h)?;
                 let (nq, nk) = (heads * d, kv_heads * d);
@@ -239,7 +231,7 @@ impl Layer {
         let a = a.transpose(1, 2)?.reshape((b, s, heads * d))?;
         let x = (x + self.o.forward(&a)?)?;
         let h = norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
-        let m = match &self.fused {
+        let m = match fused {
             Some((_, gate_up)) => {
                 let y = gate_up.forward(&h)?;
                 let i = cfg.intermediate_size;
@@ -249,6 +241,38 @@ impl Layer {
         };
         Ok((x + self.down.forward(&m)?)?.to_dtype(act)?)
     }
+}
+
+/// `parts`' weights stacked by rows on `device` (biases too, zeros for a part without one), made
+/// into one linear by `make`, and each part as a view of its rows.
+fn stack<const N: usize>(parts: [&Linear; N], device: &Device, make: impl Fn(Tensor, Option<Tensor>) -> Result<Linear>) -> Result<(Linear, [Linear; N])> {
+    let mut ws = Vec::with_capacity(N);
+    let mut bs = Vec::with_capacity(N);
+    let mut has_bias = Vec::with_capacity(N);
+    for p in parts {
+        let (w, b) = p.dense_parts()?;
+        has_bias.push(b.is_some());
+        bs.push(match b {
+            Some(b) => b.to_device(device)?,
+            None => Tensor::zeros(w.dim(0)?, w.dtype(), device)?,
+        });
+        ws.push(w.to_device(device)?);
+    }
+    let w = Tensor::cat(&ws, 0)?;
+    let b = if has_bias.iter().any(|&h| h) { Some(Tensor::cat(&bs, 0)?) } else { None };
+    let mut views = Vec::with_capacity(N);
+    let mut at = 0;
+    for (wi, &hb) in ws.iter().zip(&has_bias) {
+        let n = wi.dim(0)?;
+        let bias = match (&b, hb) {
+            (Some(b), true) => Some(b.narrow(0, at, n)?),
+            _ => None,
+        };
+        views.push(make(w.narrow(0, at, n)?, bias)?);
+        at += n;
+    }
+    let views: [Linear; N] = views.try_into().map_err(|_| LabError::other("stacking a layer's projections"))?;
+    Ok((make(w, b)?, views))
 }
 
 /// `x` in `dtype`, consuming it (no second reference kept alive when it already is).
@@ -497,6 +521,23 @@ impl Qwen2 {
         Ok(out)
     }
 
+    /// Stacks each dense device layer's q|k|v and gate|up into one product (a layer at a time, so
+    /// one layer's projections are the most held twice). Returns how many layers it fused:
+    /// quantized, CPU and streamed layers keep their products.
+    pub fn fuse_projections(&mut self) -> Result<usize> {
+        let mut n = 0;
+        for slot in &mut self.layers {
+            if let LayerSlot::Resident(layer) = slot {
+                if layer.fused.is_none() && matches!(layer.q, Linear::Dense(_)) {
+                    *layer = layer.fused_on_device()?;
+                    n += 1;
+                }
+            }
+        }
+        self.device.synchronize()?;
+        Ok(n)
+    }
+
     /// Bytes of all weight tensors as loaded (a tied table counted once).
     pub fn weight_bytes(&self) -> u64 {
         self.weight_bytes
@@ -568,7 +609,7 @@ impl Qwen2 {
             };
             let t = std::time::Instant::now();
             x = layer.forward(x, l, cfg, r, cache, offset, self.attention)?;
-            if s == 1 && layer.fused.is_some() {
+            if s == 1 && layer.on_host() {
                 super::profile::cpu_layer(t);
             }
             if let LayerSlot::Streamed = slot {

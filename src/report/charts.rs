@@ -148,6 +148,26 @@ pub fn load_time(df: &DataFrame) -> Result<Plot> {
     Ok(plot)
 }
 
+/// Speed: batch-1 decode tok/s per precision and variant beside its ceiling and PyTorch's.
+pub fn bench_decode(df: &DataFrame) -> Result<Plot> {
+    use crate::experiments::speed::col as b;
+    let (p, v, batch) = (strings(df, b::PRECISION)?, strings(df, b::VARIANT)?, strings(df, b::BATCH)?);
+    let x: Vec<String> = p.iter().zip(&v).zip(&batch).map(|((p, v), n)| format!("{p} {v} ×{n}")).collect();
+    let mut plot = Plot::new();
+    plot.add_trace(Bar::new(x.clone(), floats(df, b::TOK_S)?).name("the lab (this run)"));
+    plot.add_trace(Bar::new(x.clone(), floats(df, b::CEILING_TOK_S)?).name("ceiling: read bandwidth ÷ bytes per step"));
+    let torch = floats(df, b::PYTORCH_TOK_S)?;
+    if torch.iter().any(|v| v.is_finite()) {
+        plot.add_trace(Bar::new(x.clone(), torch).name("PyTorch (same GPU, same call)"));
+    }
+    let other = floats(df, b::OTHER_TOK_S)?;
+    if other.iter().any(|v| v.is_finite()) {
+        plot.add_trace(Bar::new(x, other).name("llama.cpp (H200)"));
+    }
+    plot.set_layout(layout("速度 Decode speed beside its ceiling", "precision, variant, batch", "tok/s").bar_mode(BarMode::Group));
+    Ok(plot)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
