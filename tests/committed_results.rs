@@ -184,3 +184,36 @@ fn stage4_meets_its_targets_and_no_figure_passes_its_ceiling() {
         assert!(num(r, "predicted_tok_s") > 0.0);
     }
 }
+
+/// Every committed `vram-lab bench`: no decode faster than its bandwidth ceiling, the stacked
+/// projections faster than the separate ones, every prefill's memory peak the ledger's (0.5 %;
+/// Q4's buffer depends on the process's history, 1 %), and every committed load no faster than
+/// reading its file warm.
+#[test]
+fn speed_and_loading_runs_stay_under_their_ceilings() {
+    let mut benches = 0;
+    for run in std::fs::read_dir(results()).unwrap().flatten() {
+        let dir = run.path().join("bench/bench");
+        if dir.join("bench_decode.csv").is_file() {
+            benches += 1;
+            let decode = table(&dir.join("bench_decode.csv"));
+            for r in decode.iter().filter(|r| r["outcome"] == "ok") {
+                assert!(num(r, "tok_s") < num(r, "ceiling_tok_s"), "{r:?}");
+            }
+            let one = |v: &str| num(decode.iter().find(|r| r["precision"] == "bf16" && r["variant"] == v && r["batch"] == "1").unwrap(), "tok_s");
+            assert!(one("fused") > one("separate"), "stacked projections did not help");
+            for r in table(&dir.join("bench_prefill.csv")).iter().filter(|r| r["outcome"] == "ok") {
+                let tolerance = if r["precision"] == "q4" { 1.0 } else { 0.5 };
+                let err = 100.0 * (num(r, "peak_mib") - num(r, "ledger_peak_mib")).abs() / num(r, "ledger_peak_mib");
+                assert!(err <= tolerance, "{r:?}: {err:.2} %");
+            }
+        }
+        let load = run.path().join("load/load/load_time.csv");
+        if load.is_file() {
+            for r in table(&load).iter().filter(|r| r["outcome"] == "ok" && r["cache"] == "cold") {
+                assert!(num(r, "load_s") > num(r, "read_s"), "a cold load faster than reading its file: {r:?}");
+            }
+        }
+    }
+    assert!(benches >= 1);
+}

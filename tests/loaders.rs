@@ -175,7 +175,7 @@ fn load_stage_times_a_written_checkpoint_and_a_real_one_in_place() {
     assert_eq!(std::fs::read_dir(&disk).unwrap().count(), 0);
     let d = common::read_csv(&out.join("load/load_disk.csv"));
     let ops: Vec<String> = column(&d, "checkpoint").iter().zip(column(&d, "op")).map(|(c, o)| format!("{c}: {o}")).collect();
-    assert_eq!(ops, ["safetensors bf16: write (synced)", "safetensors bf16: read cold", "safetensors bf16: read warm", "gguf q4: write (synced)", "gguf q4: read cold", "gguf q4: read warm"]);
+    assert_eq!(ops, ["safetensors bf16: write (synced)", "safetensors bf16: read cold", "safetensors bf16: read warm", "gguf q4: quantize + write (synced)", "gguf q4: read cold", "gguf q4: read warm"]);
     // Every read returns the bytes written.
     let mib: Vec<f64> = column(&d, "file_mib").iter().map(|v| v.parse().unwrap()).collect();
     assert_eq!(mib[0], mib[1]);

@@ -71,7 +71,8 @@ struct Checkpoint {
     files: Vec<PathBuf>,
     source: ModelSource,
     precisions: Vec<Precision>,
-    written: Option<ReadTime>,
+    /// Its writing, and what the time covers.
+    written: Option<(ReadTime, &'static str)>,
 }
 
 /// A read of the checkpoint's files (or its writing).
@@ -112,10 +113,9 @@ fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -
             let st_dir = dir.join("safetensors");
             s.console.step("writing the safetensors checkpoint");
             let mut opened = model::source::open(&s.source, &s.opts)?;
-            let t0 = std::time::Instant::now();
-            let files = checkpoint::write_safetensors(cfg, opened.weights.as_mut(), &st_dir, Precision::Bf16, c.shard_mib << 20)?;
-            let written = ReadTime { bytes: disk::size(&files)?, seconds: t0.elapsed().as_secs_f64() };
-            out.push(Checkpoint { kind: "safetensors bf16", files, source: ModelSource::Dir(st_dir), precisions: dense, written: Some(written) });
+            let (files, seconds) = checkpoint::write_safetensors(cfg, opened.weights.as_mut(), &st_dir, Precision::Bf16, c.shard_mib << 20)?;
+            let written = ReadTime { bytes: disk::size(&files)?, seconds };
+            out.push(Checkpoint { kind: "safetensors bf16", files, source: ModelSource::Dir(st_dir), precisions: dense, written: Some((written, "write (synced)")) });
             if !c.no_gguf {
                 s.console.step("writing the Q4 GGUF");
                 let path = dir.join("model-q4.gguf");
@@ -126,7 +126,7 @@ fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -
                 let files = vec![path.clone()];
                 // Quantizing dominates this time: it is the GGUF's cost of making, not of the disk.
                 let written = ReadTime { bytes: disk::size(&files)?, seconds: t0.elapsed().as_secs_f64() };
-                out.push(Checkpoint { kind: "gguf q4", files, source: ModelSource::Gguf(path), precisions: vec![Precision::Q4], written: Some(written) });
+                out.push(Checkpoint { kind: "gguf q4", files, source: ModelSource::Gguf(path), precisions: vec![Precision::Q4], written: Some((written, "quantize + write (synced)")) });
             }
             Ok(out)
         }
@@ -148,8 +148,8 @@ fn prepare(files: &[PathBuf], cold: bool) -> Result<Option<f64>> {
 }
 
 fn measure(s: &mut Session, cfg: &Qwen2Config, ck: &Checkpoint, disk_rows: &mut Vec<DiskRow>, loads: &mut Vec<LoadRow>) -> Result<()> {
-    if let Some(w) = ck.written {
-        disk_rows.push(DiskRow { checkpoint: ck.kind, op: "write (synced)", resident: None, time: w });
+    if let Some((w, op)) = ck.written {
+        disk_rows.push(DiskRow { checkpoint: ck.kind, op, resident: None, time: w });
     }
     let mut read_s = [0.0; 2];
     for (i, (cache, cold)) in [("cold", true), ("warm", false)].into_iter().enumerate() {
@@ -260,7 +260,7 @@ impl Stage for Loading {
                 columns: &[CHECKPOINT, OP, RESIDENT_PCT, FILE_MIB, SECONDS, GBS],
                 group_by: &[],
                 chart: None,
-                explain: "Cold: the files' pages were dropped from the page cache first (posix_fadvise DONTNEED); resident_before_pct says how much the kernel still held, so a cold read that was not cold shows itself. Warm: read again from memory. The GGUF's write time is mostly quantizing. 冷读取 = 磁盘速度;热读取 = 内存速度。",
+                explain: "Cold: the files' pages were dropped from the page cache first (posix_fadvise DONTNEED); resident_before_pct says how much the kernel still held, so a cold read that was not cold shows itself. Warm: read again from memory. The safetensors write is timed alone (making the synthetic values apart); the GGUF's includes quantizing. 冷读取 = 磁盘速度;热读取 = 内存速度。",
             },
             View {
                 name: "load",

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 /// Writes `source`'s tensors in `precision` (a dense one) into `dir` in shards of at most
 /// `shard_bytes` (one tensor per shard where a tensor is larger), synced to the disk. Returns
-/// the shard files.
-pub fn write_safetensors(cfg: &Qwen2Config, source: &mut dyn WeightSource, dir: &Path, precision: Precision, shard_bytes: u64) -> Result<Vec<PathBuf>> {
+/// the shard files and the seconds spent writing and syncing them (making the tensors apart).
+pub fn write_safetensors(cfg: &Qwen2Config, source: &mut dyn WeightSource, dir: &Path, precision: Precision, shard_bytes: u64) -> Result<(Vec<PathBuf>, f64)> {
     if precision.dense_dtype().is_none() {
         return Err(LabError::input(format!("a safetensors checkpoint holds dense tensors, not {precision}")));
     }
@@ -35,6 +35,7 @@ pub fn write_safetensors(cfg: &Qwen2Config, source: &mut dyn WeightSource, dir: 
     }
     let n = groups.len();
     let mut files = Vec::new();
+    let mut writing = 0.0;
     let mut weight_map = serde_json::Map::new();
     for (i, group) in groups.iter().enumerate() {
         let name = if n == 1 { "model.safetensors".to_string() } else { format!("model-{:05}-of-{n:05}.safetensors", i + 1) };
@@ -44,15 +45,17 @@ pub fn write_safetensors(cfg: &Qwen2Config, source: &mut dyn WeightSource, dir: 
             weight_map.insert(spec.name.clone(), serde_json::Value::String(name.clone()));
         }
         let path = dir.join(&name);
+        let t0 = std::time::Instant::now();
         candle_core::safetensors::save(&tensors, &path)?;
         std::fs::File::open(&path)?.sync_all()?;
+        writing += t0.elapsed().as_secs_f64();
         files.push(path);
     }
     if n > 1 {
         let index = serde_json::json!({ "metadata": {}, "weight_map": weight_map });
         std::fs::write(dir.join("model.safetensors.index.json"), index.to_string())?;
     }
-    Ok(files)
+    Ok((files, writing))
 }
 
 #[cfg(test)]
@@ -66,7 +69,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vram-lab-ckpt-{}", std::process::id()));
         let mut src = Synthetic::new(cfg.clone(), 7);
         // A shard budget smaller than the model: several shards and an index.
-        let files = write_safetensors(&cfg, &mut src, &dir, Precision::Bf16, 64 << 10).unwrap();
+        let (files, _) = write_safetensors(&cfg, &mut src, &dir, Precision::Bf16, 64 << 10).unwrap();
         assert!(files.len() > 1);
         assert_eq!(Safetensors::files_in(&dir).unwrap(), files);
         let mut back = Safetensors::open(&files, &cfg).unwrap();
