@@ -72,7 +72,11 @@ impl Card {
 pub fn pick(choice: &str) -> Result<Device> {
     match choice {
         "cpu" => Ok(Device::Cpu),
-        "auto" => Ok(if cfg!(feature = "cuda") { Device::cuda_if_available(0).unwrap_or(Device::Cpu) } else { Device::Cpu }),
+        "auto" => {
+            let device = if cfg!(feature = "cuda") { Device::cuda_if_available(0).unwrap_or(Device::Cpu) } else { Device::Cpu };
+            set_event_tracking(&device, false);
+            Ok(device)
+        }
         c if c == "cuda" || c.starts_with("cuda:") => {
             if !cfg!(feature = "cuda") {
                 return Err(LabError::Unsupported(
@@ -82,10 +86,34 @@ pub fn pick(choice: &str) -> Result<Device> {
             let ordinal = c.strip_prefix("cuda:").map(|n| n.parse::<usize>()).transpose()
                 .map_err(|_| LabError::input(format!("bad device `{c}`: use cuda:N")))?
                 .unwrap_or(0);
-            Device::new_cuda(ordinal).map_err(|e| LabError::Unsupported(format!("no usable CUDA device {ordinal}: {}", crate::error::cause(&e))))
+            let device = Device::new_cuda(ordinal).map_err(|e| LabError::Unsupported(format!("no usable CUDA device {ordinal}: {}", crate::error::cause(&e))))?;
+            set_event_tracking(&device, false);
+            Ok(device)
         }
         other => Err(LabError::input(format!("unknown device `{other}`: use auto, cpu, cuda or cuda:N"))),
     }
+}
+
+/// Turns cudarc's per-tensor event tracking on or off for the tensors made from now on. It is on
+/// by default once a context has a stream of its own (candle makes one), and then every kernel
+/// argument costs a cuStreamWaitEvent and a cuEventRecord on the host: about a third of a decoding
+/// step's launch time (`vram-lab bench`, variant `separate`). The lab computes on candle's one
+/// stream and orders its copy stream with explicit events (`memory::cuda_copy`), so it needs none;
+/// a captured graph must not wait on events recorded outside it either.
+pub fn set_event_tracking(device: &Device, on: bool) {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = device {
+        // SAFETY: with tracking off nothing orders two streams' uses of a tensor; the lab uses one
+        // compute stream and orders its copy stream itself.
+        unsafe {
+            if on {
+                dev.cuda_stream().context().enable_event_tracking();
+            } else {
+                dev.disable_event_tracking();
+            }
+        }
+    }
+    let _ = (device, on);
 }
 
 /// A one-line description: "cpu (16 threads)" or "cuda:0 NVIDIA H200".

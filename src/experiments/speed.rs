@@ -20,17 +20,24 @@ pub struct Bench;
 /// How the decoder layers compute their projections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum Variant {
-    /// q, k, v, gate and up as five products, as loaded.
+    /// candle's defaults: q, k, v, gate and up as five products, cudarc's event tracking on.
     Separate,
+    /// Event tracking off (the lab's default, `hw::set_event_tracking`), five products.
+    Untracked,
     /// q|k|v and gate|up stacked at load: two products (dense weights only).
     Fused,
+    /// Stacked, and the decoding step captured once as a CUDA graph and replayed (one launch
+    /// per token); kernel by kernel on a CPU.
+    Graph,
 }
 
 impl Variant {
     pub fn name(self) -> &'static str {
         match self {
             Self::Separate => "separate",
+            Self::Untracked => "untracked",
             Self::Fused => "fused",
+            Self::Graph => "graph",
         }
     }
 }
@@ -70,7 +77,7 @@ impl Default for BenchConfig {
             decode_prompt: 32,
             repeats: 3,
             batches: Vec::new(),
-            variants: vec![Variant::Separate, Variant::Fused],
+            variants: vec![Variant::Separate, Variant::Untracked, Variant::Fused, Variant::Graph],
             pytorch: None,
         }
     }
@@ -162,7 +169,11 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
         let mut pooled = DecodeTiming { batch: b, prompt: c.decode_prompt, ..Default::default() };
         let mut outcome = Outcome::Ok;
         for r in 0..c.repeats.max(1) {
-            let (o, t) = outcome_of(generate::time_decode(model, b, c.decode_prompt, c.new_tokens, r as u64))?;
+            let timed = match v {
+                Variant::Graph => generate::time_decode_graph(model, b, c.decode_prompt, c.new_tokens, r as u64),
+                _ => generate::time_decode(model, b, c.decode_prompt, c.new_tokens, r as u64),
+            };
+            let (o, t) = outcome_of(timed)?;
             outcome = o;
             match t {
                 Some(t) => {
@@ -179,7 +190,9 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
         decodes.push(row);
     }
     let mut seen = 0u64;
-    for &seq in &c.prompt_lens {
+    // A captured graph changes decoding only: its prefill is the fused variant's.
+    let lens: &[usize] = if v == Variant::Graph { &[] } else { &c.prompt_lens };
+    for &seq in lens {
         s.check_stop()?;
         s.console.step(format!("{p} {}: prefill of {seq}", v.name()));
         s.probe.reset_peak();
@@ -233,6 +246,8 @@ impl Stage for Bench {
             for &v in &c.variants {
                 s.check_stop()?;
                 let base = s.probe.snapshot(&format!("{p} {}: before loading", v.name())).allocated;
+                // The tensors made while it is on (the weights, every step's) carry events.
+                crate::hw::set_event_tracking(&s.device, v == Variant::Separate);
                 let mut model = match s.load(p) {
                     Ok(lm) => lm.model,
                     Err(e @ LabError::Interrupted) => return Err(e),
@@ -246,7 +261,12 @@ impl Stage for Bench {
                     s.say(format!("{p}: no dense layer to fuse (quantized weights keep five products)"));
                     continue;
                 }
-                bench_model(s, c, &model, base, p, v, &mut decodes, &mut prefills)?;
+                if v == Variant::Graph {
+                    model.fuse_projections()?;
+                }
+                let measured = bench_model(s, c, &model, base, p, v, &mut decodes, &mut prefills);
+                crate::hw::set_event_tracking(&s.device, false);
+                measured?;
             }
         }
         let gpu = s.device.is_cuda() && report_model;
@@ -291,7 +311,7 @@ impl Stage for Bench {
         let mut out = StageOutput::default();
         for (i, r) in decodes.iter().enumerate().filter(|(_, r)| r.batch == 1) {
             out.findings.push(
-                Finding::new(format!("{} decode, {} projections", r.precision, r.variant.name()), "tok/s", dec_tok[i])
+                Finding::new(format!("{} decode, {}", r.precision, r.variant.name()), "tok/s", dec_tok[i])
                     .ceiling(dec_ceiling[i])
                     .report((r.precision == Precision::Bf16 && report_model).then_some(reference::report::BF16_DECODE_TOK_S))
                     .note(match dec_torch[i] {
@@ -318,7 +338,7 @@ impl Stage for Bench {
                 columns: &[PRECISION, VARIANT, BATCH, OUTCOME, MS_PER_STEP, ISSUE_MS, TOK_S, READ_GB, CEILING_TOK_S, PCT_CEILING, PYTORCH_TOK_S, VS_PYTORCH, OTHER_TOK_S, OTHER],
                 group_by: &[],
                 chart: Some(crate::report::charts::bench_decode),
-                explain: "ceiling = this run's read-kernel bandwidth ÷ (weights but the embedding table + the KV cache at the mean context), × the batch. issue_ms close to ms_per_step means the GPU waits on the host launching kernels: fewer launches (fused projections) or a captured graph is the remedy; far below it, the GPU's own time is the limit. 解码速度和它的带宽上限。",
+                explain: "ceiling = this run's read-kernel bandwidth ÷ (weights but the embedding table + the KV cache at the mean context), × the batch. issue_ms close to ms_per_step means the GPU waits on the host launching kernels; far below it, the GPU's own time is the limit. The variants add one step each: separate (candle's defaults), untracked (cudarc's per-argument events off), fused (q|k|v and gate|up stacked), graph (the step captured once as a CUDA graph, one launch per token). 解码速度和它的带宽上限。",
             },
             View {
                 name: "prefill",

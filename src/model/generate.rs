@@ -173,6 +173,41 @@ pub fn time_decode(model: &Qwen2, batch: usize, prompt: usize, steps: usize, see
     Ok(t)
 }
 
+/// `time_decode` through the static decoder (`graph.rs`): on CUDA the step is captured once as
+/// a graph and each token is one launch; elsewhere the static step runs kernel by kernel. The
+/// first step after the prefill fills candle's parameter cache and is not timed.
+pub fn time_decode_graph(model: &Qwen2, batch: usize, prompt: usize, steps: usize, seed: u64) -> Result<DecodeTiming> {
+    let device = model.device();
+    let ids = Tensor::from_vec(seeded_ids(batch * prompt, model.cfg.vocab_size, seed), (batch, prompt), device)?;
+    device.synchronize()?;
+    let t0 = Instant::now();
+    let mut dec = super::graph::StaticDecoder::prefill(model, &ids, prompt + steps + 2)?;
+    dec.ids()?;
+    let prefill_s = t0.elapsed().as_secs_f64();
+    #[cfg(feature = "cuda")]
+    let graph = device.is_cuda();
+    #[cfg(feature = "cuda")]
+    if graph {
+        dec.capture()?;
+    }
+    let mut t = DecodeTiming { batch, prompt, prefill_s, ..Default::default() };
+    for _ in 0..steps {
+        let start = Instant::now();
+        #[cfg(feature = "cuda")]
+        if graph {
+            dec.launch()?;
+        } else {
+            dec.step()?;
+        }
+        #[cfg(not(feature = "cuda"))]
+        dec.step()?;
+        t.issue_s.push(start.elapsed().as_secs_f64());
+        dec.ids()?;
+        t.step_s.push(start.elapsed().as_secs_f64());
+    }
+    Ok(t)
+}
+
 /// Seconds of one prefill of `batch` × `seq` seeded ids from an empty cache (synchronised).
 pub fn time_prefill(model: &Qwen2, batch: usize, seq: usize, logits: Logits, seed: u64) -> Result<f64> {
     let device = model.device();

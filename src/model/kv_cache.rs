@@ -136,6 +136,15 @@ impl KvCache {
         }
     }
 
+    /// The whole preallocated `layer` ([batch, kv_heads, capacity, head_dim]), for writes at a
+    /// position held in device memory.
+    pub fn full(&self, layer: usize) -> Result<(Tensor, Tensor)> {
+        match (&self.k[layer], &self.v[layer]) {
+            (Some(k), Some(v)) if self.kind == CacheKind::Preallocated => Ok((k.clone(), v.clone())),
+            _ => Err(LabError::Unsupported("graph decoding writes a preallocated cache".into())),
+        }
+    }
+
     pub fn advance(&mut self, s: usize) {
         self.len += s;
     }

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod checkpoint;
 pub mod config;
 pub mod generate;
+pub mod graph;
 pub mod host_linear;
 pub mod kv_cache;
 pub mod placement;

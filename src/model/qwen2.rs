@@ -185,6 +185,51 @@ impl Layer {
         Ok(Self { q, k, v, o: self.o.clone(), gate, up, down: self.down.clone(), ln1: self.ln1.clone(), ln2: self.ln2.clone(), fused: Some((qkv, gate_up)) })
     }
 
+    /// One decoding step whose position lives in device memory (see `graph.rs`): k and v are
+    /// scattered into the cache at `slot` ([batch, kv_heads, 1, head_dim] of the position), and
+    /// attention covers the cache's whole capacity with `mask` (0 up to the position, -inf after),
+    /// so the step's kernels and shapes are the same at every position and one captured graph
+    /// replays them all.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn decode_static(&self, x: Tensor, cfg: &Qwen2Config, cos: &Tensor, sin: &Tensor, slot: &Tensor, mask: &Tensor, kc: &Tensor, vc: &Tensor) -> Result<Tensor> {
+        let b = x.dim(0)?;
+        let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
+        let mode = AttentionMode::default();
+        let h = norm(&x, &self.ln1, cfg.rms_norm_eps, mode)?;
+        let (q, k, v) = match &self.fused {
+            Some((qkv, _)) => {
+                let y = qkv.forward(&h)?;
+                let (nq, nk) = (heads * d, kv_heads * d);
+                (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?)
+            }
+            None => (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?),
+        };
+        // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
+        let q = q.contiguous()?.reshape((b, heads, 1, d))?;
+        let k = k.contiguous()?.reshape((b, kv_heads, 1, d))?;
+        let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
+        let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
+        let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
+        kc.scatter_set(slot, &k, 2)?;
+        vc.scatter_set(slot, &v, 2)?;
+        let group = heads / kv_heads;
+        let q = (q * (1.0 / (d as f64).sqrt()))?.reshape((b, kv_heads, group, d))?;
+        let scores = q.matmul(&kc.t()?)?.broadcast_add(mask)?;
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let a = probs.matmul(vc)?.reshape((b, 1, heads * d))?;
+        let x = (x + self.o.forward(&a)?)?;
+        let h = norm(&x, &self.ln2, cfg.rms_norm_eps, mode)?;
+        let m = match &self.fused {
+            Some((_, gate_up)) => {
+                let y = gate_up.forward(&h)?;
+                let i = cfg.intermediate_size;
+                (candle_nn::ops::silu(&y.narrow(2, 0, i)?)? * y.narrow(2, i, i)?)?
+            }
+            None => (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?,
+        };
+        Ok((x + self.down.forward(&m)?)?)
+    }
+
     /// Whether the layer computes on the CPU (in F32).
     fn on_host(&self) -> bool {
         matches!(self.q, Linear::Host(_))
@@ -631,6 +676,30 @@ impl Qwen2 {
         }
         cache.advance(s);
         self.head(&x, logits)
+    }
+
+    /// The greedy next ids ([batch, 1]) after `ids` ([batch, 1]) at the position `pos` holds
+    /// ([1] u32, in device memory), through `Layer::decode_static`: `tables` holds the rotary
+    /// table and the mask's inputs for the cache's capacity.
+    pub(super) fn decode_static(&self, ids: &Tensor, pos: &Tensor, tables: &super::graph::Tables, cache: &KvCache) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let b = ids.dim(0)?;
+        let cos = tables.cos.index_select(pos, 0)?;
+        let sin = tables.sin.index_select(pos, 0)?;
+        let slot = pos.reshape((1, 1, 1, 1))?.broadcast_as((b, cfg.num_key_value_heads, 1, cfg.head_dim()))?.contiguous()?;
+        let max = tables.positions.dim(0)?;
+        let mask = tables.positions.broadcast_gt(pos)?.where_cond(&tables.neg_inf, &tables.zeros)?.reshape((1, 1, 1, max))?;
+        let mut x = self.embed(ids)?;
+        for (l, slot_) in self.layers.iter().enumerate() {
+            let LayerSlot::Resident(layer) = slot_ else {
+                return Err(LabError::Unsupported("graph decoding needs every layer resident on the GPU".into()));
+            };
+            let (kc, vc) = cache.full(l)?;
+            x = layer.decode_static(x, cfg, &cos, &sin, &slot, &mask, &kc, &vc)?;
+        }
+        let logits = self.head(&x, Logits::Last)?;
+        let last = logits.last().ok_or_else(|| LabError::other("forward returned no logits"))?;
+        Ok(last.argmax_keepdim(candle_core::D::Minus1)?.squeeze(2)?)
     }
 
     /// The token embedding of `ids` ([batch, s]) in the activation dtype.
