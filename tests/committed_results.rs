@@ -186,8 +186,8 @@ fn stage4_meets_its_targets_and_no_figure_passes_its_ceiling() {
 }
 
 /// Every committed `vram-lab bench`: no decode faster than its bandwidth ceiling, the stacked
-/// projections faster than the separate ones, every prefill's memory peak the ledger's (0.5 %;
-/// Q4's buffer depends on the process's history, 1 %), and every committed load no faster than
+/// projections faster than the separate ones, every BF16 prefill's memory peak the ledger's
+/// (0.5 %; Q4's at most 1 % above it), and every committed load no faster than
 /// reading its file warm.
 #[test]
 fn speed_and_loading_runs_stay_under_their_ceilings() {
@@ -203,9 +203,14 @@ fn speed_and_loading_runs_stay_under_their_ceilings() {
             let one = |v: &str| num(decode.iter().find(|r| r["precision"] == "bf16" && r["variant"] == v && r["batch"] == "1").unwrap(), "tok_s");
             assert!(one("fused") > one("separate"), "stacked projections did not help");
             for r in table(&dir.join("bench_prefill.csv")).iter().filter(|r| r["outcome"] == "ok") {
-                let tolerance = if r["precision"] == "q4" { 1.0 } else { 0.5 };
-                let err = 100.0 * (num(r, "peak_mib") - num(r, "ledger_peak_mib")).abs() / num(r, "ledger_peak_mib");
-                assert!(err <= tolerance, "{r:?}: {err:.2} %");
+                let err = 100.0 * (num(r, "peak_mib") - num(r, "ledger_peak_mib")) / num(r, "ledger_peak_mib");
+                if r["precision"] == "q4" {
+                    // The first binaries counted the quantized-matmul buffer's growth in every
+                    // variant, though a process grows it once: the ledger is an upper bound there.
+                    assert!(err <= 1.0, "{r:?}: {err:.2} %");
+                } else {
+                    assert!(err.abs() <= 0.5, "{r:?}: {err:.2} %");
+                }
             }
         }
         let load = run.path().join("load/load/load_time.csv");

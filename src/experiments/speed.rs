@@ -157,7 +157,9 @@ fn outcome_of<T>(r: Result<T>) -> Result<(Outcome, Option<T>)> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Precision, v: Variant, decodes: &mut Vec<DecodeRow>, prefills: &mut Vec<PrefillRow>) -> Result<()> {
+/// `seen`: the longest prefill this process ran so far (candle's quantized-matmul buffer only grows,
+/// and it outlives the models).
+fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Precision, v: Variant, seen: &mut u64, decodes: &mut Vec<DecodeRow>, prefills: &mut Vec<PrefillRow>) -> Result<()> {
     let cfg = model.cfg.clone();
     // Warm-up: kernels loaded, cuBLAS handles made, the pool grown once.
     generate::time_decode(model, 1, 8, 2, 0)?;
@@ -189,7 +191,8 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
         s.say(format!("{p} {} batch {b}: {:.1} tok/s, {:.2} ms/step ({:.2} ms to issue)", v.name(), row.timing.tok_s(), 1e3 * row.timing.step_median_s(), 1e3 * row.timing.issue_median_s()));
         decodes.push(row);
     }
-    let mut seen = 0u64;
+    // The decodes' prefills ran through the same quantized products.
+    *seen = (*seen).max((batches.iter().max().copied().unwrap_or(1) * c.decode_prompt) as u64);
     // A captured graph changes decoding only: its prefill is the fused variant's.
     let lens: &[usize] = if v == Variant::Graph { &[] } else { &c.prompt_lens };
     for &seq in lens {
@@ -208,9 +211,9 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
         }
         // Above what the process held before the model was loaded, as the ledger counts.
         let peak = s.probe.snapshot(&format!("{p} prefill {seq}")).peak.saturating_sub(base);
-        seen = seen.max(seq as u64);
         let w = fit::Inference { precision: p, seq, batch: 1, logits: Logits::Last, attention: model.attention };
-        let mut ledger = fit::ledger_after(&cfg, &w, 0, seen);
+        let mut ledger = fit::ledger_after(&cfg, &w, 0, *seen);
+        *seen = (*seen).max(seq as u64);
         if !s.device.is_cuda() {
             // candle's quantized-matmul buffer is a CUDA one.
             ledger.workspace = 0;
@@ -242,6 +245,7 @@ impl Stage for Bench {
         };
         let (mut decodes, mut prefills) = (Vec::new(), Vec::new());
         let mut report_model = false;
+        let mut seen = 0u64;
         for &p in &c.precisions {
             for &v in &c.variants {
                 s.check_stop()?;
@@ -264,7 +268,7 @@ impl Stage for Bench {
                 if v == Variant::Graph {
                     model.fuse_projections()?;
                 }
-                let measured = bench_model(s, c, &model, base, p, v, &mut decodes, &mut prefills);
+                let measured = bench_model(s, c, &model, base, p, v, &mut seen, &mut decodes, &mut prefills);
                 crate::hw::set_event_tracking(&s.device, false);
                 measured?;
             }

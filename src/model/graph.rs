@@ -114,7 +114,7 @@ impl<'a> StaticDecoder<'a> {
         };
         let _params = dev.enable_cuda_graph_htod_cache();
         self.step()?;
-        dev.synchronize()?;
+        self.model.device().synchronize()?;
         let stream = dev.cuda_stream();
         stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(cuda)?;
         let body = self.run_step();
