@@ -29,6 +29,9 @@ pub enum Variant {
     /// Stacked, and the decoding step captured once as a CUDA graph and replayed (one launch
     /// per token); kernel by kernel on a CPU.
     Graph,
+    /// The graph with the lab's kernel rotating q and k and storing k and v (seven of candle's
+    /// kernels per layer in one).
+    Kernel,
 }
 
 impl Variant {
@@ -38,6 +41,7 @@ impl Variant {
             Self::Untracked => "untracked",
             Self::Fused => "fused",
             Self::Graph => "graph",
+            Self::Kernel => "kernel",
         }
     }
 }
@@ -77,7 +81,7 @@ impl Default for BenchConfig {
             decode_prompt: 32,
             repeats: 3,
             batches: Vec::new(),
-            variants: vec![Variant::Separate, Variant::Untracked, Variant::Fused, Variant::Graph],
+            variants: vec![Variant::Separate, Variant::Untracked, Variant::Fused, Variant::Graph, Variant::Kernel],
             pytorch: None,
         }
     }
@@ -101,6 +105,7 @@ pub mod col {
     pub const VS_PYTORCH: &str = "x_pytorch";
     pub const OTHER_TOK_S: &str = "other_stack_tok_s";
     pub const OTHER: &str = "other_stack";
+    pub const SAME_IDS: &str = "ids_as_fused_loop";
     pub const NOTE: &str = "note";
 }
 
@@ -147,6 +152,16 @@ fn other_stack(precision: Precision, decode: bool) -> (Option<f64>, &'static str
     }
 }
 
+/// How many of the first sequence's greedy ids this row shares, from the start, with the stacked
+/// (Q4: the separate) loop of the same precision and batch: "n/m" (the same seeded prompt).
+fn same_ids(r: &DecodeRow, all: &[DecodeRow]) -> Option<String> {
+    let base = if r.precision.is_quantized() { Variant::Separate } else { Variant::Fused };
+    let other = all.iter().find(|o| o.precision == r.precision && o.batch == r.batch && o.variant == base)?;
+    let n = r.timing.ids.len().min(other.timing.ids.len());
+    let same = r.timing.ids.iter().zip(&other.timing.ids).take_while(|(a, b)| a == b).count();
+    Some(format!("{same}/{n}"))
+}
+
 /// Runs `f`, turning an OOM into an outcome (the next measurement still runs).
 fn outcome_of<T>(r: Result<T>) -> Result<(Outcome, Option<T>)> {
     match r {
@@ -172,13 +187,16 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
         let mut outcome = Outcome::Ok;
         for r in 0..c.repeats.max(1) {
             let timed = match v {
-                Variant::Graph => generate::time_decode_graph(model, b, c.decode_prompt, c.new_tokens, r as u64),
+                Variant::Graph | Variant::Kernel => generate::time_decode_graph(model, b, c.decode_prompt, c.new_tokens, r as u64, v == Variant::Kernel),
                 _ => generate::time_decode(model, b, c.decode_prompt, c.new_tokens, r as u64),
             };
             let (o, t) = outcome_of(timed)?;
             outcome = o;
             match t {
                 Some(t) => {
+                    if r == 0 {
+                        pooled.ids = t.ids.clone();
+                    }
                     pooled.prefill_s = t.prefill_s;
                     pooled.issue_s.extend(t.issue_s);
                     pooled.step_s.extend(t.step_s);
@@ -194,7 +212,7 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
     // The decodes' prefills ran through the same quantized products.
     *seen = (*seen).max((batches.iter().max().copied().unwrap_or(1) * c.decode_prompt) as u64);
     // A captured graph changes decoding only: its prefill is the fused variant's.
-    let lens: &[usize] = if v == Variant::Graph { &[] } else { &c.prompt_lens };
+    let lens: &[usize] = if matches!(v, Variant::Graph | Variant::Kernel) { &[] } else { &c.prompt_lens };
     for &seq in lens {
         s.check_stop()?;
         s.console.step(format!("{p} {}: prefill of {seq}", v.name()));
@@ -265,7 +283,7 @@ impl Stage for Bench {
                     s.say(format!("{p}: no dense layer to fuse (quantized weights keep five products)"));
                     continue;
                 }
-                if v == Variant::Graph {
+                if matches!(v, Variant::Graph | Variant::Kernel) {
                     model.fuse_projections()?;
                 }
                 let measured = bench_model(s, c, &model, base, p, v, &mut seen, &mut decodes, &mut prefills);
@@ -294,6 +312,7 @@ impl Stage for Bench {
             col::VS_PYTORCH => dec_tok.iter().zip(&dec_torch).map(|(a, b)| a.zip(*b).map(|(a, b)| a / b)).collect::<Vec<_>>(),
             col::OTHER_TOK_S => dec_other.iter().map(|o| o.0).collect::<Vec<_>>(),
             col::OTHER => dec_other.iter().map(|o| o.1).collect::<Vec<_>>(),
+            col::SAME_IDS => decodes.iter().map(|r| same_ids(r, &decodes)).collect::<Vec<_>>(),
         )?;
         let pre_tok: Vec<Option<f64>> = prefills.iter().map(|r| ok_f(&r.outcome, r.seq as f64 / r.seconds)).collect();
         let pre_torch: Vec<Option<f64>> = prefills.iter().map(|r| pytorch(&records, "prefill", r.precision, Some(r.seq))).collect();
@@ -339,10 +358,10 @@ impl Stage for Bench {
                 name: "decode",
                 table: DECODE_TABLE,
                 caption: "Speed — decoding: ms per step, the host's share, tok/s beside the ceiling (read bandwidth ÷ bytes per step), PyTorch in the same call, llama.cpp",
-                columns: &[PRECISION, VARIANT, BATCH, OUTCOME, MS_PER_STEP, ISSUE_MS, TOK_S, READ_GB, CEILING_TOK_S, PCT_CEILING, PYTORCH_TOK_S, VS_PYTORCH, OTHER_TOK_S, OTHER],
+                columns: &[PRECISION, VARIANT, BATCH, OUTCOME, MS_PER_STEP, ISSUE_MS, TOK_S, READ_GB, CEILING_TOK_S, PCT_CEILING, PYTORCH_TOK_S, VS_PYTORCH, OTHER_TOK_S, OTHER, SAME_IDS],
                 group_by: &[],
                 chart: Some(crate::report::charts::bench_decode),
-                explain: "ceiling = this run's read-kernel bandwidth ÷ (weights but the embedding table + the KV cache at the mean context), × the batch. issue_ms close to ms_per_step means the GPU waits on the host launching kernels; far below it, the GPU's own time is the limit. The variants add one step each: separate (candle's defaults), untracked (cudarc's per-argument events off), fused (q|k|v and gate|up stacked), graph (the step captured once as a CUDA graph, one launch per token). 解码速度和它的带宽上限。",
+                explain: "ceiling = this run's read-kernel bandwidth ÷ (weights but the embedding table + the KV cache at the mean context), × the batch. issue_ms close to ms_per_step means the GPU waits on the host launching kernels; far below it, the GPU's own time is the limit. The variants add one step each: separate (candle's defaults), untracked (cudarc's per-argument events off), fused (q|k|v and gate|up stacked), graph (the step captured once as a CUDA graph, one launch per token), kernel (the graph with the lab's kernel rotating q and k and storing k and v: seven of candle's kernels per layer in one). 解码速度和它的带宽上限。",
             },
             View {
                 name: "prefill",

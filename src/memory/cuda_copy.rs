@@ -75,6 +75,7 @@ pub fn device_ptr(t: &Tensor, stream: &CudaStream) -> Result<(sys::CUdeviceptr, 
         DType::F16 => c.as_cuda_slice::<half::f16>()?.device_ptr(stream).0,
         DType::F32 => c.as_cuda_slice::<f32>()?.device_ptr(stream).0,
         DType::U8 => c.as_cuda_slice::<u8>()?.device_ptr(stream).0,
+        DType::U32 => c.as_cuda_slice::<u32>()?.device_ptr(stream).0,
         other => return Err(LabError::Unsupported(format!("device_ptr of {other:?} tensors"))),
     };
     Ok((base + (layout.start_offset() * size) as u64, t.elem_count() * size))

@@ -118,6 +118,8 @@ pub struct DecodeTiming {
     pub issue_s: Vec<f64>,
     /// Seconds from a step's start to its ids on the host.
     pub step_s: Vec<f64>,
+    /// The first sequence's ids, the prefill's first: what two loops must agree on.
+    pub ids: Vec<u32>,
 }
 
 impl DecodeTiming {
@@ -161,7 +163,7 @@ pub fn time_decode(model: &Qwen2, batch: usize, prompt: usize, steps: usize, see
     let ids = Tensor::from_vec(ids, (batch, prompt), device)?;
     let mut next = argmax(&last_logits(&model.forward(&ids, &mut cache, Logits::Last)?)?)?;
     let prefill_s = t0.elapsed().as_secs_f64();
-    let mut t = DecodeTiming { batch, prompt, prefill_s, ..Default::default() };
+    let mut t = DecodeTiming { batch, prompt, prefill_s, ids: vec![next[0]], ..Default::default() };
     for _ in 0..steps {
         let start = Instant::now();
         let ids = Tensor::from_vec(next, (batch, 1), device)?;
@@ -169,6 +171,7 @@ pub fn time_decode(model: &Qwen2, batch: usize, prompt: usize, steps: usize, see
         t.issue_s.push(start.elapsed().as_secs_f64());
         next = argmax(&last_logits(&pieces)?)?;
         t.step_s.push(start.elapsed().as_secs_f64());
+        t.ids.push(next[0]);
     }
     Ok(t)
 }
@@ -176,13 +179,14 @@ pub fn time_decode(model: &Qwen2, batch: usize, prompt: usize, steps: usize, see
 /// `time_decode` through the static decoder (`graph.rs`): on CUDA the step is captured once as
 /// a graph and each token is one launch; elsewhere the static step runs kernel by kernel. The
 /// first step after the prefill fills candle's parameter cache and is not timed.
-pub fn time_decode_graph(model: &Qwen2, batch: usize, prompt: usize, steps: usize, seed: u64) -> Result<DecodeTiming> {
+/// `own_kernel`: the lab's fused rotary-and-store kernel in place of seven of candle's per layer.
+pub fn time_decode_graph(model: &Qwen2, batch: usize, prompt: usize, steps: usize, seed: u64, own_kernel: bool) -> Result<DecodeTiming> {
     let device = model.device();
     let ids = Tensor::from_vec(seeded_ids(batch * prompt, model.cfg.vocab_size, seed), (batch, prompt), device)?;
     device.synchronize()?;
     let t0 = Instant::now();
-    let mut dec = super::graph::StaticDecoder::prefill(model, &ids, prompt + steps + 2)?;
-    dec.ids()?;
+    let mut dec = super::graph::StaticDecoder::prefill(model, &ids, prompt + steps + 2, own_kernel)?;
+    let first = dec.ids()?[0];
     let prefill_s = t0.elapsed().as_secs_f64();
     #[cfg(feature = "cuda")]
     let graph = device.is_cuda();
@@ -190,7 +194,12 @@ pub fn time_decode_graph(model: &Qwen2, batch: usize, prompt: usize, steps: usiz
     if graph {
         dec.capture()?;
     }
-    let mut t = DecodeTiming { batch, prompt, prefill_s, ..Default::default() };
+    let mut t = DecodeTiming { batch, prompt, prefill_s, ids: vec![first], ..Default::default() };
+    #[cfg(feature = "cuda")]
+    if graph {
+        // The capture's warm-up ran one real step.
+        t.ids.push(dec.ids()?[0]);
+    }
     for _ in 0..steps {
         let start = Instant::now();
         #[cfg(feature = "cuda")]
@@ -202,8 +211,9 @@ pub fn time_decode_graph(model: &Qwen2, batch: usize, prompt: usize, steps: usiz
         #[cfg(not(feature = "cuda"))]
         dec.step()?;
         t.issue_s.push(start.elapsed().as_secs_f64());
-        dec.ids()?;
+        let ids = dec.ids()?;
         t.step_s.push(start.elapsed().as_secs_f64());
+        t.ids.push(ids[0]);
     }
     Ok(t)
 }

@@ -21,10 +21,12 @@ pub struct Tables {
     pub positions: Tensor,
     pub neg_inf: Tensor,
     pub zeros: Tensor,
+    pub kernels: Kernels,
 }
 
 impl Tables {
-    pub fn new(model: &Qwen2, capacity: usize) -> Result<Self> {
+    /// `own_kernel`: use the lab's fused kernel where there is one (CUDA, BF16 or F32).
+    pub fn new(model: &Qwen2, capacity: usize, own_kernel: bool) -> Result<Self> {
         let dev = model.device();
         let act = model.act_dtype();
         let (cos, sin) = model.rope(0, capacity)?;
@@ -34,7 +36,76 @@ impl Tables {
             positions: Tensor::arange(0u32, capacity as u32, dev)?,
             neg_inf: Tensor::full(f32::NEG_INFINITY, capacity, dev)?.to_dtype(act)?,
             zeros: Tensor::zeros(capacity, act, dev)?,
+            kernels: Kernels::new(model, own_kernel)?,
         })
+    }
+}
+
+/// What one static step computes once for all its layers from the position.
+pub struct StepInputs<'a> {
+    pub tables: &'a Tables,
+    pub kernels: &'a Kernels,
+    pub pos: &'a Tensor,
+    /// The rotary row of the position, [1, head_dim / 2].
+    pub cos: Tensor,
+    pub sin: Tensor,
+    /// [batch, kv_heads, 1, head_dim] of the position: where `scatter_set` writes k and v.
+    pub slot: Tensor,
+    /// [1, 1, 1, capacity]: 0 up to the position, -inf after.
+    pub mask: Tensor,
+}
+
+impl<'a> StepInputs<'a> {
+    pub fn new(tables: &'a Tables, pos: &'a Tensor, batch: usize, cfg: &crate::model::Qwen2Config) -> Result<Self> {
+        let max = tables.positions.dim(0)?;
+        // Made once per step (not per layer) whether or not the lab's kernel reads them itself:
+        // layers without stacked products (Q4) take candle's path.
+        let cos = tables.cos.index_select(pos, 0)?;
+        let sin = tables.sin.index_select(pos, 0)?;
+        let slot = pos.reshape((1, 1, 1, 1))?.broadcast_as((batch, cfg.num_key_value_heads, 1, cfg.head_dim()))?.contiguous()?;
+        let mask = tables.positions.broadcast_gt(pos)?.where_cond(&tables.neg_inf, &tables.zeros)?.reshape((1, 1, 1, max))?;
+        Ok(Self { tables, kernels: &tables.kernels, pos, cos, sin, slot, mask })
+    }
+}
+
+/// The lab's CUDA kernel for the step (`decode_kernels.rs`), when there is one for this device
+/// and dtype and it was asked for.
+pub struct Kernels {
+    #[cfg(feature = "cuda")]
+    qkv: Option<super::decode_kernels::DecodeKernels>,
+}
+
+impl Kernels {
+    fn new(model: &Qwen2, wanted: bool) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        if let (true, candle_core::Device::Cuda(dev)) = (wanted, model.device()) {
+            return Ok(Self { qkv: super::decode_kernels::DecodeKernels::new(dev, model.act_dtype())? });
+        }
+        let _ = (model, wanted);
+        Ok(Self {
+            #[cfg(feature = "cuda")]
+            qkv: None,
+        })
+    }
+
+    pub fn available(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        return self.qkv.is_some();
+        #[cfg(not(feature = "cuda"))]
+        false
+    }
+
+    /// Rotates and scales q in the stacked product `y` and stores k and v at the position, with
+    /// the lab's kernel: Ok(false) when there is none (the caller uses candle's kernels).
+    #[allow(clippy::too_many_arguments)]
+    pub fn qkv_store(&self, y: &Tensor, tables: &Tables, pos: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize, scale: f32) -> Result<bool> {
+        #[cfg(feature = "cuda")]
+        if let Some(k) = &self.qkv {
+            k.qkv_store(y, &tables.cos, &tables.sin, pos, kc, vc, heads, scale)?;
+            return Ok(true);
+        }
+        let _ = (y, tables, pos, kc, vc, heads, scale);
+        Ok(false)
     }
 }
 
@@ -58,14 +129,14 @@ pub struct StaticDecoder<'a> {
 impl<'a> StaticDecoder<'a> {
     /// Prefills `prompt` ([batch, s] u32) into a cache of `capacity` positions and holds the
     /// greedy ids that follow.
-    pub fn prefill(model: &'a Qwen2, prompt: &Tensor, capacity: usize) -> Result<Self> {
+    pub fn prefill(model: &'a Qwen2, prompt: &Tensor, capacity: usize, own_kernel: bool) -> Result<Self> {
         let (b, s) = prompt.dims2()?;
         let mut cache = model.new_cache(b, capacity)?;
         let logits = last_logits(&model.forward(prompt, &mut cache, Logits::Last)?)?;
         let ids = logits.argmax_keepdim(candle_core::D::Minus1)?.to_dtype(DType::U32)?;
         let dev = model.device();
         Ok(Self {
-            tables: Tables::new(model, capacity)?,
+            tables: Tables::new(model, capacity, own_kernel)?,
             model,
             cache,
             ids,
@@ -168,7 +239,7 @@ mod tests {
             let cfg = generate::GenerateConfig { max_new_tokens: 9, ..Default::default() };
             let want = generate::generate(&model, &prompt, &cfg).unwrap().generated_ids;
             let ids = Tensor::new(prompt.as_slice(), model.device()).unwrap().unsqueeze(0).unwrap();
-            let mut dec = StaticDecoder::prefill(&model, &ids, 16).unwrap();
+            let mut dec = StaticDecoder::prefill(&model, &ids, 16, true).unwrap();
             let mut got = dec.ids().unwrap();
             for _ in 1..want.len() {
                 dec.step().unwrap();

@@ -4,6 +4,8 @@
 pub mod attention;
 pub mod checkpoint;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod decode_kernels;
 pub mod generate;
 pub mod graph;
 pub mod host_linear;

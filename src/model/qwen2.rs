@@ -186,35 +186,46 @@ impl Layer {
     }
 
     /// One decoding step whose position lives in device memory (see `graph.rs`): k and v are
-    /// scattered into the cache at `slot` ([batch, kv_heads, 1, head_dim] of the position), and
-    /// attention covers the cache's whole capacity with `mask` (0 up to the position, -inf after),
-    /// so the step's kernels and shapes are the same at every position and one captured graph
-    /// replays them all.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn decode_static(&self, x: Tensor, cfg: &Qwen2Config, cos: &Tensor, sin: &Tensor, slot: &Tensor, mask: &Tensor, kc: &Tensor, vc: &Tensor) -> Result<Tensor> {
+    /// scattered into the cache at the step's slot ([batch, kv_heads, 1, head_dim] of the
+    /// position), or stored by the lab's kernel, and attention covers the cache's whole capacity
+    /// with the step's mask (0 up to the position, -inf after), so the step's kernels and shapes
+    /// are the same at every position and one captured graph replays them all.
+    pub(super) fn decode_static(&self, x: Tensor, cfg: &Qwen2Config, step: &super::graph::StepInputs, kc: &Tensor, vc: &Tensor) -> Result<Tensor> {
         let b = x.dim(0)?;
         let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
         let mode = AttentionMode::default();
         let h = norm(&x, &self.ln1, cfg.rms_norm_eps, mode)?;
-        let (q, k, v) = match &self.fused {
-            Some((qkv, _)) => {
-                let y = qkv.forward(&h)?;
-                let (nq, nk) = (heads * d, kv_heads * d);
-                (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?)
-            }
-            None => (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?),
-        };
-        // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
-        let q = q.contiguous()?.reshape((b, heads, 1, d))?;
-        let k = k.contiguous()?.reshape((b, kv_heads, 1, d))?;
-        let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
-        let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
-        let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
-        kc.scatter_set(slot, &k, 2)?;
-        vc.scatter_set(slot, &v, 2)?;
         let group = heads / kv_heads;
-        let q = (q * (1.0 / (d as f64).sqrt()))?.reshape((b, kv_heads, group, d))?;
-        let scores = q.matmul(&kc.t()?)?.broadcast_add(mask)?;
+        let scale = 1.0 / (d as f64).sqrt();
+        let (nq, nk) = (heads * d, kv_heads * d);
+        let y = match &self.fused {
+            Some((qkv, _)) => Some(qkv.forward(&h)?),
+            None => None,
+        };
+        // The lab's kernel (CUDA, stacked products): q rotated and scaled in place, k and v stored.
+        let fast = match &y {
+            Some(y) => step.kernels.qkv_store(y, step.tables, step.pos, kc, vc, heads, scale as f32)?,
+            None => false,
+        };
+        let q = match (&y, fast) {
+            (Some(y), true) => y.narrow(2, 0, nq)?.contiguous()?.reshape((b, kv_heads, group, d))?,
+            _ => {
+            let (q, k, v) = match &y {
+                Some(y) => (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?),
+                None => (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?),
+            };
+            // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
+            let q = q.contiguous()?.reshape((b, heads, 1, d))?;
+            let k = k.contiguous()?.reshape((b, kv_heads, 1, d))?;
+            let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
+            let q = candle_nn::rotary_emb::rope(&q, &step.cos, &step.sin)?;
+            let k = candle_nn::rotary_emb::rope(&k, &step.cos, &step.sin)?;
+            kc.scatter_set(&step.slot, &k, 2)?;
+            vc.scatter_set(&step.slot, &v, 2)?;
+            (q * scale)?.reshape((b, kv_heads, group, d))?
+            }
+        };
+        let scores = q.matmul(&kc.t()?)?.broadcast_add(&step.mask)?;
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
         let a = probs.matmul(vc)?.reshape((b, 1, heads * d))?;
         let x = (x + self.o.forward(&a)?)?;
@@ -684,18 +695,14 @@ impl Qwen2 {
     pub(super) fn decode_static(&self, ids: &Tensor, pos: &Tensor, tables: &super::graph::Tables, cache: &KvCache) -> Result<Tensor> {
         let cfg = &self.cfg;
         let b = ids.dim(0)?;
-        let cos = tables.cos.index_select(pos, 0)?;
-        let sin = tables.sin.index_select(pos, 0)?;
-        let slot = pos.reshape((1, 1, 1, 1))?.broadcast_as((b, cfg.num_key_value_heads, 1, cfg.head_dim()))?.contiguous()?;
-        let max = tables.positions.dim(0)?;
-        let mask = tables.positions.broadcast_gt(pos)?.where_cond(&tables.neg_inf, &tables.zeros)?.reshape((1, 1, 1, max))?;
+        let step = super::graph::StepInputs::new(tables, pos, b, cfg)?;
         let mut x = self.embed(ids)?;
         for (l, slot_) in self.layers.iter().enumerate() {
             let LayerSlot::Resident(layer) = slot_ else {
                 return Err(LabError::Unsupported("graph decoding needs every layer resident on the GPU".into()));
             };
             let (kc, vc) = cache.full(l)?;
-            x = layer.decode_static(x, cfg, &cos, &sin, &slot, &mask, &kc, &vc)?;
+            x = layer.decode_static(x, cfg, &step, &kc, &vc)?;
         }
         let logits = self.head(&x, Logits::Last)?;
         let last = logits.last().ok_or_else(|| LabError::other("forward returned no logits"))?;
