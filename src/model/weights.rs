@@ -105,7 +105,9 @@ impl Synthetic {
             return Ok(Tensor::from_vec(v, spec.shape.as_slice(), device)?.to_dtype(dtype)?);
         }
         // On the GPU: curand makes F32 only; fill the target in row blocks so the F32 staging
-        // stays small (the 7B embedding would otherwise need 2 GiB of F32 next to it).
+        // stays small (the 7B embedding would otherwise need 2 GiB of F32 next to it). The
+        // generator is reseeded per tensor, so every load of a process draws the same model.
+        device.set_seed(self.tensor_seed(&spec.name))?;
         if dtype == DType::F32 {
             return Ok(Tensor::randn(0f32, STD, spec.shape.as_slice(), device)?);
         }
