@@ -303,31 +303,34 @@ def offload(args, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="stage", required=True)
-    for name in ("frag", "frag-one"):
+    model_json = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "models", "qwen2.5-7b.json")
+
+    def stage(name, model=False):
+        """A subcommand with the flags every stage takes."""
         p = sub.add_parser(name)
         p.add_argument("--card", type=float, default=0.0, help="emulate a card of this many MiB (0: the whole GPU)")
+        p.add_argument("--out", help="write the JSON lines here (default: stdout)")
+        if model:
+            p.add_argument("--model", default=model_json, help="the preset's config (data/models/*.json)")
+        return p
+
+    for name in ("frag", "frag-one"):
+        p = stage(name)
         p.add_argument("--blocks", type=int, default=10)
         p.add_argument("--block-mib", type=int, default=500)
         p.add_argument("--request-mib", type=int, default=2048)
         p.add_argument("--hole-mib", type=int, default=512)
         p.add_argument("--hole-request-mib", type=int, default=2048)
-        p.add_argument("--out", help="write the JSON lines here (default: stdout)")
-    p = sub.add_parser("bench")
-    p.add_argument("--card", type=float, default=0.0, help="emulate a card of this many MiB (0: the whole GPU)")
-    p.add_argument("--model", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "models", "qwen2.5-7b.json"))
+    p = stage("bench", model=True)
     p.add_argument("--prompt-lens", type=lambda v: [int(x) for x in v.split(",")], default=[512, 32768])
     p.add_argument("--decode-prompt", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", help="write the JSON lines here (default: stdout)")
-    p = sub.add_parser("offload")
-    p.add_argument("--card", type=float, default=0.0, help="emulate a card of this many MiB (0: the whole GPU)")
-    p.add_argument("--model", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "models", "qwen2.5-7b.json"))
+    p = stage("offload", model=True)
     p.add_argument("--gpu-budget", default="5GiB", help="accelerate's max_memory for the GPU (the report: 5GiB)")
     p.add_argument("--prompt", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=50, help="the report: 50")
     p.add_argument("--skip-full", action="store_true", help="no full-GPU run (a model larger than the card)")
-    p.add_argument("--out", help="write the JSON lines here (default: stdout)")
     args = ap.parse_args()
     out = open(args.out, "w") if getattr(args, "out", None) else sys.stdout
     {"frag": frag, "frag-one": frag_one, "offload": offload, "bench": bench}[args.stage](args, out)
