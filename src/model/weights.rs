@@ -53,8 +53,7 @@ fn convert(t: Tensor, spec: &TensorSpec, precision: Precision, tied: bool, devic
         None => match ggml_dtype_for(spec, tied) {
             GgmlDType::F32 => Ok(Weight::Dense(t.to_dtype(DType::F32)?.to_device(device)?)),
             q => {
-                let cpu = t.to_device(&Device::Cpu)?.to_dtype(DType::F32)?;
-                Ok(Weight::Quant(Arc::new(QTensor::quantize_onto(&cpu, q, device)?)))
+                Ok(Weight::Quant(Arc::new(super::quantize::quantize_rows(&t, q, device)?)))
             }
         },
     }
