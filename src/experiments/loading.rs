@@ -109,6 +109,19 @@ fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -
     let dense: Vec<Precision> = c.precisions.clone();
     match s.source.clone() {
         ModelSource::Synthetic(_) => {
+            // Refuse before writing gigabytes onto a disk that cannot hold them (AutoDL's system
+            // disk is small): both checkpoints and a 10 % margin.
+            let need = estimate::weight_bytes(cfg, Precision::Bf16) + if c.no_gguf { 0 } else { estimate::weight_bytes(cfg, Precision::Q4) };
+            if let Some(free) = disk::free_bytes(dir)? {
+                if free < need + need / 10 {
+                    return Err(LabError::input(format!(
+                        "{} has {} free, the checkpoint needs {}: pass --dir on a larger disk (AutoDL: /root/autodl-tmp) or --no-gguf",
+                        dir.display(),
+                        crate::memory::fmt_bytes(free),
+                        crate::memory::fmt_bytes(need + need / 10)
+                    )));
+                }
+            }
             let mut out = Vec::new();
             let st_dir = dir.join("safetensors");
             s.console.step("writing the safetensors checkpoint");

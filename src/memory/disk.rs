@@ -98,6 +98,31 @@ fn resident_pages(_path: &Path) -> Result<Option<(u64, u64)>> {
     Ok(None)
 }
 
+/// Bytes free for an unprivileged writer on the filesystem holding `path` (or its nearest
+/// existing parent); None where statvfs is not available.
+pub fn free_bytes(path: &Path) -> Result<Option<u64>> {
+    let mut p = path;
+    while !p.exists() {
+        match p.parent() {
+            Some(parent) => p = parent,
+            None => return Ok(None),
+        }
+    }
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|e| crate::error::LabError::input(e.to_string()))?;
+        // SAFETY: a NUL-terminated path and a zeroed struct statvfs fills.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        return Ok(Some(st.f_bavail as u64 * st.f_frsize as u64));
+    }
+    #[cfg(not(target_os = "linux"))]
+    Ok(None)
+}
+
 /// Reads `files` start to end in 16 MiB pieces, as a loader streaming them would.
 pub fn read(files: &[PathBuf]) -> Result<ReadTime> {
     let mut buf = vec![0u8; 16 << 20];
@@ -140,6 +165,10 @@ mod tests {
         assert_eq!(w.bytes, data.len() as u64);
         let files = vec![f.clone()];
         assert_eq!(size(&files).unwrap(), data.len() as u64);
+        // A path not made yet is measured on its nearest existing parent.
+        let free = free_bytes(&dir.join("not/yet")).unwrap().unwrap();
+        let here = free_bytes(&dir).unwrap().unwrap();
+        assert!(free > 0 && free.abs_diff(here) < 64 << 20, "{free} vs {here}");
         let r = read(&files).unwrap();
         assert_eq!(r.bytes, data.len() as u64);
         // Just read: the pages are cached (the kernel may still drop some under pressure).
