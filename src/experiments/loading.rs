@@ -109,19 +109,6 @@ fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -
     let dense: Vec<Precision> = c.precisions.clone();
     match s.source.clone() {
         ModelSource::Synthetic(_) => {
-            // Refuse before writing gigabytes onto a disk that cannot hold them (AutoDL's system
-            // disk is small): both checkpoints and a 10 % margin.
-            let need = estimate::weight_bytes(cfg, Precision::Bf16) + if c.no_gguf { 0 } else { estimate::weight_bytes(cfg, Precision::Q4) };
-            if let Some(free) = disk::free_bytes(dir)? {
-                if free < need + need / 10 {
-                    return Err(LabError::input(format!(
-                        "{} has {} free, the checkpoint needs {}: pass --dir on a larger disk (AutoDL: /root/autodl-tmp) or --no-gguf",
-                        dir.display(),
-                        crate::memory::fmt_bytes(free),
-                        crate::memory::fmt_bytes(need + need / 10)
-                    )));
-                }
-            }
             let mut out = Vec::new();
             let st_dir = dir.join("safetensors");
             s.console.step("writing the safetensors checkpoint");
@@ -150,6 +137,24 @@ fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -
         }
         ModelSource::Gguf(f) => Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4], written: None }]),
     }
+}
+
+/// Why the synthetic checkpoint cannot be written in `dir`, if it cannot: both checkpoints and a
+/// 10 % margin must fit the disk's free space (AutoDL's system disk is small).
+fn no_room(s: &Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -> Result<Option<String>> {
+    if !matches!(s.source, ModelSource::Synthetic(_)) {
+        return Ok(None);
+    }
+    let need = estimate::weight_bytes(cfg, Precision::Bf16) + if c.no_gguf { 0 } else { estimate::weight_bytes(cfg, Precision::Q4) };
+    let need = need + need / 10;
+    Ok(disk::free_bytes(dir)?.filter(|&free| free < need).map(|free| {
+        format!(
+            "{} has {} free, the checkpoint needs {}: pass --dir on a larger disk (AutoDL: /root/autodl-tmp) or --no-gguf",
+            dir.display(),
+            crate::memory::fmt_bytes(free),
+            crate::memory::fmt_bytes(need)
+        )
+    }))
 }
 
 /// Evicts the files when `cold`, and says how much of them the cache still held.
@@ -211,13 +216,24 @@ impl Stage for Loading {
             Some(d) => (d.join(format!("vram-lab-checkpoint-{}", std::process::id())), !c.keep),
             None => (s.dir.join(Self::NAME).join("checkpoint"), !c.keep),
         };
-        let result = checkpoints(s, &cfg, c, &dir).and_then(|cks| {
+        // Asked for a disk by --dir, a full one is an error; the default place (inside the run
+        // folder, as `run` uses it) being full is a result: the next stage still runs.
+        let skipped = no_room(s, &cfg, c, &dir)?;
+        if let (Some(why), Some(_)) = (&skipped, &c.dir) {
+            return Err(LabError::input(why.clone()));
+        }
+        let result = if let Some(why) = &skipped {
+            s.say(format!("loading time not measured: {why}"));
+            Ok((Vec::new(), Vec::new()))
+        } else {
+            checkpoints(s, &cfg, c, &dir).and_then(|cks| {
             let (mut disk_rows, mut loads) = (Vec::new(), Vec::new());
             for ck in &cks {
                 measure(s, &cfg, ck, &mut disk_rows, &mut loads)?;
             }
             Ok((disk_rows, loads))
-        });
+            })
+        };
         if remove && dir.exists() {
             std::fs::remove_dir_all(&dir)?;
         } else if dir.exists() {
@@ -252,6 +268,9 @@ impl Stage for Loading {
             col::NOTE => loads.iter().map(|r| note(r)).collect::<Vec<_>>(),
         )?;
         let mut out = StageOutput::default();
+        if let Some(why) = skipped {
+            out.findings.push(Finding::new("loading time", "s", None).note(format!("not measured: {why}")));
+        }
         out.table(DISK_TABLE, disk_df);
         out.table(TIME_TABLE, time_df);
         for r in disk_rows.iter().filter(|r| r.op == "read cold") {
