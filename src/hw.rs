@@ -96,8 +96,9 @@ pub fn pick(choice: &str) -> Result<Device> {
 
 /// Turns cudarc's per-tensor event tracking on or off for the tensors made from now on. It is on
 /// by default once a context has a stream of its own (candle makes one), and then every kernel
-/// argument costs a cuStreamWaitEvent and a cuEventRecord on the host: about a third of a decoding
-/// step's launch time (`vram-lab bench`, variant `separate`). The lab computes on candle's one
+/// argument costs a cuStreamWaitEvent and a cuEventRecord on the host (0.11 ms of a BF16 decoding
+/// step's 6.66 ms launch time: `vram-lab bench`, variants `separate` and `untracked`,
+/// data/results/h200/2026-11-22-graph). The lab computes on candle's one
 /// stream and orders its copy stream with explicit events (`memory::cuda_copy`), so it needs none;
 /// a captured graph must not wait on events recorded outside it either.
 pub fn set_event_tracking(device: &Device, on: bool) {

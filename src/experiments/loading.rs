@@ -130,13 +130,15 @@ fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -
             }
             Ok(out)
         }
-        ModelSource::Dir(d) => Ok(vec![Checkpoint { kind: "safetensors", files: model::weights::Safetensors::files_in(&d)?, source: ModelSource::Dir(d), precisions: dense, written: None }]),
-        ModelSource::Hub(repo) => {
-            let d = model::source::fetch_from_hub(&repo, &s.opts)?;
-            Ok(vec![Checkpoint { kind: "safetensors", files: model::weights::Safetensors::files_in(&d)?, source: ModelSource::Dir(d), precisions: dense, written: None }])
-        }
+        ModelSource::Dir(d) => in_dir(d, dense),
+        ModelSource::Hub(repo) => in_dir(model::source::fetch_from_hub(&repo, &s.opts)?, dense),
         ModelSource::Gguf(f) => Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4], written: None }]),
     }
+}
+
+/// A model directory measured in place.
+fn in_dir(d: PathBuf, precisions: Vec<Precision>) -> Result<Vec<Checkpoint>> {
+    Ok(vec![Checkpoint { kind: "safetensors", files: model::weights::Safetensors::files_in(&d)?, source: ModelSource::Dir(d), precisions, written: None }])
 }
 
 /// Why the synthetic checkpoint cannot be written in `dir`, if it cannot: both checkpoints and a
@@ -212,9 +214,9 @@ impl Stage for Loading {
 
     fn run(s: &mut Session, c: &LoadConfig) -> Result<StageOutput> {
         let cfg = model::source::open(&s.source, &s.opts)?.cfg;
-        let (dir, remove) = match &c.dir {
-            Some(d) => (d.join(format!("vram-lab-checkpoint-{}", std::process::id())), !c.keep),
-            None => (s.dir.join(Self::NAME).join("checkpoint"), !c.keep),
+        let dir = match &c.dir {
+            Some(d) => d.join(format!("vram-lab-checkpoint-{}", std::process::id())),
+            None => s.dir.join(Self::NAME).join("checkpoint"),
         };
         // Asked for a disk by --dir, a full one is an error; the default place (inside the run
         // folder, as `run` uses it) being full is a result: the next stage still runs.
@@ -227,14 +229,14 @@ impl Stage for Loading {
             Ok((Vec::new(), Vec::new()))
         } else {
             checkpoints(s, &cfg, c, &dir).and_then(|cks| {
-            let (mut disk_rows, mut loads) = (Vec::new(), Vec::new());
-            for ck in &cks {
-                measure(s, &cfg, ck, &mut disk_rows, &mut loads)?;
-            }
-            Ok((disk_rows, loads))
+                let (mut disk_rows, mut loads) = (Vec::new(), Vec::new());
+                for ck in &cks {
+                    measure(s, &cfg, ck, &mut disk_rows, &mut loads)?;
+                }
+                Ok((disk_rows, loads))
             })
         };
-        if remove && dir.exists() {
+        if !c.keep && dir.exists() {
             std::fs::remove_dir_all(&dir)?;
         } else if dir.exists() {
             s.say(format!("checkpoint kept in {}", dir.display()));

@@ -141,14 +141,15 @@ fn pytorch(records: &[serde_json::Value], case: &str, precision: Precision, seq:
         .and_then(|r| r["tok_s"].as_f64())
 }
 
-/// The other stacks' H200 figures for the report's model (`../reference`): llama.cpp and stock candle.
-fn other_stack(precision: Precision, decode: bool) -> (Option<f64>, &'static str) {
-    use reference::llamacpp_h200;
+/// The other stacks' H200 figures for the report's model (`reference`): llama.cpp, and stock
+/// candle-transformers beside it in the label.
+fn other_stack(precision: Precision, decode: bool) -> (Option<f64>, String) {
+    use reference::{candle_h200, llamacpp_h200};
     match (precision, decode) {
-        (Precision::Bf16, true) => (Some(llamacpp_h200::BF16_DECODE_TOK_S), "llama.cpp BF16, H200 (candle-transformers: 114.8)"),
-        (Precision::Q4, true) => (Some(llamacpp_h200::Q4KM_DECODE_TOK_S), "llama.cpp Q4_K_M, H200 (candle-transformers Q4_K: 140.1)"),
-        (Precision::Bf16, false) => (Some(llamacpp_h200::BF16_PREFILL_160_TOK_S), "llama.cpp BF16 prefill of 160 tokens, H200"),
-        _ => (None, ""),
+        (Precision::Bf16, true) => (Some(llamacpp_h200::BF16_DECODE_TOK_S), format!("llama.cpp BF16, H200 (candle-transformers: {:.1})", candle_h200::BF16_DECODE_TOK_S)),
+        (Precision::Q4, true) => (Some(llamacpp_h200::Q4KM_DECODE_TOK_S), format!("llama.cpp Q4_K_M, H200 (candle-transformers Q4_K: {:.1})", candle_h200::Q4K_DECODE_TOK_S)),
+        (Precision::Bf16, false) => (Some(llamacpp_h200::BF16_PREFILL_160_TOK_S), "llama.cpp BF16 prefill of 160 tokens, H200".into()),
+        _ => (None, String::new()),
     }
 }
 
@@ -279,12 +280,10 @@ impl Stage for Bench {
                     }
                 };
                 report_model = reference::is_report_model(&model.cfg);
-                if v == Variant::Fused && model.fuse_projections()? == 0 {
+                let stacked = if v == Variant::Separate || v == Variant::Untracked { 0 } else { model.fuse_projections()? };
+                if v == Variant::Fused && stacked == 0 {
                     s.say(format!("{p}: no dense layer to fuse (quantized weights keep five products)"));
                     continue;
-                }
-                if matches!(v, Variant::Graph | Variant::Kernel) {
-                    model.fuse_projections()?;
                 }
                 let measured = bench_model(s, c, &model, base, p, v, &mut seen, &mut decodes, &mut prefills);
                 crate::hw::set_event_tracking(&s.device, false);
@@ -296,7 +295,7 @@ impl Stage for Bench {
         let dec_tok: Vec<Option<f64>> = decodes.iter().map(|r| ok_f(&r.outcome, r.timing.tok_s())).collect();
         let dec_ceiling: Vec<f64> = decodes.iter().map(|r| r.batch as f64 * estimate::decode_ceiling_tok_s(bw, r.read_bytes)).collect();
         let dec_torch: Vec<Option<f64>> = decodes.iter().map(|r| if r.batch == 1 { pytorch(&records, "decode", r.precision, None) } else { None }).collect();
-        let dec_other: Vec<(Option<f64>, &str)> = decodes.iter().map(|r| if gpu && r.batch == 1 { other_stack(r.precision, true) } else { (None, "") }).collect();
+        let dec_other: Vec<(Option<f64>, String)> = decodes.iter().map(|r| if gpu && r.batch == 1 { other_stack(r.precision, true) } else { (None, String::new()) }).collect();
         let decode_df = df!(
             col::PRECISION => decodes.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
             col::VARIANT => decodes.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
@@ -311,12 +310,12 @@ impl Stage for Bench {
             col::PYTORCH_TOK_S => dec_torch.clone(),
             col::VS_PYTORCH => dec_tok.iter().zip(&dec_torch).map(|(a, b)| a.zip(*b).map(|(a, b)| a / b)).collect::<Vec<_>>(),
             col::OTHER_TOK_S => dec_other.iter().map(|o| o.0).collect::<Vec<_>>(),
-            col::OTHER => dec_other.iter().map(|o| o.1).collect::<Vec<_>>(),
+            col::OTHER => dec_other.iter().map(|o| o.1.as_str()).collect::<Vec<_>>(),
             col::SAME_IDS => decodes.iter().map(|r| same_ids(r, &decodes)).collect::<Vec<_>>(),
         )?;
         let pre_tok: Vec<Option<f64>> = prefills.iter().map(|r| ok_f(&r.outcome, r.seq as f64 / r.seconds)).collect();
         let pre_torch: Vec<Option<f64>> = prefills.iter().map(|r| pytorch(&records, "prefill", r.precision, Some(r.seq))).collect();
-        let pre_other: Vec<(Option<f64>, &str)> = prefills.iter().map(|r| if gpu && r.seq <= 512 { other_stack(r.precision, false) } else { (None, "") }).collect();
+        let pre_other: Vec<(Option<f64>, String)> = prefills.iter().map(|r| if gpu && r.seq <= 512 { other_stack(r.precision, false) } else { (None, String::new()) }).collect();
         let prefill_df = df!(
             col::PRECISION => prefills.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
             col::VARIANT => prefills.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
@@ -328,7 +327,7 @@ impl Stage for Bench {
             col::PYTORCH_TOK_S => pre_torch.clone(),
             col::VS_PYTORCH => pre_tok.iter().zip(&pre_torch).map(|(a, b)| a.zip(*b).map(|(a, b)| a / b)).collect::<Vec<_>>(),
             col::OTHER_TOK_S => pre_other.iter().map(|o| o.0).collect::<Vec<_>>(),
-            col::OTHER => pre_other.iter().map(|o| o.1).collect::<Vec<_>>(),
+            col::OTHER => pre_other.iter().map(|o| o.1.as_str()).collect::<Vec<_>>(),
             col::NOTE => prefills.iter().map(|r| if r.precision.is_quantized() { "Q4's ledger counts the quantized-matmul buffer this stage grew; a process that ran longer prefills before holds more" } else { "" }).collect::<Vec<_>>(),
         )?;
         let mut out = StageOutput::default();

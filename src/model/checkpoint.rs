@@ -22,16 +22,18 @@ pub fn write_safetensors(cfg: &Qwen2Config, source: &mut dyn WeightSource, dir: 
     // Group the tensors into shards first: the files' names carry the count.
     let specs: Vec<_> = cfg.tensor_specs().into_iter().filter(|s| source.contains(&s.name)).collect();
     let bytes = |s: &super::TensorSpec| (s.elem_count() * precision.dense_dtype().map_or(4, |d| d.size_in_bytes())) as u64;
-    let mut groups: Vec<Vec<super::TensorSpec>> = vec![Vec::new()];
+    let mut groups: Vec<Vec<super::TensorSpec>> = Vec::new();
     let mut filled = 0u64;
     for s in specs {
-        let last = groups.last_mut().expect("one group");
-        if !last.is_empty() && filled + bytes(&s) > shard_bytes {
-            groups.push(Vec::new());
-            filled = 0;
+        let b = bytes(&s);
+        match groups.last_mut() {
+            Some(last) if filled + b <= shard_bytes => last.push(s),
+            _ => {
+                groups.push(vec![s]);
+                filled = 0;
+            }
         }
-        filled += bytes(&s);
-        groups.last_mut().expect("one group").push(s);
+        filled += b;
     }
     let n = groups.len();
     let mut files = Vec::new();

@@ -188,28 +188,14 @@ pub fn time_decode_graph(model: &Qwen2, batch: usize, prompt: usize, steps: usiz
     let mut dec = super::graph::StaticDecoder::prefill(model, &ids, prompt + steps + 2, own_kernel)?;
     let first = dec.ids()?[0];
     let prefill_s = t0.elapsed().as_secs_f64();
-    #[cfg(feature = "cuda")]
-    let graph = device.is_cuda();
-    #[cfg(feature = "cuda")]
-    if graph {
-        dec.capture()?;
-    }
     let mut t = DecodeTiming { batch, prompt, prefill_s, ids: vec![first], ..Default::default() };
-    #[cfg(feature = "cuda")]
-    if graph {
+    if dec.capture()? {
         // The capture's warm-up ran one real step.
         t.ids.push(dec.ids()?[0]);
     }
     for _ in 0..steps {
         let start = Instant::now();
-        #[cfg(feature = "cuda")]
-        if graph {
-            dec.launch()?;
-        } else {
-            dec.step()?;
-        }
-        #[cfg(not(feature = "cuda"))]
-        dec.step()?;
+        dec.advance()?;
         t.issue_s.push(start.elapsed().as_secs_f64());
         let ids = dec.ids()?;
         t.step_s.push(start.elapsed().as_secs_f64());

@@ -1,5 +1,5 @@
-//! Decoding as one captured CUDA graph. Batch-1 decoding launches some 700 small kernels per
-//! token and the host takes longer to launch them than the GPU takes to run them (the speed
+//! Decoding as one captured CUDA graph. Batch-1 decoding launches about 30 kernels per layer and
+//! the host takes longer to launch them than the GPU takes to run them (the speed
 //! stage's `issue_ms`). Captured once and replayed, a step costs one launch. A graph replays
 //! fixed kernels with fixed arguments, so everything that changes per token lives in device
 //! memory: the input ids, the position (`Qwen2::decode_static` reads the rotary row, the cache
@@ -44,7 +44,6 @@ impl Tables {
 /// What one static step computes once for all its layers from the position.
 pub struct StepInputs<'a> {
     pub tables: &'a Tables,
-    pub kernels: &'a Kernels,
     pub pos: &'a Tensor,
     /// The rotary row of the position, [1, head_dim / 2].
     pub cos: Tensor,
@@ -64,7 +63,19 @@ impl<'a> StepInputs<'a> {
         let sin = tables.sin.index_select(pos, 0)?;
         let slot = pos.reshape((1, 1, 1, 1))?.broadcast_as((batch, cfg.num_key_value_heads, 1, cfg.head_dim()))?.contiguous()?;
         let mask = tables.positions.broadcast_gt(pos)?.where_cond(&tables.neg_inf, &tables.zeros)?.reshape((1, 1, 1, max))?;
-        Ok(Self { tables, kernels: &tables.kernels, pos, cos, sin, slot, mask })
+        Ok(Self { tables, pos, cos, sin, slot, mask })
+    }
+
+    /// Rotates and scales q in the stacked product `y` and stores k and v at the position, with
+    /// the lab's kernel: Ok(false) when there is none (the caller uses candle's kernels).
+    pub fn qkv_store(&self, y: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize, scale: f32) -> Result<bool> {
+        #[cfg(feature = "cuda")]
+        if let Some(k) = &self.tables.kernels.qkv {
+            k.qkv_store(y, &self.tables.cos, &self.tables.sin, self.pos, kc, vc, heads, scale)?;
+            return Ok(true);
+        }
+        let _ = (y, kc, vc, heads, scale);
+        Ok(false)
     }
 }
 
@@ -87,26 +98,6 @@ impl Kernels {
             qkv: None,
         })
     }
-
-    pub fn available(&self) -> bool {
-        #[cfg(feature = "cuda")]
-        return self.qkv.is_some();
-        #[cfg(not(feature = "cuda"))]
-        false
-    }
-
-    /// Rotates and scales q in the stacked product `y` and stores k and v at the position, with
-    /// the lab's kernel: Ok(false) when there is none (the caller uses candle's kernels).
-    #[allow(clippy::too_many_arguments)]
-    pub fn qkv_store(&self, y: &Tensor, tables: &Tables, pos: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize, scale: f32) -> Result<bool> {
-        #[cfg(feature = "cuda")]
-        if let Some(k) = &self.qkv {
-            k.qkv_store(y, &tables.cos, &tables.sin, pos, kc, vc, heads, scale)?;
-            return Ok(true);
-        }
-        let _ = (y, tables, pos, kc, vc, heads, scale);
-        Ok(false)
-    }
 }
 
 /// A decoder whose state (ids, position, cache) is in device memory; `step` runs one token, and
@@ -116,7 +107,7 @@ pub struct StaticDecoder<'a> {
     cache: KvCache,
     tables: Tables,
     /// [batch, 1] u32: the step's input, overwritten with its output.
-    pub ids: Tensor,
+    ids: Tensor,
     /// [1] u32.
     pos: Tensor,
     one: Tensor,
@@ -175,37 +166,39 @@ impl<'a> StaticDecoder<'a> {
         Ok(self.ids.flatten_all()?.to_vec1::<u32>()?)
     }
 
-    /// Captures the step as a CUDA graph, after one real step that fills candle's parameter
-    /// cache (that step counts: the ids and position advance).
-    #[cfg(feature = "cuda")]
-    pub fn capture(&mut self) -> Result<()> {
-        use candle_core::cuda_backend::cudarc::driver::sys;
-        let candle_core::Device::Cuda(dev) = self.model.device() else {
-            return Err(LabError::Unsupported("graph capture needs a CUDA device".into()));
-        };
-        let _params = dev.enable_cuda_graph_htod_cache();
-        self.step()?;
-        self.model.device().synchronize()?;
-        let stream = dev.cuda_stream();
-        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(cuda)?;
-        let body = self.run_step();
-        // The capture ends whatever the body did, or the stream stays unusable.
-        let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(cuda);
-        body?;
-        let graph = graph?.ok_or_else(|| LabError::other("graph capture recorded nothing"))?;
-        graph.upload().map_err(cuda)?;
-        self.graph = Some(graph);
-        Ok(())
+    /// On CUDA, captures the step as a graph that `advance` then replays, after one real step
+    /// that fills candle's parameter cache (that step counts: the ids and position advance).
+    /// Elsewhere nothing happens and `advance` runs the step kernel by kernel. Returns whether a
+    /// graph was captured.
+    pub fn capture(&mut self) -> Result<bool> {
+        #[cfg(feature = "cuda")]
+        if let candle_core::Device::Cuda(dev) = self.model.device() {
+            use candle_core::cuda_backend::cudarc::driver::sys;
+            let _params = dev.enable_cuda_graph_htod_cache();
+            self.step()?;
+            self.model.device().synchronize()?;
+            let stream = dev.cuda_stream();
+            stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(cuda)?;
+            let body = self.run_step();
+            // The capture ends whatever the body did, or the stream stays unusable.
+            let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(cuda);
+            body?;
+            let graph = graph?.ok_or_else(|| LabError::other("graph capture recorded nothing"))?;
+            graph.upload().map_err(cuda)?;
+            self.graph = Some(graph);
+            return Ok(true);
+        }
+        Ok(false)
     }
 
-    /// Replays the captured step (one launch); the ids are read with `ids`.
-    #[cfg(feature = "cuda")]
-    pub fn launch(&mut self) -> Result<()> {
-        self.take_room()?;
-        match &self.graph {
-            Some(g) => g.launch().map_err(cuda),
-            None => Err(LabError::other("launch before capture")),
+    /// One token: the captured graph replayed (one launch) if there is one, else `step`.
+    pub fn advance(&mut self) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        if self.graph.is_some() {
+            self.take_room()?;
+            return self.graph.as_ref().map_or(Ok(()), |g| g.launch().map_err(cuda));
         }
+        self.step()
     }
 }
 

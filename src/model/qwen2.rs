@@ -204,25 +204,25 @@ impl Layer {
         };
         // The lab's kernel (CUDA, stacked products): q rotated and scaled in place, k and v stored.
         let fast = match &y {
-            Some(y) => step.kernels.qkv_store(y, step.tables, step.pos, kc, vc, heads, scale as f32)?,
+            Some(y) => step.qkv_store(y, kc, vc, heads, scale as f32)?,
             None => false,
         };
         let q = match (&y, fast) {
             (Some(y), true) => y.narrow(2, 0, nq)?.contiguous()?.reshape((b, kv_heads, group, d))?,
             _ => {
-            let (q, k, v) = match &y {
-                Some(y) => (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?),
-                None => (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?),
-            };
-            // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
-            let q = q.contiguous()?.reshape((b, heads, 1, d))?;
-            let k = k.contiguous()?.reshape((b, kv_heads, 1, d))?;
-            let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
-            let q = candle_nn::rotary_emb::rope(&q, &step.cos, &step.sin)?;
-            let k = candle_nn::rotary_emb::rope(&k, &step.cos, &step.sin)?;
-            kc.scatter_set(&step.slot, &k, 2)?;
-            vc.scatter_set(&step.slot, &v, 2)?;
-            (q * scale)?.reshape((b, kv_heads, group, d))?
+                let (q, k, v) = match &y {
+                    Some(y) => (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?),
+                    None => (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?),
+                };
+                // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
+                let q = q.contiguous()?.reshape((b, heads, 1, d))?;
+                let k = k.contiguous()?.reshape((b, kv_heads, 1, d))?;
+                let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
+                let q = candle_nn::rotary_emb::rope(&q, &step.cos, &step.sin)?;
+                let k = candle_nn::rotary_emb::rope(&k, &step.cos, &step.sin)?;
+                kc.scatter_set(&step.slot, &k, 2)?;
+                vc.scatter_set(&step.slot, &v, 2)?;
+                (q * scale)?.reshape((b, kv_heads, group, d))?
             }
         };
         let scores = q.matmul(&kc.t()?)?.broadcast_add(&step.mask)?;
@@ -230,15 +230,19 @@ impl Layer {
         let a = probs.matmul(vc)?.reshape((b, 1, heads * d))?;
         let x = (x + self.o.forward(&a)?)?;
         let h = norm(&x, &self.ln2, cfg.rms_norm_eps, mode)?;
-        let m = match &self.fused {
+        let m = self.gated(&h, self.fused.is_some(), cfg.intermediate_size)?;
+        Ok((x + self.down.forward(&m)?)?)
+    }
+
+    /// silu(gate(h)) × up(h), through the stacked gate|up product when `stacked`.
+    fn gated(&self, h: &Tensor, stacked: bool, i: usize) -> Result<Tensor> {
+        Ok(match self.fused.as_ref().filter(|_| stacked) {
             Some((_, gate_up)) => {
-                let y = gate_up.forward(&h)?;
-                let i = cfg.intermediate_size;
+                let y = gate_up.forward(h)?;
                 (candle_nn::ops::silu(&y.narrow(2, 0, i)?)? * y.narrow(2, i, i)?)?
             }
-            None => (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?,
-        };
-        Ok((x + self.down.forward(&m)?)?)
+            None => (candle_nn::ops::silu(&self.gate.forward(h)?)? * self.up.forward(h)?)?,
+        })
     }
 
     /// Whether the layer computes on the CPU (in F32).
@@ -287,14 +291,7 @@ impl Layer {
         let a = a.transpose(1, 2)?.reshape((b, s, heads * d))?;
         let x = (x + self.o.forward(&a)?)?;
         let h = norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
-        let m = match fused {
-            Some((_, gate_up)) => {
-                let y = gate_up.forward(&h)?;
-                let i = cfg.intermediate_size;
-                (candle_nn::ops::silu(&y.narrow(2, 0, i)?)? * y.narrow(2, i, i)?)?
-            }
-            None => (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?,
-        };
+        let m = self.gated(&h, fused.is_some(), cfg.intermediate_size)?;
         Ok((x + self.down.forward(&m)?)?.to_dtype(act)?)
     }
 }

@@ -88,11 +88,10 @@ impl Synthetic {
         name.bytes().fold(0xcbf29ce484222325u64 ^ self.seed, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
     }
 
-    fn host_values(&self, name: &str, n: usize) -> Vec<f32> {
+    fn host_values(&self, name: &str, n: usize) -> Result<Vec<f32>> {
         let mut rng = StdRng::seed_from_u64(self.tensor_seed(name));
-        // A constant std is valid: Normal::new only fails for a negative or NaN std.
-        let normal = Normal::new(0.0f32, STD).unwrap_or_else(|_| unreachable!());
-        (0..n).map(|_| normal.sample(&mut rng)).collect()
+        let normal = Normal::new(0.0f32, STD).map_err(|e| LabError::other(format!("synthetic weights: {e}")))?;
+        Ok((0..n).map(|_| normal.sample(&mut rng)).collect())
     }
 
     fn dense(&self, spec: &TensorSpec, dtype: DType, device: &Device) -> Result<Tensor> {
@@ -100,7 +99,7 @@ impl Synthetic {
             return Ok(Tensor::ones(spec.shape.as_slice(), dtype, device)?);
         }
         if !device.is_cuda() {
-            let v = self.host_values(&spec.name, spec.elem_count());
+            let v = self.host_values(&spec.name, spec.elem_count())?;
             return Ok(Tensor::from_vec(v, spec.shape.as_slice(), device)?.to_dtype(dtype)?);
         }
         // On the GPU: curand makes F32 only; fill the target in row blocks so the F32 staging
@@ -132,7 +131,7 @@ impl Synthetic {
     fn quantized(&self, spec: &TensorSpec, q: GgmlDType, device: &Device) -> Result<Weight> {
         let (rows, cols) = (spec.shape[0], spec.shape[1]);
         let tile_rows = rows.min(256);
-        let tile = Tensor::from_vec(self.host_values(&spec.name, tile_rows * cols), (tile_rows, cols), &Device::Cpu)?;
+        let tile = Tensor::from_vec(self.host_values(&spec.name, tile_rows * cols)?, (tile_rows, cols), &Device::Cpu)?;
         let tile = QTensor::quantize(&tile, q)?;
         let bytes = tile.data()?;
         let row_bytes = bytes.len() / tile_rows;
