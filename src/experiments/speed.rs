@@ -7,6 +7,7 @@
 use crate::error::{LabError, Result};
 use crate::estimate::{self, fit};
 use crate::model::generate::{self, DecodeTiming};
+use crate::model::graph::OwnKernels;
 use crate::model::{Logits, Precision, Qwen2};
 use crate::reference;
 use crate::session::Session;
@@ -32,6 +33,12 @@ pub enum Variant {
     /// The graph with the lab's kernel rotating q and k and storing k and v (seven of candle's
     /// kernels per layer in one).
     Kernel,
+    /// And the lab's matrix-vector kernel for every product of the step (bias, residual and
+    /// silu·up applied in it).
+    Gemv,
+    /// And the norms inside the products, attention in one kernel and the greedy pick: every
+    /// kernel of the step the lab's but the embedding lookup (the lab's decoding loop).
+    Own,
 }
 
 impl Variant {
@@ -42,6 +49,19 @@ impl Variant {
             Self::Fused => "fused",
             Self::Graph => "graph",
             Self::Kernel => "kernel",
+            Self::Gemv => "gemv",
+            Self::Own => "own",
+        }
+    }
+
+    /// The lab's kernels a graph variant's step takes; None for the loops that are not a graph.
+    fn own_kernels(self) -> Option<OwnKernels> {
+        match self {
+            Self::Graph => Some(OwnKernels::None),
+            Self::Kernel => Some(OwnKernels::Store),
+            Self::Gemv => Some(OwnKernels::Products),
+            Self::Own => Some(OwnKernels::All),
+            Self::Separate | Self::Untracked | Self::Fused => None,
         }
     }
 }
@@ -81,7 +101,7 @@ impl Default for BenchConfig {
             decode_prompt: 32,
             repeats: 3,
             batches: Vec::new(),
-            variants: vec![Variant::Separate, Variant::Untracked, Variant::Fused, Variant::Graph, Variant::Kernel],
+            variants: vec![Variant::Separate, Variant::Untracked, Variant::Fused, Variant::Graph, Variant::Kernel, Variant::Gemv, Variant::Own],
             pytorch: None,
         }
     }
@@ -187,9 +207,9 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
         let mut pooled = DecodeTiming { batch: b, prompt: c.decode_prompt, ..Default::default() };
         let mut outcome = Outcome::Ok;
         for r in 0..c.repeats.max(1) {
-            let timed = match v {
-                Variant::Graph | Variant::Kernel => generate::time_decode_graph(model, b, c.decode_prompt, c.new_tokens, r as u64, v == Variant::Kernel),
-                _ => generate::time_decode(model, b, c.decode_prompt, c.new_tokens, r as u64),
+            let timed = match v.own_kernels() {
+                Some(own) => generate::time_decode_graph(model, b, c.decode_prompt, c.new_tokens, r as u64, own),
+                None => generate::time_decode(model, b, c.decode_prompt, c.new_tokens, r as u64),
             };
             let (o, t) = outcome_of(timed)?;
             outcome = o;
@@ -207,13 +227,16 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
         }
         let context = c.decode_prompt + c.new_tokens / 2;
         let row = DecodeRow { precision: p, variant: v, batch: b, outcome, read_bytes: estimate::decode_read_bytes(&cfg, p, context, b), timing: pooled };
-        s.say(format!("{p} {} batch {b}: {:.1} tok/s, {:.2} ms/step ({:.2} ms to issue)", v.name(), row.timing.tok_s(), 1e3 * row.timing.step_median_s(), 1e3 * row.timing.issue_median_s()));
+        s.say(match &row.outcome {
+            Outcome::Ok => format!("{p} {} batch {b}: {:.1} tok/s, {:.2} ms/step ({:.2} ms to issue)", v.name(), row.timing.tok_s(), 1e3 * row.timing.step_median_s(), 1e3 * row.timing.issue_median_s()),
+            other => format!("{p} {} batch {b}: {}", v.name(), other.as_str()),
+        });
         decodes.push(row);
     }
     // The decodes' prefills ran through the same quantized products.
     *seen = (*seen).max((batches.iter().max().copied().unwrap_or(1) * c.decode_prompt) as u64);
     // A captured graph changes decoding only: its prefill is the fused variant's.
-    let lens: &[usize] = if matches!(v, Variant::Graph | Variant::Kernel) { &[] } else { &c.prompt_lens };
+    let lens: &[usize] = if v.own_kernels().is_some() { &[] } else { &c.prompt_lens };
     for &seq in lens {
         s.check_stop()?;
         s.console.step(format!("{p} {}: prefill of {seq}", v.name()));
@@ -360,7 +383,7 @@ impl Stage for Bench {
                 columns: &[PRECISION, VARIANT, BATCH, OUTCOME, MS_PER_STEP, ISSUE_MS, TOK_S, READ_GB, CEILING_TOK_S, PCT_CEILING, PYTORCH_TOK_S, VS_PYTORCH, OTHER_TOK_S, OTHER, SAME_IDS],
                 group_by: &[],
                 chart: Some(crate::report::charts::bench_decode),
-                explain: "ceiling = this run's read-kernel bandwidth ÷ (weights but the embedding table + the KV cache at the mean context), × the batch. issue_ms close to ms_per_step means the GPU waits on the host launching kernels; far below it, the GPU's own time is the limit. The variants add one step each: separate (candle's defaults), untracked (cudarc's per-argument events off), fused (q|k|v and gate|up stacked), graph (the step captured once as a CUDA graph, one launch per token), kernel (the graph with the lab's kernel rotating q and k and storing k and v: seven of candle's kernels per layer in one). 解码速度和它的带宽上限。",
+                explain: "ceiling = this run's read-kernel bandwidth ÷ (weights but the embedding table + the KV cache at the mean context), × the batch. issue_ms close to ms_per_step means the GPU waits on the host launching kernels; far below it, the GPU's own time is the limit. The variants add one step each: separate (candle's defaults), untracked (cudarc's per-argument events off), fused (q|k|v and gate|up stacked), graph (the step captured once as a CUDA graph, one launch per token), kernel (the graph with the lab's kernel rotating q and k and storing k and v: seven of candle's kernels per layer in one), gemv (and the lab's matrix-vector kernel for every product, its bias, residual or silu·up in the same kernel), own (and the norms inside the products, attention in one kernel, the greedy pick on the device by the lab's kernel). 解码速度和它的带宽上限。",
             },
             View {
                 name: "prefill",

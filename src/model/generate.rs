@@ -179,13 +179,13 @@ pub fn time_decode(model: &Qwen2, batch: usize, prompt: usize, steps: usize, see
 /// `time_decode` through the static decoder (`graph.rs`): on CUDA the step is captured once as
 /// a graph and each token is one launch; elsewhere the static step runs kernel by kernel. The
 /// first step after the prefill fills candle's parameter cache and is not timed.
-/// `own_kernel`: the lab's fused rotary-and-store kernel in place of seven of candle's per layer.
-pub fn time_decode_graph(model: &Qwen2, batch: usize, prompt: usize, steps: usize, seed: u64, own_kernel: bool) -> Result<DecodeTiming> {
+/// `own`: which of the lab's kernels the step takes in place of candle's.
+pub fn time_decode_graph(model: &Qwen2, batch: usize, prompt: usize, steps: usize, seed: u64, own: super::graph::OwnKernels) -> Result<DecodeTiming> {
     let device = model.device();
     let ids = Tensor::from_vec(seeded_ids(batch * prompt, model.cfg.vocab_size, seed), (batch, prompt), device)?;
     device.synchronize()?;
     let t0 = Instant::now();
-    let mut dec = super::graph::StaticDecoder::prefill(model, &ids, prompt + steps + 2, own_kernel)?;
+    let mut dec = super::graph::StaticDecoder::prefill(model, &ids, prompt + steps + 2, own)?;
     let first = dec.ids()?[0];
     let prefill_s = t0.elapsed().as_secs_f64();
     let mut t = DecodeTiming { batch, prompt, prefill_s, ids: vec![first], ..Default::default() };

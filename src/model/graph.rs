@@ -25,8 +25,8 @@ pub struct Tables {
 }
 
 impl Tables {
-    /// `own_kernel`: use the lab's fused kernel where there is one (CUDA, BF16 or F32).
-    pub fn new(model: &Qwen2, capacity: usize, own_kernel: bool) -> Result<Self> {
+    /// `own`: the lab's kernels the step takes where there are some (CUDA, BF16 or F32).
+    pub fn new(model: &Qwen2, capacity: usize, own: OwnKernels) -> Result<Self> {
         let dev = model.device();
         let act = model.act_dtype();
         let (cos, sin) = model.rope(0, capacity)?;
@@ -36,67 +36,154 @@ impl Tables {
             positions: Tensor::arange(0u32, capacity as u32, dev)?,
             neg_inf: Tensor::full(f32::NEG_INFINITY, capacity, dev)?.to_dtype(act)?,
             zeros: Tensor::zeros(capacity, act, dev)?,
-            kernels: Kernels::new(model, own_kernel)?,
+            kernels: Kernels::new(model, own)?,
         })
     }
 }
 
-/// What one static step computes once for all its layers from the position.
+/// What one static step computes once for all its layers from the position, when a layer first
+/// asks (with every kernel its own, the step asks for none of these).
 pub struct StepInputs<'a> {
     pub tables: &'a Tables,
     pub pos: &'a Tensor,
-    /// The rotary row of the position, [1, head_dim / 2].
-    pub cos: Tensor,
-    pub sin: Tensor,
-    /// [batch, kv_heads, 1, head_dim] of the position: where `scatter_set` writes k and v.
-    pub slot: Tensor,
-    /// [1, 1, 1, capacity]: 0 up to the position, -inf after.
-    pub mask: Tensor,
+    batch: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    /// The rotary rows of the position, [1, head_dim / 2] each.
+    rope: std::cell::OnceCell<(Tensor, Tensor)>,
+    slot: std::cell::OnceCell<Tensor>,
+    mask: std::cell::OnceCell<Tensor>,
 }
 
 impl<'a> StepInputs<'a> {
     pub fn new(tables: &'a Tables, pos: &'a Tensor, batch: usize, cfg: &crate::model::Qwen2Config) -> Result<Self> {
-        let max = tables.positions.dim(0)?;
-        // Made once per step (not per layer) whether or not the lab's kernel reads them itself:
-        // layers without stacked products (Q4) take candle's path.
-        let cos = tables.cos.index_select(pos, 0)?;
-        let sin = tables.sin.index_select(pos, 0)?;
-        let slot = pos.reshape((1, 1, 1, 1))?.broadcast_as((batch, cfg.num_key_value_heads, 1, cfg.head_dim()))?.contiguous()?;
-        let mask = tables.positions.broadcast_gt(pos)?.where_cond(&tables.neg_inf, &tables.zeros)?.reshape((1, 1, 1, max))?;
-        Ok(Self { tables, pos, cos, sin, slot, mask })
+        let (kv_heads, head_dim) = (cfg.num_key_value_heads, cfg.head_dim());
+        Ok(Self { tables, pos, batch, kv_heads, head_dim, rope: Default::default(), slot: Default::default(), mask: Default::default() })
+    }
+
+    /// The rotary cos and sin rows of the position.
+    pub fn rope(&self) -> Result<&(Tensor, Tensor)> {
+        once(&self.rope, || Ok((self.tables.cos.index_select(self.pos, 0)?, self.tables.sin.index_select(self.pos, 0)?)))
+    }
+
+    /// [batch, kv_heads, 1, head_dim] of the position: where `scatter_set` writes k and v.
+    pub fn slot(&self) -> Result<&Tensor> {
+        once(&self.slot, || Ok(self.pos.reshape((1, 1, 1, 1))?.broadcast_as((self.batch, self.kv_heads, 1, self.head_dim))?.contiguous()?))
+    }
+
+    /// [1, 1, 1, capacity]: 0 up to the position, -inf after.
+    pub fn mask(&self) -> Result<&Tensor> {
+        let t = self.tables;
+        once(&self.mask, || Ok(t.positions.broadcast_gt(self.pos)?.where_cond(&t.neg_inf, &t.zeros)?.reshape((1, 1, 1, t.positions.dim(0)?))?))
     }
 
     /// Rotates and scales q in the stacked product `y` and stores k and v at the position, with
     /// the lab's kernel: Ok(false) when there is none (the caller uses candle's kernels).
     pub fn qkv_store(&self, y: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize, scale: f32) -> Result<bool> {
         #[cfg(feature = "cuda")]
-        if let Some(k) = &self.tables.kernels.qkv {
+        if let Some(k) = self.tables.kernels.at_least(OwnKernels::Store) {
             k.qkv_store(y, &self.tables.cos, &self.tables.sin, self.pos, kc, vc, heads, scale)?;
             return Ok(true);
         }
         let _ = (y, kc, vc, heads, scale);
         Ok(false)
     }
+
+    /// `x · wᵀ` with what `f` fuses, by the lab's matrix-vector kernel: None when the step does
+    /// not take the kernel (or the norm in it) or the kernel does not take these tensors (the
+    /// caller uses candle's kernels).
+    pub fn gemv(&self, w: &Tensor, x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
+        let level = if f.norm.is_some() { OwnKernels::All } else { OwnKernels::Products };
+        #[cfg(feature = "cuda")]
+        if let Some(k) = self.tables.kernels.at_least(level) {
+            return k.gemv(w, x, f);
+        }
+        let _ = (w, x, f, level);
+        Ok(None)
+    }
+
+    /// Attention of the position over the cache, q from the stacked product `y` that `qkv_store`
+    /// rotated and scaled: None when the step has no such kernel (the caller uses candle's).
+    pub fn attend(&self, y: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize) -> Result<Option<Tensor>> {
+        #[cfg(feature = "cuda")]
+        if let Some(k) = self.tables.kernels.at_least(OwnKernels::All) {
+            return k.attend(y, kc, vc, self.pos, heads);
+        }
+        let _ = (y, kc, vc, heads);
+        Ok(None)
+    }
+
+    /// The greedy ids ([b, 1] u32) of the logits [b, 1, vocab].
+    pub fn argmax(&self, logits: &Tensor) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let Some(k) = self.tables.kernels.at_least(OwnKernels::All) {
+            if let Some(ids) = k.argmax(logits)? {
+                return Ok(ids);
+            }
+        }
+        Ok(logits.argmax_keepdim(candle_core::D::Minus1)?.squeeze(2)?)
+    }
 }
 
-/// The lab's CUDA kernel for the step (`decode_kernels.rs`), when there is one for this device
-/// and dtype and it was asked for.
+/// The value in `cell`, made by `make` the first time.
+fn once<T>(cell: &std::cell::OnceCell<T>, make: impl FnOnce() -> Result<T>) -> Result<&T> {
+    if cell.get().is_none() {
+        let _ = cell.set(make()?);
+    }
+    cell.get().ok_or_else(|| LabError::other("a step input was not made"))
+}
+
+/// What the step's matrix-vector kernel computes besides the product: the RMS norm of x before it
+/// (its weight and eps), and after it the bias and the residual, or silu(gate)·up of a stacked
+/// gate|up weight.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fused<'a> {
+    pub norm: Option<(&'a Tensor, f32)>,
+    pub bias: Option<&'a Tensor>,
+    pub res: Option<&'a Tensor>,
+    pub glu: bool,
+}
+
+/// Which of the lab's CUDA kernels the static step takes in place of candle's; each level adds
+/// to the one before. On a CPU, or in a dtype they have no variant for, candle's kernels run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum OwnKernels {
+    #[default]
+    None,
+    /// Rotary, q's scale and the cache writes in one kernel (`decode_kernels::qkv_store`).
+    Store,
+    /// And every matrix-vector product, with its bias, residual or silu·up (`decode_kernels::gemv`).
+    Products,
+    /// And the norms inside the products, attention in one kernel, and the greedy pick.
+    All,
+}
+
+/// The lab's CUDA kernels for the step (`decode_kernels.rs`), when there are some for this device
+/// and dtype, and the level asked for.
 pub struct Kernels {
     #[cfg(feature = "cuda")]
-    qkv: Option<super::decode_kernels::DecodeKernels>,
+    own: Option<super::decode_kernels::DecodeKernels>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    level: OwnKernels,
 }
 
 impl Kernels {
-    fn new(model: &Qwen2, wanted: bool) -> Result<Self> {
+    fn new(model: &Qwen2, level: OwnKernels) -> Result<Self> {
         #[cfg(feature = "cuda")]
-        if let (true, candle_core::Device::Cuda(dev)) = (wanted, model.device()) {
-            return Ok(Self { qkv: super::decode_kernels::DecodeKernels::new(dev, model.act_dtype())? });
+        if let (true, candle_core::Device::Cuda(dev)) = (level > OwnKernels::None, model.device()) {
+            return Ok(Self { own: super::decode_kernels::DecodeKernels::new(dev, model.act_dtype())?, level });
         }
-        let _ = (model, wanted);
+        let _ = model;
         Ok(Self {
             #[cfg(feature = "cuda")]
-            qkv: None,
+            own: None,
+            level,
         })
+    }
+
+    #[cfg(feature = "cuda")]
+    fn at_least(&self, level: OwnKernels) -> Option<&super::decode_kernels::DecodeKernels> {
+        self.own.as_ref().filter(|_| self.level >= level)
     }
 }
 
@@ -120,14 +207,14 @@ pub struct StaticDecoder<'a> {
 impl<'a> StaticDecoder<'a> {
     /// Prefills `prompt` ([batch, s] u32) into a cache of `capacity` positions and holds the
     /// greedy ids that follow.
-    pub fn prefill(model: &'a Qwen2, prompt: &Tensor, capacity: usize, own_kernel: bool) -> Result<Self> {
+    pub fn prefill(model: &'a Qwen2, prompt: &Tensor, capacity: usize, own: OwnKernels) -> Result<Self> {
         let (b, s) = prompt.dims2()?;
         let mut cache = model.new_cache(b, capacity)?;
         let logits = last_logits(&model.forward(prompt, &mut cache, Logits::Last)?)?;
         let ids = logits.argmax_keepdim(candle_core::D::Minus1)?.to_dtype(DType::U32)?;
         let dev = model.device();
         Ok(Self {
-            tables: Tables::new(model, capacity, own_kernel)?,
+            tables: Tables::new(model, capacity, own)?,
             model,
             cache,
             ids,
@@ -232,7 +319,7 @@ mod tests {
             let cfg = generate::GenerateConfig { max_new_tokens: 9, ..Default::default() };
             let want = generate::generate(&model, &prompt, &cfg).unwrap().generated_ids;
             let ids = Tensor::new(prompt.as_slice(), model.device()).unwrap().unsqueeze(0).unwrap();
-            let mut dec = StaticDecoder::prefill(&model, &ids, 16, true).unwrap();
+            let mut dec = StaticDecoder::prefill(&model, &ids, 16, OwnKernels::All).unwrap();
             let mut got = dec.ids().unwrap();
             for _ in 1..want.len() {
                 dec.step().unwrap();

@@ -5,6 +5,7 @@
 
 use super::attention::{attend, check_elems, AttentionMode};
 use super::config::Qwen2Config;
+use super::graph::{Fused, StepInputs};
 use super::host_linear::HostLinear;
 use super::kv_cache::{CacheKind, KvCache};
 use super::placement::{Home, Placement};
@@ -45,6 +46,29 @@ impl Linear {
                 })
             }
         }
+    }
+
+    /// The product in the static decoding step by the lab's matrix-vector kernel, its bias and
+    /// what `f` fuses in the same kernel: None when the weights are not dense or the step has no
+    /// kernel that takes them.
+    fn step_kernel(&self, x: &Tensor, f: Fused, step: &StepInputs) -> Result<Option<Tensor>> {
+        match self {
+            Self::Dense(l) => step.gemv(l.weight(), x, Fused { bias: l.bias(), ..f }),
+            _ => Ok(None),
+        }
+    }
+
+    /// `forward` (+ `res`) in the static decoding step: through the step's kernel when it has
+    /// one, the residual in the same kernel.
+    fn forward_step(&self, x: &Tensor, res: Option<&Tensor>, step: &StepInputs) -> Result<Tensor> {
+        if let Some(y) = self.step_kernel(x, Fused { res, ..Default::default() }, step)? {
+            return Ok(y);
+        }
+        let y = self.forward(x)?;
+        Ok(match res {
+            Some(r) => (r + y)?,
+            None => y,
+        })
     }
 
     /// The same weights computed on the CPU.
@@ -190,16 +214,19 @@ impl Layer {
     /// position), or stored by the lab's kernel, and attention covers the cache's whole capacity
     /// with the step's mask (0 up to the position, -inf after), so the step's kernels and shapes
     /// are the same at every position and one captured graph replays them all.
-    pub(super) fn decode_static(&self, x: Tensor, cfg: &Qwen2Config, step: &super::graph::StepInputs, kc: &Tensor, vc: &Tensor) -> Result<Tensor> {
+    pub(super) fn decode_static(&self, x: Tensor, cfg: &Qwen2Config, step: &StepInputs, kc: &Tensor, vc: &Tensor) -> Result<Tensor> {
         let b = x.dim(0)?;
         let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
+        let eps = cfg.rms_norm_eps;
         let mode = AttentionMode::default();
-        let h = norm(&x, &self.ln1, cfg.rms_norm_eps, mode)?;
         let group = heads / kv_heads;
         let scale = 1.0 / (d as f64).sqrt();
         let (nq, nk) = (heads * d, kv_heads * d);
         let y = match &self.fused {
-            Some((qkv, _)) => Some(qkv.forward(&h)?),
+            Some((qkv, _)) => Some(match normed_step(qkv, &x, &self.ln1, eps, false, step)? {
+                StepOut::Product(y) => y,
+                StepOut::Normed(h) => qkv.forward_step(&h, None, step)?,
+            }),
             None => None,
         };
         // The lab's kernel (CUDA, stacked products): q rotated and scaled in place, k and v stored.
@@ -207,31 +234,50 @@ impl Layer {
             Some(y) => step.qkv_store(y, kc, vc, heads, scale as f32)?,
             None => false,
         };
-        let q = match (&y, fast) {
-            (Some(y), true) => y.narrow(2, 0, nq)?.contiguous()?.reshape((b, kv_heads, group, d))?,
-            _ => {
-                let (q, k, v) = match &y {
-                    Some(y) => (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?),
-                    None => (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?),
+        let own = match (&y, fast) {
+            (Some(y), true) => step.attend(y, kc, vc, heads)?,
+            _ => None,
+        };
+        let a = match own {
+            Some(a) => a,
+            None => {
+                let q = match (&y, fast) {
+                    (Some(y), true) => y.narrow(2, 0, nq)?.contiguous()?.reshape((b, kv_heads, group, d))?,
+                    _ => {
+                        let (q, k, v) = match &y {
+                            Some(y) => (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?),
+                            None => {
+                                let h = norm(&x, &self.ln1, eps, mode)?;
+                                (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?)
+                            }
+                        };
+                        // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
+                        let q = q.contiguous()?.reshape((b, heads, 1, d))?;
+                        let k = k.contiguous()?.reshape((b, kv_heads, 1, d))?;
+                        let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
+                        let (cos, sin) = step.rope()?;
+                        let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
+                        let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
+                        kc.scatter_set(step.slot()?, &k, 2)?;
+                        vc.scatter_set(step.slot()?, &v, 2)?;
+                        (q * scale)?.reshape((b, kv_heads, group, d))?
+                    }
                 };
-                // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
-                let q = q.contiguous()?.reshape((b, heads, 1, d))?;
-                let k = k.contiguous()?.reshape((b, kv_heads, 1, d))?;
-                let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
-                let q = candle_nn::rotary_emb::rope(&q, &step.cos, &step.sin)?;
-                let k = candle_nn::rotary_emb::rope(&k, &step.cos, &step.sin)?;
-                kc.scatter_set(&step.slot, &k, 2)?;
-                vc.scatter_set(&step.slot, &v, 2)?;
-                (q * scale)?.reshape((b, kv_heads, group, d))?
+                let scores = q.matmul(&kc.t()?)?.broadcast_add(step.mask()?)?;
+                let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+                probs.matmul(vc)?.reshape((b, 1, heads * d))?
             }
         };
-        let scores = q.matmul(&kc.t()?)?.broadcast_add(&step.mask)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        let a = probs.matmul(vc)?.reshape((b, 1, heads * d))?;
-        let x = (x + self.o.forward(&a)?)?;
-        let h = norm(&x, &self.ln2, cfg.rms_norm_eps, mode)?;
-        let m = self.gated(&h, self.fused.is_some(), cfg.intermediate_size)?;
-        Ok((x + self.down.forward(&m)?)?)
+        let x = self.o.forward_step(&a, Some(&x), step)?;
+        let m = match &self.fused {
+            Some((_, gate_up)) => normed_step(gate_up, &x, &self.ln2, eps, true, step)?,
+            None => StepOut::Normed(norm(&x, &self.ln2, eps, mode)?),
+        };
+        let m = match m {
+            StepOut::Product(m) => m,
+            StepOut::Normed(h) => self.gated(&h, self.fused.is_some(), cfg.intermediate_size)?,
+        };
+        self.down.forward_step(&m, Some(&x), step)
     }
 
     /// silu(gate(h)) × up(h), through the stacked gate|up product when `stacked`.
@@ -294,6 +340,30 @@ impl Layer {
         let m = self.gated(&h, fused.is_some(), cfg.intermediate_size)?;
         Ok((x + self.down.forward(&m)?)?.to_dtype(act)?)
     }
+}
+
+/// What the static step made of `lin(norm(x))`: the product (the step's kernel took the norm and
+/// the product), or the normed input for candle's kernels.
+enum StepOut {
+    Product(Tensor),
+    Normed(Tensor),
+}
+
+/// `lin(norm(x))` in the static step (with `glu`, silu·up of the stacked gate|up): one kernel for
+/// the norm and the product when the step has it, else candle's norm and, for silu·up, the step's
+/// product if it has one.
+fn normed_step(lin: &Linear, x: &Tensor, ln: &Tensor, eps: f64, glu: bool, step: &StepInputs) -> Result<StepOut> {
+    let f = Fused { glu, ..Default::default() };
+    if let Some(y) = lin.step_kernel(x, Fused { norm: Some((ln, eps as f32)), ..f }, step)? {
+        return Ok(StepOut::Product(y));
+    }
+    let h = norm(x, ln, eps, AttentionMode::default())?;
+    if glu {
+        if let Some(y) = lin.step_kernel(&h, f, step)? {
+            return Ok(StepOut::Product(y));
+        }
+    }
+    Ok(StepOut::Normed(h))
 }
 
 /// `parts`' weights stacked by rows on `device` (biases too, zeros for a part without one), made
@@ -701,9 +771,12 @@ impl Qwen2 {
             let (kc, vc) = cache.full(l)?;
             x = layer.decode_static(x, cfg, &step, &kc, &vc)?;
         }
-        let logits = self.head(&x, Logits::Last)?;
-        let last = logits.last().ok_or_else(|| LabError::other("forward returned no logits"))?;
-        Ok(last.argmax_keepdim(candle_core::D::Minus1)?.squeeze(2)?)
+        // The head of `head(.., Logits::Last)` for one position, through the step's kernels.
+        let logits = match normed_step(&self.lm_head, &x, &self.norm, cfg.rms_norm_eps, false, &step)? {
+            StepOut::Product(y) => y,
+            StepOut::Normed(h) => self.lm_head.forward_step(&h, None, &step)?,
+        };
+        step.argmax(&logits)
     }
 
     /// The token embedding of `ids` ([batch, s]) in the activation dtype.

@@ -1,0 +1,137 @@
+//! The lab's CUDA kernels for the decoding step against candle's kernels, on a GPU. Built only
+//! with `--features cuda`; a machine without a GPU skips it (CI has none: the device runs it,
+//! `scripts/gpu/run.sh` with the test binary built by `cargo test --release --features cuda --no-run`).
+#![cfg(feature = "cuda")]
+
+use candle_core::{DType, Device, Tensor};
+use vram_lab::model::decode_kernels::{DecodeKernels, GEMV_MAX_BATCH};
+use vram_lab::model::graph::Fused;
+
+fn gpu() -> Option<(Device, candle_core::CudaDevice)> {
+    match Device::new_cuda(0) {
+        Ok(Device::Cuda(d)) => Some((Device::Cuda(d.clone()), d)),
+        _ => {
+            eprintln!("no CUDA device: skipped");
+            None
+        }
+    }
+}
+
+fn randn(shape: &[usize], dtype: DType, dev: &Device) -> Tensor {
+    Tensor::randn(0f32, 1f32, shape, dev).unwrap().to_dtype(dtype).unwrap()
+}
+
+/// The largest |a - b| over the largest |b|, both in F32.
+fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
+    let (a, b) = (a.to_dtype(DType::F32).unwrap(), b.to_dtype(DType::F32).unwrap());
+    let diff = (&a - &b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+    let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+    diff / scale.max(1e-6)
+}
+
+/// NVRTC compiles every kernel (no GPU needed: a compile error shows here, not on the device).
+#[test]
+fn kernels_compile() {
+    let ptx = vram_lab::model::decode_kernels::ptx().unwrap();
+    for name in ["vram_lab_qkv_store_bf16", "vram_lab_gemv_f32_b2_g2_norm_s4", "vram_lab_attend_bf16", "vram_lab_argmax_f32"] {
+        assert!(ptx.contains(name), "{name} missing from the PTX");
+    }
+}
+
+fn to_f32(t: &Tensor) -> Tensor {
+    t.to_dtype(DType::F32).unwrap()
+}
+
+/// candle's RMS norm of x with the weight g, in F32.
+fn rms(x: &Tensor, g: &Tensor) -> Tensor {
+    candle_nn::ops::rms_norm(&to_f32(x), &to_f32(g), 1e-6).unwrap()
+}
+
+/// Every batch up to the kernel's largest, rows long enough for the four-load loop and its tail,
+/// with a bias and a residual, silu(gate)·up, and the RMS norm of x inside: equal to candle's
+/// kernels computed in F32 (F32 to summation order, BF16 to its one rounding).
+#[test]
+fn gemv_equals_candles_products() {
+    let Some((dev, cuda)) = gpu() else { return };
+    for (dtype, tol) in [(DType::F32, 1e-4), (DType::BF16, 1e-2)] {
+        let k = DecodeKernels::new(&cuda, dtype).unwrap().expect("kernels for BF16 and F32");
+        // Row lengths and counts that take every split: one warp per row (short rows; many rows),
+        // two (few rows of 3,584), four (rows of 18,944, the MLP's down projection).
+        for (n, kdim) in [(37, 64), (300, 3584), (5, 1008), (9, 18944), (8200, 2048)] {
+            for b in 1..=GEMV_MAX_BATCH {
+                let w = randn(&[2 * n, kdim], dtype, &dev);
+                let x = randn(&[b, 1, kdim], dtype, &dev);
+                let bias = randn(&[n], dtype, &dev);
+                let res = randn(&[b, 1, n], dtype, &dev);
+                let g = randn(&[kdim], dtype, &dev);
+                let half = w.narrow(0, 0, n).unwrap();
+                let check = |what: &str, f: Fused, w: &Tensor, want: Tensor| {
+                    let got = k.gemv(w, &x, f).unwrap().expect("taken");
+                    assert_eq!(got.dims(), want.dims(), "{what}");
+                    let e = rel_err(&got, &want);
+                    assert!(e < tol, "{dtype:?} {what} n {n} k {kdim} b {b}: {e}");
+                };
+                let product = |x: &Tensor, w: &Tensor| x.broadcast_matmul(&to_f32(w).t().unwrap()).unwrap();
+                let plain = product(&to_f32(&x), &half);
+                check("plain", Fused::default(), &half, plain.clone());
+                let full = plain.broadcast_add(&to_f32(&bias)).unwrap().add(&to_f32(&res)).unwrap();
+                check("bias+res", Fused { bias: Some(&bias), res: Some(&res), ..Default::default() }, &half, full);
+                let normed = product(&rms(&x, &g), &half).broadcast_add(&to_f32(&bias)).unwrap();
+                check("norm+bias", Fused { norm: Some((&g, 1e-6)), bias: Some(&bias), ..Default::default() }, &half, normed);
+                // silu(gate)·up over the stacked [2n, k], without and with the norm.
+                let glu = |y: Tensor| candle_nn::ops::silu(&y.narrow(2, 0, n).unwrap()).unwrap().mul(&y.narrow(2, n, n).unwrap()).unwrap();
+                check("glu", Fused { glu: true, ..Default::default() }, &w, glu(product(&to_f32(&x), &w)));
+                check("norm+glu", Fused { glu: true, norm: Some((&g, 1e-6)), ..Default::default() }, &w, glu(product(&rms(&x, &g), &w)));
+            }
+        }
+        // What the kernel does not take is left to candle: too many rows, rows not a whole
+        // number of 16-byte loads, a strided input.
+        let w = randn(&[16, 64], dtype, &dev);
+        assert!(k.gemv(&w, &randn(&[GEMV_MAX_BATCH + 1, 1, 64], dtype, &dev), Fused::default()).unwrap().is_none());
+        let odd = randn(&[16, 66], dtype, &dev);
+        assert!(k.gemv(&odd, &randn(&[1, 1, 66], dtype, &dev), Fused::default()).unwrap().is_none());
+        let strided = randn(&[2, 128], dtype, &dev).narrow(1, 0, 64).unwrap();
+        assert!(k.gemv(&w, &strided, Fused::default()).unwrap().is_none());
+    }
+    assert!(DecodeKernels::new(&cuda, DType::F16).unwrap().is_none());
+}
+
+/// One position's attention over the cache (q from the stacked product, positions 0 to pos) and
+/// the greedy pick, against candle's softmax and products in F32.
+#[test]
+fn attention_and_argmax_equal_candles() {
+    let Some((dev, cuda)) = gpu() else { return };
+    for (dtype, tol) in [(DType::F32, 1e-4), (DType::BF16, 2e-2)] {
+        let k = DecodeKernels::new(&cuda, dtype).unwrap().expect("kernels for BF16 and F32");
+        // Qwen2.5-7B's heads (28 q, 4 kv, 128 wide) and 0.5B's width (64); positions from one to
+        // more than the block's 32 in flight.
+        for (b, heads, kv, d, cap, pos) in [(1, 28, 4, 128, 200, 0), (1, 28, 4, 128, 200, 150), (2, 14, 2, 64, 40, 39)] {
+            let y = randn(&[b, 1, (heads + 2 * kv) * d], dtype, &dev);
+            let kc = randn(&[b, kv, cap, d], dtype, &dev);
+            let vc = randn(&[b, kv, cap, d], dtype, &dev);
+            let p = Tensor::new(&[pos as u32], &dev).unwrap();
+            let got = k.attend(&y, &kc, &vc, &p, heads).unwrap().expect("taken");
+            let q = to_f32(&y).narrow(2, 0, heads * d).unwrap().reshape((b, kv, heads / kv, d)).unwrap();
+            let (kk, vv) = (to_f32(&kc).narrow(2, 0, pos + 1).unwrap(), to_f32(&vc).narrow(2, 0, pos + 1).unwrap());
+            let probs = candle_nn::ops::softmax_last_dim(&q.matmul(&kk.t().unwrap()).unwrap()).unwrap();
+            let want = probs.matmul(&vv).unwrap().reshape((b, 1, heads * d)).unwrap();
+            let e = rel_err(&got, &want);
+            assert!(e < tol, "{dtype:?} attention b {b} heads {heads} d {d} pos {pos}: {e}");
+        }
+        // Random BF16 logits can tie at the top: the pick must hold the row's largest value, and
+        // a planted largest value must be found where it was planted.
+        for (b, vocab) in [(1, 152_064), (2, 1000)] {
+            let logits = randn(&[b, 1, vocab], dtype, &dev);
+            let got = k.argmax(&logits).unwrap().expect("taken").flatten_all().unwrap().to_vec1::<u32>().unwrap();
+            let rows = to_f32(&logits).reshape((b, vocab)).unwrap().to_vec2::<f32>().unwrap();
+            for (row, &i) in rows.iter().zip(&got) {
+                let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                assert_eq!(row[i as usize], max, "{dtype:?} argmax b {b}");
+            }
+            let at = vocab - 7;
+            let planted = Tensor::zeros((b, 1, vocab), dtype, &dev).unwrap().slice_assign(&[0..b, 0..1, at..at + 1], &Tensor::ones((b, 1, 1), dtype, &dev).unwrap()).unwrap();
+            let got = k.argmax(&planted).unwrap().expect("taken").flatten_all().unwrap().to_vec1::<u32>().unwrap();
+            assert_eq!(got, vec![at as u32; b], "{dtype:?} planted argmax");
+        }
+    }
+}
