@@ -48,15 +48,16 @@ fn rms(x: &Tensor, g: &Tensor) -> Tensor {
 }
 
 /// Every batch up to the kernel's largest, rows long enough for the four-load loop and its tail,
-/// with a bias and a residual, silu(gate)·up, and the RMS norm of x inside: equal to candle's
+/// with a bias and a residual, three weights one under the other, silu(gate)·up, and the RMS norm
+/// of x inside: equal to candle's
 /// kernels computed in F32 (F32 to summation order, BF16 to its one rounding).
 #[test]
 fn gemv_equals_candles_products() {
     let Some((dev, cuda)) = gpu() else { return };
     for (dtype, tol) in [(DType::F32, 1e-4), (DType::BF16, 1e-2)] {
         let k = DecodeKernels::new(&cuda, dtype).unwrap().expect("kernels for BF16 and F32");
-        // Row lengths and counts that take every split: one warp per row (short rows; many rows),
-        // two (few rows of 3,584), four (rows of 18,944, the MLP's down projection).
+        // Row lengths and counts that take every split (`gemv_split`): one warp per row (short
+        // rows; many rows) to eight (rows of 18,944, the MLP's down projection).
         for (n, kdim) in [(37, 64), (300, 3584), (5, 1008), (9, 18944), (8200, 2048)] {
             for b in 1..=GEMV_MAX_BATCH {
                 let w = randn(&[2 * n, kdim], dtype, &dev);
@@ -64,34 +65,42 @@ fn gemv_equals_candles_products() {
                 let bias = randn(&[n], dtype, &dev);
                 let res = randn(&[b, 1, n], dtype, &dev);
                 let g = randn(&[kdim], dtype, &dev);
-                let half = w.narrow(0, 0, n).unwrap();
-                let check = |what: &str, f: Fused, w: &Tensor, want: Tensor| {
-                    let got = k.gemv(w, &x, f).unwrap().expect("taken");
+                let (gate, up) = (w.narrow(0, 0, n).unwrap(), w.narrow(0, n, n).unwrap());
+                let check = |what: &str, parts: &[(&Tensor, Option<&Tensor>)], f: Fused, want: Tensor| {
+                    let got = k.gemv(parts, &x, f).unwrap().expect("taken");
                     assert_eq!(got.dims(), want.dims(), "{what}");
                     let e = rel_err(&got, &want);
                     assert!(e < tol, "{dtype:?} {what} n {n} k {kdim} b {b}: {e}");
                 };
                 let product = |x: &Tensor, w: &Tensor| x.broadcast_matmul(&to_f32(w).t().unwrap()).unwrap();
-                let plain = product(&to_f32(&x), &half);
-                check("plain", Fused::default(), &half, plain.clone());
+                let plain = product(&to_f32(&x), &gate);
+                check("plain", &[(&gate, None)], Fused::default(), plain.clone());
                 let full = plain.broadcast_add(&to_f32(&bias)).unwrap().add(&to_f32(&res)).unwrap();
-                check("bias+res", Fused { bias: Some(&bias), res: Some(&res), ..Default::default() }, &half, full);
-                let normed = product(&rms(&x, &g), &half).broadcast_add(&to_f32(&bias)).unwrap();
-                check("norm+bias", Fused { norm: Some((&g, 1e-6)), bias: Some(&bias), ..Default::default() }, &half, normed);
-                // silu(gate)·up over the stacked [2n, k], without and with the norm.
-                let glu = |y: Tensor| candle_nn::ops::silu(&y.narrow(2, 0, n).unwrap()).unwrap().mul(&y.narrow(2, n, n).unwrap()).unwrap();
-                check("glu", Fused { glu: true, ..Default::default() }, &w, glu(product(&to_f32(&x), &w)));
-                check("norm+glu", Fused { glu: true, norm: Some((&g, 1e-6)), ..Default::default() }, &w, glu(product(&rms(&x, &g), &w)));
+                check("bias+res", &[(&gate, Some(&bias))], Fused { res: Some(&res), ..Default::default() }, full);
+                let normed = product(&rms(&x, &g), &gate).broadcast_add(&to_f32(&bias)).unwrap();
+                check("norm+bias", &[(&gate, Some(&bias))], Fused { norm: Some((&g, 1e-6)), ..Default::default() }, normed);
+                // Three parts one under the other (q, k, v), each with its bias or none: the
+                // product of the stacked weight and biases.
+                let third = w.narrow(0, 0, 1 + n / 3).unwrap();
+                let stacked = Tensor::cat(&[&gate, &up, &third], 0).unwrap();
+                let biases = Tensor::cat(&[&bias, &Tensor::zeros(n, dtype, &dev).unwrap(), &bias.narrow(0, 0, 1 + n / 3).unwrap()], 0).unwrap();
+                let want = product(&to_f32(&x), &stacked).broadcast_add(&to_f32(&biases)).unwrap();
+                let tb = bias.narrow(0, 0, 1 + n / 3).unwrap();
+                check("three parts", &[(&gate, Some(&bias)), (&up, None), (&third, Some(&tb))], Fused::default(), want);
+                // silu(gate)·up, without and with the norm.
+                let glu = |x: Tensor| candle_nn::ops::silu(&product(&x, &gate)).unwrap().mul(&product(&x, &up)).unwrap();
+                let gu = [(&gate, None), (&up, None)];
+                check("glu", &gu, Fused { glu: true, ..Default::default() }, glu(to_f32(&x)));
+                check("norm+glu", &gu, Fused { glu: true, norm: Some((&g, 1e-6)), ..Default::default() }, glu(rms(&x, &g)));
             }
         }
         // What the kernel does not take is left to candle: too many rows, rows not a whole
         // number of 16-byte loads, a strided input.
         let w = randn(&[16, 64], dtype, &dev);
-        assert!(k.gemv(&w, &randn(&[GEMV_MAX_BATCH + 1, 1, 64], dtype, &dev), Fused::default()).unwrap().is_none());
-        let odd = randn(&[16, 66], dtype, &dev);
-        assert!(k.gemv(&odd, &randn(&[1, 1, 66], dtype, &dev), Fused::default()).unwrap().is_none());
-        let strided = randn(&[2, 128], dtype, &dev).narrow(1, 0, 64).unwrap();
-        assert!(k.gemv(&w, &strided, Fused::default()).unwrap().is_none());
+        let none = |w: &Tensor, x: &Tensor| k.gemv(&[(w, None)], x, Fused::default()).unwrap().is_none();
+        assert!(none(&w, &randn(&[GEMV_MAX_BATCH + 1, 1, 64], dtype, &dev)));
+        assert!(none(&randn(&[16, 66], dtype, &dev), &randn(&[1, 1, 66], dtype, &dev)));
+        assert!(none(&w, &randn(&[2, 128], dtype, &dev).narrow(1, 0, 64).unwrap()));
     }
     assert!(DecodeKernels::new(&cuda, DType::F16).unwrap().is_none());
 }

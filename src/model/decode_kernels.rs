@@ -15,7 +15,7 @@
 use crate::error::{LabError, Result};
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
-use super::graph::Fused;
+use super::graph::{Fused, Part};
 use candle_core::{DType, Tensor};
 
 const SOURCE: &str = r#"
@@ -97,14 +97,18 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// y[b, n] = x[b, k] · w[n, k]ᵀ (+ bias[n]) (+ res[b, n]); with G = 2, w is [2n, k] (gate rows then
-// up rows) and y = silu(x·gateᵀ) · (x·upᵀ); with N, x is first RMS-normed with the weight g (eps).
-// S warps share a row (each an interleaved part of k, so long rows take fewer rounds of loads),
-// a block holds blockDim / (32 S) rows. k · sizeof(T) a multiple of 16 and w, x, g 16-byte
-// aligned (the caller checks).
+// y[b, n] = x[b, k] · w[n, k]ᵀ (+ bias[n]) (+ res[b, n]), where w is up to three weights one
+// under the other (q, k, v: rows [0, n0) of w0, the next n1 of w1, the rest of w2, each with its
+// bias or none), so separate projections compute as one without being stacked in memory. With
+// G = 2, y = silu(x·w0ᵀ) · (x·w1ᵀ) (gate and up, n rows each). With N, x is first RMS-normed with
+// the weight g (eps). S warps share a row (each an interleaved part of k, so long rows take fewer
+// rounds of loads); a block holds blockDim / (32 S) rows. k · sizeof(T) a multiple of 16 and the
+// weights, x and g 16-byte aligned (the caller checks).
 template <typename T, int B, int G, bool N, int S>
-__device__ void gemv(const T* __restrict__ w, const T* __restrict__ x, const T* __restrict__ bias,
-                     const T* __restrict__ res, const T* __restrict__ g, float eps, T* __restrict__ y, int n, int k) {
+__device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T* __restrict__ w2,
+                     const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
+                     const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
+                     T* __restrict__ y, int n, int k) {
     __shared__ float part_sums[16][G * B + B];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
     const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
@@ -112,11 +116,17 @@ __device__ void gemv(const T* __restrict__ w, const T* __restrict__ x, const T* 
     const int kv = k / (16 / (int)sizeof(T));
     const uint4* xr = (const uint4*)x;
     const uint4* gr = (const uint4*)g;
+    // The weight part the row lies in, and the row within it.
+    const int seg = G == 2 ? 0 : (row < n0 ? 0 : (row < n0 + n1 ? 1 : 2));
+    const int local = row - (seg > 0 ? n0 : 0) - (seg > 1 ? n1 : 0);
+    const T* wseg = seg == 0 ? w0 : (seg == 1 ? w1 : w2);
+    const T* bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
     const uint4* wr[G];
     float acc[G][B], ss[B];
 #pragma unroll
     for (int r = 0; r < G; r++) {
-        wr[r] = (const uint4*)(w + ((long)(live ? row : 0) + (long)r * n) * k);
+        const T* base = G == 2 ? (r == 0 ? w0 : w1) : wseg;
+        wr[r] = (const uint4*)(base + (long)(live ? local : 0) * k);
 #pragma unroll
         for (int b = 0; b < B; b++) acc[r][b] = 0.f;
     }
@@ -139,9 +149,9 @@ __device__ void gemv(const T* __restrict__ w, const T* __restrict__ x, const T* 
 #pragma unroll
             for (int b = 0; b < B; b++) {
                 uint4 xv = __ldg(xr + (long)b * kv + i + step * u);
-                if (N) ss[b] = dot16(xv, xv, ss[b], w);
+                if (N) ss[b] = dot16(xv, xv, ss[b], x);
 #pragma unroll
-                for (int r = 0; r < G; r++) acc[r][b] = N ? dot16g(wv[r][u], xv, gv, acc[r][b], w) : dot16(wv[r][u], xv, acc[r][b], w);
+                for (int r = 0; r < G; r++) acc[r][b] = N ? dot16g(wv[r][u], xv, gv, acc[r][b], x) : dot16(wv[r][u], xv, acc[r][b], x);
             }
         }
     }
@@ -182,7 +192,7 @@ __device__ void gemv(const T* __restrict__ w, const T* __restrict__ x, const T* 
             float u = acc[G - 1][b] * rs;
             v = v / (1.f + __expf(-v)) * u;
         } else {
-            if (bias) v += ld(bias, row);
+            if (bias) v += ld(bias, local);
             if (res) v += ld(res, (long)b * n + row);
         }
         st(y, (long)b * n + row, v);
@@ -331,7 +341,7 @@ fn source() -> String {
                 for (nn, norm) in [("", "false"), ("_norm", "true")] {
                     for split in GEMV_SPLITS {
                         s.push_str(&format!(
-                            "extern \"C\" __global__ void vram_lab_gemv_{name}_b{b}_g{g}{nn}_s{split}(const {t}* w, const {t}* x, const {t}* bias, const {t}* res, const {t}* g, float eps, {t}* y, int n, int k) {{ gemv<{t}, {b}, {g}, {norm}, {split}>(w, x, bias, res, g, eps, y, n, k); }}\n"
+                            "extern \"C\" __global__ void vram_lab_gemv_{name}_b{b}_g{g}{nn}_s{split}(const {t}* w0, const {t}* w1, const {t}* w2, const {t}* b0, const {t}* b1, const {t}* b2, int n0, int n1, const {t}* x, const {t}* res, const {t}* g, float eps, {t}* y, int n, int k) {{ gemv<{t}, {b}, {g}, {norm}, {split}>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }}\n"
                         ));
                     }
                 }
@@ -346,8 +356,14 @@ fn source() -> String {
 }
 
 /// The kernels compiled to PTX by NVRTC (no GPU needed).
+/// Compiled once per process (about a second of NVRTC): later decoders reuse it.
 pub fn ptx() -> Result<String> {
-    Ok(candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(source()).map_err(err)?.to_src())
+    static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if let Some(p) = PTX.get() {
+        return Ok(p.clone());
+    }
+    let p = candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(source()).map_err(err)?.to_src();
+    Ok(PTX.get_or_init(|| p).clone())
 }
 
 fn err(e: impl std::fmt::Debug) -> LabError {
@@ -414,33 +430,48 @@ impl DecodeKernels {
         unsafe { l.launch(cfg) }.map(|_| ()).map_err(err)
     }
 
-    /// `x · wᵀ` for `x` [.., k] of at most `GEMV_MAX_BATCH` rows and `w` [n, k], with what `f`
-    /// fuses (with `glu`, `w` is [2n, k]: gate rows, then up rows). The result has `x`'s shape
-    /// with n last. None when the kernel does not take these tensors (another dtype, a batch too
-    /// large, rows not a whole number of 16-byte loads, unaligned or strided): the caller
-    /// computes with candle.
-    pub fn gemv(&self, w: &Tensor, x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
-        let (rows, k) = w.dims2()?;
-        let groups = if f.glu { 2 } else { 1 };
-        let n = rows / groups;
+    /// `x · wᵀ` for `x` [.., k] of at most `GEMV_MAX_BATCH` rows, `w` the `parts` one under the
+    /// other (one to three weights [n_i, k], each with its bias or none: q, k and v compute as
+    /// one product whether they are stacked in memory or not), with what `f` fuses (with `glu`,
+    /// the parts are gate and up, [n, k] each, without bias). The result has `x`'s shape with the
+    /// rows last. None when the kernel does not take these tensors (another dtype, a batch too
+    /// large, rows not a whole number of 16-byte loads, unaligned or strided): the caller computes
+    /// with candle.
+    pub fn gemv(&self, parts: &[Part], x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
+        let Some(&(first, _)) = parts.first() else { return Ok(None) };
+        let k = first.dim(1)?;
+        let mut rows = Vec::with_capacity(parts.len());
+        for &(w, bias) in parts {
+            let (n, kw) = w.dims2()?;
+            if kw != k || !self.ours(&[w]) || bias.is_some_and(|b| f.glu || !self.ours(&[b]) || b.elem_count() != n) {
+                return Ok(None);
+            }
+            rows.push(n);
+        }
+        let n = if f.glu { rows[0] } else { rows.iter().sum() };
         let batch = x.elem_count() / k.max(1);
         let per = 16 / self.dtype.size_in_bytes();
         let takes = x.dims().last() == Some(&k)
             && (1..=GEMV_MAX_BATCH).contains(&batch)
             && k % per == 0
-            && rows % groups == 0
-            && self.ours(&[w, x])
+            && if f.glu { parts.len() == 2 && rows[1] == n } else { parts.len() <= 3 }
+            && self.ours(&[x])
             && f.norm.is_none_or(|(g, _)| self.ours(&[g]) && g.elem_count() == k)
-            && f.bias.is_none_or(|t| !f.glu && self.ours(&[t]) && t.elem_count() == n)
             && f.res.is_none_or(|t| !f.glu && self.ours(&[t]) && t.elem_count() == batch * n);
         if !takes {
             return Ok(None);
         }
         let stream = self.dev.cuda_stream();
         let ptr = |t: &Tensor| crate::memory::cuda_copy::device_ptr(t, &stream).map(|(p, _)| p);
-        let (pw, px) = (ptr(w)?, ptr(x)?);
+        let mut w = [0u64; 3];
+        let mut bs = [0u64; 3];
+        for (i, &(wi, bi)) in parts.iter().enumerate() {
+            w[i] = ptr(wi)?;
+            bs[i] = bi.map(ptr).transpose()?.unwrap_or(0);
+        }
+        let px = ptr(x)?;
         let pg = f.norm.map(|(g, _)| ptr(g)).transpose()?.unwrap_or(0);
-        if [pw, px, pg].iter().any(|p| p % 16 != 0) {
+        if w.iter().chain([&px, &pg]).any(|p| p % 16 != 0) {
             return Ok(None);
         }
         let mut shape = x.dims().to_vec();
@@ -449,21 +480,23 @@ impl DecodeKernels {
         }
         let y = self.alloc(self.dtype, batch * n, shape)?;
         let py = ptr(&y)?;
-        let pb = f.bias.map(ptr).transpose()?.unwrap_or(0);
         let pr = f.res.map(ptr).transpose()?.unwrap_or(0);
         let eps = f.norm.map_or(0.0, |(_, e)| e);
         let split = gemv_split(k / per, n);
         let block = 32 * split as u32 * GEMV_ROWS_PER_BLOCK;
         let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(GEMV_ROWS_PER_BLOCK), 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
-        let (n, k) = (n as i32, k as i32);
+        let groups = if f.glu { 2 } else { 1 };
         let at = ((batch - 1) * 2 + groups - 1) * 2 + usize::from(f.norm.is_some());
         let si = GEMV_SPLITS.iter().position(|&s| s == split).unwrap_or(0);
         let func = &self.gemv[at * GEMV_SPLITS.len() + si];
+        let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);
+        let (n, k) = (n as i32, k as i32);
         let mut l = stream.launch_builder(func);
-        l.arg(&pw).arg(&px).arg(&pb).arg(&pr).arg(&pg).arg(&eps).arg(&py).arg(&n).arg(&k);
-        // SAFETY: w holds groups·n rows of k, x batch rows of k, g k values or null (these three
-        // contiguous, 16-byte aligned, k a whole number of 16-byte loads), bias n values or null,
-        // res batch·n or null, and y (fresh) batch·n: the kernel reads and writes within these.
+        l.arg(&w[0]).arg(&w[1]).arg(&w[2]).arg(&bs[0]).arg(&bs[1]).arg(&bs[2]).arg(&n0).arg(&n1);
+        l.arg(&px).arg(&pr).arg(&pg).arg(&eps).arg(&py).arg(&n).arg(&k);
+        // SAFETY: each weight part holds its rows of k (contiguous, 16-byte aligned, k a whole
+        // number of 16-byte loads), each bias its rows or null, x batch rows of k, g k values or
+        // null, res batch·n or null, and y (fresh) batch·n: the kernel reads and writes within.
         unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(y))
     }

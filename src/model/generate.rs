@@ -32,6 +32,11 @@ pub struct Generation {
     pub decode_s: f64,
     /// KV cache bytes held at the end (the preallocated capacity).
     pub kv_cache_bytes: u64,
+    /// Seconds to capture the decoding step as a CUDA graph (once per generation; 0 for the
+    /// loop), outside `decode_s`, and the decoding steps it ran (their tokens are in
+    /// `generated_ids`, not in `decode_s`).
+    pub capture_s: f64,
+    pub capture_steps: usize,
 }
 
 impl Generation {
@@ -39,9 +44,10 @@ impl Generation {
         self.prompt_ids.len() as f64 / self.prefill_s.max(1e-9)
     }
 
-    /// Decode speed: tokens after the first (which the prefill produced) over decode time.
+    /// Decode speed: tokens after the first (which the prefill produced) and the capture's over
+    /// decode time.
     pub fn decode_tok_s(&self) -> f64 {
-        self.generated_ids.len().saturating_sub(1) as f64 / self.decode_s.max(1e-9)
+        self.generated_ids.len().saturating_sub(1 + self.capture_steps) as f64 / self.decode_s.max(1e-9)
     }
 }
 
@@ -58,7 +64,11 @@ pub fn generate(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig) -> Result<G
 }
 
 /// `generate`, calling `on_token` with the count of tokens generated so far (a progress bar).
+/// Greedy decoding with every layer on a GPU runs the lab's fastest loop (`generate_static`).
 pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on_token: impl FnMut(usize)) -> Result<Generation> {
+    if cfg.temperature.is_none() && model.all_on_gpu() {
+        return generate_static(model, prompt, cfg, on_token);
+    }
     let device = model.device();
     let mut cache = model.new_cache(1, prompt.len() + cfg.max_new_tokens)?;
     let mut sampler = LogitsProcessor::new(cfg.seed, cfg.temperature, cfg.top_p);
@@ -99,7 +109,40 @@ pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on
         prefill_s,
         decode_s,
         kv_cache_bytes: cache.bytes(),
+        capture_s: 0.0,
+        capture_steps: 0,
     })
+}
+
+/// Greedy generation through the static decoder (`graph.rs`) with the lab's kernels: the step
+/// captured once as a CUDA graph and replayed, one launch per token (the speed stage's `own`
+/// variant). The prefill is the model's forward, as in the loop, so its memory is what stages
+/// 1-2 measured; the cache holds the same prompt + new tokens.
+fn generate_static(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on_token: impl FnMut(usize)) -> Result<Generation> {
+    let eos = model.cfg.eos_ids();
+    let done = |out: &[u32]| out.len() >= cfg.max_new_tokens || (cfg.stop_at_eos && out.last().is_some_and(|id| eos.contains(id)));
+    let t0 = Instant::now();
+    let ids = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
+    let mut dec = super::graph::StaticDecoder::prefill(model, &ids, prompt.len() + cfg.max_new_tokens, super::graph::OwnKernels::All)?;
+    let mut out = dec.ids()?;
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let mut capture_steps = 0;
+    if !done(&out) && dec.capture()? {
+        // The capture's warm-up step decoded a token.
+        capture_steps = 1;
+        out.extend(dec.ids()?);
+        on_token(out.len());
+    }
+    let capture_s = t1.elapsed().as_secs_f64();
+    let t2 = Instant::now();
+    while !done(&out) {
+        dec.advance()?;
+        out.extend(dec.ids()?);
+        on_token(out.len());
+    }
+    let decode_s = t2.elapsed().as_secs_f64();
+    Ok(Generation { prompt_ids: prompt.to_vec(), generated_ids: out, prefill_s, decode_s, kv_cache_bytes: dec.cache_bytes(), capture_s, capture_steps })
 }
 
 /// The greedy ids of `logits` ([batch, vocab]), picked on their device.

@@ -89,16 +89,16 @@ impl<'a> StepInputs<'a> {
         Ok(false)
     }
 
-    /// `x · wᵀ` with what `f` fuses, by the lab's matrix-vector kernel: None when the step does
+    /// `x` times the weight `parts` one under the other, with what `f` fuses, by the lab's matrix-vector kernel: None when the step does
     /// not take the kernel (or the norm in it) or the kernel does not take these tensors (the
     /// caller uses candle's kernels).
-    pub fn gemv(&self, w: &Tensor, x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
+    pub fn gemv(&self, parts: &[Part], x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
         let level = if f.norm.is_some() { OwnKernels::All } else { OwnKernels::Products };
         #[cfg(feature = "cuda")]
         if let Some(k) = self.tables.kernels.at_least(level) {
-            return k.gemv(w, x, f);
+            return k.gemv(parts, x, f);
         }
-        let _ = (w, x, f, level);
+        let _ = (parts, x, f, level);
         Ok(None)
     }
 
@@ -133,13 +133,14 @@ fn once<T>(cell: &std::cell::OnceCell<T>, make: impl FnOnce() -> Result<T>) -> R
     cell.get().ok_or_else(|| LabError::other("a step input was not made"))
 }
 
+/// One weight of a product, [n, k], and its bias.
+pub type Part<'a> = (&'a Tensor, Option<&'a Tensor>);
+
 /// What the step's matrix-vector kernel computes besides the product: the RMS norm of x before it
-/// (its weight and eps), and after it the bias and the residual, or silu(gate)·up of a stacked
-/// gate|up weight.
+/// (its weight and eps), and after it the residual, or silu(gate)·up of the gate and up weights.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fused<'a> {
     pub norm: Option<(&'a Tensor, f32)>,
-    pub bias: Option<&'a Tensor>,
     pub res: Option<&'a Tensor>,
     pub glu: bool,
 }
@@ -246,6 +247,11 @@ impl<'a> StaticDecoder<'a> {
         let pos = self.pos.broadcast_add(&self.one)?;
         self.pos.slice_set(&pos, 0, 0)?;
         Ok(())
+    }
+
+    /// The bytes of the decoder's KV cache (its whole capacity).
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache.bytes()
     }
 
     /// The ids the last step produced.

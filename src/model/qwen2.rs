@@ -5,7 +5,7 @@
 
 use super::attention::{attend, check_elems, AttentionMode};
 use super::config::Qwen2Config;
-use super::graph::{Fused, StepInputs};
+use super::graph::{Fused, Part, StepInputs};
 use super::host_linear::HostLinear;
 use super::kv_cache::{CacheKind, KvCache};
 use super::placement::{Home, Placement};
@@ -48,21 +48,21 @@ impl Linear {
         }
     }
 
-    /// The product in the static decoding step by the lab's matrix-vector kernel, its bias and
-    /// what `f` fuses in the same kernel: None when the weights are not dense or the step has no
-    /// kernel that takes them.
-    fn step_kernel(&self, x: &Tensor, f: Fused, step: &StepInputs) -> Result<Option<Tensor>> {
+    /// The weight and bias of a dense layer, as a part of the static step's product.
+    fn part(&self) -> Option<Part<'_>> {
         match self {
-            Self::Dense(l) => step.gemv(l.weight(), x, Fused { bias: l.bias(), ..f }),
-            _ => Ok(None),
+            Self::Dense(l) => Some((l.weight(), l.bias())),
+            _ => None,
         }
     }
 
-    /// `forward` (+ `res`) in the static decoding step: through the step's kernel when it has
-    /// one, the residual in the same kernel.
+    /// `forward` (+ `res`) in the static decoding step: through the step's matrix-vector kernel
+    /// when it has one, the bias and the residual in the same kernel.
     fn forward_step(&self, x: &Tensor, res: Option<&Tensor>, step: &StepInputs) -> Result<Tensor> {
-        if let Some(y) = self.step_kernel(x, Fused { res, ..Default::default() }, step)? {
-            return Ok(y);
+        if let Some(part) = self.part() {
+            if let Some(y) = step.gemv(&[part], x, Fused { res, ..Default::default() })? {
+                return Ok(y);
+            }
         }
         let y = self.forward(x)?;
         Ok(match res {
@@ -218,16 +218,17 @@ impl Layer {
         let b = x.dim(0)?;
         let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
         let eps = cfg.rms_norm_eps;
-        let mode = AttentionMode::default();
         let group = heads / kv_heads;
         let scale = 1.0 / (d as f64).sqrt();
         let (nq, nk) = (heads * d, kv_heads * d);
-        let y = match &self.fused {
-            Some((qkv, _)) => Some(match normed_step(qkv, &x, &self.ln1, eps, false, step)? {
-                StepOut::Product(y) => y,
-                StepOut::Normed(h) => qkv.forward_step(&h, None, step)?,
-            }),
-            None => None,
+        // q|k|v as one product: the step's kernel over the three weights (stacked or not), else
+        // candle's stacked product, else three.
+        let (y, h) = match normed_step(parts([&self.q, &self.k, &self.v]).as_deref(), &x, &self.ln1, eps, false, step)? {
+            StepOut::Product(y) => (Some(y), None),
+            StepOut::Normed(h) => match &self.fused {
+                Some((qkv, _)) => (Some(qkv.forward(&h)?), None),
+                None => (None, Some(h)),
+            },
         };
         // The lab's kernel (CUDA, stacked products): q rotated and scaled in place, k and v stored.
         let fast = match &y {
@@ -247,7 +248,7 @@ impl Layer {
                         let (q, k, v) = match &y {
                             Some(y) => (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?),
                             None => {
-                                let h = norm(&x, &self.ln1, eps, mode)?;
+                                let h = h.ok_or_else(|| LabError::other("the step's norm was not computed"))?;
                                 (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?)
                             }
                         };
@@ -269,10 +270,7 @@ impl Layer {
             }
         };
         let x = self.o.forward_step(&a, Some(&x), step)?;
-        let m = match &self.fused {
-            Some((_, gate_up)) => normed_step(gate_up, &x, &self.ln2, eps, true, step)?,
-            None => StepOut::Normed(norm(&x, &self.ln2, eps, mode)?),
-        };
+        let m = normed_step(parts([&self.gate, &self.up]).as_deref(), &x, &self.ln2, eps, true, step)?;
         let m = match m {
             StepOut::Product(m) => m,
             StepOut::Normed(h) => self.gated(&h, self.fused.is_some(), cfg.intermediate_size)?,
@@ -342,28 +340,35 @@ impl Layer {
     }
 }
 
-/// What the static step made of `lin(norm(x))`: the product (the step's kernel took the norm and
-/// the product), or the normed input for candle's kernels.
+/// What the static step made of norm(x) times a weight: the product (the step's kernel took
+/// it), or the normed input for candle's kernels.
 enum StepOut {
     Product(Tensor),
     Normed(Tensor),
 }
 
-/// `lin(norm(x))` in the static step (with `glu`, silu·up of the stacked gate|up): one kernel for
-/// the norm and the product when the step has it, else candle's norm and, for silu·up, the step's
-/// product if it has one.
-fn normed_step(lin: &Linear, x: &Tensor, ln: &Tensor, eps: f64, glu: bool, step: &StepInputs) -> Result<StepOut> {
+/// norm(x) times the weight `parts` one under the other (with `glu`, silu·up of gate and up) in
+/// the static step: one kernel for the norm and the product when the step has it, else candle's
+/// norm and the step's product if it has one. No parts (weights not dense): candle's norm.
+fn normed_step(parts: Option<&[Part]>, x: &Tensor, ln: &Tensor, eps: f64, glu: bool, step: &StepInputs) -> Result<StepOut> {
     let f = Fused { glu, ..Default::default() };
-    if let Some(y) = lin.step_kernel(x, Fused { norm: Some((ln, eps as f32)), ..f }, step)? {
-        return Ok(StepOut::Product(y));
+    if let Some(parts) = parts {
+        if let Some(y) = step.gemv(parts, x, Fused { norm: Some((ln, eps as f32)), ..f })? {
+            return Ok(StepOut::Product(y));
+        }
     }
     let h = norm(x, ln, eps, AttentionMode::default())?;
-    if glu {
-        if let Some(y) = lin.step_kernel(&h, f, step)? {
+    if let Some(parts) = parts {
+        if let Some(y) = step.gemv(parts, &h, f)? {
             return Ok(StepOut::Product(y));
         }
     }
     Ok(StepOut::Normed(h))
+}
+
+/// The parts of `lins` for the step's product, when every one is dense.
+fn parts<'a, const N: usize>(lins: [&'a Linear; N]) -> Option<Vec<Part<'a>>> {
+    lins.iter().map(|l| l.part()).collect()
 }
 
 /// `parts`' weights stacked by rows on `device` (biases too, zeros for a part without one), made
@@ -559,6 +564,16 @@ impl Qwen2 {
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// Whether every layer, the embedding and the head are resident on the GPU: what the static
+    /// decoding step (`graph.rs`) needs.
+    pub fn all_on_gpu(&self) -> bool {
+        let gpu = |d: &Device| d.is_cuda();
+        gpu(&self.device)
+            && gpu(&self.embed.device())
+            && !matches!(self.lm_head, Linear::Host(_))
+            && self.layers.iter().all(|l| matches!(l, LayerSlot::Resident(layer) if gpu(layer.device()) && !layer.on_host()))
     }
 
     /// The same model with every dense weight a trainable `Var`, as a model left in training
@@ -772,9 +787,9 @@ impl Qwen2 {
             x = layer.decode_static(x, cfg, &step, &kc, &vc)?;
         }
         // The head of `head(.., Logits::Last)` for one position, through the step's kernels.
-        let logits = match normed_step(&self.lm_head, &x, &self.norm, cfg.rms_norm_eps, false, &step)? {
+        let logits = match normed_step(parts([&self.lm_head]).as_deref(), &x, &self.norm, cfg.rms_norm_eps, false, &step)? {
             StepOut::Product(y) => y,
-            StepOut::Normed(h) => self.lm_head.forward_step(&h, None, &step)?,
+            StepOut::Normed(h) => self.lm_head.forward(&h)?,
         };
         step.argmax(&logits)
     }
