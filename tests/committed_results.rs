@@ -222,3 +222,33 @@ fn speed_and_loading_runs_stay_under_their_ceilings() {
     }
     assert!(benches >= 1);
 }
+
+/// The run with the lab's decoding loop (2026-11-23-run, RUN.md): stage 1's memory is the
+/// loop's run's (allocated and peak within 1 KiB at every snapshot: candle's parameter cache
+/// keeps 16 bytes), its decoding faster than the loop's and under its ceiling; in the speed run
+/// (2026-11-22-own) the step in the lab's kernels decodes F32's greedy ids as the stacked loop does.
+#[test]
+fn stage1_with_the_lab_loop_keeps_its_memory_and_decodes_faster() {
+    let (_, old) = csv(&results().join("2026-11-22-run/run/anatomy/anatomy_timeline.csv"));
+    let (_, new) = csv(&results().join("2026-11-23-run/run/anatomy/anatomy_timeline.csv"));
+    assert_eq!(old.len(), new.len());
+    for (o, n) in old.iter().zip(&new) {
+        assert_eq!(o["label"], n["label"]);
+        for c in ["allocated_mib", "peak_mib"] {
+            assert!((num(o, c) - num(n, c)).abs() < 1.0 / 1024.0, "{} {c}: {} vs {}", o["label"], o[c], n[c]);
+        }
+    }
+    let (_, old) = csv(&results().join("2026-11-22-run/run/anatomy/anatomy.csv"));
+    let (_, new) = csv(&results().join("2026-11-23-run/run/anatomy/anatomy.csv"));
+    for (o, n) in old.iter().zip(&new).filter(|(o, _)| o["outcome"] == "ok") {
+        assert!(num(n, "decode_tok_s") > 1.2 * num(o, "decode_tok_s"), "{}: {} vs {}", n["precision"], n["decode_tok_s"], o["decode_tok_s"]);
+        assert!(num(n, "decode_tok_s") < num(n, "decode_ceiling_tok_s"));
+    }
+    let ids = table(&results().join("2026-11-22-own/ids-check/bench/bench_decode.csv"));
+    let f32_own = ids.iter().find(|r| r["precision"] == "f32" && r["variant"] == "own" && r["batch"] == "1").unwrap();
+    let (same, of) = f32_own["ids_as_fused_loop"].split_once('/').unwrap();
+    assert_eq!(same, of, "F32 ids of the step in the lab's kernels");
+    let decode = table(&results().join("2026-11-22-own/bench/bench/bench_decode.csv"));
+    let one = |v: &str| num(decode.iter().find(|r| r["precision"] == "bf16" && r["variant"] == v && r["batch"] == "1").unwrap(), "tok_s");
+    assert!(one("own") > one("gemv") && one("gemv") > one("kernel"));
+}
