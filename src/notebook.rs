@@ -31,6 +31,9 @@ pub struct Setup {
     pub args: SessionArgs,
     /// Where committed runs are looked for.
     pub results: PathBuf,
+    /// Replay only runs started before this time (RFC 3339, or a prefix such as a date): the
+    /// runs a notebook's interpretation was written from, when newer ones exist.
+    pub before: Option<String>,
 }
 
 impl Setup {
@@ -56,7 +59,13 @@ impl Setup {
             silent: true,
             ..Default::default()
         };
-        Self { mode, args, results: results_dir() }
+        Self { mode, args, results: results_dir(), before: None }
+    }
+
+    /// Replays the newest run started before `time` (e.g. "2026-11-23"), not the newest of all.
+    pub fn before(mut self, time: &str) -> Self {
+        self.before = Some(time.to_string());
+        self
     }
 
     fn model(&self) -> &str {
@@ -70,7 +79,10 @@ impl Setup {
     pub fn describe(&self) -> String {
         match self.mode {
             Mode::Live => format!("live: {} on {} ({}), card {}", self.model(), self.args.device, device_line(&self.args.device), self.card()),
-            Mode::Replay => format!("replay: the newest committed run of {} on card {} under {}", self.model(), self.card(), self.results.display()),
+            Mode::Replay => {
+                let before = self.before.as_ref().map(|t| format!(" started before {t}")).unwrap_or_default();
+                format!("replay: the newest committed run of {} on card {}{before} under {}", self.model(), self.card(), self.results.display())
+            }
         }
     }
 
@@ -111,6 +123,9 @@ impl Setup {
         let mut found: Vec<(bool, bool, String, PathBuf)> = Vec::new();
         for dir in run_folders(&self.results, 3) {
             let Ok(m) = Manifest::read(&dir) else { continue };
+            if self.before.as_ref().is_some_and(|t| m.started.as_str() >= t.as_str()) {
+                continue;
+            }
             let Some(rec) = m.stage(stage).filter(|s| s.status == StageStatus::Done) else { continue };
             if m.model == self.model() && m.card_name() == self.card() {
                 let config = without_reference(&rec.config);
@@ -335,6 +350,17 @@ mod tests {
         assert!(anatomy.text("oom_summary_f32.txt").unwrap().unwrap().contains("vram-lab memory summary"));
         assert!(anatomy.findings().unwrap().height() >= 5);
         assert!(anatomy.show("nope").is_err());
+    }
+
+    /// `before` replays the newest run started before a time: an older full run of the stage,
+    /// never one started at or after it.
+    #[test]
+    fn replay_before_a_time_skips_newer_runs() {
+        let s = Setup { mode: Mode::Replay, ..Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090")) };
+        let newest = s.stage("kv").unwrap().run.manifest.started.clone();
+        let older = s.clone().before(&newest).stage("kv").unwrap();
+        assert!(older.run.manifest.started < newest, "{} vs {newest}", older.run.manifest.started);
+        assert!(s.clone().before("2000").stage("kv").is_err());
     }
 
     #[test]
