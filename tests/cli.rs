@@ -94,6 +94,22 @@ fn oom_on_a_small_card_is_captured_and_every_scenario_runs() {
     assert!(std::fs::read_to_string(out.join("anatomy/oom_summary_f32.txt")).unwrap().contains("vram-lab memory summary"));
 }
 
+/// A precision that does not load is a row of the speed table with its outcome, and the bench
+/// goes on to the next precision.
+#[test]
+fn bench_records_a_precision_that_does_not_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let o = lab(&["bench", "--card", "1MiB", "--precisions", "f32,bf16", "--new-tokens", "2", "--repeats", "1", "--out", out.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let rows = csv(&out, "bench/bench_decode.csv");
+    for p in ["f32", "bf16"] {
+        let r = rows.iter().find(|r| r["precision"] == p).unwrap_or_else(|| panic!("no {p} row:\n{t}"));
+        assert_eq!(r["outcome"], "oom", "{r:?}");
+    }
+}
+
 #[test]
 fn generate_prints_ids_and_is_deterministic() {
     let args = ["generate", "--precision", "f32", "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "6", "--json"];

@@ -298,7 +298,13 @@ impl Stage for Bench {
                     Ok(lm) => lm.model,
                     Err(e @ LabError::Interrupted) => return Err(e),
                     Err(e) => {
+                        // A precision that does not load (an OOM on a small card) is a row of the
+                        // table, so the run says why it has no speed; the next precision still runs.
                         s.say(format!("{p}: not loaded ({e})"));
+                        let cfg = crate::model::source::open(&s.source, &s.opts)?.cfg;
+                        let read_bytes = estimate::decode_read_bytes(&cfg, p, c.decode_prompt + c.new_tokens / 2, 1);
+                        let timing = DecodeTiming { batch: 1, prompt: c.decode_prompt, ..Default::default() };
+                        decodes.push(DecodeRow { precision: p, variant: v, batch: 1, outcome: Outcome::from_error(&e), timing, read_bytes });
                         break;
                     }
                 };
