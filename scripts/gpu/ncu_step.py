@@ -5,6 +5,8 @@ kernel and grid, the count, the time and the DRAM read rate.
     python3 scripts/gpu/ncu_step.py ncu.csv"""
 import collections
 import csv
+import math
+import re
 import sys
 
 rows = list(csv.reader(open(sys.argv[1])))
@@ -18,7 +20,10 @@ for r in rows[head + 1:]:
     k = kernels.setdefault(int(d["ID"]), {"name": d["Kernel Name"], "grid": d["Grid Size"]})
     k[d["Metric Name"]] = float(d["Metric Value"].replace(",", ""))
 ks = [kernels[i] for i in sorted(kernels)]
-blocks = lambda k: eval(k["grid"].replace("(", "").replace(")", "").replace(", ", "*"))
+def blocks(k):
+    return math.prod(int(v) for v in re.findall(r"\d+", k["grid"]))
+
+
 gemv = [i for i, k in enumerate(ks) if "gemv" in k["name"]]
 top = max(blocks(ks[i]) for i in gemv)
 heads = [i for i in gemv if blocks(ks[i]) == top]

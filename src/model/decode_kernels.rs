@@ -311,7 +311,7 @@ extern "C" __global__ void vram_lab_qkv_store_f32(float* y, const float* cos_t, 
 "#;
 
 /// Rows of activations one `gemv` launch takes (the kernel is instantiated for 1 to this many).
-/// On the H200 (`2026-11-22-gemv`) the kernel beats cuBLAS at batch 1 and 2 and loses from 4:
+/// On the H200 (`2026-11-22-own/development/batches`) the kernel beats cuBLAS at batch 1 and 2 and loses from 4:
 /// every row of x costs its conversions and FMAs per weight loaded, and from 4 rows that work,
 /// not the reading, sets the time.
 pub const GEMV_MAX_BATCH: usize = 2;
