@@ -146,7 +146,7 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
     sc.report_model = reference::is_report_model(&model_cfg);
     // The bandwidths behind the decode ceiling are measured once per session, with a 2 GiB
     // buffer: before the peak restarts, so the buffer is not in this scenario's peak.
-    let _ = s.bandwidths();
+    let bandwidths = s.bandwidths().ok();
     s.probe.empty_cache();
     s.probe.clear_pending();
     s.probe.reset_peak();
@@ -181,7 +181,7 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
         // What a step reads (the weights but an untied embedding table, plus the cache at the
         // mean context): the speed stage's ceiling.
         let bytes_per_token = estimate::decode_read_bytes(&model_cfg, p, sc.prompt_tokens + sc.new_tokens / 2, 1);
-        sc.decode_ceiling_tok_s = s.bandwidths().ok().map(|bw| estimate::decode_ceiling_tok_s(bw.device, bytes_per_token));
+        sc.decode_ceiling_tok_s = bandwidths.map(|bw| estimate::decode_ceiling_tok_s(bw.device, bytes_per_token));
         let snap = s.probe.snapshot(&format!("{p}: after generating {}", sc.new_tokens));
         s.say(format!(
             "generated {} tokens: prefill {:.1} tok/s, decode {:.2} tok/s; {}",

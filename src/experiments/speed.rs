@@ -107,6 +107,13 @@ impl Default for BenchConfig {
     }
 }
 
+impl BenchConfig {
+    /// The mean context of the timed decoding steps: the cache a step reads, on average.
+    fn mean_context(&self) -> usize {
+        self.decode_prompt + self.new_tokens / 2
+    }
+}
+
 pub mod col {
     pub const PRECISION: &str = "precision";
     pub const VARIANT: &str = "variant";
@@ -225,8 +232,7 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
                 None => break,
             }
         }
-        let context = c.decode_prompt + c.new_tokens / 2;
-        let row = DecodeRow { precision: p, variant: v, batch: b, outcome, read_bytes: estimate::decode_read_bytes(&cfg, p, context, b), timing: pooled };
+        let row = DecodeRow { precision: p, variant: v, batch: b, outcome, read_bytes: estimate::decode_read_bytes(&cfg, p, c.mean_context(), b), timing: pooled };
         s.say(match &row.outcome {
             Outcome::Ok => format!("{p} {} batch {b}: {:.1} tok/s, {:.2} ms/step ({:.2} ms to issue)", v.name(), row.timing.tok_s(), 1e3 * row.timing.step_median_s(), 1e3 * row.timing.issue_median_s()),
             other => format!("{p} {} batch {b}: {}", v.name(), other.as_str()),
@@ -302,7 +308,7 @@ impl Stage for Bench {
                         // table, so the run says why it has no speed; the next precision still runs.
                         s.say(format!("{p}: not loaded ({e})"));
                         let cfg = crate::model::source::open(&s.source, &s.opts)?.cfg;
-                        let read_bytes = estimate::decode_read_bytes(&cfg, p, c.decode_prompt + c.new_tokens / 2, 1);
+                        let read_bytes = estimate::decode_read_bytes(&cfg, p, c.mean_context(), 1);
                         let timing = DecodeTiming { batch: 1, prompt: c.decode_prompt, ..Default::default() };
                         decodes.push(DecodeRow { precision: p, variant: v, batch: 1, outcome: Outcome::from_error(&e), timing, read_bytes });
                         break;

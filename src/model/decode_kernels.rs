@@ -1,13 +1,14 @@
 //! The lab's own CUDA kernels for the static decoding step (`graph.rs`), compiled with NVRTC at
 //! first use.
-//! - `qkv_store`: after the stacked q|k|v product, one kernel rotates q and k, scales q, and
-//!   writes k and v into the cache at the position held in device memory (seven of candle's
-//!   kernels per layer: three heads-first copies, two rotary, two scatters).
-//! - `gemv`: the matrix-vector product of one to eight rows. cuBLAS computes a one-row product as
-//!   a general GEMM and reads the weights at about 60 % of the bandwidth the read kernel reaches;
-//!   here one warp streams one weight row with 16-byte loads (four in flight per lane), so the
-//!   step reads its weights the way the read kernel does. The bias, the residual, or silu(gate)·up
-//!   (a warp takes a gate row and its up row) is applied before the one rounding to the output.
+//! - `qkv_store`: after the q|k|v product, one kernel rotates q and k, scales q, and writes k and
+//!   v into the cache at the position held in device memory (seven of candle's kernels per layer:
+//!   three heads-first copies, two rotary, two scatters).
+//! - `gemv`: the matrix-vector product of one or two rows. cuBLAS computes a one-row product as a
+//!   general GEMM and reads the weights at about 60 % of the bandwidth the read kernel reaches;
+//!   here warps stream the weight rows with 16-byte loads (four in flight per lane), so the step
+//!   reads its weights the way the read kernel does. The RMS norm of x before it, and the bias,
+//!   the residual or silu(gate)·up after it, are in the same kernel, one rounding to the output.
+//! - `attend`: the one position's attention over the cache; `argmax`: the greedy pick.
 //!
 //! BF16 values are handled as raw 16-bit patterns (no header needed): widened to F32, computed,
 //! rounded to nearest even once.
@@ -331,21 +332,26 @@ fn gemv_split(loads: usize, n: usize) -> usize {
     loads.div_ceil(128).next_power_of_two().min(8)
 }
 
+/// Every `gemv` entry point of a dtype, in the order `DecodeKernels::gemv` indexes them:
+/// (rows of x, row group, norm, warps per row).
+fn gemv_variants() -> impl Iterator<Item = (usize, usize, bool, usize)> {
+    (1..=GEMV_MAX_BATCH).flat_map(|b| (1..=2).flat_map(move |g| [false, true].into_iter().flat_map(move |n| GEMV_SPLITS.into_iter().map(move |s| (b, g, n, s)))))
+}
+
+fn gemv_name(dtype: &str, (b, g, norm, split): (usize, usize, bool, usize)) -> String {
+    format!("vram_lab_gemv_{dtype}_b{b}_g{g}{}_s{split}", if norm { "_norm" } else { "" })
+}
+
 /// The kernels' source: the templates above and an entry point per dtype (and for `gemv` per
-/// batch, row group and norm).
+/// variant).
 fn source() -> String {
     let mut s = String::from(SOURCE);
     for (name, t) in [("bf16", "unsigned short"), ("f32", "float")] {
-        for b in 1..=GEMV_MAX_BATCH {
-            for g in 1..=2 {
-                for (nn, norm) in [("", "false"), ("_norm", "true")] {
-                    for split in GEMV_SPLITS {
-                        s.push_str(&format!(
-                            "extern \"C\" __global__ void vram_lab_gemv_{name}_b{b}_g{g}{nn}_s{split}(const {t}* w0, const {t}* w1, const {t}* w2, const {t}* b0, const {t}* b1, const {t}* b2, int n0, int n1, const {t}* x, const {t}* res, const {t}* g, float eps, {t}* y, int n, int k) {{ gemv<{t}, {b}, {g}, {norm}, {split}>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }}\n"
-                        ));
-                    }
-                }
-            }
+        for v @ (b, g, norm, split) in gemv_variants() {
+            s.push_str(&format!(
+                "extern \"C\" __global__ void {}(const {t}* w0, const {t}* w1, const {t}* w2, const {t}* b0, const {t}* b1, const {t}* b2, int n0, int n1, const {t}* x, const {t}* res, const {t}* g, float eps, {t}* y, int n, int k) {{ gemv<{t}, {b}, {g}, {norm}, {split}>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }}\n",
+                gemv_name(name, v)
+            ));
         }
         s.push_str(&format!(
             "extern \"C\" __global__ void vram_lab_attend_{name}(const {t}* y, const {t}* kc, const {t}* vc, const unsigned* pos, {t}* out, int heads, int kv, int d, int cap) {{ attend<{t}>(y, kc, vc, pos, out, heads, kv, d, cap); }}\n\
@@ -355,8 +361,7 @@ fn source() -> String {
     s
 }
 
-/// The kernels compiled to PTX by NVRTC (no GPU needed).
-/// Compiled once per process (about a second of NVRTC): later decoders reuse it.
+/// The kernels compiled to PTX by NVRTC (no GPU needed), once per process: later decoders reuse it.
 pub fn ptx() -> Result<String> {
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     if let Some(p) = PTX.get() {
@@ -375,7 +380,7 @@ pub struct DecodeKernels {
     dev: CudaDevice,
     dtype: DType,
     qkv: CudaFunction,
-    /// Indexed by (((batch - 1) · 2 + row group - 1) · 2 + norm) · splits + split index.
+    /// In the order of `gemv_variants`.
     gemv: Vec<CudaFunction>,
     attend: CudaFunction,
     argmax: CudaFunction,
@@ -392,16 +397,7 @@ impl DecodeKernels {
         };
         let ptx = ptx()?;
         let load = |f: &str| -> Result<CudaFunction> { Ok(dev.get_or_load_custom_func(f, "vram_lab_decode", &ptx)?.into_cuda_function()) };
-        let mut gemv = Vec::with_capacity(4 * GEMV_MAX_BATCH * GEMV_SPLITS.len());
-        for b in 1..=GEMV_MAX_BATCH {
-            for g in 1..=2 {
-                for nn in ["", "_norm"] {
-                    for split in GEMV_SPLITS {
-                        gemv.push(load(&format!("vram_lab_gemv_{name}_b{b}_g{g}{nn}_s{split}"))?);
-                    }
-                }
-            }
-        }
+        let gemv = gemv_variants().map(|v| load(&gemv_name(name, v))).collect::<Result<Vec<_>>>()?;
         Ok(Some(Self {
             dev: dev.clone(),
             dtype,
@@ -418,8 +414,7 @@ impl DecodeKernels {
     pub fn qkv_store(&self, y: &Tensor, cos: &Tensor, sin: &Tensor, pos: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize, scale: f32) -> Result<()> {
         let (b, kv, cap, d) = kc.dims4()?;
         let stream = self.dev.cuda_stream();
-        let ptr = |t: &Tensor| crate::memory::cuda_copy::device_ptr(t, &stream).map(|(p, _)| p);
-        let (py, pc, ps, pp, pk, pv) = (ptr(y)?, ptr(cos)?, ptr(sin)?, ptr(pos)?, ptr(kc)?, ptr(vc)?);
+        let (py, pc, ps, pp, pk, pv) = (self.ptr(y)?, self.ptr(cos)?, self.ptr(sin)?, self.ptr(pos)?, self.ptr(kc)?, self.ptr(vc)?);
         let pairs = (b * (heads + 2 * kv) * d / 2) as u32;
         let cfg = LaunchConfig { grid_dim: (pairs.div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (b, heads, kv, d, cap) = (b as i32, heads as i32, kv as i32, d as i32, cap as i32);
@@ -462,15 +457,14 @@ impl DecodeKernels {
             return Ok(None);
         }
         let stream = self.dev.cuda_stream();
-        let ptr = |t: &Tensor| crate::memory::cuda_copy::device_ptr(t, &stream).map(|(p, _)| p);
         let mut w = [0u64; 3];
         let mut bs = [0u64; 3];
         for (i, &(wi, bi)) in parts.iter().enumerate() {
-            w[i] = ptr(wi)?;
-            bs[i] = bi.map(ptr).transpose()?.unwrap_or(0);
+            w[i] = self.ptr(wi)?;
+            bs[i] = bi.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
         }
-        let px = ptr(x)?;
-        let pg = f.norm.map(|(g, _)| ptr(g)).transpose()?.unwrap_or(0);
+        let px = self.ptr(x)?;
+        let pg = f.norm.map(|(g, _)| self.ptr(g)).transpose()?.unwrap_or(0);
         if w.iter().chain([&px, &pg]).any(|p| p % 16 != 0) {
             return Ok(None);
         }
@@ -479,16 +473,15 @@ impl DecodeKernels {
             *last = n;
         }
         let y = self.alloc(self.dtype, batch * n, shape)?;
-        let py = ptr(&y)?;
-        let pr = f.res.map(ptr).transpose()?.unwrap_or(0);
+        let py = self.ptr(&y)?;
+        let pr = f.res.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
         let eps = f.norm.map_or(0.0, |(_, e)| e);
         let split = gemv_split(k / per, n);
         let block = 32 * split as u32 * GEMV_ROWS_PER_BLOCK;
         let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(GEMV_ROWS_PER_BLOCK), 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
-        let groups = if f.glu { 2 } else { 1 };
-        let at = ((batch - 1) * 2 + groups - 1) * 2 + usize::from(f.norm.is_some());
-        let si = GEMV_SPLITS.iter().position(|&s| s == split).unwrap_or(0);
-        let func = &self.gemv[at * GEMV_SPLITS.len() + si];
+        let variant = (batch, if f.glu { 2 } else { 1 }, f.norm.is_some(), split);
+        let Some(at) = gemv_variants().position(|v| v == variant) else { return Ok(None) };
+        let func = &self.gemv[at];
         let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);
         let (n, k) = (n as i32, k as i32);
         let mut l = stream.launch_builder(func);
@@ -512,8 +505,7 @@ impl DecodeKernels {
         }
         let out = self.alloc(self.dtype, b * heads * d, vec![b, 1, heads * d])?;
         let stream = self.dev.cuda_stream();
-        let ptr = |t: &Tensor| crate::memory::cuda_copy::device_ptr(t, &stream).map(|(p, _)| p);
-        let (py, pk, pv, pp, po) = (ptr(y)?, ptr(kc)?, ptr(vc)?, ptr(pos)?, ptr(&out)?);
+        let (py, pk, pv, pp, po) = (self.ptr(y)?, self.ptr(kc)?, self.ptr(vc)?, self.ptr(pos)?, self.ptr(&out)?);
         let cfg = LaunchConfig { grid_dim: (heads as u32, b as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
         let (heads, kv, d, cap) = (heads as i32, kv as i32, d as i32, cap as i32);
         let mut l = stream.launch_builder(&self.attend);
@@ -532,8 +524,7 @@ impl DecodeKernels {
         }
         let ids = self.alloc(DType::U32, b, vec![b, 1])?;
         let stream = self.dev.cuda_stream();
-        let ptr = |t: &Tensor| crate::memory::cuda_copy::device_ptr(t, &stream).map(|(p, _)| p);
-        let (pl, pi) = (ptr(logits)?, ptr(&ids)?);
+        let (pl, pi) = (self.ptr(logits)?, self.ptr(&ids)?);
         let cfg = LaunchConfig { grid_dim: (b as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
         let vocab = vocab as i32;
         let mut l = stream.launch_builder(&self.argmax);
@@ -541,6 +532,11 @@ impl DecodeKernels {
         // SAFETY: logits holds b rows of vocab values, ids b u32: the kernel reads and writes within.
         unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(ids))
+    }
+
+    /// Where `t` starts in device memory.
+    fn ptr(&self, t: &Tensor) -> Result<u64> {
+        crate::memory::cuda_copy::device_ptr(t, &self.dev.cuda_stream()).map(|(p, _)| p)
     }
 
     /// Whether every tensor is contiguous in the kernels' dtype.
@@ -555,7 +551,8 @@ impl DecodeKernels {
         let storage = match dtype {
             DType::BF16 => CudaStorage::wrap_cuda_slice(unsafe { self.dev.alloc::<half::bf16>(len) }?, self.dev.clone()),
             DType::U32 => CudaStorage::wrap_cuda_slice(unsafe { self.dev.alloc::<u32>(len) }?, self.dev.clone()),
-            _ => CudaStorage::wrap_cuda_slice(unsafe { self.dev.alloc::<f32>(len) }?, self.dev.clone()),
+            DType::F32 => CudaStorage::wrap_cuda_slice(unsafe { self.dev.alloc::<f32>(len) }?, self.dev.clone()),
+            other => return Err(LabError::Unsupported(format!("decode kernel output in {other:?}"))),
         };
         Ok(Tensor::from_storage(candle_core::Storage::Cuda(storage), shape, candle_core::op::BackpropOp::none(), false))
     }

@@ -56,9 +56,9 @@ pub struct StepInputs<'a> {
 }
 
 impl<'a> StepInputs<'a> {
-    pub fn new(tables: &'a Tables, pos: &'a Tensor, batch: usize, cfg: &crate::model::Qwen2Config) -> Result<Self> {
+    pub fn new(tables: &'a Tables, pos: &'a Tensor, batch: usize, cfg: &crate::model::Qwen2Config) -> Self {
         let (kv_heads, head_dim) = (cfg.num_key_value_heads, cfg.head_dim());
-        Ok(Self { tables, pos, batch, kv_heads, head_dim, rope: Default::default(), slot: Default::default(), mask: Default::default() })
+        Self { tables, pos, batch, kv_heads, head_dim, rope: Default::default(), slot: Default::default(), mask: Default::default() }
     }
 
     /// The rotary cos and sin rows of the position.
@@ -89,9 +89,9 @@ impl<'a> StepInputs<'a> {
         Ok(false)
     }
 
-    /// `x` times the weight `parts` one under the other, with what `f` fuses, by the lab's matrix-vector kernel: None when the step does
-    /// not take the kernel (or the norm in it) or the kernel does not take these tensors (the
-    /// caller uses candle's kernels).
+    /// `x` times the weight `parts` one under the other, with what `f` fuses, by the lab's
+    /// matrix-vector kernel: None when the step does not take the kernel (or the norm in it) or
+    /// the kernel does not take these tensors (the caller uses candle's kernels).
     pub fn gemv(&self, parts: &[Part], x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
         let level = if f.norm.is_some() { OwnKernels::All } else { OwnKernels::Products };
         #[cfg(feature = "cuda")]
@@ -189,7 +189,7 @@ impl Kernels {
 }
 
 /// A decoder whose state (ids, position, cache) is in device memory; `step` runs one token, and
-/// on CUDA `capture` turns the step into a graph that `launch` replays.
+/// on CUDA `capture` turns the step into a graph that `advance` replays.
 pub struct StaticDecoder<'a> {
     model: &'a Qwen2,
     cache: KvCache,

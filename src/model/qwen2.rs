@@ -209,11 +209,12 @@ impl Layer {
         Ok(Self { q, k, v, o: self.o.clone(), gate, up, down: self.down.clone(), ln1: self.ln1.clone(), ln2: self.ln2.clone(), fused: Some((qkv, gate_up)) })
     }
 
-    /// One decoding step whose position lives in device memory (see `graph.rs`): k and v are
-    /// scattered into the cache at the step's slot ([batch, kv_heads, 1, head_dim] of the
-    /// position), or stored by the lab's kernel, and attention covers the cache's whole capacity
-    /// with the step's mask (0 up to the position, -inf after), so the step's kernels and shapes
-    /// are the same at every position and one captured graph replays them all.
+    /// One decoding step whose position lives in device memory (see `graph.rs`): the lab's
+    /// kernels read the position themselves; with candle's, k and v are scattered into the cache
+    /// at the step's slot ([batch, kv_heads, 1, head_dim] of the position) and attention covers
+    /// the cache's whole capacity with the step's mask (0 up to the position, -inf after). Either
+    /// way the step's kernels and shapes are the same at every position, so one captured graph
+    /// replays them all.
     pub(super) fn decode_static(&self, x: Tensor, cfg: &Qwen2Config, step: &StepInputs, kc: &Tensor, vc: &Tensor) -> Result<Tensor> {
         let b = x.dim(0)?;
         let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
@@ -230,43 +231,35 @@ impl Layer {
                 None => (None, Some(h)),
             },
         };
-        // The lab's kernel (CUDA, stacked products): q rotated and scaled in place, k and v stored.
-        let fast = match &y {
+        // The lab's kernels (CUDA, one product): q rotated and scaled in place, k and v stored,
+        // then attention in one kernel; else candle's kernels for what the lab's did not take.
+        let stored = match &y {
             Some(y) => step.qkv_store(y, kc, vc, heads, scale as f32)?,
             None => false,
         };
-        let own = match (&y, fast) {
-            (Some(y), true) => step.attend(y, kc, vc, heads)?,
-            _ => None,
-        };
-        let a = match own {
-            Some(a) => a,
-            None => {
-                let q = match (&y, fast) {
-                    (Some(y), true) => y.narrow(2, 0, nq)?.contiguous()?.reshape((b, kv_heads, group, d))?,
-                    _ => {
-                        let (q, k, v) = match &y {
-                            Some(y) => (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?),
-                            None => {
-                                let h = h.ok_or_else(|| LabError::other("the step's norm was not computed"))?;
-                                (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?)
-                            }
-                        };
-                        // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
-                        let q = q.contiguous()?.reshape((b, heads, 1, d))?;
-                        let k = k.contiguous()?.reshape((b, kv_heads, 1, d))?;
-                        let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
-                        let (cos, sin) = step.rope()?;
-                        let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
-                        let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
-                        kc.scatter_set(step.slot()?, &k, 2)?;
-                        vc.scatter_set(step.slot()?, &v, 2)?;
-                        (q * scale)?.reshape((b, kv_heads, group, d))?
+        let a = match (&y, stored) {
+            (Some(y), true) => match step.attend(y, kc, vc, heads)? {
+                Some(a) => a,
+                None => masked_attention(&y.narrow(2, 0, nq)?.contiguous()?.reshape((b, kv_heads, group, d))?, kc, vc, step)?,
+            },
+            _ => {
+                let (q, k, v) = match &y {
+                    Some(y) => (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?),
+                    None => {
+                        let h = h.ok_or_else(|| LabError::other("the step's norm was not computed"))?;
+                        (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?)
                     }
                 };
-                let scores = q.matmul(&kc.t()?)?.broadcast_add(step.mask()?)?;
-                let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-                probs.matmul(vc)?.reshape((b, 1, heads * d))?
+                // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
+                let q = q.contiguous()?.reshape((b, heads, 1, d))?;
+                let k = k.contiguous()?.reshape((b, kv_heads, 1, d))?;
+                let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
+                let (cos, sin) = step.rope()?;
+                let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
+                let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
+                kc.scatter_set(step.slot()?, &k, 2)?;
+                vc.scatter_set(step.slot()?, &v, 2)?;
+                masked_attention(&(q * scale)?.reshape((b, kv_heads, group, d))?, kc, vc, step)?
             }
         };
         let x = self.o.forward_step(&a, Some(&x), step)?;
@@ -338,6 +331,15 @@ impl Layer {
         let m = self.gated(&h, fused.is_some(), cfg.intermediate_size)?;
         Ok((x + self.down.forward(&m)?)?.to_dtype(act)?)
     }
+}
+
+/// Attention of the static step with candle's kernels: `q` ([b, kv_heads, group, d], rotated and
+/// scaled) over the cache's whole capacity with the step's mask; [b, 1, heads · d].
+fn masked_attention(q: &Tensor, kc: &Tensor, vc: &Tensor, step: &StepInputs) -> Result<Tensor> {
+    let (b, kv, group, d) = q.dims4()?;
+    let scores = q.matmul(&kc.t()?)?.broadcast_add(step.mask()?)?;
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    Ok(probs.matmul(vc)?.reshape((b, 1, kv * group * d))?)
 }
 
 /// What the static step made of norm(x) times a weight: the product (the step's kernel took
@@ -777,7 +779,7 @@ impl Qwen2 {
     pub(super) fn decode_static(&self, ids: &Tensor, pos: &Tensor, tables: &super::graph::Tables, cache: &KvCache) -> Result<Tensor> {
         let cfg = &self.cfg;
         let b = ids.dim(0)?;
-        let step = super::graph::StepInputs::new(tables, pos, b, cfg)?;
+        let step = StepInputs::new(tables, pos, b, cfg);
         let mut x = self.embed(ids)?;
         for (l, slot_) in self.layers.iter().enumerate() {
             let LayerSlot::Resident(layer) = slot_ else {
