@@ -5,7 +5,8 @@
 
 use candle_core::{DType, Device, Tensor};
 use vram_lab::model::decode_kernels::{DecodeKernels, GEMV_MAX_BATCH};
-use vram_lab::model::graph::Fused;
+use vram_lab::model::graph::{Fused, Matrix, Part};
+use candle_core::quantized::{GgmlDType, QTensor};
 
 fn gpu() -> Option<(Device, candle_core::CudaDevice)> {
     match Device::new_cuda(0) {
@@ -32,8 +33,12 @@ fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
 /// NVRTC compiles every kernel (no GPU needed: a compile error shows here, not on the device).
 #[test]
 fn kernels_compile() {
+    let flash = vram_lab::model::flash_attention::ptx().unwrap();
+    for d in vram_lab::model::flash_attention::HEAD_DIMS {
+        assert!(flash.contains(&format!("vram_lab_flash_bf16_d{d}")), "flash d{d} missing from the PTX");
+    }
     let ptx = vram_lab::model::decode_kernels::ptx().unwrap();
-    for name in ["vram_lab_qkv_store_bf16", "vram_lab_gemv_f32_b2_g2_norm_s4", "vram_lab_attend_bf16", "vram_lab_argmax_f32"] {
+    for name in ["vram_lab_qkv_store_bf16", "vram_lab_gemv_f32_b2_g2_norm_s4", "vram_lab_gemv_q4k_f32_b1_g1_s8", "vram_lab_attend_bf16", "vram_lab_argmax_f32"] {
         assert!(ptx.contains(name), "{name} missing from the PTX");
     }
 }
@@ -67,7 +72,8 @@ fn gemv_equals_candles_products() {
                 let g = randn(&[kdim], dtype, &dev);
                 let (gate, up) = (w.narrow(0, 0, n).unwrap(), w.narrow(0, n, n).unwrap());
                 let check = |what: &str, parts: &[(&Tensor, Option<&Tensor>)], f: Fused, want: Tensor| {
-                    let got = k.gemv(parts, &x, f).unwrap().expect("taken");
+                    let parts: Vec<Part> = parts.iter().map(|&(w, b)| (Matrix::Dense(w), b)).collect();
+                    let got = k.gemv(&parts, &x, f).unwrap().expect("taken");
                     assert_eq!(got.dims(), want.dims(), "{what}");
                     let e = rel_err(&got, &want);
                     assert!(e < tol, "{dtype:?} {what} n {n} k {kdim} b {b}: {e}");
@@ -97,12 +103,60 @@ fn gemv_equals_candles_products() {
         // What the kernel does not take is left to candle: too many rows, rows not a whole
         // number of 16-byte loads, a strided input.
         let w = randn(&[16, 64], dtype, &dev);
-        let none = |w: &Tensor, x: &Tensor| k.gemv(&[(w, None)], x, Fused::default()).unwrap().is_none();
+        let none = |w: &Tensor, x: &Tensor| k.gemv(&[(Matrix::Dense(w), None)], x, Fused::default()).unwrap().is_none();
         assert!(none(&w, &randn(&[GEMV_MAX_BATCH + 1, 1, 64], dtype, &dev)));
         assert!(none(&randn(&[16, 66], dtype, &dev), &randn(&[1, 1, 66], dtype, &dev)));
         assert!(none(&w, &randn(&[2, 128], dtype, &dev).narrow(1, 0, 64).unwrap()));
     }
     assert!(DecodeKernels::new(&cuda, DType::F16).unwrap().is_none());
+}
+
+/// The product over Q4_K blocks (F32 activations) against candle's dequantized weights times x
+/// in F32: every batch, splits from one to eight warps a row, three parts with biases, a residual,
+/// silu(gate)·up and the norm inside; blocks of another type are left to candle.
+#[test]
+fn q4k_gemv_equals_the_dequantized_product() {
+    let Some((dev, cuda)) = gpu() else { return };
+    let k = DecodeKernels::new(&cuda, DType::F32).unwrap().expect("kernels for F32");
+    let quant = |w: &Tensor, q: GgmlDType| QTensor::quantize_onto(&w.to_device(&Device::Cpu).unwrap(), q, &dev).unwrap();
+    // Rows of 1 to 160 blocks (units of 64: one to eight warps a row, `gemv_split`), and many rows.
+    for (n, kdim) in [(37, 256), (300, 3584), (9, 18944), (5, 40960), (8200, 512)] {
+        for b in 1..=GEMV_MAX_BATCH {
+            let w = randn(&[2 * n, kdim], DType::F32, &dev);
+            let (gate, up) = (w.narrow(0, 0, n).unwrap(), w.narrow(0, n, n).unwrap());
+            let third = w.narrow(0, 0, 1 + n / 3).unwrap();
+            let (qg, qu, qt) = (quant(&gate, GgmlDType::Q4K), quant(&up, GgmlDType::Q4K), quant(&third, GgmlDType::Q4K));
+            let deq = |q: &QTensor| q.dequantize(&dev).unwrap();
+            let x = randn(&[b, 1, kdim], DType::F32, &dev);
+            let bias = randn(&[n], DType::F32, &dev);
+            let res = randn(&[b, 1, n], DType::F32, &dev);
+            let g = randn(&[kdim], DType::F32, &dev);
+            let tb = bias.narrow(0, 0, 1 + n / 3).unwrap();
+            let product = |x: &Tensor, w: &Tensor| x.broadcast_matmul(&w.t().unwrap()).unwrap();
+            let check = |what: &str, parts: &[Part], f: Fused, want: Tensor| {
+                let got = k.gemv(parts, &x, f).unwrap().expect("taken");
+                assert_eq!(got.dims(), want.dims(), "{what}");
+                let e = rel_err(&got, &want);
+                assert!(e < 1e-4, "Q4_K {what} n {n} k {kdim} b {b}: {e}");
+            };
+            let full = product(&x, &deq(&qg)).broadcast_add(&bias).unwrap().add(&res).unwrap();
+            check("bias+res", &[(Matrix::Quant(&qg), Some(&bias))], Fused { res: Some(&res), ..Default::default() }, full);
+            let normed = product(&rms(&x, &g), &deq(&qg));
+            check("norm", &[(Matrix::Quant(&qg), None)], Fused { norm: Some((&g, 1e-6)), ..Default::default() }, normed);
+            let stacked = Tensor::cat(&[&deq(&qg), &deq(&qu), &deq(&qt)], 0).unwrap();
+            let biases = Tensor::cat(&[&bias, &Tensor::zeros(n, DType::F32, &dev).unwrap(), &tb], 0).unwrap();
+            let want = product(&x, &stacked).broadcast_add(&biases).unwrap();
+            check("three parts", &[(Matrix::Quant(&qg), Some(&bias)), (Matrix::Quant(&qu), None), (Matrix::Quant(&qt), Some(&tb))], Fused::default(), want);
+            let glu = candle_nn::ops::silu(&product(&rms(&x, &g), &deq(&qg))).unwrap().mul(&product(&rms(&x, &g), &deq(&qu))).unwrap();
+            check("norm+glu", &[(Matrix::Quant(&qg), None), (Matrix::Quant(&qu), None)], Fused { glu: true, norm: Some((&g, 1e-6)), ..Default::default() }, glu);
+        }
+    }
+    let w6 = quant(&randn(&[16, 256], DType::F32, &dev), GgmlDType::Q6K);
+    assert!(k.gemv(&[(Matrix::Quant(&w6), None)], &randn(&[1, 1, 256], DType::F32, &dev), Fused::default()).unwrap().is_none());
+    // BF16 activations have no Q4_K variant.
+    let kb = DecodeKernels::new(&cuda, DType::BF16).unwrap().expect("kernels for BF16");
+    let w4 = quant(&randn(&[16, 256], DType::F32, &dev), GgmlDType::Q4K);
+    assert!(kb.gemv(&[(Matrix::Quant(&w4), None)], &randn(&[1, 1, 256], DType::BF16, &dev), Fused::default()).unwrap().is_none());
 }
 
 /// One position's attention over the cache (q from the stacked product, positions 0 to pos) and
@@ -143,4 +197,34 @@ fn attention_and_argmax_equal_candles() {
             assert_eq!(got, vec![at as u32; b], "{dtype:?} planted argmax");
         }
     }
+}
+
+/// Prefill attention in one kernel against the naive attention in F32: Qwen2.5-7B's heads (28 q,
+/// 4 kv, 128 wide) and 0.5B's (14, 2, 64), a prompt from an empty cache and a continuation after
+/// a prefix (queries at positions offset..), lengths that leave a partial tile, the cache read as
+/// the strided view a layer passes; what it does not take is left to the caller.
+#[test]
+fn flash_attention_equals_naive() {
+    use vram_lab::model::attention::{attend, AttentionMode};
+    use vram_lab::model::flash_attention;
+    let Some((dev, _)) = gpu() else { return };
+    for (b, heads, kv, d, s, offset) in [(1, 28, 4, 128, 200, 0), (1, 28, 4, 128, 64, 0), (2, 14, 2, 64, 77, 50), (1, 28, 4, 128, 3, 130)] {
+        let cap = offset + s + 40;
+        let q = randn(&[b, heads, s, d], DType::BF16, &dev);
+        let kc = randn(&[b, kv, cap, d], DType::BF16, &dev);
+        let vc = randn(&[b, kv, cap, d], DType::BF16, &dev);
+        let (k, v) = (kc.narrow(2, 0, offset + s).unwrap(), vc.narrow(2, 0, offset + s).unwrap());
+        let got = flash_attention::attend(&q, &k, &v, offset).unwrap().expect("taken");
+        let want = attend(&to_f32(&q), &to_f32(&k), &to_f32(&v), offset, AttentionMode::Naive).unwrap();
+        let want = want.transpose(1, 2).unwrap().reshape((b, s, heads * d)).unwrap();
+        assert_eq!(got.dims(), want.dims());
+        let e = rel_err(&got, &want);
+        assert!(e < 2e-2, "flash b {b} heads {heads} d {d} s {s} offset {offset}: {e}");
+    }
+    let q = randn(&[1, 4, 8, 128], DType::F32, &dev);
+    let k = randn(&[1, 2, 8, 128], DType::F32, &dev);
+    assert!(flash_attention::attend(&q, &k, &k, 0).unwrap().is_none(), "F32 is left to bounded");
+    let q = randn(&[1, 4, 8, 96], DType::BF16, &dev);
+    let k = randn(&[1, 2, 8, 96], DType::BF16, &dev);
+    assert!(flash_attention::attend(&q, &k, &k, 0).unwrap().is_none(), "a head size without a build");
 }

@@ -9,7 +9,9 @@
 //! intermediate × bytes) the layer keeps through its MLP: the residual, both norms' outputs, q
 //! after the head transpose and after rotary, the attention output and its reshaped copy (7 H);
 //! k after the transpose and after rotary, and v's projection (3 KV); the rotary table (cos and
-//! sin, head_dim × bytes per position, shared by the batch). Checked on CPU against the counting
+//! sin, head_dim × bytes per position, shared by the batch). With the fused attention kernel
+//! (`AttentionMode::Flash`) there are no scores and the output has no reshaped copy (6 H).
+//! Checked on CPU against the counting
 //! allocator (tests/transient.rs) and against every committed GPU prefill (tests/estimate_check.rs).
 
 use crate::model::attention::AttentionMode;
@@ -82,12 +84,16 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
         + match p.attention {
             AttentionMode::Bounded { budget } => bounded(cfg, b, s, a, budget as u64),
             AttentionMode::Naive | AttentionMode::Differentiable => naive(cfg, b, s, a),
+            // The fused kernel's output, [b, s, heads·d]: nothing else.
+            AttentionMode::Flash => tokens * h,
         };
+    // The fused kernel writes the output as the projection reads it: no reshaped copy.
+    let copies = if p.attention == AttentionMode::Flash { 0 } else { tokens * h };
     // x, h1, q, q, a, a reshaped, o(a), x + o(a).
-    let o_proj = layer + tokens * 4 * h;
+    let o_proj = layer + tokens * 3 * h + copies;
     // x + o(a), h1, q, q, a, a reshaped, h2; gate, silu(gate), up, silu(gate) * up.
-    let mlp = layer + tokens * (3 * h + 4 * i);
-    let down_proj = layer + tokens * (3 * h + i);
+    let mlp = layer + tokens * (2 * h + 4 * i) + copies;
+    let down_proj = layer + tokens * (2 * h + i) + copies;
     let logits_kept = b * cfg.vocab_size as u64 * a * if p.logits == Logits::All { s } else { 1 };
     // All logits come in pieces of at most 2^31 elements (candle indexes in 32 bits); with a
     // batch, each piece's rows of the final norm are copied out first, the last piece's copy
@@ -174,5 +180,18 @@ mod tests {
         assert!(at(256 << 20) < at(1 << 30));
         let naive = phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Naive }).attention;
         assert!(naive > 3 * 28 * 32768 * 32768 * 2);
+    }
+
+    /// The fused kernel by hand at 32k tokens: attention holds the layer's 4 H + 3 KV + rotary
+    /// and the output (H) only; the MLP one H less than bounded's (no reshaped copy of the output).
+    #[test]
+    fn flash_holds_no_scores() {
+        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let at = |attention| phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention });
+        let (flash, bounded) = (at(AttentionMode::Flash), at(AttentionMode::default()));
+        assert_eq!(flash.attention, 32768 * (5 * 7168 + 3 * 1024 + 256));
+        assert_eq!(flash.mlp, 32768 * (6 * 7168 + 3 * 1024 + 4 * 37888 + 256));
+        assert_eq!(bounded.mlp - flash.mlp, 32768 * 7168);
+        assert!(flash.peak() < bounded.peak());
     }
 }

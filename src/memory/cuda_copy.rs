@@ -67,6 +67,12 @@ pub fn device_ptr(t: &Tensor, stream: &CudaStream) -> Result<(sys::CUdeviceptr, 
     if !t.is_contiguous() {
         return Err(LabError::other("device_ptr of a non-contiguous tensor"));
     }
+    Ok((start_ptr(t, stream)?, t.elem_count() * t.dtype().size_in_bytes()))
+}
+
+/// The device address of a CUDA tensor's first element, whatever its strides (a kernel that
+/// takes the strides reads a view in place).
+pub fn start_ptr(t: &Tensor, stream: &CudaStream) -> Result<sys::CUdeviceptr> {
     let (storage, layout) = t.storage_and_layout();
     let Storage::Cuda(c) = &*storage else { return Err(LabError::other("device_ptr of a tensor not on a GPU")) };
     let size = t.dtype().size_in_bytes();
@@ -78,7 +84,7 @@ pub fn device_ptr(t: &Tensor, stream: &CudaStream) -> Result<(sys::CUdeviceptr, 
         DType::U32 => c.as_cuda_slice::<u32>()?.device_ptr(stream).0,
         other => return Err(LabError::Unsupported(format!("device_ptr of {other:?} tensors"))),
     };
-    Ok((base + (layout.start_offset() * size) as u64, t.elem_count() * size))
+    Ok(base + (layout.start_offset() * size) as u64)
 }
 
 /// A non-blocking stream of its own, for copies that overlap candle's kernels.

@@ -4,6 +4,8 @@
 //!   at any time stays under a byte budget; only the causal corner of each chunk is masked.
 //! - `Naive`: what stock candle-transformers' Qwen2 does: repeat K/V for every query head and
 //!   materialise the full [heads, s, t] score matrix, in the activation dtype.
+//! - `Flash`: no score matrix in memory at all, one kernel (`flash_attention.rs`, CUDA and
+//!   BF16); where that kernel does not run, `Bounded`.
 
 use crate::error::{LabError, Result};
 use candle_core::Tensor;
@@ -13,6 +15,8 @@ pub enum AttentionMode {
     /// Query chunks whose scores (activation dtype) stay under `budget` bytes.
     Bounded { budget: usize },
     Naive,
+    /// The lab's fused kernel where it runs (`Qwen2::flash_runs`), else `Bounded` (default budget).
+    Flash,
     /// `Naive` through ops that record their backward pass (candle's fused softmax, RMS norm
     /// and rotary kernels do not): what a training step runs.
     Differentiable,
@@ -29,7 +33,8 @@ impl AttentionMode {
         match s {
             "bounded" | "chunked" => Ok(Self::default()),
             "naive" | "full" => Ok(Self::Naive),
-            _ => Err(LabError::input(format!("unknown attention `{s}`: use bounded or naive"))),
+            "flash" => Ok(Self::Flash),
+            _ => Err(LabError::input(format!("unknown attention `{s}`: use bounded, naive or flash"))),
         }
     }
 
@@ -37,6 +42,7 @@ impl AttentionMode {
         match self {
             Self::Bounded { .. } => "bounded",
             Self::Naive => "naive",
+            Self::Flash => "flash",
             Self::Differentiable => "differentiable",
         }
     }
@@ -69,6 +75,7 @@ fn masked_fill_neg_inf(scores: &Tensor, mask: &Tensor) -> Result<Tensor> {
 pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, mode: AttentionMode) -> Result<Tensor> {
     match mode {
         AttentionMode::Bounded { budget } => bounded(q, k, v, offset, budget),
+        AttentionMode::Flash => attend(q, k, v, offset, AttentionMode::default()),
         AttentionMode::Naive => naive(q, k, v, offset, false),
         AttentionMode::Differentiable => naive(q, k, v, offset, true),
     }

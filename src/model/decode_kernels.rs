@@ -16,7 +16,8 @@
 use crate::error::{LabError, Result};
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
-use super::graph::{Fused, Part};
+use super::graph::{Fused, Matrix, Part};
+use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Tensor};
 
 const SOURCE: &str = r#"
@@ -98,64 +99,23 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// y[b, n] = x[b, k] · w[n, k]ᵀ (+ bias[n]) (+ res[b, n]), where w is up to three weights one
-// under the other (q, k, v: rows [0, n0) of w0, the next n1 of w1, the rest of w2, each with its
-// bias or none), so separate projections compute as one without being stacked in memory. With
-// G = 2, y = silu(x·w0ᵀ) · (x·w1ᵀ) (gate and up, n rows each). With N, x is first RMS-normed with
-// the weight g (eps). S warps share a row (each an interleaved part of k, so long rows take fewer
-// rounds of loads); a block holds blockDim / (32 S) rows. k · sizeof(T) a multiple of 16 and the
-// weights, x and g 16-byte aligned (the caller checks).
+// The weight part a row of the product lies in (rows [0, n0) the first, the next n1 the second,
+// the rest the third; with G = 2 every part holds every row), and the row within it.
+template <int G>
+__device__ __forceinline__ int segment(int row, int n0, int n1, int& local) {
+    const int seg = G == 2 ? 0 : (row < n0 ? 0 : (row < n0 + n1 ? 1 : 2));
+    local = row - (seg > 0 ? n0 : 0) - (seg > 1 ? n1 : 0);
+    return seg;
+}
+
+// The end of a matrix-vector product, each lane holding its share of the sums (acc) and of the
+// sum of squares of x (ss, with N): the sums added over the warp and over the row's S warps; the
+// norm's scale, then the bias and the residual, or silu(gate)·up; one rounding to y.
 template <typename T, int B, int G, bool N, int S>
-__device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T* __restrict__ w2,
-                     const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
-                     const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
-                     T* __restrict__ y, int n, int k) {
+__device__ __forceinline__ void gemv_finish(float (&acc)[G][B], float (&ss)[B], bool live, int row, int local,
+                                            const T* bias, const T* res, float eps, T* y, int n, int k) {
     __shared__ float part_sums[16][G * B + B];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
-    const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
-    const bool live = row < n;
-    const int kv = k / (16 / (int)sizeof(T));
-    const uint4* xr = (const uint4*)x;
-    const uint4* gr = (const uint4*)g;
-    // The weight part the row lies in, and the row within it.
-    const int seg = G == 2 ? 0 : (row < n0 ? 0 : (row < n0 + n1 ? 1 : 2));
-    const int local = row - (seg > 0 ? n0 : 0) - (seg > 1 ? n1 : 0);
-    const T* wseg = seg == 0 ? w0 : (seg == 1 ? w1 : w2);
-    const T* bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
-    const uint4* wr[G];
-    float acc[G][B], ss[B];
-#pragma unroll
-    for (int r = 0; r < G; r++) {
-        const T* base = G == 2 ? (r == 0 ? w0 : w1) : wseg;
-        wr[r] = (const uint4*)(base + (long)(live ? local : 0) * k);
-#pragma unroll
-        for (int b = 0; b < B; b++) acc[r][b] = 0.f;
-    }
-#pragma unroll
-    for (int b = 0; b < B; b++) ss[b] = 0.f;
-    const int step = 32 * S;
-    // Four 16-byte loads per row in flight per lane, the last round's past the row's end left
-    // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
-    // from the same loads of x.
-    for (int i = lane + 32 * part; live && i < kv; i += 4 * step) {
-        uint4 wv[G][4];
-#pragma unroll
-        for (int r = 0; r < G; r++)
-#pragma unroll
-            for (int u = 0; u < 4; u++) wv[r][u] = i + step * u < kv ? __ldcs(wr[r] + i + step * u) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            if (i + step * u >= kv) break;
-            uint4 gv = N ? __ldg(gr + i + step * u) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-            for (int b = 0; b < B; b++) {
-                uint4 xv = __ldg(xr + (long)b * kv + i + step * u);
-                if (N) ss[b] = dot16(xv, xv, ss[b], x);
-#pragma unroll
-                for (int r = 0; r < G; r++) acc[r][b] = N ? dot16g(wv[r][u], xv, gv, acc[r][b], x) : dot16(wv[r][u], xv, acc[r][b], x);
-            }
-        }
-    }
 #pragma unroll
     for (int b = 0; b < B; b++) {
         if (N) ss[b] = warp_sum(ss[b]);
@@ -198,6 +158,181 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
         }
         st(y, (long)b * n + row, v);
     }
+}
+
+// y[b, n] = x[b, k] · w[n, k]ᵀ (+ bias[n]) (+ res[b, n]), where w is up to three weights one
+// under the other (q, k, v: rows [0, n0) of w0, the next n1 of w1, the rest of w2, each with its
+// bias or none), so separate projections compute as one without being stacked in memory. With
+// G = 2, y = silu(x·w0ᵀ) · (x·w1ᵀ) (gate and up, n rows each). With N, x is first RMS-normed with
+// the weight g (eps). S warps share a row (each an interleaved part of k, so long rows take fewer
+// rounds of loads); a block holds blockDim / (32 S) rows. k · sizeof(T) a multiple of 16 and the
+// weights, x and g 16-byte aligned (the caller checks).
+template <typename T, int B, int G, bool N, int S>
+__device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T* __restrict__ w2,
+                     const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
+                     const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
+                     T* __restrict__ y, int n, int k) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
+    const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
+    const bool live = row < n;
+    const int kv = k / (16 / (int)sizeof(T));
+    const uint4* xr = (const uint4*)x;
+    const uint4* gr = (const uint4*)g;
+    int local;
+    const int seg = segment<G>(row, n0, n1, local);
+    const T* wseg = seg == 0 ? w0 : (seg == 1 ? w1 : w2);
+    const T* bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
+    const uint4* wr[G];
+    float acc[G][B], ss[B];
+#pragma unroll
+    for (int r = 0; r < G; r++) {
+        const T* base = G == 2 ? (r == 0 ? w0 : w1) : wseg;
+        wr[r] = (const uint4*)(base + (long)(live ? local : 0) * k);
+#pragma unroll
+        for (int b = 0; b < B; b++) acc[r][b] = 0.f;
+    }
+#pragma unroll
+    for (int b = 0; b < B; b++) ss[b] = 0.f;
+    const int step = 32 * S;
+    // Four 16-byte loads per row in flight per lane, the last round's past the row's end left
+    // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
+    // from the same loads of x.
+    for (int i = lane + 32 * part; live && i < kv; i += 4 * step) {
+        uint4 wv[G][4];
+#pragma unroll
+        for (int r = 0; r < G; r++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) wv[r][u] = i + step * u < kv ? __ldcs(wr[r] + i + step * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (i + step * u >= kv) break;
+            uint4 gv = N ? __ldg(gr + i + step * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                uint4 xv = __ldg(xr + (long)b * kv + i + step * u);
+                if (N) ss[b] = dot16(xv, xv, ss[b], x);
+#pragma unroll
+                for (int r = 0; r < G; r++) acc[r][b] = N ? dot16g(wv[r][u], xv, gv, acc[r][b], x) : dot16(wv[r][u], xv, acc[r][b], x);
+            }
+        }
+    }
+    gemv_finish<T, B, G, N, S>(acc, ss, live, row, local, bias, res, eps, y, n, k);
+}
+
+// Q4_K blocks: 256 weights in 144 bytes (nine 16-byte loads): a header of d and dmin (F16) and
+// twelve bytes of 6-bit scales and mins for eight sub-blocks of 32, then 128 bytes of nibbles. Sub-
+// blocks 2j and 2j + 1 share the 32 bytes j of nibbles (low and high halves), so a pair is a unit
+// of 64 weights: weight l of sub-block s is d·sc_s·q_l − dmin·m_s (llama.cpp's dequantize_row_q4_K).
+__device__ __forceinline__ float f16(unsigned h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
+    return f;
+}
+// d·sc and dmin·m of sub-block s from the block's header (get_scale_min_k4).
+__device__ __forceinline__ void q4k_scale(uint4 h, int s, float& d, float& m) {
+    const int sh = 8 * (s & 3);
+    const unsigned y = (h.y >> sh) & 0xFFu, z = (h.z >> sh) & 0xFFu, w = (h.w >> sh) & 0xFFu;
+    const unsigned sc = s < 4 ? (y & 63u) : ((w & 0xFu) | ((y >> 6) << 4));
+    const unsigned mn = s < 4 ? (z & 63u) : ((w >> 4) | ((z >> 6) << 4));
+    d = f16(h.x & 0xFFFFu) * (float)sc;
+    m = f16(h.x >> 16) * (float)mn;
+}
+// Byte t of v (a nibble, 0-15) as a float: placed in the mantissa of 2^23, 2^23 taken away (two
+// instructions, no integer conversion).
+__device__ __forceinline__ float nib(unsigned v, int t) { return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540u | t)) - 8388608.f; }
+__device__ __forceinline__ unsigned word(uint4 a, uint4 b, int i) {
+    const uint4 v = i < 4 ? a : b;
+    const int j = i & 3;
+    return j == 0 ? v.x : (j == 1 ? v.y : (j == 2 ? v.z : v.w));
+}
+__device__ __forceinline__ float dot4(unsigned q, float4 x, float acc) {
+    acc = fmaf(nib(q, 0), x.x, acc); acc = fmaf(nib(q, 1), x.y, acc);
+    acc = fmaf(nib(q, 2), x.z, acc); return fmaf(nib(q, 3), x.w, acc);
+}
+__device__ __forceinline__ float sum4(float4 x) { return (x.x + x.y) + (x.z + x.w); }
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
+
+// gemv over Q4_K weights with F32 activations: the same products, parts, fusions and splits,
+// w0..w2 rows of k / 256 blocks. A lane takes a unit (a block's 16-byte header, loaded by the four
+// lanes of the block at once, and its 32 bytes of nibbles j) and sums d1 Σ q x − m1 Σ x over the
+// low nibbles and d2, m2 over the high ones: the block's scales multiply sums, not weights. k a
+// multiple of 256; x and g 16-byte aligned (the caller checks).
+template <int B, int G, bool N, int S>
+__device__ void gemv_q4k(const uint4* __restrict__ w0, const uint4* __restrict__ w1, const uint4* __restrict__ w2,
+                         const float* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, int n0, int n1,
+                         const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ g, float eps,
+                         float* __restrict__ y, int n, int k) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
+    const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
+    const bool live = row < n;
+    int local;
+    const int seg = segment<G>(row, n0, n1, local);
+    const float* bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
+    const int units = k / 64, k4 = k / 4;
+    const uint4* wr[G];
+    float acc[G][B], ss[B];
+#pragma unroll
+    for (int r = 0; r < G; r++) {
+        const uint4* base = G == 2 ? (r == 0 ? w0 : w1) : (seg == 0 ? w0 : (seg == 1 ? w1 : w2));
+        wr[r] = base + (long)(live ? local : 0) * (k / 256) * 9;
+#pragma unroll
+        for (int b = 0; b < B; b++) acc[r][b] = 0.f;
+    }
+#pragma unroll
+    for (int b = 0; b < B; b++) ss[b] = 0.f;
+    const float4* xr = (const float4*)x;
+    const float4* gr = (const float4*)g;
+    for (int u = lane + 32 * part; live && u < units; u += 32 * S) {
+        const int blk = u >> 2, j = u & 3;
+        uint4 hd[G], q0[G], q1[G];
+#pragma unroll
+        for (int r = 0; r < G; r++) {
+            const uint4* p = wr[r] + blk * 9;
+            hd[r] = __ldcs(p);
+            q0[r] = __ldcs(p + 1 + 2 * j);
+            q1[r] = __ldcs(p + 2 + 2 * j);
+        }
+        // x of the unit: elements 64 u to 64 u + 63, the low nibbles' 32 then the high ones'.
+        const int at = u * 16;
+        float dl[G][B], dh[G][B], sl[B], sh[B];
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            sl[b] = 0.f; sh[b] = 0.f;
+#pragma unroll
+            for (int r = 0; r < G; r++) { dl[r][b] = 0.f; dh[r][b] = 0.f; }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float4 gl = N ? __ldg(gr + at + i) : make_float4(1.f, 1.f, 1.f, 1.f);
+            const float4 gh = N ? __ldg(gr + at + 8 + i) : make_float4(1.f, 1.f, 1.f, 1.f);
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                float4 xl = __ldg(xr + (long)b * k4 + at + i), xh = __ldg(xr + (long)b * k4 + at + 8 + i);
+                if (N) {
+                    ss[b] += sum4(mul4(xl, xl)) + sum4(mul4(xh, xh));
+                    xl = mul4(xl, gl);
+                    xh = mul4(xh, gh);
+                }
+                sl[b] += sum4(xl);
+                sh[b] += sum4(xh);
+#pragma unroll
+                for (int r = 0; r < G; r++) {
+                    const unsigned q = word(q0[r], q1[r], i);
+                    dl[r][b] = dot4(q & 0x0F0F0F0Fu, xl, dl[r][b]);
+                    dh[r][b] = dot4((q >> 4) & 0x0F0F0F0Fu, xh, dh[r][b]);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < G; r++) {
+            float d1, m1, d2, m2;
+            q4k_scale(hd[r], 2 * j, d1, m1);
+            q4k_scale(hd[r], 2 * j + 1, d2, m2);
+#pragma unroll
+            for (int b = 0; b < B; b++) acc[r][b] += d1 * dl[r][b] - m1 * sl[b] + d2 * dh[r][b] - m2 * sh[b];
+        }
+    }
+    gemv_finish<float, B, G, N, S>(acc, ss, live, row, local, bias, res, eps, y, n, k);
 }
 
 // Attention of one decoding position over the cache: block (h, b) reads q (rotated and scaled by
@@ -358,8 +493,18 @@ fn source() -> String {
              extern \"C\" __global__ void vram_lab_argmax_{name}(const {t}* logits, unsigned* ids, int vocab) {{ argmax<{t}>(logits, ids, vocab); }}\n"
         ));
     }
+    // Q4_K weights with F32 activations (the Q4 model computes in F32).
+    for v @ (b, g, norm, split) in gemv_variants() {
+        s.push_str(&format!(
+            "extern \"C\" __global__ void {}(const uint4* w0, const uint4* w1, const uint4* w2, const float* b0, const float* b1, const float* b2, int n0, int n1, const float* x, const float* res, const float* g, float eps, float* y, int n, int k) {{ gemv_q4k<{b}, {g}, {norm}, {split}>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }}\n",
+            gemv_name(Q4K_NAME, v)
+        ));
+    }
     s
 }
+
+/// The entry points' dtype in their names for Q4_K weights with F32 activations.
+const Q4K_NAME: &str = "q4k_f32";
 
 /// The kernels compiled to PTX by NVRTC (no GPU needed), once per process: later decoders reuse it.
 pub fn ptx() -> Result<String> {
@@ -382,6 +527,8 @@ pub struct DecodeKernels {
     qkv: CudaFunction,
     /// In the order of `gemv_variants`.
     gemv: Vec<CudaFunction>,
+    /// The same over Q4_K weights; empty unless the activations are F32.
+    gemv_q4k: Vec<CudaFunction>,
     attend: CudaFunction,
     argmax: CudaFunction,
 }
@@ -397,12 +544,15 @@ impl DecodeKernels {
         };
         let ptx = ptx()?;
         let load = |f: &str| -> Result<CudaFunction> { Ok(dev.get_or_load_custom_func(f, "vram_lab_decode", &ptx)?.into_cuda_function()) };
-        let gemv = gemv_variants().map(|v| load(&gemv_name(name, v))).collect::<Result<Vec<_>>>()?;
+        let variants = |dtype: &str| gemv_variants().map(|v| load(&gemv_name(dtype, v))).collect::<Result<Vec<_>>>();
+        let gemv = variants(name)?;
+        let gemv_q4k = if dtype == DType::F32 { variants(Q4K_NAME)? } else { Vec::new() };
         Ok(Some(Self {
             dev: dev.clone(),
             dtype,
             qkv: load(&format!("vram_lab_qkv_store_{name}"))?,
             gemv,
+            gemv_q4k,
             attend: load(&format!("vram_lab_attend_{name}"))?,
             argmax: load(&format!("vram_lab_argmax_{name}"))?,
         }))
@@ -428,27 +578,37 @@ impl DecodeKernels {
     /// `x · wᵀ` for `x` [.., k] of at most `GEMV_MAX_BATCH` rows, `w` the `parts` one under the
     /// other (one to three weights [n_i, k], each with its bias or none: q, k and v compute as
     /// one product whether they are stacked in memory or not), with what `f` fuses (with `glu`,
-    /// the parts are gate and up, [n, k] each, without bias). The result has `x`'s shape with the
-    /// rows last. None when the kernel does not take these tensors (another dtype, a batch too
-    /// large, rows not a whole number of 16-byte loads, unaligned or strided): the caller computes
-    /// with candle.
+    /// the parts are gate and up, [n, k] each, without bias). The weights are dense in the
+    /// activations' dtype, or all Q4_K blocks with F32 activations. The result has `x`'s shape
+    /// with the rows last. None when the kernel does not take these tensors (another dtype or
+    /// block type, a batch too large, rows not a whole number of 16-byte loads or Q4_K blocks,
+    /// unaligned or strided): the caller computes with candle.
     pub fn gemv(&self, parts: &[Part], x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
         let Some(&(first, _)) = parts.first() else { return Ok(None) };
-        let k = first.dim(1)?;
+        let quant = matches!(first, Matrix::Quant(_));
+        let funcs = if quant { &self.gemv_q4k } else { &self.gemv };
+        let (_, k) = first.dims2()?;
         let mut rows = Vec::with_capacity(parts.len());
         for &(w, bias) in parts {
             let (n, kw) = w.dims2()?;
-            if kw != k || !self.ours(&[w]) || bias.is_some_and(|b| f.glu || !self.ours(&[b]) || b.elem_count() != n) {
+            let kind = match w {
+                Matrix::Dense(t) => !quant && self.ours(&[t]),
+                Matrix::Quant(q) => quant && q.dtype() == GgmlDType::Q4K,
+            };
+            if kw != k || !kind || bias.is_some_and(|b| f.glu || !self.ours(&[b]) || b.elem_count() != n) {
                 return Ok(None);
             }
             rows.push(n);
         }
         let n = if f.glu { rows[0] } else { rows.iter().sum() };
         let batch = x.elem_count() / k.max(1);
-        let per = 16 / self.dtype.size_in_bytes();
-        let takes = x.dims().last() == Some(&k)
+        // What one lane's load covers: 16 bytes of dense weights, or a block's unit of 64 Q4_K
+        // weights (rows whole blocks of 256).
+        let (per, whole) = if quant { (64, 256) } else { let p = 16 / self.dtype.size_in_bytes(); (p, p) };
+        let takes = !funcs.is_empty()
+            && x.dims().last() == Some(&k)
             && (1..=GEMV_MAX_BATCH).contains(&batch)
-            && k % per == 0
+            && k % whole == 0
             && if f.glu { parts.len() == 2 && rows[1] == n } else { parts.len() <= 3 }
             && self.ours(&[x])
             && f.norm.is_none_or(|(g, _)| self.ours(&[g]) && g.elem_count() == k)
@@ -460,7 +620,10 @@ impl DecodeKernels {
         let mut w = [0u64; 3];
         let mut bs = [0u64; 3];
         for (i, &(wi, bi)) in parts.iter().enumerate() {
-            w[i] = self.ptr(wi)?;
+            w[i] = match wi {
+                Matrix::Dense(t) => self.ptr(t)?,
+                Matrix::Quant(q) => q.device_ptr()? as u64,
+            };
             bs[i] = bi.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
         }
         let px = self.ptr(x)?;
@@ -481,15 +644,16 @@ impl DecodeKernels {
         let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(GEMV_ROWS_PER_BLOCK), 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
         let variant = (batch, if f.glu { 2 } else { 1 }, f.norm.is_some(), split);
         let Some(at) = gemv_variants().position(|v| v == variant) else { return Ok(None) };
-        let func = &self.gemv[at];
+        let func = &funcs[at];
         let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);
         let (n, k) = (n as i32, k as i32);
         let mut l = stream.launch_builder(func);
         l.arg(&w[0]).arg(&w[1]).arg(&w[2]).arg(&bs[0]).arg(&bs[1]).arg(&bs[2]).arg(&n0).arg(&n1);
         l.arg(&px).arg(&pr).arg(&pg).arg(&eps).arg(&py).arg(&n).arg(&k);
         // SAFETY: each weight part holds its rows of k (contiguous, 16-byte aligned, k a whole
-        // number of 16-byte loads), each bias its rows or null, x batch rows of k, g k values or
-        // null, res batch·n or null, and y (fresh) batch·n: the kernel reads and writes within.
+        // number of 16-byte loads or of Q4_K blocks), each bias its rows or null, x batch rows of
+        // k, g k values or null, res batch·n or null, and y (fresh) batch·n: the kernel reads and
+        // writes within.
         unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(y))
     }

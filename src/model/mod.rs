@@ -6,6 +6,8 @@ pub mod checkpoint;
 pub mod config;
 #[cfg(feature = "cuda")]
 pub mod decode_kernels;
+#[cfg(feature = "cuda")]
+pub mod flash_attention;
 pub mod generate;
 pub mod graph;
 pub mod host_linear;

@@ -5,7 +5,7 @@
 
 use super::attention::{attend, check_elems, AttentionMode};
 use super::config::Qwen2Config;
-use super::graph::{Fused, Part, StepInputs};
+use super::graph::{Fused, Matrix, Part, StepInputs};
 use super::host_linear::HostLinear;
 use super::kv_cache::{CacheKind, KvCache};
 use super::placement::{Home, Placement};
@@ -48,10 +48,11 @@ impl Linear {
         }
     }
 
-    /// The weight and bias of a dense layer, as a part of the static step's product.
+    /// The weight and bias, as a part of the static step's product (dense, or GGUF blocks).
     fn part(&self) -> Option<Part<'_>> {
         match self {
-            Self::Dense(l) => Some((l.weight(), l.bias())),
+            Self::Dense(l) => Some((Matrix::Dense(l.weight()), l.bias())),
+            Self::Quant(QMatMul::QTensor(q), bias) => Some((Matrix::Quant(q), bias.as_ref())),
             _ => None,
         }
     }
@@ -324,13 +325,26 @@ impl Layer {
         };
         cache.write(l, &k.to_dtype(act)?, &v.to_dtype(act)?)?;
         let (kc, vc) = cache.view(l, offset + s)?;
-        let a = attend(&q, &kc.to_dtype(work)?, &vc.to_dtype(work)?, offset, mode)?;
-        let a = a.transpose(1, 2)?.reshape((b, s, heads * d))?;
+        // The fused kernel writes [b, s, heads·d] itself: no transposed copy of the output.
+        let a = match flash_attend(&q, &kc, &vc, offset, mode)? {
+            Some(a) => a,
+            None => attend(&q, &kc.to_dtype(work)?, &vc.to_dtype(work)?, offset, mode)?.transpose(1, 2)?.reshape((b, s, heads * d))?,
+        };
         let x = (x + self.o.forward(&a)?)?;
         let h = norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
         let m = self.gated(&h, fused.is_some(), cfg.intermediate_size)?;
         Ok((x + self.down.forward(&m)?)?.to_dtype(act)?)
     }
+}
+
+/// `AttentionMode::Flash`'s kernel where it runs (CUDA, BF16, its head sizes): [b, s, heads · d].
+fn flash_attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, mode: AttentionMode) -> Result<Option<Tensor>> {
+    #[cfg(feature = "cuda")]
+    if mode == AttentionMode::Flash {
+        return super::flash_attention::attend(q, k, v, offset);
+    }
+    let _ = (q, k, v, offset, mode);
+    Ok(None)
 }
 
 /// Attention of the static step with candle's kernels: `q` ([b, kv_heads, group, d], rotated and
@@ -576,6 +590,17 @@ impl Qwen2 {
             && gpu(&self.embed.device())
             && !matches!(self.lm_head, Linear::Host(_))
             && self.layers.iter().all(|l| matches!(l, LayerSlot::Resident(layer) if gpu(layer.device()) && !layer.on_host()))
+    }
+
+    /// Whether `AttentionMode::Flash` runs its fused kernel for this model (every layer on a GPU
+    /// of compute 8.0+, BF16 activations, a head size the kernel is built for); elsewhere it
+    /// computes as `Bounded`.
+    pub fn flash_runs(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(dev) = &self.device {
+            return self.all_on_gpu() && self.act_dtype() == DType::BF16 && super::flash_attention::HEAD_DIMS.contains(&self.cfg.head_dim()) && super::flash_attention::supported(dev);
+        }
+        false
     }
 
     /// The same model with every dense weight a trainable `Var`, as a model left in training

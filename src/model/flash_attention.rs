@@ -1,0 +1,234 @@
+//! Prefill attention in one kernel (`AttentionMode::Flash`, CUDA, BF16): the scores of a tile of
+//! 64 queries against a tile of 64 keys live in registers, are masked, exponentiated and summed
+//! there (the online softmax of FlashAttention-2), and only the output reaches memory. The bounded
+//! path writes each chunk's scores, reads them back for the softmax and again for the product
+//! with V; at 32k tokens that traffic, not arithmetic, set its time. Products use the tensor
+//! cores (`mma.sync` m16n8k16, BF16 in, F32 sums), so the PTX targets compute 8.0 (RTX 30xx and
+//! newer); on an older card, another dtype or head size, the caller falls back to bounded.
+
+use crate::error::{LabError, Result};
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::CudaDevice;
+use candle_core::{DType, Tensor};
+
+const SOURCE: &str = r#"
+#define NEG_INF __int_as_float(0xff800000)
+// c += a · b for a 16×16 tile of a (row major) and a 16×8 tile of b (column major), BF16 in,
+// F32 sums; the fragments' layouts are PTX's for m16n8k16.
+__device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two F32 values rounded to a BF16 pair (the first in the low half).
+__device__ __forceinline__ unsigned pack(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// Two 8×8 BF16 tiles of shared memory, transposed into a column-major b fragment each (four
+// registers: b0, b1 of the first tile pair, then of the second).
+__device__ __forceinline__ void ldmatrix_t4(unsigned (&r)[4], const void* p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// out [b, s, heads, D] = softmax(q kᵀ / √D, causal) v for q [b, heads, s, D] (contiguous) and
+// k, v [b, kv, t, D] views of the cache (rows D apart, heads `hs` apart, batches `bs` apart);
+// query i sits at position offset + i and sees keys 0..=offset + i. A block takes 64 queries of
+// one head (four warps of 16 rows); the keys pass through shared memory 64 at a time.
+template <int D>
+__device__ void flash(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+                      const unsigned short* __restrict__ v, unsigned short* __restrict__ out,
+                      int s, int heads, int kv, long hs, long bs, int offset, float scale_log2) {
+    constexpr int BR = 64, BC = 64, PAD = D + 8;  // 16 bytes of padding: rows fall on different banks
+    __shared__ __align__(16) unsigned short ks[BC * PAD], vs[BC * PAD];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, quad = lane & 3, r0 = lane >> 2;
+    // The longest tiles first, so the last blocks to start are short.
+    const int tile = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, bi = blockIdx.z;
+    const int q0 = tile * BR, wq = q0 + warp * 16;
+    const unsigned short* qh = q + ((long)bi * heads + h) * s * D;
+    const unsigned short* kh = k + bi * bs + (long)(h / (heads / kv)) * hs;
+    const unsigned short* vh = v + bi * bs + (long)(h / (heads / kv)) * hs;
+    // The warp's 16 query rows as a fragments (rows r0 and r0 + 8 of the warp), zeros past s.
+    unsigned qa[D / 16][4];
+#pragma unroll
+    for (int c = 0; c < D / 16; c++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = wq + r0 + (i & 1) * 8, col = c * 16 + quad * 2 + (i >> 1) * 8;
+            qa[c][i] = row < s ? *(const unsigned*)(qh + (long)row * D + col) : 0u;
+        }
+    float o[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) o[j][i] = 0.f;
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+    const int last = offset + min(q0 + BR, s);  // keys the block needs: 0..last-1
+    for (int k0 = 0; k0 < last; k0 += BC) {
+        __syncthreads();
+        // 64 rows of k and v into shared memory, 16 bytes a load, zeros past the needed keys
+        // (a masked key's probability is 0, but 0 times a stale value could be NaN).
+        for (int e = threadIdx.x; e < BC * D / 8; e += blockDim.x) {
+            const int row = e / (D / 8), col = (e % (D / 8)) * 8;
+            const bool in = k0 + row < last;
+            const uint4 z = make_uint4(0, 0, 0, 0);
+            *(uint4*)(ks + row * PAD + col) = in ? *(const uint4*)(kh + (long)(k0 + row) * D + col) : z;
+            *(uint4*)(vs + row * PAD + col) = in ? *(const uint4*)(vh + (long)(k0 + row) * D + col) : z;
+        }
+        __syncthreads();
+        if (k0 > offset + wq + 15) continue;  // every key of the tile lies after the warp's rows
+        // Scores of the warp's 16 rows × 64 keys: c fragment j holds keys k0 + 8j + 2 quad (+1).
+        float sc[BC / 8][4];
+#pragma unroll
+        for (int j = 0; j < BC / 8; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) sc[j][i] = 0.f;
+            const unsigned short* kr = ks + (j * 8 + r0) * PAD + quad * 2;
+#pragma unroll
+            for (int c = 0; c < D / 16; c++) mma(sc[j], qa[c], *(const unsigned*)(kr + c * 16), *(const unsigned*)(kr + c * 16 + 8));
+        }
+        // Scale (in log2 units: exp2 below), mask the keys after each row, and the rows' running
+        // maxima over the quad of threads that holds a row.
+        const bool edge = k0 + BC - 1 > offset + wq;
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int j = 0; j < BC / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = k0 + j * 8 + quad * 2 + (i & 1), row = wq + r0 + (i >> 1) * 8;
+                float x = sc[j][i] * scale_log2;
+                if (edge && key > offset + row) x = NEG_INF;
+                sc[j][i] = x;
+                mx[i >> 1] = fmaxf(mx[i >> 1], x);
+            }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            // Key 0 is in every row's first tile, so the maximum is finite from then on.
+            corr[r] = exp2f(m[r] - mx[r]);
+            m[r] = mx[r];
+            l[r] *= corr[r];
+        }
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) o[j][i] *= corr[i >> 1];
+        // P = exp2(S − m) as BF16 a fragments (two c fragments of keys make one of 16), and the
+        // output's product with v's rows of the tile.
+#pragma unroll
+        for (int c = 0; c < BC / 16; c++) {
+            float p[2][4];
+#pragma unroll
+            for (int t = 0; t < 2; t++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    p[t][i] = exp2f(sc[2 * c + t][i] - m[i >> 1]);
+                    l[i >> 1] += p[t][i];
+                }
+            const unsigned pa[4] = {pack(p[0][0], p[0][1]), pack(p[0][2], p[0][3]), pack(p[1][0], p[1][1]), pack(p[1][2], p[1][3])};
+            const unsigned short* vr = vs + (c * 16 + (lane & 15)) * PAD + (lane >> 4) * 8;
+#pragma unroll
+            for (int j = 0; j < D / 8; j += 2) {
+                unsigned b[4];
+                ldmatrix_t4(b, vr + j * 8);
+                mma(o[j], pa, b[0], b[1]);
+                mma(o[j + 1], pa, b[2], b[3]);
+            }
+        }
+    }
+    // Each row's sum over its quad, then the rows of the warp written as [b, s, heads, D].
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = wq + r0 + r * 8;
+        if (row >= s) continue;
+        unsigned short* dst = out + (((long)bi * s + row) * heads + h) * D + quad * 2;
+        const float inv = 1.f / l[r];
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) *(unsigned*)(dst + j * 8) = pack(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) vram_lab_flash_bf16_d64(const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* out,
+        int s, int heads, int kv, long hs, long bs, int offset, float scale_log2) { flash<64>(q, k, v, out, s, heads, kv, hs, bs, offset, scale_log2); }
+extern "C" __global__ void __launch_bounds__(128) vram_lab_flash_bf16_d128(const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* out,
+        int s, int heads, int kv, long hs, long bs, int offset, float scale_log2) { flash<128>(q, k, v, out, s, heads, kv, hs, bs, offset, scale_log2); }
+"#;
+
+/// The head sizes the kernel is built for (Qwen2.5: 64 for 0.5B, 128 from 1.5B).
+pub const HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// The kernel compiled to PTX for compute 8.0 by NVRTC (no GPU needed), once per process.
+pub fn ptx() -> Result<String> {
+    use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+    static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if let Some(p) = PTX.get() {
+        return Ok(p.clone());
+    }
+    let opts = CompileOptions { arch: Some("compute_80"), ..Default::default() };
+    let p = compile_ptx_with_opts(SOURCE, opts).map_err(|e| LabError::other(format!("flash attention kernel: {e:?}")))?.to_src();
+    Ok(PTX.get_or_init(|| p).clone())
+}
+
+/// Whether `dev` runs the kernel (compute capability 8.0 or newer: the tensor-core instructions).
+pub fn supported(dev: &CudaDevice) -> bool {
+    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
+    dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).is_ok_and(|major| major >= 8)
+}
+
+/// Causal attention of `q` [b, heads, s, d] (contiguous) over `k`, `v` [b, kv, offset + s, d]
+/// (rows contiguous, heads and batches strided as a cache view is), the queries at positions
+/// offset.. : [b, s, heads · d]. None when the kernel does not take them (not BF16 on a CUDA
+/// device of compute 8.0+, a head size it is not built for): the caller computes it otherwise.
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Option<Tensor>> {
+    let candle_core::Device::Cuda(dev) = q.device() else { return Ok(None) };
+    let (b, heads, s, d) = q.dims4()?;
+    let (kb, kv, t, kd) = k.dims4()?;
+    let strides_ok = |x: &Tensor| x.dims() == k.dims() && x.stride()[3] == 1 && x.stride()[2] == d && x.stride() == k.stride();
+    let takes = HEAD_DIMS.contains(&d)
+        && kd == d
+        && kb == b
+        && kv > 0
+        && heads % kv == 0
+        && t == offset + s
+        && [q, k, v].iter().all(|x| x.dtype() == DType::BF16)
+        && q.is_contiguous()
+        && strides_ok(k)
+        && strides_ok(v)
+        && supported(dev);
+    if !takes {
+        return Ok(None);
+    }
+    let func: CudaFunction = dev.get_or_load_custom_func(&format!("vram_lab_flash_bf16_d{d}"), "vram_lab_flash", &ptx()?)?.into_cuda_function();
+    let stream = dev.cuda_stream();
+    let ptr = |x: &Tensor| crate::memory::cuda_copy::start_ptr(x, &stream);
+    // SAFETY: written in full by the kernel launched next on the same stream.
+    let out = unsafe { dev.alloc::<half::bf16>(b * s * heads * d) }?;
+    let out = Tensor::from_storage(
+        candle_core::Storage::Cuda(candle_core::cuda_backend::CudaStorage::wrap_cuda_slice(out, dev.clone())),
+        vec![b, s, heads * d],
+        candle_core::op::BackpropOp::none(),
+        false,
+    );
+    let (pq, pk, pv, po) = (ptr(q)?, ptr(k)?, ptr(v)?, ptr(&out)?);
+    let (hs, bs) = (k.stride()[1] as i64, k.stride()[0] as i64);
+    let scale_log2 = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    let cfg = LaunchConfig { grid_dim: (s.div_ceil(64) as u32, heads as u32, b as u32), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+    let (s_, heads_, kv_, off) = (s as i32, heads as i32, kv as i32, offset as i32);
+    let mut l = stream.launch_builder(&func);
+    l.arg(&pq).arg(&pk).arg(&pv).arg(&po).arg(&s_).arg(&heads_).arg(&kv_).arg(&hs).arg(&bs).arg(&off).arg(&scale_log2);
+    // SAFETY: q holds b·heads·s rows of d, k and v b·kv heads of offset + s rows of d at the
+    // strides passed, out b·s·heads·d: the kernel reads and writes within (rows past s and keys
+    // past offset + s are neither read nor written).
+    unsafe { l.launch(cfg) }.map_err(|e| LabError::other(format!("flash attention kernel: {e:?}")))?;
+    Ok(Some(out))
+}
