@@ -123,7 +123,9 @@ __device__ __forceinline__ void gemv_finish(float (&acc)[G][B], float (&ss)[B], 
         for (int r = 0; r < G; r++) acc[r][b] = warp_sum(acc[r][b]);
     }
     if (S > 1) {
-        // The row's warps add their parts through shared memory; the first keeps the sums.
+        // The row's warps add their parts through shared memory; the first keeps the sums. (The
+        // first barrier: a kernel finishing several rows reuses the shared sums.)
+        __syncthreads();
         if (lane == 0) {
 #pragma unroll
             for (int b = 0; b < B; b++) {
@@ -240,99 +242,94 @@ __device__ __forceinline__ void q4k_scale(uint4 h, int s, float& d, float& m) {
 // Byte t of v (a nibble, 0-15) as a float: placed in the mantissa of 2^23, 2^23 taken away (two
 // instructions, no integer conversion).
 __device__ __forceinline__ float nib(unsigned v, int t) { return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540u | t)) - 8388608.f; }
-__device__ __forceinline__ unsigned word(uint4 a, uint4 b, int i) {
-    const uint4 v = i < 4 ? a : b;
-    const int j = i & 3;
-    return j == 0 ? v.x : (j == 1 ? v.y : (j == 2 ? v.z : v.w));
-}
-__device__ __forceinline__ float dot4(unsigned q, float4 x, float acc) {
-    acc = fmaf(nib(q, 0), x.x, acc); acc = fmaf(nib(q, 1), x.y, acc);
-    acc = fmaf(nib(q, 2), x.z, acc); return fmaf(nib(q, 3), x.w, acc);
+__device__ __forceinline__ float dot4(unsigned q, float4 x) {
+    return fmaf(nib(q, 3), x.w, fmaf(nib(q, 2), x.z, fmaf(nib(q, 1), x.y, nib(q, 0) * x.x)));
 }
 __device__ __forceinline__ float sum4(float4 x) { return (x.x + x.y) + (x.z + x.w); }
 __device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
 
-// gemv over Q4_K weights with F32 activations: the same products, parts, fusions and splits,
-// w0..w2 rows of k / 256 blocks. A lane takes a unit (a block's 16-byte header, loaded by the four
-// lanes of the block at once, and its 32 bytes of nibbles j) and sums d1 Σ q x − m1 Σ x over the
-// low nibbles and d2, m2 over the high ones: the block's scales multiply sums, not weights. k a
-// multiple of 256; x and g 16-byte aligned (the caller checks).
-template <int B, int G, bool N, int S>
-__device__ void gemv_q4k(const uint4* __restrict__ w0, const uint4* __restrict__ w1, const uint4* __restrict__ w2,
+// gemv over Q4_K weights with F32 activations: the same products, parts, fusions and splits, w0..w2
+// rows of k / 256 blocks. A warp takes a block of every one of its R rows at a time: lane L holds
+// the block's nibble word L (bytes 16 + 4L: eight weights of sub-blocks 2j, 2j + 1, j = L / 8),
+// so the lanes' loads of the words and of x (two float4 each) are contiguous; the block's header
+// is one load all lanes share. A lane sums d1 Σ q x − m1 Σ x over its low nibbles and d2, m2 over
+// the high ones: the scales multiply sums, not weights, and x's sums serve every row. k a multiple
+// of 256; x and g 16-byte aligned (the caller checks).
+template <int B, int G, bool N, int S, int R>
+__device__ void gemv_q4k(const unsigned* __restrict__ w0, const unsigned* __restrict__ w1, const unsigned* __restrict__ w2,
                          const float* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, int n0, int n1,
                          const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ g, float eps,
                          float* __restrict__ y, int n, int k) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
-    const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
-    const bool live = row < n;
-    int local;
-    const int seg = segment<G>(row, n0, n1, local);
-    const float* bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
-    const int units = k / 64, k4 = k / 4;
-    const uint4* wr[G];
-    float acc[G][B], ss[B];
+    const int first = (blockIdx.x * ((blockDim.x >> 5) / S) + warp / S) * R;
+    const int nb = k / 256, j = lane >> 3, k4 = k / 4;
+    const unsigned* wr[R][G];
+    int local[R];
+    const float* bias[R];
+    float acc[R][G][B], ss[B];
 #pragma unroll
-    for (int r = 0; r < G; r++) {
-        const uint4* base = G == 2 ? (r == 0 ? w0 : w1) : (seg == 0 ? w0 : (seg == 1 ? w1 : w2));
-        wr[r] = base + (long)(live ? local : 0) * (k / 256) * 9;
+    for (int q = 0; q < R; q++) {
+        const int row = first + q;
+        const int seg = segment<G>(row, n0, n1, local[q]);
+        bias[q] = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
 #pragma unroll
-        for (int b = 0; b < B; b++) acc[r][b] = 0.f;
+        for (int r = 0; r < G; r++) {
+            const unsigned* base = G == 2 ? (r == 0 ? w0 : w1) : (seg == 0 ? w0 : (seg == 1 ? w1 : w2));
+            // A row past n reads row 0 of its part (the sums are not written).
+            wr[q][r] = base + (long)(row < n ? local[q] : 0) * nb * 36;
+#pragma unroll
+            for (int b = 0; b < B; b++) acc[q][r][b] = 0.f;
+        }
     }
 #pragma unroll
     for (int b = 0; b < B; b++) ss[b] = 0.f;
     const float4* xr = (const float4*)x;
     const float4* gr = (const float4*)g;
-    for (int u = lane + 32 * part; live && u < units; u += 32 * S) {
-        const int blk = u >> 2, j = u & 3;
-        uint4 hd[G], q0[G], q1[G];
-#pragma unroll
-        for (int r = 0; r < G; r++) {
-            const uint4* p = wr[r] + blk * 9;
-            hd[r] = __ldcs(p);
-            q0[r] = __ldcs(p + 1 + 2 * j);
-            q1[r] = __ldcs(p + 2 + 2 * j);
-        }
-        // x of the unit: elements 64 u to 64 u + 63, the low nibbles' 32 then the high ones'.
-        const int at = u * 16;
-        float dl[G][B], dh[G][B], sl[B], sh[B];
+    const bool live = first < n;
+#pragma unroll 4
+    for (int blk = part; live && blk < nb; blk += S) {
+        // x of the lane's eight weights: elements 256 blk + 64 j + 4 (L % 8) .. + 3, and 32 on.
+        const int at = blk * 64 + 16 * j + (lane & 7);
+        float4 xl[B], xh[B];
+        float sl[B], sh[B];
+        const float4 gl = N ? __ldg(gr + at) : make_float4(1.f, 1.f, 1.f, 1.f);
+        const float4 gh = N ? __ldg(gr + at + 8) : make_float4(1.f, 1.f, 1.f, 1.f);
 #pragma unroll
         for (int b = 0; b < B; b++) {
-            sl[b] = 0.f; sh[b] = 0.f;
-#pragma unroll
-            for (int r = 0; r < G; r++) { dl[r][b] = 0.f; dh[r][b] = 0.f; }
-        }
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const float4 gl = N ? __ldg(gr + at + i) : make_float4(1.f, 1.f, 1.f, 1.f);
-            const float4 gh = N ? __ldg(gr + at + 8 + i) : make_float4(1.f, 1.f, 1.f, 1.f);
-#pragma unroll
-            for (int b = 0; b < B; b++) {
-                float4 xl = __ldg(xr + (long)b * k4 + at + i), xh = __ldg(xr + (long)b * k4 + at + 8 + i);
-                if (N) {
-                    ss[b] += sum4(mul4(xl, xl)) + sum4(mul4(xh, xh));
-                    xl = mul4(xl, gl);
-                    xh = mul4(xh, gh);
-                }
-                sl[b] += sum4(xl);
-                sh[b] += sum4(xh);
-#pragma unroll
-                for (int r = 0; r < G; r++) {
-                    const unsigned q = word(q0[r], q1[r], i);
-                    dl[r][b] = dot4(q & 0x0F0F0F0Fu, xl, dl[r][b]);
-                    dh[r][b] = dot4((q >> 4) & 0x0F0F0F0Fu, xh, dh[r][b]);
-                }
+            xl[b] = __ldg(xr + (long)b * k4 + at);
+            xh[b] = __ldg(xr + (long)b * k4 + at + 8);
+            if (N) {
+                ss[b] += sum4(mul4(xl[b], xl[b])) + sum4(mul4(xh[b], xh[b]));
+                xl[b] = mul4(xl[b], gl);
+                xh[b] = mul4(xh[b], gh);
             }
+            sl[b] = sum4(xl[b]);
+            sh[b] = sum4(xh[b]);
         }
 #pragma unroll
-        for (int r = 0; r < G; r++) {
-            float d1, m1, d2, m2;
-            q4k_scale(hd[r], 2 * j, d1, m1);
-            q4k_scale(hd[r], 2 * j + 1, d2, m2);
+        for (int q = 0; q < R; q++)
 #pragma unroll
-            for (int b = 0; b < B; b++) acc[r][b] += d1 * dl[r][b] - m1 * sl[b] + d2 * dh[r][b] - m2 * sh[b];
-        }
+            for (int r = 0; r < G; r++) {
+                const unsigned* p = wr[q][r] + blk * 36;
+                const uint4 hd = __ldcs((const uint4*)p);
+                const unsigned w = __ldcs(p + 4 + lane);
+                float d1, m1, d2, m2;
+                q4k_scale(hd, 2 * j, d1, m1);
+                q4k_scale(hd, 2 * j + 1, d2, m2);
+                const unsigned lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+                for (int b = 0; b < B; b++)
+                    acc[q][r][b] += d1 * dot4(lo, xl[b]) - m1 * sl[b] + d2 * dot4(hi, xh[b]) - m2 * sh[b];
+            }
     }
-    gemv_finish<float, B, G, N, S>(acc, ss, live, row, local, bias, res, eps, y, n, k);
+    // The sum of squares is the row's x whatever the row: every row's finish takes it.
+#pragma unroll
+    for (int q = 0; q < R; q++) {
+        float s2[B];
+#pragma unroll
+        for (int b = 0; b < B; b++) s2[b] = ss[b];
+        gemv_finish<float, B, G, N, S>(acc[q], s2, first + q < n, first + q, local[q], bias[q], res, eps, y, n, k);
+    }
 }
 
 // Attention of one decoding position over the cache: block (h, b) reads q (rotated and scaled by
@@ -496,8 +493,9 @@ fn source() -> String {
     // Q4_K weights with F32 activations (the Q4 model computes in F32).
     for v @ (b, g, norm, split) in gemv_variants() {
         s.push_str(&format!(
-            "extern \"C\" __global__ void {}(const uint4* w0, const uint4* w1, const uint4* w2, const float* b0, const float* b1, const float* b2, int n0, int n1, const float* x, const float* res, const float* g, float eps, float* y, int n, int k) {{ gemv_q4k<{b}, {g}, {norm}, {split}>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }}\n",
-            gemv_name(Q4K_NAME, v)
+            "extern \"C\" __global__ void {}(const unsigned* w0, const unsigned* w1, const unsigned* w2, const float* b0, const float* b1, const float* b2, int n0, int n1, const float* x, const float* res, const float* g, float eps, float* y, int n, int k) {{ gemv_q4k<{b}, {g}, {norm}, {split}, {}>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }}\n",
+            gemv_name(Q4K_NAME, v),
+            q4k_rows_per_warp(g)
         ));
     }
     s
@@ -505,6 +503,16 @@ fn source() -> String {
 
 /// The entry points' dtype in their names for Q4_K weights with F32 activations.
 const Q4K_NAME: &str = "q4k_f32";
+
+/// Rows a warp of the Q4_K kernel computes from one load of x: two (its conversions and sums
+/// serve both), one for gate and up (already two weights per x).
+fn q4k_rows_per_warp(group: usize) -> usize {
+    if group == 2 {
+        1
+    } else {
+        2
+    }
+}
 
 /// The kernels compiled to PTX by NVRTC (no GPU needed), once per process: later decoders reuse it.
 pub fn ptx() -> Result<String> {
@@ -602,9 +610,9 @@ impl DecodeKernels {
         }
         let n = if f.glu { rows[0] } else { rows.iter().sum() };
         let batch = x.elem_count() / k.max(1);
-        // What one lane's load covers: 16 bytes of dense weights, or a block's unit of 64 Q4_K
-        // weights (rows whole blocks of 256).
-        let (per, whole) = if quant { (64, 256) } else { let p = 16 / self.dtype.size_in_bytes(); (p, p) };
+        // What one lane's load covers: 16 bytes of dense weights, or a word of eight Q4_K weights
+        // (rows whole blocks of 256).
+        let (per, whole) = if quant { (32, 256) } else { let p = 16 / self.dtype.size_in_bytes(); (p, p) };
         let takes = !funcs.is_empty()
             && x.dims().last() == Some(&k)
             && (1..=GEMV_MAX_BATCH).contains(&batch)
@@ -641,8 +649,10 @@ impl DecodeKernels {
         let eps = f.norm.map_or(0.0, |(_, e)| e);
         let split = gemv_split(k / per, n);
         let block = 32 * split as u32 * GEMV_ROWS_PER_BLOCK;
-        let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(GEMV_ROWS_PER_BLOCK), 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
-        let variant = (batch, if f.glu { 2 } else { 1 }, f.norm.is_some(), split);
+        let group = if f.glu { 2 } else { 1 };
+        let rows_per_block = GEMV_ROWS_PER_BLOCK * if quant { q4k_rows_per_warp(group) as u32 } else { 1 };
+        let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(rows_per_block), 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
+        let variant = (batch, group, f.norm.is_some(), split);
         let Some(at) = gemv_variants().position(|v| v == variant) else { return Ok(None) };
         let func = &funcs[at];
         let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);

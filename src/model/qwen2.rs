@@ -325,10 +325,14 @@ impl Layer {
         };
         cache.write(l, &k.to_dtype(act)?, &v.to_dtype(act)?)?;
         let (kc, vc) = cache.view(l, offset + s)?;
-        // The fused kernel writes [b, s, heads·d] itself: no transposed copy of the output.
-        let a = match flash_attend(&q, &kc, &vc, offset, mode)? {
-            Some(a) => a,
-            None => attend(&q, &kc.to_dtype(work)?, &vc.to_dtype(work)?, offset, mode)?.transpose(1, 2)?.reshape((b, s, heads * d))?,
+        // The fused kernel writes [b, s, heads·d] itself. The others' [b, heads, s, d] output
+        // stays alive beside its reshaped copy through the MLP, as stages 1-2 measured it.
+        let (a, _heads_first) = match flash_attend(&q, &kc, &vc, offset, mode)? {
+            Some(a) => (a, None),
+            None => {
+                let a = attend(&q, &kc.to_dtype(work)?, &vc.to_dtype(work)?, offset, mode)?;
+                (a.transpose(1, 2)?.reshape((b, s, heads * d))?, Some(a))
+            }
         };
         let x = (x + self.o.forward(&a)?)?;
         let h = norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
