@@ -5,8 +5,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use vram_lab::model::decode_kernels::{DecodeKernels, GEMV_MAX_BATCH};
-use vram_lab::model::graph::{Fused, Matrix, Part};
-use candle_core::quantized::{GgmlDType, QTensor};
+use vram_lab::model::graph::Fused;
 
 fn gpu() -> Option<(Device, candle_core::CudaDevice)> {
     match Device::new_cuda(0) {
@@ -38,7 +37,7 @@ fn kernels_compile() {
         assert!(flash.contains(&format!("vram_lab_flash_bf16_d{d}")), "flash d{d} missing from the PTX");
     }
     let ptx = vram_lab::model::decode_kernels::ptx().unwrap();
-    for name in ["vram_lab_qkv_store_bf16", "vram_lab_gemv_f32_b2_g2_norm_s4", "vram_lab_gemv_q4k_f32_b1_g1_s8", "vram_lab_attend_bf16", "vram_lab_argmax_f32"] {
+    for name in ["vram_lab_qkv_store_bf16", "vram_lab_gemv_f32_b2_g2_norm_s4", "vram_lab_attend_bf16", "vram_lab_argmax_f32"] {
         assert!(ptx.contains(name), "{name} missing from the PTX");
     }
 }
@@ -72,8 +71,7 @@ fn gemv_equals_candles_products() {
                 let g = randn(&[kdim], dtype, &dev);
                 let (gate, up) = (w.narrow(0, 0, n).unwrap(), w.narrow(0, n, n).unwrap());
                 let check = |what: &str, parts: &[(&Tensor, Option<&Tensor>)], f: Fused, want: Tensor| {
-                    let parts: Vec<Part> = parts.iter().map(|&(w, b)| (Matrix::Dense(w), b)).collect();
-                    let got = k.gemv(&parts, &x, f).unwrap().expect("taken");
+                    let got = k.gemv(parts, &x, f).unwrap().expect("taken");
                     assert_eq!(got.dims(), want.dims(), "{what}");
                     let e = rel_err(&got, &want);
                     assert!(e < tol, "{dtype:?} {what} n {n} k {kdim} b {b}: {e}");
@@ -103,60 +101,12 @@ fn gemv_equals_candles_products() {
         // What the kernel does not take is left to candle: too many rows, rows not a whole
         // number of 16-byte loads, a strided input.
         let w = randn(&[16, 64], dtype, &dev);
-        let none = |w: &Tensor, x: &Tensor| k.gemv(&[(Matrix::Dense(w), None)], x, Fused::default()).unwrap().is_none();
+        let none = |w: &Tensor, x: &Tensor| k.gemv(&[(w, None)], x, Fused::default()).unwrap().is_none();
         assert!(none(&w, &randn(&[GEMV_MAX_BATCH + 1, 1, 64], dtype, &dev)));
         assert!(none(&randn(&[16, 66], dtype, &dev), &randn(&[1, 1, 66], dtype, &dev)));
         assert!(none(&w, &randn(&[2, 128], dtype, &dev).narrow(1, 0, 64).unwrap()));
     }
     assert!(DecodeKernels::new(&cuda, DType::F16).unwrap().is_none());
-}
-
-/// The product over Q4_K blocks (F32 activations) against candle's dequantized weights times x
-/// in F32: every batch, splits from one to eight warps a row, three parts with biases, a residual,
-/// silu(gate)·up and the norm inside; blocks of another type are left to candle.
-#[test]
-fn q4k_gemv_equals_the_dequantized_product() {
-    let Some((dev, cuda)) = gpu() else { return };
-    let k = DecodeKernels::new(&cuda, DType::F32).unwrap().expect("kernels for F32");
-    let quant = |w: &Tensor, q: GgmlDType| QTensor::quantize_onto(&w.to_device(&Device::Cpu).unwrap(), q, &dev).unwrap();
-    // Rows of 1 to 160 blocks (units of 64: one to eight warps a row, `gemv_split`), and many rows.
-    for (n, kdim) in [(37, 256), (300, 3584), (9, 18944), (5, 40960), (8200, 512)] {
-        for b in 1..=GEMV_MAX_BATCH {
-            let w = randn(&[2 * n, kdim], DType::F32, &dev);
-            let (gate, up) = (w.narrow(0, 0, n).unwrap(), w.narrow(0, n, n).unwrap());
-            let third = w.narrow(0, 0, 1 + n / 3).unwrap();
-            let (qg, qu, qt) = (quant(&gate, GgmlDType::Q4K), quant(&up, GgmlDType::Q4K), quant(&third, GgmlDType::Q4K));
-            let deq = |q: &QTensor| q.dequantize(&dev).unwrap();
-            let x = randn(&[b, 1, kdim], DType::F32, &dev);
-            let bias = randn(&[n], DType::F32, &dev);
-            let res = randn(&[b, 1, n], DType::F32, &dev);
-            let g = randn(&[kdim], DType::F32, &dev);
-            let tb = bias.narrow(0, 0, 1 + n / 3).unwrap();
-            let product = |x: &Tensor, w: &Tensor| x.broadcast_matmul(&w.t().unwrap()).unwrap();
-            let check = |what: &str, parts: &[Part], f: Fused, want: Tensor| {
-                let got = k.gemv(parts, &x, f).unwrap().expect("taken");
-                assert_eq!(got.dims(), want.dims(), "{what}");
-                let e = rel_err(&got, &want);
-                assert!(e < 1e-4, "Q4_K {what} n {n} k {kdim} b {b}: {e}");
-            };
-            let full = product(&x, &deq(&qg)).broadcast_add(&bias).unwrap().add(&res).unwrap();
-            check("bias+res", &[(Matrix::Quant(&qg), Some(&bias))], Fused { res: Some(&res), ..Default::default() }, full);
-            let normed = product(&rms(&x, &g), &deq(&qg));
-            check("norm", &[(Matrix::Quant(&qg), None)], Fused { norm: Some((&g, 1e-6)), ..Default::default() }, normed);
-            let stacked = Tensor::cat(&[&deq(&qg), &deq(&qu), &deq(&qt)], 0).unwrap();
-            let biases = Tensor::cat(&[&bias, &Tensor::zeros(n, DType::F32, &dev).unwrap(), &tb], 0).unwrap();
-            let want = product(&x, &stacked).broadcast_add(&biases).unwrap();
-            check("three parts", &[(Matrix::Quant(&qg), Some(&bias)), (Matrix::Quant(&qu), None), (Matrix::Quant(&qt), Some(&tb))], Fused::default(), want);
-            let glu = candle_nn::ops::silu(&product(&rms(&x, &g), &deq(&qg))).unwrap().mul(&product(&rms(&x, &g), &deq(&qu))).unwrap();
-            check("norm+glu", &[(Matrix::Quant(&qg), None), (Matrix::Quant(&qu), None)], Fused { glu: true, norm: Some((&g, 1e-6)), ..Default::default() }, glu);
-        }
-    }
-    let w6 = quant(&randn(&[16, 256], DType::F32, &dev), GgmlDType::Q6K);
-    assert!(k.gemv(&[(Matrix::Quant(&w6), None)], &randn(&[1, 1, 256], DType::F32, &dev), Fused::default()).unwrap().is_none());
-    // BF16 activations have no Q4_K variant.
-    let kb = DecodeKernels::new(&cuda, DType::BF16).unwrap().expect("kernels for BF16");
-    let w4 = quant(&randn(&[16, 256], DType::F32, &dev), GgmlDType::Q4K);
-    assert!(kb.gemv(&[(Matrix::Quant(&w4), None)], &randn(&[1, 1, 256], DType::BF16, &dev), Fused::default()).unwrap().is_none());
 }
 
 /// One position's attention over the cache (q from the stacked product, positions 0 to pos) and

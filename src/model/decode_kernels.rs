@@ -16,8 +16,7 @@
 use crate::error::{LabError, Result};
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
-use super::graph::{Fused, Matrix, Part};
-use candle_core::quantized::GgmlDType;
+use super::graph::{Fused, Part};
 use candle_core::{DType, Tensor};
 
 const SOURCE: &str = r#"
@@ -99,69 +98,6 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// The weight part a row of the product lies in (rows [0, n0) the first, the next n1 the second,
-// the rest the third; with G = 2 every part holds every row), and the row within it.
-template <int G>
-__device__ __forceinline__ int segment(int row, int n0, int n1, int& local) {
-    const int seg = G == 2 ? 0 : (row < n0 ? 0 : (row < n0 + n1 ? 1 : 2));
-    local = row - (seg > 0 ? n0 : 0) - (seg > 1 ? n1 : 0);
-    return seg;
-}
-
-// The end of a matrix-vector product, each lane holding its share of the sums (acc) and of the
-// sum of squares of x (ss, with N): the sums added over the warp and over the row's S warps; the
-// norm's scale, then the bias and the residual, or silu(gate)·up; one rounding to y.
-template <typename T, int B, int G, bool N, int S>
-__device__ __forceinline__ void gemv_finish(float (&acc)[G][B], float (&ss)[B], bool live, int row, int local,
-                                            const T* bias, const T* res, float eps, T* y, int n, int k) {
-    __shared__ float part_sums[16][G * B + B];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
-#pragma unroll
-    for (int b = 0; b < B; b++) {
-        if (N) ss[b] = warp_sum(ss[b]);
-#pragma unroll
-        for (int r = 0; r < G; r++) acc[r][b] = warp_sum(acc[r][b]);
-    }
-    if (S > 1) {
-        // The row's warps add their parts through shared memory; the first keeps the sums. (The
-        // first barrier: a kernel finishing several rows reuses the shared sums.)
-        __syncthreads();
-        if (lane == 0) {
-#pragma unroll
-            for (int b = 0; b < B; b++) {
-                part_sums[warp][G * B + b] = ss[b];
-#pragma unroll
-                for (int r = 0; r < G; r++) part_sums[warp][r * B + b] = acc[r][b];
-            }
-        }
-        __syncthreads();
-        if (part != 0 || lane != 0) return;
-#pragma unroll
-        for (int o = 1; o < S; o++)
-#pragma unroll
-            for (int b = 0; b < B; b++) {
-                ss[b] += part_sums[warp + o][G * B + b];
-#pragma unroll
-                for (int r = 0; r < G; r++) acc[r][b] += part_sums[warp + o][r * B + b];
-            }
-    }
-    if (lane != 0 || !live) return;
-#pragma unroll
-    for (int b = 0; b < B; b++) {
-        // The norm's scale 1/rms(x) is one factor per row of x, applied to the sums.
-        float rs = N ? rsqrtf(ss[b] / (float)k + eps) : 1.f;
-        float v = acc[0][b] * rs;
-        if (G == 2) {
-            float u = acc[G - 1][b] * rs;
-            v = v / (1.f + __expf(-v)) * u;
-        } else {
-            if (bias) v += ld(bias, local);
-            if (res) v += ld(res, (long)b * n + row);
-        }
-        st(y, (long)b * n + row, v);
-    }
-}
-
 // y[b, n] = x[b, k] · w[n, k]ᵀ (+ bias[n]) (+ res[b, n]), where w is up to three weights one
 // under the other (q, k, v: rows [0, n0) of w0, the next n1 of w1, the rest of w2, each with its
 // bias or none), so separate projections compute as one without being stacked in memory. With
@@ -174,14 +110,16 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
                      const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
                      const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
                      T* __restrict__ y, int n, int k) {
+    __shared__ float part_sums[16][G * B + B];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
     const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
     const bool live = row < n;
     const int kv = k / (16 / (int)sizeof(T));
     const uint4* xr = (const uint4*)x;
     const uint4* gr = (const uint4*)g;
-    int local;
-    const int seg = segment<G>(row, n0, n1, local);
+    // The weight part the row lies in, and the row within it.
+    const int seg = G == 2 ? 0 : (row < n0 ? 0 : (row < n0 + n1 ? 1 : 2));
+    const int local = row - (seg > 0 ? n0 : 0) - (seg > 1 ? n1 : 0);
     const T* wseg = seg == 0 ? w0 : (seg == 1 ? w1 : w2);
     const T* bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
     const uint4* wr[G];
@@ -218,117 +156,47 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
             }
         }
     }
-    gemv_finish<T, B, G, N, S>(acc, ss, live, row, local, bias, res, eps, y, n, k);
-}
-
-// Q4_K blocks: 256 weights in 144 bytes (nine 16-byte loads): a header of d and dmin (F16) and
-// twelve bytes of 6-bit scales and mins for eight sub-blocks of 32, then 128 bytes of nibbles. Sub-
-// blocks 2j and 2j + 1 share the 32 bytes j of nibbles (low and high halves), so a pair is a unit
-// of 64 weights: weight l of sub-block s is d·sc_s·q_l − dmin·m_s (llama.cpp's dequantize_row_q4_K).
-__device__ __forceinline__ float f16(unsigned h) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)h));
-    return f;
-}
-// d·sc and dmin·m of sub-block s from the block's header (get_scale_min_k4).
-__device__ __forceinline__ void q4k_scale(uint4 h, int s, float& d, float& m) {
-    const int sh = 8 * (s & 3);
-    const unsigned y = (h.y >> sh) & 0xFFu, z = (h.z >> sh) & 0xFFu, w = (h.w >> sh) & 0xFFu;
-    const unsigned sc = s < 4 ? (y & 63u) : ((w & 0xFu) | ((y >> 6) << 4));
-    const unsigned mn = s < 4 ? (z & 63u) : ((w >> 4) | ((z >> 6) << 4));
-    d = f16(h.x & 0xFFFFu) * (float)sc;
-    m = f16(h.x >> 16) * (float)mn;
-}
-// Byte t of v (a nibble, 0-15) as a float: placed in the mantissa of 2^23, 2^23 taken away (two
-// instructions, no integer conversion).
-__device__ __forceinline__ float nib(unsigned v, int t) { return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540u | t)) - 8388608.f; }
-__device__ __forceinline__ float dot4(unsigned q, float4 x) {
-    return fmaf(nib(q, 3), x.w, fmaf(nib(q, 2), x.z, fmaf(nib(q, 1), x.y, nib(q, 0) * x.x)));
-}
-__device__ __forceinline__ float sum4(float4 x) { return (x.x + x.y) + (x.z + x.w); }
-__device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
-
-// gemv over Q4_K weights with F32 activations: the same products, parts, fusions and splits, w0..w2
-// rows of k / 256 blocks. A warp takes a block of every one of its R rows at a time: lane L holds
-// the block's nibble word L (bytes 16 + 4L: eight weights of sub-blocks 2j, 2j + 1, j = L / 8),
-// so the lanes' loads of the words and of x (two float4 each) are contiguous; the block's header
-// is one load all lanes share. A lane sums d1 Σ q x − m1 Σ x over its low nibbles and d2, m2 over
-// the high ones: the scales multiply sums, not weights, and x's sums serve every row. k a multiple
-// of 256; x and g 16-byte aligned (the caller checks).
-template <int B, int G, bool N, int S, int R>
-__device__ void gemv_q4k(const unsigned* __restrict__ w0, const unsigned* __restrict__ w1, const unsigned* __restrict__ w2,
-                         const float* __restrict__ b0, const float* __restrict__ b1, const float* __restrict__ b2, int n0, int n1,
-                         const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ g, float eps,
-                         float* __restrict__ y, int n, int k) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
-    const int first = (blockIdx.x * ((blockDim.x >> 5) / S) + warp / S) * R;
-    const int nb = k / 256, j = lane >> 3, k4 = k / 4;
-    const unsigned* wr[R][G];
-    int local[R];
-    const float* bias[R];
-    float acc[R][G][B], ss[B];
 #pragma unroll
-    for (int q = 0; q < R; q++) {
-        const int row = first + q;
-        const int seg = segment<G>(row, n0, n1, local[q]);
-        bias[q] = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
+    for (int b = 0; b < B; b++) {
+        if (N) ss[b] = warp_sum(ss[b]);
 #pragma unroll
-        for (int r = 0; r < G; r++) {
-            const unsigned* base = G == 2 ? (r == 0 ? w0 : w1) : (seg == 0 ? w0 : (seg == 1 ? w1 : w2));
-            // A row past n reads row 0 of its part (the sums are not written).
-            wr[q][r] = base + (long)(row < n ? local[q] : 0) * nb * 36;
-#pragma unroll
-            for (int b = 0; b < B; b++) acc[q][r][b] = 0.f;
-        }
+        for (int r = 0; r < G; r++) acc[r][b] = warp_sum(acc[r][b]);
     }
+    if (S > 1) {
+        // The row's warps add their parts through shared memory; the first keeps the sums.
+        if (lane == 0) {
 #pragma unroll
-    for (int b = 0; b < B; b++) ss[b] = 0.f;
-    const float4* xr = (const float4*)x;
-    const float4* gr = (const float4*)g;
-    const bool live = first < n;
-#pragma unroll 4
-    for (int blk = part; live && blk < nb; blk += S) {
-        // x of the lane's eight weights: elements 256 blk + 64 j + 4 (L % 8) .. + 3, and 32 on.
-        const int at = blk * 64 + 16 * j + (lane & 7);
-        float4 xl[B], xh[B];
-        float sl[B], sh[B];
-        const float4 gl = N ? __ldg(gr + at) : make_float4(1.f, 1.f, 1.f, 1.f);
-        const float4 gh = N ? __ldg(gr + at + 8) : make_float4(1.f, 1.f, 1.f, 1.f);
+            for (int b = 0; b < B; b++) {
+                part_sums[warp][G * B + b] = ss[b];
 #pragma unroll
-        for (int b = 0; b < B; b++) {
-            xl[b] = __ldg(xr + (long)b * k4 + at);
-            xh[b] = __ldg(xr + (long)b * k4 + at + 8);
-            if (N) {
-                ss[b] += sum4(mul4(xl[b], xl[b])) + sum4(mul4(xh[b], xh[b]));
-                xl[b] = mul4(xl[b], gl);
-                xh[b] = mul4(xh[b], gh);
+                for (int r = 0; r < G; r++) part_sums[warp][r * B + b] = acc[r][b];
             }
-            sl[b] = sum4(xl[b]);
-            sh[b] = sum4(xh[b]);
         }
+        __syncthreads();
+        if (part != 0 || lane != 0) return;
 #pragma unroll
-        for (int q = 0; q < R; q++)
+        for (int o = 1; o < S; o++)
 #pragma unroll
-            for (int r = 0; r < G; r++) {
-                const unsigned* p = wr[q][r] + blk * 36;
-                const uint4 hd = __ldcs((const uint4*)p);
-                const unsigned w = __ldcs(p + 4 + lane);
-                float d1, m1, d2, m2;
-                q4k_scale(hd, 2 * j, d1, m1);
-                q4k_scale(hd, 2 * j + 1, d2, m2);
-                const unsigned lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+            for (int b = 0; b < B; b++) {
+                ss[b] += part_sums[warp + o][G * B + b];
 #pragma unroll
-                for (int b = 0; b < B; b++)
-                    acc[q][r][b] += d1 * dot4(lo, xl[b]) - m1 * sl[b] + d2 * dot4(hi, xh[b]) - m2 * sh[b];
+                for (int r = 0; r < G; r++) acc[r][b] += part_sums[warp + o][r * B + b];
             }
     }
-    // The sum of squares is the row's x whatever the row: every row's finish takes it.
+    if (lane != 0 || !live) return;
 #pragma unroll
-    for (int q = 0; q < R; q++) {
-        float s2[B];
-#pragma unroll
-        for (int b = 0; b < B; b++) s2[b] = ss[b];
-        gemv_finish<float, B, G, N, S>(acc[q], s2, first + q < n, first + q, local[q], bias[q], res, eps, y, n, k);
+    for (int b = 0; b < B; b++) {
+        // The norm's scale 1/rms(x) is one factor per row of x, applied to the sums.
+        float rs = N ? rsqrtf(ss[b] / (float)k + eps) : 1.f;
+        float v = acc[0][b] * rs;
+        if (G == 2) {
+            float u = acc[G - 1][b] * rs;
+            v = v / (1.f + __expf(-v)) * u;
+        } else {
+            if (bias) v += ld(bias, local);
+            if (res) v += ld(res, (long)b * n + row);
+        }
+        st(y, (long)b * n + row, v);
     }
 }
 
@@ -490,28 +358,7 @@ fn source() -> String {
              extern \"C\" __global__ void vram_lab_argmax_{name}(const {t}* logits, unsigned* ids, int vocab) {{ argmax<{t}>(logits, ids, vocab); }}\n"
         ));
     }
-    // Q4_K weights with F32 activations (the Q4 model computes in F32).
-    for v @ (b, g, norm, split) in gemv_variants() {
-        s.push_str(&format!(
-            "extern \"C\" __global__ void {}(const unsigned* w0, const unsigned* w1, const unsigned* w2, const float* b0, const float* b1, const float* b2, int n0, int n1, const float* x, const float* res, const float* g, float eps, float* y, int n, int k) {{ gemv_q4k<{b}, {g}, {norm}, {split}, {}>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }}\n",
-            gemv_name(Q4K_NAME, v),
-            q4k_rows_per_warp(g)
-        ));
-    }
     s
-}
-
-/// The entry points' dtype in their names for Q4_K weights with F32 activations.
-const Q4K_NAME: &str = "q4k_f32";
-
-/// Rows a warp of the Q4_K kernel computes from one load of x: two (its conversions and sums
-/// serve both), one for gate and up (already two weights per x).
-fn q4k_rows_per_warp(group: usize) -> usize {
-    if group == 2 {
-        1
-    } else {
-        2
-    }
 }
 
 /// The kernels compiled to PTX by NVRTC (no GPU needed), once per process: later decoders reuse it.
@@ -535,8 +382,6 @@ pub struct DecodeKernels {
     qkv: CudaFunction,
     /// In the order of `gemv_variants`.
     gemv: Vec<CudaFunction>,
-    /// The same over Q4_K weights; empty unless the activations are F32.
-    gemv_q4k: Vec<CudaFunction>,
     attend: CudaFunction,
     argmax: CudaFunction,
 }
@@ -552,15 +397,12 @@ impl DecodeKernels {
         };
         let ptx = ptx()?;
         let load = |f: &str| -> Result<CudaFunction> { Ok(dev.get_or_load_custom_func(f, "vram_lab_decode", &ptx)?.into_cuda_function()) };
-        let variants = |dtype: &str| gemv_variants().map(|v| load(&gemv_name(dtype, v))).collect::<Result<Vec<_>>>();
-        let gemv = variants(name)?;
-        let gemv_q4k = if dtype == DType::F32 { variants(Q4K_NAME)? } else { Vec::new() };
+        let gemv = gemv_variants().map(|v| load(&gemv_name(name, v))).collect::<Result<Vec<_>>>()?;
         Ok(Some(Self {
             dev: dev.clone(),
             dtype,
             qkv: load(&format!("vram_lab_qkv_store_{name}"))?,
             gemv,
-            gemv_q4k,
             attend: load(&format!("vram_lab_attend_{name}"))?,
             argmax: load(&format!("vram_lab_argmax_{name}"))?,
         }))
@@ -586,37 +428,27 @@ impl DecodeKernels {
     /// `x · wᵀ` for `x` [.., k] of at most `GEMV_MAX_BATCH` rows, `w` the `parts` one under the
     /// other (one to three weights [n_i, k], each with its bias or none: q, k and v compute as
     /// one product whether they are stacked in memory or not), with what `f` fuses (with `glu`,
-    /// the parts are gate and up, [n, k] each, without bias). The weights are dense in the
-    /// activations' dtype, or all Q4_K blocks with F32 activations. The result has `x`'s shape
-    /// with the rows last. None when the kernel does not take these tensors (another dtype or
-    /// block type, a batch too large, rows not a whole number of 16-byte loads or Q4_K blocks,
-    /// unaligned or strided): the caller computes with candle.
+    /// the parts are gate and up, [n, k] each, without bias). The result has `x`'s shape with the
+    /// rows last. None when the kernel does not take these tensors (another dtype, a batch too
+    /// large, rows not a whole number of 16-byte loads, unaligned or strided): the caller computes
+    /// with candle.
     pub fn gemv(&self, parts: &[Part], x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
         let Some(&(first, _)) = parts.first() else { return Ok(None) };
-        let quant = matches!(first, Matrix::Quant(_));
-        let funcs = if quant { &self.gemv_q4k } else { &self.gemv };
-        let (_, k) = first.dims2()?;
+        let k = first.dim(1)?;
         let mut rows = Vec::with_capacity(parts.len());
         for &(w, bias) in parts {
             let (n, kw) = w.dims2()?;
-            let kind = match w {
-                Matrix::Dense(t) => !quant && self.ours(&[t]),
-                Matrix::Quant(q) => quant && q.dtype() == GgmlDType::Q4K,
-            };
-            if kw != k || !kind || bias.is_some_and(|b| f.glu || !self.ours(&[b]) || b.elem_count() != n) {
+            if kw != k || !self.ours(&[w]) || bias.is_some_and(|b| f.glu || !self.ours(&[b]) || b.elem_count() != n) {
                 return Ok(None);
             }
             rows.push(n);
         }
         let n = if f.glu { rows[0] } else { rows.iter().sum() };
         let batch = x.elem_count() / k.max(1);
-        // What one lane's load covers: 16 bytes of dense weights, or a word of eight Q4_K weights
-        // (rows whole blocks of 256).
-        let (per, whole) = if quant { (32, 256) } else { let p = 16 / self.dtype.size_in_bytes(); (p, p) };
-        let takes = !funcs.is_empty()
-            && x.dims().last() == Some(&k)
+        let per = 16 / self.dtype.size_in_bytes();
+        let takes = x.dims().last() == Some(&k)
             && (1..=GEMV_MAX_BATCH).contains(&batch)
-            && k % whole == 0
+            && k % per == 0
             && if f.glu { parts.len() == 2 && rows[1] == n } else { parts.len() <= 3 }
             && self.ours(&[x])
             && f.norm.is_none_or(|(g, _)| self.ours(&[g]) && g.elem_count() == k)
@@ -628,10 +460,7 @@ impl DecodeKernels {
         let mut w = [0u64; 3];
         let mut bs = [0u64; 3];
         for (i, &(wi, bi)) in parts.iter().enumerate() {
-            w[i] = match wi {
-                Matrix::Dense(t) => self.ptr(t)?,
-                Matrix::Quant(q) => q.device_ptr()? as u64,
-            };
+            w[i] = self.ptr(wi)?;
             bs[i] = bi.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
         }
         let px = self.ptr(x)?;
@@ -649,21 +478,18 @@ impl DecodeKernels {
         let eps = f.norm.map_or(0.0, |(_, e)| e);
         let split = gemv_split(k / per, n);
         let block = 32 * split as u32 * GEMV_ROWS_PER_BLOCK;
-        let group = if f.glu { 2 } else { 1 };
-        let rows_per_block = GEMV_ROWS_PER_BLOCK * if quant { q4k_rows_per_warp(group) as u32 } else { 1 };
-        let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(rows_per_block), 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
-        let variant = (batch, group, f.norm.is_some(), split);
+        let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(GEMV_ROWS_PER_BLOCK), 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
+        let variant = (batch, if f.glu { 2 } else { 1 }, f.norm.is_some(), split);
         let Some(at) = gemv_variants().position(|v| v == variant) else { return Ok(None) };
-        let func = &funcs[at];
+        let func = &self.gemv[at];
         let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);
         let (n, k) = (n as i32, k as i32);
         let mut l = stream.launch_builder(func);
         l.arg(&w[0]).arg(&w[1]).arg(&w[2]).arg(&bs[0]).arg(&bs[1]).arg(&bs[2]).arg(&n0).arg(&n1);
         l.arg(&px).arg(&pr).arg(&pg).arg(&eps).arg(&py).arg(&n).arg(&k);
         // SAFETY: each weight part holds its rows of k (contiguous, 16-byte aligned, k a whole
-        // number of 16-byte loads or of Q4_K blocks), each bias its rows or null, x batch rows of
-        // k, g k values or null, res batch·n or null, and y (fresh) batch·n: the kernel reads and
-        // writes within.
+        // number of 16-byte loads), each bias its rows or null, x batch rows of k, g k values or
+        // null, res batch·n or null, and y (fresh) batch·n: the kernel reads and writes within.
         unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(y))
     }

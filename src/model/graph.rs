@@ -134,24 +134,7 @@ fn once<T>(cell: &std::cell::OnceCell<T>, make: impl FnOnce() -> Result<T>) -> R
 }
 
 /// One weight of a product, [n, k], and its bias.
-pub type Part<'a> = (Matrix<'a>, Option<&'a Tensor>);
-
-/// A weight of the step's product: a dense matrix, or GGUF blocks (the lab's kernel takes Q4_K).
-#[derive(Debug, Clone, Copy)]
-pub enum Matrix<'a> {
-    Dense(&'a Tensor),
-    Quant(&'a candle_core::quantized::QTensor),
-}
-
-impl Matrix<'_> {
-    /// (rows, columns).
-    pub fn dims2(&self) -> Result<(usize, usize)> {
-        Ok(match self {
-            Self::Dense(t) => t.dims2()?,
-            Self::Quant(q) => q.shape().dims2()?,
-        })
-    }
-}
+pub type Part<'a> = (&'a Tensor, Option<&'a Tensor>);
 
 /// What the step's matrix-vector kernel computes besides the product: the RMS norm of x before it
 /// (its weight and eps), and after it the residual, or silu(gate)·up of the gate and up weights.

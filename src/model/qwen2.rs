@@ -5,7 +5,7 @@
 
 use super::attention::{attend, check_elems, AttentionMode};
 use super::config::Qwen2Config;
-use super::graph::{Fused, Matrix, Part, StepInputs};
+use super::graph::{Fused, Part, StepInputs};
 use super::host_linear::HostLinear;
 use super::kv_cache::{CacheKind, KvCache};
 use super::placement::{Home, Placement};
@@ -48,11 +48,10 @@ impl Linear {
         }
     }
 
-    /// The weight and bias, as a part of the static step's product (dense, or GGUF blocks).
+    /// The weight and bias of a dense layer, as a part of the static step's product.
     fn part(&self) -> Option<Part<'_>> {
         match self {
-            Self::Dense(l) => Some((Matrix::Dense(l.weight()), l.bias())),
-            Self::Quant(QMatMul::QTensor(q), bias) => Some((Matrix::Quant(q), bias.as_ref())),
+            Self::Dense(l) => Some((l.weight(), l.bias())),
             _ => None,
         }
     }
