@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the `--features cuda` release binary on a machine without a GPU (after setup-cuda-build.sh)
-# and packs it, stripped and xz-compressed, into .gpu/vram-lab.xz for scripts/gpu/run.sh.
+# and packs it, stripped and xz-compressed (-9e), into .gpu/vram-lab.xz for scripts/gpu/run.sh.
 #   bash scripts/cuda/build-gpu-binary.sh            # CUDA_COMPUTE_CAP=90: H100 / H200
 #   CUDA_COMPUTE_CAP=89 bash scripts/cuda/build-gpu-binary.sh   # RTX 4090 (86: RTX 3090, A4000)
 set -euo pipefail
@@ -8,5 +8,6 @@ cd "$(dirname "$0")/../.."
 source /opt/cuda13/env.sh
 cargo build --release --features cuda
 mkdir -p .gpu
-xz -T0 -6 -c target/release/vram-lab > .gpu/vram-lab.xz
+# -9e: the repository and the binaries travel together under a 64 MiB limit.
+xz -T0 -9e -c target/release/vram-lab > .gpu/vram-lab.xz
 ls -la .gpu/vram-lab.xz
