@@ -87,6 +87,30 @@ pub fn start_ptr(t: &Tensor, stream: &CudaStream) -> Result<sys::CUdeviceptr> {
     Ok(base + (layout.start_offset() * size) as u64)
 }
 
+/// A tensor of `shape` on `dev` whose memory is not initialised: for a kernel's output, which
+/// must write every element before anything reads it (candle has no such constructor).
+pub fn uninit(dev: &CudaDevice, dtype: DType, shape: Vec<usize>) -> Result<Tensor> {
+    use candle_core::cuda_backend::CudaStorage;
+    let len = shape.iter().product();
+    // SAFETY: the elements are plain numbers; the caller's kernel writes them before any read.
+    let storage = match dtype {
+        DType::BF16 => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<half::bf16>(len) }?, dev.clone()),
+        DType::U32 => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<u32>(len) }?, dev.clone()),
+        DType::F32 => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<f32>(len) }?, dev.clone()),
+        other => return Err(LabError::Unsupported(format!("a kernel output in {other:?}"))),
+    };
+    Ok(Tensor::from_storage(Storage::Cuda(storage), shape, candle_core::op::BackpropOp::none(), false))
+}
+
+/// PTX compiled once per process into `cell` by `compile` (NVRTC; later callers reuse it).
+pub fn ptx_once(cell: &'static std::sync::OnceLock<String>, compile: impl FnOnce() -> Result<String>) -> Result<String> {
+    if let Some(p) = cell.get() {
+        return Ok(p.clone());
+    }
+    let p = compile()?;
+    Ok(cell.get_or_init(|| p).clone())
+}
+
 /// A non-blocking stream of its own, for copies that overlap candle's kernels.
 pub struct CopyStream {
     raw: sys::CUstream,

@@ -364,11 +364,7 @@ fn source() -> String {
 /// The kernels compiled to PTX by NVRTC (no GPU needed), once per process: later decoders reuse it.
 pub fn ptx() -> Result<String> {
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    if let Some(p) = PTX.get() {
-        return Ok(p.clone());
-    }
-    let p = candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(source()).map_err(err)?.to_src();
-    Ok(PTX.get_or_init(|| p).clone())
+    crate::memory::cuda_copy::ptx_once(&PTX, || Ok(candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(source()).map_err(err)?.to_src()))
 }
 
 fn err(e: impl std::fmt::Debug) -> LabError {
@@ -472,7 +468,7 @@ impl DecodeKernels {
         if let Some(last) = shape.last_mut() {
             *last = n;
         }
-        let y = self.alloc(self.dtype, batch * n, shape)?;
+        let y = crate::memory::cuda_copy::uninit(&self.dev, self.dtype, shape)?;
         let py = self.ptr(&y)?;
         let pr = f.res.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
         let eps = f.norm.map_or(0.0, |(_, e)| e);
@@ -503,7 +499,7 @@ impl DecodeKernels {
         if !takes {
             return Ok(None);
         }
-        let out = self.alloc(self.dtype, b * heads * d, vec![b, 1, heads * d])?;
+        let out = crate::memory::cuda_copy::uninit(&self.dev, self.dtype, vec![b, 1, heads * d])?;
         let stream = self.dev.cuda_stream();
         let (py, pk, pv, pp, po) = (self.ptr(y)?, self.ptr(kc)?, self.ptr(vc)?, self.ptr(pos)?, self.ptr(&out)?);
         let cfg = LaunchConfig { grid_dim: (heads as u32, b as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
@@ -522,7 +518,7 @@ impl DecodeKernels {
         if one != 1 || !self.ours(&[logits]) {
             return Ok(None);
         }
-        let ids = self.alloc(DType::U32, b, vec![b, 1])?;
+        let ids = crate::memory::cuda_copy::uninit(&self.dev, DType::U32, vec![b, 1])?;
         let stream = self.dev.cuda_stream();
         let (pl, pi) = (self.ptr(logits)?, self.ptr(&ids)?);
         let cfg = LaunchConfig { grid_dim: (b as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
@@ -542,18 +538,5 @@ impl DecodeKernels {
     /// Whether every tensor is contiguous in the kernels' dtype.
     fn ours(&self, ts: &[&Tensor]) -> bool {
         ts.iter().all(|t| t.dtype() == self.dtype && t.is_contiguous())
-    }
-
-    /// An uninitialised tensor of `len` elements on the device (every element is written next).
-    fn alloc(&self, dtype: DType, len: usize, shape: Vec<usize>) -> Result<Tensor> {
-        use candle_core::cuda_backend::CudaStorage;
-        // SAFETY: the memory is written in full by the kernel launched right after on the same stream.
-        let storage = match dtype {
-            DType::BF16 => CudaStorage::wrap_cuda_slice(unsafe { self.dev.alloc::<half::bf16>(len) }?, self.dev.clone()),
-            DType::U32 => CudaStorage::wrap_cuda_slice(unsafe { self.dev.alloc::<u32>(len) }?, self.dev.clone()),
-            DType::F32 => CudaStorage::wrap_cuda_slice(unsafe { self.dev.alloc::<f32>(len) }?, self.dev.clone()),
-            other => return Err(LabError::Unsupported(format!("decode kernel output in {other:?}"))),
-        };
-        Ok(Tensor::from_storage(candle_core::Storage::Cuda(storage), shape, candle_core::op::BackpropOp::none(), false))
     }
 }

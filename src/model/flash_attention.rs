@@ -171,12 +171,10 @@ pub const HEAD_DIMS: [usize; 2] = [64, 128];
 pub fn ptx() -> Result<String> {
     use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    if let Some(p) = PTX.get() {
-        return Ok(p.clone());
-    }
-    let opts = CompileOptions { arch: Some("compute_80"), ..Default::default() };
-    let p = compile_ptx_with_opts(SOURCE, opts).map_err(|e| LabError::other(format!("flash attention kernel: {e:?}")))?.to_src();
-    Ok(PTX.get_or_init(|| p).clone())
+    crate::memory::cuda_copy::ptx_once(&PTX, || {
+        let opts = CompileOptions { arch: Some("compute_80"), ..Default::default() };
+        Ok(compile_ptx_with_opts(SOURCE, opts).map_err(|e| LabError::other(format!("flash attention kernel: {e:?}")))?.to_src())
+    })
 }
 
 /// Whether `dev` runs the kernel (compute capability 8.0 or newer: the tensor-core instructions).
@@ -211,14 +209,7 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Optio
     let func: CudaFunction = dev.get_or_load_custom_func(&format!("vram_lab_flash_bf16_d{d}"), "vram_lab_flash", &ptx()?)?.into_cuda_function();
     let stream = dev.cuda_stream();
     let ptr = |x: &Tensor| crate::memory::cuda_copy::start_ptr(x, &stream);
-    // SAFETY: written in full by the kernel launched next on the same stream.
-    let out = unsafe { dev.alloc::<half::bf16>(b * s * heads * d) }?;
-    let out = Tensor::from_storage(
-        candle_core::Storage::Cuda(candle_core::cuda_backend::CudaStorage::wrap_cuda_slice(out, dev.clone())),
-        vec![b, s, heads * d],
-        candle_core::op::BackpropOp::none(),
-        false,
-    );
+    let out = crate::memory::cuda_copy::uninit(dev, DType::BF16, vec![b, s, heads * d])?;
     let (pq, pk, pv, po) = (ptr(q)?, ptr(k)?, ptr(v)?, ptr(&out)?);
     let (hs, bs) = (k.stride()[1] as i64, k.stride()[0] as i64);
     let scale_log2 = std::f32::consts::LOG2_E / (d as f32).sqrt();
