@@ -25,6 +25,19 @@ use std::collections::BTreeMap;
 /// The driver's mapping granularity (and PyTorch's rounding of large blocks).
 pub const GRANULE: u64 = 2 << 20;
 
+/// What CUDA's stream-ordered pool maps at a time: its reserved bytes are always a multiple of
+/// 32 MiB, and after a trim they are exactly the 32 MiB chunks (aligned in the address space)
+/// that live allocations touch (`VRAM_LAB_ALLOC_TRACE` on an H200, CUDA 13.0, driver 580:
+/// every trim of the prefills at the card's edge, `data/results/h200/2026-11-23-pool`).
+pub const POOL_CHUNK: u64 = 32 << 20;
+
+/// What a live allocation keeps mapped beyond its bytes at the worst moment measured. Ends that
+/// fall anywhere in their chunks would keep one chunk more on average; neighbours share chunks,
+/// so the traces' worst layer kept 22.5 MiB per allocation the ledger counts (`Phases::blocks`):
+/// BF16 at 33,792 tokens, 383 MiB over 17 at the MLP; Q4 at 35,840, 391 MiB over 18
+/// (`data/results/h200/2026-11-23-pool`, checked by tests/estimate_check.rs).
+pub const POOL_SLACK: u64 = 23_069 << 10;
+
 pub fn round_up(bytes: u64) -> u64 {
     bytes.max(1).div_ceil(GRANULE) * GRANULE
 }

@@ -46,25 +46,79 @@ fn allocated_and_peak_within_3_percent() {
     }
 }
 
-/// The longest context: the same search on the ledger is an upper bound on every bisection.
-/// Runs that retry a failed request after trimming the pool (kv_limit's oom_retry) land within
-/// 2 % and one bisection step of it where the edge is the logits or the attention; where it is
-/// the MLP (last logits) the pool keeps about 400 MiB it cannot hand out, and the gap is up to
-/// 6 %. Runs before the retry stopped where the pool's mapped memory, not the live bytes, hit
-/// the card (16,128 tokens where the ledger says 24,576).
+/// The longest context: the ledger's search, with the pool's slack per live allocation
+/// (`alloc_model::POOL_SLACK`), within 2 % and one bisection step of every run that retries a
+/// failed request after trimming the pool (kv_limit's oom_retry), whether the edge is the
+/// logits, the attention or the MLP. Runs before the retry stopped where the pool's mapped
+/// memory, not the live bytes, hit the card (16,128 tokens where the ledger says 24,064): the
+/// ledger stays an upper bound on them.
 #[test]
-fn longest_context_is_bounded_by_the_ledger() {
+fn longest_context_within_2_percent() {
     let l = limits(results()).unwrap();
     assert!(l.len() >= 10);
-    for x in &l {
+    for x in l.iter().filter(|x| !x.retried) {
         assert!(x.predicted_max_context >= x.max_context, "{} {} {} {}: measured {}, ledger {}", x.file, x.precision, x.logits.name(), x.attention, x.max_context, x.predicted_max_context);
     }
     let retried: Vec<_> = l.iter().filter(|x| x.retried).collect();
-    assert!(retried.len() >= 7, "only {} runs with the retry", retried.len());
-    for x in retried {
-        let tolerance = if x.logits == Logits::Last && x.attention == "bounded" { 6.0 } else { 2.0 + 100.0 * 256.0 / x.max_context as f64 };
-        assert!(x.err_pct() <= tolerance, "{} {} {} {}: measured {}, ledger {} ({:+.2} %)", x.file, x.precision, x.logits.name(), x.attention, x.max_context, x.predicted_max_context, x.err_pct());
+    assert!(retried.len() >= 13, "only {} runs with the retry", retried.len());
+    // Every kind of edge is among them.
+    for (logits, attention) in [(Logits::All, "bounded"), (Logits::Last, "bounded"), (Logits::All, "naive")] {
+        assert!(retried.iter().any(|x| x.logits == logits && x.attention == attention), "{logits:?} {attention}");
     }
+    for x in retried {
+        let tolerance = 2.0 + 100.0 * 256.0 / x.max_context as f64;
+        assert!(x.err_pct().abs() <= 2.0f64.min(tolerance), "{} {} {} {}: measured {}, ledger {} ({:+.2} %)", x.file, x.precision, x.logits.name(), x.attention, x.max_context, x.predicted_max_context, x.err_pct());
+    }
+}
+
+/// The pool maps whole 32 MiB chunks: after every trim in the committed allocation traces its
+/// reserved bytes are exactly the chunks that live allocations touch (counted by the hook), and
+/// the slack per allocation the ledger assumes is the traces' worst trim divided by the
+/// allocations the ledger counts at that prefill's busiest moment.
+#[test]
+fn pool_keeps_the_chunks_live_allocations_touch() {
+    use clap::ValueEnum;
+    use vram_lab::alloc_model::{POOL_CHUNK, POOL_SLACK};
+    let cfg = vram_lab::model::Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let dir = results().join("h200/2026-11-23-pool");
+    let (mut worst, mut trims) = (0f64, 0);
+    for name in ["pool-bf16-last", "pool-bf16-all", "pool-q4-last"] {
+        let text = std::fs::read_to_string(dir.join(name).join("trims.csv")).unwrap();
+        let mut blocks = 0;
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split(',').collect();
+            // "mark prefill bf16 1 x 33792 last logits bounded attention"
+            if let Some(label) = f[0].strip_prefix("mark prefill ") {
+                let w: Vec<&str> = label.split(' ').collect();
+                let precision = Precision::from_str(w[0], true).unwrap();
+                let (batch, seq): (usize, usize) = (w[1].parse().unwrap(), w[3].parse().unwrap());
+                let logits = Logits::from_str(w[4], true).unwrap();
+                assert_eq!(w[6], "bounded");
+                let p = phases(&cfg, &Prefill { seq, batch, act_bytes: precision.act_dtype().size_in_bytes(), logits, attention: AttentionMode::default() });
+                let b = p.blocks;
+                // Q4 keeps candle's quantized-matmul buffer beside them.
+                blocks = u64::from(precision.is_quantized())
+                    + match p.peak_at() {
+                        "mlp" => b.mlp,
+                        "logits" => b.logits,
+                        "attention" => b.attention,
+                        _ => b.o_proj,
+                    };
+                continue;
+            }
+            if f[0] != "trimmed" {
+                continue;
+            }
+            let n = |i: usize| f[i].parse::<u64>().unwrap();
+            let (reserved, used, touched) = (n(3), n(4), n(5));
+            assert_eq!(reserved % POOL_CHUNK, 0, "{name}: {line}");
+            assert_eq!(reserved, touched, "{name}: {line}");
+            worst = worst.max((reserved - used) as f64 / blocks as f64);
+            trims += 1;
+        }
+    }
+    assert!(trims >= 100, "only {trims} trims");
+    assert!((worst - POOL_SLACK as f64).abs() < 1024.0, "worst slack per allocation {worst:.0} B, POOL_SLACK {POOL_SLACK}");
 }
 
 /// On CPU the counting allocator sees the same live set in the MLP: `vram-lab kv` on 0.5B's

@@ -4,6 +4,7 @@
 
 use super::transient::{self, Prefill};
 use super::{kv_bytes_per_token, weight_bytes, workspace};
+use crate::alloc_model::POOL_SLACK;
 use crate::model::attention::AttentionMode;
 use crate::model::{Logits, Precision, Qwen2Config};
 use serde::{Deserialize, Serialize};
@@ -67,6 +68,10 @@ pub struct Ledger {
     /// Above the weights, the cache and the kept logits at the prefill's busiest moment.
     pub transient: u64,
     pub peak_at: &'static str,
+    /// What the pool maps beyond the live bytes at its busiest moment: it maps whole 32 MiB
+    /// chunks (`alloc_model::POOL_CHUNK`), so after the lab's trim-and-retry each live
+    /// allocation keeps part of a chunk more than its bytes (`alloc_model::POOL_SLACK`).
+    pub pool: u64,
     pub runtime: u64,
 }
 
@@ -78,9 +83,10 @@ impl Ledger {
     pub fn peak(&self) -> u64 {
         self.allocated() + self.transient
     }
-    /// The peak plus the runtime outside the pool: what the card must have.
+    /// The peak, the pool's chunks around it and the runtime outside the pool: what the card
+    /// must have.
     pub fn device(&self) -> u64 {
-        self.peak() + self.runtime
+        self.peak() + self.pool + self.runtime
     }
 }
 
@@ -99,6 +105,11 @@ pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -
     let kept = workspace::held(cfg, w.precision, seen.max(tokens));
     let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - kept;
     let (transient, peak_at) = if growth > p.peak() { (growth - p.logits_kept, "workspace") } else { (p.transient(), p.peak_at()) };
+    // Chunks: Q4's kept buffer is one allocation more at every moment; growing it holds the old
+    // and the new buffer in the down projection.
+    let kept_block = u64::from(kept > 0);
+    let grown = if w.precision.is_quantized() { growth + (p.blocks.down_proj + 2) * POOL_SLACK } else { 0 };
+    let chunked = (p.peak_with(POOL_SLACK) + kept_block * POOL_SLACK).max(grown);
     Ledger {
         weights: weight_bytes(cfg, w.precision),
         workspace: kept,
@@ -106,6 +117,7 @@ pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -
         logits: p.logits_kept,
         transient,
         peak_at,
+        pool: chunked - p.peak().max(growth),
         runtime,
     }
 }
@@ -183,7 +195,10 @@ mod tests {
         assert_eq!(l.kv_cache, 57_344 * 4096);
         assert_eq!(l.logits, 304_128);
         assert_eq!(l.transient, 205_056 * 4096 - 304_128);
-        assert_eq!(l.device(), l.weights + 57_344 * 4096 + 205_056 * 4096);
+        // The MLP holds 17 allocations (the layer's ten with the cache, x + o(a), h2, the
+        // reshaped output and four intermediate-sized), each with the pool's slack.
+        assert_eq!(l.pool, 17 * POOL_SLACK);
+        assert_eq!(l.device(), l.weights + 57_344 * 4096 + 205_056 * 4096 + 17 * POOL_SLACK);
     }
 
     /// The limits are the edge: one more token or one more sequence does not fit.

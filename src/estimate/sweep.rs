@@ -5,6 +5,7 @@
 use super::fit::{ledger_after, Inference};
 use super::transient::{self, Prefill};
 use super::{kv_bytes_per_token, weight_bytes, workspace};
+use crate::alloc_model::POOL_SLACK;
 use crate::model::Qwen2Config;
 use crate::search::bisect;
 
@@ -16,8 +17,12 @@ pub fn reaches_growth(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64,
     let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention });
     let tokens = (w.seq * w.batch) as u64;
     let base = weight_bytes(cfg, w.precision) + workspace::held(cfg, w.precision, seen) + kv_bytes_per_token(cfg, act) * tokens + runtime;
-    let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - workspace::held(cfg, w.precision, seen);
-    base + p.attention.max(p.o_proj).max(p.mlp).max(growth) <= capacity
+    let held = workspace::held(cfg, w.precision, seen);
+    let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - held;
+    // Each live allocation with its average chunk slack, as the ledger counts them.
+    let (c, b, kept) = (POOL_SLACK, &p.blocks, u64::from(held > 0));
+    let busiest = (p.attention + (b.attention + kept) * c).max(p.o_proj + (b.o_proj + kept) * c).max(p.mlp + (b.mlp + kept) * c).max(growth + (b.down_proj + 2) * c);
+    base + busiest <= capacity
 }
 
 /// The tokens the quantized buffer was sized for before each of `attempts` (in the order the

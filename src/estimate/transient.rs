@@ -41,6 +41,19 @@ pub struct Phases {
     pub logits: u64,
     /// The logits the forward returns (they stay after it).
     pub logits_kept: u64,
+    /// How many separate allocations each moment holds above the weights (the cache as one).
+    pub blocks: Blocks,
+}
+
+/// Live allocations at each moment, the one being requested included: the pool maps whole
+/// chunks (`alloc_model::POOL_CHUNK`), so each keeps a part of one beyond its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Blocks {
+    pub attention: u64,
+    pub o_proj: u64,
+    pub mlp: u64,
+    pub down_proj: u64,
+    pub logits: u64,
 }
 
 impl Phases {
@@ -52,6 +65,13 @@ impl Phases {
     /// What the lab's stages report as transient: the peak less what stays (the logits).
     pub fn transient(&self) -> u64 {
         self.peak() - self.logits_kept
+    }
+
+    /// The busiest moment when every live allocation holds `per_block` bytes more (the pool's
+    /// chunk slack): what the pool maps above the weights and the cache.
+    pub fn peak_with(&self, per_block: u64) -> u64 {
+        let b = &self.blocks;
+        [(self.attention, b.attention), (self.o_proj, b.o_proj), (self.mlp, b.mlp), (self.logits, b.logits)].iter().map(|&(bytes, n)| bytes + n * per_block).max().unwrap_or(0)
     }
 
     /// Which moment is the peak.
@@ -101,7 +121,26 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let rows = (i32::MAX as u64 / (b * cfg.vocab_size as u64)).max(1);
     let last_copy = if p.logits == Logits::All && b > 1 && rows < s { b * (s - (s - 1) / rows * rows) * h } else { 0 };
     let logits = tokens * 2 * h + rope + logits_kept + last_copy;
-    Phases { attention, o_proj, mlp, down_proj, logits, logits_kept }
+    // Allocations: x, h1, q, q, k, k, v, cos, sin and the cache; attention's own (bounded: the
+    // chunks' outputs so far, the scaled query chunk, the scores and the mask and masked copy or
+    // the probabilities and the chunk's output; naive: k and v repeated, three score matrices,
+    // the output; fused: the output); then as the bytes above, one per tensor.
+    let layer_blocks = 10;
+    let copy_blocks = u64::from(copies > 0);
+    let attention_blocks = match p.attention {
+        AttentionMode::Bounded { .. } => 5,
+        AttentionMode::Naive | AttentionMode::Differentiable => 6,
+        AttentionMode::Flash => 1,
+    };
+    let pieces = if p.logits == Logits::All { s.div_ceil(rows) } else { 1 };
+    let blocks = Blocks {
+        attention: layer_blocks + attention_blocks,
+        o_proj: layer_blocks + 3 + copy_blocks,
+        mlp: layer_blocks + 6 + copy_blocks,
+        down_proj: layer_blocks + 3 + copy_blocks,
+        logits: 2 + 2 + 1 + pieces + u64::from(last_copy > 0),
+    };
+    Phases { attention, o_proj, mlp, down_proj, logits, logits_kept, blocks }
 }
 
 /// Bounded attention's own bytes at its busiest chunk (`attention::bounded`): the outputs of
@@ -169,6 +208,19 @@ mod tests {
         assert_eq!(p.peak_at(), "attention");
         // Q4 computes in F32: twice the bytes per token.
         assert_eq!(seven_b(16384, Logits::Last, 4).mlp, 2 * 205_056 * 16384);
+    }
+
+    /// Allocations per moment by hand: the layer's x, h1, q, q, k, k, v, cos, sin and the cache;
+    /// the MLP adds x + o(a), h2, the reshaped output and gate, silu(gate), up and their
+    /// product; all logits of 16,384 tokens come in two pieces of at most 2^31 elements.
+    #[test]
+    fn blocks_by_hand() {
+        let p = seven_b(16384, Logits::Last, 2);
+        assert_eq!((p.blocks.attention, p.blocks.o_proj, p.blocks.mlp, p.blocks.down_proj, p.blocks.logits), (15, 14, 17, 14, 6));
+        assert_eq!(seven_b(16384, Logits::All, 2).blocks.logits, 7);
+        // The slack moves the busiest moment only by whole allocations' worth.
+        assert_eq!(p.peak_with(0), p.peak());
+        assert_eq!(p.peak_with(1 << 20), p.mlp + 17 * (1 << 20));
     }
 
     /// The chunks keep every score matrix under the budget; a larger budget never lowers the peak.

@@ -431,7 +431,7 @@ impl Stage for Check {
         for retried in [true, false] {
             let Some(l) = lim.iter().filter(|l| l.retried == retried).max_by(|a, b| a.err_pct().abs().total_cmp(&b.err_pct().abs())) else { continue };
             let what = if retried { "longest context, OOM retried after a trim: the worst error" } else { "longest context, runs before the retry: the worst error" };
-            let why = if retried { "the pool keeps a few hundred MiB it cannot hand out at the MLP's edge" } else { "the pool's mapped memory, not the live bytes, hit the card" };
+            let why = if retried { "the ledger counts the pool's 32 MiB chunks: a measured slack per live allocation" } else { "the pool's mapped memory, not the live bytes, hit the card" };
             out.findings.push(Finding::new(what, "%", Some(l.err_pct())).note(format!("{} {} {}: measured {}, the ledger's search {}; {why}", l.precision, l.logits.name(), l.attention, l.max_context, l.predicted_max_context)));
         }
         // The loads as rows of the same table: seq 0, allocated = the weights.
@@ -498,7 +498,7 @@ impl Stage for Check {
                 columns: &[CARD, PRECISION, LOGITS, ATTENTION, BATCH, MAX_CONTEXT, PREDICTED_MAX_CONTEXT, CONTEXT_ERR_PCT, OOM_RETRY],
                 group_by: &[FILE],
                 chart: None,
-                explain: "predicted_max_context: the KV stage's own search (the same doubling lengths, the same bisection grid) run on the ledger, the card's total less the runtime outside the pool. With oom_retry (a failed request retried after the pool is trimmed, as PyTorch retries after releasing its cache) the bisection lands within 0-2 % of it where the edge is the logits or the attention, and within about 5 % where it is the MLP (the pool keeps a few hundred MiB it cannot hand out there); the same command in two processes differed by one step (24,064 and 24,320). Runs before the retry stopped where the pool's mapped memory hit the card: 16,128 tokens instead of 24,064. 最长上下文:同一搜索在账本上的结果;失败后整理内存池再重试,误差 0-2 %(MLP 边缘约 5 %)。",
+                explain: "predicted_max_context: the KV stage's own search (the same doubling lengths, the same bisection grid) run on the ledger, the card's total less the runtime outside the pool. The ledger counts the pool's chunks: CUDA's pool maps 32 MiB at a time and after a trim keeps every chunk a live allocation touches, 22.5 MiB per allocation at the traced worst layer (data/results/h200/2026-11-23-pool). With oom_retry (a failed request retried after the pool is trimmed, as PyTorch retries after releasing its cache) every bisection lands within about 1 % of it, whether the edge is the logits, the attention or the MLP; the same command in two processes differed by one step (24,064 and 24,320). Runs before the retry stopped where the pool's mapped memory hit the card: 16,128 tokens instead of 24,064. 最长上下文:同一搜索在账本上的结果(计入内存池 32 MiB 分块的余量);失败后整理内存池再重试,误差约 1 %。",
             },
         ]
     }

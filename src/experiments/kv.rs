@@ -228,6 +228,7 @@ pub fn step(s: &Session, model: &Qwen2, seq: usize, batch: usize, logits: Logits
     s.probe.clear_pending();
     s.probe.empty_cache();
     s.probe.reset_peak();
+    crate::memory::alloc_hook::trace_mark(&format!("prefill {} {batch} x {seq} {} logits {} attention", model.precision, logits.name(), model.attention.name()));
     st.base = s.probe.snapshot("before").allocated;
     let t0 = Instant::now();
     let out = guarded(&s.probe, &format!("prefill of {batch} × {seq} tokens"), || {

@@ -74,7 +74,10 @@ pub fn release_for_retry(stream: *mut std::ffi::c_void) -> bool {
             {
                 return false;
             }
-            sys::cuMemPoolTrimTo(pool, 0) == sys::CUresult::CUDA_SUCCESS
+            trace("synced", 0, 0, stream);
+            let ok = sys::cuMemPoolTrimTo(pool, 0) == sys::CUresult::CUDA_SUCCESS;
+            trace("trimmed", 0, 0, stream);
+            ok
         }
     }
     #[cfg(not(feature = "cuda"))]
@@ -87,6 +90,114 @@ pub fn release_for_retry(stream: *mut std::ffi::c_void) -> bool {
 /// Called when a retried request succeeded.
 pub fn on_retried() {
     RETRIES.fetch_add(1, Relaxed);
+}
+
+/// The allocation trace: with `VRAM_LAB_ALLOC_TRACE=<file>` every request, free, failure and
+/// trim is a CSV line with the pool's reserved and used bytes after it — how the pool maps
+/// memory for a prefill, which the live bytes alone do not say (a diagnosis, off by default).
+static TRACE: Mutex<Option<std::fs::File>> = Mutex::new(None);
+static TRACING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+fn tracing() -> bool {
+    *TRACING.get_or_init(|| {
+        let Some(path) = std::env::var_os("VRAM_LAB_ALLOC_TRACE") else { return false };
+        let Ok(mut f) = std::fs::File::create(&path) else { return false };
+        use std::io::Write;
+        let _ = writeln!(f, "event,ptr,bytes,reserved,used,touched,runs");
+        TRACE.lock().map(|mut t| *t = Some(f)).is_ok()
+    })
+}
+
+/// One line of the trace (nothing when it is off); `ptr` 0 where there is none. The pool is
+/// not queried while `stream` is being captured into a graph (the query would invalidate it).
+pub fn trace(event: &str, ptr: u64, bytes: u64, stream: *mut std::ffi::c_void) {
+    if !tracing() {
+        return;
+    }
+    let (reserved, used) = if capturing(stream) { (0, 0) } else { pool_now() };
+    // After a trim: what the live allocations alone would keep mapped, beside `reserved`.
+    let layout = if event == "trimmed" { LIVE.lock().ok().and_then(|l| l.as_ref().map(|m| live_layout(m))) } else { None };
+    let (touched, runs) = layout.map(|(t, r)| (t.to_string(), r.to_string())).unwrap_or_default();
+    if let Ok(mut t) = TRACE.lock() {
+        if let Some(f) = t.as_mut() {
+            use std::io::Write;
+            let _ = writeln!(f, "{event},{ptr:#x},{bytes},{reserved},{used},{touched},{runs}");
+        }
+    }
+}
+
+/// The bytes of the pool's chunks (`alloc_model::POOL_CHUNK`) that live allocations touch, and
+/// how many runs of adjacent allocations they form (a run shares its chunks; two runs do not).
+pub fn live_layout(live: &HashMap<u64, u64>) -> (u64, u64) {
+    let chunk = crate::alloc_model::POOL_CHUNK;
+    let mut blocks: Vec<(u64, u64)> = live.iter().map(|(&p, &b)| (p, p + b.max(1))).collect();
+    blocks.sort_unstable();
+    let (mut chunks, mut runs) = (0u64, 0u64);
+    // The last chunk counted, so chunks shared by neighbours count once.
+    let mut last: Option<u64> = None;
+    let mut end = 0u64;
+    for (start, stop) in blocks {
+        // Allocations are 512-byte aligned: a gap under a page is the alignment, not a hole.
+        if runs == 0 || start > end + 4096 {
+            runs += 1;
+        }
+        end = end.max(stop);
+        let (first, final_) = (start / chunk, (stop - 1) / chunk);
+        let from = match last {
+            Some(l) if l >= first => l + 1,
+            _ => first,
+        };
+        if final_ >= from {
+            chunks += final_ - from + 1;
+        }
+        last = Some(last.map_or(final_, |l| l.max(final_)));
+    }
+    (chunks * chunk, runs)
+}
+
+/// A label in the trace, e.g. the prefill that follows.
+pub fn trace_mark(label: &str) {
+    trace(&format!("mark {}", label.replace(',', ";")), 0, 0, std::ptr::null_mut());
+}
+
+fn capturing(stream: *mut std::ffi::c_void) -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        if stream.is_null() {
+            return false;
+        }
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: a query on the stream the caller used, legal during a capture.
+        let rc = unsafe { sys::cuStreamIsCapturing(stream as sys::CUstream, &mut status) };
+        rc != sys::CUresult::CUDA_SUCCESS || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = stream;
+        false
+    }
+}
+
+/// The current device's default pool: reserved and used bytes (zeros without CUDA).
+fn pool_now() -> (u64, u64) {
+    #[cfg(feature = "cuda")]
+    {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        use sys::CUmemPool_attribute::*;
+        let (mut dev, mut pool) = (0, std::ptr::null_mut());
+        let (mut reserved, mut used) = (0u64, 0u64);
+        // SAFETY: queries with valid out-pointers; both attributes are cuuint64_t.
+        unsafe {
+            if sys::cuCtxGetDevice(&mut dev) == sys::CUresult::CUDA_SUCCESS && sys::cuDeviceGetMemPool(&mut pool, dev) == sys::CUresult::CUDA_SUCCESS {
+                sys::cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &mut reserved as *mut u64 as *mut _);
+                sys::cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &mut used as *mut u64 as *mut _);
+            }
+        }
+        (reserved, used)
+    }
+    #[cfg(not(feature = "cuda"))]
+    (0, 0)
 }
 
 /// Called by the hook after the driver answered; `rc` is the CUresult (0 = success).
@@ -106,13 +217,16 @@ pub fn on_alloc(ptr: u64, bytes: u64, rc: u32) {
     }
 }
 
-pub fn on_free(ptr: u64) {
+/// Returns the bytes the allocation held (0 when the hook did not see it made).
+pub fn on_free(ptr: u64) -> u64 {
     if let Ok(mut live) = LIVE.lock() {
         if let Some(bytes) = live.get_or_insert_with(HashMap::new).remove(&ptr) {
             FREES.fetch_add(1, Relaxed);
             FREE_BYTES.fetch_add(bytes, Relaxed);
+            return bytes;
         }
     }
+    0
 }
 
 pub fn active() -> bool {
@@ -187,6 +301,9 @@ macro_rules! cuda_alloc_hook {
                 let alloc = unsafe { std::mem::transmute::<usize, AllocFn>(f) };
                 let mut rc = unsafe { alloc(dptr, bytes, stream) };
                 // CUDA_ERROR_OUT_OF_MEMORY: once more after the pool gave back what nothing uses.
+                if rc == 2 {
+                    vram_lab::memory::alloc_hook::trace("fail", 0, bytes as u64, stream);
+                }
                 if rc == 2 && vram_lab::memory::alloc_hook::release_for_retry(stream) {
                     rc = unsafe { alloc(dptr, bytes, stream) };
                     if rc == 0 {
@@ -195,6 +312,7 @@ macro_rules! cuda_alloc_hook {
                 }
                 let ptr = if rc == 0 { unsafe { *dptr } } else { 0 };
                 vram_lab::memory::alloc_hook::on_alloc(ptr, bytes as u64, rc);
+                vram_lab::memory::alloc_hook::trace(if rc == 0 { "alloc" } else { "oom" }, ptr, bytes as u64, stream);
                 rc
             }
 
@@ -205,12 +323,40 @@ macro_rules! cuda_alloc_hook {
                 if f == 0 {
                     return 999;
                 }
-                vram_lab::memory::alloc_hook::on_free(dptr);
+                let bytes = vram_lab::memory::alloc_hook::on_free(dptr);
                 // SAFETY: f is the driver's cuMemFreeAsync, same signature.
-                unsafe { std::mem::transmute::<usize, FreeFn>(f)(dptr, stream) }
+                let rc = unsafe { std::mem::transmute::<usize, FreeFn>(f)(dptr, stream) };
+                vram_lab::memory::alloc_hook::trace("free", dptr, bytes, stream);
+                rc
             }
         }
     };
 }
 
 pub use libc;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Chunks shared by neighbours count once; a gap starts a new run.
+    #[test]
+    fn live_layout_counts_touched_chunks() {
+        let c = crate::alloc_model::POOL_CHUNK;
+        // Two neighbours inside one chunk: one chunk, one run.
+        let live = HashMap::from([(0, 10 * MIB), (10 * MIB, 5 * MIB)]);
+        assert_eq!(live_layout(&live), (c, 1));
+        // From 31 MiB: 33 MiB ends at a chunk's edge (two chunks), 34 MiB does not (three).
+        assert_eq!(live_layout(&HashMap::from([(31 * MIB, 33 * MIB)])), (2 * c, 1));
+        assert_eq!(live_layout(&HashMap::from([(31 * MIB, 34 * MIB)])), (3 * c, 1));
+        // Two runs a chunk apart: the chunk between them is not touched.
+        let live = HashMap::from([(0, MIB), (2 * c, MIB)]);
+        assert_eq!(live_layout(&live), (2 * c, 2));
+        // A run ending in the chunk where the next begins shares it.
+        let live = HashMap::from([(0, c + MIB), (c + 8 * MIB, MIB)]);
+        assert_eq!(live_layout(&live), (2 * c, 2));
+        assert_eq!(live_layout(&HashMap::new()), (0, 0));
+    }
+}
