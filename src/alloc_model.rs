@@ -31,12 +31,13 @@ pub const GRANULE: u64 = 2 << 20;
 /// every trim of the prefills at the card's edge, `data/results/h200/2026-11-23-pool`).
 pub const POOL_CHUNK: u64 = 32 << 20;
 
-/// What a live allocation keeps mapped beyond its bytes at the worst moment measured. Ends that
-/// fall anywhere in their chunks would keep one chunk more on average; neighbours share chunks,
-/// so the traces' worst layer kept 22.5 MiB per allocation the ledger counts (`Phases::blocks`):
-/// BF16 at 33,792 tokens, 383 MiB over 17 at the MLP; Q4 at 35,840, 391 MiB over 18
-/// (`data/results/h200/2026-11-23-pool`, checked by tests/estimate_check.rs).
-pub const POOL_SLACK: u64 = 23_069 << 10;
+/// What the pool keeps mapped beyond the live bytes, per chunk of live allocations (each
+/// counted up to one chunk, `estimate::transient::Chunked`), at the worst moment measured: a
+/// tensor whose ends fell anywhere in their chunks would keep one chunk more; neighbours share
+/// chunks. The traces' worst layer, BF16 at 33,792 tokens, kept 383 MiB at the MLP, whose 17
+/// allocations count 15.26 chunks: 25.1 MiB each (`data/results/h200/2026-11-23-pool`,
+/// checked by tests/estimate_check.rs).
+pub const POOL_SLACK: u64 = 25_703 << 10;
 
 pub fn round_up(bytes: u64) -> u64 {
     bytes.max(1).div_ceil(GRANULE) * GRANULE

@@ -46,11 +46,13 @@ fn allocated_and_peak_within_3_percent() {
     }
 }
 
-/// The longest context: the ledger's search, with the pool's slack per live allocation
-/// (`alloc_model::POOL_SLACK`), within 2 % and one bisection step of every run that retries a
-/// failed request after trimming the pool (kv_limit's oom_retry), whether the edge is the
-/// logits, the attention or the MLP. Runs before the retry stopped where the pool's mapped
-/// memory, not the live bytes, hit the card (16,128 tokens where the ledger says 24,064): the
+/// The longest context: the ledger's search, with the pool's slack (`alloc_model::POOL_SLACK`),
+/// within 2 % of every bisection that retries a failed request after trimming the pool
+/// (kv_limit's oom_retry) — or within one bisection step where that step is more than 2 % of the
+/// context (the A4000's BF16 edge at 3,584 tokens: a step is 7 %, 64 MiB, less than the pool's
+/// slack varies from layer to layer). The edges of all kinds are among them: logits, attention
+/// and MLP, two cards and two models. Runs before the retry stopped where the pool's mapped
+/// memory, not the live bytes, hit the card (16,128 tokens where the ledger says 24,320): the
 /// ledger stays an upper bound on them.
 #[test]
 fn longest_context_within_2_percent() {
@@ -60,21 +62,25 @@ fn longest_context_within_2_percent() {
         assert!(x.predicted_max_context >= x.max_context, "{} {} {} {}: measured {}, ledger {}", x.file, x.precision, x.logits.name(), x.attention, x.max_context, x.predicted_max_context);
     }
     let retried: Vec<_> = l.iter().filter(|x| x.retried).collect();
-    assert!(retried.len() >= 13, "only {} runs with the retry", retried.len());
-    // Every kind of edge is among them.
+    assert!(retried.len() >= 18, "only {} runs with the retry", retried.len());
     for (logits, attention) in [(Logits::All, "bounded"), (Logits::Last, "bounded"), (Logits::All, "naive")] {
         assert!(retried.iter().any(|x| x.logits == logits && x.attention == attention), "{logits:?} {attention}");
     }
-    for x in retried {
-        let tolerance = 2.0 + 100.0 * 256.0 / x.max_context as f64;
-        assert!(x.err_pct().abs() <= 2.0f64.min(tolerance), "{} {} {} {}: measured {}, ledger {} ({:+.2} %)", x.file, x.precision, x.logits.name(), x.attention, x.max_context, x.predicted_max_context, x.err_pct());
+    assert!(retried.iter().any(|x| x.card == "a4000") && retried.iter().any(|x| x.file.contains("/3b/")));
+    let mut within_2 = 0;
+    for x in &retried {
+        let step = 100.0 * x.resolution as f64 / x.max_context as f64;
+        assert!(x.err_pct().abs() <= 2.0f64.max(step), "{} {} {} {}: measured {}, ledger {} ({:+.2} %)", x.file, x.precision, x.logits.name(), x.attention, x.max_context, x.predicted_max_context, x.err_pct());
+        within_2 += usize::from(x.err_pct().abs() <= 2.0);
     }
+    // One bisection step is more than 2 % only on the A4000's short BF16 contexts.
+    assert!(within_2 + 1 >= retried.len(), "{within_2} of {} within 2 %", retried.len());
 }
 
 /// The pool maps whole 32 MiB chunks: after every trim in the committed allocation traces its
 /// reserved bytes are exactly the chunks that live allocations touch (counted by the hook), and
-/// the slack per allocation the ledger assumes is the traces' worst trim divided by the
-/// allocations the ledger counts at that prefill's busiest moment.
+/// the slack the ledger assumes per chunk of live allocations is the traces' worst trim divided
+/// by the chunks the ledger counts at that prefill's busiest moment (`Phases::chunked`).
 #[test]
 fn pool_keeps_the_chunks_live_allocations_touch() {
     use clap::ValueEnum;
@@ -84,7 +90,7 @@ fn pool_keeps_the_chunks_live_allocations_touch() {
     let (mut worst, mut trims) = (0f64, 0);
     for name in ["pool-bf16-last", "pool-bf16-all", "pool-q4-last"] {
         let text = std::fs::read_to_string(dir.join(name).join("trims.csv")).unwrap();
-        let mut blocks = 0;
+        let mut chunks = 0.0;
         for line in text.lines().skip(1) {
             let f: Vec<&str> = line.split(',').collect();
             // "mark prefill bf16 1 x 33792 last logits bounded attention"
@@ -95,15 +101,16 @@ fn pool_keeps_the_chunks_live_allocations_touch() {
                 let logits = Logits::from_str(w[4], true).unwrap();
                 assert_eq!(w[6], "bounded");
                 let p = phases(&cfg, &Prefill { seq, batch, act_bytes: precision.act_dtype().size_in_bytes(), logits, attention: AttentionMode::default() });
-                let b = p.blocks;
-                // Q4 keeps candle's quantized-matmul buffer beside them.
-                blocks = u64::from(precision.is_quantized())
+                let c = p.chunked;
+                // Q4 keeps candle's quantized-matmul buffer beside them (hundreds of MiB here).
+                chunks = (u64::from(precision.is_quantized()) * POOL_CHUNK
                     + match p.peak_at() {
-                        "mlp" => b.mlp,
-                        "logits" => b.logits,
-                        "attention" => b.attention,
-                        _ => b.o_proj,
-                    };
+                        "mlp" => c.mlp,
+                        "logits" => c.logits,
+                        "attention" => c.attention,
+                        _ => c.o_proj,
+                    }) as f64
+                    / POOL_CHUNK as f64;
                 continue;
             }
             if f[0] != "trimmed" {
@@ -113,12 +120,12 @@ fn pool_keeps_the_chunks_live_allocations_touch() {
             let (reserved, used, touched) = (n(3), n(4), n(5));
             assert_eq!(reserved % POOL_CHUNK, 0, "{name}: {line}");
             assert_eq!(reserved, touched, "{name}: {line}");
-            worst = worst.max((reserved - used) as f64 / blocks as f64);
+            worst = worst.max((reserved - used) as f64 / chunks);
             trims += 1;
         }
     }
     assert!(trims >= 100, "only {trims} trims");
-    assert!((worst - POOL_SLACK as f64).abs() < 1024.0, "worst slack per allocation {worst:.0} B, POOL_SLACK {POOL_SLACK}");
+    assert!((worst - POOL_SLACK as f64).abs() < 1024.0, "worst slack per chunk of allocations {worst:.0} B, POOL_SLACK {POOL_SLACK}");
 }
 
 /// On CPU the counting allocator sees the same live set in the MLP: `vram-lab kv` on 0.5B's

@@ -4,7 +4,7 @@
 
 use super::transient::{self, Prefill};
 use super::{kv_bytes_per_token, weight_bytes, workspace};
-use crate::alloc_model::POOL_SLACK;
+use crate::alloc_model::{POOL_CHUNK, POOL_SLACK};
 use crate::model::attention::AttentionMode;
 use crate::model::{Logits, Precision, Qwen2Config};
 use serde::{Deserialize, Serialize};
@@ -107,9 +107,9 @@ pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -
     let (transient, peak_at) = if growth > p.peak() { (growth - p.logits_kept, "workspace") } else { (p.transient(), p.peak_at()) };
     // Chunks: Q4's kept buffer is one allocation more at every moment; growing it holds the old
     // and the new buffer in the down projection.
-    let kept_block = u64::from(kept > 0);
-    let grown = if w.precision.is_quantized() { growth + (p.blocks.down_proj + 2) * POOL_SLACK } else { 0 };
-    let chunked = (p.peak_with(POOL_SLACK) + kept_block * POOL_SLACK).max(grown);
+    let kept_share = kept.min(POOL_CHUNK);
+    let grown = if w.precision.is_quantized() { growth + transient::pool_slack(p.chunked.down_proj + 2 * POOL_CHUNK, POOL_SLACK) } else { 0 };
+    let chunked = (p.peak_with(POOL_SLACK) + transient::pool_slack(kept_share, POOL_SLACK)).max(grown);
     Ledger {
         weights: weight_bytes(cfg, w.precision),
         workspace: kept,
@@ -195,10 +195,12 @@ mod tests {
         assert_eq!(l.kv_cache, 57_344 * 4096);
         assert_eq!(l.logits, 304_128);
         assert_eq!(l.transient, 205_056 * 4096 - 304_128);
-        // The MLP holds 17 allocations (the layer's ten with the cache, x + o(a), h2, the
-        // reshaped output and four intermediate-sized), each with the pool's slack.
-        assert_eq!(l.pool, 17 * POOL_SLACK);
-        assert_eq!(l.device(), l.weights + 57_344 * 4096 + 205_056 * 4096 + 17 * POOL_SLACK);
+        // The pool's slack at the MLP: seven hidden-sized tensors of 28 MiB, k, k, v of 4 MiB,
+        // cos and sin of 512 KiB, and five of a chunk or more (the cache, four intermediate).
+        const MIB: u64 = 1 << 20;
+        let chunked = 7 * 28 * MIB + 3 * 4 * MIB + MIB + 5 * POOL_CHUNK;
+        assert_eq!(l.pool, chunked * POOL_SLACK / POOL_CHUNK);
+        assert_eq!(l.device(), l.weights + 57_344 * 4096 + 205_056 * 4096 + l.pool);
     }
 
     /// The limits are the edge: one more token or one more sequence does not fit.

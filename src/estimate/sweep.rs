@@ -5,7 +5,7 @@
 use super::fit::{ledger_after, Inference};
 use super::transient::{self, Prefill};
 use super::{kv_bytes_per_token, weight_bytes, workspace};
-use crate::alloc_model::POOL_SLACK;
+use crate::alloc_model::{POOL_CHUNK, POOL_SLACK};
 use crate::model::Qwen2Config;
 use crate::search::bisect;
 
@@ -19,9 +19,10 @@ pub fn reaches_growth(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64,
     let base = weight_bytes(cfg, w.precision) + workspace::held(cfg, w.precision, seen) + kv_bytes_per_token(cfg, act) * tokens + runtime;
     let held = workspace::held(cfg, w.precision, seen);
     let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - held;
-    // Each live allocation with its average chunk slack, as the ledger counts them.
-    let (c, b, kept) = (POOL_SLACK, &p.blocks, u64::from(held > 0));
-    let busiest = (p.attention + (b.attention + kept) * c).max(p.o_proj + (b.o_proj + kept) * c).max(p.mlp + (b.mlp + kept) * c).max(growth + (b.down_proj + 2) * c);
+    // Each moment with the pool's slack, as the ledger counts it.
+    let slack = |chunked: u64| transient::pool_slack(chunked + held.min(POOL_CHUNK), POOL_SLACK);
+    let c = &p.chunked;
+    let busiest = (p.attention + slack(c.attention)).max(p.o_proj + slack(c.o_proj)).max(p.mlp + slack(c.mlp)).max(growth + transient::pool_slack(c.down_proj + 2 * POOL_CHUNK, POOL_SLACK));
     base + busiest <= capacity
 }
 

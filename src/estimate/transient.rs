@@ -14,6 +14,7 @@
 //! Checked on CPU against the counting
 //! allocator (tests/transient.rs) and against every committed GPU prefill (tests/estimate_check.rs).
 
+use crate::alloc_model::POOL_CHUNK;
 use crate::model::attention::AttentionMode;
 use crate::model::config::Qwen2Config;
 use crate::model::Logits;
@@ -41,14 +42,16 @@ pub struct Phases {
     pub logits: u64,
     /// The logits the forward returns (they stay after it).
     pub logits_kept: u64,
-    /// How many separate allocations each moment holds above the weights (the cache as one).
-    pub blocks: Blocks,
+    /// The live allocations of each moment above the weights, each up to one pool chunk.
+    pub chunked: Chunked,
 }
 
-/// Live allocations at each moment, the one being requested included: the pool maps whole
-/// chunks (`alloc_model::POOL_CHUNK`), so each keeps a part of one beyond its bytes.
+/// The bytes of each moment's live allocations (the one being requested included, the cache
+/// as one run), each counted up to one chunk (`alloc_model::POOL_CHUNK`): what the pool keeps
+/// mapped beyond the live bytes grows with it (`alloc_model::POOL_SLACK` per chunk of it): a
+/// large tensor's ends leave parts of chunks free, a small one's neighbours leave gaps its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-pub struct Blocks {
+pub struct Chunked {
     pub attention: u64,
     pub o_proj: u64,
     pub mlp: u64,
@@ -67,11 +70,10 @@ impl Phases {
         self.peak() - self.logits_kept
     }
 
-    /// The busiest moment when every live allocation holds `per_block` bytes more (the pool's
-    /// chunk slack): what the pool maps above the weights and the cache.
-    pub fn peak_with(&self, per_block: u64) -> u64 {
-        let b = &self.blocks;
-        [(self.attention, b.attention), (self.o_proj, b.o_proj), (self.mlp, b.mlp), (self.logits, b.logits)].iter().map(|&(bytes, n)| bytes + n * per_block).max().unwrap_or(0)
+    /// The busiest moment with the pool's slack: `slack` bytes per chunk of `chunked`.
+    pub fn peak_with(&self, slack: u64) -> u64 {
+        let c = &self.chunked;
+        [(self.attention, c.attention), (self.o_proj, c.o_proj), (self.mlp, c.mlp), (self.logits, c.logits)].iter().map(|&(bytes, n)| bytes + pool_slack(n, slack)).max().unwrap_or(0)
     }
 
     /// Which moment is the peak.
@@ -87,6 +89,12 @@ impl Phases {
             "o_proj"
         }
     }
+}
+
+/// What the pool keeps beyond the live bytes for `chunked` bytes of allocations, at `slack`
+/// bytes per full chunk.
+pub fn pool_slack(chunked: u64, slack: u64) -> u64 {
+    (chunked as u128 * slack as u128 / POOL_CHUNK as u128) as u64
 }
 
 /// The four moments of `p` on `cfg`.
@@ -121,26 +129,35 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let rows = (i32::MAX as u64 / (b * cfg.vocab_size as u64)).max(1);
     let last_copy = if p.logits == Logits::All && b > 1 && rows < s { b * (s - (s - 1) / rows * rows) * h } else { 0 };
     let logits = tokens * 2 * h + rope + logits_kept + last_copy;
-    // Allocations: x, h1, q, q, k, k, v, cos, sin and the cache; attention's own (bounded: the
-    // chunks' outputs so far, the scaled query chunk, the scores and the mask and masked copy or
-    // the probabilities and the chunk's output; naive: k and v repeated, three score matrices,
-    // the output; fused: the output); then as the bytes above, one per tensor.
-    let layer_blocks = 10;
-    let copy_blocks = u64::from(copies > 0);
-    let attention_blocks = match p.attention {
-        AttentionMode::Bounded { .. } => 5,
-        AttentionMode::Naive | AttentionMode::Differentiable => 6,
-        AttentionMode::Flash => 1,
+    // The allocations live at each moment, each counted up to one pool chunk: x, h1, q, q, k,
+    // k, v, cos, sin and the cache (one run of 2 × layers tensors); attention's own (bounded:
+    // the chunks' outputs so far, the scaled query chunk, the scores and the probabilities or
+    // mask, the chunk's output; naive: k and v repeated, three score matrices, the output;
+    // fused: the output); then one per tensor of the bytes above.
+    let c = POOL_CHUNK;
+    let share = |n: u64, bytes: u64| n * bytes.min(c);
+    let cache = 2 * cfg.num_hidden_layers as u64 * tokens * kv;
+    let layer_share = share(4, tokens * h) + share(3, tokens * kv) + share(2, rope / 2) + share(1, cache);
+    let heads = cfg.num_attention_heads as u64;
+    let attention_share = match p.attention {
+        AttentionMode::Bounded { budget } => {
+            let chunk = (budget as u64 / (b * heads * s * a).max(1)).clamp(1, s.max(1));
+            share(1, tokens * h) + share(2, b * chunk * h) + share(2, b * heads * chunk * s * a)
+        }
+        AttentionMode::Naive | AttentionMode::Differentiable => share(3, tokens * h) + share(3, b * heads * s * s * a),
+        AttentionMode::Flash => share(1, tokens * h),
     };
+    let copy_share = share(u64::from(copies > 0), tokens * h);
     let pieces = if p.logits == Logits::All { s.div_ceil(rows) } else { 1 };
-    let blocks = Blocks {
-        attention: layer_blocks + attention_blocks,
-        o_proj: layer_blocks + 3 + copy_blocks,
-        mlp: layer_blocks + 6 + copy_blocks,
-        down_proj: layer_blocks + 3 + copy_blocks,
-        logits: 2 + 2 + 1 + pieces + u64::from(last_copy > 0),
+    let piece = logits_kept / pieces;
+    let chunked = Chunked {
+        attention: layer_share + attention_share,
+        o_proj: layer_share + share(3, tokens * h) + copy_share,
+        mlp: layer_share + share(2, tokens * h) + share(4, tokens * i) + copy_share,
+        down_proj: layer_share + share(2, tokens * h) + share(1, tokens * i) + copy_share,
+        logits: share(2, tokens * h) + share(2, rope / 2) + share(1, cache) + share(pieces, piece) + share(1, last_copy),
     };
-    Phases { attention, o_proj, mlp, down_proj, logits, logits_kept, blocks }
+    Phases { attention, o_proj, mlp, down_proj, logits, logits_kept, chunked }
 }
 
 /// Bounded attention's own bytes at its busiest chunk (`attention::bounded`): the outputs of
@@ -210,17 +227,24 @@ mod tests {
         assert_eq!(seven_b(16384, Logits::Last, 4).mlp, 2 * 205_056 * 16384);
     }
 
-    /// Allocations per moment by hand: the layer's x, h1, q, q, k, k, v, cos, sin and the cache;
-    /// the MLP adds x + o(a), h2, the reshaped output and gate, silu(gate), up and their
-    /// product; all logits of 16,384 tokens come in two pieces of at most 2^31 elements.
+    /// Allocations per moment by hand at 16,384 tokens: every tensor is a chunk or more but cos
+    /// and sin (2 MiB each) and k, k, v (16 MiB each); the MLP holds x, h1, q, q, the cache, x +
+    /// o(a), h2, the reshaped output and four intermediate-sized tensors (12 chunks) beside
+    /// them. All logits come in two pieces of at most 2^31 elements.
     #[test]
-    fn blocks_by_hand() {
+    fn chunked_by_hand() {
+        const MIB: u64 = 1 << 20;
         let p = seven_b(16384, Logits::Last, 2);
-        assert_eq!((p.blocks.attention, p.blocks.o_proj, p.blocks.mlp, p.blocks.down_proj, p.blocks.logits), (15, 14, 17, 14, 6));
-        assert_eq!(seven_b(16384, Logits::All, 2).blocks.logits, 7);
-        // The slack moves the busiest moment only by whole allocations' worth.
+        assert_eq!(p.chunked.mlp, 12 * POOL_CHUNK + 3 * 16 * MIB + 2 * 2 * MIB);
+        // The logits moment: the final norm's input and output, the cache, cos and sin, and the
+        // last position's logits (297 KiB).
+        assert_eq!(p.chunked.logits, 3 * POOL_CHUNK + 2 * 2 * MIB + 304_128);
+        assert_eq!(seven_b(16384, Logits::All, 2).chunked.logits, 5 * POOL_CHUNK + 2 * 2 * MIB);
+        // Short prompts: tensors under a chunk count their bytes (512 tokens: H is 3.5 MiB).
+        assert_eq!(seven_b(512, Logits::Last, 2).chunked.o_proj, 8 * 512 * 7168 + 3 * 512 * 1024 + 2 * 64 * 1024 + 28 * MIB);
+        // The slack moves the busiest moment by whole chunks' worth.
         assert_eq!(p.peak_with(0), p.peak());
-        assert_eq!(p.peak_with(1 << 20), p.mlp + 17 * (1 << 20));
+        assert_eq!(p.peak_with(POOL_CHUNK), p.mlp + p.chunked.mlp);
     }
 
     /// The chunks keep every score matrix under the budget; a larger budget never lowers the peak.

@@ -131,7 +131,7 @@ fn ledger_rows(cfg: &Qwen2Config, w: &Inference, runtime: &Runtime) -> Vec<(&'st
         ("kv_cache", l.kv_cache, format!("{} B/token (2 × {} layers × {} KV heads × {} × {act} B) × {tokens} tokens", estimate::kv_bytes_per_token(cfg, act), cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim())),
         ("logits", l.logits, format!("{} × {act} B × {} rows", cfg.vocab_size, if w.logits == Logits::All { tokens } else { w.batch })),
         ("transient", l.transient, format!("the prefill's busiest moment ({}), above what stays", l.peak_at)),
-        ("pool", l.pool, format!("the pool maps 32 MiB chunks: {:.1} MiB kept beyond the bytes of each live allocation at the busiest moment (measured on an H200)", crate::alloc_model::POOL_SLACK as f64 / (1u64 << 20) as f64)),
+        ("pool", l.pool, format!("the pool maps 32 MiB chunks: {:.1} MiB kept beyond the live bytes per chunk of live allocations at the busiest moment (each counted up to a chunk; measured on an H200)", crate::alloc_model::POOL_SLACK as f64 / (1u64 << 20) as f64)),
         ("runtime", l.runtime, format!("CUDA context, cuBLAS and kernels outside the pool, measured on {}", runtime.gpu)),
         ("total", l.device(), "what the card must have".into()),
     ]);

@@ -101,6 +101,8 @@ pub struct LimitCheck {
     pub predicted_max_context: usize,
     /// Whether the run retried a failed request after trimming the pool (later runs do).
     pub retried: bool,
+    /// The bisection's step: the measured edge is known to within it.
+    pub resolution: usize,
 }
 
 impl LimitCheck {
@@ -399,7 +401,7 @@ fn limits_of(folders: &[Folder]) -> Vec<LimitCheck> {
         for l in &f.limits {
             let w = f.attempts[l.first].w;
             let (predicted, _) = sweep::longest_context(&f.cfg, &w, runtime, card.total_bytes(), &l.doubling, l.resolution, f.seen[l.first]);
-            out.push(LimitCheck { file: f.limit_file.clone(), card: card.name.clone(), precision: w.precision, logits: w.logits, attention: w.attention.name().to_string(), batch: w.batch, max_context: l.max_context, predicted_max_context: predicted, retried: l.retried });
+            out.push(LimitCheck { file: f.limit_file.clone(), card: card.name.clone(), precision: w.precision, logits: w.logits, attention: w.attention.name().to_string(), batch: w.batch, max_context: l.max_context, predicted_max_context: predicted, retried: l.retried, resolution: l.resolution });
         }
     }
     out
@@ -431,7 +433,7 @@ impl Stage for Check {
         for retried in [true, false] {
             let Some(l) = lim.iter().filter(|l| l.retried == retried).max_by(|a, b| a.err_pct().abs().total_cmp(&b.err_pct().abs())) else { continue };
             let what = if retried { "longest context, OOM retried after a trim: the worst error" } else { "longest context, runs before the retry: the worst error" };
-            let why = if retried { "the ledger counts the pool's 32 MiB chunks: a measured slack per live allocation" } else { "the pool's mapped memory, not the live bytes, hit the card" };
+            let why = if retried { "the ledger counts the pool's 32 MiB chunks: a measured slack per chunk of live allocations" } else { "the pool's mapped memory, not the live bytes, hit the card" };
             out.findings.push(Finding::new(what, "%", Some(l.err_pct())).note(format!("{} {} {}: measured {}, the ledger's search {}; {why}", l.precision, l.logits.name(), l.attention, l.max_context, l.predicted_max_context)));
         }
         // The loads as rows of the same table: seq 0, allocated = the weights.
@@ -498,7 +500,7 @@ impl Stage for Check {
                 columns: &[CARD, PRECISION, LOGITS, ATTENTION, BATCH, MAX_CONTEXT, PREDICTED_MAX_CONTEXT, CONTEXT_ERR_PCT, OOM_RETRY],
                 group_by: &[FILE],
                 chart: None,
-                explain: "predicted_max_context: the KV stage's own search (the same doubling lengths, the same bisection grid) run on the ledger, the card's total less the runtime outside the pool. The ledger counts the pool's chunks: CUDA's pool maps 32 MiB at a time and after a trim keeps every chunk a live allocation touches, 22.5 MiB per allocation at the traced worst layer (data/results/h200/2026-11-23-pool). With oom_retry (a failed request retried after the pool is trimmed, as PyTorch retries after releasing its cache) every bisection lands within about 1 % of it, whether the edge is the logits, the attention or the MLP; the same command in two processes differed by one step (24,064 and 24,320). Runs before the retry stopped where the pool's mapped memory hit the card: 16,128 tokens instead of 24,064. 最长上下文:同一搜索在账本上的结果(计入内存池 32 MiB 分块的余量);失败后整理内存池再重试,误差约 1 %。",
+                explain: "predicted_max_context: the KV stage's own search (the same doubling lengths, the same bisection grid) run on the ledger, the card's total less the runtime outside the pool. The ledger counts the pool's chunks: CUDA's pool maps 32 MiB at a time and after a trim keeps every chunk a live allocation touches: 25.1 MiB per chunk of live allocations (each counted up to a chunk) at the traced worst layer (data/results/h200/2026-11-23-pool). With oom_retry (a failed request retried after the pool is trimmed, as PyTorch retries after releasing its cache) the bisections land within about 1 % of it, whether the edge is the logits, the attention or the MLP, on an RTX 4090 and an A4000, 7B and 3B; the A4000's BF16 edge at 3,584 tokens is one bisection step (7 %) above; the same command in two processes differed by one step (24,064 and 24,320). Runs before the retry stopped where the pool's mapped memory hit the card: 16,128 tokens instead of 24,064. 最长上下文:同一搜索在账本上的结果(计入内存池 32 MiB 分块的余量);失败后整理内存池再重试,误差约 1 %(A4000 BF16 短上下文差一个二分步长)。",
             },
         ]
     }
