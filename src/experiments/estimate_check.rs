@@ -434,7 +434,15 @@ impl Stage for Check {
             let Some(l) = lim.iter().filter(|l| l.retried == retried).max_by(|a, b| a.err_pct().abs().total_cmp(&b.err_pct().abs())) else { continue };
             let what = if retried { "longest context, OOM retried after a trim: the worst error" } else { "longest context, runs before the retry: the worst error" };
             let why = if retried { "the ledger counts the pool's 32 MiB chunks: a measured slack per chunk of live allocations" } else { "the pool's mapped memory, not the live bytes, hit the card" };
-            out.findings.push(Finding::new(what, "%", Some(l.err_pct())).note(format!("{} {} {}: measured {}, the ledger's search {}; {why}", l.precision, l.logits.name(), l.attention, l.max_context, l.predicted_max_context)));
+            let step = 100.0 * l.resolution as f64 / l.max_context as f64;
+            out.findings.push(Finding::new(what, "%", Some(l.err_pct())).note(format!("{} {} {} on {}: measured {}, the ledger's search {} (one bisection step is {step:.1} % there); {why}", l.precision, l.logits.name(), l.attention, l.card, l.max_context, l.predicted_max_context)));
+        }
+        // How many land within 2 %: the bar for the runs with the retry.
+        let retried: Vec<&LimitCheck> = lim.iter().filter(|l| l.retried).collect();
+        if !retried.is_empty() {
+            let within = retried.iter().filter(|l| l.err_pct().abs() <= 2.0).count();
+            s.say(format!("longest context with the OOM retry: {within} of {} bisections within 2 % of the ledger's search", retried.len()));
+            out.findings.push(Finding::new("longest context, OOM retried: bisections within 2 % of the ledger's search", "count", Some(within as f64)).note(format!("of {}; the others within one bisection step", retried.len())));
         }
         // The loads as rows of the same table: seq 0, allocated = the weights.
         let mut rows: Vec<StepCheck> = wt
