@@ -4,7 +4,7 @@
 
 use super::transient::{self, Prefill};
 use super::{kv_bytes_per_token, weight_bytes, workspace};
-use crate::alloc_model::{POOL_CHUNK, POOL_SLACK};
+use crate::alloc_model::POOL_SLACK;
 use crate::model::attention::AttentionMode;
 use crate::model::{Logits, Precision, Qwen2Config};
 use serde::{Deserialize, Serialize};
@@ -69,8 +69,8 @@ pub struct Ledger {
     pub transient: u64,
     pub peak_at: &'static str,
     /// What the pool maps beyond the live bytes at its busiest moment: it maps whole 32 MiB
-    /// chunks (`alloc_model::POOL_CHUNK`), so after the lab's trim-and-retry each live
-    /// allocation keeps part of a chunk more than its bytes (`alloc_model::POOL_SLACK`).
+    /// chunks, so after the lab's trim-and-retry the chunks live allocations touch stay mapped
+    /// (`alloc_model::POOL_SLACK` per chunk of them, each counted up to one).
     pub pool: u64,
     pub runtime: u64,
 }
@@ -105,11 +105,11 @@ pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -
     let kept = workspace::held(cfg, w.precision, seen.max(tokens));
     let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - kept;
     let (transient, peak_at) = if growth > p.peak() { (growth - p.logits_kept, "workspace") } else { (p.transient(), p.peak_at()) };
-    // Chunks: Q4's kept buffer is one allocation more at every moment; growing it holds the old
-    // and the new buffer in the down projection.
-    let kept_share = kept.min(POOL_CHUNK);
-    let grown = if w.precision.is_quantized() { growth + transient::pool_slack(p.chunked.down_proj + 2 * POOL_CHUNK, POOL_SLACK) } else { 0 };
-    let chunked = (p.peak_with(POOL_SLACK) + transient::pool_slack(kept_share, POOL_SLACK)).max(grown);
+    // The pool's slack: Q4's kept buffers are allocations of every moment; while the buffer
+    // grows, the down projection holds the new, the old and the fixup buffer.
+    let kept_share = transient::chunk_share(workspace::held_parts(cfg, w.precision, seen.max(tokens)));
+    let growing = transient::chunk_share(workspace::at_growth_parts(cfg, w.precision, seen, tokens));
+    let with_slack = (p.peak_with(POOL_SLACK) + transient::pool_slack(kept_share, POOL_SLACK)).max(growth + transient::pool_slack(p.chunked.down_proj + growing, POOL_SLACK));
     Ledger {
         weights: weight_bytes(cfg, w.precision),
         workspace: kept,
@@ -117,7 +117,7 @@ pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -
         logits: p.logits_kept,
         transient,
         peak_at,
-        pool: chunked - p.peak().max(growth),
+        pool: with_slack - p.peak().max(growth),
         runtime,
     }
 }
@@ -198,6 +198,7 @@ mod tests {
         // The pool's slack at the MLP: seven hidden-sized tensors of 28 MiB, k, k, v of 4 MiB,
         // cos and sin of 512 KiB, and five of a chunk or more (the cache, four intermediate).
         const MIB: u64 = 1 << 20;
+        use crate::alloc_model::POOL_CHUNK;
         let chunked = 7 * 28 * MIB + 3 * 4 * MIB + MIB + 5 * POOL_CHUNK;
         assert_eq!(l.pool, chunked * POOL_SLACK / POOL_CHUNK);
         assert_eq!(l.device(), l.weights + 57_344 * 4096 + 205_056 * 4096 + l.pool);

@@ -5,7 +5,7 @@
 use super::fit::{ledger_after, Inference};
 use super::transient::{self, Prefill};
 use super::{kv_bytes_per_token, weight_bytes, workspace};
-use crate::alloc_model::{POOL_CHUNK, POOL_SLACK};
+use crate::alloc_model::POOL_SLACK;
 use crate::model::Qwen2Config;
 use crate::search::bisect;
 
@@ -16,13 +16,16 @@ pub fn reaches_growth(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64,
     let act = w.precision.act_dtype().size_in_bytes();
     let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention });
     let tokens = (w.seq * w.batch) as u64;
-    let base = weight_bytes(cfg, w.precision) + workspace::held(cfg, w.precision, seen) + kv_bytes_per_token(cfg, act) * tokens + runtime;
     let held = workspace::held(cfg, w.precision, seen);
+    let base = weight_bytes(cfg, w.precision) + held + kv_bytes_per_token(cfg, act) * tokens + runtime;
     let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - held;
-    // Each moment with the pool's slack, as the ledger counts it.
-    let slack = |chunked: u64| transient::pool_slack(chunked + held.min(POOL_CHUNK), POOL_SLACK);
+    // Each moment with the pool's slack, as `ledger_after` counts it: the old buffers beside
+    // every moment, the new, old and fixup buffers in the growing down projection.
+    let kept = transient::chunk_share(workspace::held_parts(cfg, w.precision, seen));
+    let growing = transient::chunk_share(workspace::at_growth_parts(cfg, w.precision, seen, tokens));
+    let slack = |chunked: u64| transient::pool_slack(chunked, POOL_SLACK);
     let c = &p.chunked;
-    let busiest = (p.attention + slack(c.attention)).max(p.o_proj + slack(c.o_proj)).max(p.mlp + slack(c.mlp)).max(growth + transient::pool_slack(c.down_proj + 2 * POOL_CHUNK, POOL_SLACK));
+    let busiest = (p.attention + slack(c.attention + kept)).max(p.o_proj + slack(c.o_proj + kept)).max(p.mlp + slack(c.mlp + kept)).max(growth + slack(c.down_proj + growing));
     base + busiest <= capacity
 }
 

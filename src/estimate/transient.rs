@@ -91,6 +91,11 @@ impl Phases {
     }
 }
 
+/// Allocations of these sizes, each counted up to one chunk.
+pub fn chunk_share(sizes: impl IntoIterator<Item = u64>) -> u64 {
+    sizes.into_iter().map(|b| b.min(POOL_CHUNK)).sum()
+}
+
 /// What the pool keeps beyond the live bytes for `chunked` bytes of allocations, at `slack`
 /// bytes per full chunk.
 pub fn pool_slack(chunked: u64, slack: u64) -> u64 {
@@ -110,7 +115,7 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let layer = tokens * (4 * h + 3 * kv) + rope;
     let attention = layer
         + match p.attention {
-            AttentionMode::Bounded { budget } => bounded(cfg, b, s, a, budget as u64),
+            AttentionMode::Bounded { budget } => bounded(cfg, b, s, a, budget as u64).0,
             AttentionMode::Naive | AttentionMode::Differentiable => naive(cfg, b, s, a),
             // The fused kernel's output, [b, s, heads·d]: nothing else.
             AttentionMode::Flash => tokens * h,
@@ -140,10 +145,7 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let layer_share = share(4, tokens * h) + share(3, tokens * kv) + share(2, rope / 2) + share(1, cache);
     let heads = cfg.num_attention_heads as u64;
     let attention_share = match p.attention {
-        AttentionMode::Bounded { budget } => {
-            let chunk = (budget as u64 / (b * heads * s * a).max(1)).clamp(1, s.max(1));
-            share(1, tokens * h) + share(2, b * chunk * h) + share(2, b * heads * chunk * s * a)
-        }
+        AttentionMode::Bounded { budget } => bounded(cfg, b, s, a, budget as u64).1,
         AttentionMode::Naive | AttentionMode::Differentiable => share(3, tokens * h) + share(3, b * heads * s * s * a),
         AttentionMode::Flash => share(1, tokens * h),
     };
@@ -162,13 +164,15 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
 
 /// Bounded attention's own bytes at its busiest chunk (`attention::bounded`): the outputs of
 /// the chunks done, the scaled query chunk, and either the scores with the causal corner being
-/// masked (mask and masked copy) or the scores, probabilities and the chunk's output.
-fn bounded(cfg: &Qwen2Config, b: u64, s: u64, a: u64, budget: u64) -> u64 {
+/// masked (mask and masked copy) or the scores, probabilities and the chunk's output. With the
+/// chunk share of the same moment: every chunk's output is an allocation of its own.
+fn bounded(cfg: &Qwen2Config, b: u64, s: u64, a: u64, budget: u64) -> (u64, u64) {
     let heads = cfg.num_attention_heads as u64;
     let h = cfg.hidden_size as u64 * a;
     let row_bytes = b * heads * s * a;
     let chunk = (budget / row_bytes.max(1)).clamp(1, s.max(1));
-    let mut worst = 0;
+    let outputs = |n: u64| n * (b * chunk * h).min(POOL_CHUNK);
+    let (mut worst, mut worst_share) = (0, 0);
     let mut s0 = 0;
     while s0 < s {
         let c = chunk.min(s - s0);
@@ -176,14 +180,18 @@ fn bounded(cfg: &Qwen2Config, b: u64, s: u64, a: u64, budget: u64) -> u64 {
         let scores = b * heads * c * t * a;
         let masking = if c > 1 { scores + c * c + b * heads * c * c * a } else { 0 };
         let softmax = 2 * scores + b * c * h;
-        worst = worst.max(b * (s0 + c) * h + masking.max(softmax));
+        let bytes = b * (s0 + c) * h + masking.max(softmax);
+        if bytes > worst {
+            let own = if masking > softmax { chunk_share([scores, c * c, b * heads * c * c * a]) } else { chunk_share([scores, scores, b * c * h]) };
+            (worst, worst_share) = (bytes, outputs(s0 / chunk) + chunk_share([b * c * h]) + own);
+        }
         s0 += c;
     }
     // Several chunks are concatenated: their outputs and the copy.
-    if chunk < s {
-        worst = worst.max(2 * b * s * h);
+    if chunk < s && 2 * b * s * h > worst {
+        (worst, worst_share) = (2 * b * s * h, outputs(s.div_ceil(chunk)) + chunk_share([b * s * h]));
     }
-    worst
+    (worst, worst_share)
 }
 
 /// Stock candle-transformers' attention (`attention::naive`): K and V repeated for every query
@@ -228,9 +236,8 @@ mod tests {
     }
 
     /// Allocations per moment by hand at 16,384 tokens: every tensor is a chunk or more but cos
-    /// and sin (2 MiB each) and k, k, v (16 MiB each); the MLP holds x, h1, q, q, the cache, x +
-    /// o(a), h2, the reshaped output and four intermediate-sized tensors (12 chunks) beside
-    /// them. All logits come in two pieces of at most 2^31 elements.
+    /// and sin (2 MiB each) and k, k, v (16 MiB each); the MLP holds x + o(a), h1, q, q, a, the
+    /// reshaped a, h2, the cache and four intermediate-sized tensors (12 chunks) beside them. All logits come in two pieces of at most 2^31 elements.
     #[test]
     fn chunked_by_hand() {
         const MIB: u64 = 1 << 20;
@@ -242,7 +249,7 @@ mod tests {
         assert_eq!(seven_b(16384, Logits::All, 2).chunked.logits, 5 * POOL_CHUNK + 2 * 2 * MIB);
         // Short prompts: tensors under a chunk count their bytes (512 tokens: H is 3.5 MiB).
         assert_eq!(seven_b(512, Logits::Last, 2).chunked.o_proj, 8 * 512 * 7168 + 3 * 512 * 1024 + 2 * 64 * 1024 + 28 * MIB);
-        // The slack moves the busiest moment by whole chunks' worth.
+        // No slack: the busiest moment's bytes; a chunk's worth per chunk: each moment's share.
         assert_eq!(p.peak_with(0), p.peak());
         assert_eq!(p.peak_with(POOL_CHUNK), p.mlp + p.chunked.mlp);
     }

@@ -75,6 +75,27 @@ pub fn held(cfg: &Qwen2Config, precision: Precision, tokens: u64) -> u64 {
     }
 }
 
+/// The separate allocations behind `held` (the MMQ buffer and its fixup buffer), empty when none.
+pub fn held_parts(cfg: &Qwen2Config, precision: Precision, tokens: u64) -> Vec<u64> {
+    let main = mmq_main(tokens, widest_row(cfg));
+    if precision.is_quantized() && main > 0 {
+        vec![main, FIXUP_BYTES]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The separate allocations behind `at_growth`: the new buffer, the old one and the fixup while
+/// the buffer grows; `held_parts` when nothing grows.
+pub fn at_growth_parts(cfg: &Qwen2Config, precision: Precision, seen: u64, tokens: u64) -> Vec<u64> {
+    let widest = widest_row(cfg);
+    if !precision.is_quantized() || mmq_main(tokens, widest) <= mmq_main(seen, widest) {
+        return held_parts(cfg, precision, seen.max(tokens));
+    }
+    let old = mmq_main(seen, widest).max(mmq_main(tokens, cfg.hidden_size as u64));
+    vec![mmq_main(tokens, widest), old, FIXUP_BYTES]
+}
+
 /// The buffers live while a prefill of `tokens` grows the buffer in its first down projection,
 /// after earlier prefills of at most `seen` tokens: the new one beside the old, which the first
 /// projections (over the hidden size) may already have grown. `held` once nothing grows.
@@ -116,5 +137,17 @@ mod tests {
         let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
         assert_eq!(widest_row(&cfg), 4_864);
         assert_eq!(mmq_bytes(&cfg, 100) - FIXUP_BYTES, (100 * 40 + 128) * 144);
+    }
+
+    /// The parts are the totals' allocations: they add up to `held` and `at_growth`.
+    #[test]
+    fn parts_add_up() {
+        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        for (seen, tokens) in [(0, 4096), (4096, 512), (512, 32768), (32768, 32768)] {
+            assert_eq!(at_growth_parts(&cfg, Precision::Q4, seen, tokens).iter().sum::<u64>(), at_growth(&cfg, Precision::Q4, seen, tokens));
+            assert_eq!(held_parts(&cfg, Precision::Q4, tokens).iter().sum::<u64>(), held(&cfg, Precision::Q4, tokens));
+        }
+        assert_eq!(at_growth_parts(&cfg, Precision::Q4, 0, 4096).len(), 3);
+        assert!(held_parts(&cfg, Precision::Bf16, 4096).is_empty());
     }
 }

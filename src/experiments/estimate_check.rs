@@ -441,8 +441,9 @@ impl Stage for Check {
         let retried: Vec<&LimitCheck> = lim.iter().filter(|l| l.retried).collect();
         if !retried.is_empty() {
             let within = retried.iter().filter(|l| l.err_pct().abs() <= 2.0).count();
-            s.say(format!("longest context with the OOM retry: {within} of {} bisections within 2 % of the ledger's search", retried.len()));
-            out.findings.push(Finding::new("longest context, OOM retried: bisections within 2 % of the ledger's search", "count", Some(within as f64)).note(format!("of {}; the others within one bisection step", retried.len())));
+            let within_step = retried.iter().filter(|l| l.err_pct().abs() > 2.0 && l.err_pct().abs() <= 100.0 * l.resolution as f64 / l.max_context as f64 + 1e-9).count();
+            s.say(format!("longest context with the OOM retry: {within} of {} bisections within 2 % of the ledger's search, {within_step} more within one bisection step", retried.len()));
+            out.findings.push(Finding::new("longest context, OOM retried: bisections within 2 % of the ledger's search", "count", Some(within as f64)).note(format!("of {}; {within_step} more within one bisection step", retried.len())));
         }
         // The loads as rows of the same table: seq 0, allocated = the weights.
         let mut rows: Vec<StepCheck> = wt

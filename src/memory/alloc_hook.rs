@@ -76,7 +76,7 @@ pub fn release_for_retry(stream: *mut std::ffi::c_void) -> bool {
             }
             trace("synced", 0, 0, stream);
             let ok = sys::cuMemPoolTrimTo(pool, 0) == sys::CUresult::CUDA_SUCCESS;
-            trace("trimmed", 0, 0, stream);
+            trace(if ok { "trimmed" } else { "trim failed" }, 0, 0, stream);
             ok
         }
     }
@@ -101,7 +101,10 @@ static TRACING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 fn tracing() -> bool {
     *TRACING.get_or_init(|| {
         let Some(path) = std::env::var_os("VRAM_LAB_ALLOC_TRACE") else { return false };
-        let Ok(mut f) = std::fs::File::create(&path) else { return false };
+        let Ok(mut f) = std::fs::File::create(&path) else {
+            eprintln!("VRAM_LAB_ALLOC_TRACE: cannot create {}: no trace", std::path::Path::new(&path).display());
+            return false;
+        };
         use std::io::Write;
         let _ = writeln!(f, "event,ptr,bytes,reserved,used,touched,runs");
         TRACE.lock().map(|mut t| *t = Some(f)).is_ok()
@@ -114,7 +117,8 @@ pub fn trace(event: &str, ptr: u64, bytes: u64, stream: *mut std::ffi::c_void) {
     if !tracing() {
         return;
     }
-    let (reserved, used) = if capturing(stream) { (0, 0) } else { pool_now() };
+    // Empty fields while a graph is captured: the pool was not asked.
+    let (reserved, used) = if capturing(stream) { (String::new(), String::new()) } else { pool_now() };
     // After a trim: what the live allocations alone would keep mapped, beside `reserved`.
     let layout = if event == "trimmed" { LIVE.lock().ok().and_then(|l| l.as_ref().map(|m| live_layout(m))) } else { None };
     let (touched, runs) = layout.map(|(t, r)| (t.to_string(), r.to_string())).unwrap_or_default();
@@ -179,8 +183,9 @@ fn capturing(stream: *mut std::ffi::c_void) -> bool {
     }
 }
 
-/// The current device's default pool: reserved and used bytes (zeros without CUDA).
-fn pool_now() -> (u64, u64) {
+/// The current device's default pool: reserved and used bytes (empty without CUDA or when the
+/// driver did not answer).
+fn pool_now() -> (String, String) {
     #[cfg(feature = "cuda")]
     {
         use candle_core::cuda_backend::cudarc::driver::sys;
@@ -189,15 +194,19 @@ fn pool_now() -> (u64, u64) {
         let (mut reserved, mut used) = (0u64, 0u64);
         // SAFETY: queries with valid out-pointers; both attributes are cuuint64_t.
         unsafe {
-            if sys::cuCtxGetDevice(&mut dev) == sys::CUresult::CUDA_SUCCESS && sys::cuDeviceGetMemPool(&mut pool, dev) == sys::CUresult::CUDA_SUCCESS {
-                sys::cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &mut reserved as *mut u64 as *mut _);
-                sys::cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &mut used as *mut u64 as *mut _);
+            let ok = sys::CUresult::CUDA_SUCCESS;
+            if sys::cuCtxGetDevice(&mut dev) == ok
+                && sys::cuDeviceGetMemPool(&mut pool, dev) == ok
+                && sys::cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &mut reserved as *mut u64 as *mut _) == ok
+                && sys::cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &mut used as *mut u64 as *mut _) == ok
+            {
+                return (reserved.to_string(), used.to_string());
             }
         }
-        (reserved, used)
+        (String::new(), String::new())
     }
     #[cfg(not(feature = "cuda"))]
-    (0, 0)
+    (String::new(), String::new())
 }
 
 /// Called by the hook after the driver answered; `rc` is the CUresult (0 = success).
