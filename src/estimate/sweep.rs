@@ -24,8 +24,9 @@ pub fn reaches_growth(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64,
     let kept = transient::chunk_share(workspace::held_parts(cfg, w.precision, seen));
     let growing = transient::chunk_share(workspace::at_growth_parts(cfg, w.precision, seen, tokens));
     let slack = |chunked: u64| transient::pool_slack(chunked, POOL_SLACK);
-    let c = &p.chunked;
-    let busiest = (p.attention + slack(c.attention + kept)).max(p.o_proj + slack(c.o_proj + kept)).max(p.mlp + slack(c.mlp + kept)).max(growth + slack(c.down_proj + growing));
+    // Attention, o projection and MLP of the first layer: not the logits.
+    let before_logits = p.moments()[..3].iter().map(|&(bytes, n)| bytes + slack(n + kept)).max().unwrap_or(0);
+    let busiest = before_logits.max(growth + slack(p.chunked.down_proj + growing));
     base + busiest <= capacity
 }
 

@@ -70,10 +70,15 @@ impl Phases {
         self.peak() - self.logits_kept
     }
 
+    /// The moments that can be the peak, in the order a prefill reaches them: (bytes, chunked).
+    pub fn moments(&self) -> [(u64, u64); 4] {
+        let c = &self.chunked;
+        [(self.attention, c.attention), (self.o_proj, c.o_proj), (self.mlp, c.mlp), (self.logits, c.logits)]
+    }
+
     /// The busiest moment with the pool's slack: `slack` bytes per chunk of `chunked`.
     pub fn peak_with(&self, slack: u64) -> u64 {
-        let c = &self.chunked;
-        [(self.attention, c.attention), (self.o_proj, c.o_proj), (self.mlp, c.mlp), (self.logits, c.logits)].iter().map(|&(bytes, n)| bytes + pool_slack(n, slack)).max().unwrap_or(0)
+        self.moments().iter().map(|&(bytes, n)| bytes + pool_slack(n, slack)).max().unwrap_or(0)
     }
 
     /// Which moment is the peak.
@@ -93,7 +98,12 @@ impl Phases {
 
 /// Allocations of these sizes, each counted up to one chunk.
 pub fn chunk_share(sizes: impl IntoIterator<Item = u64>) -> u64 {
-    sizes.into_iter().map(|b| b.min(POOL_CHUNK)).sum()
+    sizes.into_iter().map(|b| share(1, b)).sum()
+}
+
+/// `n` allocations of `bytes`, each counted up to one chunk.
+fn share(n: u64, bytes: u64) -> u64 {
+    n * bytes.min(POOL_CHUNK)
 }
 
 /// What the pool keeps beyond the live bytes for `chunked` bytes of allocations, at `slack`
@@ -139,8 +149,6 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     // the chunks' outputs so far, the scaled query chunk, the scores and the probabilities or
     // mask, the chunk's output; naive: k and v repeated, three score matrices, the output;
     // fused: the output); then one per tensor of the bytes above.
-    let c = POOL_CHUNK;
-    let share = |n: u64, bytes: u64| n * bytes.min(c);
     let cache = 2 * cfg.num_hidden_layers as u64 * tokens * kv;
     let layer_share = share(4, tokens * h) + share(3, tokens * kv) + share(2, rope / 2) + share(1, cache);
     let heads = cfg.num_attention_heads as u64;
@@ -171,7 +179,6 @@ fn bounded(cfg: &Qwen2Config, b: u64, s: u64, a: u64, budget: u64) -> (u64, u64)
     let h = cfg.hidden_size as u64 * a;
     let row_bytes = b * heads * s * a;
     let chunk = (budget / row_bytes.max(1)).clamp(1, s.max(1));
-    let outputs = |n: u64| n * (b * chunk * h).min(POOL_CHUNK);
     let (mut worst, mut worst_share) = (0, 0);
     let mut s0 = 0;
     while s0 < s {
@@ -183,13 +190,13 @@ fn bounded(cfg: &Qwen2Config, b: u64, s: u64, a: u64, budget: u64) -> (u64, u64)
         let bytes = b * (s0 + c) * h + masking.max(softmax);
         if bytes > worst {
             let own = if masking > softmax { chunk_share([scores, c * c, b * heads * c * c * a]) } else { chunk_share([scores, scores, b * c * h]) };
-            (worst, worst_share) = (bytes, outputs(s0 / chunk) + chunk_share([b * c * h]) + own);
+            (worst, worst_share) = (bytes, share(s0 / chunk, b * chunk * h) + share(1, b * c * h) + own);
         }
         s0 += c;
     }
     // Several chunks are concatenated: their outputs and the copy.
     if chunk < s && 2 * b * s * h > worst {
-        (worst, worst_share) = (2 * b * s * h, outputs(s.div_ceil(chunk)) + chunk_share([b * s * h]));
+        (worst, worst_share) = (2 * b * s * h, share(s.div_ceil(chunk), b * chunk * h) + share(1, b * s * h));
     }
     (worst, worst_share)
 }

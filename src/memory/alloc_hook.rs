@@ -64,21 +64,16 @@ pub fn release_for_retry(stream: *mut std::ffi::c_void) -> bool {
     #[cfg(feature = "cuda")]
     {
         use candle_core::cuda_backend::cudarc::driver::sys;
-        let (mut dev, mut pool) = (0, std::ptr::null_mut());
-        // SAFETY: the stream is the one the failed request named; the queries take valid
-        // out-pointers; trimming keeps every live allocation.
-        unsafe {
-            if sys::cuStreamSynchronize(stream as sys::CUstream) != sys::CUresult::CUDA_SUCCESS
-                || sys::cuCtxGetDevice(&mut dev) != sys::CUresult::CUDA_SUCCESS
-                || sys::cuDeviceGetMemPool(&mut pool, dev) != sys::CUresult::CUDA_SUCCESS
-            {
-                return false;
-            }
-            trace("synced", 0, 0, stream);
-            let ok = sys::cuMemPoolTrimTo(pool, 0) == sys::CUresult::CUDA_SUCCESS;
-            trace(if ok { "trimmed" } else { "trim failed" }, 0, 0, stream);
-            ok
+        // SAFETY: the stream is the one the failed request named.
+        if unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) } != sys::CUresult::CUDA_SUCCESS {
+            return false;
         }
+        let Some(pool) = current_pool() else { return false };
+        trace("synced", 0, 0, stream);
+        // SAFETY: trimming keeps every live allocation.
+        let ok = unsafe { sys::cuMemPoolTrimTo(pool, 0) } == sys::CUresult::CUDA_SUCCESS;
+        trace(if ok { "trimmed" } else { "trim failed" }, 0, 0, stream);
+        ok
     }
     #[cfg(not(feature = "cuda"))]
     {
@@ -187,26 +182,24 @@ fn capturing(stream: *mut std::ffi::c_void) -> bool {
 /// driver did not answer).
 fn pool_now() -> (String, String) {
     #[cfg(feature = "cuda")]
-    {
-        use candle_core::cuda_backend::cudarc::driver::sys;
-        use sys::CUmemPool_attribute::*;
-        let (mut dev, mut pool) = (0, std::ptr::null_mut());
-        let (mut reserved, mut used) = (0u64, 0u64);
-        // SAFETY: queries with valid out-pointers; both attributes are cuuint64_t.
-        unsafe {
-            let ok = sys::CUresult::CUDA_SUCCESS;
-            if sys::cuCtxGetDevice(&mut dev) == ok
-                && sys::cuDeviceGetMemPool(&mut pool, dev) == ok
-                && sys::cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &mut reserved as *mut u64 as *mut _) == ok
-                && sys::cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &mut used as *mut u64 as *mut _) == ok
-            {
-                return (reserved.to_string(), used.to_string());
-            }
+    if let Some(pool) = current_pool() {
+        use candle_core::cuda_backend::cudarc::driver::sys::CUmemPool_attribute::*;
+        if let (Ok(reserved), Ok(used)) = (super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)) {
+            return (reserved.to_string(), used.to_string());
         }
-        (String::new(), String::new())
     }
-    #[cfg(not(feature = "cuda"))]
     (String::new(), String::new())
+}
+
+/// The default pool of the device whose context is current on this thread (where candle's
+/// requests go).
+#[cfg(feature = "cuda")]
+fn current_pool() -> Option<candle_core::cuda_backend::cudarc::driver::sys::CUmemoryPool> {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    let (mut dev, mut pool) = (0, std::ptr::null_mut());
+    let ok = sys::CUresult::CUDA_SUCCESS;
+    // SAFETY: queries with valid out-pointers.
+    unsafe { (sys::cuCtxGetDevice(&mut dev) == ok && sys::cuDeviceGetMemPool(&mut pool, dev) == ok).then_some(pool) }
 }
 
 /// Called by the hook after the driver answered; `rc` is the CUresult (0 = success).
