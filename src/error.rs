@@ -10,6 +10,19 @@ pub enum LabError {
     /// Bad input from the user: paths, configs, presets, cards, flags.
     #[error("{0}")]
     Input(String),
+    /// A number outside what the lab accepts (a flag, a config value, a workload).
+    #[error("{what} = {value} is out of range: {allowed}")]
+    OutOfRange { what: String, value: String, allowed: String },
+    /// A token id at or past the model's vocabulary: checked on the host, before any kernel
+    /// (on a GPU the embedding's device-side assert would poison the CUDA context).
+    #[error("token id {id} is outside the vocabulary ({} tokens)", crate::limits::grouped(*.vocab as u64))]
+    TokenOutOfVocab { id: u64, vocab: usize },
+    /// A file shorter than its own header says.
+    #[error("{path}: truncated: {have} of {need} bytes")]
+    Truncated { path: String, have: u64, need: u64 },
+    /// A model or workload whose byte counts the lab cannot represent.
+    #[error("{0}")]
+    TooLarge(String),
     #[error("{}", .0.headline())]
     Oom(Box<OomReport>),
     /// Something the machine cannot do (no CUDA built in, no GPU, a card larger than the GPU).
@@ -54,6 +67,16 @@ impl OomReport {
 impl LabError {
     pub fn input(msg: impl Into<String>) -> Self {
         Self::Input(msg.into())
+    }
+
+    /// `what = value is out of range: allowed`.
+    pub fn out_of_range(what: impl Into<String>, value: impl std::fmt::Display, allowed: impl Into<String>) -> Self {
+        Self::OutOfRange { what: what.into(), value: value.to_string(), allowed: allowed.into() }
+    }
+
+    /// The user's mistake (exit code 2), as opposed to the machine's or the lab's.
+    pub fn is_input(&self) -> bool {
+        matches!(self, Self::Input(_) | Self::OutOfRange { .. } | Self::TokenOutOfVocab { .. } | Self::Truncated { .. } | Self::TooLarge(_))
     }
 
     pub fn other(e: impl std::fmt::Display) -> Self {

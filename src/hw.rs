@@ -22,16 +22,27 @@ pub struct Card {
 fn size_mib(s: &str) -> Option<f64> {
     let key = s.trim().to_ascii_lowercase();
     let (num, unit) = key.split_at(key.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(key.len()));
-    match (num.trim().parse::<f64>(), unit) {
-        (Ok(n), "gib" | "g" | "gb") if n > 0.0 => Some(n * 1024.0),
-        (Ok(n), "mib" | "m" | "mb") if n > 0.0 => Some(n),
-        _ => None,
+    let mib = match (num.trim().parse::<f64>(), unit) {
+        (Ok(n), "gib" | "g" | "gb") => n * 1024.0,
+        (Ok(n), "mib" | "m" | "mb") => n,
+        _ => return None,
+    };
+    mib.is_finite().then_some(mib)
+}
+
+/// A size in MiB inside (0, 1 PiB]: no card or budget is larger, and its bytes fit u64.
+fn checked_mib(s: &str, mib: f64) -> Result<f64> {
+    if mib > 0.0 && mib <= crate::limits::MAX_MIB as f64 {
+        Ok(mib)
+    } else {
+        Err(LabError::out_of_range(format!("the size `{s}`"), format!("{mib} MiB"), "above 0 and at most 1 PiB"))
     }
 }
 
 /// A size such as `5GiB` or `512MiB`, in bytes.
 pub fn parse_size(s: &str) -> Result<u64> {
-    size_mib(s).map(|m| (m * 1024.0 * 1024.0) as u64).ok_or_else(|| LabError::input(format!("`{s}` is not a size: write e.g. 5GiB or 512MiB")))
+    let mib = size_mib(s).ok_or_else(|| LabError::input(format!("`{s}` is not a size: write e.g. 5GiB or 512MiB")))?;
+    Ok((checked_mib(s, mib)? * 1024.0 * 1024.0) as u64)
 }
 
 const CARDS_JSON: &str = include_str!("../data/cards.json");
@@ -52,6 +63,7 @@ impl Card {
             let names: Vec<_> = Self::presets().into_iter().map(|c| c.name).collect();
             return Err(LabError::input(format!("unknown card `{s}`: use one of {} or a size such as 24GiB", names.join(", "))));
         };
+        let mib = checked_mib(s, mib)?;
         Ok(Card {
             name: key.clone(),
             label: format!("a {} card", crate::memory::fmt_bytes((mib * 1024.0 * 1024.0) as u64)),

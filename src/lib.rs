@@ -10,6 +10,7 @@ pub mod error;
 pub mod estimate;
 pub mod experiments;
 pub mod hw;
+pub mod limits;
 pub mod memory;
 pub mod model;
 pub mod notebook;

@@ -72,6 +72,7 @@ fn run_stages(args: &SessionArgs, what: &str, stages: Vec<(Box<dyn AnyStage>, Op
             break;
         }
     }
+    let on_input = session.failed_on_input;
     let run = session.finish(&registry())?;
     if interrupted {
         return Err(LabError::Interrupted);
@@ -79,7 +80,7 @@ fn run_stages(args: &SessionArgs, what: &str, stages: Vec<(Box<dyn AnyStage>, Op
     match run.manifest.status {
         RunStatus::Failed => {
             let failed: Vec<String> = run.manifest.stages.iter().filter_map(|s| s.error.as_ref().map(|e| format!("stage {}: {e}", s.name))).collect();
-            Err(LabError::Other(failed.join("; ")))
+            Err(if on_input { LabError::Input(failed.join("; ")) } else { LabError::Other(failed.join("; ")) })
         }
         _ => Ok(()),
     }
@@ -126,7 +127,16 @@ fn main() {
     vram_lab::report::format::console_setup();
     vram_lab::session::stop_on_ctrl_c();
     let command = registry().iter().fold(Cli::command(), |c, s| c.subcommand(s.command()));
-    let matches = command.get_matches();
+    let matches = match command.try_get_matches() {
+        Ok(m) => m,
+        // --help and --version print and exit 0; a bad flag or value is one line and exit 2.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let text = e.to_string();
+            eprintln!("{}", text.lines().next().unwrap_or("error: bad arguments"));
+            std::process::exit(2);
+        }
+    };
     let verbose = matches.get_flag("verbose");
     if let Err(e) = dispatch(&matches) {
         if verbose {
@@ -135,7 +145,7 @@ fn main() {
             eprintln!("error: {e}");
         }
         std::process::exit(match e {
-            LabError::Input(_) => 2,
+            e if e.is_input() => 2,
             LabError::Interrupted => 130,
             _ => 1,
         });

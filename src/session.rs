@@ -191,6 +191,8 @@ pub struct Session {
     manifest: Manifest,
     /// The bandwidths measured once per session (see `bandwidths`).
     bandwidths: std::cell::OnceCell<crate::model::placement::Bandwidths>,
+    /// Every stage that failed failed on the user's input (the command exits 2, not 1).
+    pub failed_on_input: bool,
 }
 
 impl Session {
@@ -232,6 +234,7 @@ impl Session {
             dir,
             manifest,
             bandwidths: std::cell::OnceCell::new(),
+            failed_on_input: false,
         };
         s.say(format!("vram-lab {} on {}", s.manifest.env.vram_lab, s.manifest.env.device));
         s.say(format!("model {}", s.source.label()));
@@ -312,6 +315,8 @@ impl Session {
             Ok(out) => out,
             Err(e) => {
                 record.status = if matches!(e, LabError::Interrupted) { StageStatus::Interrupted } else { StageStatus::Failed };
+                let earlier_failed = self.manifest.stages.iter().any(|s| s.status == StageStatus::Failed);
+                self.failed_on_input = e.is_input() && (self.failed_on_input || !earlier_failed);
                 self.say(format!("stage {} {}: {e}", stage.name(), if record.status == StageStatus::Failed { "failed" } else { "interrupted" }));
                 record.error = Some(e.to_string());
                 self.manifest.stages.push(record);

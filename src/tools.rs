@@ -4,6 +4,7 @@
 
 use crate::error::{LabError, Result};
 use crate::hw::{self, Card};
+use crate::limits;
 use crate::memory::{fmt_bytes, guarded, MemoryProbe};
 use crate::model::{self, GenerateConfig, ModelSource, Precision, Qwen2Config};
 use crate::session::{default_model, SessionArgs};
@@ -18,12 +19,12 @@ pub struct GenerateArgs {
     /// Token ids instead of a prompt (comma separated)
     #[arg(long, value_delimiter = ',')]
     pub prompt_ids: Option<Vec<u32>>,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = limits::count(limits::MAX_NEW_TOKENS))]
     pub max_new_tokens: usize,
     /// Sampling temperature (default: greedy)
-    #[arg(long)]
+    #[arg(long, value_parser = limits::temperature)]
     pub temperature: Option<f64>,
-    #[arg(long)]
+    #[arg(long, value_parser = limits::unit_interval)]
     pub top_p: Option<f64>,
     /// Stop at the end-of-sequence token
     #[arg(long)]

@@ -5,6 +5,8 @@
 use super::transient::{self, Prefill};
 use super::{kv_bytes_per_token, weight_bytes, workspace};
 use crate::alloc_model::POOL_SLACK;
+use crate::error::{LabError, Result};
+use crate::limits::{check_count, grouped, MAX_BATCH, MAX_SEQ, MAX_TERM_BYTES};
 use crate::model::attention::AttentionMode;
 use crate::model::{Logits, Precision, Qwen2Config};
 use serde::{Deserialize, Serialize};
@@ -122,6 +124,38 @@ pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -
     }
 }
 
+/// A workload the estimator can price: `seq` and `batch` counted within the lab's ceilings, and
+/// its largest terms (every position's widest activations or logits, the KV cache, a naive
+/// attention's score matrices) each below `limits::MAX_TERM_BYTES`, so the ledger's sums of a
+/// few dozen terms stay inside u64. Checked in u128, before any of the ledger's arithmetic.
+pub fn check(cfg: &Qwen2Config, w: &Inference) -> Result<()> {
+    check_count("seq (tokens per sequence)", w.seq, MAX_SEQ)?;
+    check_count("batch (sequences)", w.batch, MAX_BATCH)?;
+    let (b, s) = (w.batch as u128, w.seq as u128);
+    let a = w.precision.act_dtype().size_in_bytes() as u128;
+    let widest = cfg.vocab_size.max(cfg.intermediate_size).max(cfg.hidden_size) as u128;
+    let scores = match w.attention {
+        AttentionMode::Naive | AttentionMode::Differentiable => b * cfg.num_attention_heads as u128 * s * s * a,
+        AttentionMode::Bounded { .. } | AttentionMode::Flash => 0,
+    };
+    let terms = [
+        ("the widest activations of every position", b * s * widest * a),
+        ("the KV cache", b * s * kv_bytes_per_token(cfg, a as usize) as u128),
+        ("the attention scores", scores),
+    ];
+    for (what, bytes) in terms {
+        if bytes > MAX_TERM_BYTES {
+            return Err(LabError::TooLarge(format!(
+                "{} sequence(s) of {} tokens are too large to price: {what} alone would be {bytes} B, past the {} B the lab counts",
+                grouped(w.batch as u64),
+                grouped(w.seq as u64),
+                MAX_TERM_BYTES
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The largest `n` in 1..=`upto` with `fits(n)` (monotone), 0 if none.
 pub fn largest(upto: usize, fits: impl Fn(usize) -> bool) -> usize {
     crate::search::bisect(0, upto as u64 + 1, 1, |n| Ok(fits(n as usize))).map(|(n, _)| n as usize).unwrap_or(0)
@@ -130,8 +164,9 @@ pub fn largest(upto: usize, fits: impl Fn(usize) -> bool) -> usize {
 /// The longest context at `w.batch` and the largest batch at `w.seq` that fit `capacity` bytes
 /// (contexts up to the model's trained maximum, batches up to 4,096).
 pub fn limits(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64) -> (usize, usize) {
-    let fits = |w: Inference| ledger(cfg, &w, runtime).device() <= capacity;
-    let max_context = largest(cfg.max_position_embeddings.max(w.seq), |s| fits(Inference { seq: s, ..*w }));
+    // A workload too large to price fits no card.
+    let fits = |w: Inference| check(cfg, &w).is_ok() && ledger(cfg, &w, runtime).device() <= capacity;
+    let max_context = largest(cfg.max_position_embeddings.max(w.seq).min(MAX_SEQ), |s| fits(Inference { seq: s, ..*w }));
     let max_batch = largest(4096, |b| fits(Inference { batch: b, ..*w }));
     (max_context, max_batch)
 }

@@ -1,7 +1,7 @@
 //! Pure formulas: bytes a model, its KV cache and its logits take (here), and what training adds
 //! (`training`). No measurement, no experiment.
 
-use crate::model::config::Qwen2Config;
+use crate::model::config::{Qwen2Config, TensorSpec};
 use crate::model::precision::{ggml_bytes, ggml_dtype_for, Precision};
 use crate::model::Logits;
 
@@ -13,13 +13,24 @@ pub mod workspace;
 
 /// Weight bytes of `cfg` in `precision`, tensor by tensor (the Q4 plan per tensor for Q4).
 pub fn weight_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
-    cfg.tensor_specs()
-        .iter()
-        .map(|s| match precision.dense_dtype() {
-            Some(dtype) => (s.elem_count() * dtype.size_in_bytes()) as u64,
-            None => ggml_bytes(ggml_dtype_for(s, cfg.tie_word_embeddings), s.elem_count()),
-        })
-        .sum()
+    sum_over_tensors(cfg, |s| match precision.dense_dtype() {
+        Some(dtype) => (s.elem_count() * dtype.size_in_bytes()) as u64,
+        None => ggml_bytes(ggml_dtype_for(s, cfg.tie_word_embeddings), s.elem_count()),
+    })
+}
+
+/// `price` summed over every tensor of `cfg`. Every layer holds the same tensors, priced alike,
+/// so one layer is priced and multiplied: the searches call this hundreds of times, and a
+/// 4,096-layer config has 49,000 tensors to name.
+pub fn sum_over_tensors(cfg: &Qwen2Config, price: impl Fn(&TensorSpec) -> u64) -> u64 {
+    let outside: u64 = with_layers(cfg, 0).tensor_specs().iter().map(&price).sum();
+    let layer = with_layers(cfg, 1).tensor_specs().iter().map(&price).sum::<u64>() - outside;
+    outside + layer * cfg.num_hidden_layers as u64
+}
+
+/// `cfg` with `n` layers: its tensors are the outside ones and the first `n` layers'.
+pub fn with_layers(cfg: &Qwen2Config, n: usize) -> Qwen2Config {
+    Qwen2Config { num_hidden_layers: n, ..cfg.clone() }
 }
 
 /// KV cache bytes per token with grouped-query attention: 2 (K and V) × layers × kv_heads ×
@@ -49,7 +60,7 @@ pub fn decode_ceiling_tok_s(bandwidth_gbs: f64, bytes_per_token: u64) -> f64 {
 /// is read whole), and the KV cache of each sequence at `context` tokens. Its ceiling is the
 /// device's read bandwidth ÷ these bytes.
 pub fn decode_read_bytes(cfg: &Qwen2Config, precision: Precision, context: usize, batch: usize) -> u64 {
-    let embed = cfg.tensor_specs().into_iter().find(|s| s.name == "model.embed_tokens.weight");
+    let embed = with_layers(cfg, 0).tensor_specs().into_iter().find(|s| s.name == "model.embed_tokens.weight");
     let table = match (cfg.tie_word_embeddings, embed) {
         (false, Some(s)) => match precision.dense_dtype() {
             Some(dtype) => (s.elem_count() * dtype.size_in_bytes()) as u64,
@@ -140,6 +151,25 @@ pub fn remedies(cfg: &Qwen2Config, w: &Workload, capacity: u64, transient_per_to
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pricing one layer and multiplying gives every tensor's sum, for every preset and precision.
+    #[test]
+    fn one_layer_times_layers_is_every_tensor() {
+        for (name, _) in crate::model::config::PRESETS {
+            let cfg = Qwen2Config::preset(name).unwrap();
+            for p in [Precision::F32, Precision::Bf16, Precision::Q4] {
+                let each: u64 = cfg
+                    .tensor_specs()
+                    .iter()
+                    .map(|s| match p.dense_dtype() {
+                        Some(d) => (s.elem_count() * d.size_in_bytes()) as u64,
+                        None => ggml_bytes(ggml_dtype_for(s, cfg.tie_word_embeddings), s.elem_count()),
+                    })
+                    .sum();
+                assert_eq!(weight_bytes(&cfg, p), each, "{name} {p}");
+            }
+        }
+    }
 
     #[test]
     fn seven_b_figures() {

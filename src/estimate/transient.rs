@@ -179,20 +179,32 @@ fn bounded(cfg: &Qwen2Config, b: u64, s: u64, a: u64, budget: u64) -> (u64, u64)
     let h = cfg.hidden_size as u64 * a;
     let row_bytes = b * heads * s * a;
     let chunk = (budget / row_bytes.max(1)).clamp(1, s.max(1));
-    let (mut worst, mut worst_share) = (0, 0);
-    let mut s0 = 0;
-    while s0 < s {
-        let c = chunk.min(s - s0);
+    // The chunk starting at s0, c queries long: its bytes and their chunk share.
+    let at = |s0: u64, c: u64| {
         let t = s0 + c;
         let scores = b * heads * c * t * a;
         let masking = if c > 1 { scores + c * c + b * heads * c * c * a } else { 0 };
         let softmax = 2 * scores + b * c * h;
         let bytes = b * (s0 + c) * h + masking.max(softmax);
+        let own = if masking > softmax { chunk_share([scores, c * c, b * heads * c * c * a]) } else { chunk_share([scores, scores, b * c * h]) };
+        (bytes, share(s0 / chunk, b * chunk * h) + share(1, b * c * h) + own)
+    };
+    // Every full chunk holds more than the one before it (more outputs done, longer score rows),
+    // so the busiest is the last full chunk or the shorter one after it: two candidates instead
+    // of a walk over s / chunk chunks (millions at long contexts).
+    let (full, rest) = (s / chunk, s % chunk);
+    let mut candidates = Vec::with_capacity(2);
+    if full > 0 {
+        candidates.push(at((full - 1) * chunk, chunk));
+    }
+    if rest > 0 {
+        candidates.push(at(full * chunk, rest));
+    }
+    let (mut worst, mut worst_share) = (0, 0);
+    for (bytes, chunk_share) in candidates {
         if bytes > worst {
-            let own = if masking > softmax { chunk_share([scores, c * c, b * heads * c * c * a]) } else { chunk_share([scores, scores, b * c * h]) };
-            (worst, worst_share) = (bytes, share(s0 / chunk, b * chunk * h) + share(1, b * c * h) + own);
+            (worst, worst_share) = (bytes, chunk_share);
         }
-        s0 += c;
     }
     // Several chunks are concatenated: their outputs and the copy.
     if chunk < s && 2 * b * s * h > worst {
@@ -270,6 +282,42 @@ mod tests {
         assert!(at(256 << 20) < at(1 << 30));
         let naive = phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Naive }).attention;
         assert!(naive > 3 * 28 * 32768 * 32768 * 2);
+    }
+
+    /// The two candidates give what walking every chunk gives (the walk kept here as the
+    /// reference), across batches, budgets and contexts that leave a shorter last chunk or none.
+    #[test]
+    fn last_chunks_are_the_busiest() {
+        let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+        let (heads, a) = (cfg.num_attention_heads as u64, 2u64);
+        let h = cfg.hidden_size as u64 * a;
+        let walk = |b: u64, s: u64, budget: u64| {
+            let chunk = (budget / (b * heads * s * a).max(1)).clamp(1, s.max(1));
+            let (mut worst, mut worst_share, mut s0) = (0, 0, 0);
+            while s0 < s {
+                let c = chunk.min(s - s0);
+                let scores = b * heads * c * (s0 + c) * a;
+                let masking = if c > 1 { scores + c * c + b * heads * c * c * a } else { 0 };
+                let softmax = 2 * scores + b * c * h;
+                let bytes = b * (s0 + c) * h + masking.max(softmax);
+                if bytes > worst {
+                    let own = if masking > softmax { chunk_share([scores, c * c, b * heads * c * c * a]) } else { chunk_share([scores, scores, b * c * h]) };
+                    (worst, worst_share) = (bytes, share(s0 / chunk, b * chunk * h) + share(1, b * c * h) + own);
+                }
+                s0 += c;
+            }
+            if chunk < s && 2 * b * s * h > worst {
+                (worst, worst_share) = (2 * b * s * h, share(s.div_ceil(chunk), b * chunk * h) + share(1, b * s * h));
+            }
+            (worst, worst_share)
+        };
+        for b in [1, 3] {
+            for s in [1, 2, 7, 100, 1000, 4097, 12345] {
+                for budget in [1, 1 << 12, 1 << 16, 1 << 20, 1 << 30] {
+                    assert_eq!(bounded(&cfg, b, s, a, budget), walk(b, s, budget), "b {b} s {s} budget {budget}");
+                }
+            }
+        }
     }
 
     /// The fused kernel by hand at 32k tokens: attention holds the layer's 4 H + 3 KV + rotary

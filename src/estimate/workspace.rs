@@ -28,7 +28,9 @@ pub const FIXUP_BYTES: u64 = 256 * 128 * 128 * 4;
 /// The widest row (input features) of a matrix the quantized matmul multiplies: every quantized
 /// matrix but the embedding table, which is gathered (unless tied, when it is also the head).
 fn widest_row(cfg: &Qwen2Config) -> u64 {
-    cfg.tensor_specs()
+    // Every layer is alike: the outside tensors and one layer's hold every width.
+    super::with_layers(cfg, cfg.num_hidden_layers.min(1))
+        .tensor_specs()
         .iter()
         .filter(|s| s.shape.len() == 2 && (s.name != "model.embed_tokens.weight" || cfg.tie_word_embeddings))
         .filter(|s| !matches!(ggml_dtype_for(s, cfg.tie_word_embeddings), GgmlDType::F16 | GgmlDType::F32 | GgmlDType::BF16))

@@ -2,6 +2,7 @@
 //! F32 is the one expected to run out of memory), snapshot memory at init, after loading and after
 //! generating N tokens, and put each figure beside its prediction and the report's.
 
+use crate::limits;
 use crate::error::{LabError, Result};
 use crate::estimate::{self, Workload};
 use crate::experiments::oom;
@@ -22,7 +23,7 @@ pub struct AnatomyConfig {
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = AnatomyConfig::default().precisions)]
     pub precisions: Vec<Precision>,
     /// Tokens generated after the report's prompt
-    #[arg(long, default_value_t = AnatomyConfig::default().max_new_tokens)]
+    #[arg(long, default_value_t = AnatomyConfig::default().max_new_tokens, value_parser = limits::count(limits::MAX_NEW_TOKENS))]
     pub max_new_tokens: usize,
 }
 

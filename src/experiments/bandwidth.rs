@@ -4,6 +4,7 @@
 //! and the CPU reading host memory (what CPU layers of an offload run at). Each beside the vendor
 //! figure of the GPU it runs on, and turned into the tok/s it allows for the model.
 
+use crate::limits;
 use crate::error::Result;
 use crate::estimate;
 use crate::hw;
@@ -19,16 +20,16 @@ pub struct Bandwidth;
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 pub struct BandwidthConfig {
     /// Host↔device copies of this many MiB
-    #[arg(long, default_value_t = BandwidthConfig::default().copy_mib)]
+    #[arg(long, default_value_t = BandwidthConfig::default().copy_mib, value_parser = limits::count(limits::MAX_MIB as usize))]
     pub copy_mib: usize,
     /// The read kernel's buffer, MiB (0: the model's weights in BF16)
-    #[arg(long, default_value_t = BandwidthConfig::default().read_mib)]
+    #[arg(long, default_value_t = BandwidthConfig::default().read_mib, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=limits::MAX_MIB))]
     pub read_mib: usize,
     /// The CPU's read of host memory, MiB
-    #[arg(long, default_value_t = BandwidthConfig::default().host_mib)]
+    #[arg(long, default_value_t = BandwidthConfig::default().host_mib, value_parser = limits::count(limits::MAX_MIB as usize))]
     pub host_mib: usize,
     /// Timed repetitions of each transfer (after one warm-up)
-    #[arg(long, default_value_t = BandwidthConfig::default().reps)]
+    #[arg(long, default_value_t = BandwidthConfig::default().reps, value_parser = limits::count(limits::MAX_REPEATS))]
     pub reps: usize,
 }
 
@@ -82,6 +83,13 @@ impl Stage for Bandwidth {
         let weights = estimate::weight_bytes(&opened.cfg, Precision::Bf16);
         let own = hw::own_card(&s.device);
         let mut rows: Vec<(Transfer, String)> = Vec::new();
+        // A host buffer past what the machine has would abort the process (Rust's allocation
+        // failure), not return an error: refuse it first.
+        if let Some((_, available)) = crate::memory::host::meminfo() {
+            if (cfg.host_mib as u64) << 20 > available / 2 {
+                return Err(crate::error::LabError::out_of_range("--host-mib", cfg.host_mib, format!("1 to {} (half the host's available memory)", available / 2 >> 20)));
+            }
+        }
         s.console.step("host read");
         rows.push((bandwidth::host_read(cfg.host_mib << 20, cfg.reps), format!("{} threads", rayon::current_num_threads())));
         s.console.step("host matrix-vector product");

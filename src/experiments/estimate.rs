@@ -10,6 +10,7 @@ use crate::estimate::fit::{self, CardFit, Inference, Runtime};
 use crate::estimate::training::{self, Optimizer, TrainSetup};
 use crate::estimate;
 use crate::hw::Card;
+use crate::limits;
 use crate::memory::mib;
 use crate::model::attention::AttentionMode;
 use crate::model::{self, Logits, Precision, Qwen2Config};
@@ -31,10 +32,10 @@ pub struct EstimateConfig {
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = EstimateConfig::default().precisions)]
     pub precisions: Vec<Precision>,
     /// Context: tokens per sequence
-    #[arg(long, default_value_t = EstimateConfig::default().seq)]
+    #[arg(long, default_value_t = EstimateConfig::default().seq, value_parser = limits::count(limits::MAX_SEQ))]
     pub seq: usize,
     /// Sequences per batch
-    #[arg(long, default_value_t = EstimateConfig::default().batch)]
+    #[arg(long, default_value_t = EstimateConfig::default().batch, value_parser = limits::count(limits::MAX_BATCH))]
     pub batch: usize,
     /// Logits the prefill keeps
     #[arg(long, value_enum, default_value_t = EstimateConfig::default().logits)]
@@ -52,7 +53,7 @@ pub struct EstimateConfig {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub zero: u8,
     /// GPUs ZeRO divides across
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=limits::MAX_GPUS))]
     pub gpus: u64,
 }
 
@@ -65,7 +66,7 @@ impl Default for EstimateConfig {
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 pub struct PlanConfig {
     /// The context wanted, tokens
-    #[arg(long, default_value_t = PlanConfig::default().seq)]
+    #[arg(long, default_value_t = PlanConfig::default().seq, value_parser = limits::count(limits::MAX_SEQ))]
     pub seq: usize,
     /// A config.json to plan for instead of --model
     #[arg(long)]
@@ -155,6 +156,7 @@ impl Stage for Estimate {
         let mut out = StageOutput::default();
         for &p in &c.precisions {
             let w = workload(p, c.seq, c.batch, c.logits);
+            fit::check(&cfg, &w)?;
             for (item, bytes, formula) in ledger_rows(&cfg, &w, &runtime) {
                 lp.push(p.to_string());
                 li.push(item);
@@ -288,6 +290,7 @@ impl Stage for Plan {
         };
         let runtime = Runtime::assumed();
         let cap = card.total_bytes();
+        fit::check(&cfg, &workload(Precision::F32, c.seq, 1, Logits::Last))?;
         let rows: Vec<(Precision, CardFit)> =
             [Precision::F32, Precision::Bf16, Precision::Q4].into_iter().map(|p| (p, fit::on_card(&cfg, &workload(p, c.seq, 1, Logits::Last), runtime.bytes(), cap, card.bandwidth_gbs))).collect();
         // The best: the most precise that fits the context wanted (F32 > BF16 > Q4), else the one

@@ -5,6 +5,7 @@
 //! (`alloc_model`), so each measured figure stands beside its prediction; PyTorch's figures from
 //! the reference script run on the same GPU join the same tables. On CPU the model alone runs.
 
+use crate::limits;
 use crate::alloc_model::{self, AllocModel, Policy, GRANULE};
 use crate::error::{LabError, Result};
 use crate::hw::Card;
@@ -45,22 +46,22 @@ pub struct FragConfig {
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = FragConfig::default().policies)]
     pub policies: Vec<Policy>,
     /// The report's sequence: this many blocks…
-    #[arg(long, default_value_t = FragConfig::default().blocks)]
+    #[arg(long, default_value_t = FragConfig::default().blocks, value_parser = limits::count(limits::MAX_REPEATS))]
     pub blocks: usize,
     /// …of this many MiB each (the report's "500 MB" is 500 × 1024² bytes)
-    #[arg(long, default_value_t = FragConfig::default().block_mib)]
+    #[arg(long, default_value_t = FragConfig::default().block_mib, value_parser = limits::mib())]
     pub block_mib: u64,
     /// …then one request of this many MiB
-    #[arg(long, default_value_t = FragConfig::default().request_mib)]
+    #[arg(long, default_value_t = FragConfig::default().request_mib, value_parser = limits::mib())]
     pub request_mib: u64,
     /// False OOM: layouts to try
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = FragConfig::default().layouts)]
     pub layouts: Vec<Layout>,
     /// False OOM: the blocks that fill the card, MiB
-    #[arg(long, default_value_t = FragConfig::default().hole_mib)]
+    #[arg(long, default_value_t = FragConfig::default().hole_mib, value_parser = limits::mib())]
     pub hole_mib: u64,
     /// False OOM: the request, MiB (larger than a hole, smaller than the holes together)
-    #[arg(long, default_value_t = FragConfig::default().hole_request_mib)]
+    #[arg(long, default_value_t = FragConfig::default().hole_request_mib, value_parser = limits::mib())]
     pub hole_request_mib: u64,
     /// PyTorch's figures from `scripts/reference/pytorch_reference.py frag` on the same GPU (JSON lines)
     #[arg(long)]

@@ -4,6 +4,7 @@
 //! bisection to the longest context that fits; a long decode with a preallocated and a
 //! concatenating cache; a batch sweep; and the prefill again with stock candle's attention.
 
+use crate::limits;
 use crate::error::{LabError, Result};
 use crate::estimate::{self, Workload};
 use crate::experiments::oom;
@@ -47,23 +48,23 @@ pub struct KvConfig {
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = KvConfig::default().logits)]
     pub logits: Vec<Logits>,
     /// Prefill lengths (default: doubling from --start until OOM or --max)
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = limits::count(limits::MAX_SEQ))]
     pub lengths: Option<Vec<usize>>,
-    #[arg(long, default_value_t = KvConfig::default().start)]
+    #[arg(long, default_value_t = KvConfig::default().start, value_parser = limits::count(limits::MAX_SEQ))]
     pub start: usize,
-    #[arg(long, default_value_t = KvConfig::default().max)]
+    #[arg(long, default_value_t = KvConfig::default().max, value_parser = limits::count(limits::MAX_SEQ))]
     pub max: usize,
     /// After the first OOM, bisect to the longest prefill that fits, to within this many tokens (0: no bisection)
-    #[arg(long, default_value_t = KvConfig::default().resolution)]
+    #[arg(long, default_value_t = KvConfig::default().resolution, value_parser = limits::count(limits::MAX_SEQ))]
     pub resolution: usize,
     /// Decode sweep: fill the cache token by token up to this length, reading at 256, 512, …
-    #[arg(long, default_value_t = KvConfig::default().decode_to)]
+    #[arg(long, default_value_t = KvConfig::default().decode_to, value_parser = limits::count(limits::MAX_SEQ))]
     pub decode_to: usize,
     /// Batch sweep: the sequence length
-    #[arg(long, default_value_t = KvConfig::default().seq)]
+    #[arg(long, default_value_t = KvConfig::default().seq, value_parser = limits::count(limits::MAX_SEQ))]
     pub seq: usize,
     /// Batch sweep: the largest batch tried
-    #[arg(long, default_value_t = KvConfig::default().max_batch)]
+    #[arg(long, default_value_t = KvConfig::default().max_batch, value_parser = limits::count(limits::MAX_BATCH))]
     pub max_batch: usize,
 }
 
@@ -712,6 +713,9 @@ impl Stage for KvCache {
     }
 
     fn run(s: &mut Session, cfg: &KvConfig) -> Result<StageOutput> {
+        if cfg.lengths.is_none() && cfg.start > cfg.max {
+            return Err(crate::error::LabError::out_of_range("--start", cfg.start, format!("at most --max ({})", cfg.max)));
+        }
         let mut r = KvResults::default();
         for &p in &cfg.precisions {
             run_precision(s, cfg, p, &mut r)?;

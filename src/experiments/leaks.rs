@@ -10,6 +10,7 @@
 //! The monitor flags growth of allocated bytes above a threshold between marks; reserved memory
 //! that only looks like a leak is shown and not flagged.
 
+use crate::limits;
 use crate::error::{LabError, Result};
 use crate::estimate::{self, Workload};
 use crate::experiments::oom;
@@ -53,28 +54,28 @@ pub struct LeaksConfig {
     #[arg(long, value_enum, default_value_t = LeaksConfig::default().precision)]
     pub precision: Precision,
     /// Requests (kv demo) and forward passes (autograd demo) per run
-    #[arg(long, default_value_t = LeaksConfig::default().requests)]
+    #[arg(long, default_value_t = LeaksConfig::default().requests, value_parser = limits::count(limits::MAX_REPEATS))]
     pub requests: usize,
     /// Prompt length of each request / forward pass
-    #[arg(long, default_value_t = LeaksConfig::default().prompt)]
+    #[arg(long, default_value_t = LeaksConfig::default().prompt, value_parser = limits::count(limits::MAX_SEQ))]
     pub prompt: usize,
     /// Tokens generated per request (kv demo)
-    #[arg(long, default_value_t = LeaksConfig::default().new_tokens)]
+    #[arg(long, default_value_t = LeaksConfig::default().new_tokens, value_parser = limits::count(limits::MAX_NEW_TOKENS))]
     pub new_tokens: usize,
     /// Tokens of each forward pass of the autograd demo (its trainable run keeps every layer's activations during the pass)
-    #[arg(long, default_value_t = LeaksConfig::default().graph_prompt)]
+    #[arg(long, default_value_t = LeaksConfig::default().graph_prompt, value_parser = limits::count(limits::MAX_SEQ))]
     pub graph_prompt: usize,
     /// Sequence length of the batch demo
-    #[arg(long, default_value_t = LeaksConfig::default().seq)]
+    #[arg(long, default_value_t = LeaksConfig::default().seq, value_parser = limits::count(limits::MAX_SEQ))]
     pub seq: usize,
     /// Growth of allocated memory between two marks above this is flagged (the article: 100 MB)
-    #[arg(long, default_value_t = LeaksConfig::default().threshold_mib)]
+    #[arg(long, default_value_t = LeaksConfig::default().threshold_mib, value_parser = limits::mib_f64)]
     pub threshold_mib: f64,
     /// A slow leak: three consecutive growths each above this are flagged too, MiB
-    #[arg(long, default_value_t = LeaksConfig::default().noise_mib)]
+    #[arg(long, default_value_t = LeaksConfig::default().noise_mib, value_parser = limits::mib_f64)]
     pub noise_mib: f64,
     /// Batch demo without an emulated card: the capacity given above the weights, MiB (0: the device's own)
-    #[arg(long, default_value_t = LeaksConfig::default().batch_room_mib)]
+    #[arg(long, default_value_t = LeaksConfig::default().batch_room_mib, value_parser = limits::mib_f64)]
     pub batch_room_mib: f64,
 }
 

@@ -4,6 +4,7 @@
 //! floor the file read and the host→device copy set. A real model (a directory, a GGUF file, a
 //! hub repo) is measured in place, nothing written.
 
+use crate::limits;
 use crate::error::{LabError, Result};
 use crate::estimate;
 use crate::memory::disk::{self, ReadTime};
@@ -32,7 +33,7 @@ pub struct LoadConfig {
     #[arg(long)]
     pub no_gguf: bool,
     /// Largest safetensors shard, MiB (Qwen2.5-7B's checkpoint has four of about 3.7 GiB)
-    #[arg(long, default_value_t = LoadConfig::default().shard_mib)]
+    #[arg(long, default_value_t = LoadConfig::default().shard_mib, value_parser = limits::mib())]
     pub shard_mib: u64,
 }
 

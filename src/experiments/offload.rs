@@ -12,6 +12,7 @@
 //! Then the article's oversubscription (a 14B model on a 24 GB card), predicted from the measured
 //! bandwidths for each mode.
 
+use crate::limits;
 use crate::error::{LabError, Result};
 use crate::estimate;
 use crate::hw::{self, Card};
@@ -79,14 +80,14 @@ pub struct OffloadConfig {
     #[arg(long, default_value_t = OffloadConfig::default().gpu_budget)]
     pub gpu_budget: String,
     /// Part of the budget kept for the KV cache, activations and workspace, MiB
-    #[arg(long, default_value_t = OffloadConfig::default().reserve_mib)]
+    #[arg(long, default_value_t = OffloadConfig::default().reserve_mib, value_parser = limits::mib_f64)]
     pub reserve_mib: f64,
     #[arg(long, value_enum, default_value_t = OffloadConfig::default().precision)]
     pub precision: Precision,
-    #[arg(long, default_value_t = OffloadConfig::default().prompt)]
+    #[arg(long, default_value_t = OffloadConfig::default().prompt, value_parser = limits::count(limits::MAX_SEQ))]
     pub prompt: usize,
     /// Tokens decoded per mode (the report: 50)
-    #[arg(long, default_value_t = OffloadConfig::default().new_tokens)]
+    #[arg(long, default_value_t = OffloadConfig::default().new_tokens, value_parser = limits::count(limits::MAX_NEW_TOKENS))]
     pub new_tokens: usize,
     /// Allow more managed memory than the GPU has free. Only on your own workstation: on a
     /// shared GPU it can hang the whole device. Never used in tests or CI.

@@ -4,6 +4,7 @@
 //! stacks' H200 figures. Variants of the loop (`--variants`) are measured side by side, so each
 //! speed-up is a before and an after from one process.
 
+use crate::limits;
 use crate::error::{LabError, Result};
 use crate::estimate::{self, fit};
 use crate::model::generate::{self, DecodeTiming};
@@ -72,19 +73,19 @@ pub struct BenchConfig {
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = BenchConfig::default().precisions)]
     pub precisions: Vec<Precision>,
     /// Prefill lengths timed (last-token logits)
-    #[arg(long, value_delimiter = ',', default_values_t = BenchConfig::default().prompt_lens)]
+    #[arg(long, value_delimiter = ',', default_values_t = BenchConfig::default().prompt_lens, value_parser = limits::count(limits::MAX_SEQ))]
     pub prompt_lens: Vec<usize>,
     /// Decoding steps timed per repeat
-    #[arg(long, default_value_t = BenchConfig::default().new_tokens)]
+    #[arg(long, default_value_t = BenchConfig::default().new_tokens, value_parser = limits::count(limits::MAX_NEW_TOKENS))]
     pub new_tokens: usize,
     /// The prompt before decoding, tokens
-    #[arg(long, default_value_t = BenchConfig::default().decode_prompt)]
+    #[arg(long, default_value_t = BenchConfig::default().decode_prompt, value_parser = limits::count(limits::MAX_SEQ))]
     pub decode_prompt: usize,
     /// Timed repeats (after one warm-up); the median is reported
-    #[arg(long, default_value_t = BenchConfig::default().repeats)]
+    #[arg(long, default_value_t = BenchConfig::default().repeats, value_parser = limits::count(limits::MAX_REPEATS))]
     pub repeats: usize,
     /// Batch sizes decoded (besides batch 1), e.g. 2,4,8,16,32,64
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = limits::count(limits::MAX_BATCH))]
     pub batches: Vec<usize>,
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = BenchConfig::default().variants)]
     pub variants: Vec<Variant>,

@@ -4,6 +4,7 @@
 //! (16 B per parameter, activations = batch × seq × hidden × layers × 4 B, checkpointing saving
 //! 65 %), and the articles' 112 GB for a 7B model beside the lab's estimate of the same case.
 
+use crate::limits;
 use crate::error::{LabError, Result};
 use crate::estimate::training::{self, articles_activations, step_activations, step_peak, TrainSetup, TrainShape};
 use crate::experiments::kv::random_ids;
@@ -20,16 +21,16 @@ pub struct Train;
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 pub struct TrainConfig {
     /// Tokens per sequence
-    #[arg(long, default_value_t = TrainConfig::default().seq)]
+    #[arg(long, default_value_t = TrainConfig::default().seq, value_parser = limits::count(limits::MAX_SEQ))]
     pub seq: usize,
     /// Sequences per batch
-    #[arg(long, default_value_t = TrainConfig::default().batch)]
+    #[arg(long, default_value_t = TrainConfig::default().batch, value_parser = limits::count(limits::MAX_BATCH))]
     pub batch: usize,
     /// Gradient checkpointing settings to run
     #[arg(long, value_delimiter = ',', default_values_t = TrainConfig::default().checkpointing)]
     pub checkpointing: Vec<bool>,
     /// Steps per setting (the last is reported: the first also makes the allocator's pools)
-    #[arg(long, default_value_t = TrainConfig::default().steps)]
+    #[arg(long, default_value_t = TrainConfig::default().steps, value_parser = limits::count(limits::MAX_REPEATS))]
     pub steps: usize,
 }
 

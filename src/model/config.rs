@@ -88,6 +88,28 @@ impl Qwen2Config {
                     obj.insert("rope_theta".into(), theta);
                 }
             }
+            // ... and renames torch_dtype to dtype.
+            if !obj.contains_key("torch_dtype") {
+                if let Some(dtype) = obj.get("dtype").cloned() {
+                    obj.insert("torch_dtype".into(), dtype);
+                }
+            }
+        }
+        if let Some(obj) = json.as_object() {
+            // serde's own message for `-4` names no field: say which one.
+            for key in ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "max_position_embeddings"] {
+                if let Some(v) = obj.get(key).filter(|v| !v.is_u64()) {
+                    return Err(bad(&format!("{key} = {v} must be a whole number above 0")));
+                }
+            }
+            // The formulas and the forward pass are dense Qwen2's: a mixture of experts priced
+            // as dense would be wrong by the experts' count, so it is refused, not guessed.
+            if let Some(t) = obj.get("model_type").and_then(|t| t.as_str()).filter(|t| *t != "qwen2") {
+                return Err(bad(&format!("model_type `{t}`: the lab computes and prices dense Qwen2 models (model_type qwen2)")));
+            }
+            if let Some(key) = ["num_experts", "num_local_experts", "moe_intermediate_size"].iter().find(|k| obj.contains_key(**k)) {
+                return Err(bad(&format!("`{key}` marks a mixture of experts: the lab computes and prices dense Qwen2 models")));
+            }
         }
         let cfg: Self = serde_json::from_value(json).map_err(|e| bad(&e))?;
         cfg.validate().map_err(|e| LabError::input(format!("{origin}: {e}")))?;
@@ -95,28 +117,49 @@ impl Qwen2Config {
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
-        let positive = [
-            ("vocab_size", self.vocab_size),
-            ("hidden_size", self.hidden_size),
-            ("intermediate_size", self.intermediate_size),
-            ("num_hidden_layers", self.num_hidden_layers),
-            ("num_attention_heads", self.num_attention_heads),
-            ("num_key_value_heads", self.num_key_value_heads),
+        use crate::limits::{grouped, MAX_HEADS, MAX_HIDDEN, MAX_INTERMEDIATE, MAX_LAYERS, MAX_SEQ, MAX_VOCAB};
+        // Ceilings far above any real model keep every byte count inside u64 (limits.rs).
+        let counts = [
+            ("vocab_size", self.vocab_size, MAX_VOCAB),
+            ("hidden_size", self.hidden_size, MAX_HIDDEN),
+            ("intermediate_size", self.intermediate_size, MAX_INTERMEDIATE),
+            ("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS),
+            ("num_attention_heads", self.num_attention_heads, MAX_HEADS),
+            ("num_key_value_heads", self.num_key_value_heads, MAX_HEADS),
+            ("max_position_embeddings", self.max_position_embeddings, MAX_SEQ),
         ];
-        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("{name} must be positive"));
+        for (name, value, max) in counts {
+            if value == 0 {
+                return Err(format!("{name} must be positive"));
+            }
+            if value > max {
+                return Err(format!("{name} = {} is above the lab's ceiling of {} (no real model comes near; a model this size cannot be priced)", grouped(value as u64), grouped(max as u64)));
+            }
         }
         if self.hidden_size % self.num_attention_heads != 0 {
-            return Err("hidden_size must be a multiple of num_attention_heads".into());
+            return Err(format!("hidden_size {} is not a multiple of num_attention_heads {}", self.hidden_size, self.num_attention_heads));
         }
         if self.num_attention_heads % self.num_key_value_heads != 0 {
-            return Err("num_attention_heads must be a multiple of num_key_value_heads".into());
+            return Err(format!("num_attention_heads {} is not a multiple of num_key_value_heads {}", self.num_attention_heads, self.num_key_value_heads));
         }
         if self.head_dim() % 2 != 0 {
-            return Err("the head dimension must be even for RoPE".into());
+            return Err(format!("the head dimension {} must be even for RoPE", self.head_dim()));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0) {
+            return Err(format!("rms_norm_eps = {} must lie between 0 and 1", self.rms_norm_eps));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
+            return Err(format!("rope_theta = {} must be a finite number above 1", self.rope_theta));
         }
         if self.hidden_act != "silu" {
             return Err(format!("hidden_act `{}` is not supported (Qwen2 uses silu)", self.hidden_act));
+        }
+        if let Some(dtype) = &self.torch_dtype {
+            // The dtypes a checkpoint's weights can be stored in and the lab can read; int8 or
+            // fp8 checkpoints hold scales the lab does not apply.
+            if !matches!(dtype.as_str(), "float32" | "float16" | "bfloat16" | "float" | "half") {
+                return Err(format!("torch_dtype `{dtype}` is not one the lab computes (float32, float16, bfloat16)"));
+            }
         }
         Ok(())
     }

@@ -2,7 +2,8 @@
 //! anatomy stage.
 
 use super::qwen2::{last_logits, Logits, Qwen2};
-use crate::error::Result;
+use crate::error::{LabError, Result};
+use crate::limits::{check_count, MAX_NEW_TOKENS, MAX_SEQ};
 use candle_core::Tensor;
 use candle_transformers::generation::LogitsProcessor;
 use std::time::Instant;
@@ -66,6 +67,7 @@ pub fn generate(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig) -> Result<G
 /// `generate`, calling `on_token` with the count of tokens generated so far (a progress bar).
 /// Greedy decoding with every layer on a GPU runs the lab's fastest loop (`generate_static`).
 pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on_token: impl FnMut(usize)) -> Result<Generation> {
+    check_request(model.cfg.vocab_size, prompt, cfg)?;
     if cfg.temperature.is_none() && model.all_on_gpu() {
         return generate_static(model, prompt, cfg, on_token);
     }
@@ -112,6 +114,22 @@ pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on
         capture_s: 0.0,
         capture_steps: 0,
     })
+}
+
+/// What a generation asks for, checked on the host before any kernel runs: a non-empty prompt of
+/// ids inside the vocabulary (on a GPU an id past it trips the embedding kernel's device-side
+/// assert, which poisons the CUDA context for the rest of the process), and 1 to
+/// `limits::MAX_NEW_TOKENS` new tokens.
+pub fn check_request(vocab: usize, prompt: &[u32], cfg: &GenerateConfig) -> Result<()> {
+    if prompt.is_empty() {
+        return Err(LabError::input("the prompt has no tokens"));
+    }
+    if let Some(&id) = prompt.iter().find(|&&id| id as usize >= vocab) {
+        return Err(LabError::TokenOutOfVocab { id: id as u64, vocab });
+    }
+    check_count("max_new_tokens", cfg.max_new_tokens, MAX_NEW_TOKENS)?;
+    check_count("prompt + new tokens", prompt.len() + cfg.max_new_tokens, MAX_SEQ)?;
+    Ok(())
 }
 
 /// Greedy generation through the static decoder (`graph.rs`) with the lab's kernels: the step
@@ -265,4 +283,23 @@ pub fn time_prefill(model: &Qwen2, batch: usize, seq: usize, logits: Logits, see
 /// `n` seeded ids below `vocab` (a synthetic model's prompt: its values do not change the time).
 pub fn seeded_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
     (0..n as u64).map(|i| ((i * 2654435761 + seed * 40503) % vocab as u64) as u32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_checked_before_any_kernel() {
+        let cfg = GenerateConfig { max_new_tokens: 4, ..Default::default() };
+        assert!(check_request(1024, &[0, 1023], &cfg).is_ok());
+        let e = check_request(152_064, &[5, 999_999_999], &cfg).unwrap_err();
+        assert!(matches!(e, LabError::TokenOutOfVocab { id: 999_999_999, vocab: 152_064 }), "{e}");
+        assert_eq!(e.to_string(), "token id 999999999 is outside the vocabulary (152,064 tokens)");
+        // The vocabulary's size itself is one past the last id.
+        assert!(check_request(1024, &[1024], &cfg).is_err());
+        assert!(check_request(1024, &[], &cfg).is_err());
+        let none = GenerateConfig { max_new_tokens: 0, ..Default::default() };
+        assert!(check_request(1024, &[1], &none).unwrap_err().to_string().contains("max_new_tokens = 0"));
+    }
 }

@@ -221,6 +221,10 @@ impl WeightSource for Safetensors {
             .st
             .load(&spec.name, &Device::Cpu)
             .map_err(|e| LabError::input(format!("cannot read tensor {} ({})", spec.name, cause(&e))))?;
+        // Integer or FP8 weights carry scales the lab does not apply: refuse, not reinterpret.
+        if !matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+            return Err(LabError::input(format!("tensor {} is stored as {:?}; the lab reads F32, F16 and BF16 weights", spec.name, t.dtype())));
+        }
         check_shape(&spec.name, t.dims(), &spec.shape)?;
         convert(t, spec, precision, self.tied, device)
     }

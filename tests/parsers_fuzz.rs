@@ -1,0 +1,115 @@
+//! The parsers under a bounded fuzzing run: a valid tiny safetensors model and a valid tiny GGUF,
+//! each mutated (cut anywhere, bytes overwritten, lengths and counts replaced by huge values),
+//! opened as the lab opens a user's model and every tensor loaded. None may panic, and none may
+//! allocate more than a small multiple of the file's size (the counting allocator measures it):
+//! a length field of 2^62 must be refused, not believed. `fuzz/` holds the cargo-fuzz targets
+//! for longer runs (fuzz/README.md).
+
+mod common;
+
+use candle_core::Device;
+use proptest::prelude::*;
+use std::path::Path;
+use vram_lab::memory::host::{self, CountingAlloc};
+use vram_lab::model::source::{self, SourceOptions};
+use vram_lab::model::{ModelSource, Precision};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// One change to a file's bytes.
+#[derive(Debug, Clone)]
+enum Mutation {
+    Cut(usize),
+    Byte(usize, u8),
+    /// A little-endian u64 written at a position: a length, a count, an offset.
+    Word(usize, u64),
+}
+
+fn mutation(len: usize, header: usize) -> impl Strategy<Value = Mutation> {
+    // Most changes land in the header, where the lengths and counts are.
+    let at = prop_oneof![3 => 0..header.max(1), 1 => 0..len];
+    let huge = prop_oneof![Just(u64::MAX), Just(1u64 << 62), Just(1u64 << 32), Just(len as u64 + 1), Just(0u64), any::<u64>()];
+    prop_oneof![
+        (0..len).prop_map(Mutation::Cut),
+        (at.clone(), any::<u8>()).prop_map(|(p, b)| Mutation::Byte(p, b)),
+        (at, huge).prop_map(|(p, w)| Mutation::Word(p, w)),
+    ]
+}
+
+fn apply(mut bytes: Vec<u8>, ms: &[Mutation]) -> Vec<u8> {
+    for m in ms {
+        match *m {
+            Mutation::Cut(n) => bytes.truncate(n),
+            Mutation::Byte(p, b) if p < bytes.len() => bytes[p] = b,
+            Mutation::Word(p, w) if p + 8 <= bytes.len() => bytes[p..p + 8].copy_from_slice(&w.to_le_bytes()),
+            _ => {}
+        }
+    }
+    bytes
+}
+
+/// Opens `source` and loads every tensor on the CPU; returns the most bytes allocated at once
+/// above what was live before.
+fn open_and_load(source: &ModelSource) -> u64 {
+    let before = host::allocated();
+    host::reset_peak();
+    if let Ok(mut opened) = source::open(source, &SourceOptions::default()) {
+        for spec in opened.cfg.tensor_specs() {
+            if opened.weights.load(&spec, Precision::F32, &Device::Cpu).is_err() {
+                break;
+            }
+        }
+    }
+    host::peak().saturating_sub(before)
+}
+
+/// What a load of a file of `len` bytes may allocate: every tensor as F32 (a Q4 block of 144 B
+/// holds 256 values: 7.1× as F32), the config and the names, and a margin.
+fn allowed(len: usize) -> u64 {
+    8 * len as u64 + (16 << 20)
+}
+
+fn tiny_safetensors(dir: &Path) -> Vec<u8> {
+    common::write_dir(dir, &common::tiny(), 11, candle_core::DType::F32, 1);
+    std::fs::read(dir.join("model.safetensors")).unwrap()
+}
+
+fn tiny_gguf(dir: &Path) -> Vec<u8> {
+    let path = dir.join("tiny.gguf");
+    let o = common::lab_quiet(&["quantize", "--model", "synthetic:tiny", "--to", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    std::fs::read(path).unwrap()
+}
+
+#[test]
+fn mutated_safetensors_never_panic_or_overallocate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let valid = tiny_safetensors(tmp.path());
+    let header = 8 + u64::from_le_bytes(valid[..8].try_into().unwrap()) as usize;
+    let source = ModelSource::Dir(tmp.path().to_path_buf());
+    let config = ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() };
+    proptest!(config, |(ms in prop::collection::vec(mutation(valid.len(), header), 1..4))| {
+        let bytes = apply(valid.clone(), &ms);
+        std::fs::write(tmp.path().join("model.safetensors"), &bytes).unwrap();
+        let peak = open_and_load(&source);
+        prop_assert!(peak <= allowed(valid.len()), "{:?}: {} B allocated for a {} B file", ms, peak, bytes.len());
+    });
+}
+
+#[test]
+fn mutated_gguf_never_panics_or_overallocates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let valid = tiny_gguf(tmp.path());
+    // The metadata and tensor infos: everything before the first tensor's data (~ the first few KiB).
+    let header = valid.len().min(16 << 10);
+    let path = tmp.path().join("m.gguf");
+    let source = ModelSource::Gguf(path.clone());
+    let config = ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() };
+    proptest!(config, |(ms in prop::collection::vec(mutation(valid.len(), header), 1..4))| {
+        let bytes = apply(valid.clone(), &ms);
+        std::fs::write(&path, &bytes).unwrap();
+        let peak = open_and_load(&source);
+        prop_assert!(peak <= allowed(valid.len()), "{:?}: {} B allocated for a {} B file", ms, peak, bytes.len());
+    });
+}
