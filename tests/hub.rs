@@ -69,10 +69,12 @@ fn repo_files() -> BTreeMap<String, Vec<u8>> {
     files
 }
 
-/// One served repo: its files, and files it lists but answers 404 for (a broken mirror).
+/// One served repo: its files, files it lists but answers 404 for (a broken mirror), and whether
+/// the repo API answers for it (a mirror may serve files alone).
 struct Repo {
     files: BTreeMap<String, Vec<u8>>,
     withheld: Vec<String>,
+    api: bool,
 }
 
 /// A Hub stand-in on 127.0.0.1: answers each request on its own connection (`Connection: close`),
@@ -159,12 +161,12 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
     if let Some(rest) = path.strip_prefix("/api/models/") {
         let repo = rest.strip_suffix("/revision/main").unwrap_or(rest);
         return match repos.get(repo) {
-            Some(r) => {
+            Some(r) if r.api => {
                 let siblings: Vec<_> = r.files.keys().chain(&r.withheld).map(|f| serde_json::json!({"rfilename": f})).collect();
                 let info = serde_json::json!({"id": repo, "sha": COMMIT, "siblings": siblings});
                 reply("200 OK", &[("Content-Type", "application/json".into())], info.to_string().as_bytes())
             }
-            None => reply("404 Not Found", &[], not_found),
+            _ => reply("404 Not Found", &[], not_found),
         };
     }
     // GET /{org}/{name}/resolve/main/{file}: weights redirect to /cdn/ as the Hub's LFS files do,
@@ -235,7 +237,7 @@ fn generate(endpoint: &str, cache: &Path, model: &str) -> (serde_json::Value, St
 fn fails_fast(endpoint: &str, cache: &Path, model: &str, needles: &[&str]) -> Duration {
     let (o, took) = lab(endpoint, cache, &[&GENERATE[..], &["--model", model]].concat());
     let t = text(&o);
-    assert!(!o.status.success(), "{model} should fail:\n{t}");
+    assert_eq!(o.status.code(), Some(2), "{model} should fail as bad input:\n{t}");
     assert!(!t.contains("panicked"), "{model} panicked:\n{t}");
     assert_eq!(t.trim().lines().count(), 1, "{model}: expected one line:\n{t}");
     for n in needles {
@@ -250,10 +252,11 @@ fn hub_download_cache_and_failures() {
     let tmp = tempfile::tempdir().unwrap();
     let files = repo_files();
     let mut repos = BTreeMap::new();
-    repos.insert("org/tiny".to_string(), Repo { files: files.clone(), withheld: vec![] });
+    repos.insert("org/tiny".to_string(), Repo { files: files.clone(), withheld: vec![], api: true });
+    repos.insert("org/files-only".to_string(), Repo { files: files.clone(), withheld: vec![], api: false });
     let mut broken = files.clone();
     broken.remove(SHARDS[1]);
-    repos.insert("org/broken".to_string(), Repo { files: broken, withheld: vec![SHARDS[1].to_string()] });
+    repos.insert("org/broken".to_string(), Repo { files: broken, withheld: vec![SHARDS[1].to_string()], api: true });
     let hub = Hub::start(repos);
     let endpoint = hub.addr.clone();
 
@@ -284,6 +287,11 @@ fn hub_download_cache_and_failures() {
     assert_eq!(again["generated_ids"], want["generated_ids"]);
     let second = hub.requests()[first.len()..].to_vec();
     assert_eq!(second, ["/api/models/org/tiny/revision/main"]);
+
+    // A mirror without the repo API: config.json says the repo is there, the index its shards.
+    let (files_only, _, _) = generate(&endpoint, tmp.path(), "org/files-only");
+    assert_eq!(files_only["generated_ids"], want["generated_ids"]);
+    assert!(tmp.path().join("hf/models--org--files-only/snapshots").join(COMMIT).join(SHARDS[1]).is_file());
 
     // A shard the index names that the server does not serve.
     let t = fails_fast(&endpoint, tmp.path(), "org/broken", &["hub: cannot fetch", SHARDS[1], "org/broken", &endpoint, "404"]);

@@ -112,13 +112,19 @@ pub fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
         Ok(resp) => resp.into_string().ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default(),
         Err(e) => {
             let why = e.to_string();
-            return match e.into_response().map(|r| r.status()) {
-                // The Hub answers 401 for a repo that does not exist when no token is sent.
-                Some(code @ (401 | 404)) => Err(LabError::input(format!(
-                    "hub: no model repo {at} (HTTP {code}); check the id (a gated repo needs HF_TOKEN)"
-                ))),
-                _ => from_hub_cache(repo, &endpoint, &hub.cache_dir, &why),
-            };
+            match e.into_response().map(|r| r.status()) {
+                // The Hub answers 401 for a repo that does not exist when no token is sent. A
+                // mirror may serve files without the API, so config.json has the last word.
+                Some(code @ (401 | 404)) => match repo_api.get("config.json") {
+                    Ok(_) => serde_json::Value::Null,
+                    Err(_) => {
+                        return Err(LabError::input(format!(
+                            "hub: no model repo {at} (HTTP {code}); check the id (a gated repo needs HF_TOKEN)"
+                        )))
+                    }
+                },
+                _ => return from_hub_cache(repo, &endpoint, &hub.cache_dir, &why),
+            }
         }
     };
     let listed: Option<Vec<String>> = info["siblings"]
