@@ -16,6 +16,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+/// The same repo after a new commit upstream.
+const COMMIT2: &str = "89abcdef0123456789abcdef0123456789abcdef";
 const SHARDS: [&str; 2] = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"];
 
 fn fixture() -> PathBuf {
@@ -75,6 +77,13 @@ struct Repo {
     files: BTreeMap<String, Vec<u8>>,
     withheld: Vec<String>,
     api: bool,
+    commit: &'static str,
+}
+
+impl Repo {
+    fn new(files: BTreeMap<String, Vec<u8>>) -> Self {
+        Self { files, withheld: vec![], api: true, commit: COMMIT }
+    }
 }
 
 /// A Hub stand-in on 127.0.0.1: answers each request on its own connection (`Connection: close`),
@@ -163,7 +172,7 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         return match repos.get(repo) {
             Some(r) if r.api => {
                 let siblings: Vec<_> = r.files.keys().chain(&r.withheld).map(|f| serde_json::json!({"rfilename": f})).collect();
-                let info = serde_json::json!({"id": repo, "sha": COMMIT, "siblings": siblings});
+                let info = serde_json::json!({"id": repo, "sha": r.commit, "siblings": siblings});
                 reply("200 OK", &[("Content-Type", "application/json".into())], info.to_string().as_bytes())
             }
             _ => reply("404 Not Found", &[], not_found),
@@ -177,7 +186,8 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         [org, name, "resolve", "main", file] => (false, format!("{org}/{name}"), file.to_string()),
         _ => return reply("404 Not Found", &[], b"no such route"),
     };
-    let Some(body) = repos.get(&repo).filter(|r| !r.withheld.contains(&file)).and_then(|r| r.files.get(&file)) else {
+    let Some((r, body)) = repos.get(&repo).filter(|r| !r.withheld.contains(&file)).and_then(|r| Some((r, r.files.get(&file)?)))
+    else {
         return reply("404 Not Found", &[("X-Error-Code", "EntryNotFound".into())], b"Entry not found");
     };
     let tag = format!("\"{}\"", etag(body));
@@ -185,11 +195,11 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         let location = format!("{base}/cdn/{repo}/{file}");
         return reply(
             "302 Found",
-            &[("Location", location), ("X-Repo-Commit", COMMIT.into()), ("X-Linked-Etag", tag), ("ETag", "\"pointer\"".into())],
+            &[("Location", location), ("X-Repo-Commit", r.commit.into()), ("X-Linked-Etag", tag), ("ETag", "\"pointer\"".into())],
             b"",
         );
     }
-    let mut headers = vec![("ETag", tag), ("X-Repo-Commit", COMMIT.to_string()), ("Accept-Ranges", "bytes".into())];
+    let mut headers = vec![("ETag", tag), ("X-Repo-Commit", r.commit.to_string()), ("Accept-Ranges", "bytes".into())];
     match range_start {
         Some(a) if a < body.len() => {
             // hf-hub probes with bytes=0-0 and downloads with bytes=N-.
@@ -252,11 +262,11 @@ fn hub_download_cache_and_failures() {
     let tmp = tempfile::tempdir().unwrap();
     let files = repo_files();
     let mut repos = BTreeMap::new();
-    repos.insert("org/tiny".to_string(), Repo { files: files.clone(), withheld: vec![], api: true });
-    repos.insert("org/files-only".to_string(), Repo { files: files.clone(), withheld: vec![], api: false });
+    repos.insert("org/tiny".to_string(), Repo::new(files.clone()));
+    repos.insert("org/files-only".to_string(), Repo { api: false, ..Repo::new(files.clone()) });
     let mut broken = files.clone();
     broken.remove(SHARDS[1]);
-    repos.insert("org/broken".to_string(), Repo { files: broken, withheld: vec![SHARDS[1].to_string()], api: true });
+    repos.insert("org/broken".to_string(), Repo { withheld: vec![SHARDS[1].to_string()], ..Repo::new(broken) });
     let hub = Hub::start(repos);
     let endpoint = hub.addr.clone();
 
@@ -310,4 +320,16 @@ fn hub_download_cache_and_failures() {
     // No server and nothing cached: connection refused is one line naming endpoint and repo.
     let t = fails_fast(&endpoint, tmp.path(), "org/other", &["hub: cannot reach", &endpoint, "org/other", "no complete copy"]);
     eprintln!("no server, nothing cached: {t:?}");
+
+    // The repo moved on upstream: the new commit is fetched whole into its own snapshot, and
+    // refs/main follows it, so no run mixes files of two commits.
+    let mut repos = BTreeMap::new();
+    repos.insert("org/tiny".to_string(), Repo { commit: COMMIT2, ..Repo::new(files.clone()) });
+    let hub = Hub::start(repos);
+    let (moved, _, _) = generate(&hub.addr, tmp.path(), "org/tiny");
+    assert_eq!(moved["generated_ids"], want["generated_ids"]);
+    assert_eq!(std::fs::read_to_string(repo_cache.join("refs/main")).unwrap(), COMMIT2);
+    for name in files.keys() {
+        assert!(repo_cache.join("snapshots").join(COMMIT2).join(name).is_file(), "{name} missing from the new snapshot");
+    }
 }
