@@ -78,11 +78,13 @@ struct Repo {
     withheld: Vec<String>,
     api: bool,
     commit: &'static str,
+    /// A file whose download sends half its bytes and then nothing (a stalled mirror).
+    stall: Option<&'static str>,
 }
 
 impl Repo {
     fn new(files: BTreeMap<String, Vec<u8>>) -> Self {
-        Self { files, withheld: vec![], api: true, commit: COMMIT }
+        Self { files, withheld: vec![], api: true, commit: COMMIT, stall: None }
     }
 }
 
@@ -199,11 +201,24 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
             b"",
         );
     }
+    // hf-hub probes with bytes=0-0 and downloads with bytes=N-.
+    let probe = req.to_ascii_lowercase().contains("range: bytes=0-0\r\n");
+    if !probe && r.stall == Some(file.as_str()) {
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+        s.write_all(head.as_bytes())?;
+        s.write_all(&body[..body.len() / 2])?;
+        // The connection stays open, silent, on a thread of its own; the server goes on.
+        let held = s.try_clone()?;
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(10));
+            drop(held);
+        });
+        return Ok(());
+    }
     let mut headers = vec![("ETag", tag), ("X-Repo-Commit", r.commit.to_string()), ("Accept-Ranges", "bytes".into())];
     match range_start {
         Some(a) if a < body.len() => {
-            // hf-hub probes with bytes=0-0 and downloads with bytes=N-.
-            let b = if req.to_ascii_lowercase().contains("range: bytes=0-0\r\n") { 0 } else { body.len() - 1 };
+            let b = if probe { 0 } else { body.len() - 1 };
             headers.push(("Content-Range", format!("bytes {a}-{b}/{}", body.len())));
             reply("206 Partial Content", &headers, &body[a..=b])
         }
@@ -212,7 +227,8 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
 }
 
 /// Runs the lab with the endpoint and cache given, on CPU, and nothing else from the caller's
-/// environment that would send it elsewhere (a proxy, a token, a home cache).
+/// environment that would send it elsewhere (a proxy, a token, a home cache). A download that
+/// receives nothing for 2 s is abandoned (60 s by default).
 fn lab(endpoint: &str, cache: &Path, args: &[&str]) -> (Output, Duration) {
     let t0 = Instant::now();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vram-lab"));
@@ -223,6 +239,7 @@ fn lab(endpoint: &str, cache: &Path, args: &[&str]) -> (Output, Duration) {
         .current_dir(cache)
         .env("HF_ENDPOINT", endpoint)
         .env("HF_HOME", cache.join("hf-home"))
+        .env("VRAM_LAB_HUB_STALL_S", "2")
         .args(args)
         .args(["--cache-dir", cache.join("hf").to_str().unwrap(), "--device", "cpu", "--quiet"])
         .output()
@@ -264,6 +281,7 @@ fn hub_download_cache_and_failures() {
     let mut repos = BTreeMap::new();
     repos.insert("org/tiny".to_string(), Repo::new(files.clone()));
     repos.insert("org/files-only".to_string(), Repo { api: false, ..Repo::new(files.clone()) });
+    repos.insert("org/stall".to_string(), Repo { stall: Some(SHARDS[1]), ..Repo::new(files.clone()) });
     let mut broken = files.clone();
     broken.remove(SHARDS[1]);
     repos.insert("org/broken".to_string(), Repo { withheld: vec![SHARDS[1].to_string()], ..Repo::new(broken) });
@@ -306,6 +324,9 @@ fn hub_download_cache_and_failures() {
     // A shard the index names that the server does not serve.
     let t = fails_fast(&endpoint, tmp.path(), "org/broken", &["hub: cannot fetch", SHARDS[1], "org/broken", &endpoint, "404"]);
     eprintln!("shard missing on the server: {t:?}");
+    // A shard whose download stops halfway: abandoned after 2 s without a byte.
+    let t = fails_fast(&endpoint, tmp.path(), "org/stall", &["hub: cannot fetch", SHARDS[1], "org/stall", "nothing received for 2 s"]);
+    eprintln!("download stalled halfway (2 s limit): {t:?}");
     // A repo the server does not have.
     let t = fails_fast(&endpoint, tmp.path(), "org/absent", &["hub: no model repo org/absent at", &endpoint, "404"]);
     eprintln!("missing repo (404): {t:?}");

@@ -87,6 +87,10 @@ impl HubSettings {
 /// missing repo (an answer) from an unreachable endpoint (none, where the cache may serve).
 const HUB_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// A download that receives nothing for this long is abandoned (VRAM_LAB_HUB_STALL_S overrides):
+/// hf-hub's agent reads without a timeout, so a mirror that stops sending would hang the lab.
+const HUB_STALL_S: u64 = 60;
+
 const HUB_INDEX: &str = "model.safetensors.index.json";
 
 /// Files kept beside the weights when the repo has them; a repo without them still loads.
@@ -106,6 +110,18 @@ pub fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
         .build()
         .map_err(|e| LabError::input(format!("hub: cannot start the client for {at}: {e}")))?;
     let repo_api = api.model(repo.to_string());
+    let fail = |file: &str, e: String| {
+        LabError::input(format!("hub: cannot fetch {file} of {at} into {} ({e})", hub.cache_dir.display()))
+    };
+    let stall = std::env::var("VRAM_LAB_HUB_STALL_S").ok().and_then(|v| v.parse().ok()).unwrap_or(HUB_STALL_S);
+    let stall = std::time::Duration::from_secs(stall);
+    let cached = hf_hub::Cache::new(hub.cache_dir.clone()).model(repo.to_string());
+    // hf-hub's `get`, with the download watched for stalls.
+    let get = |file: &str| match cached.get(file) {
+        Some(path) => Ok(path),
+        None => download_watched(&api, repo, file, stall),
+    };
+    let fetch = |file: &str| get(file).map_err(|e| fail(file, e));
 
     // The repo's commit and file list, where the endpoint gives them.
     let info: serde_json::Value = match repo_api.info_request().timeout(HUB_PROBE_TIMEOUT).call() {
@@ -115,7 +131,7 @@ pub fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
             match e.into_response().map(|r| r.status()) {
                 // The Hub answers 401 for a repo that does not exist when no token is sent. A
                 // mirror may serve files without the API, so config.json has the last word.
-                Some(code @ (401 | 404)) => match repo_api.get("config.json") {
+                Some(code @ (401 | 404)) => match get("config.json") {
                     Ok(_) => serde_json::Value::Null,
                     Err(_) => {
                         return Err(LabError::input(format!(
@@ -131,25 +147,21 @@ pub fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
         .as_array()
         .map(|s| s.iter().filter_map(|f| f["rfilename"].as_str().map(String::from)).collect());
     let has = |f: &str| listed.as_ref().map_or(true, |l| l.iter().any(|x| x == f));
-    let fail = |file: &str, e: hf_hub::api::sync::ApiError| {
-        LabError::input(format!("hub: cannot fetch {file} of {at} into {} ({e})", hub.cache_dir.display()))
-    };
-    let fetch = |file: &str| repo_api.get(file).map_err(|e| fail(file, e));
 
     // hf-hub looks in the snapshot its refs/main names before asking the network; when the repo
     // has moved on, config.json is downloaded afresh, which points refs/main at the new commit,
     // so every file below comes from one snapshot.
     let cached_ref = std::fs::read_to_string(hub.cache_dir.join(format!("models--{}", repo.replace('/', "--"))).join("refs/main"));
     let moved = info["sha"].as_str().is_some_and(|sha| cached_ref.is_ok_and(|r| r.trim() != sha));
-    let config = if moved { repo_api.download("config.json") } else { repo_api.get("config.json") }
+    let config = if moved { download_watched(&api, repo, "config.json", stall) } else { get("config.json") }
         .map_err(|e| fail("config.json", e))?;
     let dir = config.parent().unwrap_or(Path::new(".")).to_path_buf();
     for f in HUB_OPTIONAL.into_iter().filter(|f| has(f)) {
-        let _ = repo_api.get(f);
+        let _ = get(f);
     }
     let sharded = match &listed {
         Some(_) => has(HUB_INDEX),
-        None => repo_api.get(HUB_INDEX).is_ok(),
+        None => get(HUB_INDEX).is_ok(),
     };
     if sharded {
         fetch(HUB_INDEX)?;
@@ -166,6 +178,58 @@ pub fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
         )));
     }
     Ok(dir)
+}
+
+/// Marks each sign of life of a download (and drives its progress bar).
+struct Heartbeat {
+    last: std::sync::Arc<std::sync::Mutex<Instant>>,
+    bar: indicatif::ProgressBar,
+}
+
+impl Heartbeat {
+    fn beat(&self) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+}
+
+impl hf_hub::api::Progress for Heartbeat {
+    fn init(&mut self, size: usize, filename: &str) {
+        self.beat();
+        hf_hub::api::Progress::init(&mut self.bar, size, filename);
+    }
+    fn update(&mut self, size: usize) {
+        self.beat();
+        hf_hub::api::Progress::update(&mut self.bar, size);
+    }
+    fn finish(&mut self) {
+        self.beat();
+        hf_hub::api::Progress::finish(&mut self.bar);
+    }
+}
+
+/// Downloads `file` on a thread of its own and gives up when nothing arrives for `stall`; the
+/// stuck thread is left behind (the lab exits on the error).
+fn download_watched(api: &hf_hub::api::sync::Api, repo: &str, file: &str, stall: std::time::Duration) -> std::result::Result<PathBuf, String> {
+    use std::sync::mpsc::RecvTimeoutError;
+    let last = std::sync::Arc::new(std::sync::Mutex::new(Instant::now()));
+    let beat = Heartbeat { last: last.clone(), bar: indicatif::ProgressBar::new(0) };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (repo_api, name) = (api.model(repo.to_string()), file.to_string());
+    std::thread::spawn(move || {
+        let _ = tx.send(repo_api.download_with_progress(&name, beat).map_err(|e| e.to_string()));
+    });
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            Ok(r) => return r,
+            Err(RecvTimeoutError::Timeout) => {
+                let idle = last.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+                if idle >= stall {
+                    return Err(format!("nothing received for {} s", idle.as_secs()));
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return Err("the download thread stopped".into()),
+        }
+    }
 }
 
 /// The cached snapshot of `repo` when the endpoint cannot be reached: used only if it holds
