@@ -338,6 +338,8 @@ fn hub_download_cache_and_failures() {
     assert_eq!(offline["generated_ids"], want["generated_ids"]);
     assert_eq!(offline["text"], want["text"]);
     assert!(stderr.contains(&format!("hub: {endpoint} unreachable; loading org/tiny from the cache")), "{stderr}");
+    // No server and half a download (org/broken stopped at its second shard): not loaded.
+    fails_fast(&endpoint, tmp.path(), "org/broken", &["hub: cannot reach", &endpoint, "org/broken", "no complete copy"]);
     // No server and nothing cached: connection refused is one line naming endpoint and repo.
     let t = fails_fast(&endpoint, tmp.path(), "org/other", &["hub: cannot reach", &endpoint, "org/other", "no complete copy"]);
     eprintln!("no server, nothing cached: {t:?}");

@@ -146,7 +146,7 @@ pub fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
     let listed: Option<Vec<String>> = info["siblings"]
         .as_array()
         .map(|s| s.iter().filter_map(|f| f["rfilename"].as_str().map(String::from)).collect());
-    let has = |f: &str| listed.as_ref().map_or(true, |l| l.iter().any(|x| x == f));
+    let has = |f: &str| listed.as_ref().is_none_or(|l| l.iter().any(|x| x == f));
 
     // hf-hub looks in the snapshot its refs/main names before asking the network; when the repo
     // has moved on, config.json is downloaded afresh, which points refs/main at the new commit,
