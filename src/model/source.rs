@@ -151,7 +151,8 @@ pub fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
     // hf-hub looks in the snapshot its refs/main names before asking the network; when the repo
     // has moved on, config.json is downloaded afresh, which points refs/main at the new commit,
     // so every file below comes from one snapshot.
-    let cached_ref = std::fs::read_to_string(hub.cache_dir.join(format!("models--{}", repo.replace('/', "--"))).join("refs/main"));
+    let folder = hf_hub::Repo::model(repo.to_string()).folder_name();
+    let cached_ref = std::fs::read_to_string(hub.cache_dir.join(folder).join("refs/main"));
     let moved = info["sha"].as_str().is_some_and(|sha| cached_ref.is_ok_and(|r| r.trim() != sha));
     let config = if moved { download_watched(&api, repo, "config.json", stall) } else { get("config.json") }
         .map_err(|e| fail("config.json", e))?;
@@ -165,9 +166,9 @@ pub fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
     };
     if sharded {
         fetch(HUB_INDEX)?;
-        // files_in reads the index's weight_map: each shard it names, once.
+        // files_in reads the index's weight_map: each shard it names, once, as a path in the repo.
         for shard in Safetensors::files_in(&dir)? {
-            let name = shard.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            let name = shard.strip_prefix(&dir).unwrap_or(&shard).to_string_lossy().to_string();
             fetch(&name)?;
         }
     } else if has("model.safetensors") {
