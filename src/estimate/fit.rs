@@ -146,10 +146,10 @@ pub fn check(cfg: &Qwen2Config, w: &Inference) -> Result<()> {
     for (what, bytes) in terms {
         if bytes > MAX_TERM_BYTES {
             return Err(LabError::TooLarge(format!(
-                "{} sequence(s) of {} tokens are too large to price: {what} alone would be {bytes} B, past the {} B the lab counts",
+                "{} sequence(s) of {} tokens are too large to price: {what} alone would be {:.3e} B, past the 2^58 B (256 PiB) the lab counts",
                 grouped(w.batch as u64),
                 grouped(w.seq as u64),
-                MAX_TERM_BYTES
+                bytes as f64
             )));
         }
     }

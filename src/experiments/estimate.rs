@@ -109,10 +109,18 @@ pub const TRAINING: &str = "estimate_training";
 pub const PLAN: &str = "plan";
 
 /// The model's config: --config, else the session's model.
-fn model_config(s: &Session, path: &Option<PathBuf>) -> Result<Qwen2Config> {
-    match path {
-        Some(p) => Qwen2Config::from_file(p),
-        None => Ok(model::source::open(&s.source, &s.opts)?.cfg),
+fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<Qwen2Config> {
+    match (path, &s.source) {
+        (Some(p), _) => Qwen2Config::from_file(p),
+        // A GGUF's header is enough to price it, even when the file was cut short.
+        (None, model::ModelSource::Gguf(file)) => {
+            let (gguf, truncated) = model::weights::Gguf::open_header(file)?;
+            if let Some(e) = truncated {
+                s.say(format!("{e}: priced from its header"));
+            }
+            gguf.config()
+        }
+        (None, source) => Ok(model::source::open(source, &s.opts)?.cfg),
     }
 }
 

@@ -262,6 +262,17 @@ pub fn gguf_name(hf: &str) -> String {
     map.iter().fold(hf.to_string(), |s, (a, b)| s.replace(a, b))
 }
 
+/// The bytes a GGUF file must hold: the data section's start plus the furthest tensor's end, each
+/// tensor's bytes from its block type (saturating: a forged shape asks for more than any file).
+pub fn gguf_needs(content: &gguf_file::Content) -> u64 {
+    let end = |t: &gguf_file::TensorInfo| {
+        let bytes = (t.shape.elem_count() as u128 / t.ggml_dtype.block_size() as u128) * t.ggml_dtype.type_size() as u128;
+        (t.offset as u128).saturating_add(bytes)
+    };
+    let furthest = content.tensor_infos.values().map(end).max().unwrap_or(0);
+    u64::try_from((content.tensor_data_offset as u128).saturating_add(furthest)).unwrap_or(u64::MAX)
+}
+
 pub struct Gguf {
     path: PathBuf,
     file: std::fs::File,
@@ -270,11 +281,24 @@ pub struct Gguf {
 
 impl Gguf {
     pub fn open(path: &Path) -> Result<Self> {
+        let (gguf, truncated) = Self::open_header(path)?;
+        match truncated {
+            Some(e) => Err(e),
+            None => Ok(gguf),
+        }
+    }
+
+    /// The header alone (metadata and tensor infos), and whether the file is shorter than it says
+    /// (`LabError::Truncated`): the estimator prices a file from its header even then.
+    pub fn open_header(path: &Path) -> Result<(Self, Option<LabError>)> {
         let mut file = std::fs::File::open(path)
             .map_err(|e| LabError::input(format!("cannot open {}: {e}", path.display())))?;
         let content = gguf_file::Content::read(&mut file)
             .map_err(|e| LabError::input(format!("{} is not a readable GGUF file ({})", path.display(), cause(&e))))?;
-        Ok(Self { path: path.to_path_buf(), file, content })
+        // A download cut short: say so before any tensor is touched.
+        let (have, need) = (file.metadata()?.len(), gguf_needs(&content));
+        let truncated = (have < need).then(|| LabError::Truncated { path: path.display().to_string(), have, need });
+        Ok((Self { path: path.to_path_buf(), file, content }, truncated))
     }
 
     fn md(&self, key: &str) -> Result<&gguf_file::Value> {
