@@ -54,3 +54,32 @@ fn an_oom_then_a_good_allocation_in_one_process() {
     let small = Tensor::ones((1024, 1024), DType::F32, &dev).unwrap();
     assert_eq!(small.sum_all().unwrap().to_scalar::<f32>().unwrap(), 1024.0 * 1024.0);
 }
+
+/// The command's own path (`vram-lab generate`, less the argument parsing), twice in one process:
+/// the bad id is refused in the lab's words, the good prompt then generates.
+#[test]
+fn the_generate_command_refuses_then_runs() {
+    if gpu().is_none() {
+        return;
+    }
+    use vram_lab::session::SessionArgs;
+    use vram_lab::tools::{generate, GenerateArgs};
+    let args = SessionArgs { device: "cuda".into(), model: Some("synthetic:qwen2.5-0.5b".into()), ..Default::default() };
+    let g = |ids: Vec<u32>| GenerateArgs {
+        precision: Precision::Bf16,
+        prompt: String::new(),
+        prompt_ids: Some(ids),
+        max_new_tokens: 4,
+        temperature: None,
+        top_p: None,
+        stop_at_eos: false,
+        json: true,
+    };
+    let bad = generate(&args, &g(vec![999_999_999, 5])).unwrap_err();
+    println!("generate --prompt-ids 999999999,5: error: {bad}");
+    assert_eq!(bad.to_string(), "token id 999999999 is outside the vocabulary (151,936 tokens)");
+    let good = generate(&args, &g(vec![1, 2, 3, 4])).unwrap();
+    println!("generate --prompt-ids 1,2,3,4: {good}");
+    let json: serde_json::Value = serde_json::from_str(&good).unwrap();
+    assert_eq!(json["generated_ids"].as_array().unwrap().len(), 4);
+}
