@@ -168,7 +168,7 @@ fn bad_input_fails_clearly() {
     assert!(o.status.success(), "{}", text(&o));
     let bytes = std::fs::read(&gguf).unwrap();
     std::fs::write(&gguf, &bytes[..bytes.len() / 2]).unwrap();
-    fails_with(&["generate", "--model", gguf.to_str().unwrap(), "--precision", "q4", "--prompt-ids", "1"], "remaining");
+    fails_with(&["generate", "--model", gguf.to_str().unwrap(), "--precision", "q4", "--prompt-ids", "1"], "truncated: ");
     let junk = tmp.path().join("junk.gguf");
     std::fs::write(&junk, b"not a gguf").unwrap();
     fails_with(&["generate", "--model", junk.to_str().unwrap(), "--prompt-ids", "1"], "not a readable GGUF file");

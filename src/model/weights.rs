@@ -266,7 +266,9 @@ pub fn gguf_name(hf: &str) -> String {
 /// tensor's bytes from its block type (saturating: a forged shape asks for more than any file).
 pub fn gguf_needs(content: &gguf_file::Content) -> u64 {
     let end = |t: &gguf_file::TensorInfo| {
-        let bytes = (t.shape.elem_count() as u128 / t.ggml_dtype.block_size() as u128) * t.ggml_dtype.type_size() as u128;
+        // Not Shape::elem_count: a forged shape overflows its product.
+        let elems = t.shape.dims().iter().try_fold(1u128, |a, &d| a.checked_mul(d as u128)).unwrap_or(u128::MAX);
+        let bytes = (elems / t.ggml_dtype.block_size() as u128).saturating_mul(t.ggml_dtype.type_size() as u128);
         (t.offset as u128).saturating_add(bytes)
     };
     let furthest = content.tensor_infos.values().map(end).max().unwrap_or(0);
@@ -352,6 +354,10 @@ impl Gguf {
 impl WeightSource for Gguf {
     fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight> {
         let name = gguf_name(&spec.name);
+        // The header's shape first: candle reads whatever a forged shape implies.
+        if let Some(info) = self.content.tensor_infos.get(&name) {
+            check_shape(&name, info.shape.dims(), &spec.shape)?;
+        }
         let q = self
             .content
             .tensor(&mut self.file, &name, device)
