@@ -32,6 +32,9 @@ pub struct GenerateArgs {
     /// Print one JSON object
     #[arg(long)]
     pub json: bool,
+    /// The prompt as it is, without the model's chat template
+    #[arg(long)]
+    pub raw: bool,
 }
 
 /// Loads the model, generates, and returns what to print (text, or one JSON object).
@@ -45,7 +48,14 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
     let lm = guarded(&probe, "loading", || model::source::load(&source, &args.source_options(), g.precision, &device, &probe, None))?;
     let ids = match (&g.prompt_ids, &lm.tokenizer) {
         (Some(ids), _) => ids.clone(),
-        (None, Some(t)) => t.encode(g.prompt.as_str(), false).map_err(|e| LabError::other(format!("tokenizer: {e}")))?.get_ids().to_vec(),
+        (None, Some(t)) => {
+            // An instruct model reads its chat template around the user's text.
+            let text = match (&lm.chat, g.raw) {
+                (Some(chat), false) => chat.apply(&g.prompt),
+                _ => g.prompt.clone(),
+            };
+            t.encode(text.as_str(), false).map_err(|e| LabError::other(format!("tokenizer: {e}")))?.get_ids().to_vec()
+        }
         (None, None) => {
             return Err(LabError::input("this model has no tokenizer: pass --tokenizer <tokenizer.json> or --prompt-ids 1,2,3"))
         }
@@ -71,6 +81,7 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
         return Ok(serde_json::json!({
             "model": source.label(),
             "precision": g.precision.name(),
+            "chat_template": lm.chat.is_some() && !g.raw && g.prompt_ids.is_none(),
             "prompt_ids": out.prompt_ids,
             "generated_ids": out.generated_ids,
             "text": text,

@@ -74,6 +74,7 @@ fn the_generate_command_refuses_then_runs() {
         top_p: None,
         stop_at_eos: false,
         json: true,
+        raw: false,
     };
     let bad = generate(&args, &g(vec![999_999_999, 5])).unwrap_err();
     println!("generate --prompt-ids 999999999,5: error: {bad}");

@@ -40,3 +40,36 @@ fn greedy_tokens_match_transformers() {
     // transformers on CUDA generated the same tokens.
     assert_eq!(ids("generated_ids_cuda"), want);
 }
+
+/// An instruct model's chat template: with Qwen2.5's ChatML template in tokenizer_config.json,
+/// `generate --prompt` encodes the prompt inside it (default system message, user turn, the
+/// assistant's opening); `--raw` encodes the text alone.
+#[test]
+fn generate_applies_the_chatml_template_unless_raw() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny-qwen2");
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(fixture.join(f), tmp.path().join(f)).unwrap();
+    }
+    let template = "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}";
+    std::fs::write(tmp.path().join("tokenizer_config.json"), serde_json::json!({ "chat_template": template }).to_string()).unwrap();
+    let tok = tokenizers::Tokenizer::from_file(fixture.join("tokenizer.json")).unwrap();
+    let encode = |s: &str| -> Vec<u64> { tok.encode(s, false).unwrap().get_ids().iter().map(|&i| i as u64).collect() };
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_vram-lab"))
+            .args(["generate", "--model", tmp.path().to_str().unwrap(), "--precision", "f32", "--prompt", "hello", "--max-new-tokens", "1", "--json", "--quiet", "--device", "cpu"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let ids = |v: &serde_json::Value| -> Vec<u64> { v["prompt_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect() };
+    let chat = run(&[]);
+    assert_eq!(chat["chat_template"], true);
+    let want = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n";
+    assert_eq!(ids(&chat), encode(want));
+    let raw = run(&["--raw"]);
+    assert_eq!(raw["chat_template"], false);
+    assert_eq!(ids(&raw), encode("hello"));
+}

@@ -2,6 +2,7 @@
 //! generation, and GGUF quantization.
 
 pub mod attention;
+pub mod chat;
 pub mod checkpoint;
 pub mod config;
 #[cfg(feature = "cuda")]

@@ -2,6 +2,7 @@
 //! `.gguf` file, or a Hugging Face repo id fetched through hf-hub (HF_ENDPOINT, HF_HOME, or
 //! `--cache-dir`). Each resolves to a config, a weight source and, when present, a tokenizer.
 
+use super::chat::{self, ChatMl};
 use super::config::Qwen2Config;
 use super::precision::Precision;
 use super::qwen2::Qwen2;
@@ -266,11 +267,13 @@ fn find_tokenizer(explicit: Option<&Path>, dir: Option<&Path>) -> Result<Option<
     }
 }
 
-/// A source opened: its config, weights and tokenizer, nothing loaded yet.
+/// A source opened: its config, weights, tokenizer and chat template, nothing loaded yet.
 pub struct OpenedSource {
     pub cfg: Qwen2Config,
     pub weights: Box<dyn WeightSource>,
     pub tokenizer: Option<Tokenizer>,
+    /// The model's chat template, when it is ChatML (`model::chat`).
+    pub chat: Option<ChatMl>,
 }
 
 pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> {
@@ -282,13 +285,14 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
         let cfg = Qwen2Config::from_file(&cfg_path)?;
         let weights = Safetensors::open(&Safetensors::files_in(dir)?, &cfg)?;
         let tokenizer = find_tokenizer(opts.tokenizer.as_deref(), Some(dir))?;
-        Ok(OpenedSource { cfg, weights: Box::new(weights), tokenizer })
+        let chat = chat::template_in(dir).and_then(|t| ChatMl::from_template(&t));
+        Ok(OpenedSource { cfg, weights: Box::new(weights), tokenizer, chat })
     };
     match source {
         ModelSource::Synthetic(preset) => {
             let cfg = Qwen2Config::preset(preset)?;
             let tokenizer = find_tokenizer(opts.tokenizer.as_deref(), None)?;
-            Ok(OpenedSource { weights: Box::new(Synthetic::new(cfg.clone(), opts.seed)), cfg, tokenizer })
+            Ok(OpenedSource { weights: Box::new(Synthetic::new(cfg.clone(), opts.seed)), cfg, tokenizer, chat: None })
         }
         ModelSource::Dir(dir) => open_dir(dir),
         ModelSource::Hub(repo) => open_dir(&fetch_from_hub(repo, opts)?),
@@ -296,7 +300,8 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
             let gguf = Gguf::open(path)?;
             let cfg = gguf.config()?;
             let tokenizer = find_tokenizer(opts.tokenizer.as_deref(), path.parent())?;
-            Ok(OpenedSource { cfg, weights: Box::new(gguf), tokenizer })
+            let chat = gguf.chat_template().and_then(|t| ChatMl::from_template(&t));
+            Ok(OpenedSource { cfg, weights: Box::new(gguf), tokenizer, chat })
         }
     }
 }
@@ -305,6 +310,7 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
 pub struct LoadedModel {
     pub model: Qwen2,
     pub tokenizer: Option<Tokenizer>,
+    pub chat: Option<ChatMl>,
     pub load_s: f64,
     pub describe: String,
 }
@@ -346,6 +352,7 @@ pub fn load_opened(
     Ok(LoadedModel {
         model,
         tokenizer: opened.tokenizer,
+        chat: opened.chat,
         load_s: t0.elapsed().as_secs_f64(),
         describe: opened.weights.describe(),
     })

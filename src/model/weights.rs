@@ -303,6 +303,11 @@ impl Gguf {
         Ok((Self { path: path.to_path_buf(), file, content }, truncated))
     }
 
+    /// `tokenizer.chat_template`, as llama.cpp's converter writes it.
+    pub fn chat_template(&self) -> Option<String> {
+        self.content.metadata.get("tokenizer.chat_template")?.to_string().ok().cloned()
+    }
+
     fn md(&self, key: &str) -> Result<&gguf_file::Value> {
         self.content
             .metadata
