@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use vram_lab::error::{LabError, Result};
 use vram_lab::experiments::{self, registry};
 use vram_lab::memory::host::CountingAlloc;
+use vram_lab::model::gguf::recipe::FileType;
 use vram_lab::report::{html, manifest::RunStatus, RunFolder};
 use vram_lab::session::{Session, SessionArgs};
 use vram_lab::stage::AnyStage;
@@ -40,11 +41,15 @@ enum Cmd {
     Report { dir: PathBuf },
     /// Generate text: the quickest check that a model loaded correctly
     Generate(tools::GenerateArgs),
-    /// Write a Q4 GGUF (Q4_K matrices, Q6_K output) from safetensors or a synthetic preset
+    /// Write a GGUF file with llama.cpp's recipe (Q4_K_M by default) from safetensors, a GGUF or a
+    /// synthetic preset, with the model's tokenizer in its metadata when it has one
     Quantize {
         /// The .gguf file to write
         #[arg(long)]
         to: PathBuf,
+        /// llama-quantize's file type: the same tensor types, so the same bytes, as llama.cpp writes
+        #[arg(long = "type", value_enum, default_value_t = FileType::Q4KM)]
+        ftype: FileType,
     },
     /// The device, the card presets and the model presets
     Info,
@@ -113,7 +118,7 @@ fn dispatch(matches: &clap::ArgMatches) -> Result<()> {
             Ok(())
         }
         Cmd::Generate(g) => tools::generate(args, &g).map(|t| println!("{t}")),
-        Cmd::Quantize { to } => tools::quantize(args, &to).map(|t| println!("{t}")),
+        Cmd::Quantize { to, ftype } => tools::quantize(args, &to, ftype).map(|t| println!("{t}")),
         Cmd::Info => tools::info(args).map(|t| println!("{t}")),
         Cmd::Watch(w) => tools::watch(args, &w).map(|t| println!("{t}")),
     }

@@ -32,7 +32,7 @@ pub struct SessionArgs {
     /// size such as 24GiB, or none. Default for `run` on a GPU: rtx4090, as the report.
     #[arg(long, global = true)]
     pub card: Option<String>,
-    /// tokenizer.json (GGUF files and synthetic models carry none)
+    /// tokenizer.json (default: the one beside the model, or a GGUF's own metadata)
     #[arg(long, global = true)]
     pub tokenizer: Option<PathBuf>,
     /// hf-hub download cache (AutoDL: /root/autodl-tmp/hf); default $HF_HOME/hub

@@ -1,11 +1,13 @@
 //! The commands that are not stages: `generate` (the quickest check that a model loaded right),
-//! `quantize` (write a Q4 GGUF), `info` (device, cards, presets) and `watch` (a process's GPU
+//! `quantize` (write a GGUF with one of llama.cpp's recipes), `info` (device, cards, presets) and `watch` (a process's GPU
 //! memory over time, as the related article's pynvml monitor).
 
 use crate::error::{LabError, Result};
 use crate::hw::{self, Card};
-use crate::limits;
+use crate::limits::{self, grouped};
 use crate::memory::{fmt_bytes, guarded, MemoryProbe};
+use crate::model::gguf::recipe::FileType;
+use crate::model::gguf::writer::{self, Plan};
 use crate::model::{self, GenerateConfig, ModelSource, Precision, Qwen2Config};
 use crate::session::{default_model, SessionArgs};
 use std::path::{Path, PathBuf};
@@ -111,19 +113,21 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
     Ok(lines.join("\n"))
 }
 
-/// Writes a Q4 GGUF of the session's model to `to`; returns the summary lines.
-pub fn quantize(args: &SessionArgs, to: &Path) -> Result<String> {
+/// Writes a GGUF of the session's model to `to` with llama.cpp's recipe `ftype` (and the model's
+/// tokenizer in its metadata, when it has one); returns the summary lines.
+pub fn quantize(args: &SessionArgs, to: &Path, ftype: FileType) -> Result<String> {
     let device = hw::pick(&args.device)?;
     let source = ModelSource::parse(args.model.as_deref().unwrap_or(default_model(&device)))?;
     let mut opened = model::source::open(&source, &args.source_options())?;
     let n = opened.cfg.tensor_specs().len() as u64;
     let pb = if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(n) };
-    let rows = model::quantize::write_gguf(&opened.cfg, opened.weights.as_mut(), to, |_| pb.inc(1))?;
+    let rows = writer::write_gguf(&opened.cfg, opened.weights.as_mut(), to, Plan::Llama(ftype), opened.tokenizer.as_ref(), |_| pb.inc(1))?;
     pb.finish_and_clear();
-    let total: u64 = rows.iter().map(|r| r.bytes).sum();
-    let mut lines = vec![format!("wrote {} ({} tensors, {})", to.display(), rows.len(), fmt_bytes(total))];
-    for (dtype, bytes) in model::quantize::bytes_by_dtype(&rows) {
-        lines.push(format!("  {dtype:>5}: {}", fmt_bytes(bytes)));
+    let total: u64 = rows.iter().map(|r| r.bytes()).sum();
+    let tok = if opened.tokenizer.is_some() { ", with its tokenizer" } else { "" };
+    let mut lines = vec![format!("wrote {} ({ftype}: {} tensors, {} B = {} of tensor data{tok})", to.display(), rows.len(), grouped(total), fmt_bytes(total))];
+    for (ty, n, bytes) in writer::bytes_by_type(&rows) {
+        lines.push(format!("  {ty:>5}: {n:>4} tensors, {}", fmt_bytes(bytes)));
     }
     Ok(lines.join("\n"))
 }

@@ -5,6 +5,7 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use vram_lab::memory::MemoryProbe;
+use vram_lab::model::gguf::writer::{self, Plan};
 use vram_lab::model::qwen2::last_logits;
 use vram_lab::model::weights::Weight;
 use vram_lab::model::{source, Logits, ModelSource, Precision, Qwen2, Qwen2Config, SourceOptions};
@@ -60,8 +61,8 @@ fn quantize_then_load_q4_round_trip() {
     // quantize: safetensors → GGUF, with the Q4 plan per tensor.
     let gguf = tmp.path().join("m-q4.gguf");
     let mut opened = source::open(&dir_src, &SourceOptions::default()).unwrap();
-    let rows = vram_lab::model::quantize::write_gguf(&opened.cfg, opened.weights.as_mut(), &gguf, |_| {}).unwrap();
-    assert!(rows.iter().any(|r| r.ggml_dtype == "Q4K") && rows.iter().any(|r| r.ggml_dtype == "Q6K"));
+    let rows = writer::write_gguf(&opened.cfg, opened.weights.as_mut(), &gguf, Plan::LabQ4, None, |_| {}).unwrap();
+    assert!(rows.iter().any(|r| r.ty.name == "Q4_K") && rows.iter().any(|r| r.ty.name == "Q6_K"));
     let gguf_src = ModelSource::parse(gguf.to_str().unwrap()).unwrap();
 
     let q4_from_gguf = load(&gguf_src, Precision::Q4);

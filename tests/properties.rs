@@ -39,7 +39,7 @@ fn workload() -> impl Strategy<Value = Inference> {
     let precision = prop_oneof![Just(Precision::F32), Just(Precision::Bf16), Just(Precision::Q4)];
     let logits = prop_oneof![Just(Logits::Last), Just(Logits::All)];
     let attention = prop_oneof![Just(AttentionMode::default()), Just(AttentionMode::Naive), Just(AttentionMode::Flash)];
-    (precision, upto(MAX_SEQ), upto(MAX_BATCH), logits, attention).prop_map(|(precision, seq, batch, logits, attention)| Inference { precision, seq, batch, logits, attention })
+    (precision, upto(MAX_SEQ), upto(MAX_BATCH), logits, attention).prop_map(|(precision, seq, batch, logits, attention)| Inference { precision, seq, batch, logits, attention, stored: None })
 }
 
 const RUNTIME: u64 = 700 << 20;

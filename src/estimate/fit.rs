@@ -57,6 +57,15 @@ pub struct Inference {
     pub batch: usize,
     pub logits: Logits,
     pub attention: AttentionMode,
+    /// The weights' bytes as a file holds them once loaded (a GGUF's own tensors, each by its
+    /// type), where the precision's plan would only guess; None: priced by the plan.
+    pub stored: Option<u64>,
+}
+
+impl Inference {
+    pub fn weights(&self, cfg: &Qwen2Config) -> u64 {
+        self.stored.unwrap_or_else(|| weight_bytes(cfg, self.precision))
+    }
 }
 
 /// What a workload needs on the device, part by part.
@@ -113,7 +122,7 @@ pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -
     let growing = transient::chunk_share(workspace::at_growth_parts(cfg, w.precision, seen, tokens));
     let with_slack = (p.peak_with(POOL_SLACK) + transient::pool_slack(kept_share, POOL_SLACK)).max(growth + transient::pool_slack(p.chunked.down_proj + growing, POOL_SLACK));
     Ledger {
-        weights: weight_bytes(cfg, w.precision),
+        weights: w.weights(cfg),
         workspace: kept,
         kv_cache: kv_bytes_per_token(cfg, act) * tokens,
         logits: p.logits_kept,
@@ -198,13 +207,13 @@ pub fn on_card(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64, ba
         capacity,
         max_context,
         max_batch,
-        decode_ceiling_tok_s: bandwidth_gbs.map(|bw| super::decode_ceiling_tok_s(bw, decode_bytes(cfg, w.precision, w.seq))),
+        decode_ceiling_tok_s: bandwidth_gbs.map(|bw| super::decode_ceiling_tok_s(bw, decode_bytes(cfg, w))),
     }
 }
 
-/// Bytes batch-1 decoding reads per token at context `seq`: every weight and the cache so far.
-pub fn decode_bytes(cfg: &Qwen2Config, precision: Precision, seq: usize) -> u64 {
-    weight_bytes(cfg, precision) + kv_bytes_per_token(cfg, precision.act_dtype().size_in_bytes()) * seq as u64
+/// Bytes batch-1 decoding reads per token at context `w.seq`: every weight and the cache so far.
+pub fn decode_bytes(cfg: &Qwen2Config, w: &Inference) -> u64 {
+    w.weights(cfg) + kv_bytes_per_token(cfg, w.precision.act_dtype().size_in_bytes()) * w.seq as u64
 }
 
 #[cfg(test)]
@@ -212,7 +221,7 @@ mod tests {
     use super::*;
 
     fn w(precision: Precision, seq: usize) -> Inference {
-        Inference { precision, seq, batch: 1, logits: Logits::Last, attention: AttentionMode::default() }
+        Inference { precision, seq, batch: 1, logits: Logits::Last, attention: AttentionMode::default(), stored: None }
     }
 
     #[test]

@@ -88,7 +88,7 @@ mod tests {
     use crate::model::{Logits, Precision};
 
     fn w(precision: Precision, logits: Logits) -> Inference {
-        Inference { precision, seq: 1, batch: 1, logits, attention: AttentionMode::default() }
+        Inference { precision, seq: 1, batch: 1, logits, attention: AttentionMode::default(), stored: None }
     }
 
     /// The search lands on the ledger's edge, on its grid: the length found fits, one step of the

@@ -11,8 +11,10 @@ use crate::estimate::training::{self, Optimizer, TrainSetup};
 use crate::estimate;
 use crate::hw::Card;
 use crate::limits;
+use crate::limits::grouped;
 use crate::memory::mib;
 use crate::model::attention::AttentionMode;
+use crate::model::gguf::Gguf;
 use crate::model::{self, Logits, Precision, Qwen2Config};
 
 const MIB: f64 = (1u64 << 20) as f64;
@@ -108,31 +110,42 @@ pub const CURVE: &str = "estimate_curve";
 pub const TRAINING: &str = "estimate_training";
 pub const PLAN: &str = "plan";
 
-/// The model's config: --config, else the session's model.
-fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<Qwen2Config> {
+/// The model's config: --config, else the session's model; and the GGUF file when the model is
+/// one, whose tensors price its weights.
+fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(Qwen2Config, Option<Gguf>)> {
     match (path, &s.source) {
-        (Some(p), _) => Qwen2Config::from_file(p),
+        (Some(p), _) => Ok((Qwen2Config::from_file(p)?, None)),
         // A GGUF's header is enough to price it, even when the file was cut short.
         (None, model::ModelSource::Gguf(file)) => {
-            let (gguf, truncated) = model::weights::Gguf::open_header(file)?;
+            let (gguf, truncated) = Gguf::open_header(file)?;
             if let Some(e) = truncated {
                 s.say(format!("{e}: priced from its header"));
             }
-            gguf.config()
+            Ok((gguf.config()?, Some(gguf)))
         }
-        (None, source) => Ok(model::source::open(source, &s.opts)?.cfg),
+        (None, source) => Ok((model::source::open(source, &s.opts)?.cfg, None)),
     }
 }
 
-fn workload(precision: Precision, seq: usize, batch: usize, logits: Logits) -> Inference {
-    Inference { precision, seq, batch, logits, attention: AttentionMode::default() }
+/// A workload of the model: a GGUF's weights priced by its own tensors.
+fn workload(cfg: &Qwen2Config, gguf: Option<&Gguf>, precision: Precision, seq: usize, batch: usize, logits: Logits) -> Inference {
+    let stored = gguf.map(|g| g.loaded_bytes(cfg, precision));
+    Inference { precision, seq, batch, logits, attention: AttentionMode::default(), stored }
 }
 
-fn ledger_rows(cfg: &Qwen2Config, w: &Inference, runtime: &Runtime) -> Vec<(&'static str, u64, String)> {
+fn ledger_rows(cfg: &Qwen2Config, w: &Inference, runtime: &Runtime, gguf: Option<&Gguf>) -> Vec<(&'static str, u64, String)> {
     let l = fit::ledger(cfg, w, runtime.bytes());
     let act = w.precision.act_dtype().size_in_bytes();
     let tokens = w.seq * w.batch;
-    let mut rows = vec![("weights", l.weights, if w.precision.is_quantized() { "Q4_K blocks per tensor (the plan of `ggml_dtype_for`)".into() } else { format!("{} parameters × {act} B", cfg.param_count()) })];
+    let weights = match gguf {
+        Some(g) if w.precision.is_quantized() => {
+            let by: Vec<String> = g.header.bytes_by_type().iter().map(|(t, n, b)| format!("{t} {n} × = {}", grouped(*b))).collect();
+            format!("the file's tensors as stored, each by its type: {} B", by.join(", "))
+        }
+        _ if w.precision.is_quantized() => "Q4_K blocks per tensor (the plan of `ggml_dtype_for`)".into(),
+        _ => format!("{} parameters × {act} B", cfg.param_count()),
+    };
+    let mut rows = vec![("weights", l.weights, weights)];
     if l.workspace > 0 {
         rows.push(("workspace", l.workspace, format!("candle's quantized matmul keeps its inputs as Q8_1 for the longest prefill ({tokens} tokens), and a 16 MiB fixup buffer")));
     }
@@ -155,7 +168,7 @@ impl Stage for Estimate {
     type Config = EstimateConfig;
 
     fn run(s: &mut Session, c: &EstimateConfig) -> Result<StageOutput> {
-        let cfg = model_config(s, &c.config)?;
+        let (cfg, gguf) = model_config(s, &c.config)?;
         let runtime = Runtime::assumed();
         let cards = Card::presets();
         let (mut lp, mut li, mut lm, mut lf) = (vec![], vec![], vec![], vec![]);
@@ -163,9 +176,9 @@ impl Stage for Estimate {
         let mut curve: (Vec<String>, Vec<u64>, Vec<f64>) = (vec![], vec![], vec![]);
         let mut out = StageOutput::default();
         for &p in &c.precisions {
-            let w = workload(p, c.seq, c.batch, c.logits);
+            let w = workload(&cfg, gguf.as_ref(), p, c.seq, c.batch, c.logits);
             fit::check(&cfg, &w)?;
-            for (item, bytes, formula) in ledger_rows(&cfg, &w, &runtime) {
+            for (item, bytes, formula) in ledger_rows(&cfg, &w, &runtime, gguf.as_ref()) {
                 lp.push(p.to_string());
                 li.push(item);
                 lm.push(mib(bytes));
@@ -180,7 +193,7 @@ impl Stage for Estimate {
             while seq <= cfg.max_position_embeddings {
                 curve.0.push(p.to_string());
                 curve.1.push(seq as u64);
-                curve.2.push(fit::ledger(&cfg, &workload(p, seq, c.batch, c.logits), runtime.bytes()).device() as f64 / (1u64 << 30) as f64);
+                curve.2.push(fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), p, seq, c.batch, c.logits), runtime.bytes()).device() as f64 / (1u64 << 30) as f64);
                 seq *= 2;
             }
             let fits_on: Vec<&str> = fits.iter().filter(|(q, _, f)| *q == p && f.fits()).map(|(_, card, _)| card.name.as_str()).collect();
@@ -290,7 +303,7 @@ impl Stage for Plan {
     type Config = PlanConfig;
 
     fn run(s: &mut Session, c: &PlanConfig) -> Result<StageOutput> {
-        let cfg = model_config(s, &c.config)?;
+        let (cfg, gguf) = model_config(s, &c.config)?;
         // The session's --card (rtx4090, a4000, …, or a size), else the report's RTX 4090.
         let card = match s.probe.card() {
             Some(card) => card.clone(),
@@ -298,9 +311,9 @@ impl Stage for Plan {
         };
         let runtime = Runtime::assumed();
         let cap = card.total_bytes();
-        fit::check(&cfg, &workload(Precision::F32, c.seq, 1, Logits::Last))?;
+        fit::check(&cfg, &workload(&cfg, None, Precision::F32, c.seq, 1, Logits::Last))?;
         let rows: Vec<(Precision, CardFit)> =
-            [Precision::F32, Precision::Bf16, Precision::Q4].into_iter().map(|p| (p, fit::on_card(&cfg, &workload(p, c.seq, 1, Logits::Last), runtime.bytes(), cap, card.bandwidth_gbs))).collect();
+            [Precision::F32, Precision::Bf16, Precision::Q4].into_iter().map(|p| (p, fit::on_card(&cfg, &workload(&cfg, gguf.as_ref(), p, c.seq, 1, Logits::Last), runtime.bytes(), cap, card.bandwidth_gbs))).collect();
         // The best: the most precise that fits the context wanted (F32 > BF16 > Q4), else the one
         // with the longest context.
         let best = rows.iter().position(|r| r.1.fits()).unwrap_or_else(|| rows.iter().enumerate().max_by_key(|(_, r)| r.1.max_context).map(|(i, _)| i).unwrap_or(0));
@@ -312,7 +325,7 @@ impl Stage for Plan {
         } else if ctx > 0 {
             format!("{} tokens fit in no precision; {p} reaches {ctx} tokens", c.seq)
         } else {
-            format!("the model fits this card in no precision (Q4 needs {:.2} GiB at 1 token)", fit::ledger(&cfg, &workload(Precision::Q4, 1, 1, Logits::Last), runtime.bytes()).device() as f64 / (1u64 << 30) as f64)
+            format!("the model fits this card in no precision (Q4 needs {:.2} GiB at 1 token)", fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), Precision::Q4, 1, 1, Logits::Last), runtime.bytes()).device() as f64 / (1u64 << 30) as f64)
         };
         s.say(format!("{}: {verdict}", card.label));
         out.findings.push(Finding::new(format!("plan for {}", card.label), "tok/s", None).ceiling(ceiling).note(verdict));

@@ -233,7 +233,7 @@ fn read_attempts(f: &Path, root: &Path) -> Result<Vec<Vec<Attempt>>> {
     let mut groups: Vec<(String, Vec<Attempt>)> = Vec::new();
     for r in 0..n {
         let Some(logits) = lg[r] else { continue };
-        let w = Inference { precision: Precision::parse(&prec[r])?, seq: seq[r] as usize, batch: batch[r] as usize, logits, attention: AttentionMode::parse(&att[r])? };
+        let w = Inference { precision: Precision::parse(&prec[r])?, seq: seq[r] as usize, batch: batch[r] as usize, logits, attention: AttentionMode::parse(&att[r])?, stored: None };
         let key = format!("{}/{}/{}", prec[r], logits.name(), att[r]);
         let a = Attempt { file: relative(f, root), w, ok: outcome[r] == "ok", measured: (base[r] + held[r], peak[r], transient[r]) };
         match groups.iter_mut().find(|(k, _)| *k == key) {

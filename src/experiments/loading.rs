@@ -122,7 +122,8 @@ fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -
                 let path = dir.join("model-q4.gguf");
                 let mut opened = model::source::open(&s.source, &s.opts)?;
                 let t0 = std::time::Instant::now();
-                model::quantize::write_gguf(cfg, opened.weights.as_mut(), &path, |_| {})?;
+                // The plan stage 1's Q4 loads, so the file is the weights it measured.
+                model::gguf::writer::write_gguf(cfg, opened.weights.as_mut(), &path, model::gguf::writer::Plan::LabQ4, None, |_| {})?;
                 std::fs::File::open(&path)?.sync_all()?;
                 let files = vec![path.clone()];
                 // Quantizing dominates this time: it is the GGUF's cost of making, not of the disk.

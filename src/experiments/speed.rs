@@ -262,7 +262,7 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
         }
         // Above what the process held before the model was loaded, as the ledger counts.
         let peak = s.probe.snapshot(&format!("{p} prefill {seq}")).peak.saturating_sub(base);
-        let w = fit::Inference { precision: p, seq, batch: 1, logits: Logits::Last, attention: model.attention };
+        let w = fit::Inference { precision: p, seq, batch: 1, logits: Logits::Last, attention: model.attention, stored: None };
         let mut ledger = fit::ledger_after(&cfg, &w, 0, *seen);
         *seen = (*seen).max(seq as u64);
         if !s.device.is_cuda() {

@@ -10,6 +10,7 @@ pub mod decode_kernels;
 #[cfg(feature = "cuda")]
 pub mod flash_attention;
 pub mod generate;
+pub mod gguf;
 pub mod graph;
 pub mod host_linear;
 pub mod kv_cache;
@@ -19,6 +20,7 @@ pub mod precision;
 pub mod quantize;
 pub mod qwen2;
 pub mod streamer;
+pub mod tokenizer;
 pub mod train;
 pub mod source;
 pub mod weights;

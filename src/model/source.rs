@@ -24,7 +24,7 @@ pub enum ModelSource {
 
 #[derive(Debug, Clone, Default)]
 pub struct SourceOptions {
-    /// tokenizer.json to use (a GGUF file carries none the lab reads).
+    /// tokenizer.json to use (else the one beside the model, or a GGUF's own).
     pub tokenizer: Option<PathBuf>,
     /// Where hf-hub keeps downloads (default: $HF_HOME/hub).
     pub cache_dir: Option<PathBuf>,
@@ -291,7 +291,11 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
     match source {
         ModelSource::Synthetic(preset) => {
             let cfg = Qwen2Config::preset(preset)?;
-            let tokenizer = find_tokenizer(opts.tokenizer.as_deref(), None)?;
+            // Qwen2.5's tokenizer ships with the lab: a synthetic Qwen2.5 tokenizes as the real one.
+            let tokenizer = match find_tokenizer(opts.tokenizer.as_deref(), None)? {
+                Some(t) => Some(t),
+                None => super::tokenizer::for_vocab(cfg.vocab_size)?,
+            };
             Ok(OpenedSource { weights: Box::new(Synthetic::new(cfg.clone(), opts.seed)), cfg, tokenizer, chat: None })
         }
         ModelSource::Dir(dir) => open_dir(dir),
@@ -299,7 +303,11 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
         ModelSource::Gguf(path) => {
             let gguf = Gguf::open(path)?;
             let cfg = gguf.config()?;
-            let tokenizer = find_tokenizer(opts.tokenizer.as_deref(), path.parent())?;
+            // An explicit tokenizer.json or one beside the file wins; else the file's own.
+            let tokenizer = match find_tokenizer(opts.tokenizer.as_deref(), path.parent())? {
+                Some(t) => Some(t),
+                None => super::gguf::tokenizer::from_header(&gguf.header)?,
+            };
             let chat = gguf.chat_template().and_then(|t| ChatMl::from_template(&t));
             Ok(OpenedSource { cfg, weights: Box::new(gguf), tokenizer, chat })
         }

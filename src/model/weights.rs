@@ -6,12 +6,14 @@ use super::config::{Qwen2Config, TensorSpec};
 use super::precision::{ggml_dtype_for, Precision};
 use crate::error::{cause, LabError, Result};
 use crate::memory::MemoryProbe;
-use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use rand::{rngs::StdRng, SeedableRng};
 use rand_distr::{Distribution, Normal};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+pub use super::gguf::{gguf_name, Gguf};
 use std::sync::Arc;
 
 /// A loaded weight: dense, or GGUF blocks for candle's quantized matmul.
@@ -59,7 +61,7 @@ fn convert(t: Tensor, spec: &TensorSpec, precision: Precision, tied: bool, devic
     }
 }
 
-fn check_shape(name: &str, got: &[usize], want: &[usize]) -> Result<()> {
+pub(crate) fn check_shape(name: &str, got: &[usize], want: &[usize]) -> Result<()> {
     if got != want {
         return Err(LabError::input(format!("tensor {name} has shape {got:?}, the config implies {want:?}")));
     }
@@ -236,152 +238,6 @@ impl WeightSource for Safetensors {
     fn describe(&self) -> String {
         let names: Vec<_> = self.files.iter().filter_map(|f| f.file_name()).map(|f| f.to_string_lossy()).collect();
         format!("safetensors: {}", names.join(", "))
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// GGUF
-
-/// HF tensor name → llama.cpp's GGUF name (Qwen2 needs no Q/K permutation: it uses NeoX RoPE).
-pub fn gguf_name(hf: &str) -> String {
-    let map = [
-        ("model.embed_tokens.", "token_embd."),
-        ("model.norm.", "output_norm."),
-        ("lm_head.", "output."),
-        ("model.layers.", "blk."),
-        ("self_attn.q_proj", "attn_q"),
-        ("self_attn.k_proj", "attn_k"),
-        ("self_attn.v_proj", "attn_v"),
-        ("self_attn.o_proj", "attn_output"),
-        ("mlp.gate_proj", "ffn_gate"),
-        ("mlp.up_proj", "ffn_up"),
-        ("mlp.down_proj", "ffn_down"),
-        ("post_attention_layernorm", "ffn_norm"),
-        ("input_layernorm", "attn_norm"),
-    ];
-    map.iter().fold(hf.to_string(), |s, (a, b)| s.replace(a, b))
-}
-
-/// The bytes a GGUF file must hold: the data section's start plus the furthest tensor's end, each
-/// tensor's bytes from its block type (saturating: a forged shape asks for more than any file).
-pub fn gguf_needs(content: &gguf_file::Content) -> u64 {
-    let end = |t: &gguf_file::TensorInfo| {
-        // Not Shape::elem_count: a forged shape overflows its product.
-        let elems = t.shape.dims().iter().try_fold(1u128, |a, &d| a.checked_mul(d as u128)).unwrap_or(u128::MAX);
-        let bytes = (elems / t.ggml_dtype.block_size() as u128).saturating_mul(t.ggml_dtype.type_size() as u128);
-        (t.offset as u128).saturating_add(bytes)
-    };
-    let furthest = content.tensor_infos.values().map(end).max().unwrap_or(0);
-    u64::try_from((content.tensor_data_offset as u128).saturating_add(furthest)).unwrap_or(u64::MAX)
-}
-
-pub struct Gguf {
-    path: PathBuf,
-    file: std::fs::File,
-    content: gguf_file::Content,
-}
-
-impl Gguf {
-    pub fn open(path: &Path) -> Result<Self> {
-        let (gguf, truncated) = Self::open_header(path)?;
-        match truncated {
-            Some(e) => Err(e),
-            None => Ok(gguf),
-        }
-    }
-
-    /// The header alone (metadata and tensor infos), and whether the file is shorter than it says
-    /// (`LabError::Truncated`): the estimator prices a file from its header even then.
-    pub fn open_header(path: &Path) -> Result<(Self, Option<LabError>)> {
-        let mut file = std::fs::File::open(path)
-            .map_err(|e| LabError::input(format!("cannot open {}: {e}", path.display())))?;
-        let content = gguf_file::Content::read(&mut file)
-            .map_err(|e| LabError::input(format!("{} is not a readable GGUF file ({})", path.display(), cause(&e))))?;
-        // A download cut short: say so before any tensor is touched.
-        let (have, need) = (file.metadata()?.len(), gguf_needs(&content));
-        let truncated = (have < need).then(|| LabError::Truncated { path: path.display().to_string(), have, need });
-        Ok((Self { path: path.to_path_buf(), file, content }, truncated))
-    }
-
-    /// `tokenizer.chat_template`, as llama.cpp's converter writes it.
-    pub fn chat_template(&self) -> Option<String> {
-        self.content.metadata.get("tokenizer.chat_template")?.to_string().ok().cloned()
-    }
-
-    fn md(&self, key: &str) -> Result<&gguf_file::Value> {
-        self.content
-            .metadata
-            .get(key)
-            .ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no {key}", self.path.display())))
-    }
-
-    fn md_usize(&self, key: &str) -> Result<usize> {
-        let v = self.md(key)?;
-        v.to_u32()
-            .map(|x| x as usize)
-            .or_else(|_| v.to_u64().map(|x| x as usize))
-            .map_err(|e| LabError::input(format!("{key}: {}", cause(&e))))
-    }
-
-    /// The config from qwen2.* metadata; the vocabulary size from the embedding's shape.
-    pub fn config(&self) -> Result<Qwen2Config> {
-        let arch = self.md("general.architecture")?.to_string().map_err(LabError::other)?;
-        if arch != "qwen2" {
-            return Err(LabError::input(format!("{}: architecture `{arch}`, the lab runs qwen2", self.path.display())));
-        }
-        let embd = self
-            .content
-            .tensor_infos
-            .get("token_embd.weight")
-            .ok_or_else(|| LabError::input(format!("{}: no token_embd.weight", self.path.display())))?;
-        let f = |k: &str| -> Result<f64> { Ok(self.md(k)?.to_f32().map_err(LabError::other)? as f64) };
-        let cfg = Qwen2Config {
-            vocab_size: embd.shape.dims()[0],
-            hidden_size: self.md_usize("qwen2.embedding_length")?,
-            intermediate_size: self.md_usize("qwen2.feed_forward_length")?,
-            num_hidden_layers: self.md_usize("qwen2.block_count")?,
-            num_attention_heads: self.md_usize("qwen2.attention.head_count")?,
-            num_key_value_heads: self.md_usize("qwen2.attention.head_count_kv")?,
-            rms_norm_eps: f("qwen2.attention.layer_norm_rms_epsilon")?,
-            rope_theta: f("qwen2.rope.freq_base").unwrap_or(10000.0),
-            max_position_embeddings: self.md_usize("qwen2.context_length")?,
-            tie_word_embeddings: !self.content.tensor_infos.contains_key("output.weight"),
-            hidden_act: "silu".into(),
-            bos_token_id: self.md_usize("tokenizer.ggml.bos_token_id").ok().map(|v| v as u32),
-            eos_token_id: self.md_usize("tokenizer.ggml.eos_token_id").ok().map(|v| serde_json::json!(v)),
-            torch_dtype: None,
-        };
-        let json = serde_json::to_string(&cfg)?;
-        Qwen2Config::from_json(&json, &self.path.display().to_string())
-    }
-}
-
-impl WeightSource for Gguf {
-    fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight> {
-        let name = gguf_name(&spec.name);
-        // The header's shape first: candle reads whatever a forged shape implies.
-        if let Some(info) = self.content.tensor_infos.get(&name) {
-            check_shape(&name, info.shape.dims(), &spec.shape)?;
-        }
-        let q = self
-            .content
-            .tensor(&mut self.file, &name, device)
-            .map_err(|e| LabError::input(format!("{}: tensor {name}: {}", self.path.display(), cause(&e))))?;
-        check_shape(&name, q.shape().dims(), &spec.shape)?;
-        let block_quantized = !matches!(q.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-        match precision.dense_dtype() {
-            _ if precision.is_quantized() && block_quantized => Ok(Weight::Quant(Arc::new(q))),
-            Some(dtype) => Ok(Weight::Dense(q.dequantize(device)?.to_dtype(dtype)?)),
-            None => Ok(Weight::Dense(q.dequantize(device)?.to_dtype(DType::F32)?)),
-        }
-    }
-
-    fn contains(&self, name: &str) -> bool {
-        self.content.tensor_infos.contains_key(&gguf_name(name))
-    }
-
-    fn describe(&self) -> String {
-        format!("gguf: {}", self.path.display())
     }
 }
 

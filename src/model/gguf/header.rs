@@ -1,0 +1,300 @@
+//! A GGUF file's header read by the lab itself: metadata and tensor infos, every length checked
+//! against the bytes the file has, every ggml type id accepted whether or not anything computes
+//! it. candle's reader refuses a type it has no kernel for (an IQ file), and a file must be
+//! priced before it is loaded, or when it is never loaded at all.
+
+use super::types::GgmlType;
+use crate::error::{LabError, Result};
+use candle_core::quantized::gguf_file::Value;
+use std::collections::HashMap;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// GGUF's default data alignment (`general.alignment` overrides it).
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// More dimensions than ggml has (GGML_MAX_DIMS = 4) mark a forged header.
+const MAX_DIMS: u32 = 4;
+/// Arrays nested deeper than this mark a forged header (metadata arrays are flat in practice).
+const MAX_DEPTH: u32 = 2;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// ggml's order: the row length first (candle's shape is these reversed).
+    pub ne: Vec<u64>,
+    pub type_id: u32,
+    /// Relative to the data section.
+    pub offset: u64,
+}
+
+impl TensorInfo {
+    pub fn ggml_type(&self) -> Option<GgmlType> {
+        GgmlType::from_id(self.type_id)
+    }
+
+    pub fn elems(&self) -> u128 {
+        self.ne.iter().fold(1u128, |a, &d| a.saturating_mul(d as u128))
+    }
+
+    /// The shape as candle and config.json give it (rows first).
+    pub fn shape(&self) -> Vec<usize> {
+        self.ne.iter().rev().map(|&d| d as usize).collect()
+    }
+
+    /// Bytes of the tensor's data; None for an unknown type or a shape that leaves a block partial.
+    pub fn bytes(&self) -> Option<u128> {
+        self.ggml_type()?.bytes_of(self.elems())
+    }
+
+    pub fn type_name(&self) -> String {
+        self.ggml_type().map(|t| t.name.to_string()).unwrap_or_else(|| format!("type {}", self.type_id))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Header {
+    pub path: PathBuf,
+    pub version: u32,
+    pub metadata: HashMap<String, Value>,
+    /// In file order.
+    pub tensors: Vec<TensorInfo>,
+    /// Where the data section starts in the file.
+    pub data_offset: u64,
+    pub file_len: u64,
+}
+
+/// A reader that knows how many bytes are left, so no length read from the file can ask for more.
+struct Bounded<R> {
+    r: R,
+    left: u64,
+}
+
+impl<R: Read> Bounded<R> {
+    fn bytes(&mut self, n: u64, what: &str) -> std::result::Result<Vec<u8>, String> {
+        if n > self.left {
+            return Err(format!("{what} needs {n} bytes, the file has {} left", self.left));
+        }
+        let mut buf = vec![0u8; n as usize];
+        self.r.read_exact(&mut buf).map_err(|e| e.to_string())?;
+        self.left -= n;
+        Ok(buf)
+    }
+    fn array<const N: usize>(&mut self, what: &str) -> std::result::Result<[u8; N], String> {
+        let v = self.bytes(N as u64, what)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(&v);
+        Ok(a)
+    }
+    fn u32(&mut self, what: &str) -> std::result::Result<u32, String> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+    fn u64(&mut self, what: &str) -> std::result::Result<u64, String> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+    fn string(&mut self, what: &str) -> std::result::Result<String, String> {
+        let n = self.u64(what)?;
+        String::from_utf8(self.bytes(n, what)?).map_err(|_| format!("{what} is not UTF-8"))
+    }
+    /// Counts of items of at least `min` bytes each cannot exceed what is left.
+    fn count(&mut self, min: u64, what: &str) -> std::result::Result<u64, String> {
+        let n = self.u64(what)?;
+        if n.saturating_mul(min) > self.left {
+            return Err(format!("{what} = {n} cannot fit in the {} bytes left", self.left));
+        }
+        Ok(n)
+    }
+
+    fn value(&mut self, ty: u32, depth: u32, key: &str) -> std::result::Result<Value, String> {
+        Ok(match ty {
+            0 => Value::U8(self.array::<1>(key)?[0]),
+            1 => Value::I8(self.array::<1>(key)?[0] as i8),
+            2 => Value::U16(u16::from_le_bytes(self.array(key)?)),
+            3 => Value::I16(i16::from_le_bytes(self.array(key)?)),
+            4 => Value::U32(self.u32(key)?),
+            5 => Value::I32(i32::from_le_bytes(self.array(key)?)),
+            6 => Value::F32(f32::from_le_bytes(self.array(key)?)),
+            7 => Value::Bool(self.array::<1>(key)?[0] != 0),
+            8 => Value::String(self.string(key)?),
+            9 => {
+                if depth >= MAX_DEPTH {
+                    return Err(format!("{key}: arrays nested deeper than {MAX_DEPTH}"));
+                }
+                let inner = self.u32(key)?;
+                let min = match inner {
+                    0 | 1 | 7 => 1,
+                    2 | 3 => 2,
+                    4..=6 => 4,
+                    8 | 10..=12 => 8,
+                    9 => 12,
+                    t => return Err(format!("{key}: unknown value type {t}")),
+                };
+                let n = self.count(min, key)?;
+                let mut v = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    v.push(self.value(inner, depth + 1, key)?);
+                }
+                Value::Array(v)
+            }
+            10 => Value::U64(self.u64(key)?),
+            11 => Value::I64(i64::from_le_bytes(self.array(key)?)),
+            12 => Value::F64(f64::from_le_bytes(self.array(key)?)),
+            t => return Err(format!("{key}: unknown value type {t}")),
+        })
+    }
+}
+
+impl Header {
+    pub fn read(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| LabError::input(format!("cannot open {}: {e}", path.display())))?;
+        let file_len = file.metadata()?.len();
+        Self::parse(BufReader::new(file), file_len, path)
+            .map_err(|why| LabError::input(format!("{} is not a readable GGUF file ({why})", path.display())))
+    }
+
+    fn parse(r: impl Read, file_len: u64, path: &Path) -> std::result::Result<Self, String> {
+        let mut r = Bounded { r, left: file_len };
+        if &r.array::<4>("the magic")? != b"GGUF" {
+            return Err("no GGUF magic".into());
+        }
+        let version = r.u32("the version")?;
+        if !(2..=3).contains(&version) {
+            return Err(format!("GGUF version {version}; the lab reads versions 2 and 3"));
+        }
+        let n_tensors = r.count(8 + 4 + 4 + 8, "the tensor count")?;
+        let n_kv = r.count(8 + 4 + 1, "the metadata count")?;
+        let mut metadata = HashMap::new();
+        for _ in 0..n_kv {
+            let key = r.string("a metadata key")?;
+            let ty = r.u32(&key)?;
+            let v = r.value(ty, 0, &key)?;
+            metadata.insert(key, v);
+        }
+        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        for _ in 0..n_tensors {
+            let name = r.string("a tensor name")?;
+            let dims = r.u32(&name)?;
+            if dims == 0 || dims > MAX_DIMS {
+                return Err(format!("tensor {name} has {dims} dimensions"));
+            }
+            let ne = (0..dims).map(|_| r.u64(&name)).collect::<std::result::Result<Vec<_>, _>>()?;
+            let type_id = r.u32(&name)?;
+            let offset = r.u64(&name)?;
+            tensors.push(TensorInfo { name, ne, type_id, offset });
+        }
+        let alignment = match metadata.get("general.alignment") {
+            Some(Value::U32(a)) if *a > 0 && a.is_power_of_two() => *a as u64,
+            Some(v) => return Err(format!("general.alignment = {v:?} is not a power of two")),
+            None => DEFAULT_ALIGNMENT,
+        };
+        let header_end = file_len - r.left;
+        let data_offset = header_end.div_ceil(alignment) * alignment;
+        Ok(Self { path: path.to_path_buf(), version, metadata, tensors, data_offset, file_len })
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// The bytes the file must hold: the data section's start plus the furthest tensor's end
+    /// (saturating: a forged shape asks for more than any file holds).
+    pub fn needs(&self) -> u64 {
+        let end = |t: &TensorInfo| (t.offset as u128).saturating_add(t.bytes().unwrap_or(u128::MAX));
+        let furthest = self.tensors.iter().map(end).max().unwrap_or(0);
+        u64::try_from((self.data_offset as u128).saturating_add(furthest)).unwrap_or(u64::MAX)
+    }
+
+    /// `LabError::Truncated` when the file is shorter than its header says.
+    pub fn truncated(&self) -> Option<LabError> {
+        let need = self.needs();
+        (self.file_len < need).then(|| LabError::Truncated { path: self.path.display().to_string(), have: self.file_len, need })
+    }
+
+    /// Every tensor's type is in ggml's table and fills whole blocks.
+    pub fn check_types(&self) -> Result<()> {
+        for t in &self.tensors {
+            let ty = t.ggml_type().ok_or_else(|| LabError::input(format!("{}: tensor {} has ggml type id {}, which ggml does not define", self.path.display(), t.name, t.type_id)))?;
+            if ty.bytes_of(t.elems()).is_none() {
+                return Err(LabError::input(format!("{}: tensor {} has {} values, not whole {} blocks of {}", self.path.display(), t.name, t.elems(), ty.name, ty.block)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The tensors' data bytes, each by its own type: what the weights take on a device when the
+    /// file is loaded as it is stored.
+    pub fn tensor_bytes(&self) -> Result<u64> {
+        self.check_types()?;
+        let total = self.tensors.iter().map(|t| t.bytes().unwrap_or(0)).sum::<u128>();
+        u64::try_from(total).map_err(|_| LabError::input(format!("{}: the tensors' sizes add up past 2^64 bytes", self.path.display())))
+    }
+
+    /// Tensor count and bytes per ggml type, largest first.
+    pub fn bytes_by_type(&self) -> Vec<(String, usize, u64)> {
+        let mut by: Vec<(String, usize, u64)> = vec![];
+        for t in &self.tensors {
+            let b = t.bytes().unwrap_or(0) as u64;
+            match by.iter_mut().find(|(n, _, _)| *n == t.type_name()) {
+                Some(e) => {
+                    e.1 += 1;
+                    e.2 += b;
+                }
+                None => by.push((t.type_name(), 1, b)),
+            }
+        }
+        by.sort_by(|a, b| b.2.cmp(&a.2));
+        by
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.get(key)?.to_string().ok().map(|s| s.as_str())
+    }
+
+    /// An unsigned integer of any width.
+    pub fn uint(&self, key: &str) -> Option<u64> {
+        match self.get(key)? {
+            Value::U8(v) => Some(*v as u64),
+            Value::U16(v) => Some(*v as u64),
+            Value::U32(v) => Some(*v as u64),
+            Value::U64(v) => Some(*v),
+            Value::I8(v) => u64::try_from(*v).ok(),
+            Value::I16(v) => u64::try_from(*v).ok(),
+            Value::I32(v) => u64::try_from(*v).ok(),
+            Value::I64(v) => u64::try_from(*v).ok(),
+            _ => None,
+        }
+    }
+
+    pub fn float(&self, key: &str) -> Option<f64> {
+        match self.get(key)? {
+            Value::F32(v) => Some(*v as f64),
+            Value::F64(v) => Some(*v),
+            _ => self.uint(key).map(|v| v as f64),
+        }
+    }
+
+    /// An array of strings (tokens, merges); None when absent or of another kind.
+    pub fn strings(&self, key: &str) -> Option<Vec<&str>> {
+        self.get(key)?.to_vec().ok()?.iter().map(|v| v.to_string().ok().map(|s| s.as_str())).collect()
+    }
+
+    /// An array of integers (token types).
+    pub fn ints(&self, key: &str) -> Option<Vec<i64>> {
+        self.get(key)?
+            .to_vec()
+            .ok()?
+            .iter()
+            .map(|v| match v {
+                Value::I32(x) => Some(*x as i64),
+                Value::U32(x) => Some(*x as i64),
+                Value::I8(x) => Some(*x as i64),
+                Value::U8(x) => Some(*x as i64),
+                Value::I64(x) => Some(*x),
+                _ => None,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,230 @@
+//! Writes a GGUF file one tensor at a time: the header first (every tensor's type and offset is
+//! known from the recipe before any value is read), then each tensor quantized and appended, so
+//! nothing larger than one tensor is held (a BF16 7B file is 15 GB).
+
+use super::header::DEFAULT_ALIGNMENT;
+use super::recipe::{self, FileType, ModelClass};
+use super::types::GgmlType;
+use super::{gguf_tensors, tokenizer};
+use crate::error::{LabError, Result};
+use crate::model::config::Qwen2Config;
+use crate::model::precision::{ggml_dtype_for, Precision};
+use crate::model::quantize::quantize_rows;
+use crate::model::weights::WeightSource;
+use candle_core::quantized::gguf_file::Value;
+use candle_core::quantized::QTensor;
+use candle_core::Device;
+use std::io::{BufWriter, Seek, Write};
+use std::path::Path;
+
+/// Which types a written file holds: one of llama-quantize's recipes, or the plan the lab's `q4`
+/// precision loads (Q4_K, Q6_K for the output layer: what stages 1-2 measured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    Llama(FileType),
+    LabQ4,
+}
+
+/// One tensor of the file to write.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Planned {
+    pub name: String,
+    /// ggml's order: row length first.
+    pub ne: Vec<u64>,
+    #[serde(serialize_with = "type_name")]
+    pub ty: GgmlType,
+}
+
+fn type_name<S: serde::Serializer>(t: &GgmlType, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(t.name)
+}
+
+impl Planned {
+    pub fn bytes(&self) -> u64 {
+        self.ty.bytes_of(self.ne.iter().map(|&d| d as u128).product()).unwrap_or(0) as u64
+    }
+}
+
+/// llama.cpp's size class for qwen2 that changes a recipe: 80 layers is its "70B".
+pub fn model_class(cfg: &Qwen2Config) -> ModelClass {
+    ModelClass { is_70b: cfg.num_hidden_layers == 80 }
+}
+
+/// Every tensor of `cfg` with the type `plan` gives it, in the checkpoint's order.
+pub fn plan(cfg: &Qwen2Config, plan: Plan) -> Vec<Planned> {
+    let named = gguf_tensors(cfg);
+    let types: Vec<GgmlType> = match plan {
+        Plan::Llama(ftype) => {
+            let tensors: Vec<recipe::Tensor> = named.iter().map(|(n, ne)| recipe::Tensor { name: n, ne }).collect();
+            // The converter writes vectors as F32; they keep that type.
+            recipe::plan(ftype, model_class(cfg), &tensors, |_| GgmlType::of(candle_core::quantized::GgmlDType::F32))
+        }
+        Plan::LabQ4 => cfg.tensor_specs().iter().map(|s| GgmlType::of(ggml_dtype_for(s, cfg.tie_word_embeddings))).collect(),
+    };
+    named.into_iter().zip(types).map(|((name, ne), ty)| Planned { name, ne, ty }).collect()
+}
+
+/// The qwen2.* keys llama.cpp's loader reads, `general.*`, and the tokenizer when there is one.
+pub fn metadata(cfg: &Qwen2Config, plan: Plan, tok: Option<&tokenizers::Tokenizer>) -> Result<Vec<(String, Value)>> {
+    let u = |v: usize| Value::U32(v as u32);
+    let mut md: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String("qwen2".into())),
+        ("general.name".into(), Value::String("vram-lab qwen2".into())),
+        ("qwen2.block_count".into(), u(cfg.num_hidden_layers)),
+        ("qwen2.context_length".into(), u(cfg.max_position_embeddings)),
+        ("qwen2.embedding_length".into(), u(cfg.hidden_size)),
+        ("qwen2.feed_forward_length".into(), u(cfg.intermediate_size)),
+        ("qwen2.attention.head_count".into(), u(cfg.num_attention_heads)),
+        ("qwen2.attention.head_count_kv".into(), u(cfg.num_key_value_heads)),
+        ("qwen2.rope.freq_base".into(), Value::F32(cfg.rope_theta as f32)),
+        ("qwen2.attention.layer_norm_rms_epsilon".into(), Value::F32(cfg.rms_norm_eps as f32)),
+    ];
+    if let Plan::Llama(ftype) = plan {
+        md.push(("general.file_type".into(), Value::U32(ftype.llama_ftype())));
+        md.push(("general.quantization_version".into(), Value::U32(2)));
+    }
+    match tok {
+        Some(t) => md.extend(tokenizer::to_metadata(t, cfg)?),
+        None => {
+            if let Some(bos) = cfg.bos_token_id {
+                md.push(("tokenizer.ggml.bos_token_id".into(), u(bos as usize)));
+            }
+            if let Some(eos) = cfg.eos_ids().first() {
+                md.push(("tokenizer.ggml.eos_token_id".into(), u(*eos as usize)));
+            }
+        }
+    }
+    Ok(md)
+}
+
+fn put_str(w: &mut impl Write, s: &str) -> std::io::Result<()> {
+    w.write_all(&(s.len() as u64).to_le_bytes())?;
+    w.write_all(s.as_bytes())
+}
+
+fn value_type(v: &Value) -> u32 {
+    match v {
+        Value::U8(_) => 0,
+        Value::I8(_) => 1,
+        Value::U16(_) => 2,
+        Value::I16(_) => 3,
+        Value::U32(_) => 4,
+        Value::I32(_) => 5,
+        Value::F32(_) => 6,
+        Value::Bool(_) => 7,
+        Value::String(_) => 8,
+        Value::Array(_) => 9,
+        Value::U64(_) => 10,
+        Value::I64(_) => 11,
+        Value::F64(_) => 12,
+    }
+}
+
+fn put_value(w: &mut impl Write, v: &Value) -> std::io::Result<()> {
+    match v {
+        Value::U8(x) => w.write_all(&x.to_le_bytes()),
+        Value::I8(x) => w.write_all(&x.to_le_bytes()),
+        Value::U16(x) => w.write_all(&x.to_le_bytes()),
+        Value::I16(x) => w.write_all(&x.to_le_bytes()),
+        Value::U32(x) => w.write_all(&x.to_le_bytes()),
+        Value::I32(x) => w.write_all(&x.to_le_bytes()),
+        Value::F32(x) => w.write_all(&x.to_le_bytes()),
+        Value::Bool(x) => w.write_all(&[*x as u8]),
+        Value::String(s) => put_str(w, s),
+        Value::Array(items) => {
+            // GGUF arrays hold one type; an empty one is written as U8.
+            w.write_all(&items.first().map(value_type).unwrap_or(0).to_le_bytes())?;
+            w.write_all(&(items.len() as u64).to_le_bytes())?;
+            items.iter().try_for_each(|i| put_value(w, i))
+        }
+        Value::U64(x) => w.write_all(&x.to_le_bytes()),
+        Value::I64(x) => w.write_all(&x.to_le_bytes()),
+        Value::F64(x) => w.write_all(&x.to_le_bytes()),
+    }
+}
+
+fn pad(w: &mut (impl Write + Seek)) -> std::io::Result<()> {
+    let at = w.stream_position()?;
+    let n = at.next_multiple_of(DEFAULT_ALIGNMENT) - at;
+    w.write_all(&vec![0u8; n as usize])
+}
+
+/// The header (GGUF v3): metadata, then each tensor's name, shape, type and offset, padded to the
+/// alignment. Written alone it is a header-only file, which `estimate` prices as truncated.
+pub fn write_header(w: &mut (impl Write + Seek), md: &[(String, Value)], tensors: &[Planned]) -> std::io::Result<()> {
+    w.write_all(b"GGUF")?;
+    w.write_all(&3u32.to_le_bytes())?;
+    w.write_all(&(tensors.len() as u64).to_le_bytes())?;
+    w.write_all(&(md.len() as u64).to_le_bytes())?;
+    for (k, v) in md {
+        put_str(w, k)?;
+        w.write_all(&value_type(v).to_le_bytes())?;
+        put_value(w, v)?;
+    }
+    let mut offset = 0u64;
+    for t in tensors {
+        put_str(w, &t.name)?;
+        w.write_all(&(t.ne.len() as u32).to_le_bytes())?;
+        t.ne.iter().try_for_each(|d| w.write_all(&d.to_le_bytes()))?;
+        w.write_all(&t.ty.id.to_le_bytes())?;
+        w.write_all(&offset.to_le_bytes())?;
+        offset = (offset + t.bytes()).next_multiple_of(DEFAULT_ALIGNMENT);
+    }
+    pad(w)
+}
+
+/// One tensor's values in `ty`, as the bytes the file stores.
+fn encode(dense: &candle_core::Tensor, ty: GgmlType) -> Result<Vec<u8>> {
+    let q = ty.candle().ok_or_else(|| LabError::input(format!("the lab cannot write {ty} blocks")))?;
+    let qt = if dense.rank() == 2 && ty.is_block_quantized() { quantize_rows(dense, q, &Device::Cpu)? } else { QTensor::quantize(&dense.to_dtype(candle_core::DType::F32)?, q)? };
+    Ok(qt.data()?.into_owned())
+}
+
+/// Writes `cfg`'s weights from `source` as a GGUF file under `plan`, with the tokenizer's
+/// metadata when there is one; `each` runs after every tensor. Returns the tensors written.
+pub fn write_gguf(
+    cfg: &Qwen2Config,
+    source: &mut dyn WeightSource,
+    out: &Path,
+    which: Plan,
+    tok: Option<&tokenizers::Tokenizer>,
+    mut each: impl FnMut(&Planned),
+) -> Result<Vec<Planned>> {
+    let tensors = plan(cfg, which);
+    let md = metadata(cfg, which, tok)?;
+    let tmp = out.with_extension("gguf.tmp");
+    let file = std::fs::File::create(&tmp).map_err(|e| LabError::input(format!("cannot create {}: {e}", tmp.display())))?;
+    let mut w = BufWriter::with_capacity(8 << 20, file);
+    write_header(&mut w, &md, &tensors)?;
+    for (spec, t) in cfg.tensor_specs().iter().zip(&tensors) {
+        let dense = source.load(spec, Precision::F32, &Device::Cpu)?.dense()?;
+        let bytes = encode(&dense, t.ty)?;
+        // The header already gave every offset: a tensor of another size would shift the rest.
+        if bytes.len() as u64 != t.bytes() {
+            return Err(LabError::other(format!("{}: {} bytes encoded, the header says {}", t.name, bytes.len(), t.bytes())));
+        }
+        w.write_all(&bytes)?;
+        pad(&mut w)?;
+        each(t);
+    }
+    w.flush()?;
+    drop(w);
+    std::fs::rename(&tmp, out)?;
+    Ok(tensors)
+}
+
+/// Tensor count and bytes per type, largest first, for the summary lines.
+pub fn bytes_by_type(tensors: &[Planned]) -> Vec<(&'static str, usize, u64)> {
+    let mut by: Vec<(&'static str, usize, u64)> = vec![];
+    for t in tensors {
+        match by.iter_mut().find(|(n, _, _)| *n == t.ty.name) {
+            Some(e) => {
+                e.1 += 1;
+                e.2 += t.bytes();
+            }
+            None => by.push((t.ty.name, 1, t.bytes())),
+        }
+    }
+    by.sort_by(|a, b| b.2.cmp(&a.2));
+    by
+}

@@ -1,0 +1,254 @@
+//! GGUF as a format: ggml's types priced from a header alone, llama.cpp's recipes tensor by
+//! tensor, files the lab writes read back (types, offsets, values), types the lab prices but does
+//! not compute, and the tokenizer a file carries.
+
+mod common;
+
+use candle_core::{DType, Device};
+use std::path::Path;
+use vram_lab::memory::MemoryProbe;
+use vram_lab::model::gguf::header::Header;
+use vram_lab::model::gguf::recipe::FileType;
+use vram_lab::model::gguf::types::GgmlType;
+use vram_lab::model::gguf::writer::{self, Plan, Planned};
+use vram_lab::model::gguf::{tokenizer, Gguf};
+use vram_lab::model::{self, source, GenerateConfig, ModelSource, Precision, Qwen2Config, SourceOptions};
+
+/// Qwen2.5-7B under llama.cpp's Q4_K_M, by hand. Matrices: token_embd 152,064 × 3,584 in Q4_K
+/// (144 B per 256 values) = 306,561,024 B; output in Q6_K (210 B per 256) = 447,068,160 B; per
+/// layer q and o 7,225,344 B each, k and v 1,032,192 B, gate, up and down 38,191,104 B each in
+/// Q4_K; use_more_bits picks 14 of 28 layers (3 + 4 + 7), whose attn_v become Q6_K (+473,088 B)
+/// and ffn_down Q6_K (+17,504,256 B). Vectors in F32: 28 × (2 norms × 14,336 + biases 14,336 +
+/// 2,048 + 2,048) + the final norm 14,336. Total 4,677,120,000 B.
+#[test]
+fn q4_k_m_of_qwen25_7b_by_hand() {
+    let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let p = writer::plan(&cfg, Plan::Llama(FileType::Q4KM));
+    let matrices = 306_561_024 + 447_068_160 + 28 * (2 * 7_225_344 + 2 * 1_032_192 + 3 * 38_191_104) + 14 * (473_088 + 17_504_256);
+    let vectors = 28 * (2 * 14_336 + 14_336 + 2_048 + 2_048) + 14_336;
+    assert_eq!(matrices + vectors, 4_677_120_000u64);
+    assert_eq!(p.iter().map(Planned::bytes).sum::<u64>(), 4_677_120_000);
+    let count = |t: &str| p.iter().filter(|x| x.ty.name == t).count();
+    assert_eq!((count("Q4_K"), count("Q6_K"), count("F32"), p.len()), (169, 29, 141, 339));
+    // use_more_bits: the first eighth (0-2), the last (24-27), and every third between (5, 8, … 23).
+    let q6_layers: Vec<usize> = (0..28).filter(|i| p.iter().any(|x| x.name == format!("blk.{i}.attn_v.weight") && x.ty.name == "Q6_K")).collect();
+    assert_eq!(q6_layers, [0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 24, 25, 26, 27]);
+    let down: Vec<usize> = (0..28).filter(|i| p.iter().any(|x| x.name == format!("blk.{i}.ffn_down.weight") && x.ty.name == "Q6_K")).collect();
+    assert_eq!(down, q6_layers);
+}
+
+/// Rows that are not whole Q4_K blocks fall back as llama.cpp's do: Qwen2.5-0.5B's 896-wide rows
+/// (Q4_K → Q5_0, Q6_K → Q8_0, its tied embedding as the output layer in Q8_0) and 72B's
+/// 29,568-wide ffn_down; a 70B-class model's attn_v takes Q5_K.
+#[test]
+fn fallbacks_and_the_70b_class() {
+    let half = writer::plan(&Qwen2Config::preset("qwen2.5-0.5b").unwrap(), Plan::Llama(FileType::Q4KM));
+    let ty = |p: &[Planned], n: &str| p.iter().find(|x| x.name == n).unwrap().ty.name;
+    assert_eq!(ty(&half, "token_embd.weight"), "Q8_0");
+    assert_eq!(ty(&half, "blk.0.attn_q.weight"), "Q5_0");
+    assert_eq!(ty(&half, "blk.0.attn_v.weight"), "Q8_0");
+    assert_eq!(ty(&half, "blk.0.ffn_down.weight"), "Q6_K"); // 4,864 = 19 × 256
+    assert_eq!(ty(&half, "blk.3.ffn_down.weight"), "Q4_K"); // not a use_more_bits layer
+    let big = writer::plan(&Qwen2Config::preset("qwen2.5-72b").unwrap(), Plan::Llama(FileType::Q4KM));
+    assert_eq!(ty(&big, "blk.0.ffn_down.weight"), "Q8_0");
+    assert_eq!(ty(&big, "blk.11.ffn_down.weight"), "Q5_0");
+    assert_eq!(ty(&big, "blk.11.attn_v.weight"), "Q5_K");
+    assert_eq!(ty(&big, "blk.0.attn_v.weight"), "Q6_K");
+    // Q4_0's and Q8_0's output layers: Q6_K, and Q8_0 stays Q8_0; F16 leaves vectors in F32.
+    let seven = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    assert_eq!(ty(&writer::plan(&seven, Plan::Llama(FileType::Q4_0)), "output.weight"), "Q6_K");
+    assert_eq!(ty(&writer::plan(&seven, Plan::Llama(FileType::Q8_0)), "output.weight"), "Q8_0");
+    let f16 = writer::plan(&seven, Plan::Llama(FileType::F16));
+    assert_eq!((ty(&f16, "output.weight"), ty(&f16, "blk.0.attn_q.bias")), ("F16", "F32"));
+}
+
+/// A header-only GGUF of Qwen2.5-7B in llama.cpp's Q4_K_M mix: `estimate` prices its weights at
+/// exactly the tensors' bytes, from the header alone, and says the file is truncated.
+#[test]
+fn estimate_prices_a_header_only_file_by_its_tensors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("qwen2.5-7b-q4_k_m.gguf");
+    let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let planned = writer::plan(&cfg, Plan::Llama(FileType::Q4KM));
+    let md = writer::metadata(&cfg, Plan::Llama(FileType::Q4KM), None).unwrap();
+    let mut f = std::fs::File::create(&path).unwrap();
+    writer::write_header(&mut f, &md, &planned).unwrap();
+    drop(f);
+
+    let h = Header::read(&path).unwrap();
+    assert_eq!(h.tensor_bytes().unwrap(), 4_677_120_000);
+    assert!(h.truncated().is_some());
+    let (g, truncated) = Gguf::open_header(&path).unwrap();
+    assert!(truncated.is_some());
+    let c = g.config().unwrap();
+    let dims = |c: &Qwen2Config| (c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.tie_word_embeddings);
+    assert_eq!(dims(&c), dims(&cfg));
+    assert_eq!(g.loaded_bytes(&cfg, Precision::Q4), 4_677_120_000);
+
+    let out = tmp.path().join("est");
+    let o = common::lab_quiet(&["estimate", "--model", path.to_str().unwrap(), "--precisions", "q4", "--out", out.to_str().unwrap()]);
+    let text = common::output_text(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(text.contains("truncated") && text.contains("priced from its header"), "{text}");
+    let ledger = common::read_csv(&out.join("estimate/estimate_ledger.csv"));
+    let column = |c: &str| -> Vec<String> { ledger.column(c).unwrap().as_materialized_series().iter().map(|v| v.to_string().trim_matches('"').to_string()).collect() };
+    let (items, mib) = (column("item"), column("mib"));
+    let weights: f64 = mib[items.iter().position(|i| i == "weights").unwrap()].parse().unwrap();
+    assert_eq!((weights * 1048576.0).round() as u64, 4_677_120_000, "{weights} MiB");
+}
+
+/// Every recipe on the tiny model: the file holds the planned types at aligned offsets, is exactly
+/// as long as its header says, loads, and its values come back within the type's rounding.
+#[test]
+fn written_files_read_back() {
+    let cfg = common::tiny();
+    let want = common::tensors(&cfg, 42); // the CLI's default seed
+    let tmp = tempfile::tempdir().unwrap();
+    // Each type's worst rounding relative to the tensor's largest value: 2^-8 for BF16, 2^-11
+    // for F16, half a step of 1/127 for Q8_0; the signed 6- and 4-bit types clamp the end
+    // opposite their largest value, a whole step of 1/32 and 1/8 (a layout read wrongly errs by
+    // 100 % and more).
+    for (ftype, tol) in [(FileType::F32, 0.0), (FileType::Bf16, 4e-3), (FileType::F16, 5e-4), (FileType::Q8_0, 4e-3), (FileType::Q6K, 1.0 / 32.0), (FileType::Q4_0, 0.125), (FileType::Q4KM, 0.125)] {
+        let path = tmp.path().join(format!("tiny-{ftype}.gguf"));
+        let o = common::lab_quiet(&["quantize", "--model", "synthetic:tiny", "--type", &ftype.cli_name(), "--to", path.to_str().unwrap()]);
+        assert!(o.status.success(), "{ftype}: {}", common::output_text(&o));
+        let h = Header::read(&path).unwrap();
+        let planned = writer::plan(&cfg, Plan::Llama(ftype));
+        let got: Vec<(String, u32)> = h.tensors.iter().map(|t| (t.name.clone(), t.type_id)).collect();
+        let exp: Vec<(String, u32)> = planned.iter().map(|t| (t.name.clone(), t.ty.id)).collect();
+        assert_eq!(got, exp, "{ftype}");
+        assert!(h.tensors.iter().all(|t| t.offset % 32 == 0 && h.data_offset % 32 == 0));
+        assert_eq!(h.file_len, h.needs(), "{ftype}");
+        assert_eq!(h.uint("general.file_type"), Some(ftype.llama_ftype() as u64));
+        let (mut g, truncated) = Gguf::open_header(&path).unwrap();
+        assert!(truncated.is_none());
+        for spec in cfg.tensor_specs() {
+            use vram_lab::model::weights::WeightSource;
+            let got = g.load(&spec, Precision::F32, &Device::Cpu).unwrap().dense().unwrap();
+            let w = &want[&spec.name];
+            let err = common::max_abs_diff(&got, w) / common::max_abs(w).max(1e-6);
+            assert!(err <= tol + 1e-7, "{ftype} {}: relative error {err}", spec.name);
+        }
+    }
+}
+
+/// A type ggml defines and the lab does not compute (IQ2_XXS) is priced by `estimate` from its
+/// blocks, and loading names it in one line.
+#[test]
+fn iq_types_are_priced_not_computed() {
+    let cfg = common::tiny();
+    let mut planned = writer::plan(&cfg, Plan::Llama(FileType::Q8_0));
+    let iq = GgmlType::from_name("IQ2_XXS").unwrap();
+    let q = planned.iter_mut().find(|t| t.name == "blk.0.ffn_gate.weight").unwrap();
+    q.ty = iq;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("iq.gguf");
+    let mut f = std::fs::File::create(&path).unwrap();
+    writer::write_header(&mut f, &writer::metadata(&cfg, Plan::Llama(FileType::Q8_0), None).unwrap(), &planned).unwrap();
+    let data: u64 = planned.iter().map(|t| t.bytes().next_multiple_of(32)).sum();
+    use std::io::Write;
+    f.write_all(&vec![0u8; data as usize]).unwrap();
+    drop(f);
+    let h = Header::read(&path).unwrap();
+    assert!(h.truncated().is_none());
+    // 512 × 256 values in 66-byte blocks of 256.
+    assert_eq!(h.tensor("blk.0.ffn_gate.weight").unwrap().bytes(), Some(512 * 66));
+    assert_eq!(h.tensor_bytes().unwrap(), planned.iter().map(Planned::bytes).sum::<u64>());
+
+    let o = common::lab_quiet(&["estimate", "--model", path.to_str().unwrap(), "--precisions", "q4", "--out", tmp.path().join("e").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    let o = common::lab_quiet(&["generate", "--model", path.to_str().unwrap(), "--precision", "q4", "--prompt-ids", "1,2", "--max-new-tokens", "1"]);
+    let text = common::output_text(&o);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("IQ2_XXS") && text.contains("priced"), "{text}");
+}
+
+const STRINGS: [&str; 15] = [
+    "显存管理是高性能计算的核心,", "Hello world", "The KV cache grows with every token.", "  leading spaces", "tabs\tand\nnewlines\r\n",
+    "emoji 🚀🔥 and 中文混合 text", "fn main() { println!(\"{}\", 1 + 2); }", "<|endoftext|>", "a<|endoftext|>b", "don't we'll I'M",
+    "1234567890 3.14159 1e-6", "ÀÉÎÕÜ ñ ß", "", " ", "\n\n\n",
+];
+
+/// A model directory's tokenizer.json written into a GGUF's metadata (as llama.cpp's converter
+/// does) and built back from it encodes every string as the original; the F32 file generates, from
+/// a text prompt through that tokenizer alone, the tokens transformers generated.
+#[test]
+fn tokenizer_travels_inside_the_file() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny-qwen2");
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("fixture-f32.gguf");
+    let o = common::lab_quiet(&["quantize", "--model", fixture.to_str().unwrap(), "--type", "f32", "--to", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    assert!(common::output_text(&o).contains("with its tokenizer"));
+
+    let original = tokenizers::Tokenizer::from_file(fixture.join("tokenizer.json")).unwrap();
+    let h = Header::read(&path).unwrap();
+    assert_eq!(h.str("tokenizer.ggml.model"), Some("gpt2"));
+    let built = tokenizer::from_header(&h).unwrap().expect("a tokenizer in the metadata");
+    let mut n = 0;
+    for s in STRINGS.iter().map(|s| s.to_string()).chain(["x".repeat(300)]).chain((0..200).map(|i| format!("{} {i} 显存{} tok{}", STRINGS[i % STRINGS.len()], i * 7919, i % 13))) {
+        let a = original.encode(s.as_str(), false).unwrap().get_ids().to_vec();
+        let b = built.encode(s.as_str(), false).unwrap().get_ids().to_vec();
+        assert_eq!(a, b, "{s:?}");
+        assert_eq!(original.decode(&a, false).unwrap(), built.decode(&b, false).unwrap());
+        n += 1;
+    }
+    assert!(n >= 200);
+
+    let expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture.join("expected.json")).unwrap()).unwrap();
+    let ids = |k: &str| -> Vec<u32> { expected[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect() };
+    let src = ModelSource::parse(path.to_str().unwrap()).unwrap();
+    let lm = source::load(&src, &SourceOptions::default(), Precision::F32, &Device::Cpu, &MemoryProbe::new(&Device::Cpu), None).unwrap();
+    let tok = lm.tokenizer.as_ref().expect("the file's own tokenizer");
+    let prompt = tok.encode(expected["prompt"].as_str().unwrap(), false).unwrap().get_ids().to_vec();
+    assert_eq!(prompt, ids("prompt_ids"));
+    let want = ids("generated_ids_cpu");
+    let got = model::generate(&lm.model, &prompt, &GenerateConfig { max_new_tokens: want.len(), ..Default::default() }).unwrap().generated_ids;
+    assert_eq!(got, want);
+    let _ = DType::F32;
+}
+
+/// The Qwen2.5 tokenizer the lab ships encodes 300 strings (the report's two prompts, Chinese,
+/// English, code, emoji, whitespace, special tokens) to the ids Qwen2.5's own tokenizer.json gives
+/// (recorded with HF tokenizers by scripts/make_tokenizer_fixture.py); so does the same tokenizer
+/// after a trip through a GGUF file's metadata (llama.cpp's `qwen2` pre-tokenizer); and a synthetic
+/// Qwen2.5 preset tokenizes with it.
+#[test]
+fn shipped_qwen25_tokenizer_equals_the_real_one() {
+    let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen2.5-tokenizer-ids.json")).unwrap()).unwrap();
+    let cases: Vec<(String, Vec<u32>)> = fixture["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["text"].as_str().unwrap().to_string(), c["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()))
+        .collect();
+    assert_eq!(cases.len(), 300);
+    let shipped = model::tokenizer::qwen25().unwrap();
+    assert_eq!(shipped.get_vocab_size(true), 151_665);
+
+    let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("header.gguf");
+    let md = writer::metadata(&cfg, Plan::Llama(FileType::Q4KM), Some(&shipped)).unwrap();
+    writer::write_header(&mut std::fs::File::create(&path).unwrap(), &md, &writer::plan(&cfg, Plan::Llama(FileType::Q4KM))).unwrap();
+    let h = Header::read(&path).unwrap();
+    assert_eq!((h.str("tokenizer.ggml.pre"), h.strings("tokenizer.ggml.tokens").unwrap().len()), (Some("qwen2"), 152_064));
+    let types = h.ints("tokenizer.ggml.token_type").unwrap();
+    // <|im_start|> a control token, <tool_call> user-defined, the padding ids unused.
+    assert_eq!((types[151_644], types[151_657], types[151_665], types[100]), (3, 4, 5, 1));
+    let from_gguf = tokenizer::from_header(&h).unwrap().unwrap();
+
+    for (text, ids) in &cases {
+        assert_eq!(&shipped.encode(text.as_str(), false).unwrap().get_ids().to_vec(), ids, "shipped: {text:?}");
+        assert_eq!(&from_gguf.encode(text.as_str(), false).unwrap().get_ids().to_vec(), ids, "from GGUF metadata: {text:?}");
+        assert_eq!(shipped.decode(ids, false).unwrap(), from_gguf.decode(ids, false).unwrap());
+    }
+    // The report's prompts: "显存管理是高性能计算的核心," × 20 is 160 tokens, "人工智能…" × 10 is 90.
+    assert_eq!((cases[0].1.len(), cases[1].1.len()), (160, 90));
+
+    let opened = source::open(&ModelSource::parse("synthetic:qwen2.5-7b").unwrap(), &SourceOptions::default()).unwrap();
+    let prompt = vram_lab::experiments::anatomy::report_prompt(opened.tokenizer.as_ref(), cfg.vocab_size, 0).unwrap();
+    assert_eq!(prompt, cases[0].1);
+    let tiny = source::open(&ModelSource::parse("synthetic:tiny").unwrap(), &SourceOptions::default()).unwrap();
+    assert!(tiny.tokenizer.is_none(), "the tiny model's 1,024 ids cannot hold Qwen2.5's");
+}
