@@ -37,6 +37,29 @@ fn q4_k_m_of_qwen25_7b_by_hand() {
     assert_eq!(down, q6_layers);
 }
 
+/// The recipe is llama.cpp's, tensor by tensor: `llama-quantize Q4_K_M` of the same synthetic
+/// Qwen2.5-7B, read back by llama.cpp's gguf-py (data/results/cpu/2026-11-24-llama-quantize-q4_k_m,
+/// RUN.md), gave each tensor the type and bytes the lab plans. The lab's own Q4 plan (stages 1-2)
+/// holds 4,425,437,184 B of it: Q6_K for the output layer only.
+#[test]
+fn q4_k_m_equals_llama_quantize() {
+    let csv = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/cpu/2026-11-24-llama-quantize-q4_k_m/tensors.csv");
+    let text = std::fs::read_to_string(csv).unwrap();
+    let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let plan = writer::plan(&cfg, Plan::Llama(FileType::Q4KM));
+    let mut rows = 0;
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let p = plan.iter().find(|p| p.name == f[0]).unwrap_or_else(|| panic!("llama.cpp wrote {}, the lab plans no such tensor", f[0]));
+        assert_eq!((p.ty.name, p.bytes()), (f[1], f[2].parse::<u64>().unwrap()), "{}", f[0]);
+        rows += 1;
+    }
+    assert_eq!(rows, plan.len());
+    let lab = writer::plan(&cfg, Plan::LabQ4);
+    assert_eq!(lab.iter().map(Planned::bytes).sum::<u64>(), 4_425_437_184);
+    assert_eq!(vram_lab::estimate::weight_bytes(&cfg, Precision::Q4), 4_425_437_184);
+}
+
 /// Rows that are not whole Q4_K blocks fall back as llama.cpp's do: Qwen2.5-0.5B's 896-wide rows
 /// (Q4_K → Q5_0, Q6_K → Q8_0, its tied embedding as the output layer in Q8_0) and 72B's
 /// 29,568-wide ffn_down; a 70B-class model's attn_v takes Q5_K.

@@ -27,16 +27,22 @@ pub enum FileType {
 }
 
 impl FileType {
-    pub fn name(self) -> &'static str {
+    /// llama-quantize's name, llama.cpp's `llama_ftype` number (`general.file_type`), and the
+    /// type its matrices get before the recipe promotes or replaces any.
+    fn parts(self) -> (&'static str, u32, &'static str) {
         match self {
-            Self::Q4KM => "Q4_K_M",
-            Self::Q8_0 => "Q8_0",
-            Self::Q4_0 => "Q4_0",
-            Self::Q6K => "Q6_K",
-            Self::Bf16 => "BF16",
-            Self::F16 => "F16",
-            Self::F32 => "F32",
+            Self::Q4KM => ("Q4_K_M", 15, "Q4_K"),
+            Self::Q8_0 => ("Q8_0", 7, "Q8_0"),
+            Self::Q4_0 => ("Q4_0", 2, "Q4_0"),
+            Self::Q6K => ("Q6_K", 18, "Q6_K"),
+            Self::Bf16 => ("BF16", 32, "BF16"),
+            Self::F16 => ("F16", 1, "F16"),
+            Self::F32 => ("F32", 0, "F32"),
         }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.parts().0
     }
 
     /// The name `--type` takes (llama-quantize's, lower case).
@@ -44,30 +50,12 @@ impl FileType {
         self.name().to_ascii_lowercase()
     }
 
-    /// llama.cpp's `llama_ftype` number, written as `general.file_type`.
     pub fn llama_ftype(self) -> u32 {
-        match self {
-            Self::F32 => 0,
-            Self::F16 => 1,
-            Self::Q4_0 => 2,
-            Self::Q8_0 => 7,
-            Self::Q4KM => 15,
-            Self::Q6K => 18,
-            Self::Bf16 => 32,
-        }
+        self.parts().1
     }
 
     fn default_type(self) -> GgmlType {
-        let name = match self {
-            Self::Q4KM => "Q4_K",
-            Self::Q8_0 => "Q8_0",
-            Self::Q4_0 => "Q4_0",
-            Self::Q6K => "Q6_K",
-            Self::Bf16 => "BF16",
-            Self::F16 => "F16",
-            Self::F32 => "F32",
-        };
-        ty(name)
+        ty(self.parts().2)
     }
 }
 
