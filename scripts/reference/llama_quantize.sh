@@ -78,6 +78,8 @@ for r in rows:
     by[r[1]][1] += r[2]
 print(f"tensors: llama.cpp {len(a)}, lab {len(b)}; tensor bytes: llama.cpp {sa:,}, lab {sb:,}; tensors that differ in type or bytes: {differ}")
 print(f"tensors whose data are the same to the bit: {sum(r[5] for r in rows)} of {len(rows)}")
+import os
+print(f"file sizes: llama.cpp {os.path.getsize(sys.argv[1]):,} B, lab {os.path.getsize(sys.argv[2]):,} B")
 print("llama.cpp by type: " + ", ".join(f"{t} {n} tensors {b:,} B" for t, (n, b) in sorted(by.items())))
 sys.exit(1 if differ or sa != sb else 0)
 PY

@@ -1,6 +1,6 @@
-//! Where weights come from: seeded synthetic tensors, safetensors files, or a GGUF file. Each source
-//! hands out one tensor at a time, already on the target device in the requested precision, so
-//! nothing larger than one tensor is ever staged.
+//! Where weights come from: seeded synthetic tensors and safetensors files here, a GGUF file in
+//! `gguf`. Each source hands out one tensor at a time, already on the target device in the
+//! requested precision, so nothing larger than one tensor is ever staged.
 
 use super::config::{Qwen2Config, TensorSpec};
 use super::precision::{ggml_dtype_for, Precision};
@@ -12,8 +12,6 @@ use rand::{rngs::StdRng, SeedableRng};
 use rand_distr::{Distribution, Normal};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-
-pub use super::gguf::{gguf_name, Gguf};
 use std::sync::Arc;
 
 /// A loaded weight: dense, or GGUF blocks for candle's quantized matmul.
