@@ -356,3 +356,39 @@ fn hub_download_cache_and_failures() {
         assert!(repo_cache.join("snapshots").join(COMMIT2).join(name).is_file(), "{name} missing from the new snapshot");
     }
 }
+
+/// One GGUF file of a Hub repo, `--model org/name:file.gguf`: fetched into the cache and loaded
+/// with the tokenizer the file carries (the same ids as the local file), `estimate` prices it from
+/// the cache, a second run with the server gone uses the cached file, and a file the repo lacks is
+/// one line within seconds.
+#[test]
+fn hub_gguf_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("tiny-q8_0.gguf");
+    let (o, _) = lab("http://127.0.0.1:9", tmp.path(), &["quantize", "--model", fixture().to_str().unwrap(), "--type", "q8_0", "--to", local.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut files = BTreeMap::new();
+    files.insert("tiny-q8_0.gguf".to_string(), std::fs::read(&local).unwrap());
+    let mut repos = BTreeMap::new();
+    repos.insert("org/tiny-gguf".to_string(), Repo::new(files));
+    let hub = Hub::start(repos);
+    let endpoint = hub.addr.clone();
+
+    let (want, _, _) = generate(&endpoint, tmp.path(), local.to_str().unwrap());
+    let (got, _, _) = generate(&endpoint, tmp.path(), "org/tiny-gguf:tiny-q8_0.gguf");
+    assert_eq!(got["model"], "hub:org/tiny-gguf:tiny-q8_0.gguf");
+    assert_eq!(got["generated_ids"], want["generated_ids"]);
+    // No tokenizer.json anywhere near: the text is decoded by the file's own tokenizer.
+    assert!(got["text"].is_string() && got["text"] == want["text"], "{got}");
+    let cached = tmp.path().join("hf/models--org--tiny-gguf/snapshots").join(COMMIT).join("tiny-q8_0.gguf");
+    assert_eq!(std::fs::read(&cached).unwrap(), std::fs::read(&local).unwrap());
+    let t = fails_fast(&endpoint, tmp.path(), "org/tiny-gguf:absent.gguf", &["hub: cannot fetch absent.gguf of org/tiny-gguf at", &endpoint, "404"]);
+    eprintln!("file missing on the server: {t:?}");
+
+    drop(hub);
+    let (offline, _, _) = generate(&endpoint, tmp.path(), "org/tiny-gguf:tiny-q8_0.gguf");
+    assert_eq!(offline["generated_ids"], want["generated_ids"]);
+    let (o, _) = lab(&endpoint, tmp.path(), &["estimate", "--model", "org/tiny-gguf:tiny-q8_0.gguf", "--precisions", "q4", "--out", tmp.path().join("est").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(tmp.path().join("est/estimate/estimate_ledger.csv").is_file());
+}

@@ -113,7 +113,9 @@ pub const PLAN: &str = "plan";
 /// The model's config: --config, else the session's model; and the GGUF file when the model is
 /// one, whose tensors price its weights.
 fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(Qwen2Config, Option<Gguf>)> {
-    match (path, &s.source) {
+    // A Hub GGUF file is fetched (or found in the cache) only when it is what gets priced.
+    let source = if path.is_some() { s.source.clone() } else { s.source.fetched(&s.opts)? };
+    match (path, &source) {
         (Some(p), _) => Ok((Qwen2Config::from_file(p)?, None)),
         // A GGUF's header is enough to price it, even when the file was cut short.
         (None, model::ModelSource::Gguf(file)) => {

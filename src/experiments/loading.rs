@@ -134,6 +134,13 @@ fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -
         }
         ModelSource::Dir(d) => in_dir(d, dense),
         ModelSource::Hub(repo) => in_dir(model::source::fetch_from_hub(&repo, &s.opts)?, dense),
+        ModelSource::HubFile { .. } => {
+            let f = match s.source.fetched(&s.opts)? {
+                ModelSource::Gguf(f) => f,
+                other => return Err(LabError::other(format!("{} was not fetched to a GGUF file", other.label()))),
+            };
+            Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4], written: None }])
+        }
         ModelSource::Gguf(f) => Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4], written: None }]),
     }
 }

@@ -21,6 +21,8 @@ pub enum ModelSource {
     Dir(PathBuf),
     Gguf(PathBuf),
     Hub(String),
+    /// One GGUF file of a Hub repo, `org/name:file.gguf` (GGUF repos hold several quantizations).
+    HubFile { repo: String, file: String },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -39,6 +41,12 @@ impl ModelSource {
             return Ok(Self::Synthetic(preset.to_string()));
         }
         let path = Path::new(s);
+        if let Some((repo, file)) = s.split_once(':').filter(|_| !path.exists()) {
+            let looks_like_repo = repo.split('/').count() == 2 && !repo.starts_with('.') && !repo.starts_with('/');
+            if looks_like_repo && file.to_ascii_lowercase().ends_with(".gguf") {
+                return Ok(Self::HubFile { repo: repo.to_string(), file: file.to_string() });
+            }
+        }
         if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
             if !path.is_file() {
                 return Err(LabError::input(format!("no such GGUF file: {s}")));
@@ -56,7 +64,7 @@ impl ModelSource {
             return Ok(Self::Hub(s.to_string()));
         }
         Err(LabError::input(format!(
-            "no such model: {s} (use synthetic:<preset>, a directory with config.json, a .gguf file, or an org/name repo id)"
+            "no such model: {s} (use synthetic:<preset>, a directory with config.json, a .gguf file, an org/name repo id or org/name:file.gguf)"
         )))
     }
 
@@ -65,6 +73,16 @@ impl ModelSource {
             Self::Synthetic(p) => format!("synthetic:{p}"),
             Self::Dir(p) | Self::Gguf(p) => p.display().to_string(),
             Self::Hub(r) => format!("hub:{r}"),
+            Self::HubFile { repo, file } => format!("hub:{repo}:{file}"),
+        }
+    }
+
+    /// A Hub GGUF file as the local file it is fetched to (the cached copy when there is one);
+    /// every other source as it is.
+    pub fn fetched(&self, opts: &SourceOptions) -> Result<Self> {
+        match self {
+            Self::HubFile { repo, file } => Ok(Self::Gguf(fetch_file_from_hub(repo, file, opts)?)),
+            other => Ok(other.clone()),
         }
     }
 }
@@ -98,25 +116,43 @@ const HUB_INDEX: &str = "model.safetensors.index.json";
 /// Files kept beside the weights when the repo has them; a repo without them still loads.
 const HUB_OPTIONAL: [&str; 3] = ["tokenizer.json", "tokenizer_config.json", "generation_config.json"];
 
+/// hf-hub's client for `repo` at the endpoint and cache the settings name, the stall limit, and
+/// the words that name the repo in errors ("org/name at https://…").
+fn hub_client(repo: &str, opts: &SourceOptions) -> Result<(hf_hub::api::sync::Api, HubSettings, std::time::Duration, String)> {
+    let mut hub = HubSettings::from_env(opts.cache_dir.as_deref());
+    hub.endpoint = hub.endpoint.trim_end_matches('/').to_string();
+    let at = format!("{repo} at {}", hub.endpoint);
+    let api = hf_hub::api::sync::ApiBuilder::from_env()
+        .with_endpoint(hub.endpoint.clone())
+        .with_cache_dir(hub.cache_dir.clone())
+        .build()
+        .map_err(|e| LabError::input(format!("hub: cannot start the client for {at}: {e}")))?;
+    let stall = std::env::var("VRAM_LAB_HUB_STALL_S").ok().and_then(|v| v.parse().ok()).unwrap_or(HUB_STALL_S);
+    Ok((api, hub, std::time::Duration::from_secs(stall), at))
+}
+
+/// One GGUF file of `repo` into the cache (`org/name:file.gguf`); a file already cached is used
+/// as it is, with no request (GGUF repos do not change a published file).
+pub fn fetch_file_from_hub(repo: &str, file: &str, opts: &SourceOptions) -> Result<PathBuf> {
+    let (api, hub, stall, at) = hub_client(repo, opts)?;
+    if let Some(path) = hf_hub::Cache::new(hub.cache_dir.clone()).model(repo.to_string()).get(file) {
+        return Ok(path);
+    }
+    download_watched(&api, repo, file, stall)
+        .map_err(|e| LabError::input(format!("hub: cannot fetch {file} of {at} into {} ({e})", hub.cache_dir.display())))
+}
+
 /// Fetches config.json, the optional tokenizer and generation files and the safetensors weights
 /// (every shard the index names) of `repo` into the cache; returns the snapshot folder. Files
 /// already in the cache are not fetched again. When the endpoint cannot be reached, a complete
 /// copy in the cache is used, and stderr says so.
 pub fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
-    let hub = HubSettings::from_env(opts.cache_dir.as_deref());
-    let endpoint = hub.endpoint.trim_end_matches('/').to_string();
-    let at = format!("{repo} at {endpoint}");
-    let api = hf_hub::api::sync::ApiBuilder::from_env()
-        .with_endpoint(endpoint.clone())
-        .with_cache_dir(hub.cache_dir.clone())
-        .build()
-        .map_err(|e| LabError::input(format!("hub: cannot start the client for {at}: {e}")))?;
+    let (api, hub, stall, at) = hub_client(repo, opts)?;
+    let endpoint = hub.endpoint.clone();
     let repo_api = api.model(repo.to_string());
     let fail = |file: &str, e: String| {
         LabError::input(format!("hub: cannot fetch {file} of {at} into {} ({e})", hub.cache_dir.display()))
     };
-    let stall = std::env::var("VRAM_LAB_HUB_STALL_S").ok().and_then(|v| v.parse().ok()).unwrap_or(HUB_STALL_S);
-    let stall = std::time::Duration::from_secs(stall);
     let cached = hf_hub::Cache::new(hub.cache_dir.clone()).model(repo.to_string());
     // hf-hub's `get`, with the download watched for stalls.
     let get = |file: &str| match cached.get(file) {
@@ -177,7 +213,7 @@ pub fn fetch_from_hub(repo: &str, opts: &SourceOptions) -> Result<PathBuf> {
         fetch("model.safetensors")?;
     } else {
         return Err(LabError::input(format!(
-            "hub: {at} holds no safetensors weights (for a GGUF repo, download the .gguf file and pass its path)"
+            "hub: {at} holds no safetensors weights (for a GGUF repo, name the file: {repo}:<file>.gguf)"
         )));
     }
     Ok(dir)
@@ -301,6 +337,7 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
         }
         ModelSource::Dir(dir) => open_dir(dir),
         ModelSource::Hub(repo) => open_dir(&fetch_from_hub(repo, opts)?),
+        ModelSource::HubFile { .. } => open(&source.fetched(opts)?, opts),
         ModelSource::Gguf(path) => {
             let gguf = Gguf::open(path)?;
             let cfg = gguf.config()?;
