@@ -113,10 +113,10 @@ fn estimate_prices_a_header_only_file_by_its_tensors() {
     let text = common::output_text(&o);
     assert!(o.status.success(), "{text}");
     assert!(text.contains("truncated") && text.contains("priced from its header"), "{text}");
-    let ledger = common::read_csv(&out.join("estimate/estimate_ledger.csv"));
-    let column = |c: &str| -> Vec<String> { ledger.column(c).unwrap().as_materialized_series().iter().map(|v| v.to_string().trim_matches('"').to_string()).collect() };
-    let (items, mib) = (column("item"), column("mib"));
-    let weights: f64 = mib[items.iter().position(|i| i == "weights").unwrap()].parse().unwrap();
+    // The CSV's text, not polars' display of it (which rounds to a few digits).
+    let text = std::fs::read_to_string(out.join("estimate/estimate_ledger.csv")).unwrap();
+    let row = text.lines().find(|l| l.split(',').nth(1) == Some("weights")).unwrap();
+    let weights: f64 = row.split(',').nth(2).unwrap().parse().unwrap();
     assert_eq!((weights * 1048576.0).round() as u64, 4_677_120_000, "{weights} MiB");
 }
 
@@ -274,4 +274,27 @@ fn shipped_qwen25_tokenizer_equals_the_real_one() {
     assert_eq!(prompt, cases[0].1);
     let tiny = source::open(&ModelSource::parse("synthetic:tiny").unwrap(), &SourceOptions::default()).unwrap();
     assert!(tiny.tokenizer.is_none(), "the tiny model's 1,024 ids cannot hold Qwen2.5's");
+}
+
+/// Stage 1 on a GGUF file predicts the weights from the file's own tensors (a Q4_K_M file holds
+/// more than the lab's Q4 plan would), and what it loads is that.
+#[test]
+fn anatomy_predicts_a_gguf_by_its_tensors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("tiny-q4_k_m.gguf");
+    let o = common::lab_quiet(&["quantize", "--model", "synthetic:tiny", "--type", "q4_k_m", "--to", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    let stored = Header::read(&path).unwrap().tensor_bytes().unwrap();
+    let cfg = common::tiny();
+    assert_ne!(stored, vram_lab::estimate::weight_bytes(&cfg, Precision::Q4), "the tiny model's Q4_K_M and the lab's plan should differ");
+    let out = tmp.path().join("anatomy");
+    let o = common::lab_quiet(&["anatomy", "--model", path.to_str().unwrap(), "--precisions", "q4", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    // The CSV's text, not polars' display of it (which rounds to a few digits).
+    let text = std::fs::read_to_string(out.join("anatomy/anatomy.csv")).unwrap();
+    let (head, row) = (text.lines().next().unwrap(), text.lines().nth(1).unwrap());
+    let num = |c: &str| row.split(',').nth(head.split(',').position(|h| h == c).unwrap()).unwrap().parse::<f64>().unwrap();
+    assert_eq!((num("predicted_weights_gib") * (1u64 << 30) as f64).round() as u64, stored);
+    // On CPU the heap's own bookkeeping adds a little to the bytes measured.
+    assert!(num("weights_vs_predicted_pct").abs() < 1.0, "{}", num("weights_vs_predicted_pct"));
 }

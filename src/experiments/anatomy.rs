@@ -143,7 +143,9 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
     // that cannot be read fails the stage; only running out of memory is a result.
     let opened = model::source::open(&s.source, &s.opts)?;
     let model_cfg = opened.cfg.clone();
-    sc.predicted_weights = estimate::weight_bytes(&model_cfg, p);
+    // A GGUF's own tensors where the file fixes them, else the precision's plan.
+    let planned = estimate::weight_bytes(&model_cfg, p);
+    sc.predicted_weights = opened.weights.stored_bytes(&model_cfg, p).unwrap_or(planned);
     sc.report_model = reference::is_report_model(&model_cfg);
     // The bandwidths behind the decode ceiling are measured once per session, with a 2 GiB
     // buffer: before the peak restarts, so the buffer is not in this scenario's peak.
@@ -181,7 +183,8 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
         sc.first_tokens = gen.generated_ids.iter().take(8).copied().collect();
         // What a step reads (the weights but an untied embedding table, plus the cache at the
         // mean context): the speed stage's ceiling.
-        let bytes_per_token = estimate::decode_read_bytes(&model_cfg, p, sc.prompt_tokens + sc.new_tokens / 2, 1);
+        // (A GGUF's own types: the plan's bytes moved by the difference.)
+        let bytes_per_token = (estimate::decode_read_bytes(&model_cfg, p, sc.prompt_tokens + sc.new_tokens / 2, 1) + sc.predicted_weights).saturating_sub(planned);
         sc.decode_ceiling_tok_s = bandwidths.map(|bw| estimate::decode_ceiling_tok_s(bw.device, bytes_per_token));
         let snap = s.probe.snapshot(&format!("{p}: after generating {}", sc.new_tokens));
         s.say(format!(

@@ -43,6 +43,11 @@ pub trait WeightSource {
     fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight>;
     /// Whether the checkpoint holds this tensor (lm_head is absent when embeddings are tied).
     fn contains(&self, name: &str) -> bool;
+    /// The bytes the weights take once loaded in `precision` when the file fixes them (a GGUF's
+    /// own block types); None where the precision's plan decides (`estimate::weight_bytes`).
+    fn stored_bytes(&self, _cfg: &Qwen2Config, _precision: Precision) -> Option<u64> {
+        None
+    }
     fn describe(&self) -> String;
 }
 

@@ -171,6 +171,10 @@ impl WeightSource for Gguf {
         self.header.tensor(&gguf_name(name)).is_some()
     }
 
+    fn stored_bytes(&self, cfg: &Qwen2Config, precision: Precision) -> Option<u64> {
+        Some(self.loaded_bytes(cfg, precision))
+    }
+
     fn describe(&self) -> String {
         format!("gguf: {}", self.path())
     }
