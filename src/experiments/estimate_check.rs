@@ -126,20 +126,21 @@ fn find(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
 }
 
 /// The run's model and card: env.json beside the CSV (one stage per folder) or manifest.json
-/// in the folder above (a `run` with a folder per stage).
-fn run_context(csv: &Path) -> Result<(Qwen2Config, Option<String>)> {
+/// in the folder above (a `run` with a folder per stage). The model is a synthetic preset's
+/// config, or None for a model file (a GGUF), which is not committed beside its run.
+fn run_context(csv: &Path) -> Result<(Option<Qwen2Config>, Option<String>)> {
     for dir in csv.ancestors().skip(1).take(2) {
         for name in ["env.json", "manifest.json"] {
             let Ok(text) = std::fs::read_to_string(dir.join(name)) else { continue };
             let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", dir.join(name).display())))?;
             let Some(model) = v.get("model").and_then(|m| m.as_str()) else { continue };
-            let preset = model.strip_prefix("synthetic:").ok_or_else(|| LabError::input(format!("{}: model {model} is not a synthetic preset", csv.display())))?;
+            let preset = model.strip_prefix("synthetic:");
             let card = match v.get("card") {
                 Some(serde_json::Value::String(s)) => Some(s.clone()),
                 Some(obj) => obj.get("name").and_then(|n| n.as_str()).map(String::from),
                 None => None,
             };
-            return Ok((Qwen2Config::preset(preset)?, card));
+            return Ok((preset.map(Qwen2Config::preset).transpose()?, card));
         }
     }
     Err(LabError::input(format!("{}: no env.json or manifest.json names its model", csv.display())))
@@ -283,6 +284,7 @@ fn run_order(rows: &[Attempt], resolution: usize) -> (Vec<usize>, Vec<usize>) {
 fn kv_folder(dir: &Path, root: &Path) -> Result<Folder> {
     let any = ["kv_prefill.csv", "kv_batch.csv"].iter().map(|n| dir.join(n)).find(|p| p.is_file()).ok_or_else(|| LabError::other("no KV CSV"))?;
     let (cfg, card) = run_context(&any)?;
+    let cfg = cfg.ok_or_else(|| LabError::input(format!("{}: the KV runs of a model file are not checked (its config is not committed)", any.display())))?;
     let card = card.and_then(|c| Card::parse(&c).ok());
     let capacity = card.as_ref().map(|c| c.total_bytes()).unwrap_or(u64::MAX);
     let prefill = if dir.join("kv_prefill.csv").is_file() { read_attempts(&dir.join("kv_prefill.csv"), root)? } else { vec![] };
@@ -376,10 +378,16 @@ pub fn weights(root: &Path) -> Result<Vec<(String, Precision, f64, f64)>> {
         let (cfg, _) = run_context(&f)?;
         let df = read_csv(&f)?;
         let (outcome, prec, loaded) = (strings(&df, "outcome")?, strings(&df, "precision")?, floats(&df, "loaded_allocated_gib")?);
+        // A model file's prediction is its header's tensor bytes, which the run recorded.
+        let recorded = floats(&df, "predicted_weights_gib")?;
         for r in 0..df.height() {
             if outcome[r] == "ok" {
                 let p = Precision::parse(&prec[r])?;
-                out.push((relative(&f, root), p, loaded[r] * 1024.0, mib(weight_bytes(&cfg, p))));
+                let predicted = match &cfg {
+                    Some(cfg) => mib(weight_bytes(cfg, p)),
+                    None => recorded[r] * 1024.0,
+                };
+                out.push((relative(&f, root), p, loaded[r] * 1024.0, predicted));
             }
         }
     }
