@@ -69,20 +69,15 @@ pub fn show_columns(df: &DataFrame, cols: &[&str], caption: &str) -> crate::Resu
 }
 
 /// Shows a chart. In a notebook, one output with two MIME types: plotly's own (drawn by
-/// JupyterLab's plotly renderer) and HTML with plotly.js embedded (drawn anywhere, offline, also
-/// in an nbconvert HTML export). Elsewhere it writes `<name>.html` and says where.
+/// JupyterLab's plotly renderer: `scripts/install-kernel.sh --lab`) and HTML that draws wherever
+/// plotly.js is loaded. plotly.js itself (4.6 MB) is not put into the output: it made every
+/// committed notebook 4.8 MB; report.html embeds it once for offline reading. Elsewhere it
+/// writes `<name>.html` and says where.
 pub fn show_chart(plot: &plotly::Plot, name: &str) {
     let div = format!("vram-lab-{}", name.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
     if in_notebook() {
-        // plotly.js rides along with the first chart a kernel shows; later charts find it loaded.
-        // The mark is an environment variable: evcxr links the crate into every cell anew, so a
-        // static would start over in each cell, while the process stays the same.
-        const SENT: &str = "VRAM_LAB_PLOTLY_JS_SENT";
-        let js = if std::env::var_os(SENT).is_some() { String::new() } else { super::html::plotly_js() };
-        std::env::set_var(SENT, "1");
-        let html = format!("{js}\n{}", plot.to_inline_html(Some(&div)));
         println!("EVCXR_BEGIN_CONTENT application/vnd.plotly.v1+json\n{}\nEVCXR_END_CONTENT", plot.to_json());
-        println!("EVCXR_BEGIN_CONTENT text/html\n{html}\nEVCXR_END_CONTENT");
+        println!("EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT", plot.to_inline_html(Some(&div)));
     } else {
         let path = std::env::temp_dir().join(format!("{div}.html"));
         plot.write_html(&path);
