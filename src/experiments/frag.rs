@@ -4,6 +4,10 @@
 //! together). Every step is run on the device and, in step with it, on the lab's allocator model
 //! (`alloc_model`), so each measured figure stands beside its prediction; PyTorch's figures from
 //! the reference script run on the same GPU join the same tables. On CPU the model alone runs.
+//!
+//! Why one file of ~690 lines: the lockstep of device and model, the two experiments and their
+//! tables are one stage; it becomes `experiments/frag/` with the other stages' folders (issue 25),
+//! when the tables move next to their declared views.
 
 use crate::limits;
 use crate::alloc_model::{self, AllocModel, Policy, GRANULE};

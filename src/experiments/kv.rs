@@ -3,6 +3,11 @@
 //! the rest, and the transient peak above them, beside the GQA-correct and the report's formula;
 //! bisection to the longest context that fits; a long decode with a preallocated and a
 //! concatenating cache; a batch sweep; and the prefill again with stock candle's attention.
+//!
+//! Why one file of ~790 lines: the sweeps, the bisection, the decode and batch runs and the tables
+//! share the `PrefillStep` ledger and the OOM diagnosis; issue 25 makes the stage a folder
+//! (`experiments/kv/{mod,sweep,limit,tables}.rs`) with the report layer reading its charts from
+//! declared views, a change to make once for every stage rather than this one alone.
 
 use crate::limits;
 use crate::error::{LabError, Result};

@@ -11,6 +11,9 @@
 //!   CPU, read-mostly, and prefetched — never more managed memory than the GPU has free.
 //! Then the article's oversubscription (a 14B model on a 24 GB card), predicted from the measured
 //! bandwidths for each mode.
+//!
+//! Why one file of ~620 lines: every mode shares `Row` and its ceiling; the stage becomes
+//! `experiments/offload/` with the other stages' folders (issue 25).
 
 use crate::limits;
 use crate::error::{LabError, Result};
