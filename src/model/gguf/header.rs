@@ -58,6 +58,8 @@ pub struct Header {
     pub metadata: HashMap<String, Value>,
     /// In file order.
     pub tensors: Vec<TensorInfo>,
+    /// Each name's place in `tensors`.
+    index: HashMap<String, usize>,
     /// Where the data section starts in the file.
     pub data_offset: u64,
     pub file_len: u64,
@@ -188,11 +190,16 @@ impl Header {
         };
         let header_end = file_len - r.left;
         let data_offset = header_end.div_ceil(alignment) * alignment;
-        Ok(Self { path: path.to_path_buf(), version, metadata, tensors, data_offset, file_len })
+        // A name given twice (a forged file) answers with its first tensor, as a search would.
+        let mut index = HashMap::new();
+        for (i, t) in tensors.iter().enumerate() {
+            index.entry(t.name.clone()).or_insert(i);
+        }
+        Ok(Self { path: path.to_path_buf(), version, metadata, tensors, index, data_offset, file_len })
     }
 
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.tensors.iter().find(|t| t.name == name)
+        self.index.get(name).map(|&i| &self.tensors[i])
     }
 
     /// The bytes the file must hold: the data section's start plus the furthest tensor's end
@@ -230,19 +237,7 @@ impl Header {
 
     /// Tensor count and bytes per ggml type, largest first.
     pub fn bytes_by_type(&self) -> Vec<(String, usize, u64)> {
-        let mut by: Vec<(String, usize, u64)> = vec![];
-        for t in &self.tensors {
-            let b = t.bytes().unwrap_or(0) as u64;
-            match by.iter_mut().find(|(n, _, _)| *n == t.type_name()) {
-                Some(e) => {
-                    e.1 += 1;
-                    e.2 += b;
-                }
-                None => by.push((t.type_name(), 1, b)),
-            }
-        }
-        by.sort_by(|a, b| b.2.cmp(&a.2));
-        by
+        super::types::tally(self.tensors.iter().map(|t| (t.type_name(), t.bytes().unwrap_or(0) as u64)))
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {

@@ -168,12 +168,3 @@ fn fallback(t: GgmlType, nx: u64) -> GgmlType {
         ty("F16")
     }
 }
-
-/// Bytes of every tensor under the plan, added up (what llama-quantize's output holds).
-pub fn planned_bytes(tensors: &[Tensor], types: &[GgmlType]) -> u128 {
-    tensors
-        .iter()
-        .zip(types)
-        .map(|(t, ty)| ty.bytes_of(t.ne.iter().map(|&d| d as u128).product()).unwrap_or(0))
-        .sum()
-}

@@ -109,6 +109,22 @@ impl GgmlType {
     }
 }
 
+/// Tensor count and bytes per type name, largest first: the summary of a file's tensors.
+pub fn tally(tensors: impl IntoIterator<Item = (String, u64)>) -> Vec<(String, usize, u64)> {
+    let mut by: Vec<(String, usize, u64)> = vec![];
+    for (name, bytes) in tensors {
+        match by.iter_mut().find(|(n, _, _)| *n == name) {
+            Some(e) => {
+                e.1 += 1;
+                e.2 += bytes;
+            }
+            None => by.push((name, 1, bytes)),
+        }
+    }
+    by.sort_by(|a, b| b.2.cmp(&a.2));
+    by
+}
+
 impl std::fmt::Display for GgmlType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name)

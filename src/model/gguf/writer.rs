@@ -214,17 +214,6 @@ pub fn write_gguf(
 }
 
 /// Tensor count and bytes per type, largest first, for the summary lines.
-pub fn bytes_by_type(tensors: &[Planned]) -> Vec<(&'static str, usize, u64)> {
-    let mut by: Vec<(&'static str, usize, u64)> = vec![];
-    for t in tensors {
-        match by.iter_mut().find(|(n, _, _)| *n == t.ty.name) {
-            Some(e) => {
-                e.1 += 1;
-                e.2 += t.bytes();
-            }
-            None => by.push((t.ty.name, 1, t.bytes())),
-        }
-    }
-    by.sort_by(|a, b| b.2.cmp(&a.2));
-    by
+pub fn bytes_by_type(tensors: &[Planned]) -> Vec<(String, usize, u64)> {
+    super::types::tally(tensors.iter().map(|t| (t.ty.name.to_string(), t.bytes())))
 }
