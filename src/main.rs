@@ -65,10 +65,10 @@ fn run_stages(args: &SessionArgs, what: &str, stages: Vec<(Box<dyn AnyStage>, Op
     let gpu = session.device.is_cuda();
     let mut interrupted = false;
     for (stage, flags) in &stages {
-        let config = match flags {
+        let config = args.apply_compute(match flags {
             Some(m) => stage.config_from(m, gpu)?,
             None => stage.default_config(gpu)?,
-        };
+        })?;
         if let Err(e) = session.run_stage(stage.as_ref(), config) {
             interrupted = matches!(e, LabError::Interrupted);
             if !interrupted {

@@ -112,11 +112,19 @@ impl Setup {
     fn newest_run_with(&self, stage: &str) -> Result<PathBuf> {
         let defaults = find(stage).map(|s| (s.default_config(true).ok(), s.default_config(false).ok()));
         // The PyTorch figures a stage reads (`--pytorch FILE`) add rows without changing what the
-        // lab ran: a run with them counts as a full one, and is preferred.
+        // lab ran: a run with them counts as a full one, and is preferred. Which Q4 plan a run
+        // used (the lab's `q4` until 2026-11-23, `q4_k_m` since) does not make it partial.
         let without_reference = |v: &serde_json::Value| {
             let mut v = v.clone();
             if let Some(o) = v.as_object_mut() {
                 o.remove("pytorch");
+                if let Some(serde_json::Value::Array(ps)) = o.get_mut("precisions") {
+                    for p in ps.iter_mut() {
+                        if p.as_str().and_then(|s| Precision::parse(s).ok()).is_some_and(Precision::is_quantized) {
+                            *p = serde_json::Value::String("q4".into());
+                        }
+                    }
+                }
             }
             v
         };

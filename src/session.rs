@@ -6,6 +6,7 @@
 use crate::error::{LabError, Result};
 use crate::hw::{self, Card};
 use crate::memory::{guarded, MemoryProbe};
+use crate::model::precision::Compute;
 use crate::model::{self, LoadedModel, ModelSource, Precision, SourceOptions};
 use crate::report::manifest::{self, Manifest, RunFolder, RunStatus, StageRecord, StageStatus, MANIFEST};
 use crate::report::{console_table, Env};
@@ -38,6 +39,10 @@ pub struct SessionArgs {
     /// hf-hub download cache (AutoDL: /root/autodl-tmp/hf); default $HF_HOME/hub
     #[arg(long, global = true, env = "VRAM_LAB_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// The dtype Q4_K_M models compute in: bf16 (llama.cpp's 16-bit cache; the default) or f32
+    /// (twice the cache and logits). Dense weights compute in their own dtype.
+    #[arg(long, global = true, value_enum)]
+    pub compute: Option<Compute>,
     /// Seed of synthetic weights and random prompts
     #[arg(long, global = true, default_value_t = 42)]
     pub seed: u64,
@@ -64,6 +69,7 @@ impl Default for SessionArgs {
             card: None,
             tokenizer: None,
             cache_dir: None,
+            compute: None,
             seed: 42,
             out: None,
             quiet: true,
@@ -74,6 +80,30 @@ impl Default for SessionArgs {
 }
 
 impl SessionArgs {
+    /// `--compute` applied to a stage's config: each precision it names (`precision`,
+    /// `precisions`) as `Precision::with_compute` makes it, so the manifest says what ran.
+    pub fn apply_compute(&self, mut config: serde_json::Value) -> Result<serde_json::Value> {
+        if self.compute.is_none() {
+            return Ok(config);
+        }
+        let mut set = |v: &mut serde_json::Value| -> Result<()> {
+            if let serde_json::Value::String(s) = v {
+                *s = Precision::parse(s)?.with_compute(self.compute).name().to_string();
+            }
+            Ok(())
+        };
+        if let Some(obj) = config.as_object_mut() {
+            for key in ["precision", "precisions"] {
+                match obj.get_mut(key) {
+                    Some(serde_json::Value::Array(items)) => items.iter_mut().try_for_each(&mut set)?,
+                    Some(v) => set(v)?,
+                    None => {}
+                }
+            }
+        }
+        Ok(config)
+    }
+
     /// The card to emulate: `--card`, else the report's RTX 4090 when `report_card` and on a GPU.
     pub fn card_for(&self, device: &Device, report_card: bool) -> Result<Option<Card>> {
         match self.card.as_deref() {

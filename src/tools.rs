@@ -47,7 +47,8 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
     if let Some(card) = args.card_for(&device, false)? {
         probe.emulate(&card)?;
     }
-    let lm = guarded(&probe, "loading", || model::source::load(&source, &args.source_options(), g.precision, &device, &probe, None))?;
+    let precision = g.precision.with_compute(args.compute);
+    let lm = guarded(&probe, "loading", || model::source::load(&source, &args.source_options(), precision, &device, &probe, None))?;
     let ids = match (&g.prompt_ids, &lm.tokenizer) {
         (Some(ids), _) => ids.clone(),
         (None, Some(t)) => {
@@ -82,7 +83,7 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
     if g.json {
         return Ok(serde_json::json!({
             "model": source.label(),
-            "precision": g.precision.name(),
+            "precision": precision.name(),
             "chat_template": lm.chat.is_some() && !g.raw && g.prompt_ids.is_none(),
             "prompt_ids": out.prompt_ids,
             "generated_ids": out.generated_ids,
@@ -95,7 +96,7 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
         .to_string());
     }
     let mut lines = vec![
-        format!("model: {} ({}, {})", source.label(), g.precision, lm.describe),
+        format!("model: {} ({}, {})", source.label(), precision, lm.describe),
         format!("prompt ids ({}): {:?}", out.prompt_ids.len(), out.prompt_ids),
         format!("generated ids ({}): {:?}", out.generated_ids.len(), out.generated_ids),
     ];

@@ -46,7 +46,7 @@ fn anatomy_writes_tables_env_and_matches_predictions() {
     }
     let rows = csv(&out, "anatomy/anatomy.csv");
     let precisions: Vec<_> = rows.iter().map(|r| r["precision"].as_str()).collect();
-    assert_eq!(precisions, ["bf16", "q4", "f32"]);
+    assert_eq!(precisions, ["bf16", "q4_k_m", "f32"]);
     for r in &rows {
         assert_eq!(r["outcome"], "ok");
         let err: f64 = r["weights_vs_predicted_pct"].parse().unwrap();
@@ -56,7 +56,7 @@ fn anatomy_writes_tables_env_and_matches_predictions() {
     let m = manifest(&out);
     assert!(m["command"].as_str().unwrap().contains("anatomy"));
     // Flags not given take the device's defaults (on CPU, the tiny model's): precisions as default.
-    assert_eq!(m["stages"][0]["config"]["precisions"], serde_json::json!(["bf16", "q4", "f32"]));
+    assert_eq!(m["stages"][0]["config"]["precisions"], serde_json::json!(["bf16", "q4_k_m", "f32"]));
     assert_eq!(m["model"], "synthetic:tiny");
     assert_eq!(m["stages"][0]["config"]["max_new_tokens"], 12);
     assert_eq!(m["stages"][0]["tables"]["anatomy"], "anatomy/anatomy.csv");
@@ -305,4 +305,34 @@ fn ctrl_c_keeps_the_finished_stages() {
     assert_eq!(m["stages"][1]["status"], "interrupted");
     assert!(out.join("anatomy/anatomy.csv").is_file());
     assert!(out.join("report.html").is_file() && out.join("console.txt").is_file());
+}
+
+/// `--compute f32` turns Q4_K_M into `q4_k_m-f32` in the stage's config: the same weights, twice
+/// the KV cache (F32, not BF16); dense precisions keep their own dtype.
+#[test]
+fn compute_f32_doubles_the_q4_k_m_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kv = |compute: Option<&str>| {
+        let out = tmp.path().join(format!("est-{}", compute.unwrap_or("default")));
+        let mut args = vec!["estimate", "--model", "synthetic:qwen2.5-7b", "--precisions", "q4_k_m,bf16", "--out", out.to_str().unwrap()];
+        if let Some(c) = compute {
+            args.extend(["--compute", c]);
+        }
+        let o = lab(&args);
+        assert!(o.status.success(), "{}", text(&o));
+        let rows = csv(&out, "estimate/estimate_ledger.csv");
+        let get = |p: &str, item: &str| -> f64 { rows.iter().find(|r| r["precision"] == p && r["item"] == item).unwrap_or_else(|| panic!("{p} {item}"))["mib"].parse().unwrap() };
+        let q = if compute == Some("f32") { "q4_k_m-f32" } else { "q4_k_m" };
+        (manifest(&out)["stages"][0]["config"]["precisions"].clone(), get(q, "kv_cache"), get(q, "weights"), get("bf16", "kv_cache"))
+    };
+    let (config, cache, weights, bf16_cache) = kv(None);
+    assert_eq!(config, serde_json::json!(["q4_k_m", "bf16"]));
+    let (config_f32, cache_f32, weights_f32, bf16_cache_f32) = kv(Some("f32"));
+    assert_eq!(config_f32, serde_json::json!(["q4_k_m-f32", "bf16"]));
+    // 4,096 tokens × 57,344 B (BF16) = 224 MiB; F32 twice that.
+    assert_eq!(cache, 224.0);
+    assert_eq!(cache_f32, 2.0 * cache);
+    assert_eq!(bf16_cache, bf16_cache_f32);
+    // Only the vectors (333,312 values) change dtype: 0.64 MiB.
+    assert!((weights_f32 - weights - 333_312.0 * 2.0 / (1u64 << 20) as f64).abs() < 1e-6, "{weights} {weights_f32}");
 }

@@ -96,7 +96,7 @@ fn pool_keeps_the_chunks_live_allocations_touch() {
                 let (batch, seq): (usize, usize) = (w[1].parse().unwrap(), w[3].parse().unwrap());
                 let logits = Logits::from_str(w[4], true).unwrap();
                 assert_eq!(w[6], "bounded");
-                let p = phases(&cfg, &Prefill { seq, batch, act_bytes: precision.act_dtype().size_in_bytes(), logits, attention: AttentionMode::default() });
+                let p = phases(&cfg, &Prefill { seq, batch, act_bytes: precision.act_dtype().size_in_bytes(), logits, attention: AttentionMode::default(), cast: precision.casts_products() });
                 let c = p.chunked;
                 // Q4 keeps candle's quantized-matmul buffers beside them, this prefill's size. The
                 // retry happens where the pool runs out: at the busiest moment (a trim at an
@@ -129,23 +129,29 @@ fn pool_keeps_the_chunks_live_allocations_touch() {
 }
 
 /// On CPU the counting allocator sees the same live set in the MLP: `vram-lab kv` on 0.5B's
-/// shapes in F32 at lengths where the MLP is the busiest moment gives the formula's transient.
+/// shapes at lengths where the MLP is the busiest moment gives the formula's transient, dense in
+/// F32 and Q4_K_M in BF16 (each quantized product holding its F32 input and output beside the
+/// result while it casts back, as candle's CUDA MMQ path does).
 #[test]
 fn transient_on_cpu_equals_the_formula() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("kv");
-    let o = common::lab_quiet(&["kv", "--device", "cpu", "--model", "synthetic:qwen2.5-0.5b", "--precisions", "f32", "--sweeps", "prefill", "--logits", "last", "--lengths", "128,256", "--out", out.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", common::output_text(&o));
-    let df = common::read_csv(&out.join("kv/kv_prefill.csv"));
-    let cfg = vram_lab::model::Qwen2Config::preset("qwen2.5-0.5b").unwrap();
-    let seqs = df.column("seq").unwrap().cast(&polars::prelude::DataType::Int64).unwrap();
-    let tr = df.column("transient_mib").unwrap().cast(&polars::prelude::DataType::Float64).unwrap();
-    for (seq, measured) in seqs.i64().unwrap().iter().zip(tr.f64().unwrap().iter()) {
-        let (seq, measured) = (seq.unwrap() as usize, measured.unwrap());
-        let p = phases(&cfg, &Prefill { seq, batch: 1, act_bytes: 4, logits: Logits::Last, attention: AttentionMode::default() });
-        assert_eq!(p.peak_at(), "mlp");
-        let predicted = p.transient() as f64 / (1 << 20) as f64;
-        assert!((measured - predicted).abs() < 0.01, "{seq} tokens: measured {measured:.3} MiB, formula {predicted:.3}");
+    use vram_lab::model::Precision;
+    for precision in [Precision::F32, Precision::Q4KM] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("kv");
+        let o = common::lab_quiet(&["kv", "--device", "cpu", "--model", "synthetic:qwen2.5-0.5b", "--precisions", precision.name(), "--sweeps", "prefill", "--logits", "last", "--lengths", "128,256", "--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", common::output_text(&o));
+        let df = common::read_csv(&out.join("kv/kv_prefill.csv"));
+        let cfg = vram_lab::model::Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+        let seqs = df.column("seq").unwrap().cast(&polars::prelude::DataType::Int64).unwrap();
+        let tr = df.column("transient_mib").unwrap().cast(&polars::prelude::DataType::Float64).unwrap();
+        assert_eq!(seqs.len(), 2);
+        for (seq, measured) in seqs.i64().unwrap().iter().zip(tr.f64().unwrap().iter()) {
+            let (seq, measured) = (seq.unwrap() as usize, measured.unwrap());
+            let p = phases(&cfg, &Prefill { seq, batch: 1, act_bytes: precision.act_dtype().size_in_bytes(), logits: Logits::Last, attention: AttentionMode::default(), cast: precision.casts_products() });
+            assert_eq!(p.peak_at(), "mlp");
+            let predicted = p.transient() as f64 / (1 << 20) as f64;
+            assert!((measured - predicted).abs() < 0.01, "{precision} {seq} tokens: measured {measured:.3} MiB, formula {predicted:.3}");
+        }
     }
 }
 

@@ -375,6 +375,6 @@ fn a_truncated_gguf_is_named_and_still_priced() {
     assert!(o.stdout.contains(&format!("{line}: priced from its header")), "{}", o.stdout);
     // The same weights as the whole file's.
     let whole = run(&case("gguf", "estimate --model m.gguf", "").file("m.gguf", gguf.clone()));
-    let need = |s: &str| s.lines().find(|l| l.starts_with("q4: needs")).map(str::to_string);
+    let need = |s: &str| s.lines().find(|l| l.starts_with("q4_k_m: needs")).map(str::to_string);
     assert!(need(&o.stdout).is_some() && need(&o.stdout) == need(&whole.stdout), "{}\n{}", o.stdout, whole.stdout);
 }

@@ -111,7 +111,7 @@ pub fn ledger(cfg: &Qwen2Config, w: &Inference, runtime: u64) -> Ledger {
 /// old and the new buffer at once, in the first layer's down projection.
 pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -> Ledger {
     let act = w.precision.act_dtype().size_in_bytes();
-    let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention });
+    let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() });
     let tokens = (w.seq * w.batch) as u64;
     let kept = workspace::held(cfg, w.precision, seen.max(tokens));
     let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - kept;

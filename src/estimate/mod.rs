@@ -2,7 +2,8 @@
 //! (`training`). No measurement, no experiment.
 
 use crate::model::config::{Qwen2Config, TensorSpec};
-use crate::model::precision::{ggml_bytes, ggml_dtype_for, Precision};
+use crate::model::gguf::recipe::use_more_bits;
+use crate::model::precision::Precision;
 use crate::model::Logits;
 
 pub mod fit;
@@ -11,12 +12,29 @@ pub mod training;
 pub mod transient;
 pub mod workspace;
 
-/// Weight bytes of `cfg` in `precision`, tensor by tensor (the Q4 plan per tensor for Q4).
+/// Weight bytes of `cfg` in `precision`, tensor by tensor (each as `Precision::held` holds it).
 pub fn weight_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
-    sum_over_tensors(cfg, |s| match precision.dense_dtype() {
-        Some(dtype) => (s.elem_count() * dtype.size_in_bytes()) as u64,
-        None => ggml_bytes(ggml_dtype_for(s, cfg.tie_word_embeddings), s.elem_count()),
-    })
+    let price = |s: &TensorSpec| precision.held(cfg, s).bytes(s.elem_count());
+    if !precision.types_vary_by_layer() {
+        return sum_over_tensors(cfg, price);
+    }
+    // Q4_K_M gives the `use_more_bits` layers' attn_v and ffn_down more bits: one layer of each
+    // kind priced, times how many there are.
+    let n = cfg.num_hidden_layers;
+    let outside: u64 = with_layers(cfg, 0).tensor_specs().iter().map(price).sum();
+    let first = with_layers(cfg, 1).tensor_specs();
+    let layer = |i: usize| -> u64 {
+        let prefix = format!("model.layers.{i}.");
+        first
+            .iter()
+            .filter(|s| s.name.starts_with("model.layers.0."))
+            .map(|s| price(&TensorSpec { name: s.name.replacen("model.layers.0.", &prefix, 1), shape: s.shape.clone() }))
+            .sum()
+    };
+    let more = |i: usize| use_more_bits(i as i64, n as i64);
+    let promoted = (0..n).filter(|&i| more(i)).count() as u64;
+    let kinds = [(0..n).find(|&i| more(i)).map(|i| promoted * layer(i)), (0..n).find(|&i| !more(i)).map(|i| (n as u64 - promoted) * layer(i))];
+    outside + kinds.into_iter().flatten().sum::<u64>()
 }
 
 /// `price` summed over every tensor of `cfg`. Every layer holds the same tensors, priced alike,
@@ -62,10 +80,7 @@ pub fn decode_ceiling_tok_s(bandwidth_gbs: f64, bytes_per_token: u64) -> f64 {
 pub fn decode_read_bytes(cfg: &Qwen2Config, precision: Precision, context: usize, batch: usize) -> u64 {
     let embed = with_layers(cfg, 0).tensor_specs().into_iter().find(|s| s.name == "model.embed_tokens.weight");
     let table = match (cfg.tie_word_embeddings, embed) {
-        (false, Some(s)) => match precision.dense_dtype() {
-            Some(dtype) => (s.elem_count() * dtype.size_in_bytes()) as u64,
-            None => ggml_bytes(ggml_dtype_for(&s, cfg.tie_word_embeddings), s.elem_count()),
-        },
+        (false, Some(s)) => precision.held(cfg, &s).bytes(s.elem_count()),
         _ => 0,
     };
     weight_bytes(cfg, precision) - table + kv_bytes_per_token(cfg, precision.act_dtype().size_in_bytes()) * (context * batch) as u64
@@ -130,9 +145,9 @@ pub fn remedies(cfg: &Qwen2Config, w: &Workload, capacity: u64, transient_per_to
         let b = largest(w.batch, |b| need(&Workload { batch: b, ..*w }) <= capacity);
         out.push(Remedy { what: "smaller batch", change: format!("{} → {b}", w.batch), need: need(&Workload { batch: b.max(1), ..*w }), fits: b > 0 });
     }
-    if w.precision != Precision::Q4 {
-        let n = need(&Workload { precision: Precision::Q4, ..*w });
-        out.push(Remedy { what: "Q4 weights", change: format!("{} → q4 (the lab computes Q4 in F32)", w.precision), need: n, fits: n <= capacity });
+    if !w.precision.is_quantized() {
+        let n = need(&Workload { precision: Precision::Q4KM, ..*w });
+        out.push(Remedy { what: "Q4 weights", change: format!("{} → q4_k_m (llama.cpp's mix, computing in BF16)", w.precision), need: n, fits: n <= capacity });
     }
     // Offload: each layer's weights moved to the host frees its share of the weights.
     let total = need(w);
@@ -152,23 +167,29 @@ pub fn remedies(cfg: &Qwen2Config, w: &Workload, capacity: u64, transient_per_to
 mod tests {
     use super::*;
 
-    /// Pricing one layer and multiplying gives every tensor's sum, for every preset and precision.
+    /// Pricing one layer (of each kind) and multiplying gives every tensor's sum, for every
+    /// preset and precision.
     #[test]
     fn one_layer_times_layers_is_every_tensor() {
         for (name, _) in crate::model::config::PRESETS {
             let cfg = Qwen2Config::preset(name).unwrap();
-            for p in [Precision::F32, Precision::Bf16, Precision::Q4] {
-                let each: u64 = cfg
-                    .tensor_specs()
-                    .iter()
-                    .map(|s| match p.dense_dtype() {
-                        Some(d) => (s.elem_count() * d.size_in_bytes()) as u64,
-                        None => ggml_bytes(ggml_dtype_for(s, cfg.tie_word_embeddings), s.elem_count()),
-                    })
-                    .sum();
+            for p in [Precision::F32, Precision::Bf16, Precision::Q4, Precision::Q4KM, Precision::Q4KMF32] {
+                let each: u64 = cfg.tensor_specs().iter().map(|s| p.held(&cfg, s).bytes(s.elem_count())).sum();
                 assert_eq!(weight_bytes(&cfg, p), each, "{name} {p}");
             }
         }
+    }
+
+    /// Q4_K_M for Qwen2.5-7B: llama.cpp's tensor bytes (4,677,120,000 B, the H100 and CPU runs'
+    /// llama-quantize figure) less the vectors' F32 → BF16 (28 × (2 norms + 3 biases) + the final
+    /// norm: 333,312 values, 2 B each saved); in F32 compute the file's bytes exactly.
+    #[test]
+    fn q4_k_m_is_llama_cpp_bytes() {
+        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let vectors = 28 * (2 * 3584 + 3584 + 2 * 512) + 3584;
+        assert_eq!(vectors, 333_312);
+        assert_eq!(weight_bytes(&cfg, Precision::Q4KMF32), 4_677_120_000);
+        assert_eq!(weight_bytes(&cfg, Precision::Q4KM), 4_677_120_000 - 2 * vectors);
     }
 
     #[test]

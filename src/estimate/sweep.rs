@@ -14,7 +14,7 @@ use crate::search::bisect;
 /// the old. A prefill that fitted did.
 pub fn reaches_growth(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64, capacity: u64) -> bool {
     let act = w.precision.act_dtype().size_in_bytes();
-    let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention });
+    let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() });
     let tokens = (w.seq * w.batch) as u64;
     let held = workspace::held(cfg, w.precision, seen);
     let base = weight_bytes(cfg, w.precision) + held + kv_bytes_per_token(cfg, act) * tokens + runtime;

@@ -27,6 +27,9 @@ pub struct Prefill {
     pub act_bytes: usize,
     pub logits: Logits,
     pub attention: AttentionMode,
+    /// Quantized products on 16-bit activations (`Precision::casts_products`): over 8 rows each
+    /// holds an F32 copy of its input and its F32 output beside the result.
+    pub cast: bool,
 }
 
 /// Bytes above the weights and the KV cache at each moment that can be the peak.
@@ -132,18 +135,27 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
         };
     // The fused kernel writes the output as the projection reads it: no reshaped copy.
     let copies = if p.attention == AttentionMode::Flash { 0 } else { tokens * h };
-    // x, h1, q, q, a, a reshaped, o(a), x + o(a).
-    let o_proj = layer + tokens * 3 * h + copies;
-    // x + o(a), h1, q, q, a, a reshaped, h2; gate, silu(gate), up, silu(gate) * up.
-    let mlp = layer + tokens * (2 * h + 4 * i) + copies;
-    let down_proj = layer + tokens * (2 * h + i) + copies;
+    // A cast product's F32 input and output (2 × the 16-bit bytes) beside its result.
+    let cast = p.cast && tokens > 8;
+    // x, h1, q, q, a, a reshaped, o(a), x + o(a); cast: a, a reshaped, a in F32, o(a) in F32
+    // and in 16 bits.
+    let o_proj = layer + copies + tokens * if cast { 6 * h } else { 3 * h };
+    // x + o(a), h1, q, q, a, a reshaped, h2; gate, silu(gate), up, silu(gate) * up; cast, at
+    // up's cast back: gate, silu(gate), h2 in F32, up in F32 and in 16 bits.
+    let mlp = layer + tokens * (2 * h + 4 * i) + copies + if cast { tokens * (i + 2 * h) } else { 0 };
+    // Cast: the down projection's input in F32 too (the quantized buffer grows after the cast).
+    let down_proj = layer + tokens * (2 * h + i) + copies + if cast { tokens * 2 * i } else { 0 };
     let logits_kept = b * cfg.vocab_size as u64 * a * if p.logits == Logits::All { s } else { 1 };
     // All logits come in pieces of at most 2^31 elements (candle indexes in 32 bits); with a
     // batch, each piece's rows of the final norm are copied out first, the last piece's copy
     // beside every logit.
     let rows = (i32::MAX as u64 / (b * cfg.vocab_size as u64)).max(1);
     let last_copy = if p.logits == Logits::All && b > 1 && rows < s { b * (s - (s - 1) / rows * rows) * h } else { 0 };
-    let logits = tokens * 2 * h + rope + logits_kept + last_copy;
+    // Cast: the head's product of the last piece (the one beside every kept logit; one row per
+    // sequence for the last position's) holds its input and its logits in F32 too.
+    let last_rows = if p.logits == Logits::All { b * (s - (s - 1) / rows * rows) } else { b };
+    let head_cast = if p.cast && last_rows > 8 { last_rows * (2 * h + 2 * cfg.vocab_size as u64 * a) } else { 0 };
+    let logits = tokens * 2 * h + rope + logits_kept + last_copy + head_cast;
     // The allocations live at each moment, each counted up to one pool chunk: x, h1, q, q, k,
     // k, v, cos, sin and the cache (one run of 2 × layers tensors); attention's own (bounded:
     // the chunks' outputs so far, the scaled query chunk, the scores and the probabilities or
@@ -160,12 +172,13 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let copy_share = share(u64::from(copies > 0), tokens * h);
     let pieces = if p.logits == Logits::All { s.div_ceil(rows) } else { 1 };
     let piece = logits_kept / pieces;
+    let head_cast_share = if head_cast > 0 { share(1, last_rows * 2 * h) + share(1, last_rows * 2 * cfg.vocab_size as u64 * a) } else { 0 };
     let chunked = Chunked {
         attention: layer_share + attention_share,
-        o_proj: layer_share + share(3, tokens * h) + copy_share,
-        mlp: layer_share + share(2, tokens * h) + share(4, tokens * i) + copy_share,
-        down_proj: layer_share + share(2, tokens * h) + share(1, tokens * i) + copy_share,
-        logits: share(2, tokens * h) + share(2, rope / 2) + share(1, cache) + share(pieces, piece) + share(1, last_copy),
+        o_proj: layer_share + copy_share + if cast { share(2, tokens * h) + share(2, tokens * 2 * h) } else { share(3, tokens * h) },
+        mlp: layer_share + share(2, tokens * h) + copy_share + if cast { share(3, tokens * i) + share(1, tokens * 2 * i) + share(1, tokens * 2 * h) } else { share(4, tokens * i) },
+        down_proj: layer_share + share(2, tokens * h) + share(1, tokens * i) + copy_share + if cast { share(1, tokens * 2 * i) } else { 0 },
+        logits: share(2, tokens * h) + share(2, rope / 2) + share(1, cache) + share(pieces, piece) + share(1, last_copy) + head_cast_share,
     };
     Phases { attention, o_proj, mlp, down_proj, logits, logits_kept, chunked }
 }
@@ -229,7 +242,7 @@ mod tests {
 
     fn seven_b(seq: usize, logits: Logits, act_bytes: usize) -> Phases {
         let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
-        phases(&cfg, &Prefill { seq, batch: 1, act_bytes, logits, attention: AttentionMode::default() })
+        phases(&cfg, &Prefill { seq, batch: 1, act_bytes, logits, attention: AttentionMode::default(), cast: false })
     }
 
     /// Qwen2.5-7B by hand: H = 3,584 × 2, KV = 512 × 2, I = 18,944 × 2, rotary 128 × 2 per token.
@@ -277,10 +290,10 @@ mod tests {
     #[test]
     fn chunks_bound_the_scores() {
         let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
-        let at = |budget| phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Bounded { budget } }).attention;
+        let at = |budget| phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Bounded { budget }, cast: false }).attention;
         assert!(at(64 << 20) < at(256 << 20));
         assert!(at(256 << 20) < at(1 << 30));
-        let naive = phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Naive }).attention;
+        let naive = phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Naive, cast: false }).attention;
         assert!(naive > 3 * 28 * 32768 * 32768 * 2);
     }
 
@@ -325,7 +338,7 @@ mod tests {
     #[test]
     fn flash_holds_no_scores() {
         let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
-        let at = |attention| phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention });
+        let at = |attention| phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention, cast: false });
         let (flash, bounded) = (at(AttentionMode::Flash), at(AttentionMode::default()));
         assert_eq!(flash.attention, 32768 * (5 * 7168 + 3 * 1024 + 256));
         assert_eq!(flash.mlp, 32768 * (6 * 7168 + 3 * 1024 + 4 * 37888 + 256));

@@ -11,7 +11,7 @@
 //! 21,312 B per prefill token, as the committed Q4 runs' base grew.
 
 use crate::model::config::Qwen2Config;
-use crate::model::precision::{ggml_dtype_for, Precision};
+use crate::model::precision::{Held, Precision};
 use candle_core::quantized::GgmlDType;
 
 /// candle pads a quantized row to 512 values (`MATRIX_ROW_PADDING`).
@@ -27,13 +27,13 @@ pub const FIXUP_BYTES: u64 = 256 * 128 * 128 * 4;
 
 /// The widest row (input features) of a matrix the quantized matmul multiplies: every quantized
 /// matrix but the embedding table, which is gathered (unless tied, when it is also the head).
-fn widest_row(cfg: &Qwen2Config) -> u64 {
+fn widest_row(cfg: &Qwen2Config, precision: Precision) -> u64 {
     // Every layer is alike: the outside tensors and one layer's hold every width.
     super::with_layers(cfg, cfg.num_hidden_layers.min(1))
         .tensor_specs()
         .iter()
         .filter(|s| s.shape.len() == 2 && (s.name != "model.embed_tokens.weight" || cfg.tie_word_embeddings))
-        .filter(|s| !matches!(ggml_dtype_for(s, cfg.tie_word_embeddings), GgmlDType::F16 | GgmlDType::F32 | GgmlDType::BF16))
+        .filter(|s| matches!(precision.held(cfg, s), Held::Blocks(q) if !matches!(q, GgmlDType::F16 | GgmlDType::F32 | GgmlDType::BF16)))
         .map(|s| s.shape[1] as u64)
         .max()
         .unwrap_or(0)
@@ -53,16 +53,16 @@ fn mmq_main(rows: u64, k: u64) -> u64 {
 
 /// Bytes of the MMQ buffers after a matmul over `rows` input rows of the widest row (0 when no
 /// such call yet).
-pub fn mmq_bytes(cfg: &Qwen2Config, rows: u64) -> u64 {
+pub fn mmq_bytes(cfg: &Qwen2Config, precision: Precision, rows: u64) -> u64 {
     if rows <= MMVQ_MAX_ROWS {
         return 0;
     }
-    mmq_main(rows, widest_row(cfg)) + FIXUP_BYTES
+    mmq_main(rows, widest_row(cfg, precision)) + FIXUP_BYTES
 }
 
 /// Bytes of the MMVQ buffer after a matmul over `rows` ≤ 8 input rows.
-pub fn mmvq_bytes(cfg: &Qwen2Config, rows: u64) -> u64 {
-    let blocks = padded(widest_row(cfg), MMVQ_BLOCK) / MMVQ_BLOCK;
+pub fn mmvq_bytes(cfg: &Qwen2Config, precision: Precision, rows: u64) -> u64 {
+    let blocks = padded(widest_row(cfg, precision), MMVQ_BLOCK) / MMVQ_BLOCK;
     rows.min(MMVQ_MAX_ROWS) * blocks * MMVQ_BLOCK_BYTES
 }
 
@@ -71,7 +71,7 @@ pub fn mmvq_bytes(cfg: &Qwen2Config, rows: u64) -> u64 {
 /// left out). Zero for dense precisions.
 pub fn held(cfg: &Qwen2Config, precision: Precision, tokens: u64) -> u64 {
     if precision.is_quantized() {
-        mmq_bytes(cfg, tokens)
+        mmq_bytes(cfg, precision, tokens)
     } else {
         0
     }
@@ -79,7 +79,7 @@ pub fn held(cfg: &Qwen2Config, precision: Precision, tokens: u64) -> u64 {
 
 /// The separate allocations behind `held` (the MMQ buffer and its fixup buffer), empty when none.
 pub fn held_parts(cfg: &Qwen2Config, precision: Precision, tokens: u64) -> Vec<u64> {
-    let main = mmq_main(tokens, widest_row(cfg));
+    let main = mmq_main(tokens, widest_row(cfg, precision));
     if precision.is_quantized() && main > 0 {
         vec![main, FIXUP_BYTES]
     } else {
@@ -90,7 +90,7 @@ pub fn held_parts(cfg: &Qwen2Config, precision: Precision, tokens: u64) -> Vec<u
 /// The separate allocations behind `at_growth`: the new buffer, the old one and the fixup while
 /// the buffer grows; `held_parts` when nothing grows.
 pub fn at_growth_parts(cfg: &Qwen2Config, precision: Precision, seen: u64, tokens: u64) -> Vec<u64> {
-    let widest = widest_row(cfg);
+    let widest = widest_row(cfg, precision);
     if !precision.is_quantized() || mmq_main(tokens, widest) <= mmq_main(seen, widest) {
         return held_parts(cfg, precision, seen.max(tokens));
     }
@@ -102,7 +102,7 @@ pub fn at_growth_parts(cfg: &Qwen2Config, precision: Precision, seen: u64, token
 /// after earlier prefills of at most `seen` tokens: the new one beside the old, which the first
 /// projections (over the hidden size) may already have grown. `held` once nothing grows.
 pub fn at_growth(cfg: &Qwen2Config, precision: Precision, seen: u64, tokens: u64) -> u64 {
-    let widest = widest_row(cfg);
+    let widest = widest_row(cfg, precision);
     if !precision.is_quantized() || mmq_main(tokens, widest) <= mmq_main(seen, widest) {
         return held(cfg, precision, seen.max(tokens));
     }
@@ -118,11 +118,11 @@ mod tests {
     #[test]
     fn seven_b_by_hand() {
         let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
-        assert_eq!(widest_row(&cfg), 18_944);
-        assert_eq!(mmq_bytes(&cfg, 1024), 1024 * 21_312 + 128 * 144 + 16 * 1024 * 1024);
-        assert_eq!(mmq_bytes(&cfg, 8), 0);
+        assert_eq!(widest_row(&cfg, Precision::Q4), 18_944);
+        assert_eq!(mmq_bytes(&cfg, Precision::Q4, 1024), 1024 * 21_312 + 128 * 144 + 16 * 1024 * 1024);
+        assert_eq!(mmq_bytes(&cfg, Precision::Q4, 8), 0);
         // Decoding: 592 blocks of 32 values, 36 B each, per row.
-        assert_eq!(mmvq_bytes(&cfg, 1), 21_312);
+        assert_eq!(mmvq_bytes(&cfg, Precision::Q4, 1), 21_312);
         assert_eq!(held(&cfg, Precision::Bf16, 1 << 20), 0);
         assert_eq!(at_growth(&cfg, Precision::Q4, 2048, 1024), held(&cfg, Precision::Q4, 2048));
         // Growing from 512 to 4,096 tokens: the q projection (3,584 values, 28 blocks) already
@@ -137,8 +137,8 @@ mod tests {
     #[test]
     fn padding_rounds_up_to_512() {
         let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
-        assert_eq!(widest_row(&cfg), 4_864);
-        assert_eq!(mmq_bytes(&cfg, 100) - FIXUP_BYTES, (100 * 40 + 128) * 144);
+        assert_eq!(widest_row(&cfg, Precision::Q4), 4_864);
+        assert_eq!(mmq_bytes(&cfg, Precision::Q4, 100) - FIXUP_BYTES, (100 * 40 + 128) * 144);
     }
 
     /// The parts are the totals' allocations: they add up to `held` and `at_growth`.

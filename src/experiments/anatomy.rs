@@ -29,7 +29,7 @@ pub struct AnatomyConfig {
 
 impl Default for AnatomyConfig {
     fn default() -> Self {
-        Self { precisions: vec![Precision::Bf16, Precision::Q4, Precision::F32], max_new_tokens: 200 }
+        Self { precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32], max_new_tokens: 200 }
     }
 }
 
@@ -110,7 +110,7 @@ fn report_figures(p: Precision, report_model: bool) -> (Option<(f64, f64, f64)>,
     }
     match p {
         Precision::Bf16 => (Some(report::BF16_LOADED), Some(pytorch_h200::BF16_LOADED.0)),
-        Precision::Q4 => (Some(report::INT4_LOADED), None),
+        Precision::Q4 | Precision::Q4KM | Precision::Q4KMF32 => (Some(report::INT4_LOADED), None),
         Precision::F32 => (None, Some(pytorch_h200::FP32_UNCAPPED_LOADED.0)),
         Precision::F16 => (None, None),
     }

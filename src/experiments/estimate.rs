@@ -61,7 +61,7 @@ pub struct EstimateConfig {
 
 impl Default for EstimateConfig {
     fn default() -> Self {
-        Self { precisions: vec![Precision::Bf16, Precision::Q4, Precision::F32], seq: 4096, batch: 1, logits: Logits::Last, config: None, train: false, optimizer: Optimizer::Adamw, zero: 0, gpus: 1 }
+        Self { precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32], seq: 4096, batch: 1, logits: Logits::Last, config: None, train: false, optimizer: Optimizer::Adamw, zero: 0, gpus: 1 }
     }
 }
 
@@ -144,7 +144,8 @@ fn ledger_rows(cfg: &Qwen2Config, w: &Inference, runtime: &Runtime, gguf: Option
             let by: Vec<String> = g.header.bytes_by_type().iter().map(|(t, n, b)| format!("{t} {n} × = {}", grouped(*b))).collect();
             format!("the file's tensors as stored, each by its type: {} B", by.join(", "))
         }
-        _ if w.precision.is_quantized() => "Q4_K blocks per tensor (the plan of `ggml_dtype_for`)".into(),
+        _ if w.precision == Precision::Q4 => "Q4_K blocks per tensor, Q6_K for the output layer (the lab's plan, `ggml_dtype_for`)".into(),
+        _ if w.precision.is_quantized() => "llama.cpp's Q4_K_M mix per tensor (Q6_K for the output layer and the `use_more_bits` layers' attn_v and ffn_down), vectors in the compute dtype".into(),
         _ => format!("{} parameters × {act} B", cfg.param_count()),
     };
     let mut rows = vec![("weights", l.weights, weights)];
@@ -315,7 +316,7 @@ impl Stage for Plan {
         let cap = card.total_bytes();
         fit::check(&cfg, &workload(&cfg, None, Precision::F32, c.seq, 1, Logits::Last))?;
         let rows: Vec<(Precision, CardFit)> =
-            [Precision::F32, Precision::Bf16, Precision::Q4].into_iter().map(|p| (p, fit::on_card(&cfg, &workload(&cfg, gguf.as_ref(), p, c.seq, 1, Logits::Last), runtime.bytes(), cap, card.bandwidth_gbs))).collect();
+            [Precision::F32, Precision::Bf16, Precision::Q4KM].into_iter().map(|p| (p, fit::on_card(&cfg, &workload(&cfg, gguf.as_ref(), p, c.seq, 1, Logits::Last), runtime.bytes(), cap, card.bandwidth_gbs))).collect();
         // The best: the most precise that fits the context wanted (F32 > BF16 > Q4), else the one
         // with the longest context.
         let best = rows.iter().position(|r| r.1.fits()).unwrap_or_else(|| rows.iter().enumerate().max_by_key(|(_, r)| r.1.max_context).map(|(i, _)| i).unwrap_or(0));
@@ -327,7 +328,7 @@ impl Stage for Plan {
         } else if ctx > 0 {
             format!("{} tokens fit in no precision; {p} reaches {ctx} tokens", c.seq)
         } else {
-            format!("the model fits this card in no precision (Q4 needs {:.2} GiB at 1 token)", fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), Precision::Q4, 1, 1, Logits::Last), runtime.bytes()).device() as f64 / (1u64 << 30) as f64)
+            format!("the model fits this card in no precision (Q4 needs {:.2} GiB at 1 token)", fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), Precision::Q4KM, 1, 1, Logits::Last), runtime.bytes()).device() as f64 / (1u64 << 30) as f64)
         };
         s.say(format!("{}: {verdict}", card.label));
         out.findings.push(Finding::new(format!("plan for {}", card.label), "tok/s", None).ceiling(ceiling).note(verdict));

@@ -76,7 +76,7 @@ pub struct KvConfig {
 impl Default for KvConfig {
     fn default() -> Self {
         Self {
-            precisions: vec![Precision::Bf16, Precision::Q4],
+            precisions: vec![Precision::Bf16, Precision::Q4KM],
             sweeps: vec![Sweep::Prefill, Sweep::Decode, Sweep::Batch, Sweep::Naive],
             logits: vec![Logits::All, Logits::Last],
             lengths: None,

@@ -97,7 +97,7 @@ pub struct BenchConfig {
 impl Default for BenchConfig {
     fn default() -> Self {
         Self {
-            precisions: vec![Precision::Bf16, Precision::Q4],
+            precisions: vec![Precision::Bf16, Precision::Q4KM],
             prompt_lens: vec![512, 32768],
             new_tokens: 128,
             decode_prompt: 32,
@@ -176,7 +176,7 @@ fn other_stack(precision: Precision, decode: bool) -> (Option<f64>, String) {
     use reference::{candle_h200, llamacpp_h200};
     match (precision, decode) {
         (Precision::Bf16, true) => (Some(llamacpp_h200::BF16_DECODE_TOK_S), format!("llama.cpp BF16, H200 (candle-transformers: {:.1})", candle_h200::BF16_DECODE_TOK_S)),
-        (Precision::Q4, true) => (Some(llamacpp_h200::Q4KM_DECODE_TOK_S), format!("llama.cpp Q4_K_M, H200 (candle-transformers Q4_K: {:.1})", candle_h200::Q4K_DECODE_TOK_S)),
+        (p, true) if p.is_quantized() => (Some(llamacpp_h200::Q4KM_DECODE_TOK_S), format!("llama.cpp Q4_K_M, H200 (candle-transformers Q4_K: {:.1})", candle_h200::Q4K_DECODE_TOK_S)),
         (Precision::Bf16, false) => (Some(llamacpp_h200::BF16_PREFILL_160_TOK_S), "llama.cpp BF16 prefill of 160 tokens, H200".into()),
         _ => (None, String::new()),
     }

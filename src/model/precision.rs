@@ -1,6 +1,8 @@
-//! Precisions the lab loads a model in, and the Q4 plan: which tensor gets which GGUF block type.
+//! Precisions the lab loads a model in, and their plans: which tensor gets which GGUF block type
+//! (the lab's Q4 plan, or llama.cpp's Q4_K_M recipe), and the dtype the model computes in.
 
-use super::config::TensorSpec;
+use super::config::{Qwen2Config, TensorSpec};
+use super::gguf::recipe::{self, FileType, ModelClass};
 use crate::error::{LabError, Result};
 use candle_core::quantized::GgmlDType;
 use candle_core::DType;
@@ -15,9 +17,43 @@ pub enum Precision {
     Bf16,
     #[value(alias = "fp16", alias = "float16")]
     F16,
-    /// GGUF k-quants: Q4_K for the matrices (see `ggml_dtype_for`).
+    /// The lab's own Q4 plan, Q4_K for the matrices and Q6_K for the output layer (see
+    /// `ggml_dtype_for`), computing in F32: what stages 1-2 measured up to 2026-11-23.
     #[value(alias = "q4k", alias = "q4_k", alias = "int4")]
     Q4,
+    /// llama.cpp's Q4_K_M mix (`gguf::recipe`), computing in BF16 as llama.cpp (F16) and the
+    /// report's Int4 run (BF16) do: a 16-bit KV cache and logits.
+    #[value(name = "q4_k_m", alias = "q4km")]
+    #[serde(rename = "q4_k_m", alias = "q4km")]
+    Q4KM,
+    /// The same Q4_K_M weights computing in F32 (`--compute f32`): twice the cache per token.
+    #[value(name = "q4_k_m-f32", alias = "q4km-f32")]
+    #[serde(rename = "q4_k_m-f32")]
+    Q4KMF32,
+}
+
+/// The dtype a quantized model computes in (`--compute`); dense weights compute in their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Compute {
+    F32,
+    Bf16,
+}
+
+/// How one tensor is held once loaded: dense in a dtype, or as GGUF blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    Dense(DType),
+    Blocks(GgmlDType),
+}
+
+impl Held {
+    pub fn bytes(self, elems: usize) -> u64 {
+        match self {
+            Self::Dense(d) => (elems * d.size_in_bytes()) as u64,
+            Self::Blocks(q) => ggml_bytes(q, elems),
+        }
+    }
 }
 
 impl Precision {
@@ -27,7 +63,9 @@ impl Precision {
             "bf16" | "bfloat16" => Ok(Self::Bf16),
             "f16" | "fp16" | "float16" => Ok(Self::F16),
             "q4" | "q4k" | "q4_k" | "int4" | "gguf-q4" => Ok(Self::Q4),
-            _ => Err(LabError::input(format!("unknown precision `{s}`: use f32, bf16, f16 or q4"))),
+            "q4_k_m" | "q4km" => Ok(Self::Q4KM),
+            "q4_k_m-f32" | "q4km-f32" => Ok(Self::Q4KMF32),
+            _ => Err(LabError::input(format!("unknown precision `{s}`: use f32, bf16, f16, q4_k_m, q4_k_m-f32 or q4"))),
         }
     }
 
@@ -37,6 +75,8 @@ impl Precision {
             Self::Bf16 => "bf16",
             Self::F16 => "f16",
             Self::Q4 => "q4",
+            Self::Q4KM => "q4_k_m",
+            Self::Q4KMF32 => "q4_k_m-f32",
         }
     }
 
@@ -46,19 +86,88 @@ impl Precision {
             Self::F32 => Some(DType::F32),
             Self::Bf16 => Some(DType::BF16),
             Self::F16 => Some(DType::F16),
-            Self::Q4 => None,
+            Self::Q4 | Self::Q4KM | Self::Q4KMF32 => None,
         }
     }
 
-    /// Activations, KV cache and logits. Q4 runs in F32: candle's quantized matmul takes F32 on
-    /// every backend (its CUDA fast paths also take BF16, its CPU path does not).
+    /// Activations, KV cache and logits. Q4_K_M computes in BF16 (candle's CUDA quantized matmul
+    /// takes BF16; on the CPU the lab casts around it); the lab's Q4 and `q4_k_m-f32` in F32.
     pub fn act_dtype(self) -> DType {
-        self.dense_dtype().unwrap_or(DType::F32)
+        match self {
+            Self::Q4KM => DType::BF16,
+            _ => self.dense_dtype().unwrap_or(DType::F32),
+        }
     }
 
     pub fn is_quantized(self) -> bool {
-        self == Self::Q4
+        self.dense_dtype().is_none()
     }
+
+    /// Whether the quantized products take 16-bit activations: candle's quantized matmul over
+    /// more than 8 rows (MMQ) then casts its input to F32 and its F32 output back, so each such
+    /// product holds an F32 copy of its input and its F32 output beside the result
+    /// (`estimate::transient`); the lab's CPU path does the same.
+    pub fn casts_products(self) -> bool {
+        self.is_quantized() && self.act_dtype() != DType::F32
+    }
+
+    /// This precision computing in `compute`: only Q4_K_M has a choice (dense weights compute in
+    /// their own dtype; the lab's Q4 plan in F32, as its committed runs did).
+    pub fn with_compute(self, compute: Option<Compute>) -> Self {
+        match (self, compute) {
+            (Self::Q4KM | Self::Q4KMF32, Some(Compute::F32)) => Self::Q4KMF32,
+            (Self::Q4KM | Self::Q4KMF32, Some(Compute::Bf16)) => Self::Q4KM,
+            (p, _) => p,
+        }
+    }
+
+    /// How `spec` of `cfg` is held once loaded: dense in its dtype; under the Q4 plans, GGUF
+    /// blocks for the matrices and the activation dtype for vectors (norms, biases).
+    pub fn held(self, cfg: &Qwen2Config, spec: &TensorSpec) -> Held {
+        if let Some(d) = self.dense_dtype() {
+            return Held::Dense(d);
+        }
+        let q = match self {
+            Self::Q4 => ggml_dtype_for(spec, cfg.tie_word_embeddings),
+            _ => q4_k_m_type(cfg, spec),
+        };
+        match q {
+            GgmlDType::F32 | GgmlDType::BF16 => Held::Dense(self.act_dtype()),
+            q => Held::Blocks(q),
+        }
+    }
+
+    /// Whether layers differ in their tensors' types (Q4_K_M promotes some layers' attn_v and
+    /// ffn_down): the estimator then prices each kind of layer.
+    pub fn types_vary_by_layer(self) -> bool {
+        matches!(self, Self::Q4KM | Self::Q4KMF32)
+    }
+}
+
+impl Compute {
+    pub fn dtype(self) -> DType {
+        match self {
+            Self::F32 => DType::F32,
+            Self::Bf16 => DType::BF16,
+        }
+    }
+}
+
+/// llama.cpp's Q4_K_M type for one tensor of `cfg` named as in the HF checkpoint (F32 for what
+/// llama-quantize leaves alone: norms and biases).
+fn q4_k_m_type(cfg: &Qwen2Config, spec: &TensorSpec) -> GgmlDType {
+    let name = super::gguf::gguf_name(&spec.name);
+    let ne: Vec<u64> = spec.shape.iter().rev().map(|&d| d as u64).collect();
+    if !recipe::is_quantized(&name, &ne) {
+        return GgmlDType::F32;
+    }
+    let n = cfg.num_hidden_layers as i64;
+    let layer = spec.name.strip_prefix("model.layers.").and_then(|r| r.split('.').next()).and_then(|d| d.parse::<i64>().ok());
+    let more_bits = layer.is_some_and(|i| recipe::use_more_bits(i, n));
+    let class = ModelClass::qwen2(cfg.num_hidden_layers);
+    let t = recipe::tensor_type(FileType::Q4KM, class, &recipe::Tensor { name: &name, ne: &ne }, !cfg.tie_word_embeddings, more_bits);
+    // Every type the recipe gives Qwen2 (Q4_K, Q5_0, Q6_K, Q8_0, F16) is one candle computes.
+    t.candle().unwrap_or(GgmlDType::F16)
 }
 
 impl std::fmt::Display for Precision {
@@ -113,5 +222,29 @@ mod tests {
         assert_eq!(ggml_bytes(GgmlDType::Q6K, 512), 420);
         assert_eq!(Precision::parse("BF16").unwrap(), Precision::Bf16);
         assert!(Precision::parse("int3").is_err());
+    }
+
+    /// Q4_K_M as loaded is llama-quantize's file tensor by tensor: the writer's recipe (which
+    /// walks the tensors in llama.cpp's order) gives each tensor the type `held` gives it.
+    #[test]
+    fn q4_k_m_holds_the_recipes_types() {
+        use crate::model::gguf::writer::{plan, Plan};
+        for name in ["qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-72b"] {
+            let cfg = Qwen2Config::preset(name).unwrap();
+            let planned = plan(&cfg, Plan::Llama(FileType::Q4KM));
+            let specs = cfg.tensor_specs();
+            assert_eq!(planned.len(), specs.len());
+            let mut promoted = 0;
+            for (s, p) in specs.iter().zip(&planned) {
+                let want = match p.ty.candle().unwrap() {
+                    GgmlDType::F32 => Held::Dense(DType::F32),
+                    q => Held::Blocks(q),
+                };
+                assert_eq!(Precision::Q4KMF32.held(&cfg, s), want, "{name} {}", s.name);
+                promoted += usize::from(s.name.contains("layers.") && p.ty.name == "Q6_K");
+            }
+            // Some layers' attn_v and ffn_down, not all (0.5B's attn_v rows of 896 fall back).
+            assert!(promoted > 0 && promoted < 2 * cfg.num_hidden_layers, "{name}: {promoted}");
+        }
     }
 }

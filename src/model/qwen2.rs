@@ -44,7 +44,11 @@ impl Linear {
             Self::Dense(l) => Ok(l.forward(x)?),
             Self::Host(h) => h.forward(x),
             Self::Quant(q, bias) => {
-                let y = q.forward(x)?;
+                // candle's CUDA quantized matmul takes BF16 (over 8 rows it casts to F32 and back
+                // itself); its CPU path and a dequantized matrix take F32: cast around them the
+                // same way, so both backends hold the same tensors (`estimate::transient`).
+                let native = x.dtype() == DType::F32 || (x.device().is_cuda() && matches!(q, QMatMul::QTensor(_)));
+                let y = if native { q.forward(x)? } else { q.forward(&x.to_dtype(DType::F32)?)?.to_dtype(x.dtype())? };
                 Ok(match bias {
                     Some(b) => y.broadcast_add(b)?,
                     None => y,

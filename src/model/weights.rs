@@ -3,7 +3,7 @@
 //! requested precision, so nothing larger than one tensor is ever staged.
 
 use super::config::{Qwen2Config, TensorSpec};
-use super::precision::{ggml_dtype_for, Precision};
+use super::precision::{Held, Precision};
 use crate::error::{cause, LabError, Result};
 use crate::memory::MemoryProbe;
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -51,16 +51,11 @@ pub trait WeightSource {
     fn describe(&self) -> String;
 }
 
-/// Dense tensor → the requested precision: a dtype cast, or the Q4 plan's quantization.
-fn convert(t: Tensor, spec: &TensorSpec, precision: Precision, tied: bool, device: &Device) -> Result<Weight> {
-    match precision.dense_dtype() {
-        Some(dtype) => Ok(Weight::Dense(t.to_dtype(dtype)?.to_device(device)?)),
-        None => match ggml_dtype_for(spec, tied) {
-            GgmlDType::F32 => Ok(Weight::Dense(t.to_dtype(DType::F32)?.to_device(device)?)),
-            q => {
-                Ok(Weight::Quant(Arc::new(super::quantize::quantize_rows(&t, q, device)?)))
-            }
-        },
+/// Dense tensor → the requested precision: a dtype cast, or the plan's quantization.
+fn convert(t: Tensor, spec: &TensorSpec, precision: Precision, cfg: &Qwen2Config, device: &Device) -> Result<Weight> {
+    match precision.held(cfg, spec) {
+        Held::Dense(dtype) => Ok(Weight::Dense(t.to_dtype(dtype)?.to_device(device)?)),
+        Held::Blocks(q) => Ok(Weight::Quant(Arc::new(super::quantize::quantize_rows(&t, q, device)?))),
     }
 }
 
@@ -152,12 +147,9 @@ impl Synthetic {
 
 impl WeightSource for Synthetic {
     fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight> {
-        match precision.dense_dtype() {
-            Some(dtype) => Ok(Weight::Dense(self.dense(spec, dtype, device)?)),
-            None => match ggml_dtype_for(spec, self.cfg.tie_word_embeddings) {
-                GgmlDType::F32 => Ok(Weight::Dense(self.dense(spec, DType::F32, device)?)),
-                q => self.quantized(spec, q, device),
-            },
+        match precision.held(&self.cfg, spec) {
+            Held::Dense(dtype) => Ok(Weight::Dense(self.dense(spec, dtype, device)?)),
+            Held::Blocks(q) => self.quantized(spec, q, device),
         }
     }
 
@@ -176,7 +168,7 @@ impl WeightSource for Synthetic {
 /// config.json + one or more *.safetensors (memory-mapped).
 pub struct Safetensors {
     st: candle_core::safetensors::MmapedSafetensors,
-    tied: bool,
+    cfg: Qwen2Config,
     files: Vec<PathBuf>,
 }
 
@@ -193,7 +185,7 @@ impl Safetensors {
         // SAFETY: the files are memory-mapped read-only; the lab never writes them while mapped.
         let st = unsafe { candle_core::safetensors::MmapedSafetensors::multi(files) }
             .map_err(|e| LabError::input(format!("not a readable safetensors file ({})", cause(&e))))?;
-        Ok(Self { st, tied: cfg.tie_word_embeddings, files: files.to_vec() })
+        Ok(Self { st, cfg: cfg.clone(), files: files.to_vec() })
     }
 
     /// The shard list: model.safetensors.index.json when present, else every *.safetensors.
@@ -231,7 +223,7 @@ impl WeightSource for Safetensors {
             return Err(LabError::input(format!("tensor {} is stored as {:?}; the lab reads F32, F16 and BF16 weights", spec.name, t.dtype())));
         }
         check_shape(&spec.name, t.dims(), &spec.shape)?;
-        convert(t, spec, precision, self.tied, device)
+        convert(t, spec, precision, &self.cfg, device)
     }
 
     fn contains(&self, name: &str) -> bool {

@@ -13,7 +13,7 @@ use super::precision::Precision;
 use super::weights::{check_shape, Weight, WeightSource};
 use crate::error::{cause, LabError, Result};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
-use candle_core::{DType, Device};
+use candle_core::Device;
 use header::Header;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -115,7 +115,8 @@ impl Gguf {
     }
 
     /// The bytes `cfg`'s weights take once loaded in `precision`, as `load` makes them: under Q4
-    /// each block-quantized tensor as the file stores it and the rest in F32; dequantized to the
+    /// each block-quantized tensor as the file stores it and the rest in the activation dtype
+    /// (F32, or BF16 for q4_k_m); dequantized to the
     /// precision's dtype otherwise.
     pub fn loaded_bytes(&self, cfg: &Qwen2Config, precision: Precision) -> u64 {
         cfg.tensor_specs()
@@ -123,7 +124,7 @@ impl Gguf {
             .filter_map(|s| self.header.tensor(&gguf_name(&s.name)))
             .map(|t| match (precision.dense_dtype(), t.ggml_type()) {
                 (None, Some(ty)) if ty.is_block_quantized() => t.bytes().unwrap_or(0) as u64,
-                (dense, _) => t.elems() as u64 * dense.unwrap_or(DType::F32).size_in_bytes() as u64,
+                (dense, _) => t.elems() as u64 * dense.unwrap_or(precision.act_dtype()).size_in_bytes() as u64,
             })
             .sum()
     }
@@ -163,7 +164,7 @@ impl WeightSource for Gguf {
         match precision.dense_dtype() {
             _ if precision.is_quantized() && block_quantized => Ok(Weight::Quant(Arc::new(q))),
             Some(dtype) => Ok(Weight::Dense(q.dequantize(device)?.to_dtype(dtype)?)),
-            None => Ok(Weight::Dense(q.dequantize(device)?.to_dtype(DType::F32)?)),
+            None => Ok(Weight::Dense(q.dequantize(device)?.to_dtype(precision.act_dtype())?)),
         }
     }
 

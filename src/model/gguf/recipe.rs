@@ -84,6 +84,13 @@ pub struct ModelClass {
     pub is_70b: bool,
 }
 
+impl ModelClass {
+    /// llama.cpp's size class for qwen2 that changes a recipe: 80 layers is its "70B".
+    pub fn qwen2(layers: usize) -> Self {
+        Self { is_70b: layers == 80 }
+    }
+}
+
 /// llama.cpp's `use_more_bits`: the first and last eighth of the layers and every third between.
 pub fn use_more_bits(i: i64, n: i64) -> bool {
     i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
@@ -99,7 +106,6 @@ pub fn is_quantized(name: &str, ne: &[u64]) -> bool {
 /// the input file, which the tensors the recipe leaves alone keep (norms and biases: F32 from
 /// llama.cpp's converter and from the lab's writer).
 pub fn plan(ftype: FileType, class: ModelClass, tensors: &[Tensor], input: impl Fn(&Tensor) -> GgmlType) -> Vec<GgmlType> {
-    let default = ftype.default_type();
     let has_output = tensors.iter().any(|t| t.name == "output.weight");
     let n_attn_v = tensors.iter().filter(|t| t.name.contains("attn_v.weight")).count() as i64;
     let n_ffn_down = tensors.iter().filter(|t| t.name.contains("ffn_down")).count() as i64;
@@ -110,42 +116,53 @@ pub fn plan(ftype: FileType, class: ModelClass, tensors: &[Tensor], input: impl 
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by(|&a, &b| (layer(tensors[a].name), tensors[a].name).cmp(&(layer(tensors[b].name), tensors[b].name)));
     let (mut i_attn_v, mut i_ffn_down) = (0i64, 0i64);
-    let mut out = vec![default; tensors.len()];
+    let mut out = vec![ftype.default_type(); tensors.len()];
     for k in order {
         let t = &tensors[k];
         if !is_quantized(t.name, t.ne) {
             out[k] = input(t);
             continue;
         }
-        if !default.is_block_quantized() {
-            out[k] = default;
-            continue;
-        }
-        let mut new = default;
-        let nx = t.ne[0];
-        if t.name == "output.weight" || (!has_output && t.name == "token_embd.weight") {
-            if nx % default.block != 0 {
-                new = ty("Q8_0");
-            } else if new != ty("Q8_0") {
-                new = ty("Q6_K");
-            }
-        } else if t.name.contains("attn_v.weight") {
-            if ftype == FileType::Q4KM && use_more_bits(i_attn_v, n_attn_v) {
-                new = ty("Q6_K");
-            }
-            if class.is_70b && (new == ty("Q3_K") || new == ty("Q4_K")) {
-                new = ty("Q5_K");
-            }
+        let mut more_bits = false;
+        if t.name.contains("attn_v.weight") {
+            more_bits = use_more_bits(i_attn_v, n_attn_v);
             i_attn_v += 1;
         } else if t.name.contains("ffn_down") {
-            if ftype == FileType::Q4KM && use_more_bits(i_ffn_down, n_ffn_down) {
-                new = ty("Q6_K");
-            }
+            more_bits = use_more_bits(i_ffn_down, n_ffn_down);
             i_ffn_down += 1;
         }
-        out[k] = fallback(new, nx);
+        out[k] = tensor_type(ftype, class, t, has_output, more_bits);
     }
     out
+}
+
+/// The type of one quantized tensor (`is_quantized`) under `ftype`: `has_output` whether the file
+/// has an output layer apart from the embedding, `more_bits` whether its layer is one of
+/// `use_more_bits`'s (for attn_v and ffn_down).
+pub fn tensor_type(ftype: FileType, class: ModelClass, t: &Tensor, has_output: bool, more_bits: bool) -> GgmlType {
+    let default = ftype.default_type();
+    if !default.is_block_quantized() {
+        return default;
+    }
+    let mut new = default;
+    let nx = t.ne[0];
+    if t.name == "output.weight" || (!has_output && t.name == "token_embd.weight") {
+        if nx % default.block != 0 {
+            new = ty("Q8_0");
+        } else if new != ty("Q8_0") {
+            new = ty("Q6_K");
+        }
+    } else if t.name.contains("attn_v.weight") {
+        if ftype == FileType::Q4KM && more_bits {
+            new = ty("Q6_K");
+        }
+        if class.is_70b && (new == ty("Q3_K") || new == ty("Q4_K")) {
+            new = ty("Q5_K");
+        }
+    } else if t.name.contains("ffn_down") && ftype == FileType::Q4KM && more_bits {
+        new = ty("Q6_K");
+    }
+    fallback(new, nx)
 }
 
 /// llama.cpp's replacement for a type whose block does not divide the row (`tensor_type_fallback`),

@@ -45,9 +45,8 @@ impl Planned {
     }
 }
 
-/// llama.cpp's size class for qwen2 that changes a recipe: 80 layers is its "70B".
 pub fn model_class(cfg: &Qwen2Config) -> ModelClass {
-    ModelClass { is_70b: cfg.num_hidden_layers == 80 }
+    ModelClass::qwen2(cfg.num_hidden_layers)
 }
 
 /// Every tensor of `cfg` with the type `plan` gives it, in the checkpoint's order.
