@@ -272,3 +272,29 @@ fn fused_attention_prefills_faster_in_less_memory() {
     let tests = std::fs::read_to_string(run.join("kernels.stdout.txt")).unwrap();
     assert!(tests.contains("test flash_attention_equals_naive ... ok") && tests.contains("0 failed"));
 }
+
+/// The H100 run of llama.cpp's Q4_K_M mix (data/results/h100/2026-11-24-q4_k_m, RUN.md): computing
+/// in BF16 its KV cache is 57,344 B per token of 7B, as BF16's and llama.cpp's F16 cache; with
+/// `--compute f32` twice that; stage 1 loads the mix's weights within 0.002 % of their prediction
+/// and generates from the report's 160-token prompt.
+#[test]
+fn q4_k_m_caches_in_16_bits() {
+    let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h100/2026-11-24-q4_k_m");
+    let per_token = |folder: &str, precision: &str| -> Vec<f64> {
+        let (_, rows) = csv(&run.join(folder).join("kv/kv_prefill.csv"));
+        rows.iter().filter(|r| r["precision"] == precision && r["outcome"] == "ok").map(|r| num(r, "kv_measured_mib") * (1u64 << 20) as f64 / num(r, "seq")).collect()
+    };
+    for (folder, precision, bytes) in [("stage2", "q4_k_m", 57_344.0), ("stage2-f32", "q4_k_m-f32", 114_688.0)] {
+        let seen = per_token(folder, precision);
+        assert!(seen.len() >= 8, "{folder}: {} prefills", seen.len());
+        // The cache's own tensors, plus at most a few KiB the allocator rounds up over the run.
+        for b in seen {
+            assert!(b >= bytes && b < bytes * 1.0001, "{folder} {precision}: {b} B per token");
+        }
+    }
+    let (_, anatomy) = csv(&run.join("stage1/anatomy/anatomy.csv"));
+    let q = anatomy.iter().find(|r| r["precision"] == "q4_k_m").unwrap();
+    assert_eq!(q["outcome"], "ok");
+    assert!(num(q, "weights_vs_predicted_pct").abs() < 0.002, "{q:?}");
+    assert_eq!(q["prompt_tokens"], "160");
+}

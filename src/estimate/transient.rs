@@ -151,11 +151,19 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     // beside every logit.
     let rows = (i32::MAX as u64 / (b * cfg.vocab_size as u64)).max(1);
     let last_copy = if p.logits == Logits::All && b > 1 && rows < s { b * (s - (s - 1) / rows * rows) * h } else { 0 };
-    // Cast: the head's product of the last piece (the one beside every kept logit; one row per
-    // sequence for the last position's) holds its input and its logits in F32 too.
-    let last_rows = if p.logits == Logits::All { b * (s - (s - 1) / rows * rows) } else { b };
-    let head_cast = if p.cast && last_rows > 8 { last_rows * (2 * h + 2 * cfg.vocab_size as u64 * a) } else { 0 };
-    let logits = tokens * 2 * h + rope + logits_kept + last_copy + head_cast;
+    // Cast: the head's product of a piece also holds its input and its logits in F32. The busiest
+    // piece is the last (beside every kept logit) or, when the last is shorter, the last full
+    // one (a larger F32 product beside the pieces before it).
+    let v = cfg.vocab_size as u64 * a;
+    let cast_of = |rows_of_piece: u64| if p.cast && rows_of_piece > 8 { rows_of_piece * (2 * h + 2 * v) } else { 0 };
+    let (full_rows, last_rows) = match p.logits {
+        Logits::All if rows < s => (b * rows, b * (s - (s - 1) / rows * rows)),
+        Logits::All => (0, tokens),
+        Logits::Last => (0, b),
+    };
+    let at_last = logits_kept + last_copy + cast_of(last_rows);
+    let at_full = if full_rows > 0 { logits_kept - last_rows * v + cast_of(full_rows) + if b > 1 { full_rows * h } else { 0 } } else { 0 };
+    let logits = tokens * 2 * h + rope + at_last.max(at_full);
     // The allocations live at each moment, each counted up to one pool chunk: x, h1, q, q, k,
     // k, v, cos, sin and the cache (one run of 2 × layers tensors); attention's own (bounded:
     // the chunks' outputs so far, the scaled query chunk, the scores and the probabilities or
@@ -172,13 +180,17 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let copy_share = share(u64::from(copies > 0), tokens * h);
     let pieces = if p.logits == Logits::All { s.div_ceil(rows) } else { 1 };
     let piece = logits_kept / pieces;
-    let head_cast_share = if head_cast > 0 { share(1, last_rows * 2 * h) + share(1, last_rows * 2 * cfg.vocab_size as u64 * a) } else { 0 };
+    let head_share = if at_full > at_last {
+        share(s.div_ceil(rows) - 1, piece) + chunk_share([full_rows * 2 * h, full_rows * 2 * v]) + if b > 1 { share(1, full_rows * h) } else { 0 }
+    } else {
+        share(pieces, piece) + share(1, last_copy) + if cast_of(last_rows) > 0 { chunk_share([last_rows * 2 * h, last_rows * 2 * v]) } else { 0 }
+    };
     let chunked = Chunked {
         attention: layer_share + attention_share,
         o_proj: layer_share + copy_share + if cast { share(2, tokens * h) + share(2, tokens * 2 * h) } else { share(3, tokens * h) },
         mlp: layer_share + share(2, tokens * h) + copy_share + if cast { share(3, tokens * i) + share(1, tokens * 2 * i) + share(1, tokens * 2 * h) } else { share(4, tokens * i) },
         down_proj: layer_share + share(2, tokens * h) + share(1, tokens * i) + copy_share + if cast { share(1, tokens * 2 * i) } else { 0 },
-        logits: share(2, tokens * h) + share(2, rope / 2) + share(1, cache) + share(pieces, piece) + share(1, last_copy) + head_cast_share,
+        logits: share(2, tokens * h) + share(2, rope / 2) + share(1, cache) + head_share,
     };
     Phases { attention, o_proj, mlp, down_proj, logits, logits_kept, chunked }
 }
