@@ -2,11 +2,15 @@
 # llama.cpp's own llama-quantize beside `vram-lab quantize`, on the same synthetic model: the GGUF
 # each writes, compared tensor by tensor (type and bytes) with llama.cpp's own GGUF reader (gguf-py).
 #
-#   scripts/reference/llama_quantize.sh build  WORK               # llama-quantize for CPU, from PyPI
+#   scripts/reference/llama_quantize.sh pack   TARBALL            # llama.cpp's source, trimmed, to carry
+#   scripts/reference/llama_quantize.sh build  WORK [TARBALL]     # llama-quantize for CPU
 #   scripts/reference/llama_quantize.sh run    WORK OUT LAB [PRESET] [TYPE]
 #   scripts/reference/llama_quantize.sh compare WORK OUT [TYPE]      # run's last step alone
 #
 # llama.cpp comes from the llama-cpp-python sdist on PyPI (it vendors llama.cpp; no other network).
+# A machine without network (the lent GPU machine: CMake, numpy and PyYAML installed) builds from
+# the tarball `pack` makes here: the sdist's llama.cpp without docs, models, tests and the GPU
+# backends other than CUDA (5 MB), carried in an ignored folder.
 # `run` writes the preset as a BF16 GGUF with the lab (vectors in F32, as llama.cpp's converter
 # writes them), quantizes that file with llama-quantize and with `vram-lab quantize --type`, and
 # writes OUT/tensors.csv (every tensor: llama.cpp's type and bytes, the lab's, same data or not),
@@ -15,18 +19,48 @@ set -euo pipefail
 cmd=$1 WORK=$(realpath -m "$2")
 SDIST_VERSION=0.3.36
 SRC=$WORK/llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp
-mkdir -p "$WORK"
+# Here a venv of our own; where one cannot be made (no network), the machine's python3 and cmake.
+PY=$WORK/venv/bin/python
+CMAKE=$WORK/venv/bin/cmake
+[ -x "$PY" ] || PY=python3
+[ -x "$CMAKE" ] || CMAKE=cmake
 
-if [ "$cmd" = build ]; then
+sdist() {
   [ -x "$WORK/venv/bin/python" ] || python3 -m venv "$WORK/venv"
   "$WORK/venv/bin/pip" install --quiet cmake numpy pyyaml  # gguf-py reads GGUF with numpy, imports yaml
+  PY=$WORK/venv/bin/python CMAKE=$WORK/venv/bin/cmake
   [ -d "$SRC" ] || {
     "$WORK/venv/bin/pip" download --quiet --no-deps --no-binary llama-cpp-python "llama-cpp-python==$SDIST_VERSION" -d "$WORK"
     tar xzf "$WORK/llama_cpp_python-$SDIST_VERSION.tar.gz" -C "$WORK"
   }
-  "$WORK/venv/bin/cmake" -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
+}
+
+if [ "$cmd" = pack ]; then
+  TARBALL=$WORK
+  WORK=$(mktemp -d) SRC=$WORK/llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp
+  sdist
+  commit=$(cat "$WORK/llama_cpp_python-$SDIST_VERSION/.git/modules/vendor/llama.cpp/HEAD" 2>/dev/null || echo unknown)
+  echo "$commit" > "$SRC/VENDORED_BY_LLAMA_CPP_PYTHON_$SDIST_VERSION"
+  x=(docs models tests benches media tools/ui 'tools/server/public*')
+  for b in et metal hexagon sycl vulkan opencl cann musa webgpu; do x+=("ggml/src/ggml-$b"); done
+  mkdir -p "$(dirname "$TARBALL")"
+  tar cJf "$TARBALL" -C "$(dirname "$SRC")" "${x[@]/#/--exclude=llama.cpp/}" llama.cpp
+  rm -rf "$WORK"
+  ls -la "$TARBALL"
+  exit 0
+fi
+mkdir -p "$WORK"
+
+if [ "$cmd" = build ]; then
+  if [ -n "${3:-}" ]; then
+    mkdir -p "$(dirname "$SRC")"
+    [ -d "$SRC" ] || tar xJf "$3" -C "$(dirname "$SRC")"
+  else
+    sdist
+  fi
+  "$CMAKE" -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF >"$WORK/cmake.log"
-  "$WORK/venv/bin/cmake" --build "$WORK/build" --target llama-quantize -j "$(nproc)" >"$WORK/build.log"
+  "$CMAKE" --build "$WORK/build" --target llama-quantize -j "$(nproc)" >"$WORK/build.log"
   ls -la "$WORK/build/bin/llama-quantize"
   exit 0
 fi
@@ -51,9 +85,9 @@ fi
 
 # compare
 TYPE=${4:-q4_k_m}
-echo "llama.cpp: vendored by llama-cpp-python $SDIST_VERSION, commit $(cat "$WORK/llama_cpp_python-$SDIST_VERSION/.git/modules/vendor/llama.cpp/HEAD" 2>/dev/null || echo unknown)" >"$OUT/summary.txt"
+echo "llama.cpp: vendored by llama-cpp-python $SDIST_VERSION, commit $( (cat "$WORK/llama_cpp_python-$SDIST_VERSION/.git/modules/vendor/llama.cpp/HEAD" "$SRC/VENDORED_BY_LLAMA_CPP_PYTHON_$SDIST_VERSION" 2>/dev/null || true) | head -1)" >"$OUT/summary.txt"
 set +e
-PYTHONPATH="$SRC/gguf-py" "$WORK/venv/bin/python" - "$WORK/llama-$TYPE.gguf" "$WORK/lab-$TYPE.gguf" "$OUT" <<'PY' | tee -a "$OUT/summary.txt"
+PYTHONPATH="$SRC/gguf-py" "$PY" - "$WORK/llama-$TYPE.gguf" "$WORK/lab-$TYPE.gguf" "$OUT" <<'PY' | tee -a "$OUT/summary.txt"
 import csv, sys
 from gguf import GGUFReader
 llama, lab, out = GGUFReader(sys.argv[1]), GGUFReader(sys.argv[2]), sys.argv[3]
