@@ -6,7 +6,7 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
-use candle_nn::optim::{AdamW, Optimizer as _, ParamsAdamW};
+use vram_lab::model::optim::{AdamW, ParamsAdamW, UPDATE_COPIES};
 use vram_lab::estimate::training::{graph, ledger, step_activations, TrainSetup, TrainShape};
 use vram_lab::memory::host::{self, CountingAlloc};
 use vram_lab::model::weights::Weight;
@@ -64,12 +64,18 @@ fn a_training_step_holds_what_the_ledger_says() {
     let states = host::allocated() - before;
     let overhead = states as f64 / want.optimizer as f64 - 1.0;
     assert!((0.0..0.01).contains(&overhead), "AdamW holds {states} B, the ledger says {} (+{:.3} %)", want.optimizer, 100.0 * overhead);
-    // A step changes the weights and keeps no more state.
+    // A step changes the weights and keeps no more state; at its busiest it holds three tensors the
+    // size of the largest weight beside the gradients (the in-place update), what the ledger's
+    // update peak counts above them.
     let w0 = vars[0].as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap();
     let held = host::allocated();
+    host::reset_peak();
     opt.step(&grads).unwrap();
     assert!(host::allocated() <= held + (1 << 16), "the step kept {} B more", host::allocated() - held);
     assert_ne!(vars[0].as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap(), w0);
+    let largest = vars.iter().map(|v| v.elem_count() as u64).max().unwrap() * 4;
+    let update = host::peak() - held;
+    assert!(update >= UPDATE_COPIES * largest && update < UPDATE_COPIES * largest + (1 << 16), "the update held {update} B above the gradients, the ledger {} B", UPDATE_COPIES * largest);
 }
 
 /// What the forward keeps for the backward, as `estimate::training::graph` counts it: equal to the

@@ -19,6 +19,13 @@ Stages:
          --prompt-lens (one forward, last-token logits) and greedy decoding with transformers'
          generate (--new-tokens after a --decode-prompt), median of --repeats after a warm-up.
 
+  train  a training step the lab's `train` stands beside: transformers' Qwen2 with the preset's
+         shapes (--model), one forward over --batch x --seq random tokens with labels (cross-entropy
+         over every position), backward, torch.optim.AdamW, in F32 (--dtype f32) or with BF16
+         autocast over F32 weights (--dtype bf16-autocast); without and with
+         gradient_checkpointing_enable(). Per setting: weights, the AdamW states after the first
+         step, gradients, and the peak of the second step (torch.cuda.max_memory_allocated).
+
 --card MIB emulates a smaller card as the lab does: a ballast of (GPU total - MIB) is held with
 cuMemAlloc, outside PyTorch's allocator, so PyTorch sees the card's free memory.
 """
@@ -254,6 +261,52 @@ def bench(args, out):
     del ballast
 
 
+def train(args, out):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    gib = 1 << 30
+    cfg_dict = json.load(open(args.model))
+    cfg_dict.pop("architectures", None)
+    cfg = AutoConfig.for_model(cfg_dict.pop("model_type", "qwen2"), **cfg_dict)
+    gen = torch.Generator().manual_seed(0)
+    for ckpt in (False, True):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        with torch.device("cuda"):
+            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32, attn_implementation="sdpa")
+        model.train()
+        if ckpt:
+            model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+        weights = torch.cuda.memory_allocated()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        rec = dict(experiment="train", case="step", dtype=args.dtype, checkpointing=ckpt, batch=args.batch, seq=args.seq, params=sum(p.numel() for p in model.parameters()), weights_gib=round(weights / gib, 4), torch=torch.__version__)
+        try:
+            for step in range(2):
+                ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), generator=gen).cuda()
+                torch.cuda.synchronize()
+                before = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.dtype == "bf16-autocast"):
+                    loss = model(input_ids=ids, labels=ids).loss
+                forward = torch.cuda.memory_allocated() - before
+                loss.backward()
+                del loss
+                grads = torch.cuda.memory_allocated() - before
+                backward_peak = torch.cuda.max_memory_allocated()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                torch.cuda.synchronize()
+                # The states exist after the first step (AdamW makes them lazily).
+                rec.update(step=step, states_gib=round((before - weights) / gib, 4) if step else None, forward_keeps_gib=round(forward / gib, 4), gradients_gib=round(grads / gib, 4), backward_peak_gib=round(backward_peak / gib, 4), step_peak_gib=round(torch.cuda.max_memory_allocated() / gib, 4), outcome="ok")
+        except torch.cuda.OutOfMemoryError as e:
+            rec.update(outcome="oom", error=str(e)[:200])
+        emit(out, **rec)
+        del model, opt
+        torch.cuda.empty_cache()
+
+
 def offload(args, out):
     import time
 
@@ -331,9 +384,13 @@ def main():
     p.add_argument("--prompt", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=50, help="the report: 50")
     p.add_argument("--skip-full", action="store_true", help="no full-GPU run (a model larger than the card)")
+    p = stage("train", model=True)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--dtype", choices=["f32", "bf16-autocast"], default="f32")
     args = ap.parse_args()
     out = open(args.out, "w") if getattr(args, "out", None) else sys.stdout
-    {"frag": frag, "frag-one": frag_one, "offload": offload, "bench": bench}[args.stage](args, out)
+    {"frag": frag, "frag-one": frag_one, "offload": offload, "bench": bench, "train": train}[args.stage](args, out)
 
 
 if __name__ == "__main__":

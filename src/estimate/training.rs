@@ -179,10 +179,9 @@ pub struct StepActivations {
     pub peak: u64,
     /// Where the peak falls.
     pub phase: &'static str,
-    /// The AdamW update's peak above weights and states: the gradients, and 14 tensors the size of
-    /// the largest weight. candle's AdamW keeps its moments as `Var`s, so each op of the update
-    /// records its inputs and the new moment, its bias-corrected copy, the update and the new
-    /// weight hold every intermediate until that weight is done: 3 + 3 + 1 + 1 + 1 + 3 + 2.
+    /// The AdamW update's peak above weights and states: the gradients, and three tensors the size
+    /// of the largest weight (`model::optim`, which updates in place: the second moment's line).
+    /// candle_nn's AdamW, which records its update's ops, held 14.
     pub optimizer_peak: u64,
 }
 
@@ -208,13 +207,24 @@ pub fn step_peak(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: boo
 ///   recomputed with its constants' gradients, four score matrices of its backward, its input and
 ///   output gradients), and the embedding's (every gradient, the table's gradient and its sum).
 pub fn step_activations(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bool) -> StepActivations {
+    step_activations_updating(cfg, params, sh, checkpoint, crate::model::optim::UPDATE_COPIES)
+}
+
+/// candle_nn's AdamW, which the committed training runs before 2026-11-24 used: its update records
+/// its ops, so the new moments, their bias-corrected copies, the step and the new weight hold every
+/// intermediate until the weight is done: 3 + 3 + 1 + 1 + 1 + 3 + 2 tensors of its size.
+pub const CANDLE_NN_ADAMW_COPIES: u64 = 14;
+
+/// `step_activations` with an AdamW update that holds `update_copies` tensors of the largest
+/// weight's size beside the gradients.
+pub fn step_activations_updating(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bool, update_copies: u64) -> StepActivations {
     let (n, h, layers) = (sh.tokens(), cfg.hidden_size as u64, cfg.num_hidden_layers as u64);
     let table = F32 * (cfg.hidden_size * cfg.vocab_size) as u64;
     let gradients = F32 * params;
     let hidden = F32 * n * h;
     let head = graph_head(cfg, sh) + head_backward(cfg, sh);
     let largest = cfg.tensor_specs().iter().map(|t| t.elem_count() as u64).max().unwrap_or(0);
-    let optimizer_peak = gradients + 14 * F32 * largest;
+    let optimizer_peak = gradients + update_copies * F32 * largest;
     if !checkpoint {
         let forward = graph(cfg, sh);
         let end = forward + gradients + layers * constant_grads_layer(cfg, sh) + table + hidden;
@@ -302,8 +312,8 @@ mod tests {
         assert_eq!(plain.peak, graph(&cfg, sh) + 4 * p + 2 * constant_grads_layer(&cfg, sh) + 4 * 262_144 + 4 * 64 * 256);
         let ckpt = step_activations(&cfg, p, sh, true);
         assert_eq!(ckpt.forward, 3 * 4 * 64 * 256 + 4 * 64 * 64);
-        // AdamW: the gradients and 14 copies of the largest tensor (the 1,024 × 256 embedding).
-        assert_eq!(plain.optimizer_peak, 4 * p + 14 * 4 * 262_144);
+        // AdamW in place: the gradients and 3 copies of the largest tensor (the 1,024 × 256 embedding).
+        assert_eq!(plain.optimizer_peak, 4 * p + 3 * 4 * 262_144);
         assert!(ckpt.peak < plain.peak);
         // The articles': 64 · 256 · 2 · 4 B, and 35 % of it kept.
         assert_eq!(articles_activations(&cfg, sh, false), 131_072);

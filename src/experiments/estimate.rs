@@ -102,12 +102,15 @@ pub mod col {
     pub const GIB_PER_GPU: &str = "gib_per_gpu";
     pub const RANK: &str = "rank";
     pub const NOTE: &str = "note";
+    pub const WITHOUT_CHECKPOINTING_GIB: &str = "without_checkpointing_gib";
+    pub const WITH_CHECKPOINTING_GIB: &str = "with_checkpointing_gib";
 }
 
 pub const LEDGER: &str = "estimate_ledger";
 pub const FIT: &str = "estimate_fit";
 pub const CURVE: &str = "estimate_curve";
 pub const TRAINING: &str = "estimate_training";
+pub const TRAIN_STEP: &str = "estimate_train_step";
 pub const PLAN: &str = "plan";
 
 /// The model's config: --config, else the session's model; and the GGUF file when the model is
@@ -222,6 +225,7 @@ impl Stage for Estimate {
         out.table(CURVE, df!(col::PRECISION => curve.0, col::SEQ => curve.1, col::NEED_GIB => curve.2)?);
         if c.train {
             out.table(TRAINING, training_table(&cfg, c)?);
+            out.table(TRAIN_STEP, train_step_table(&cfg, c)?);
         }
         Ok(out)
     }
@@ -263,7 +267,16 @@ impl Stage for Estimate {
                 columns: &[SETUP, ITEM, BYTES_PER_PARAM, GIB_PER_GPU, NOTE],
                 group_by: &[],
                 chart: None,
-                explain: "Weights, gradients, the F32 master copy (mixed precision), the optimizer's states, and what ZeRO divides across GPUs; activations are not in this ledger: `vram-lab train` measures a real step and its activation formula. 训练:权重、梯度、主权重、优化器状态,以及 ZeRO 的切分。",
+                explain: "Weights, gradients, the F32 master copy (mixed precision), the optimizer's states, and what ZeRO divides across GPUs; the step's activations and peak are the next table. 训练:权重、梯度、主权重、优化器状态,以及 ZeRO 的切分。",
+            },
+            View {
+                name: "train_step",
+                table: TRAIN_STEP,
+                caption: "Estimator — the lab's F32 training step at this batch and context (GiB)",
+                columns: &[ITEM, WITHOUT_CHECKPOINTING_GIB, WITH_CHECKPOINTING_GIB, NOTE],
+                group_by: &[],
+                chart: None,
+                explain: "The step `vram-lab train` runs (forward, backward, AdamW in F32), counted tensor by tensor from candle's forward and backward: what the forward keeps for the backward, the backward's busiest moment, the update's, and the peak the card must hold. Checked against the lab's measured steps (`vram-lab check`). 训练一步的激活与峰值,有无梯度检查点。",
             },
         ]
     }
@@ -296,6 +309,34 @@ fn training_table(cfg: &Qwen2Config, c: &EstimateConfig) -> Result<DataFrame> {
         }
     }
     Ok(df!(col::SETUP => su, col::ITEM => it, col::BYTES_PER_PARAM => bp, col::GIB_PER_GPU => gib, col::NOTE => note)?)
+}
+
+/// The lab's F32 training step at this batch and context (`vram-lab train`), without and with
+/// gradient checkpointing: what it keeps, its busiest moments and its peak, beside the articles'
+/// rule (16 B per parameter plus batch × seq × hidden × layers × 4 B of activations).
+fn train_step_table(cfg: &Qwen2Config, c: &EstimateConfig) -> Result<DataFrame> {
+    let params = cfg.param_count() as u64;
+    let sh = training::TrainShape { batch: c.batch, seq: c.seq };
+    let l = training::ledger(params, &TrainSetup::fp32_adam());
+    let [off, on] = [false, true].map(|ck| training::step_activations(cfg, params, sh, ck));
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let articles = |ck| l.total() + training::articles_activations(cfg, sh, ck);
+    let rows: [(&str, u64, u64, String); 8] = [
+        ("weights (F32)", l.weights, l.weights, "4 B per parameter".into()),
+        ("AdamW states", l.optimizer, l.optimizer, "two F32 moments".into()),
+        ("gradients", off.gradients, on.gradients, "4 B per parameter".into()),
+        ("what the forward keeps", off.forward, on.forward, "candle's graph; with checkpointing each layer's input".into()),
+        ("backward peak above weights + states", off.peak, on.peak, format!("at the {} / the {}", off.phase, on.phase)),
+        ("AdamW update peak above weights + states", off.optimizer_peak, on.optimizer_peak, "the gradients and 3 tensors the size of the largest weight (the update in place)".into()),
+        ("step peak", l.weights + l.optimizer + off.above_states(), l.weights + l.optimizer + on.above_states(), format!("{} × {} tokens; what the card must hold beyond the CUDA runtime", c.batch, c.seq)),
+        ("the articles' rule", articles(false), articles(true), "16 B per parameter + batch × seq × hidden × layers × 4 B (checkpointing: 35 % of it)".into()),
+    ];
+    Ok(df!(
+        col::ITEM => rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        col::WITHOUT_CHECKPOINTING_GIB => rows.iter().map(|r| gib(r.1)).collect::<Vec<_>>(),
+        col::WITH_CHECKPOINTING_GIB => rows.iter().map(|r| gib(r.2)).collect::<Vec<_>>(),
+        col::NOTE => rows.iter().map(|r| r.3.clone()).collect::<Vec<_>>(),
+    )?)
 }
 
 impl Stage for Plan {

@@ -12,7 +12,7 @@ use crate::memory::{guarded, mib};
 use crate::model::{train, Precision, Qwen2, Qwen2Config};
 use crate::session::Session;
 use crate::stage::{Finding, Stage, StageOutput, View};
-use candle_nn::optim::{AdamW, Optimizer as _, ParamsAdamW};
+use crate::model::optim::{AdamW, ParamsAdamW};
 use polars::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -134,7 +134,7 @@ fn rows_for(model_cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bo
         Row { checkpointing: checkpoint, item: "gradients", measured: m.map(|m| m.gradients), lab: lab.gradients, articles: Some(ledger.gradients), note: "held after the backward".into() },
         Row { checkpointing: checkpoint, item: "kept by the forward", measured: m.map(|m| m.forward), lab: lab.forward, articles: Some(art), note: if checkpoint { "each layer's input".into() } else { "the whole graph".into() } },
         Row { checkpointing: checkpoint, item: "backward peak above weights + states", measured: m.map(|m| m.backward_peak), lab: lab.peak, articles: Some(ledger.gradients + art), note: format!("lab: at the {}", lab.phase) },
-        Row { checkpointing: checkpoint, item: "AdamW update peak above weights + states", measured: m.map(|m| m.optimizer_peak), lab: lab.optimizer_peak, articles: None, note: "the gradients and 14 tensors the size of the largest weight (candle keeps the update's graph)".into() },
+        Row { checkpointing: checkpoint, item: "AdamW update peak above weights + states", measured: m.map(|m| m.optimizer_peak), lab: lab.optimizer_peak, articles: None, note: "the gradients and 3 tensors the size of the largest weight (the lab's AdamW updates in place; candle_nn's, which records the update's ops, held 14)".into() },
         Row { checkpointing: checkpoint, item: "step peak", measured: m.map(|m| weights + states + m.backward_peak.max(m.optimizer_peak)), lab: ledger.weights + ledger.optimizer + lab.above_states(), articles: Some(ledger.total() + art), note },
     ]
 }

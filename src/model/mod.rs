@@ -14,6 +14,7 @@ pub mod gguf;
 pub mod graph;
 pub mod host_linear;
 pub mod kv_cache;
+pub mod optim;
 pub mod placement;
 pub mod profile;
 pub mod precision;
