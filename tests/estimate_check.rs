@@ -165,9 +165,13 @@ fn transient_on_cpu_equals_the_formula() {
 #[test]
 fn training_steps_within_10_percent() {
     use vram_lab::estimate::training::{ledger, step_activations_updating, TrainSetup, TrainShape, CANDLE_NN_ADAMW_COPIES};
+    use vram_lab::model::optim::UPDATE_COPIES;
     use vram_lab::model::Qwen2Config;
     let mut checked = 0;
-    for run in std::fs::read_dir(results().join("h200")).unwrap().flatten() {
+    let runs = ["h200", "h100"].iter().filter_map(|gpu| std::fs::read_dir(results().join(gpu)).ok()).flatten().flatten();
+    for run in runs {
+        // Runs before 2026-11-24 updated with candle_nn's AdamW, later ones with the lab's in place.
+        let copies = if run.file_name().to_string_lossy().as_ref() < "2026-11-24" { CANDLE_NN_ADAMW_COPIES } else { UPDATE_COPIES };
         for dir in std::fs::read_dir(run.path()).unwrap().flatten() {
             let csv = dir.path().join("train/train_memory.csv");
             if !csv.is_file() {
@@ -185,15 +189,16 @@ fn training_steps_within_10_percent() {
             let measured = df.column("measured_mib").unwrap().f64().unwrap().clone();
             for i in 0..df.height() {
                 let (Some(ck), Some(what), Some(m)) = (ckpt.get(i), item.get(i), measured.get(i)) else { continue };
-                // These H200 runs updated with candle_nn's AdamW (before the lab's in-place one).
-                let a = step_activations_updating(&cfg, p, sh, ck, CANDLE_NN_ADAMW_COPIES);
+                let a = step_activations_updating(&cfg, p, sh, ck, copies);
                 let l = ledger(p, &TrainSetup::fp32_adam());
                 let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
                 match what {
                     "step peak" => {
                         let want = mib(l.weights + l.optimizer + a.peak.max(a.optimizer_peak));
                         let err = (want - m).abs() / m;
-                        assert!(err <= 0.10, "{}: {preset} {sh:?} checkpointing {ck}: {m:.1} MiB measured, {want:.1} by the formula", dir.path().display());
+                        // The in-place update's runs agree to 0.1 %; the earlier ones to 10 %.
+                        let bound = if copies == UPDATE_COPIES { 0.005 } else { 0.10 };
+                        assert!(err <= bound, "{}: {preset} {sh:?} checkpointing {ck}: {m:.1} MiB measured, {want:.1} by the formula", dir.path().display());
                         checked += 1;
                     }
                     "gradients" => assert!((mib(a.gradients) - m).abs() < 0.01, "{}: gradients {m} MiB", dir.path().display()),
@@ -202,6 +207,7 @@ fn training_steps_within_10_percent() {
             }
         }
     }
-    // Four committed runs, each with and without checkpointing.
-    assert!(checked >= 8, "only {checked} training steps found");
+    // Four H200 runs with candle_nn's AdamW and three H100 runs with the lab's, each with and
+    // without checkpointing.
+    assert!(checked >= 14, "only {checked} training steps found");
 }

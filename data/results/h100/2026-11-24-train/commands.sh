@@ -1,0 +1,16 @@
+export R=/tmp/results
+echo "### $(date -u +%H:%M:%S) train-0.5b: vram-lab train --model synthetic:qwen2.5-0.5b --seq 1024 --quiet --out /tmp/results/train-0.5b"
+/tmp/vram-lab train --model synthetic:qwen2.5-0.5b --seq 1024 --quiet --out /tmp/results/train-0.5b > /tmp/results/train-0.5b.stdout.txt 2>&1; echo "### train-0.5b exit $?"
+echo "### $(date -u +%H:%M:%S) train-1.5b: vram-lab train --model synthetic:qwen2.5-1.5b --seq 1024 --quiet --out /tmp/results/train-1.5b"
+/tmp/vram-lab train --model synthetic:qwen2.5-1.5b --seq 1024 --quiet --out /tmp/results/train-1.5b > /tmp/results/train-1.5b.stdout.txt 2>&1; echo "### train-1.5b exit $?"
+echo "### $(date -u +%H:%M:%S) train-3b: vram-lab train --model synthetic:qwen2.5-3b --seq 512 --quiet --out /tmp/results/train-3b"
+/tmp/vram-lab train --model synthetic:qwen2.5-3b --seq 512 --quiet --out /tmp/results/train-3b > /tmp/results/train-3b.stdout.txt 2>&1; echo "### train-3b exit $?"
+echo "### $(date -u +%H:%M:%S) torch-0.5b: python3 scripts/reference/pytorch_reference.py train --model data/models/qwen2.5-0.5b.json --seq 1024 --out $R/torch-0.5b.jsonl"
+python3 scripts/reference/pytorch_reference.py train --model data/models/qwen2.5-0.5b.json --seq 1024 --out $R/torch-0.5b.jsonl > /tmp/results/torch-0.5b.stdout.txt 2>&1; echo "### torch-0.5b exit $?"
+echo "### $(date -u +%H:%M:%S) torch-1.5b: python3 scripts/reference/pytorch_reference.py train --model data/models/qwen2.5-1.5b.json --seq 1024 --out $R/torch-1.5b.jsonl"
+python3 scripts/reference/pytorch_reference.py train --model data/models/qwen2.5-1.5b.json --seq 1024 --out $R/torch-1.5b.jsonl > /tmp/results/torch-1.5b.stdout.txt 2>&1; echo "### torch-1.5b exit $?"
+echo "### $(date -u +%H:%M:%S) torch-3b: python3 scripts/reference/pytorch_reference.py train --model data/models/qwen2.5-3b.json --seq 512 --out $R/torch-3b.jsonl"
+python3 scripts/reference/pytorch_reference.py train --model data/models/qwen2.5-3b.json --seq 512 --out $R/torch-3b.jsonl > /tmp/results/torch-3b.stdout.txt 2>&1; echo "### torch-3b exit $?"
+echo "### $(date -u +%H:%M:%S) torch-1.5b-bf16: python3 scripts/reference/pytorch_reference.py train --model data/models/qwen2.5-1.5b.json --seq 1024 --dtype bf16-autocast --out $R/torch-1.5b-bf16.jsonl"
+python3 scripts/reference/pytorch_reference.py train --model data/models/qwen2.5-1.5b.json --seq 1024 --dtype bf16-autocast --out $R/torch-1.5b-bf16.jsonl > /tmp/results/torch-1.5b-bf16.stdout.txt 2>&1; echo "### torch-1.5b-bf16 exit $?"
+touch /tmp/results/done
