@@ -243,6 +243,16 @@ pub fn step_activations_updating(cfg: &Qwen2Config, params: u64, sh: TrainShape,
     StepActivations { forward, gradients, peak, phase, optimizer_peak }
 }
 
+/// The least a PyTorch step with F32 weights and `torch.optim.AdamW` (its default `foreach`
+/// implementation) peaks at: weights, gradients and the two moments (16 B per parameter), and
+/// during the update one F32 copy of every parameter at once (the multi-tensor ops' results): 20 B
+/// per parameter. The step's peak where the update is its busiest moment (on an H100: 1.5B and 3B
+/// with or without checkpointing, 0.5B with it; `data/results/h100/2026-11-24-train`); a backward
+/// holding more activations peaks above it.
+pub fn pytorch_update_peak(params: u64) -> u64 {
+    20 * params
+}
+
 /// The articles' activation estimate: batch × seq × hidden × layers × 4 B ("FP32 for backward
 /// pass"), and checkpointing saving 65 % of it.
 pub fn articles_activations(cfg: &Qwen2Config, sh: TrainShape, checkpoint: bool) -> u64 {

@@ -321,7 +321,8 @@ fn train_step_table(cfg: &Qwen2Config, c: &EstimateConfig) -> Result<DataFrame> 
     let [off, on] = [false, true].map(|ck| training::step_activations(cfg, params, sh, ck));
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let articles = |ck| l.total() + training::articles_activations(cfg, sh, ck);
-    let rows: [(&str, u64, u64, String); 8] = [
+    let torch = training::pytorch_update_peak(params);
+    let rows: [(&str, u64, u64, String); 9] = [
         ("weights (F32)", l.weights, l.weights, "4 B per parameter".into()),
         ("AdamW states", l.optimizer, l.optimizer, "two F32 moments".into()),
         ("gradients", off.gradients, on.gradients, "4 B per parameter".into()),
@@ -330,6 +331,7 @@ fn train_step_table(cfg: &Qwen2Config, c: &EstimateConfig) -> Result<DataFrame> 
         ("AdamW update peak above weights + states", off.optimizer_peak, on.optimizer_peak, "the gradients and 3 tensors the size of the largest weight (the update in place)".into()),
         ("step peak", l.weights + l.optimizer + off.above_states(), l.weights + l.optimizer + on.above_states(), format!("{} × {} tokens; what the card must hold beyond the CUDA runtime", c.batch, c.seq)),
         ("the articles' rule", articles(false), articles(true), "16 B per parameter + batch × seq × hidden × layers × 4 B (checkpointing: 35 % of it)".into()),
+        ("PyTorch's step, at least", torch, torch, "F32 weights, torch.optim.AdamW (foreach): 20 B per parameter during its update; more where its backward holds more".into()),
     ];
     Ok(df!(
         col::ITEM => rows.iter().map(|r| r.0).collect::<Vec<_>>(),
