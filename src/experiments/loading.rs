@@ -1,5 +1,5 @@
 //! Stage 1b, loading time: what the disk costs. The model is written as a checkpoint (safetensors
-//! shards as transformers saves them, and a Q4 GGUF) where `--dir` says, read back from a cold and
+//! shards as transformers saves them, and a Q4_K_M GGUF) where `--dir` says, read back from a cold and
 //! a warm page cache, and loaded per source and precision, cold and warm: each load beside the
 //! floor the file read and the host→device copy set. A real model (a directory, a GGUF file, a
 //! hub repo) is measured in place, nothing written.
@@ -29,7 +29,7 @@ pub struct LoadConfig {
     /// Precisions the safetensors checkpoint is loaded in (Q4 quantizes while loading)
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = LoadConfig::default().precisions)]
     pub precisions: Vec<Precision>,
-    /// Skip the Q4 GGUF checkpoint
+    /// Skip the Q4_K_M GGUF checkpoint
     #[arg(long)]
     pub no_gguf: bool,
     /// Largest safetensors shard, MiB (Qwen2.5-7B's checkpoint has four of about 3.7 GiB)
@@ -39,7 +39,7 @@ pub struct LoadConfig {
 
 impl Default for LoadConfig {
     fn default() -> Self {
-        Self { dir: None, keep: false, precisions: vec![Precision::Bf16, Precision::Q4], no_gguf: false, shard_mib: 3800 }
+        Self { dir: None, keep: false, precisions: vec![Precision::Bf16, Precision::Q4KM], no_gguf: false, shard_mib: 3800 }
     }
 }
 
@@ -118,17 +118,18 @@ fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -
             let written = ReadTime { bytes: disk::size(&files)?, seconds };
             out.push(Checkpoint { kind: "safetensors bf16", files, source: ModelSource::Dir(st_dir), precisions: dense, written: Some((written, "write (synced)")) });
             if !c.no_gguf {
-                s.console.step("writing the Q4 GGUF");
-                let path = dir.join("model-q4.gguf");
+                s.console.step("writing the Q4_K_M GGUF");
+                let path = dir.join("model-q4_k_m.gguf");
                 let mut opened = model::source::open(&s.source, &s.opts)?;
                 let t0 = std::time::Instant::now();
-                // The plan stage 1's Q4 loads, so the file is the weights it measured.
-                model::gguf::writer::write_gguf(cfg, opened.weights.as_mut(), &path, model::gguf::writer::Plan::LabQ4, None, |_| {})?;
+                // llama.cpp's Q4_K_M, as stage 1's Q4 loads it and as users download it.
+                let plan = model::gguf::writer::Plan::Llama(model::gguf::recipe::FileType::Q4KM);
+                model::gguf::writer::write_gguf(cfg, opened.weights.as_mut(), &path, plan, None, |_| {})?;
                 std::fs::File::open(&path)?.sync_all()?;
                 let files = vec![path.clone()];
                 // Quantizing dominates this time: it is the GGUF's cost of making, not of the disk.
                 let written = ReadTime { bytes: disk::size(&files)?, seconds: t0.elapsed().as_secs_f64() };
-                out.push(Checkpoint { kind: "gguf q4", files, source: ModelSource::Gguf(path), precisions: vec![Precision::Q4], written: Some((written, "quantize + write (synced)")) });
+                out.push(Checkpoint { kind: "gguf q4_k_m", files, source: ModelSource::Gguf(path), precisions: vec![Precision::Q4KM], written: Some((written, "quantize + write (synced)")) });
             }
             Ok(out)
         }
@@ -139,9 +140,9 @@ fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -
                 ModelSource::Gguf(f) => f,
                 other => return Err(LabError::other(format!("{} was not fetched to a GGUF file", other.label()))),
             };
-            Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4], written: None }])
+            Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4KM], written: None }])
         }
-        ModelSource::Gguf(f) => Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4], written: None }]),
+        ModelSource::Gguf(f) => Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4KM], written: None }]),
     }
 }
 
@@ -156,7 +157,7 @@ fn no_room(s: &Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -> Result
     if !matches!(s.source, ModelSource::Synthetic(_)) {
         return Ok(None);
     }
-    let need = estimate::weight_bytes(cfg, Precision::Bf16) + if c.no_gguf { 0 } else { estimate::weight_bytes(cfg, Precision::Q4) };
+    let need = estimate::weight_bytes(cfg, Precision::Bf16) + if c.no_gguf { 0 } else { estimate::weight_bytes(cfg, Precision::Q4KM) };
     let need = need + need / 10;
     Ok(disk::free_bytes(dir)?.filter(|&free| free < need).map(|free| {
         format!(
@@ -218,7 +219,7 @@ impl Stage for Loading {
     const NAME: &'static str = "load";
     const TITLE: &'static str = "Stage 1b — loading time / 加载时间";
     const ABOUT: &'static str = "Write the checkpoint, read it cold and warm, load it per source and precision: what the disk costs";
-    const INTRO: &'static str = "加载时间取决于磁盘:同一个 checkpoint 从冷的和热的页缓存读回,再按来源和精度加载,每次加载都和它的下限(读文件 + 拷贝到显卡)放在一起。<br>Loading time depends on the disk. The model is written as a checkpoint (safetensors shards, and a Q4 GGUF), read back with the page cache dropped for its files (posix_fadvise, no root needed; the fraction still cached is reported) and warm, then loaded per source and precision, cold and warm. Each load stands beside its floor: the file read plus the host→device copy. On AutoDL, run it once with --dir on the data disk (/root/autodl-tmp) and once on the system disk.";
+    const INTRO: &'static str = "加载时间取决于磁盘:同一个 checkpoint 从冷的和热的页缓存读回,再按来源和精度加载,每次加载都和它的下限(读文件 + 拷贝到显卡)放在一起。<br>Loading time depends on the disk. The model is written as a checkpoint (safetensors shards, and a Q4_K_M GGUF as llama.cpp writes it), read back with the page cache dropped for its files (posix_fadvise, no root needed; the fraction still cached is reported) and warm, then loaded per source and precision, cold and warm. Each load stands beside its floor: the file read plus the host→device copy. On AutoDL, run it once with --dir on the data disk (/root/autodl-tmp) and once on the system disk.";
     type Config = LoadConfig;
 
     fn run(s: &mut Session, c: &LoadConfig) -> Result<StageOutput> {
@@ -323,7 +324,7 @@ fn note(r: &LoadRow) -> String {
         return "does not fit the card: the load stopped at the OOM".into();
     }
     match r.precision {
-        Precision::Q4 if r.checkpoint.starts_with("safetensors") => "quantized on the CPU while loading".into(),
+        p if p.is_quantized() && r.checkpoint.starts_with("safetensors") => "quantized on the CPU while loading".into(),
         Precision::F32 | Precision::F16 if r.checkpoint == "safetensors bf16" => "converted from the file's BF16 while loading".into(),
         _ => String::new(),
     }
