@@ -14,36 +14,28 @@ pub mod workspace;
 
 /// Weight bytes of `cfg` in `precision`, tensor by tensor (each as `Precision::held` holds it).
 pub fn weight_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
-    let price = |s: &TensorSpec| precision.held(cfg, s).bytes(s.elem_count());
-    if !precision.types_vary_by_layer() {
-        return sum_over_tensors(cfg, price);
-    }
-    // Q4_K_M gives the `use_more_bits` layers' attn_v and ffn_down more bits: one layer of each
-    // kind priced, times how many there are.
-    let n = cfg.num_hidden_layers;
-    let outside: u64 = with_layers(cfg, 0).tensor_specs().iter().map(price).sum();
-    let first = with_layers(cfg, 1).tensor_specs();
-    let layer = |i: usize| -> u64 {
-        let prefix = format!("model.layers.{i}.");
-        first
-            .iter()
-            .filter(|s| s.name.starts_with("model.layers.0."))
-            .map(|s| price(&TensorSpec { name: s.name.replacen("model.layers.0.", &prefix, 1), shape: s.shape.clone() }))
-            .sum()
-    };
-    let more = |i: usize| use_more_bits(i as i64, n as i64);
-    let promoted = (0..n).filter(|&i| more(i)).count() as u64;
-    let kinds = [(0..n).find(|&i| more(i)).map(|i| promoted * layer(i)), (0..n).find(|&i| !more(i)).map(|i| (n as u64 - promoted) * layer(i))];
-    outside + kinds.into_iter().flatten().sum::<u64>()
+    sum_over_tensors(cfg, |s| precision.held(cfg, s).bytes(s.elem_count()))
 }
 
-/// `price` summed over every tensor of `cfg`. Every layer holds the same tensors, priced alike,
-/// so one layer is priced and multiplied: the searches call this hundreds of times, and a
-/// 4,096-layer config has 49,000 tensors to name.
+/// `price` summed over every tensor of `cfg`, one layer of each kind priced and multiplied: the
+/// searches call this hundreds of times, and a 4,096-layer config has 49,000 tensors to name.
+/// Layers differ only where llama.cpp's `use_more_bits` promotes one (Q4_K_M's attn_v and
+/// ffn_down), so there are at most two kinds.
 pub fn sum_over_tensors(cfg: &Qwen2Config, price: impl Fn(&TensorSpec) -> u64) -> u64 {
+    let n = cfg.num_hidden_layers;
     let outside: u64 = with_layers(cfg, 0).tensor_specs().iter().map(&price).sum();
-    let layer = with_layers(cfg, 1).tensor_specs().iter().map(&price).sum::<u64>() - outside;
-    outside + layer * cfg.num_hidden_layers as u64
+    let first: Vec<TensorSpec> = with_layers(cfg, 1).tensor_specs().into_iter().filter(|s| s.name.starts_with("model.layers.0.")).collect();
+    let layer = |i: usize| -> u64 {
+        let prefix = format!("model.layers.{i}.");
+        first.iter().map(|s| price(&TensorSpec { name: s.name.replacen("model.layers.0.", &prefix, 1), shape: s.shape.clone() })).sum()
+    };
+    let more = |i: usize| use_more_bits(i as i64, n as i64);
+    let promoted = (0..n).filter(|&i| more(i)).count();
+    [(true, promoted), (false, n - promoted)]
+        .into_iter()
+        .filter_map(|(kind, count)| (0..n).find(|&i| more(i) == kind).map(|i| count as u64 * layer(i)))
+        .sum::<u64>()
+        + outside
 }
 
 /// `cfg` with `n` layers: its tensors are the outside ones and the first `n` layers'.

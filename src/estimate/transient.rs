@@ -135,8 +135,10 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
         };
     // The fused kernel writes the output as the projection reads it: no reshaped copy.
     let copies = if p.attention == AttentionMode::Flash { 0 } else { tokens * h };
-    // A cast product's F32 input and output (2 × the 16-bit bytes) beside its result.
-    let cast = p.cast && tokens > 8;
+    // A cast product's F32 input and output (2 × the 16-bit bytes) beside its result: candle casts
+    // over more rows than its vector path takes.
+    let casts = |rows: u64| p.cast && rows > super::workspace::MMVQ_MAX_ROWS;
+    let cast = casts(tokens);
     // x, h1, q, q, a, a reshaped, o(a), x + o(a); cast: a, a reshaped, a in F32, o(a) in F32
     // and in 16 bits.
     let o_proj = layer + copies + tokens * if cast { 6 * h } else { 3 * h };
@@ -155,7 +157,7 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     // piece is the last (beside every kept logit) or, when the last is shorter, the last full
     // one (a larger F32 product beside the pieces before it).
     let v = cfg.vocab_size as u64 * a;
-    let cast_of = |rows_of_piece: u64| if p.cast && rows_of_piece > 8 { rows_of_piece * (2 * h + 2 * v) } else { 0 };
+    let cast_of = |rows_of_piece: u64| if casts(rows_of_piece) { rows_of_piece * (2 * h + 2 * v) } else { 0 };
     let (full_rows, last_rows) = match p.logits {
         Logits::All if rows < s => (b * rows, b * (s - (s - 1) / rows * rows)),
         Logits::All => (0, tokens),
@@ -181,7 +183,7 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let pieces = if p.logits == Logits::All { s.div_ceil(rows) } else { 1 };
     let piece = logits_kept / pieces;
     let head_share = if at_full > at_last {
-        share(s.div_ceil(rows) - 1, piece) + chunk_share([full_rows * 2 * h, full_rows * 2 * v]) + if b > 1 { share(1, full_rows * h) } else { 0 }
+        share(pieces - 1, piece) + chunk_share([full_rows * 2 * h, full_rows * 2 * v]) + if b > 1 { share(1, full_rows * h) } else { 0 }
     } else {
         share(pieces, piece) + share(1, last_copy) + if cast_of(last_rows) > 0 { chunk_share([last_rows * 2 * h, last_rows * 2 * v]) } else { 0 }
     };

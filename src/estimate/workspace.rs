@@ -21,7 +21,8 @@ const MMQ_BLOCK_BYTES: u64 = 144;
 const MMQ_SLACK_BLOCKS: u64 = 128;
 const MMVQ_BLOCK: u64 = 32;
 const MMVQ_BLOCK_BYTES: u64 = 36;
-const MMVQ_MAX_ROWS: u64 = 8;
+/// candle's vector path (MMVQ) takes up to 8 rows; more go through MMQ.
+pub const MMVQ_MAX_ROWS: u64 = 8;
 /// 256 SMs × 128 × 128 F32 partial tiles.
 pub const FIXUP_BYTES: u64 = 256 * 128 * 128 * 4;
 

@@ -136,12 +136,6 @@ impl Precision {
             q => Held::Blocks(q),
         }
     }
-
-    /// Whether layers differ in their tensors' types (Q4_K_M promotes some layers' attn_v and
-    /// ffn_down): the estimator then prices each kind of layer.
-    pub fn types_vary_by_layer(self) -> bool {
-        matches!(self, Self::Q4KM | Self::Q4KMF32)
-    }
 }
 
 impl Compute {
@@ -156,8 +150,7 @@ impl Compute {
 /// llama.cpp's Q4_K_M type for one tensor of `cfg` named as in the HF checkpoint (F32 for what
 /// llama-quantize leaves alone: norms and biases).
 fn q4_k_m_type(cfg: &Qwen2Config, spec: &TensorSpec) -> GgmlDType {
-    let name = super::gguf::gguf_name(&spec.name);
-    let ne: Vec<u64> = spec.shape.iter().rev().map(|&d| d as u64).collect();
+    let (name, ne) = super::gguf::gguf_tensor(spec);
     if !recipe::is_quantized(&name, &ne) {
         return GgmlDType::F32;
     }

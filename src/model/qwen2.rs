@@ -3,7 +3,7 @@
 //! written in place, attention is bounded (see attention.rs), RoPE angles are computed in F32, and
 //! a prompt may be fed in any split of prefix and continuation.
 //!
-//! Why one file of ~880 lines: the linear and embedding wrappers, the layer (its forward pass, the
+//! Why one file of ~890 lines: the linear and embedding wrappers, the layer (its forward pass, the
 //! static decoding step's fused path, stacking), the model and the logits share private helpers
 //! that issue 25 moves into `model/qwen2/{layer,model}.rs` together with the decoding step
 //! (`graph.rs`) they now import both ways; split apart from that move, they would move twice.

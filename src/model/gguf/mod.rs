@@ -39,9 +39,14 @@ pub fn gguf_name(hf: &str) -> String {
     map.iter().fold(hf.to_string(), |s, (a, b)| s.replace(a, b))
 }
 
-/// The tensors a config implies, as a GGUF names and shapes them (row length first).
+/// One tensor as a GGUF names and shapes it (row length first).
+pub fn gguf_tensor(spec: &TensorSpec) -> (String, Vec<u64>) {
+    (gguf_name(&spec.name), spec.shape.iter().rev().map(|&d| d as u64).collect())
+}
+
+/// The tensors a config implies, as a GGUF names and shapes them.
 pub fn gguf_tensors(cfg: &Qwen2Config) -> Vec<(String, Vec<u64>)> {
-    cfg.tensor_specs().iter().map(|s| (gguf_name(&s.name), s.shape.iter().rev().map(|&d| d as u64).collect())).collect()
+    cfg.tensor_specs().iter().map(gguf_tensor).collect()
 }
 
 /// A GGUF file as a weight source: its header read once, each tensor read when loaded.

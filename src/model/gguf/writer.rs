@@ -45,10 +45,6 @@ impl Planned {
     }
 }
 
-pub fn model_class(cfg: &Qwen2Config) -> ModelClass {
-    ModelClass::qwen2(cfg.num_hidden_layers)
-}
-
 /// Every tensor of `cfg` with the type `plan` gives it, in the checkpoint's order.
 pub fn plan(cfg: &Qwen2Config, plan: Plan) -> Vec<Planned> {
     let named = gguf_tensors(cfg);
@@ -56,7 +52,7 @@ pub fn plan(cfg: &Qwen2Config, plan: Plan) -> Vec<Planned> {
         Plan::Llama(ftype) => {
             let tensors: Vec<recipe::Tensor> = named.iter().map(|(n, ne)| recipe::Tensor { name: n, ne }).collect();
             // The converter writes vectors as F32; they keep that type.
-            recipe::plan(ftype, model_class(cfg), &tensors, |_| GgmlType::of(candle_core::quantized::GgmlDType::F32))
+            recipe::plan(ftype, ModelClass::qwen2(cfg.num_hidden_layers), &tensors, |_| GgmlType::of(candle_core::quantized::GgmlDType::F32))
         }
         Plan::LabQ4 => cfg.tensor_specs().iter().map(|s| GgmlType::of(ggml_dtype_for(s, cfg.tie_word_embeddings))).collect(),
     };
