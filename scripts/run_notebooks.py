@@ -96,6 +96,11 @@ def missing_outputs(path):
         return f"cells {', '.join(map(str, empty))} show something but have no outputs"
     if code and sum(1 for c in code if c.get("outputs")) * 2 < len(code):
         return "fewer than half of its code cells have outputs"
+    # GitHub runs no JavaScript: every chart carries its static SVG beside plotly's JSON.
+    bare = [c.get("id") for c in code for o in c.get("outputs", [])
+            if "application/vnd.plotly.v1+json" in o.get("data", {}) and "image/svg+xml" not in o.get("data", {})]
+    if bare:
+        return f"charts of cells {', '.join(map(str, bare))} have no static SVG"
     return None
 
 

@@ -1,7 +1,7 @@
 //! The lab's error type. An out-of-memory is a value (`LabError::Oom`) that carries what was asked
 //! for and what memory looked like at that moment, so a stage can report it and the next one runs.
 
-use crate::memory::Snapshot;
+use crate::units::{fmt_bytes, grouped};
 
 pub type Result<T, E = LabError> = std::result::Result<T, E>;
 
@@ -15,7 +15,7 @@ pub enum LabError {
     OutOfRange { what: String, value: String, allowed: String },
     /// A token id at or past the model's vocabulary: checked on the host, before any kernel
     /// (on a GPU the embedding's device-side assert would poison the CUDA context).
-    #[error("token id {id} is outside the vocabulary ({} tokens)", crate::limits::grouped(*.vocab as u64))]
+    #[error("token id {id} is outside the vocabulary ({} tokens)", grouped(*.vocab as u64))]
     TokenOutOfVocab { id: u64, vocab: usize },
     /// A file shorter than its own header says.
     #[error("{path}: truncated: {have} of {need} bytes")]
@@ -40,7 +40,7 @@ pub enum LabError {
 }
 
 /// What an out-of-memory looked like: the request that failed (when the allocator hook saw it),
-/// the snapshot and the memory summary at that moment.
+/// the memory counters and the memory summary at that moment.
 #[derive(Debug, Clone, Default)]
 pub struct OomReport {
     /// Bytes of the allocation that failed; `None` when no hook saw it.
@@ -49,14 +49,39 @@ pub struct OomReport {
     pub message: String,
     /// What the lab was doing ("load model.layers.23.mlp.up_proj.weight", "prefill 32768").
     pub during: String,
-    pub snapshot: Option<Snapshot>,
+    /// The counters when the probe caught it (`memory::MemoryProbe::capture`).
+    pub at: Option<MemoryAtFailure>,
     pub summary: String,
+}
+
+/// The memory counters at a failure, in bytes: the probe's snapshot as the error carries it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MemoryAtFailure {
+    pub t_s: f64,
+    pub allocated: u64,
+    pub reserved: u64,
+    pub peak: u64,
+    pub reserved_peak: u64,
+    pub device_used: Option<u64>,
+    pub device_total: Option<u64>,
+}
+
+impl MemoryAtFailure {
+    /// Device memory outside the allocator's pool (CUDA context, modules).
+    pub fn outside_pool(&self) -> Option<u64> {
+        self.device_used.map(|u| u.saturating_sub(self.reserved))
+    }
+
+    /// What the pool could have had at most: the card less what sits outside the pool.
+    pub fn pool_capacity(&self) -> Option<u64> {
+        self.device_total.map(|t| t.saturating_sub(self.outside_pool().unwrap_or(0)))
+    }
 }
 
 impl OomReport {
     pub fn headline(&self) -> String {
         let req = match self.request_bytes {
-            Some(b) => format!("tried to allocate {}", crate::memory::fmt_bytes(b)),
+            Some(b) => format!("tried to allocate {}", fmt_bytes(b)),
             None => "allocation size unknown".into(),
         };
         let during = if self.during.is_empty() { String::new() } else { format!(" during {}", self.during) };

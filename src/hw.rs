@@ -66,7 +66,7 @@ impl Card {
         let mib = checked_mib(s, mib)?;
         Ok(Card {
             name: key.clone(),
-            label: format!("a {} card", crate::memory::fmt_bytes((mib * 1024.0 * 1024.0) as u64)),
+            label: format!("a {} card", crate::units::fmt_bytes((mib * 1024.0 * 1024.0) as u64)),
             total_mib: mib,
             total_source: "given on the command line".into(),
             bandwidth_gbs: None,
@@ -133,16 +133,31 @@ pub fn set_event_tracking(device: &Device, on: bool) {
 pub fn describe(device: &Device) -> String {
     match device {
         #[cfg(feature = "cuda")]
-        Device::Cuda(dev) => format!("cuda:{} {}", crate::memory::cuda::ordinal(dev), crate::memory::cuda::name(dev)),
+        Device::Cuda(dev) => format!("cuda:{} {}", gpu_ordinal(dev), cuda_name(dev)),
         _ => format!("cpu ({} threads)", candle_core::utils::get_num_threads()),
     }
+}
+
+/// The ordinal of a CUDA device (cuda:N).
+#[cfg(feature = "cuda")]
+pub fn gpu_ordinal(dev: &candle_core::CudaDevice) -> usize {
+    match Device::Cuda(dev.clone()).location() {
+        candle_core::DeviceLocation::Cuda { gpu_id } => gpu_id,
+        _ => 0,
+    }
+}
+
+/// The driver's name of a CUDA device ("NVIDIA H200").
+#[cfg(feature = "cuda")]
+pub fn cuda_name(dev: &candle_core::CudaDevice) -> String {
+    dev.cuda_stream().context().name().unwrap_or_else(|_| "CUDA device".into())
 }
 
 /// The GPU's name, None on CPU.
 pub fn gpu_name(device: &Device) -> Option<String> {
     match device {
         #[cfg(feature = "cuda")]
-        Device::Cuda(dev) => Some(crate::memory::cuda::name(dev)),
+        Device::Cuda(dev) => Some(cuda_name(dev)),
         _ => None,
     }
 }

@@ -5,10 +5,11 @@
 //! stages; `estimate` holds pure formulas; `experiments` hold one report stage each, on the
 //! contract of `stage`; a `session::Session` runs them.
 
-pub mod alloc_model;
 pub mod error;
+pub mod commands;
 pub mod estimate;
 pub mod experiments;
+pub mod frame;
 pub mod hw;
 pub mod limits;
 pub mod memory;
@@ -19,7 +20,8 @@ pub mod report;
 pub mod search;
 pub mod session;
 pub mod stage;
-pub mod tools;
+
+pub mod units;
 
 pub use error::{LabError, Result};
 
@@ -31,6 +33,6 @@ pub mod prelude {
     pub use crate::model::{Logits, ModelSource, Precision, Qwen2Config, SourceOptions};
     pub use crate::notebook::{check_answer, Mode, Setup, StageRun};
     pub use crate::report::Table;
-    pub use crate::report::{charts, display::{show_chart, show_columns, show_table}};
+    pub use crate::report::display::{show_chart, show_columns, show_table};
     pub use candle_core::Device;
 }

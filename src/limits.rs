@@ -5,6 +5,7 @@
 //! Qwen2.5-72B: 80 layers, 131,072 positions).
 
 use crate::error::{LabError, Result};
+use crate::units::grouped;
 use clap::builder::RangedU64ValueParser;
 
 pub const MAX_VOCAB: usize = 1 << 24;
@@ -73,30 +74,10 @@ pub fn check_count(what: &str, value: usize, max: usize) -> Result<usize> {
     Ok(value)
 }
 
-/// 152064 → "152,064": the way the lab's messages write counts.
-pub fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn groups_thousands() {
-        assert_eq!(grouped(0), "0");
-        assert_eq!(grouped(999), "999");
-        assert_eq!(grouped(152_064), "152,064");
-        assert_eq!(grouped(999_999_999), "999,999,999");
-    }
 
     #[test]
     fn counts_outside_their_range_are_named() {

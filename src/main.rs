@@ -2,15 +2,16 @@
 //! `experiments::registry()` is a subcommand with its own config flags; `run` runs them all.
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use vram_lab::error::{LabError, Result};
 use vram_lab::experiments::{self, registry};
 use vram_lab::memory::host::CountingAlloc;
 use vram_lab::model::gguf::recipe::FileType;
-use vram_lab::report::{html, manifest::RunStatus, RunFolder};
-use vram_lab::session::{Session, SessionArgs};
+use vram_lab::report::html;
+use vram_lab::session::run_folder::{RunFolder, RunStatus};
+use vram_lab::session::{expected, Session, SessionArgs};
 use vram_lab::stage::AnyStage;
-use vram_lab::tools;
+use vram_lab::commands;
 
 // Heap bytes counted, so CPU runs report allocated / peak exactly and can emulate a card.
 #[global_allocator]
@@ -40,7 +41,7 @@ enum Cmd {
     /// Re-render report.html of a run folder from its manifest.json
     Report { dir: PathBuf },
     /// Generate text: the quickest check that a model loaded correctly
-    Generate(tools::GenerateArgs),
+    Generate(commands::GenerateArgs),
     /// Write a GGUF file with llama.cpp's recipe (Q4_K_M by default) from safetensors, a GGUF or a
     /// synthetic preset, with the model's tokenizer in its metadata when it has one
     Quantize {
@@ -55,7 +56,7 @@ enum Cmd {
     Info,
     /// A process's GPU memory over time (NVML), to CSV, with a live line: `vram-lab watch --pid N`
     /// or `vram-lab watch -- python infer.py`
-    Watch(tools::WatchArgs),
+    Watch(commands::WatchArgs),
 }
 
 /// Runs `stages` in one session, each with its device's default config and the flags given (if
@@ -63,13 +64,22 @@ enum Cmd {
 fn run_stages(args: &SessionArgs, what: &str, stages: Vec<(Box<dyn AnyStage>, Option<&clap::ArgMatches>)>, report_card: bool) -> Result<()> {
     let mut session = Session::open(args, what, report_card)?;
     let gpu = session.device.is_cuda();
-    let mut interrupted = false;
+    let mut configs = Vec::new();
     for (stage, flags) in &stages {
         let config = args.apply_compute(match flags {
             Some(m) => stage.config_from(m, gpu)?,
             None => stage.default_config(gpu)?,
         })?;
-        if let Err(e) = session.run_stage(stage.as_ref(), config) {
+        configs.push((stage.name().to_string(), config));
+    }
+    // What the committed runs on this GPU, model and card took, before anything starts.
+    let found = expected::expected(Path::new("data/results"), session.manifest(), &configs);
+    if let Some(line) = expected::describe(&found, &configs, session.manifest().env.gpu.as_deref()) {
+        session.say(line);
+    }
+    let mut interrupted = false;
+    for ((stage, _), (_, config)) in stages.iter().zip(configs) {
+        if let Err(e) = vram_lab::stage::run(&mut session, stage.as_ref(), config) {
             interrupted = matches!(e, LabError::Interrupted);
             if !interrupted {
                 return Err(e);
@@ -78,7 +88,7 @@ fn run_stages(args: &SessionArgs, what: &str, stages: Vec<(Box<dyn AnyStage>, Op
         }
     }
     let on_input = session.failed_on_input;
-    let run = session.finish(&registry())?;
+    let run = session.finish(|run| html::write(run, &registry()))?;
     if interrupted {
         return Err(LabError::Interrupted);
     }
@@ -117,10 +127,10 @@ fn dispatch(matches: &clap::ArgMatches) -> Result<()> {
             println!("wrote {}", path.display());
             Ok(())
         }
-        Cmd::Generate(g) => tools::generate(args, &g).map(|t| println!("{t}")),
-        Cmd::Quantize { to, ftype } => tools::quantize(args, &to, ftype).map(|t| println!("{t}")),
-        Cmd::Info => tools::info(args).map(|t| println!("{t}")),
-        Cmd::Watch(w) => tools::watch(args, &w).map(|t| println!("{t}")),
+        Cmd::Generate(g) => commands::generate(args, &g).map(|t| println!("{t}")),
+        Cmd::Quantize { to, ftype } => commands::quantize(args, &to, ftype).map(|t| println!("{t}")),
+        Cmd::Info => commands::info(args).map(|t| println!("{t}")),
+        Cmd::Watch(w) => commands::watch(args, &w).map(|t| println!("{t}")),
     }
 }
 
@@ -129,7 +139,7 @@ fn stage_names() -> String {
 }
 
 fn main() {
-    vram_lab::report::format::console_setup();
+    vram_lab::frame::console_setup();
     vram_lab::session::stop_on_ctrl_c();
     let command = registry().iter().fold(Cli::command(), |c, s| c.subcommand(s.command()));
     let matches = match command.try_get_matches() {

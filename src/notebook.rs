@@ -8,13 +8,15 @@ use crate::error::{LabError, Result};
 use crate::experiments::{find, registry};
 use crate::hw::Card;
 use crate::model::Precision;
+use crate::frame::{groups, present_columns};
+use crate::report::chart::draw;
 use crate::report::display::{show_chart, show_table};
-use crate::report::format::{groups, view_columns};
-use crate::report::manifest::{Manifest, RunFolder, StageStatus, MANIFEST};
+use crate::report::svg::draw_svg;
+use crate::session::run_folder::{run_folders, Manifest, RunFolder, StageStatus, MANIFEST};
 use crate::report::Table;
 use crate::session::{Session, SessionArgs};
 use crate::stage::View;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -96,8 +98,8 @@ impl Setup {
                 args.out = Some(live_run_dir(name));
                 let mut session = Session::open(&args, name, false)?;
                 let config = stage.default_config(session.device.is_cuda())?;
-                session.run_stage(stage.as_ref(), config)?;
-                session.finish(&registry())?
+                crate::stage::run(&mut session, stage.as_ref(), config)?;
+                session.finish(|run| crate::report::html::write(run, &registry()))?
             }
         };
         let record = run.manifest.stage(name).ok_or_else(|| LabError::other(format!("the run has no stage {name}")))?;
@@ -172,9 +174,9 @@ pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Es
     let check = estimate_check::CheckConfig { results: results_dir() };
     for (name, config) in [("estimate", serde_json::to_value(est)?), ("plan", serde_json::to_value(plan)?), ("check", serde_json::to_value(check)?)] {
         let stage = find(name).ok_or_else(|| LabError::other(format!("no stage {name}")))?;
-        session.run_stage(stage.as_ref(), config)?;
+        crate::stage::run(&mut session, stage.as_ref(), config)?;
     }
-    let run = session.finish(&registry())?;
+    let run = session.finish(|run| crate::report::html::write(run, &registry()))?;
     let of = |stage: &str| StageRun { run: run.clone(), stage: stage.into() };
     Ok(Estimator { estimate: of("estimate"), plan: of("plan"), check: of("check") })
 }
@@ -187,19 +189,6 @@ fn live_run_dir(name: &str) -> PathBuf {
 
 /// Folders holding a manifest.json, up to `depth` levels below `dir`
 /// (data/results/<gpu>/<date>-<what>/<run>/).
-fn run_folders(dir: &Path, depth: usize) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let subdirs = std::fs::read_dir(dir).map(|r| r.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect::<Vec<_>>()).unwrap_or_default();
-    for sub in subdirs {
-        if sub.join(MANIFEST).is_file() {
-            out.push(sub);
-        } else if depth > 1 {
-            out.extend(run_folders(&sub, depth - 1));
-        }
-    }
-    out
-}
-
 fn device_line(choice: &str) -> String {
     crate::hw::pick(choice).map(|d| crate::hw::describe(&d)).unwrap_or_else(|e| e.to_string())
 }
@@ -252,10 +241,10 @@ impl StageRun {
         for (label, part) in groups(&df, view.group_by)?.into_iter().filter(|(l, _)| l.contains(only)) {
             let caption = if label.is_empty() { view.caption.to_string() } else { format!("{} — {label}", view.caption) };
             if tables {
-                show_table(&view_columns(&part, &view)?, &caption);
+                show_table(&present_columns(&part, view.columns)?, &caption);
             }
-            if let (true, Some(chart)) = (charts, view.chart) {
-                show_chart(&chart(&part)?, &format!("{}-{name}-{label}", self.stage));
+            if let (true, Some(chart)) = (charts, &view.chart) {
+                show_chart(&draw(chart, &part)?, Some(&draw_svg(chart, &part)?), &format!("{}-{name}-{label}", self.stage));
             }
         }
         Ok(())
@@ -280,7 +269,7 @@ impl StageRun {
     pub fn findings(&self) -> Result<Table> {
         let mut m = self.run.manifest.clone();
         m.stages.retain(|s| s.name == self.stage);
-        Ok(crate::report::manifest::findings_table(&m)?.into())
+        Ok(crate::session::run_folder::findings_table(&m)?.into())
     }
 }
 
@@ -304,7 +293,7 @@ pub fn card_table() -> Result<Table> {
 /// The model presets: parameters, weight GiB by precision, KV bytes per token in BF16.
 pub fn preset_table() -> Result<Table> {
     use crate::estimate::{kv_bytes_per_token, weight_bytes};
-    let names: Vec<&str> = crate::model::config::PRESETS.iter().map(|(n, _)| *n).collect();
+    let names: Vec<&str> = crate::model::qwen2::config::PRESETS.iter().map(|(n, _)| *n).collect();
     let cfgs = names.iter().map(|n| crate::model::Qwen2Config::preset(n)).collect::<Result<Vec<_>>>()?;
     let gib = |p: Precision| cfgs.iter().map(|c| crate::memory::gib(weight_bytes(c, p))).collect::<Vec<_>>();
     Ok(Table::from(polars::df!(

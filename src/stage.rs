@@ -5,10 +5,15 @@
 //! `experiments::registry`.
 
 use crate::error::{LabError, Result};
+use crate::frame::console_groups;
+pub use crate::session::run_folder::Finding;
+use crate::session::run_folder::{StageRecord, StageStatus};
 use crate::session::Session;
 use polars::prelude::DataFrame;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
+use std::time::Instant;
 
 /// How a step, a scenario or a sweep ended. Tables hold `as_str()`: "ok", "oom" or "error: …".
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -43,8 +48,73 @@ impl Outcome {
     }
 }
 
-/// Builds a chart from (a group of) a stage's table.
-pub type ChartFn = fn(&DataFrame) -> Result<plotly::Plot>;
+/// A chart of (a group of) a view's table, declared by its stage and drawn by the report layer
+/// (plotly in report.html and the notebooks): what to plot, never how.
+#[derive(Clone, Copy, Debug)]
+pub struct ChartSpec {
+    /// The title; `{column}` stands for that column's value in the first row.
+    pub title: &'static str,
+    pub kind: ChartKind,
+    /// The x axis: a column, or a label made of several (`"{precision} {variant}"`).
+    pub x: &'static str,
+    pub x_title: &'static str,
+    pub y_title: &'static str,
+    pub series: &'static [Series],
+    /// One copy of every series per value of this column, named "value: series".
+    pub split_by: Option<&'static str>,
+    /// Only the rows where this column holds this value.
+    pub only: Option<(&'static str, &'static str)>,
+    pub x_axis: Axis,
+    pub y_log: bool,
+    /// Horizontal lines across the chart, (name, y): each card's capacity.
+    pub lines: Option<fn() -> Vec<(String, f64)>>,
+}
+
+impl ChartSpec {
+    /// Grouped bars over a label column: start a spec from this.
+    pub const BARS: ChartSpec =
+        ChartSpec { title: "", kind: ChartKind::Bars, x: "", x_title: "", y_title: "", series: &[], split_by: None, only: None, x_axis: Axis::Linear, y_log: false, lines: None };
+    /// Lines over a column.
+    pub const LINES: ChartSpec = ChartSpec { kind: ChartKind::Lines, ..Self::BARS };
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ChartKind {
+    Bars,
+    Lines,
+}
+
+/// How the x axis of a line chart is scaled.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Axis {
+    Linear,
+    /// Log scale ticked at the powers of two among the values (a sweep's doublings).
+    LogDoublings,
+    /// Log scale ticked at every value.
+    LogValues,
+}
+
+/// One trace: the sum of columns times their weights (`&[("peak_mib", 1.0), ("base_mib", -1.0)]`).
+#[derive(Clone, Copy, Debug)]
+pub struct Series {
+    pub name: &'static str,
+    pub y: &'static [(&'static str, f64)],
+    pub style: Style,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Style {
+    Lines,
+    Markers,
+    LinesMarkers,
+}
+
+impl Series {
+    /// One column, as the chart's kind draws it (bars, or lines with markers).
+    pub const fn column(name: &'static str, y: &'static [(&'static str, f64)]) -> Self {
+        Self { name, y, style: Style::LinesMarkers }
+    }
+}
 
 /// How one table is shown: the columns in order, a caption, an optional chart, and a short
 /// explanation (Chinese with English). With `group_by`, one table (and chart) per distinct value
@@ -57,43 +127,8 @@ pub struct View {
     pub caption: &'static str,
     pub columns: &'static [&'static str],
     pub group_by: &'static [&'static str],
-    pub chart: Option<ChartFn>,
+    pub chart: Option<ChartSpec>,
     pub explain: &'static str,
-}
-
-/// A headline figure: the measurement beside its prediction, the report's RTX 4090 figure and,
-/// for a throughput, its physical ceiling. The run's summary table is made of these.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    pub what: String,
-    pub unit: String,
-    pub measured: Option<f64>,
-    pub predicted: Option<f64>,
-    pub report: Option<f64>,
-    pub ceiling: Option<f64>,
-    pub note: String,
-}
-
-impl Finding {
-    pub fn new(what: impl Into<String>, unit: &str, measured: Option<f64>) -> Self {
-        Self { what: what.into(), unit: unit.into(), measured, ..Default::default() }
-    }
-    pub fn predicted(mut self, v: impl Into<Option<f64>>) -> Self {
-        self.predicted = v.into();
-        self
-    }
-    pub fn report(mut self, v: impl Into<Option<f64>>) -> Self {
-        self.report = v.into();
-        self
-    }
-    pub fn ceiling(mut self, v: impl Into<Option<f64>>) -> Self {
-        self.ceiling = v.into();
-        self
-    }
-    pub fn note(mut self, s: impl Into<String>) -> Self {
-        self.note = s.into();
-        self
-    }
 }
 
 /// What a stage returns: named tables (written as `<stage>/<name>.csv`), named texts (written as
@@ -194,4 +229,47 @@ impl<S: Stage> AnyStage for Registered<S> {
             .map_err(|e| LabError::input(format!("config of stage {}: {e}", S::NAME)))?;
         S::run(session, &cfg)
     }
+}
+
+/// Runs one stage in `session`: writes its tables and texts into `<run>/<stage>/`, prints its
+/// views and records it in the manifest. A failed stage is recorded and the next one still runs;
+/// only Ctrl-C comes back as an error.
+pub fn run(session: &mut Session, stage: &dyn AnyStage, config: serde_json::Value) -> Result<()> {
+    session.check_stop()?;
+    session.say(format!("\n=== {} ===", stage.title()));
+    session.begin_stage(stage.title());
+    let t0 = Instant::now();
+    let result = stage.run(session, &config);
+    session.end_stage();
+    let mut record = StageRecord {
+        name: stage.name().into(),
+        title: stage.title().into(),
+        config,
+        status: StageStatus::Done,
+        error: None,
+        seconds: t0.elapsed().as_secs_f64(),
+        tables: BTreeMap::new(),
+        texts: BTreeMap::new(),
+        findings: Vec::new(),
+    };
+    let out = match result {
+        Ok(out) => out,
+        Err(e) => {
+            record.status = if matches!(e, LabError::Interrupted) { StageStatus::Interrupted } else { StageStatus::Failed };
+            session.say(format!("stage {} {}: {e}", stage.name(), if record.status == StageStatus::Failed { "failed" } else { "interrupted" }));
+            record.error = Some(e.to_string());
+            session.record_failure(record, e.is_input())?;
+            return if matches!(e, LabError::Interrupted) { Err(e) } else { Ok(()) };
+        }
+    };
+    session.write_stage(&mut record, &out.tables, &out.texts)?;
+    record.findings = out.findings;
+    for view in stage.views() {
+        if let Some((_, df)) = out.tables.iter().find(|(n, _)| n == view.table) {
+            let text = console_groups(df, view.caption, view.columns, view.group_by)?;
+            session.say(text);
+        }
+    }
+    session.say(format!("stage {} done in {:.1} s", stage.name(), record.seconds));
+    session.record(record)
 }

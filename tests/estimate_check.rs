@@ -50,7 +50,7 @@ fn allocated_and_peak_within_3_percent() {
     }
 }
 
-/// The longest context: the ledger's search, with the pool's slack (`alloc_model::POOL_SLACK`),
+/// The longest context: the ledger's search, with the pool's slack (`memory::policy::POOL_SLACK`),
 /// within 2 % of every bisection that retries a failed request after trimming the pool
 /// (kv_limit's oom_retry) — or within one bisection step where that step is more than 2 % of the
 /// context (the A4000's BF16 edge at 3,584 tokens: a step is 7 %, 64 MiB, less than the pool's
@@ -84,7 +84,7 @@ fn longest_context_within_2_percent() {
 #[test]
 fn pool_keeps_the_chunks_live_allocations_touch() {
     use clap::ValueEnum;
-    use vram_lab::alloc_model::{POOL_CHUNK, POOL_SLACK};
+    use vram_lab::memory::policy::{POOL_CHUNK, POOL_SLACK};
     let cfg = vram_lab::model::Qwen2Config::preset("qwen2.5-7b").unwrap();
     let dir = results().join("h200/2026-11-23-pool");
     let (mut worst, mut trims) = (0f64, 0);

@@ -63,7 +63,7 @@ fn the_generate_command_refuses_then_runs() {
         return;
     }
     use vram_lab::session::SessionArgs;
-    use vram_lab::tools::{generate, GenerateArgs};
+    use vram_lab::commands::{generate, GenerateArgs};
     let args = SessionArgs { device: "cuda".into(), model: Some("synthetic:qwen2.5-0.5b".into()), ..Default::default() };
     let g = |ids: Vec<u32>| GenerateArgs {
         precision: Precision::Bf16,

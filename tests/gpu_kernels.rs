@@ -4,8 +4,8 @@
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor};
-use vram_lab::model::decode_kernels::{DecodeKernels, GEMV_MAX_BATCH};
-use vram_lab::model::graph::Fused;
+use vram_lab::model::kernels::decode::{DecodeKernels, GEMV_MAX_BATCH};
+use vram_lab::model::kernels::Fused;
 
 fn gpu() -> Option<(Device, candle_core::CudaDevice)> {
     match Device::new_cuda(0) {
@@ -32,11 +32,11 @@ fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
 /// NVRTC compiles every kernel (no GPU needed: a compile error shows here, not on the device).
 #[test]
 fn kernels_compile() {
-    let flash = vram_lab::model::flash_attention::ptx().unwrap();
-    for d in vram_lab::model::flash_attention::HEAD_DIMS {
+    let flash = vram_lab::model::kernels::flash_attention::ptx().unwrap();
+    for d in vram_lab::model::kernels::flash_attention::HEAD_DIMS {
         assert!(flash.contains(&format!("vram_lab_flash_bf16_d{d}")), "flash d{d} missing from the PTX");
     }
-    let ptx = vram_lab::model::decode_kernels::ptx().unwrap();
+    let ptx = vram_lab::model::kernels::decode::ptx().unwrap();
     for name in ["vram_lab_qkv_store_bf16", "vram_lab_gemv_f32_b2_g2_norm_s4", "vram_lab_attend_bf16", "vram_lab_argmax_f32"] {
         assert!(ptx.contains(name), "{name} missing from the PTX");
     }
@@ -156,7 +156,7 @@ fn attention_and_argmax_equal_candles() {
 #[test]
 fn flash_attention_equals_naive() {
     use vram_lab::model::attention::{attend, AttentionMode};
-    use vram_lab::model::flash_attention;
+    use vram_lab::model::kernels::flash_attention;
     let Some((dev, _)) = gpu() else { return };
     for (b, heads, kv, d, s, offset) in [(1, 28, 4, 128, 200, 0), (1, 28, 4, 128, 64, 0), (2, 14, 2, 64, 77, 50), (1, 28, 4, 128, 3, 130)] {
         let cap = offset + s + 40;

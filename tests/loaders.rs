@@ -146,11 +146,11 @@ fn hub_settings_honour_env_and_cache_dir() {
     let tmp = tempfile::tempdir().unwrap();
     // SAFETY (edition 2021): this test alone touches these variables.
     std::env::set_var("HF_ENDPOINT", "http://127.0.0.1:9");
-    let s = source::HubSettings::from_env(Some(tmp.path()));
+    let s = vram_lab::model::hub::HubSettings::from_env(Some(tmp.path()));
     assert_eq!(s.endpoint, "http://127.0.0.1:9");
     assert_eq!(s.cache_dir, tmp.path());
     std::env::set_var("HF_HOME", tmp.path().join("hfhome"));
-    let s = source::HubSettings::from_env(None);
+    let s = vram_lab::model::hub::HubSettings::from_env(None);
     assert_eq!(s.cache_dir, tmp.path().join("hfhome").join("hub"));
     // Fetching from a closed port fails with a message naming the endpoint and the cache.
     let opts = SourceOptions { cache_dir: Some(tmp.path().to_path_buf()), ..Default::default() };

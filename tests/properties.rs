@@ -5,7 +5,8 @@
 //! budget never fits less. Outside the ceilings a config is refused with a line naming the field.
 
 use proptest::prelude::*;
-use vram_lab::alloc_model::{AllocModel, Policy};
+use vram_lab::estimate::pool::{self, AllocModel};
+use vram_lab::memory::policy::Policy;
 use vram_lab::estimate::fit::{self, Inference};
 use vram_lab::limits::*;
 use vram_lab::model::attention::AttentionMode;
@@ -104,7 +105,7 @@ proptest! {
     /// frees and synchronisations, and refuses rather than over-commits.
     #[test]
     fn the_pool_model_never_overcommits(capacity in 1u64..=(1 << 36), ops in prop::collection::vec((0u8..3, 1u64..=(1 << 34)), 1..64), p in 0..3usize) {
-        let mut m = AllocModel::new([Policy::Pool, Policy::Caching, Policy::Sync][p].behaviour(), capacity);
+        let mut m = AllocModel::new(pool::behaviour([Policy::Pool, Policy::Caching, Policy::Sync][p]), capacity);
         let mut live = Vec::new();
         for (op, bytes) in ops {
             match op {

@@ -3,10 +3,12 @@
 //! batch and context. Pure: cards and overheads come in as data.
 
 use super::transient::{self, Prefill};
-use super::{kv_bytes_per_token, weight_bytes, workspace};
-use crate::alloc_model::POOL_SLACK;
+use super::bytes::{kv_bytes_per_token, weight_bytes};
+use super::workspace;
+use crate::memory::policy::POOL_SLACK;
 use crate::error::{LabError, Result};
-use crate::limits::{check_count, grouped, MAX_BATCH, MAX_SEQ, MAX_TERM_BYTES};
+use crate::units::grouped;
+use crate::limits::{check_count, MAX_BATCH, MAX_SEQ, MAX_TERM_BYTES};
 use crate::model::attention::AttentionMode;
 use crate::model::{Logits, Precision, Qwen2Config};
 use serde::{Deserialize, Serialize};
@@ -81,7 +83,7 @@ pub struct Ledger {
     pub peak_at: &'static str,
     /// What the pool maps beyond the live bytes at its busiest moment: it maps whole 32 MiB
     /// chunks, so after the lab's trim-and-retry the chunks live allocations touch stay mapped
-    /// (`alloc_model::POOL_SLACK` per chunk of them, each counted up to one).
+    /// (`memory::policy::POOL_SLACK` per chunk of them, each counted up to one).
     pub pool: u64,
     pub runtime: u64,
 }
@@ -207,7 +209,7 @@ pub fn on_card(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64, ba
         capacity,
         max_context,
         max_batch,
-        decode_ceiling_tok_s: bandwidth_gbs.map(|bw| super::decode_ceiling_tok_s(bw, decode_bytes(cfg, w))),
+        decode_ceiling_tok_s: bandwidth_gbs.map(|bw| super::bytes::decode_ceiling_tok_s(bw, decode_bytes(cfg, w))),
     }
 }
 
@@ -242,7 +244,7 @@ mod tests {
         // The pool's slack at the MLP: seven hidden-sized tensors of 28 MiB, k, k, v of 4 MiB,
         // cos and sin of 512 KiB, and five of a chunk or more (the cache, four intermediate).
         const MIB: u64 = 1 << 20;
-        use crate::alloc_model::POOL_CHUNK;
+        use crate::memory::policy::POOL_CHUNK;
         let chunked = 7 * 28 * MIB + 3 * 4 * MIB + MIB + 5 * POOL_CHUNK;
         assert_eq!(l.pool, chunked * POOL_SLACK / POOL_CHUNK);
         assert_eq!(l.device(), l.weights + 57_344 * 4096 + 205_056 * 4096 + l.pool);

@@ -4,8 +4,9 @@
 
 use super::fit::{ledger_after, Inference};
 use super::transient::{self, Prefill};
-use super::{kv_bytes_per_token, weight_bytes, workspace};
-use crate::alloc_model::POOL_SLACK;
+use super::bytes::{kv_bytes_per_token, weight_bytes};
+use super::workspace;
+use crate::memory::policy::POOL_SLACK;
 use crate::model::Qwen2Config;
 use crate::search::bisect;
 

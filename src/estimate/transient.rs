@@ -14,9 +14,9 @@
 //! Checked on CPU against the counting
 //! allocator (tests/transient.rs) and against every committed GPU prefill (tests/estimate_check.rs).
 
-use crate::alloc_model::POOL_CHUNK;
+use crate::memory::policy::POOL_CHUNK;
 use crate::model::attention::AttentionMode;
-use crate::model::config::Qwen2Config;
+use crate::model::qwen2::config::Qwen2Config;
 use crate::model::Logits;
 
 /// A prefill from an empty cache: `batch` sequences of `seq` tokens, activations of `act_bytes`.
@@ -50,8 +50,8 @@ pub struct Phases {
 }
 
 /// The bytes of each moment's live allocations (the one being requested included, the cache
-/// as one run), each counted up to one chunk (`alloc_model::POOL_CHUNK`): what the pool keeps
-/// mapped beyond the live bytes grows with it (`alloc_model::POOL_SLACK` per chunk of it): a
+/// as one run), each counted up to one chunk (`memory::policy::POOL_CHUNK`): what the pool keeps
+/// mapped beyond the live bytes grows with it (`memory::policy::POOL_SLACK` per chunk of it): a
 /// large tensor's ends leave parts of chunks free, a small one's neighbours leave gaps its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Chunked {

@@ -10,7 +10,7 @@
 //! Qwen2.5-7B: the widest quantized row is down_proj's 18,944 values, 148 blocks of 144 B:
 //! 21,312 B per prefill token, as the committed Q4 runs' base grew.
 
-use crate::model::config::Qwen2Config;
+use crate::model::qwen2::config::Qwen2Config;
 use crate::model::precision::{Held, Precision};
 use candle_core::quantized::GgmlDType;
 
@@ -30,7 +30,7 @@ pub const FIXUP_BYTES: u64 = 256 * 128 * 128 * 4;
 /// matrix but the embedding table, which is gathered (unless tied, when it is also the head).
 fn widest_row(cfg: &Qwen2Config, precision: Precision) -> u64 {
     // Every layer is alike: the outside tensors and one layer's hold every width.
-    super::with_layers(cfg, cfg.num_hidden_layers.min(1))
+    super::bytes::with_layers(cfg, cfg.num_hidden_layers.min(1))
         .tensor_specs()
         .iter()
         .filter(|s| s.shape.len() == 2 && (s.name != "model.embed_tokens.weight" || cfg.tie_word_embeddings))

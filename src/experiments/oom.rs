@@ -61,7 +61,7 @@ pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Confi
     // The CPU heap has no pool: its reserved figures are the process's RSS.
     let m = if s.device.is_cuda() { m } else { Measured { pool_factor: 1.0, ..m } };
     let mut rows = Vec::new();
-    let snap = report.snapshot.as_ref();
+    let snap = report.at.as_ref();
     let peak = snap.map(|s| s.peak).unwrap_or(0);
     for c in [Category::Weights, Category::KvCache, Category::Logits] {
         rows.push(row(context, "held", c.name(), Some(held.get(c)), ""));

@@ -125,10 +125,10 @@ pub fn trace(event: &str, ptr: u64, bytes: u64, stream: *mut std::ffi::c_void) {
     }
 }
 
-/// The bytes of the pool's chunks (`alloc_model::POOL_CHUNK`) that live allocations touch, and
+/// The bytes of the pool's chunks (`memory::policy::POOL_CHUNK`) that live allocations touch, and
 /// how many runs of adjacent allocations they form (a run shares its chunks; two runs do not).
 pub fn live_layout(live: &HashMap<u64, u64>) -> (u64, u64) {
-    let chunk = crate::alloc_model::POOL_CHUNK;
+    let chunk = crate::memory::policy::POOL_CHUNK;
     let mut blocks: Vec<(u64, u64)> = live.iter().map(|(&p, &b)| (p, p + b.max(1))).collect();
     blocks.sort_unstable();
     let (mut chunks, mut runs) = (0u64, 0u64);
@@ -346,7 +346,7 @@ mod tests {
     /// Chunks shared by neighbours count once; a gap starts a new run.
     #[test]
     fn live_layout_counts_touched_chunks() {
-        let c = crate::alloc_model::POOL_CHUNK;
+        let c = crate::memory::policy::POOL_CHUNK;
         // Two neighbours inside one chunk: one chunk, one run.
         let live = HashMap::from([(0, 10 * MIB), (10 * MIB, 5 * MIB)]);
         assert_eq!(live_layout(&live), (c, 1));

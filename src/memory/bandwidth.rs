@@ -7,8 +7,19 @@
 
 use crate::error::Result;
 use rayon::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Instant;
+
+/// Measured speeds a placement is chosen and judged by, GB/s.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Bandwidths {
+    /// Reading device memory (the read kernel).
+    pub device: f64,
+    /// Host → device from pinned memory.
+    pub pcie: f64,
+    /// The CPU reading host memory (the CPU layers' matrix-vector products).
+    pub host: f64,
+}
 
 /// One measured transfer.
 #[derive(Debug, Clone, Serialize)]
@@ -28,7 +39,7 @@ impl Transfer {
 }
 
 /// Runs `op` once to warm up, then `reps` times; the fastest run's seconds.
-fn best_of<T>(reps: usize, mut op: impl FnMut() -> Result<T>) -> Result<f64> {
+pub fn best_of<T>(reps: usize, mut op: impl FnMut() -> Result<T>) -> Result<f64> {
     std::hint::black_box(op()?);
     let mut best = f64::MAX;
     for _ in 0..reps.max(1) {
@@ -48,26 +59,12 @@ pub fn host_read(bytes: usize, reps: usize) -> Transfer {
     Transfer { test: "host_read", bytes, seconds, counted_bytes: bytes }
 }
 
-/// The CPU layers' kernel: a BF16 matrix-vector product over a [rows, cols] matrix in host
-/// memory (`HostLinear`), best of `reps`.
-pub fn host_gemv(rows: usize, cols: usize, reps: usize, tuning: crate::model::host_linear::Tuning) -> Result<Transfer> {
-    use candle_core::{DType, Device, Tensor};
-    let w = Tensor::ones((rows, cols), DType::BF16, &Device::Cpu)?;
-    let x = Tensor::ones((1, 1, cols), DType::BF16, &Device::Cpu)?;
-    let lin = crate::model::host_linear::HostLinear::new(w, None)?.with_tuning(tuning);
-    let seconds = best_of(reps, || lin.forward(&x))?;
-    // These products are not a model's: keep them out of the next profile.
-    crate::model::profile::take();
-    let bytes = (rows * cols * 2) as u64;
-    Ok(Transfer { test: "host_gemv", bytes, seconds, counted_bytes: bytes })
-}
-
 #[cfg(feature = "cuda")]
 pub use gpu::*;
 
 #[cfg(feature = "cuda")]
 mod gpu {
-    use super::Transfer;
+    use super::{Bandwidths, Transfer};
     use crate::error::{LabError, Result};
     use crate::memory::cuda_copy::{self, Pinned};
     use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -76,22 +73,7 @@ mod gpu {
 
     /// Reads 16 bytes per load, four loads in flight per thread, and folds them so the loads
     /// are kept; writes only if the fold hits one value in 2^32 (never, for zeros).
-    const READ_KERNEL: &str = r#"
-extern "C" __global__ void vram_lab_read(const uint4* __restrict__ p, unsigned long long n, unsigned int* out) {
-    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned int acc = 0;
-    for (; i + 3 * stride < n; i += 4 * stride) {
-        uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride), d = __ldcs(p + i + 3 * stride);
-        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-    }
-    for (; i < n; i += stride) {
-        uint4 a = __ldcs(p + i);
-        acc ^= a.x ^ a.y ^ a.z ^ a.w;
-    }
-    if (acc == 0x9e3779b9u) out[0] = acc;
-}
-"#;
+    const READ_KERNEL: &str = include_str!("read.cu");
 
     fn err(e: impl std::fmt::Debug) -> LabError {
         LabError::other(format!("{e:?}"))
@@ -164,23 +146,23 @@ extern "C" __global__ void vram_lab_read(const uint4* __restrict__ p, unsigned l
     }
 
     /// The quick set on a GPU: pinned host → device, device read, host read.
-    pub(super) fn quick_gpu(device: &Device) -> Result<crate::model::placement::Bandwidths> {
+    pub(super) fn quick_gpu(device: &Device) -> Result<Bandwidths> {
         let pcie = pcie(device, 512 << 20, 5)?.into_iter().find(|t| t.test == "h2d_pinned").ok_or_else(|| LabError::other("no pinned copy measured"))?;
         let read = device_read(device, 2 << 30, 10)?;
         let host = super::host_read(1 << 30, 3);
-        Ok(crate::model::placement::Bandwidths { device: read.gbs(), pcie: pcie.gbs(), host: host.gbs() })
+        Ok(Bandwidths { device: read.gbs(), pcie: pcie.gbs(), host: host.gbs() })
     }
 }
 
 /// The bandwidths decoding and offload are judged by: the device read, pinned host → device and
 /// the host read on a GPU; on the CPU the host read stands in for all three (the "GPU" is the
 /// CPU too).
-pub fn quick(device: &candle_core::Device) -> Result<crate::model::placement::Bandwidths> {
+pub fn quick(device: &candle_core::Device) -> Result<Bandwidths> {
     #[cfg(feature = "cuda")]
     if device.is_cuda() {
         return gpu::quick_gpu(device);
     }
     let _ = device;
     let host = host_read(256 << 20, 3).gbs();
-    Ok(crate::model::placement::Bandwidths { device: host, pcie: host, host })
+    Ok(Bandwidths { device: host, pcie: host, host })
 }

@@ -88,16 +88,7 @@ pub fn mem_info(dev: &CudaDevice) -> Result<(u64, u64)> {
 }
 
 /// The device's ordinal (cuda:N).
-pub fn ordinal(dev: &CudaDevice) -> usize {
-    match candle_core::Device::Cuda(dev.clone()).location() {
-        candle_core::DeviceLocation::Cuda { gpu_id } => gpu_id,
-        _ => 0,
-    }
-}
-
-pub fn name(dev: &CudaDevice) -> String {
-    context(dev).name().unwrap_or_else(|_| "CUDA device".into())
-}
+pub use crate::hw::{gpu_ordinal as ordinal, cuda_name as name};
 
 pub fn compute_capability(dev: &CudaDevice) -> Option<(i32, i32)> {
     context(dev).compute_capability().ok()
@@ -176,7 +167,7 @@ pub fn largest_free_block(dev: &CudaDevice) -> Result<u64> {
     let ctx = context(dev);
     ctx.bind_to_thread().map_err(LabError::other)?;
     let (free, _) = mem_info(dev)?;
-    let granule = crate::alloc_model::GRANULE;
+    let granule = crate::memory::policy::GRANULE;
     let (lo, _) = crate::search::bisect(0, free as u64 + granule, granule, |b| {
         // SAFETY: a trial allocation freed at once.
         Ok(match unsafe { result::malloc_sync(b as usize) } {

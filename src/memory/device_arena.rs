@@ -8,7 +8,7 @@
 
 use super::cuda::{check, context, default_pool, mem_info, pool_attr as pool_u64};
 use super::DeviceAllocator;
-use crate::alloc_model::{round_up, Policy};
+use crate::memory::policy::{round_up, Policy};
 use crate::error::{LabError, OomReport, Result};
 use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaContext};
 use candle_core::cuda_backend::CudaDevice;

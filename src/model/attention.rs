@@ -4,7 +4,7 @@
 //!   at any time stays under a byte budget; only the causal corner of each chunk is masked.
 //! - `Naive`: what stock candle-transformers' Qwen2 does: repeat K/V for every query head and
 //!   materialise the full [heads, s, t] score matrix, in the activation dtype.
-//! - `Flash`: no score matrix in memory at all, one kernel (`flash_attention.rs`, CUDA and
+//! - `Flash`: no score matrix in memory at all, one kernel (`kernels/flash_attention.cu`, CUDA and
 //!   BF16); where that kernel does not run, `Bounded`.
 
 use crate::error::{LabError, Result};

@@ -2,7 +2,7 @@
 //! their index), one shard at a time, so a 7B checkpoint never sits in host memory whole. The
 //! loading stage writes the synthetic model this way to time reading it back.
 
-use super::config::Qwen2Config;
+use super::qwen2::config::Qwen2Config;
 use super::precision::Precision;
 use super::weights::WeightSource;
 use crate::error::{LabError, Result};

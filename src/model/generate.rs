@@ -141,7 +141,7 @@ fn generate_static(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on_t
     let done = |out: &[u32]| out.len() >= cfg.max_new_tokens || (cfg.stop_at_eos && out.last().is_some_and(|id| eos.contains(id)));
     let t0 = Instant::now();
     let ids = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
-    let mut dec = super::graph::StaticDecoder::prefill(model, &ids, prompt.len() + cfg.max_new_tokens, super::graph::OwnKernels::All)?;
+    let mut dec = super::decode::StaticDecoder::prefill(model, &ids, prompt.len() + cfg.max_new_tokens, super::decode::OwnKernels::All)?;
     let mut out = dec.ids()?;
     let prefill_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
@@ -241,12 +241,12 @@ pub fn time_decode(model: &Qwen2, batch: usize, prompt: usize, steps: usize, see
 /// a graph and each token is one launch; elsewhere the static step runs kernel by kernel. The
 /// first step after the prefill fills candle's parameter cache and is not timed.
 /// `own`: which of the lab's kernels the step takes in place of candle's.
-pub fn time_decode_graph(model: &Qwen2, batch: usize, prompt: usize, steps: usize, seed: u64, own: super::graph::OwnKernels) -> Result<DecodeTiming> {
+pub fn time_decode_graph(model: &Qwen2, batch: usize, prompt: usize, steps: usize, seed: u64, own: super::decode::OwnKernels) -> Result<DecodeTiming> {
     let device = model.device();
     let ids = Tensor::from_vec(seeded_ids(batch * prompt, model.cfg.vocab_size, seed), (batch, prompt), device)?;
     device.synchronize()?;
     let t0 = Instant::now();
-    let mut dec = super::graph::StaticDecoder::prefill(model, &ids, prompt + steps + 2, own)?;
+    let mut dec = super::decode::StaticDecoder::prefill(model, &ids, prompt + steps + 2, own)?;
     let first = dec.ids()?[0];
     let prefill_s = t0.elapsed().as_secs_f64();
     let mut t = DecodeTiming { batch, prompt, prefill_s, ids: vec![first], ..Default::default() };

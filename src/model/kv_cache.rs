@@ -5,7 +5,7 @@
 //! - `Concat` (what stock candle-transformers does): each step concatenates the new K/V onto the
 //!   old, allocating a new cache and copying the whole old one every token.
 
-use super::config::Qwen2Config;
+use super::qwen2::config::Qwen2Config;
 use crate::error::{LabError, Result};
 use candle_core::{DType, Device, Tensor};
 

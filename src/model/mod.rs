@@ -4,15 +4,13 @@
 pub mod attention;
 pub mod chat;
 pub mod checkpoint;
-pub mod config;
-#[cfg(feature = "cuda")]
-pub mod decode_kernels;
-#[cfg(feature = "cuda")]
-pub mod flash_attention;
+
+pub mod decode;
 pub mod generate;
 pub mod gguf;
-pub mod graph;
 pub mod host_linear;
+pub mod hub;
+pub mod kernels;
 pub mod kv_cache;
 pub mod optim;
 pub mod placement;
@@ -27,7 +25,7 @@ pub mod source;
 pub mod weights;
 
 pub use attention::AttentionMode;
-pub use config::{Qwen2Config, TensorSpec};
+pub use qwen2::config::{self, Qwen2Config, TensorSpec};
 pub use generate::{generate, GenerateConfig, Generation};
 pub use kv_cache::{CacheKind, KvCache};
 pub use precision::Precision;

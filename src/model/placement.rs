@@ -9,8 +9,9 @@
 //! The embedding table stays in host memory whenever anything is offloaded: a token needs one row
 //! of it, so it costs host bandwidth of one row, not a GiB of the budget.
 
-use super::config::{Qwen2Config, TensorSpec};
+use super::qwen2::config::{Qwen2Config, TensorSpec};
 use crate::error::{LabError, Result};
+pub use crate::memory::bandwidth::Bandwidths;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,17 +85,6 @@ impl PartBytes {
     pub fn total(&self) -> u64 {
         self.embed + self.layer * self.layers as u64 + self.head
     }
-}
-
-/// Measured speeds the placement is chosen and judged by, GB/s.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Bandwidths {
-    /// Reading device memory (the read kernel).
-    pub device: f64,
-    /// Host → device from pinned memory.
-    pub pcie: f64,
-    /// The CPU reading host memory (the CPU layers' matrix-vector products).
-    pub host: f64,
 }
 
 /// Bytes one decoded token reads or moves, by where.

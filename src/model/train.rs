@@ -135,7 +135,7 @@ fn checkpointed(model: &Qwen2, input: &Tensor, target: &Tensor, forward_done: &m
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::config::Qwen2Config;
+    use crate::model::qwen2::config::Qwen2Config;
     use crate::model::weights::{load_all, Synthetic};
     use crate::model::Precision;
     use candle_core::Device;

@@ -2,7 +2,7 @@
 //! `gguf`. Each source hands out one tensor at a time, already on the target device in the
 //! requested precision, so nothing larger than one tensor is ever staged.
 
-use super::config::{Qwen2Config, TensorSpec};
+use super::qwen2::config::{Qwen2Config, TensorSpec};
 use super::precision::{Held, Precision};
 use crate::error::{cause, LabError, Result};
 use crate::memory::MemoryProbe;

@@ -28,7 +28,7 @@ fn cell(col: &Column, row: usize) -> String {
 /// The table as HTML (polars has no Rust to_html), floats rounded per column, in a box that
 /// scrolls sideways when the table is wider than the page.
 pub fn html_table(df: &DataFrame, caption: &str) -> String {
-    let df = super::format::rounded(df).unwrap_or_else(|_| df.clone());
+    let df = crate::frame::rounded(df).unwrap_or_else(|_| df.clone());
     let cols = df.columns();
     let mut h = String::from("<div style=\"overflow-x:auto\"><table class=\"vram-lab\" style=\"border-collapse:collapse;font-size:12px\">");
     if !caption.is_empty() {
@@ -69,18 +69,23 @@ pub fn show_columns(df: &DataFrame, cols: &[&str], caption: &str) -> crate::Resu
 }
 
 /// Shows a chart. In a notebook, one output with two MIME types: plotly's own (drawn by
-/// JupyterLab's plotly renderer: `scripts/install-kernel.sh --lab`) and HTML that draws wherever
-/// plotly.js is loaded. plotly.js itself (4.6 MB) is not put into the output: it made every
-/// committed notebook 4.8 MB; report.html embeds it once for offline reading. Elsewhere it
-/// writes `<name>.html` and says where.
-pub fn show_chart(plot: &plotly::Plot, name: &str) {
+/// JupyterLab's plotly renderer: `scripts/install-kernel.sh --lab`) and the static SVG of the same
+/// data (`report::svg`), which GitHub, nbconvert and a JupyterLab without the renderer show.
+/// plotly.js itself (4.6 MB) is not put into the output: report.html embeds it once for offline
+/// reading. Elsewhere it writes `<name>.html` (and `<name>.svg`) and says where.
+pub fn show_chart(plot: &plotly::Plot, svg: Option<&str>, name: &str) {
     let div = format!("vram-lab-{}", name.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
     if in_notebook() {
         println!("EVCXR_BEGIN_CONTENT application/vnd.plotly.v1+json\n{}\nEVCXR_END_CONTENT", plot.to_json());
-        println!("EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT", plot.to_inline_html(Some(&div)));
+        if let Some(svg) = svg {
+            println!("EVCXR_BEGIN_CONTENT image/svg+xml\n{svg}\nEVCXR_END_CONTENT");
+        }
     } else {
         let path = std::env::temp_dir().join(format!("{div}.html"));
         plot.write_html(&path);
+        if let Some(svg) = svg {
+            let _ = std::fs::write(path.with_extension("svg"), svg);
+        }
         println!("chart written to {}", path.display());
     }
 }

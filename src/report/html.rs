@@ -4,9 +4,10 @@
 //! is embedded once. A last script counts the charts drawn and the script errors seen into
 //! `#vram-lab-render-check`, which the browser test reads and a reader sees when something broke.
 
+use super::chart::draw;
 use super::display::html_table;
-use super::format::{groups, view_columns};
-use super::manifest::{findings_table, RunFolder, StageStatus};
+use crate::frame::{groups, present_columns};
+use crate::session::run_folder::{findings_table, RunFolder, StageStatus};
 use crate::error::Result;
 use crate::stage::AnyStage;
 use std::fmt::Write;
@@ -109,10 +110,10 @@ pub fn render(run: &RunFolder, stages: &[Box<dyn AnyStage>]) -> Result<String> {
             for (label, part) in groups(&df, view.group_by)? {
                 let caption = if label.is_empty() { view.caption.to_string() } else { format!("{} — {label}", view.caption) };
                 let _ = write!(body, "<h3>{}</h3>", esc(&caption));
-                body += &html_table(&view_columns(&part, &view)?, "");
-                if let Some(chart) = view.chart {
+                body += &html_table(&present_columns(&part, view.columns)?, "");
+                if let Some(chart) = &view.chart {
                     charts += 1;
-                    body += &chart(&part)?.to_inline_html(Some(&format!("chart-{charts}")));
+                    body += &draw(chart, &part)?.to_inline_html(Some(&format!("chart-{charts}")));
                 }
             }
             if !view.explain.is_empty() {

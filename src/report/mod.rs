@@ -1,15 +1,10 @@
-//! Output: run folders (manifest, CSVs), report.html, charts, and the tables as the console and
-//! the notebooks show them.
+//! Rendering any stage's declared views, never a stage by name: report.html from a run folder, the
+//! declared charts drawn with plotly, and tables as the notebooks show them.
 
-pub mod charts;
+pub mod chart;
 pub mod display;
-pub mod env;
-pub mod format;
 pub mod html;
-pub mod manifest;
+pub mod svg;
 pub mod table;
 
-pub use env::Env;
-pub use format::{console_columns, console_table};
-pub use manifest::{Manifest, RunFolder};
 pub use table::Table;

@@ -3,7 +3,7 @@
 //! other way, a tokenizer.json written into a file's metadata.
 
 use crate::error::{LabError, Result};
-use crate::model::config::Qwen2Config;
+use crate::model::qwen2::config::Qwen2Config;
 use candle_core::quantized::gguf_file::Value;
 use crate::model::tokenizer::{build, Added, Pre};
 use serde_json::{json, Value as Json};

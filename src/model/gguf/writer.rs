@@ -7,7 +7,7 @@ use super::recipe::{self, FileType, ModelClass};
 use super::types::GgmlType;
 use super::{gguf_tensors, tokenizer};
 use crate::error::{LabError, Result};
-use crate::model::config::Qwen2Config;
+use crate::model::qwen2::config::Qwen2Config;
 use crate::model::precision::{ggml_dtype_for, Precision};
 use crate::model::quantize::quantize_rows;
 use crate::model::weights::WeightSource;

@@ -1,0 +1,140 @@
+//! The estimator and the planner: "will this model, at this precision, context and batch, fit on
+//! my card — and what is the most that does?" Pure formulas (`crate::estimate`), no GPU: the byte
+//! ledger per precision, a fit table over every card preset (headroom, longest context, largest
+//! batch, the decode ceiling from the card's bandwidth), memory against context per precision,
+//! and, with `--train`, what a training step keeps per GPU beside the articles' 16 B/parameter.
+//! `plan` inverts it for one card.
+
+pub mod inputs;
+pub mod plan;
+pub mod tables;
+pub mod training_tables;
+
+use inputs::{ledger_rows, model_config, workload};
+use tables::{col, CURVE, FIT, LEDGER, TRAINING, TRAIN_STEP};
+use training_tables::{train_step_table, training_table};
+use crate::error::Result;
+use crate::estimate::fit::{self, CardFit, Runtime};
+use crate::estimate::training::{self, Optimizer};
+use crate::hw::Card;
+use crate::limits;
+use crate::memory::mib;
+use crate::model::{Logits, Precision};
+
+pub use plan::{Plan, PlanConfig};
+
+const MIB: f64 = (1u64 << 20) as f64;
+use crate::session::Session;
+use crate::stage::{Finding, Stage, StageOutput, View};
+use polars::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+pub struct Estimate;
+
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+pub struct EstimateConfig {
+    /// Precisions to estimate
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = EstimateConfig::default().precisions)]
+    pub precisions: Vec<Precision>,
+    /// Context: tokens per sequence
+    #[arg(long, default_value_t = EstimateConfig::default().seq, value_parser = limits::count(limits::MAX_SEQ))]
+    pub seq: usize,
+    /// Sequences per batch
+    #[arg(long, default_value_t = EstimateConfig::default().batch, value_parser = limits::count(limits::MAX_BATCH))]
+    pub batch: usize,
+    /// Logits the prefill keeps
+    #[arg(long, value_enum, default_value_t = EstimateConfig::default().logits)]
+    pub logits: Logits,
+    /// A config.json to estimate instead of --model (no weights needed)
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Also estimate a training step (weights, gradients, master copy, optimizer states per GPU)
+    #[arg(long)]
+    pub train: bool,
+    /// Optimizer for --train
+    #[arg(long, value_enum, default_value_t = Optimizer::Adamw)]
+    pub optimizer: Optimizer,
+    /// ZeRO stage for --train (0–3)
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub zero: u8,
+    /// GPUs ZeRO divides across
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=limits::MAX_GPUS))]
+    pub gpus: u64,
+}
+
+impl Default for EstimateConfig {
+    fn default() -> Self {
+        Self { precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32], seq: 4096, batch: 1, logits: Logits::Last, config: None, train: false, optimizer: Optimizer::Adamw, zero: 0, gpus: 1 }
+    }
+}
+
+impl Stage for Estimate {
+    const NAME: &'static str = "estimate";
+    const TITLE: &'static str = "Estimator — 显存估算: ledger and fit table";
+    const ABOUT: &'static str = "The byte ledger of a workload and whether it fits each card: headroom, longest context, largest batch, decode ceiling (no GPU needed)";
+    const INTRO: &'static str = "The articles size a model with parameters × 2 B, a KV formula without grouped-query attention (7× too high for Qwen2.5-7B), and activations = batch × seq × hidden × layers × 4 B. The lab's formulas count what its forward pass holds, tensor by tensor, and each is checked against every GPU run committed (`vram-lab check`). 估算器:逐项字节账本,以及在每张卡上能否装下、余量、最长上下文、最大批量和解码上限。";
+    type Config = EstimateConfig;
+
+    fn run(s: &mut Session, c: &EstimateConfig) -> Result<StageOutput> {
+        let (cfg, gguf) = model_config(s, &c.config)?;
+        let runtime = Runtime::assumed();
+        let cards = Card::presets();
+        let (mut lp, mut li, mut lm, mut lf) = (vec![], vec![], vec![], vec![]);
+        let mut fits: Vec<(Precision, &Card, CardFit)> = vec![];
+        let mut curve: (Vec<String>, Vec<u64>, Vec<f64>) = (vec![], vec![], vec![]);
+        let mut out = StageOutput::default();
+        for &p in &c.precisions {
+            let w = workload(&cfg, gguf.as_ref(), p, c.seq, c.batch, c.logits);
+            fit::check(&cfg, &w)?;
+            for (item, bytes, formula) in ledger_rows(&cfg, &w, &runtime, gguf.as_ref()) {
+                lp.push(p.to_string());
+                li.push(item);
+                lm.push(mib(bytes));
+                lf.push(formula);
+            }
+            let need = fit::ledger(&cfg, &w, runtime.bytes()).device();
+            for card in &cards {
+                fits.push((p, card, fit::on_card(&cfg, &w, runtime.bytes(), card.total_bytes(), card.bandwidth_gbs)));
+            }
+            // Memory against context: powers of two up to the model's positions.
+            let mut seq = 256;
+            while seq <= cfg.max_position_embeddings {
+                curve.0.push(p.to_string());
+                curve.1.push(seq as u64);
+                curve.2.push(fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), p, seq, c.batch, c.logits), runtime.bytes()).device() as f64 / (1u64 << 30) as f64);
+                seq *= 2;
+            }
+            let fits_on: Vec<&str> = fits.iter().filter(|(q, _, f)| *q == p && f.fits()).map(|(_, card, _)| card.name.as_str()).collect();
+            s.say(format!("{p}: needs {:.2} GiB at {} × {} tokens; fits {}", need as f64 / (1u64 << 30) as f64, c.batch, c.seq, if fits_on.is_empty() { "no preset card".to_string() } else { fits_on.join(", ") }));
+            out.findings.push(Finding::new(format!("{p}: memory for {} × {} tokens", c.batch, c.seq), "GiB", None).predicted(need as f64 / (1u64 << 30) as f64).note(format!("fits: {}", fits_on.join(", "))));
+        }
+        out.table(LEDGER, df!(col::PRECISION => lp, col::ITEM => li, col::MIB => lm, col::FORMULA => lf)?);
+        out.table(
+            FIT,
+            df!(
+                col::PRECISION => fits.iter().map(|r| r.0.to_string()).collect::<Vec<_>>(),
+                col::CARD => fits.iter().map(|r| r.1.name.clone()).collect::<Vec<_>>(),
+                col::CARD_MIB => fits.iter().map(|r| r.1.total_mib).collect::<Vec<_>>(),
+                col::NEED_MIB => fits.iter().map(|r| mib(r.2.need)).collect::<Vec<_>>(),
+                col::FITS => fits.iter().map(|r| r.2.fits()).collect::<Vec<_>>(),
+                col::HEADROOM_MIB => fits.iter().map(|r| r.2.headroom() as f64 / MIB).collect::<Vec<_>>(),
+                col::MAX_CONTEXT => fits.iter().map(|r| r.2.max_context as u64).collect::<Vec<_>>(),
+                col::MAX_BATCH => fits.iter().map(|r| r.2.max_batch as u64).collect::<Vec<_>>(),
+                col::BANDWIDTH_GBS => fits.iter().map(|r| r.1.bandwidth_gbs).collect::<Vec<_>>(),
+                col::DECODE_CEILING => fits.iter().map(|r| r.2.decode_ceiling_tok_s).collect::<Vec<_>>(),
+            )?,
+        );
+        out.table(CURVE, df!(col::PRECISION => curve.0, col::SEQ => curve.1, col::NEED_GIB => curve.2)?);
+        if c.train {
+            out.table(TRAINING, training_table(&cfg, c.optimizer, c.zero, c.gpus)?);
+            out.table(TRAIN_STEP, train_step_table(&cfg, training::TrainShape { batch: c.batch, seq: c.seq })?);
+        }
+        Ok(out)
+    }
+
+    fn views() -> Vec<View> {
+        tables::views()
+    }
+}
+

@@ -1,0 +1,90 @@
+//! The planner: for one card, per precision, the longest context, the largest batch at the context
+//! wanted and the decode ceiling; the best choice first.
+
+use super::inputs::{model_config, workload};
+use super::tables::{col, PLAN};
+use super::tables;
+use crate::error::Result;
+use crate::estimate::fit::{self, CardFit, Runtime};
+use crate::hw::Card;
+use crate::limits;
+use crate::memory::mib;
+use crate::model::{Logits, Precision};
+use crate::session::Session;
+use crate::stage::{Finding, Stage, StageOutput, View};
+use polars::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+pub struct Plan;
+
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+pub struct PlanConfig {
+    /// The context wanted, tokens
+    #[arg(long, default_value_t = PlanConfig::default().seq, value_parser = limits::count(limits::MAX_SEQ))]
+    pub seq: usize,
+    /// A config.json to plan for instead of --model
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        Self { seq: 4096, config: None }
+    }
+}
+
+impl Stage for Plan {
+    const NAME: &'static str = "plan";
+    const TITLE: &'static str = "Planner — 部署规划: the best precision, context and batch for a card";
+    const ABOUT: &'static str = "For one card: per precision, the longest context, the largest batch at the context wanted, and the decode ceiling; the best choice first";
+    const INTRO: &'static str = "The estimator inverted: given a card, which precision keeps the context wanted with the most headroom and the fastest decoding? Higher precision is preferred when it fits; Q4 otherwise. 给定一张卡,选精度、上下文和批量。";
+    type Config = PlanConfig;
+
+    fn run(s: &mut Session, c: &PlanConfig) -> Result<StageOutput> {
+        let (cfg, gguf) = model_config(s, &c.config)?;
+        // The session's --card (rtx4090, a4000, …, or a size), else the report's RTX 4090.
+        let card = match s.probe.card() {
+            Some(card) => card.clone(),
+            None => Card::parse("rtx4090")?,
+        };
+        let runtime = Runtime::assumed();
+        let cap = card.total_bytes();
+        fit::check(&cfg, &workload(&cfg, None, Precision::F32, c.seq, 1, Logits::Last))?;
+        let rows: Vec<(Precision, CardFit)> =
+            [Precision::F32, Precision::Bf16, Precision::Q4KM].into_iter().map(|p| (p, fit::on_card(&cfg, &workload(&cfg, gguf.as_ref(), p, c.seq, 1, Logits::Last), runtime.bytes(), cap, card.bandwidth_gbs))).collect();
+        // The best: the most precise that fits the context wanted (F32 > BF16 > Q4), else the one
+        // with the longest context.
+        let best = rows.iter().position(|r| r.1.fits()).unwrap_or_else(|| rows.iter().enumerate().max_by_key(|(_, r)| r.1.max_context).map(|(i, _)| i).unwrap_or(0));
+        let mut out = StageOutput::default();
+        let (p, f) = rows[best];
+        let (need, ctx, batch, ceiling) = (f.need, f.max_context, f.max_batch, f.decode_ceiling_tok_s);
+        let verdict = if need <= cap {
+            format!("{p}: {} tokens fit with {:.2} GiB to spare; up to {ctx} tokens at batch 1, {batch} sequences of {} tokens; decode ceiling {}", c.seq, (cap - need) as f64 / (1u64 << 30) as f64, c.seq, ceiling.map(|t| format!("{t:.1} tok/s")).unwrap_or_else(|| "unknown (no bandwidth for this card)".into()))
+        } else if ctx > 0 {
+            format!("{} tokens fit in no precision; {p} reaches {ctx} tokens", c.seq)
+        } else {
+            format!("the model fits this card in no precision (Q4 needs {:.2} GiB at 1 token)", fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), Precision::Q4KM, 1, 1, Logits::Last), runtime.bytes()).device() as f64 / (1u64 << 30) as f64)
+        };
+        s.say(format!("{}: {verdict}", card.label));
+        out.findings.push(Finding::new(format!("plan for {}", card.label), "tok/s", None).ceiling(ceiling).note(verdict));
+        out.table(
+            PLAN,
+            df!(
+                col::RANK => rows.iter().enumerate().map(|(i, _)| if i == best { "best" } else { "" }).collect::<Vec<_>>(),
+                col::PRECISION => rows.iter().map(|r| r.0.to_string()).collect::<Vec<_>>(),
+                col::NEED_MIB => rows.iter().map(|r| mib(r.1.need)).collect::<Vec<_>>(),
+                col::FITS => rows.iter().map(|r| r.1.fits()).collect::<Vec<_>>(),
+                col::HEADROOM_MIB => rows.iter().map(|r| r.1.headroom() as f64 / crate::units::MIB).collect::<Vec<_>>(),
+                col::MAX_CONTEXT => rows.iter().map(|r| r.1.max_context as u64).collect::<Vec<_>>(),
+                col::MAX_BATCH => rows.iter().map(|r| r.1.max_batch as u64).collect::<Vec<_>>(),
+                col::DECODE_CEILING => rows.iter().map(|r| r.1.decode_ceiling_tok_s).collect::<Vec<_>>(),
+            )?,
+        );
+        Ok(out)
+    }
+
+    fn views() -> Vec<View> {
+        tables::plan_views()
+    }
+}

@@ -1,0 +1,125 @@
+//! The estimator's and the planner's tables: their columns, the CSVs' names, the views and charts
+//! the report draws.
+
+use crate::stage::{Axis, ChartSpec, Series, View};
+
+pub mod col {
+    pub const PRECISION: &str = "precision";
+    pub const ITEM: &str = "item";
+    pub const MIB: &str = "mib";
+    pub const FORMULA: &str = "formula";
+    pub const CARD: &str = "card";
+    pub const CARD_MIB: &str = "card_mib";
+    pub const NEED_MIB: &str = "need_mib";
+    pub const FITS: &str = "fits";
+    pub const HEADROOM_MIB: &str = "headroom_mib";
+    pub const MAX_CONTEXT: &str = "max_context";
+    pub const MAX_BATCH: &str = "max_batch";
+    pub const BANDWIDTH_GBS: &str = "bandwidth_gb_s";
+    pub const DECODE_CEILING: &str = "decode_ceiling_tok_s";
+    pub const SEQ: &str = "seq";
+    pub const NEED_GIB: &str = "need_gib";
+    pub const SETUP: &str = "setup";
+    pub const BYTES_PER_PARAM: &str = "bytes_per_param";
+    pub const GIB_PER_GPU: &str = "gib_per_gpu";
+    pub const RANK: &str = "rank";
+    pub const NOTE: &str = "note";
+    pub const WITHOUT_CHECKPOINTING_GIB: &str = "without_checkpointing_gib";
+    pub const WITH_CHECKPOINTING_GIB: &str = "with_checkpointing_gib";
+}
+
+pub const LEDGER: &str = "estimate_ledger";
+
+pub const FIT: &str = "estimate_fit";
+
+pub const CURVE: &str = "estimate_curve";
+
+pub const TRAINING: &str = "estimate_training";
+
+pub const TRAIN_STEP: &str = "estimate_train_step";
+
+pub const PLAN: &str = "plan";
+
+/// Memory against context per precision, with each card's capacity as a line.
+const CURVE_CHART: ChartSpec = ChartSpec {
+    title: "显存 vs 上下文 memory against context",
+    x: col::SEQ,
+    x_title: "context, tokens (log scale)",
+    y_title: "GiB",
+    split_by: Some(col::PRECISION),
+    x_axis: Axis::LogValues,
+    series: &[Series::column("", &[(col::NEED_GIB, 1.0)])],
+    lines: Some(card_lines),
+    ..ChartSpec::LINES
+};
+
+/// Each card preset's capacity, GiB.
+fn card_lines() -> Vec<(String, f64)> {
+    crate::hw::Card::presets().into_iter().map(|c| (c.name.clone(), c.total_mib / 1024.0)).collect()
+}
+
+/// The stage's views: what the console, report.html and the notebooks show, in order.
+pub fn views() -> Vec<View> {
+    use col::*;
+    vec![
+        View {
+            name: "ledger",
+            table: LEDGER,
+            caption: "Estimator — the byte ledger per precision (MiB)",
+            columns: &[ITEM, MIB, FORMULA],
+            group_by: &[PRECISION],
+            chart: None,
+            explain: "Weights from the tensor list (Q4: the GGUF block plan), the KV cache with grouped-query attention, the logits kept, the prefill's transient counted tensor by tensor from the lab's forward (the attention chunk, the MLP's four intermediate tensors or the logits' final norm, whichever is largest), and the runtime outside the pool. 权重、KV 缓存(GQA)、logits、前向瞬时峰值、运行时开销。",
+        },
+        View {
+            name: "fit",
+            table: FIT,
+            caption: "Estimator — fit table over the card presets",
+            columns: &[CARD, CARD_MIB, NEED_MIB, FITS, HEADROOM_MIB, MAX_CONTEXT, MAX_BATCH, BANDWIDTH_GBS, DECODE_CEILING],
+            group_by: &[PRECISION],
+            chart: None,
+            explain: "Headroom = the card's total less the ledger's total. The longest context (at the batch given) and the largest batch (at the context given) are the edge of the same ledger: one more token or sequence does not fit. The decode ceiling is the card's bandwidth ÷ (weights + the cache at this context): batch-1 decoding reads both once per token. The stream-ordered pool maps more than it hands out near the edge (see `vram-lab check`): keep a margin. 每张卡:能否装下、余量、最长上下文、最大批量、解码上限。",
+        },
+        View {
+            name: "curve",
+            table: CURVE,
+            caption: "Estimator — memory against context (GiB)",
+            columns: &[PRECISION, SEQ, NEED_GIB],
+            group_by: &[],
+            chart: Some(CURVE_CHART),
+            explain: "The ledger's total for each context, against each card's capacity: where a line crosses a card is its longest context. 显存随上下文增长,与各卡容量的交点即最长上下文。",
+        },
+        View {
+            name: "training",
+            table: TRAINING,
+            caption: "Estimator — a training step per GPU, beside the articles' 16 B/parameter",
+            columns: &[SETUP, ITEM, BYTES_PER_PARAM, GIB_PER_GPU, NOTE],
+            group_by: &[],
+            chart: None,
+            explain: "Weights, gradients, the F32 master copy (mixed precision), the optimizer's states, and what ZeRO divides across GPUs; the step's activations and peak are the next table. 训练:权重、梯度、主权重、优化器状态,以及 ZeRO 的切分。",
+        },
+        View {
+            name: "train_step",
+            table: TRAIN_STEP,
+            caption: "Estimator — the lab's F32 training step at this batch and context (GiB)",
+            columns: &[ITEM, WITHOUT_CHECKPOINTING_GIB, WITH_CHECKPOINTING_GIB, NOTE],
+            group_by: &[],
+            chart: None,
+            explain: "The step `vram-lab train` runs (forward, backward, AdamW in F32), counted tensor by tensor from candle's forward and backward: what the forward keeps for the backward, the backward's busiest moment, the update's, and the peak the card must hold. Checked against the lab's measured steps (`vram-lab check`). 训练一步的激活与峰值,有无梯度检查点。",
+        },
+    ]
+}
+
+/// The planner's views.
+pub fn plan_views() -> Vec<View> {
+    use col::*;
+    vec![View {
+        name: "plan",
+        table: PLAN,
+        caption: "Planner — per precision on the card (batch 1 unless said)",
+        columns: &[RANK, PRECISION, NEED_MIB, FITS, HEADROOM_MIB, MAX_CONTEXT, MAX_BATCH, DECODE_CEILING],
+        group_by: &[],
+        chart: None,
+        explain: "need = the ledger's total at the context wanted (batch 1, last-token logits, the runtime's overhead included). The decode ceiling is the card's bandwidth ÷ bytes read per token; stage 1 measures how close the lab's decoding comes to it on a GPU. 每种精度:所需显存、最长上下文、最大批量和解码上限。",
+    }]
+}

@@ -1,0 +1,66 @@
+//! The training tables: bytes per parameter by optimizer and ZeRO stage, and the lab's F32 step
+//! with and without checkpointing beside the articles' rule and PyTorch's step.
+
+use super::tables::col;
+use crate::error::Result;
+use crate::estimate::training::{self, Optimizer, TrainSetup};
+use crate::model::Qwen2Config;
+use polars::prelude::*;
+
+/// The training ledger for the configured setup, beside FP32 Adam (the articles' rule) and BF16
+/// mixed precision.
+pub fn training_table(cfg: &Qwen2Config, optimizer: Optimizer, zero: u8, gpus: u64) -> Result<DataFrame> {
+    let params = cfg.param_count() as u64;
+    let configured = TrainSetup { weight_bytes: 2, master_f32: true, optimizer, zero, gpus };
+    let setups = [
+        ("the articles: FP32 weights, gradients, Adam", TrainSetup::fp32_adam()),
+        ("BF16 mixed precision, Adam", TrainSetup::mixed_bf16()),
+        ("as configured (BF16 mixed precision)", configured),
+    ];
+    let (mut su, mut it, mut bp, mut gib, mut note) = (vec![], vec![], vec![], vec![], vec![]);
+    for (name, setup) in setups {
+        let l = training::ledger(params, &setup);
+        let what = format!("{name}; {:?}, ZeRO {} on {} GPU(s)", setup.optimizer, setup.zero, setup.gpus);
+        for (item, bytes) in [("weights", l.weights), ("gradients", l.gradients), ("master", l.master), ("optimizer", l.optimizer), ("total", l.total())] {
+            su.push(what.clone());
+            it.push(item);
+            bp.push(bytes as f64 / params as f64);
+            gib.push(bytes as f64 / (1u64 << 30) as f64);
+            note.push(if item == "total" && setup == TrainSetup::fp32_adam() {
+                format!("16 B × {params} parameters; the articles' 112 GB is 16 B × 7e9")
+            } else {
+                String::new()
+            });
+        }
+    }
+    Ok(df!(col::SETUP => su, col::ITEM => it, col::BYTES_PER_PARAM => bp, col::GIB_PER_GPU => gib, col::NOTE => note)?)
+}
+
+/// The lab's F32 training step at this batch and context (`vram-lab train`), without and with
+/// gradient checkpointing: what it keeps, its busiest moments and its peak, beside the articles'
+/// rule (16 B per parameter plus batch × seq × hidden × layers × 4 B of activations).
+pub fn train_step_table(cfg: &Qwen2Config, sh: training::TrainShape) -> Result<DataFrame> {
+    let params = cfg.param_count() as u64;
+    let l = training::ledger(params, &TrainSetup::fp32_adam());
+    let [off, on] = [false, true].map(|ck| training::step_activations(cfg, params, sh, ck));
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let articles = |ck| l.total() + training::articles_activations(cfg, sh, ck);
+    let torch = training::pytorch_update_peak(params);
+    let rows: [(&str, u64, u64, String); 9] = [
+        ("weights (F32)", l.weights, l.weights, "4 B per parameter".into()),
+        ("AdamW states", l.optimizer, l.optimizer, "two F32 moments".into()),
+        ("gradients", off.gradients, on.gradients, "4 B per parameter".into()),
+        ("what the forward keeps", off.forward, on.forward, "candle's graph; with checkpointing each layer's input".into()),
+        ("backward peak above weights + states", off.peak, on.peak, format!("at the {} / the {}", off.phase, on.phase)),
+        ("AdamW update peak above weights + states", off.optimizer_peak, on.optimizer_peak, "the gradients and 3 tensors the size of the largest weight (the update in place)".into()),
+        ("step peak", l.weights + l.optimizer + off.above_states(), l.weights + l.optimizer + on.above_states(), format!("{} × {} tokens; what the card must hold beyond the CUDA runtime", sh.batch, sh.seq)),
+        ("the articles' rule", articles(false), articles(true), "16 B per parameter + batch × seq × hidden × layers × 4 B (checkpointing: 35 % of it)".into()),
+        ("PyTorch's step, at least", torch, torch, "F32 weights, torch.optim.AdamW (foreach): 20 B per parameter during its update; more where its backward holds more".into()),
+    ];
+    Ok(df!(
+        col::ITEM => rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        col::WITHOUT_CHECKPOINTING_GIB => rows.iter().map(|r| gib(r.1)).collect::<Vec<_>>(),
+        col::WITH_CHECKPOINTING_GIB => rows.iter().map(|r| gib(r.2)).collect::<Vec<_>>(),
+        col::NOTE => rows.iter().map(|r| r.3.clone()).collect::<Vec<_>>(),
+    )?)
+}

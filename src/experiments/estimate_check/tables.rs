@@ -1,0 +1,55 @@
+//! The estimator check's tables: their columns, the CSVs' names, the views.
+
+use crate::stage::View;
+
+pub mod col {
+    pub const FILE: &str = "file";
+    pub const PRECISION: &str = "precision";
+    pub const LOGITS: &str = "logits";
+    pub const ATTENTION: &str = "attention";
+    pub const SEQ: &str = "seq";
+    pub const BATCH: &str = "batch";
+    pub const ALLOCATED_MIB: &str = "allocated_mib";
+    pub const PREDICTED_ALLOCATED_MIB: &str = "predicted_allocated_mib";
+    pub const ALLOCATED_ERR_PCT: &str = "allocated_err_pct";
+    pub const PEAK_MIB: &str = "peak_mib";
+    pub const PREDICTED_PEAK_MIB: &str = "predicted_peak_mib";
+    pub const PEAK_ERR_PCT: &str = "peak_err_pct";
+    pub const TRANSIENT_MIB: &str = "transient_mib";
+    pub const PREDICTED_TRANSIENT_MIB: &str = "predicted_transient_mib";
+    pub const PEAK_AT: &str = "peak_at";
+    pub const CARD: &str = "card";
+    pub const MAX_CONTEXT: &str = "max_context";
+    pub const PREDICTED_MAX_CONTEXT: &str = "predicted_max_context";
+    pub const CONTEXT_ERR_PCT: &str = "context_err_pct";
+    pub const OOM_RETRY: &str = "oom_retry";
+}
+
+pub const PREFILL: &str = "check_prefill";
+
+pub const LIMITS: &str = "check_limits";
+
+/// The stage's views: what the console, report.html and the notebooks show, in order.
+pub fn views() -> Vec<View> {
+    use col::*;
+    vec![
+        View {
+            name: "prefill",
+            table: PREFILL,
+            caption: "Estimator check — allocated and peak, measured vs the formula (MiB)",
+            columns: &[PRECISION, LOGITS, ATTENTION, SEQ, BATCH, ALLOCATED_MIB, PREDICTED_ALLOCATED_MIB, ALLOCATED_ERR_PCT, PEAK_MIB, PREDICTED_PEAK_MIB, PEAK_ERR_PCT, TRANSIENT_MIB, PREDICTED_TRANSIENT_MIB, PEAK_AT],
+            group_by: &[FILE],
+            chart: None,
+            explain: "allocated = the weights, candle's quantized-matmul buffer (Q4: 21,312 B per token of the longest prefill the process ran, kept for good, and 16 MiB), the KV cache and the logits a prefill leaves (loads: the weights alone); peak adds the transient the formula counts tensor by tensor at the forward's busiest moment (peak_at; `workspace`: a Q4 prefill longer than any before grows the buffer in its first down projection, old and new live together). The sweeps are replayed in the order the process ran them. 已分配与峰值:实测 vs 公式(Q4 含 candle 量化矩阵乘的常驻缓冲)。",
+        },
+        View {
+            name: "limits",
+            table: LIMITS,
+            caption: "Estimator check — the longest context, bisected vs the ledger",
+            columns: &[CARD, PRECISION, LOGITS, ATTENTION, BATCH, MAX_CONTEXT, PREDICTED_MAX_CONTEXT, CONTEXT_ERR_PCT, OOM_RETRY],
+            group_by: &[FILE],
+            chart: None,
+            explain: "predicted_max_context: the KV stage's own search (the same doubling lengths, the same bisection grid) run on the ledger, the card's total less the runtime outside the pool. The ledger counts the pool's chunks: CUDA's pool maps 32 MiB at a time and after a trim keeps every chunk a live allocation touches: 25.1 MiB per chunk of live allocations (each counted up to a chunk) at the traced worst layer (data/results/h200/2026-11-23-pool). With oom_retry (a failed request retried after the pool is trimmed, as PyTorch retries after releasing its cache) the bisections land within about 1 % of it, whether the edge is the logits, the attention or the MLP, on an RTX 4090 and an A4000, 7B and 3B; the A4000's BF16 edge at 3,584 tokens is one bisection step (7 %) above; the same command in two processes differed by one step (24,064 and 24,320). Runs before the retry stopped where the pool's mapped memory hit the card: 16,128 tokens instead of 24,064. 最长上下文:同一搜索在账本上的结果(计入内存池 32 MiB 分块的余量);失败后整理内存池再重试,误差约 1 %(A4000 BF16 短上下文差一个二分步长)。",
+        },
+    ]
+}

@@ -1,0 +1,375 @@
+//! Speed: prefill and decode timed on the lab's loop, each beside its physical ceiling (the read
+//! kernel's bandwidth measured in this run ÷ the bytes a step reads), the PyTorch original run on
+//! the same GPU in the same call (`scripts/reference/pytorch_reference.py bench`), and the other
+//! stacks' H200 figures. Variants of the loop (`--variants`) are measured side by side, so each
+//! speed-up is a before and an after from one process.
+
+pub mod tables;
+
+use tables::{col, DECODE_TABLE, PREFILL_TABLE};
+use crate::error::{LabError, Result};
+use crate::estimate::{self, fit};
+use crate::model::decode::OwnKernels;
+use crate::model::generate::{self, DecodeTiming};
+use crate::model::{AttentionMode, Logits, Precision, Qwen2};
+use crate::session::Session;
+use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
+use crate::{limits, reference};
+use polars::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+pub struct Bench;
+
+/// How the decoder layers compute their projections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum Variant {
+    /// candle's defaults: q, k, v, gate and up as five products, cudarc's event tracking on.
+    Separate,
+    /// Event tracking off (the lab's default, `hw::set_event_tracking`), five products.
+    Untracked,
+    /// q|k|v and gate|up stacked at load: two products (dense weights only).
+    Fused,
+    /// Stacked, and the decoding step captured once as a CUDA graph and replayed (one launch
+    /// per token); kernel by kernel on a CPU.
+    Graph,
+    /// The graph with the lab's kernel rotating q and k and storing k and v (seven of candle's
+    /// kernels per layer in one).
+    Kernel,
+    /// And the lab's matrix-vector kernel for every product of the step (bias, residual and
+    /// silu·up applied in it).
+    Gemv,
+    /// And the norms inside the products, attention in one kernel and the greedy pick: every
+    /// kernel of the step the lab's but the embedding lookup (the lab's decoding loop). Its
+    /// prefills take the fused attention kernel (`AttentionMode::Flash`) where it runs.
+    Own,
+}
+
+impl Variant {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Separate => "separate",
+            Self::Untracked => "untracked",
+            Self::Fused => "fused",
+            Self::Graph => "graph",
+            Self::Kernel => "kernel",
+            Self::Gemv => "gemv",
+            Self::Own => "own",
+        }
+    }
+
+    /// The lab's kernels a graph variant's step takes; None for the loops that are not a graph.
+    fn own_kernels(self) -> Option<OwnKernels> {
+        match self {
+            Self::Graph => Some(OwnKernels::None),
+            Self::Kernel => Some(OwnKernels::Store),
+            Self::Gemv => Some(OwnKernels::Products),
+            Self::Own => Some(OwnKernels::All),
+            Self::Separate | Self::Untracked | Self::Fused => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+pub struct BenchConfig {
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = BenchConfig::default().precisions)]
+    pub precisions: Vec<Precision>,
+    /// Prefill lengths timed (last-token logits)
+    #[arg(long, value_delimiter = ',', default_values_t = BenchConfig::default().prompt_lens, value_parser = limits::count(limits::MAX_SEQ))]
+    pub prompt_lens: Vec<usize>,
+    /// Decoding steps timed per repeat
+    #[arg(long, default_value_t = BenchConfig::default().new_tokens, value_parser = limits::count(limits::MAX_NEW_TOKENS))]
+    pub new_tokens: usize,
+    /// The prompt before decoding, tokens
+    #[arg(long, default_value_t = BenchConfig::default().decode_prompt, value_parser = limits::count(limits::MAX_SEQ))]
+    pub decode_prompt: usize,
+    /// Timed repeats (after one warm-up); the median is reported
+    #[arg(long, default_value_t = BenchConfig::default().repeats, value_parser = limits::count(limits::MAX_REPEATS))]
+    pub repeats: usize,
+    /// Batch sizes decoded (besides batch 1), e.g. 2,4,8,16,32,64
+    #[arg(long, value_delimiter = ',', value_parser = limits::count(limits::MAX_BATCH))]
+    pub batches: Vec<usize>,
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = BenchConfig::default().variants)]
+    pub variants: Vec<Variant>,
+    /// JSON lines of `scripts/reference/pytorch_reference.py bench` run on the same GPU
+    #[arg(long)]
+    pub pytorch: Option<PathBuf>,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        Self {
+            precisions: vec![Precision::Bf16, Precision::Q4KM],
+            prompt_lens: vec![512, 32768],
+            new_tokens: 128,
+            decode_prompt: 32,
+            repeats: 3,
+            batches: Vec::new(),
+            variants: vec![Variant::Separate, Variant::Untracked, Variant::Fused, Variant::Graph, Variant::Kernel, Variant::Gemv, Variant::Own],
+            pytorch: None,
+        }
+    }
+}
+
+impl BenchConfig {
+    /// The mean context of the timed decoding steps: the cache a step reads, on average.
+    fn mean_context(&self) -> usize {
+        self.decode_prompt + self.new_tokens / 2
+    }
+}
+
+#[derive(Debug, Clone)]
+struct DecodeRow {
+    precision: Precision,
+    variant: Variant,
+    batch: usize,
+    outcome: Outcome,
+    timing: DecodeTiming,
+    read_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+struct PrefillRow {
+    precision: Precision,
+    variant: Variant,
+    seq: usize,
+    outcome: Outcome,
+    seconds: f64,
+    peak: u64,
+    ledger_peak: u64,
+}
+
+/// A PyTorch figure from the reference script's records: `case`, matched on precision (and seq).
+fn pytorch(records: &[serde_json::Value], case: &str, precision: Precision, seq: Option<usize>) -> Option<f64> {
+    records
+        .iter()
+        .find(|r| r["case"] == case && r["precision"] == precision.name() && seq.is_none_or(|s| r["seq"].as_u64() == Some(s as u64)))
+        .and_then(|r| r["tok_s"].as_f64())
+}
+
+/// The other stacks' H200 figures for the report's model (`reference`): llama.cpp, and stock
+/// candle-transformers beside it in the label.
+fn other_stack(precision: Precision, decode: bool) -> (Option<f64>, String) {
+    use reference::{candle_h200, llamacpp_h200};
+    match (precision, decode) {
+        (Precision::Bf16, true) => (Some(llamacpp_h200::BF16_DECODE_TOK_S), format!("llama.cpp BF16, H200 (candle-transformers: {:.1})", candle_h200::BF16_DECODE_TOK_S)),
+        (p, true) if p.is_quantized() => (Some(llamacpp_h200::Q4KM_DECODE_TOK_S), format!("llama.cpp Q4_K_M, H200 (candle-transformers Q4_K: {:.1})", candle_h200::Q4K_DECODE_TOK_S)),
+        (Precision::Bf16, false) => (Some(llamacpp_h200::BF16_PREFILL_160_TOK_S), "llama.cpp BF16 prefill of 160 tokens, H200".into()),
+        _ => (None, String::new()),
+    }
+}
+
+/// How many of the first sequence's greedy ids this row shares, from the start, with the stacked
+/// (Q4: the separate) loop of the same precision and batch: "n/m" (the same seeded prompt).
+fn same_ids(r: &DecodeRow, all: &[DecodeRow]) -> Option<String> {
+    let base = if r.precision.is_quantized() { Variant::Separate } else { Variant::Fused };
+    let other = all.iter().find(|o| o.precision == r.precision && o.batch == r.batch && o.variant == base)?;
+    let n = r.timing.ids.len().min(other.timing.ids.len());
+    let same = r.timing.ids.iter().zip(&other.timing.ids).take_while(|(a, b)| a == b).count();
+    Some(format!("{same}/{n}"))
+}
+
+/// Runs `f`, turning an OOM into an outcome (the next measurement still runs).
+fn outcome_of<T>(r: Result<T>) -> Result<(Outcome, Option<T>)> {
+    match r {
+        Ok(v) => Ok((Outcome::Ok, Some(v))),
+        Err(e @ LabError::Interrupted) => Err(e),
+        Err(e) => Ok((Outcome::from_error(&e), None)),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+/// `seen`: the longest prefill this process ran so far (candle's quantized-matmul buffer only grows,
+/// and it outlives the models).
+fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Precision, v: Variant, seen: &mut u64, decodes: &mut Vec<DecodeRow>, prefills: &mut Vec<PrefillRow>) -> Result<()> {
+    let cfg = model.cfg.clone();
+    // Warm-up: kernels loaded, cuBLAS handles made, the pool grown once.
+    generate::time_decode(model, 1, 8, 2, 0)?;
+    let mut batches = vec![1];
+    batches.extend(c.batches.iter().copied().filter(|&b| b > 1));
+    for &b in &batches {
+        s.check_stop()?;
+        s.console.step(format!("{p} {}: decode, batch {b}", v.name()));
+        let mut pooled = DecodeTiming { batch: b, prompt: c.decode_prompt, ..Default::default() };
+        let mut outcome = Outcome::Ok;
+        for r in 0..c.repeats.max(1) {
+            let timed = match v.own_kernels() {
+                Some(own) => generate::time_decode_graph(model, b, c.decode_prompt, c.new_tokens, r as u64, own),
+                None => generate::time_decode(model, b, c.decode_prompt, c.new_tokens, r as u64),
+            };
+            let (o, t) = outcome_of(timed)?;
+            outcome = o;
+            match t {
+                Some(t) => {
+                    if r == 0 {
+                        pooled.ids = t.ids.clone();
+                    }
+                    pooled.prefill_s = t.prefill_s;
+                    pooled.issue_s.extend(t.issue_s);
+                    pooled.step_s.extend(t.step_s);
+                }
+                None => break,
+            }
+        }
+        let row = DecodeRow { precision: p, variant: v, batch: b, outcome, read_bytes: estimate::decode_read_bytes(&cfg, p, c.mean_context(), b), timing: pooled };
+        s.say(match &row.outcome {
+            Outcome::Ok => format!("{p} {} batch {b}: {:.1} tok/s, {:.2} ms/step ({:.2} ms to issue)", v.name(), row.timing.tok_s(), 1e3 * row.timing.step_median_s(), 1e3 * row.timing.issue_median_s()),
+            other => format!("{p} {} batch {b}: {}", v.name(), other.as_str()),
+        });
+        decodes.push(row);
+    }
+    // The decodes' prefills ran through the same quantized products.
+    *seen = (*seen).max((batches.iter().max().copied().unwrap_or(1) * c.decode_prompt) as u64);
+    // A captured graph changes decoding only: its prefill is the fused variant's, unless its
+    // attention is the fused kernel (`own` where it runs).
+    let lens: &[usize] = if v.own_kernels().is_some() && model.attention != AttentionMode::Flash { &[] } else { &c.prompt_lens };
+    for &seq in lens {
+        s.check_stop()?;
+        s.console.step(format!("{p} {}: prefill of {seq}", v.name()));
+        s.probe.reset_peak();
+        let mut times = Vec::new();
+        let mut outcome = Outcome::Ok;
+        for r in 0..c.repeats.max(1) {
+            let (o, t) = outcome_of(generate::time_prefill(model, 1, seq, Logits::Last, r as u64))?;
+            outcome = o;
+            match t {
+                Some(t) => times.push(t),
+                None => break,
+            }
+        }
+        // Above what the process held before the model was loaded, as the ledger counts.
+        let peak = s.probe.snapshot(&format!("{p} prefill {seq}")).peak.saturating_sub(base);
+        let w = fit::Inference { precision: p, seq, batch: 1, logits: Logits::Last, attention: model.attention, stored: None };
+        let mut ledger = fit::ledger_after(&cfg, &w, 0, *seen);
+        *seen = (*seen).max(seq as u64);
+        if !s.device.is_cuda() {
+            // candle's quantized-matmul buffer is a CUDA one.
+            ledger.workspace = 0;
+        }
+        let ledger_peak = ledger.peak();
+        let seconds = generate::median(&times);
+        s.say(format!("{p} {} prefill {seq}: {:.0} tok/s, peak {:.0} MiB (ledger {:.0})", v.name(), seq as f64 / seconds, crate::memory::mib(peak), crate::memory::mib(ledger_peak)));
+        prefills.push(PrefillRow { precision: p, variant: v, seq, outcome, seconds, peak, ledger_peak });
+    }
+    Ok(())
+}
+
+impl Stage for Bench {
+    const NAME: &'static str = "bench";
+    const TITLE: &'static str = "Speed — prefill and decode beside their ceilings / 速度";
+    const ABOUT: &'static str = "Prefill and decode tok/s of the lab's loop per precision and variant, beside the bandwidth ceiling, PyTorch and llama.cpp";
+    const INTRO: &'static str = "批大小为 1 的解码每个 token 都要把权重读一遍:上限 = 显存读带宽 ÷ 每步读取的字节。<br>Batch-1 decoding reads every weight once per token, so its ceiling is the device's read bandwidth (the read kernel, measured in this run) ÷ the bytes a step reads (the weights but the embedding table, plus the KV cache). Each decode and prefill figure stands beside that ceiling, the PyTorch original run on the same GPU in the same call, and llama.cpp's H200 figures. ms to issue is the time the host takes to launch a step's kernels: when it is close to the whole step, the GPU waits on the host.";
+    type Config = BenchConfig;
+
+    fn cpu_config() -> BenchConfig {
+        BenchConfig { prompt_lens: vec![64], new_tokens: 8, decode_prompt: 8, repeats: 2, ..Default::default() }
+    }
+
+    fn run(s: &mut Session, c: &BenchConfig) -> Result<StageOutput> {
+        let bw = s.bandwidths()?.device;
+        let records = match &c.pytorch {
+            Some(p) => reference::pytorch_records(p, "bench")?,
+            None => Vec::new(),
+        };
+        let (mut decodes, mut prefills) = (Vec::new(), Vec::new());
+        let mut report_model = false;
+        let mut seen = 0u64;
+        for &p in &c.precisions {
+            for &v in &c.variants {
+                s.check_stop()?;
+                let base = s.probe.snapshot(&format!("{p} {}: before loading", v.name())).allocated;
+                // The tensors made while it is on (the weights, every step's) carry events.
+                crate::hw::set_event_tracking(&s.device, v == Variant::Separate);
+                let mut model = match s.load(p) {
+                    Ok(lm) => lm.model,
+                    Err(e @ LabError::Interrupted) => return Err(e),
+                    Err(e) => {
+                        // A precision that does not load (an OOM on a small card) is a row of the
+                        // table, so the run says why it has no speed; the next precision still runs.
+                        s.say(format!("{p}: not loaded ({e})"));
+                        let cfg = crate::model::source::open(&s.source, &s.opts)?.cfg;
+                        let read_bytes = estimate::decode_read_bytes(&cfg, p, c.mean_context(), 1);
+                        let timing = DecodeTiming { batch: 1, prompt: c.decode_prompt, ..Default::default() };
+                        decodes.push(DecodeRow { precision: p, variant: v, batch: 1, outcome: Outcome::from_error(&e), timing, read_bytes });
+                        break;
+                    }
+                };
+                report_model = reference::is_report_model(&model.cfg);
+                let stacked = if v == Variant::Separate || v == Variant::Untracked { 0 } else { model.fuse_projections()? };
+                if v == Variant::Own && model.flash_runs() {
+                    model.attention = AttentionMode::Flash;
+                }
+                if v == Variant::Fused && stacked == 0 {
+                    s.say(format!("{p}: no dense layer to fuse (quantized weights keep five products)"));
+                    continue;
+                }
+                let measured = bench_model(s, c, &model, base, p, v, &mut seen, &mut decodes, &mut prefills);
+                crate::hw::set_event_tracking(&s.device, false);
+                measured?;
+            }
+        }
+        let gpu = s.device.is_cuda() && report_model;
+        let ok_f = |o: &Outcome, v: f64| o.is_ok().then_some(v);
+        let dec_tok: Vec<Option<f64>> = decodes.iter().map(|r| ok_f(&r.outcome, r.timing.tok_s())).collect();
+        let dec_ceiling: Vec<f64> = decodes.iter().map(|r| r.batch as f64 * estimate::decode_ceiling_tok_s(bw, r.read_bytes)).collect();
+        let dec_torch: Vec<Option<f64>> = decodes.iter().map(|r| if r.batch == 1 { pytorch(&records, "decode", r.precision, None) } else { None }).collect();
+        let dec_other: Vec<(Option<f64>, String)> = decodes.iter().map(|r| if gpu && r.batch == 1 { other_stack(r.precision, true) } else { (None, String::new()) }).collect();
+        let decode_df = df!(
+            col::PRECISION => decodes.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
+            col::VARIANT => decodes.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
+            col::BATCH => decodes.iter().map(|r| r.batch as u64).collect::<Vec<_>>(),
+            col::OUTCOME => decodes.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(),
+            col::MS_PER_STEP => decodes.iter().map(|r| ok_f(&r.outcome, 1e3 * r.timing.step_median_s())).collect::<Vec<_>>(),
+            col::ISSUE_MS => decodes.iter().map(|r| ok_f(&r.outcome, 1e3 * r.timing.issue_median_s())).collect::<Vec<_>>(),
+            col::TOK_S => dec_tok.clone(),
+            col::READ_GB => decodes.iter().map(|r| r.read_bytes as f64 / 1e9).collect::<Vec<_>>(),
+            col::CEILING_TOK_S => dec_ceiling.clone(),
+            col::PCT_CEILING => dec_tok.iter().zip(&dec_ceiling).map(|(t, c)| t.map(|t| 100.0 * t / c)).collect::<Vec<_>>(),
+            col::PYTORCH_TOK_S => dec_torch.clone(),
+            col::VS_PYTORCH => dec_tok.iter().zip(&dec_torch).map(|(a, b)| a.zip(*b).map(|(a, b)| a / b)).collect::<Vec<_>>(),
+            col::OTHER_TOK_S => dec_other.iter().map(|o| o.0).collect::<Vec<_>>(),
+            col::OTHER => dec_other.iter().map(|o| o.1.as_str()).collect::<Vec<_>>(),
+            col::SAME_IDS => decodes.iter().map(|r| same_ids(r, &decodes)).collect::<Vec<_>>(),
+        )?;
+        let pre_tok: Vec<Option<f64>> = prefills.iter().map(|r| ok_f(&r.outcome, r.seq as f64 / r.seconds)).collect();
+        let pre_torch: Vec<Option<f64>> = prefills.iter().map(|r| pytorch(&records, "prefill", r.precision, Some(r.seq))).collect();
+        let pre_other: Vec<(Option<f64>, String)> = prefills.iter().map(|r| if gpu && r.seq <= 512 { other_stack(r.precision, false) } else { (None, String::new()) }).collect();
+        let prefill_df = df!(
+            col::PRECISION => prefills.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
+            col::VARIANT => prefills.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
+            col::SEQ => prefills.iter().map(|r| r.seq as u64).collect::<Vec<_>>(),
+            col::OUTCOME => prefills.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(),
+            col::TOK_S => pre_tok.clone(),
+            col::PEAK_MIB => prefills.iter().map(|r| crate::memory::mib(r.peak)).collect::<Vec<_>>(),
+            col::LEDGER_PEAK_MIB => prefills.iter().map(|r| crate::memory::mib(r.ledger_peak)).collect::<Vec<_>>(),
+            col::PYTORCH_TOK_S => pre_torch.clone(),
+            col::VS_PYTORCH => pre_tok.iter().zip(&pre_torch).map(|(a, b)| a.zip(*b).map(|(a, b)| a / b)).collect::<Vec<_>>(),
+            col::OTHER_TOK_S => pre_other.iter().map(|o| o.0).collect::<Vec<_>>(),
+            col::OTHER => pre_other.iter().map(|o| o.1.as_str()).collect::<Vec<_>>(),
+            col::NOTE => prefills.iter().map(|r| if r.precision.is_quantized() { "Q4's ledger counts the quantized-matmul buffer this stage grew; a process that ran longer prefills before holds more" } else { "" }).collect::<Vec<_>>(),
+        )?;
+        let mut out = StageOutput::default();
+        for (i, r) in decodes.iter().enumerate().filter(|(_, r)| r.batch == 1) {
+            out.findings.push(
+                Finding::new(format!("{} decode, {}", r.precision, r.variant.name()), "tok/s", dec_tok[i])
+                    .ceiling(dec_ceiling[i])
+                    .report((r.precision == Precision::Bf16 && report_model).then_some(reference::report::BF16_DECODE_TOK_S))
+                    .note(match dec_torch[i] {
+                        Some(t) => format!("PyTorch (same GPU, same call) {t:.1} tok/s"),
+                        None => "ceiling: this run's read bandwidth ÷ bytes per step".into(),
+                    }),
+            );
+        }
+        for (i, r) in prefills.iter().enumerate() {
+            out.findings.push(Finding::new(format!("{} prefill of {}, {}", r.precision, r.seq, r.variant.name()), "tok/s", pre_tok[i]).note(format!("peak {:.0} MiB, ledger {:.0} MiB", crate::memory::mib(r.peak), crate::memory::mib(r.ledger_peak))));
+        }
+        out.table(DECODE_TABLE, decode_df);
+        out.table(PREFILL_TABLE, prefill_df);
+        Ok(out)
+    }
+
+    fn views() -> Vec<View> {
+        tables::views()
+    }
+}
+

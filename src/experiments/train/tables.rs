@@ -1,0 +1,103 @@
+//! The train stage's tables: their columns, the CSVs' names, the views and charts the report draws.
+
+use crate::error::Result;
+use crate::estimate::training::{self, step_peak, TrainSetup, TrainShape};
+use crate::memory::mib;
+use crate::model::Qwen2Config;
+use crate::stage::View;
+use polars::prelude::*;
+
+/// One row: an item measured, the lab's formula, the articles' where they have one.
+pub struct Row {
+    pub checkpointing: bool,
+    pub item: &'static str,
+    pub measured: Option<u64>,
+    pub lab: u64,
+    pub articles: Option<u64>,
+    pub note: String,
+}
+
+pub fn pct(measured: Option<u64>, predicted: Option<u64>) -> Option<f64> {
+    match (measured, predicted) {
+        (Some(m), Some(p)) if m > 0 => Some(100.0 * (p as f64 - m as f64) / m as f64),
+        _ => None,
+    }
+}
+
+pub mod col {
+    pub const CHECKPOINTING: &str = "checkpointing";
+    pub const ITEM: &str = "item";
+    pub const MEASURED_MIB: &str = "measured_mib";
+    pub const LAB_MIB: &str = "lab_mib";
+    pub const LAB_ERROR_PCT: &str = "lab_error_pct";
+    pub const ARTICLES_MIB: &str = "articles_mib";
+    pub const ARTICLES_ERROR_PCT: &str = "articles_error_pct";
+    pub const NOTE: &str = "note";
+    pub const CASE: &str = "case";
+    pub const GB: &str = "gb";
+}
+
+pub const MEMORY: &str = "train_memory";
+
+pub const SCALE: &str = "train_scale";
+
+pub fn memory_table(rows: &[Row]) -> Result<DataFrame> {
+    use col::*;
+    let opt_mib = |v: Option<u64>| v.map(mib);
+    Ok(df!(
+        CHECKPOINTING => rows.iter().map(|r| r.checkpointing).collect::<Vec<_>>(),
+        ITEM => rows.iter().map(|r| r.item).collect::<Vec<_>>(),
+        MEASURED_MIB => rows.iter().map(|r| opt_mib(r.measured)).collect::<Vec<_>>(),
+        LAB_MIB => rows.iter().map(|r| mib(r.lab)).collect::<Vec<_>>(),
+        LAB_ERROR_PCT => rows.iter().map(|r| pct(r.measured, Some(r.lab))).collect::<Vec<_>>(),
+        ARTICLES_MIB => rows.iter().map(|r| opt_mib(r.articles)).collect::<Vec<_>>(),
+        ARTICLES_ERROR_PCT => rows.iter().map(|r| pct(r.measured, r.articles)).collect::<Vec<_>>(),
+        NOTE => rows.iter().map(|r| r.note.clone()).collect::<Vec<_>>(),
+    )?)
+}
+
+/// The articles' "FP32 training of a 7B model needs 112 GB" beside the lab's estimate of the
+/// same case (Qwen2.5-7B, F32 AdamW, this run's batch and context), with and without checkpointing.
+pub fn scale_table(sh: TrainShape) -> Result<DataFrame> {
+    let cfg = Qwen2Config::preset("qwen2.5-7b")?;
+    let p = cfg.param_count() as u64;
+    let states = training::ledger(p, &TrainSetup::fp32_adam()).total();
+    let gb = |b: u64| b as f64 / 1e9;
+    let lab = |ckpt| step_peak(&cfg, p, sh, ckpt);
+    let cases = [
+        ("articles: 16 B × 7e9 parameters".to_string(), 112e9 as u64, "weights 4 + gradients 4 + Adam 8 B per parameter; no activations".to_string()),
+        ("articles' rule, Qwen2.5-7B's 7,615,616,512 parameters".into(), states, "the same 16 B per parameter".into()),
+        (format!("lab: step peak, {} × {} tokens, no checkpointing", sh.batch, sh.seq), lab(false), "weights + states + the peak above them".into()),
+        (format!("lab: step peak, {} × {} tokens, checkpointing", sh.batch, sh.seq), lab(true), "".into()),
+    ];
+    Ok(df!(
+        col::CASE => cases.iter().map(|c| c.0.clone()).collect::<Vec<_>>(),
+        col::GB => cases.iter().map(|c| gb(c.1)).collect::<Vec<_>>(),
+        col::NOTE => cases.iter().map(|c| c.2.clone()).collect::<Vec<_>>(),
+    )?)
+}
+
+/// The stage's views: what the console, report.html and the notebooks show, in order.
+pub fn views() -> Vec<View> {
+    use col::*;
+    vec![
+        View {
+            name: "memory",
+            table: MEMORY,
+            caption: "Training step — measured, lab formula, articles' formula",
+            columns: &[CHECKPOINTING, ITEM, MEASURED_MIB, LAB_MIB, LAB_ERROR_PCT, ARTICLES_MIB, ARTICLES_ERROR_PCT, NOTE],
+            group_by: &[CHECKPOINTING],
+            chart: None,
+            explain: "Weights, AdamW states and gradients are exact byte counts. Without checkpointing candle keeps every tensor the forward made (an op holds its inputs) until the backward ends: far more than the articles' one hidden-sized tensor per layer and token. Checkpointing keeps each layer's input; the peak then moves to the head's backward, where Qwen's 151,936-word vocabulary makes logits-sized tensors the largest. 权重、优化器状态、梯度按字节精确;峰值与公式对照。",
+        },
+        View {
+            name: "scale",
+            table: SCALE,
+            caption: "The articles' 112 GB for 7B beside the lab's estimate",
+            columns: &[CASE, GB, NOTE],
+            group_by: &[],
+            chart: None,
+            explain: "16 B × 7e9 is 112 GB; Qwen2.5-7B has 7.6e9 parameters, so the same rule gives 121.8 GB before any activation. 文章的 112 GB 与实验室对同一情形的估计。",
+        },
+    ]
+}

@@ -1,0 +1,150 @@
+//! A GGUF file as a weight source: its header read once, each tensor read when loaded.
+
+use super::header::Header;
+use super::names::gguf_name;
+use crate::error::{cause, LabError, Result};
+use crate::model::qwen2::config::{Qwen2Config, TensorSpec};
+use crate::model::precision::Precision;
+use crate::model::weights::{check_shape, Weight, WeightSource};
+use candle_core::quantized::ggml_file::qtensor_from_ggml;
+use candle_core::Device;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A GGUF file as a weight source: its header read once, each tensor read when loaded.
+pub struct Gguf {
+    pub header: Header,
+    file: std::fs::File,
+}
+
+impl Gguf {
+    /// The file, whole: a truncated one is refused before any tensor is read.
+    pub fn open(path: &Path) -> Result<Self> {
+        let (gguf, truncated) = Self::open_header(path)?;
+        match truncated {
+            Some(e) => Err(e),
+            None => Ok(gguf),
+        }
+    }
+
+    /// The header alone (metadata and tensor infos), and whether the file is shorter than it says
+    /// (`LabError::Truncated`): the estimator prices a file from its header even then.
+    pub fn open_header(path: &Path) -> Result<(Self, Option<LabError>)> {
+        let header = Header::read(path)?;
+        header.check_types()?;
+        let file = std::fs::File::open(path).map_err(|e| LabError::input(format!("cannot open {}: {e}", path.display())))?;
+        let truncated = header.truncated();
+        Ok((Self { header, file }, truncated))
+    }
+
+    fn path(&self) -> String {
+        self.header.path.display().to_string()
+    }
+
+    /// `tokenizer.chat_template`, as llama.cpp's converter writes it.
+    pub fn chat_template(&self) -> Option<String> {
+        self.header.str("tokenizer.chat_template").map(str::to_string)
+    }
+
+    fn md_uint(&self, key: &str) -> Result<usize> {
+        let v = self.header.uint(key).ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no integer {key}", self.path())))?;
+        usize::try_from(v).map_err(|_| LabError::input(format!("{}: {key} = {v} is too large", self.path())))
+    }
+
+    /// The config from qwen2.* metadata; the vocabulary size from the embedding's shape.
+    pub fn config(&self) -> Result<Qwen2Config> {
+        let h = &self.header;
+        let arch = h.str("general.architecture").ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no general.architecture", self.path())))?;
+        if arch != "qwen2" {
+            return Err(LabError::input(format!("{}: architecture `{arch}`, the lab runs qwen2", self.path())));
+        }
+        let embd = h.tensor("token_embd.weight").ok_or_else(|| LabError::input(format!("{}: no token_embd.weight", self.path())))?;
+        let vocab = embd.shape().first().copied().unwrap_or(0);
+        let f = |k: &str| h.float(k).ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no number {k}", self.path())));
+        let cfg = Qwen2Config {
+            vocab_size: vocab,
+            hidden_size: self.md_uint("qwen2.embedding_length")?,
+            intermediate_size: self.md_uint("qwen2.feed_forward_length")?,
+            num_hidden_layers: self.md_uint("qwen2.block_count")?,
+            num_attention_heads: self.md_uint("qwen2.attention.head_count")?,
+            num_key_value_heads: self.md_uint("qwen2.attention.head_count_kv")?,
+            rms_norm_eps: f("qwen2.attention.layer_norm_rms_epsilon")?,
+            rope_theta: f("qwen2.rope.freq_base").unwrap_or(10000.0),
+            max_position_embeddings: self.md_uint("qwen2.context_length")?,
+            tie_word_embeddings: h.tensor("output.weight").is_none(),
+            hidden_act: "silu".into(),
+            bos_token_id: h.uint("tokenizer.ggml.bos_token_id").map(|v| v as u32),
+            eos_token_id: h.uint("tokenizer.ggml.eos_token_id").map(|v| serde_json::json!(v)),
+            torch_dtype: None,
+        };
+        let json = serde_json::to_string(&cfg)?;
+        Qwen2Config::from_json(&json, &self.path())
+    }
+
+    /// The bytes `cfg`'s weights take once loaded in `precision`, as `load` makes them: under Q4
+    /// each block-quantized tensor as the file stores it and the rest in the activation dtype
+    /// (F32, or BF16 for q4_k_m); dequantized to the
+    /// precision's dtype otherwise.
+    pub fn loaded_bytes(&self, cfg: &Qwen2Config, precision: Precision) -> u64 {
+        cfg.tensor_specs()
+            .iter()
+            .filter_map(|s| self.header.tensor(&gguf_name(&s.name)))
+            .map(|t| match (precision.dense_dtype(), t.ggml_type()) {
+                (None, Some(ty)) if ty.is_block_quantized() => t.bytes().unwrap_or(0) as u64,
+                (dense, _) => t.elems() as u64 * dense.unwrap_or(precision.act_dtype()).size_in_bytes() as u64,
+            })
+            .sum()
+    }
+
+    /// One tensor's bytes from the data section, as candle's quantized tensor on `device`.
+    fn read(&mut self, name: &str, device: &Device) -> Result<candle_core::quantized::QTensor> {
+        let path = self.path();
+        let info = self.header.tensor(name).ok_or_else(|| LabError::input(format!("{path}: no tensor {name}")))?.clone();
+        let ty = info.ggml_type().ok_or_else(|| LabError::input(format!("{path}: tensor {name} has an unknown type")))?;
+        let dtype = ty.candle().ok_or_else(|| {
+            LabError::input(format!("{path}: tensor {name} is {ty}: priced by `estimate`, but the lab computes F32, F16, BF16, Q4_0-Q8_0 and Q2_K-Q8_K only"))
+        })?;
+        let bytes = info.bytes().unwrap_or(u128::MAX);
+        if bytes == 0 {
+            return Err(LabError::input(format!("{path}: tensor {name} holds no values")));
+        }
+        let start = (self.header.data_offset as u128).saturating_add(info.offset as u128);
+        if start.saturating_add(bytes) > self.header.file_len as u128 {
+            return Err(LabError::Truncated { path, have: self.header.file_len, need: u64::try_from(start.saturating_add(bytes)).unwrap_or(u64::MAX) });
+        }
+        let mut raw = vec![0u8; bytes as usize];
+        self.file.seek(SeekFrom::Start(start as u64))?;
+        self.file.read_exact(&mut raw)?;
+        qtensor_from_ggml(dtype, &raw, info.shape(), device).map_err(|e| LabError::input(format!("{path}: tensor {name}: {}", cause(&e))))
+    }
+}
+
+impl WeightSource for Gguf {
+    fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight> {
+        let name = gguf_name(&spec.name);
+        // The header's shape first: nothing is read for a tensor the config does not expect.
+        if let Some(info) = self.header.tensor(&name) {
+            check_shape(&name, &info.shape(), &spec.shape)?;
+        }
+        let q = self.read(&name, device)?;
+        let block_quantized = q.dtype().block_size() > 1;
+        match precision.dense_dtype() {
+            _ if precision.is_quantized() && block_quantized => Ok(Weight::Quant(Arc::new(q))),
+            Some(dtype) => Ok(Weight::Dense(q.dequantize(device)?.to_dtype(dtype)?)),
+            None => Ok(Weight::Dense(q.dequantize(device)?.to_dtype(precision.act_dtype())?)),
+        }
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.header.tensor(&gguf_name(name)).is_some()
+    }
+
+    fn stored_bytes(&self, cfg: &Qwen2Config, precision: Precision) -> Option<u64> {
+        Some(self.loaded_bytes(cfg, precision))
+    }
+
+    fn describe(&self) -> String {
+        format!("gguf: {}", self.path())
+    }
+}

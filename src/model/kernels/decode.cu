@@ -1,0 +1,300 @@
+#define NEG_INF __int_as_float(0xff800000)
+__device__ __forceinline__ float ld(const unsigned short* p, long i) { return __uint_as_float(((unsigned)p[i]) << 16); }
+__device__ __forceinline__ void st(unsigned short* p, long i, float f) {
+    unsigned u = __float_as_uint(f);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    p[i] = (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float ld(const float* p, long i) { return p[i]; }
+__device__ __forceinline__ void st(float* p, long i, float f) { p[i] = f; }
+
+// y: [b, (heads + 2 kv) * d] (q | k | v of one position), rotated and scaled in place for q;
+// k rotated and v copied into the caches [b, kv, cap, d] at row pos[0]. One thread per pair (i, i + d/2).
+template <typename T>
+__device__ void qkv_store(T* y, const T* cos_t, const T* sin_t, const unsigned* pos, T* kc, T* vc,
+                          int b, int heads, int kv, int d, int cap, float scale) {
+    int half = d / 2, total = heads + 2 * kv;
+    long idx = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (idx >= (long)b * total * half) return;
+    int i = idx % half;
+    int h = (idx / half) % total;
+    int bi = idx / ((long)half * total);
+    unsigned p = pos[0];
+    long at = (long)bi * total * d + (long)h * d;
+    float x1 = ld(y, at + i), x2 = ld(y, at + i + half);
+    if (h < heads + kv) {
+        float c = ld(cos_t, (long)p * half + i), s = ld(sin_t, (long)p * half + i);
+        float r1 = x1 * c - x2 * s, r2 = x2 * c + x1 * s;
+        x1 = r1; x2 = r2;
+    }
+    if (h < heads) {
+        st(y, at + i, x1 * scale); st(y, at + i + half, x2 * scale);
+    } else {
+        int kh = h < heads + kv ? h - heads : h - heads - kv;
+        T* cache = h < heads + kv ? kc : vc;
+        long row = (((long)bi * kv + kh) * cap + p) * d;
+        st(cache, row + i, x1); st(cache, row + i + half, x2);
+    }
+}
+
+// The dot product of 16 bytes of weights with 16 bytes of activations, in F32.
+__device__ __forceinline__ float lo(unsigned u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float hi(unsigned u) { return __uint_as_float(u & 0xFFFF0000u); }
+__device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, const unsigned short*) {
+    acc = fmaf(lo(w.x), lo(x.x), acc); acc = fmaf(hi(w.x), hi(x.x), acc);
+    acc = fmaf(lo(w.y), lo(x.y), acc); acc = fmaf(hi(w.y), hi(x.y), acc);
+    acc = fmaf(lo(w.z), lo(x.z), acc); acc = fmaf(hi(w.z), hi(x.z), acc);
+    acc = fmaf(lo(w.w), lo(x.w), acc); acc = fmaf(hi(w.w), hi(x.w), acc);
+    return acc;
+}
+__device__ __forceinline__ float dot16(uint4 w, uint4 x, float acc, const float*) {
+    acc = fmaf(__uint_as_float(w.x), __uint_as_float(x.x), acc);
+    acc = fmaf(__uint_as_float(w.y), __uint_as_float(x.y), acc);
+    acc = fmaf(__uint_as_float(w.z), __uint_as_float(x.z), acc);
+    acc = fmaf(__uint_as_float(w.w), __uint_as_float(x.w), acc);
+    return acc;
+}
+
+__device__ __forceinline__ float dot16g(uint4 w, uint4 x, uint4 g, float acc, const unsigned short*) {
+    acc = fmaf(lo(w.x), lo(x.x) * lo(g.x), acc); acc = fmaf(hi(w.x), hi(x.x) * hi(g.x), acc);
+    acc = fmaf(lo(w.y), lo(x.y) * lo(g.y), acc); acc = fmaf(hi(w.y), hi(x.y) * hi(g.y), acc);
+    acc = fmaf(lo(w.z), lo(x.z) * lo(g.z), acc); acc = fmaf(hi(w.z), hi(x.z) * hi(g.z), acc);
+    acc = fmaf(lo(w.w), lo(x.w) * lo(g.w), acc); acc = fmaf(hi(w.w), hi(x.w) * hi(g.w), acc);
+    return acc;
+}
+__device__ __forceinline__ float dot16g(uint4 w, uint4 x, uint4 g, float acc, const float*) {
+    acc = fmaf(__uint_as_float(w.x), __uint_as_float(x.x) * __uint_as_float(g.x), acc);
+    acc = fmaf(__uint_as_float(w.y), __uint_as_float(x.y) * __uint_as_float(g.y), acc);
+    acc = fmaf(__uint_as_float(w.z), __uint_as_float(x.z) * __uint_as_float(g.z), acc);
+    acc = fmaf(__uint_as_float(w.w), __uint_as_float(x.w) * __uint_as_float(g.w), acc);
+    return acc;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// y[b, n] = x[b, k] · w[n, k]ᵀ (+ bias[n]) (+ res[b, n]), where w is up to three weights one
+// under the other (q, k, v: rows [0, n0) of w0, the next n1 of w1, the rest of w2, each with its
+// bias or none), so separate projections compute as one without being stacked in memory. With
+// G = 2, y = silu(x·w0ᵀ) · (x·w1ᵀ) (gate and up, n rows each). With N, x is first RMS-normed with
+// the weight g (eps). S warps share a row (each an interleaved part of k, so long rows take fewer
+// rounds of loads); a block holds blockDim / (32 S) rows. k · sizeof(T) a multiple of 16 and the
+// weights, x and g 16-byte aligned (the caller checks).
+template <typename T, int B, int G, bool N, int S>
+__device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T* __restrict__ w2,
+                     const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
+                     const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
+                     T* __restrict__ y, int n, int k) {
+    __shared__ float part_sums[16][G * B + B];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
+    const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
+    const bool live = row < n;
+    const int kv = k / (16 / (int)sizeof(T));
+    const uint4* xr = (const uint4*)x;
+    const uint4* gr = (const uint4*)g;
+    // The weight part the row lies in, and the row within it.
+    const int seg = G == 2 ? 0 : (row < n0 ? 0 : (row < n0 + n1 ? 1 : 2));
+    const int local = row - (seg > 0 ? n0 : 0) - (seg > 1 ? n1 : 0);
+    const T* wseg = seg == 0 ? w0 : (seg == 1 ? w1 : w2);
+    const T* bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
+    const uint4* wr[G];
+    float acc[G][B], ss[B];
+#pragma unroll
+    for (int r = 0; r < G; r++) {
+        const T* base = G == 2 ? (r == 0 ? w0 : w1) : wseg;
+        wr[r] = (const uint4*)(base + (long)(live ? local : 0) * k);
+#pragma unroll
+        for (int b = 0; b < B; b++) acc[r][b] = 0.f;
+    }
+#pragma unroll
+    for (int b = 0; b < B; b++) ss[b] = 0.f;
+    const int step = 32 * S;
+    // Four 16-byte loads per row in flight per lane, the last round's past the row's end left
+    // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
+    // from the same loads of x.
+    for (int i = lane + 32 * part; live && i < kv; i += 4 * step) {
+        uint4 wv[G][4];
+#pragma unroll
+        for (int r = 0; r < G; r++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) wv[r][u] = i + step * u < kv ? __ldcs(wr[r] + i + step * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (i + step * u >= kv) break;
+            uint4 gv = N ? __ldg(gr + i + step * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                uint4 xv = __ldg(xr + (long)b * kv + i + step * u);
+                if (N) ss[b] = dot16(xv, xv, ss[b], x);
+#pragma unroll
+                for (int r = 0; r < G; r++) acc[r][b] = N ? dot16g(wv[r][u], xv, gv, acc[r][b], x) : dot16(wv[r][u], xv, acc[r][b], x);
+            }
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < B; b++) {
+        if (N) ss[b] = warp_sum(ss[b]);
+#pragma unroll
+        for (int r = 0; r < G; r++) acc[r][b] = warp_sum(acc[r][b]);
+    }
+    if (S > 1) {
+        // The row's warps add their parts through shared memory; the first keeps the sums.
+        if (lane == 0) {
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                part_sums[warp][G * B + b] = ss[b];
+#pragma unroll
+                for (int r = 0; r < G; r++) part_sums[warp][r * B + b] = acc[r][b];
+            }
+        }
+        __syncthreads();
+        if (part != 0 || lane != 0) return;
+#pragma unroll
+        for (int o = 1; o < S; o++)
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                ss[b] += part_sums[warp + o][G * B + b];
+#pragma unroll
+                for (int r = 0; r < G; r++) acc[r][b] += part_sums[warp + o][r * B + b];
+            }
+    }
+    if (lane != 0 || !live) return;
+#pragma unroll
+    for (int b = 0; b < B; b++) {
+        // The norm's scale 1/rms(x) is one factor per row of x, applied to the sums.
+        float rs = N ? rsqrtf(ss[b] / (float)k + eps) : 1.f;
+        float v = acc[0][b] * rs;
+        if (G == 2) {
+            float u = acc[G - 1][b] * rs;
+            v = v / (1.f + __expf(-v)) * u;
+        } else {
+            if (bias) v += ld(bias, local);
+            if (res) v += ld(res, (long)b * n + row);
+        }
+        st(y, (long)b * n + row, v);
+    }
+}
+
+// Attention of one decoding position over the cache: block (h, b) reads q (rotated and scaled by
+// qkv_store) from y [b, (heads + 2 kv) d] and k, v from the caches [b, kv, cap, d] at positions
+// 0..pos[0], and writes its head of out [b, heads d]. Each warp keeps a running max, sum and
+// output over its share of the positions (four positions' k and v loaded at once); the block
+// combines them. d a multiple of 32, at most 256; at most 16 warps.
+template <typename T>
+__device__ void attend(const T* __restrict__ y, const T* __restrict__ kc, const T* __restrict__ vc,
+                       const unsigned* __restrict__ pos, T* __restrict__ out, int heads, int kv, int d, int cap) {
+    __shared__ float sm_m[16], sm_l[16], sm_acc[16 * 256];
+    const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = blockIdx.x, bi = blockIdx.y, e_n = d / 32;
+    const int n = (int)pos[0] + 1;
+    const T* q = y + (long)bi * (heads + 2 * kv) * d + (long)h * d + lane * e_n;
+    const long head = ((long)bi * kv + h / (heads / kv)) * cap * d + lane * e_n;
+    float qf[8], acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) { qf[e] = e < e_n ? ld(q, e) : 0.f; acc[e] = 0.f; }
+    float m = NEG_INF, l = 0.f;
+    for (int t0 = warp * 4; t0 < n; t0 += nw * 4) {
+        // k and v of four positions loaded together, then used.
+        float kf[4][8], vf[4][8];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                bool in = t0 + u < n && e < e_n;
+                long at = head + (long)(t0 + u) * d + e;
+                kf[u][e] = in ? ld(kc, at) : 0.f;
+                vf[u][e] = in ? ld(vc, at) : 0.f;
+            }
+        float s[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            float dot = 0.f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) dot = fmaf(qf[e], kf[u][e], dot);
+            s[u] = warp_sum(dot);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (t0 + u >= n) break;
+            float mn = fmaxf(m, s[u]);
+            float c = __expf(m - mn), p = __expf(s[u] - mn);
+            l = l * c + p;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[e] = fmaf(p, vf[u][e], acc[e] * c);
+            m = mn;
+        }
+    }
+    if (lane == 0) { sm_m[warp] = m; sm_l[warp] = l; }
+#pragma unroll
+    for (int e = 0; e < 8; e++) if (e < e_n) sm_acc[warp * d + lane * e_n + e] = acc[e];
+    __syncthreads();
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float mx = NEG_INF;
+        for (int w = 0; w < nw; w++) mx = fmaxf(mx, sm_m[w]);
+        float sum = 0.f, o = 0.f;
+        for (int w = 0; w < nw; w++) {
+            if (sm_l[w] == 0.f) continue;
+            float c = __expf(sm_m[w] - mx);
+            sum += sm_l[w] * c;
+            o += sm_acc[w * d + j] * c;
+        }
+        st(out, ((long)bi * heads + h) * d + j, o / sum);
+    }
+}
+
+// The greedy id of each row of logits [rows, vocab]: block per row; the first index of the
+// largest value.
+template <typename T>
+__device__ void argmax(const T* __restrict__ logits, unsigned* __restrict__ ids, int vocab) {
+    __shared__ float sm_v[32];
+    __shared__ int sm_i[32];
+    const T* row = logits + (long)blockIdx.x * vocab;
+    float best = NEG_INF;
+    int at = 0x7fffffff;
+    // Eight loads in flight per thread: one block reads the row, so latency, not bandwidth, is
+    // its time. Each thread's indices rise, so a strict > keeps the first of equal values.
+    for (int j0 = threadIdx.x; j0 < vocab; j0 += 8 * blockDim.x) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) { int j = j0 + u * blockDim.x; v[u] = j < vocab ? ld(row, j) : NEG_INF; }
+#pragma unroll
+        for (int u = 0; u < 8; u++) if (v[u] > best) { best = v[u]; at = j0 + u * blockDim.x; }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, off);
+        int oi = __shfl_xor_sync(0xffffffffu, at, off);
+        if (ov > best || (ov == best && oi < at)) { best = ov; at = oi; }
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (lane == 0) { sm_v[warp] = best; sm_i[warp] = at; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < nw; w++)
+            if (sm_v[w] > best || (sm_v[w] == best && sm_i[w] < at)) { best = sm_v[w]; at = sm_i[w]; }
+        ids[blockIdx.x] = (unsigned)(at == 0x7fffffff ? 0 : at);
+    }
+}
+
+extern "C" __global__ void vram_lab_qkv_store_bf16(unsigned short* y, const unsigned short* cos_t, const unsigned short* sin_t, const unsigned* pos,
+        unsigned short* kc, unsigned short* vc, int b, int heads, int kv, int d, int cap, float scale) {
+    qkv_store(y, cos_t, sin_t, pos, kc, vc, b, heads, kv, d, cap, scale);
+}
+extern "C" __global__ void vram_lab_qkv_store_f32(float* y, const float* cos_t, const float* sin_t, const unsigned* pos,
+        float* kc, float* vc, int b, int heads, int kv, int d, int cap, float scale) {
+    qkv_store(y, cos_t, sin_t, pos, kc, vc, b, heads, kv, d, cap, scale);
+}
+
+// Entry points the launcher (decode.rs) instantiates: one per dtype for attend and argmax, and for
+// gemv one per variant it launches (batch, weights per row, norm, split), named as it looks them up.
+#define VRAM_LAB_GEMV(NAME, T, B, G, NORM, SPLIT) \
+    extern "C" __global__ void NAME(const T* w0, const T* w1, const T* w2, const T* b0, const T* b1, const T* b2, int n0, int n1, \
+                                    const T* x, const T* res, const T* g, float eps, T* y, int n, int k) { \
+        gemv<T, B, G, NORM, SPLIT>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }
+#define VRAM_LAB_ATTEND_ARGMAX(DT, T) \
+    extern "C" __global__ void vram_lab_attend_##DT(const T* y, const T* kc, const T* vc, const unsigned* pos, T* out, int heads, int kv, int d, int cap) { \
+        attend<T>(y, kc, vc, pos, out, heads, kv, d, cap); } \
+    extern "C" __global__ void vram_lab_argmax_##DT(const T* logits, unsigned* ids, int vocab) { argmax<T>(logits, ids, vocab); }

@@ -1,0 +1,246 @@
+//! The lab's own CUDA kernels for the static decoding step (`graph.rs`), compiled with NVRTC at
+//! first use.
+//! - `qkv_store`: after the q|k|v product, one kernel rotates q and k, scales q, and writes k and
+//!   v into the cache at the position held in device memory (seven of candle's kernels per layer:
+//!   three heads-first copies, two rotary, two scatters).
+//! - `gemv`: the matrix-vector product of one or two rows. cuBLAS computes a one-row product as a
+//!   general GEMM and reads the weights at about 60 % of the bandwidth the read kernel reaches;
+//!   here warps stream the weight rows with 16-byte loads (four in flight per lane), so the step
+//!   reads its weights the way the read kernel does. The RMS norm of x before it, and the bias,
+//!   the residual or silu(gate)·up after it, are in the same kernel, one rounding to the output.
+//! - `attend`: the one position's attention over the cache; `argmax`: the greedy pick.
+//!
+//! BF16 values are handled as raw 16-bit patterns (no header needed): widened to F32, computed,
+//! rounded to nearest even once.
+
+use crate::error::{LabError, Result};
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::CudaDevice;
+use super::fused::{Fused, Part};
+use candle_core::{DType, Tensor};
+
+const SOURCE: &str = include_str!("decode.cu");
+
+/// Rows of activations one `gemv` launch takes (the kernel is instantiated for 1 to this many).
+/// On the H200 (`2026-11-22-own/development/batches`) the kernel beats cuBLAS at batch 1 and 2 and loses from 4:
+/// every row of x costs its conversions and FMAs per weight loaded, and from 4 rows that work,
+/// not the reading, sets the time.
+pub const GEMV_MAX_BATCH: usize = 2;
+/// Rows per block: two, so the rows spread evenly over the SMs.
+const GEMV_ROWS_PER_BLOCK: u32 = 2;
+/// Warps per row the kernel is built for.
+const GEMV_SPLITS: [usize; 4] = [1, 2, 4, 8];
+
+/// Warps per row for `n` rows of `loads` 16-byte loads. A lane waits for its loads once per round
+/// of four: a matrix of few rows (q|k|v, o, down: 3,584-4,608 rows of 448 or 2,368 loads in BF16)
+/// splits its rows so a lane has about one round (up to eight warps a row); a matrix of many rows
+/// (gate|up, the head) has warps enough with one per row.
+fn gemv_split(loads: usize, n: usize) -> usize {
+    if n >= 8192 {
+        return 1;
+    }
+    loads.div_ceil(128).next_power_of_two().min(8)
+}
+
+/// Every `gemv` entry point of a dtype, in the order `DecodeKernels::gemv` indexes them:
+/// (rows of x, row group, norm, warps per row).
+fn gemv_variants() -> impl Iterator<Item = (usize, usize, bool, usize)> {
+    (1..=GEMV_MAX_BATCH).flat_map(|b| (1..=2).flat_map(move |g| [false, true].into_iter().flat_map(move |n| GEMV_SPLITS.into_iter().map(move |s| (b, g, n, s)))))
+}
+
+fn gemv_name(dtype: &str, (b, g, norm, split): (usize, usize, bool, usize)) -> String {
+    format!("vram_lab_gemv_{dtype}_b{b}_g{g}{}_s{split}", if norm { "_norm" } else { "" })
+}
+
+/// The kernels' source: `decode.cu` and its entry points, instantiated per dtype (and for `gemv`
+/// per variant) with the file's macros.
+fn source() -> String {
+    let mut s = String::from(SOURCE);
+    for (name, t) in [("bf16", "unsigned short"), ("f32", "float")] {
+        for v @ (b, g, norm, split) in gemv_variants() {
+            s.push_str(&format!("VRAM_LAB_GEMV({}, {t}, {b}, {g}, {norm}, {split})\n", gemv_name(name, v)));
+        }
+        s.push_str(&format!("VRAM_LAB_ATTEND_ARGMAX({name}, {t})\n"));
+    }
+    s
+}
+
+/// The kernels compiled to PTX by NVRTC (no GPU needed), once per process: later decoders reuse it.
+pub fn ptx() -> Result<String> {
+    static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    crate::memory::cuda_copy::ptx_once(&PTX, || Ok(candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(source()).map_err(err)?.to_src()))
+}
+
+fn err(e: impl std::fmt::Debug) -> LabError {
+    LabError::other(format!("decode kernel: {e:?}"))
+}
+
+/// The compiled kernels for one activation dtype.
+pub struct DecodeKernels {
+    dev: CudaDevice,
+    dtype: DType,
+    qkv: CudaFunction,
+    /// In the order of `gemv_variants`.
+    gemv: Vec<CudaFunction>,
+    attend: CudaFunction,
+    argmax: CudaFunction,
+}
+
+impl DecodeKernels {
+    /// Compiles (once per process; candle caches the module) the kernels for `dtype`, or None for
+    /// a dtype they have no variant for (F16): the step then uses candle's kernels.
+    pub fn new(dev: &CudaDevice, dtype: DType) -> Result<Option<Self>> {
+        let name = match dtype {
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+            _ => return Ok(None),
+        };
+        let ptx = ptx()?;
+        let load = |f: &str| -> Result<CudaFunction> { Ok(dev.get_or_load_custom_func(f, "vram_lab_decode", &ptx)?.into_cuda_function()) };
+        let gemv = gemv_variants().map(|v| load(&gemv_name(name, v))).collect::<Result<Vec<_>>>()?;
+        Ok(Some(Self {
+            dev: dev.clone(),
+            dtype,
+            qkv: load(&format!("vram_lab_qkv_store_{name}"))?,
+            gemv,
+            attend: load(&format!("vram_lab_attend_{name}"))?,
+            argmax: load(&format!("vram_lab_argmax_{name}"))?,
+        }))
+    }
+
+    /// Rotates and scales q in `y` ([b, 1, (heads + 2 kv) · d], contiguous) in place and writes k
+    /// and v into `kc`, `vc` ([b, kv, cap, d]) at the position `pos` ([1] u32) holds.
+    #[allow(clippy::too_many_arguments)]
+    pub fn qkv_store(&self, y: &Tensor, cos: &Tensor, sin: &Tensor, pos: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize, scale: f32) -> Result<()> {
+        let (b, kv, cap, d) = kc.dims4()?;
+        let stream = self.dev.cuda_stream();
+        let (py, pc, ps, pp, pk, pv) = (self.ptr(y)?, self.ptr(cos)?, self.ptr(sin)?, self.ptr(pos)?, self.ptr(kc)?, self.ptr(vc)?);
+        let pairs = (b * (heads + 2 * kv) * d / 2) as u32;
+        let cfg = LaunchConfig { grid_dim: (pairs.div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let (b, heads, kv, d, cap) = (b as i32, heads as i32, kv as i32, d as i32, cap as i32);
+        let mut l = stream.launch_builder(&self.qkv);
+        l.arg(&py).arg(&pc).arg(&ps).arg(&pp).arg(&pk).arg(&pv).arg(&b).arg(&heads).arg(&kv).arg(&d).arg(&cap).arg(&scale);
+        // SAFETY: every pointer is a live contiguous tensor of the sizes the arguments give; the
+        // kernel writes y's q part and one row of each cache, within bounds for pos < cap.
+        unsafe { l.launch(cfg) }.map(|_| ()).map_err(err)
+    }
+
+    /// `x · wᵀ` for `x` [.., k] of at most `GEMV_MAX_BATCH` rows, `w` the `parts` one under the
+    /// other (one to three weights [n_i, k], each with its bias or none: q, k and v compute as
+    /// one product whether they are stacked in memory or not), with what `f` fuses (with `glu`,
+    /// the parts are gate and up, [n, k] each, without bias). The result has `x`'s shape with the
+    /// rows last. None when the kernel does not take these tensors (another dtype, a batch too
+    /// large, rows not a whole number of 16-byte loads, unaligned or strided): the caller computes
+    /// with candle.
+    pub fn gemv(&self, parts: &[Part], x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
+        let Some(&(first, _)) = parts.first() else { return Ok(None) };
+        let k = first.dim(1)?;
+        let mut rows = Vec::with_capacity(parts.len());
+        for &(w, bias) in parts {
+            let (n, kw) = w.dims2()?;
+            if kw != k || !self.ours(&[w]) || bias.is_some_and(|b| f.glu || !self.ours(&[b]) || b.elem_count() != n) {
+                return Ok(None);
+            }
+            rows.push(n);
+        }
+        let n = if f.glu { rows[0] } else { rows.iter().sum() };
+        let batch = x.elem_count() / k.max(1);
+        let per = 16 / self.dtype.size_in_bytes();
+        let takes = x.dims().last() == Some(&k)
+            && (1..=GEMV_MAX_BATCH).contains(&batch)
+            && k % per == 0
+            && if f.glu { parts.len() == 2 && rows[1] == n } else { parts.len() <= 3 }
+            && self.ours(&[x])
+            && f.norm.is_none_or(|(g, _)| self.ours(&[g]) && g.elem_count() == k)
+            && f.res.is_none_or(|t| !f.glu && self.ours(&[t]) && t.elem_count() == batch * n);
+        if !takes {
+            return Ok(None);
+        }
+        let stream = self.dev.cuda_stream();
+        let mut w = [0u64; 3];
+        let mut bs = [0u64; 3];
+        for (i, &(wi, bi)) in parts.iter().enumerate() {
+            w[i] = self.ptr(wi)?;
+            bs[i] = bi.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
+        }
+        let px = self.ptr(x)?;
+        let pg = f.norm.map(|(g, _)| self.ptr(g)).transpose()?.unwrap_or(0);
+        if w.iter().chain([&px, &pg]).any(|p| p % 16 != 0) {
+            return Ok(None);
+        }
+        let mut shape = x.dims().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = n;
+        }
+        let y = crate::memory::cuda_copy::uninit(&self.dev, self.dtype, shape)?;
+        let py = self.ptr(&y)?;
+        let pr = f.res.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
+        let eps = f.norm.map_or(0.0, |(_, e)| e);
+        let split = gemv_split(k / per, n);
+        let block = 32 * split as u32 * GEMV_ROWS_PER_BLOCK;
+        let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(GEMV_ROWS_PER_BLOCK), 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
+        let variant = (batch, if f.glu { 2 } else { 1 }, f.norm.is_some(), split);
+        let Some(at) = gemv_variants().position(|v| v == variant) else { return Ok(None) };
+        let func = &self.gemv[at];
+        let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);
+        let (n, k) = (n as i32, k as i32);
+        let mut l = stream.launch_builder(func);
+        l.arg(&w[0]).arg(&w[1]).arg(&w[2]).arg(&bs[0]).arg(&bs[1]).arg(&bs[2]).arg(&n0).arg(&n1);
+        l.arg(&px).arg(&pr).arg(&pg).arg(&eps).arg(&py).arg(&n).arg(&k);
+        // SAFETY: each weight part holds its rows of k (contiguous, 16-byte aligned, k a whole
+        // number of 16-byte loads), each bias its rows or null, x batch rows of k, g k values or
+        // null, res batch·n or null, and y (fresh) batch·n: the kernel reads and writes within.
+        unsafe { l.launch(cfg) }.map_err(err)?;
+        Ok(Some(y))
+    }
+
+    /// Attention of one position: q from the stacked product `y` ([b, 1, (heads + 2 kv) · d],
+    /// rotated and scaled by `qkv_store`) over the caches `kc`, `vc` ([b, kv, cap, d]) at
+    /// positions 0 to `pos`; [b, 1, heads · d]. None when the kernel does not take the shapes.
+    pub fn attend(&self, y: &Tensor, kc: &Tensor, vc: &Tensor, pos: &Tensor, heads: usize) -> Result<Option<Tensor>> {
+        let (b, kv, cap, d) = kc.dims4()?;
+        let takes = d % 32 == 0 && d <= 256 && kv > 0 && heads % kv == 0 && y.elem_count() == b * (heads + 2 * kv) * d && self.ours(&[y, kc, vc]) && vc.dims() == kc.dims();
+        if !takes {
+            return Ok(None);
+        }
+        let out = crate::memory::cuda_copy::uninit(&self.dev, self.dtype, vec![b, 1, heads * d])?;
+        let stream = self.dev.cuda_stream();
+        let (py, pk, pv, pp, po) = (self.ptr(y)?, self.ptr(kc)?, self.ptr(vc)?, self.ptr(pos)?, self.ptr(&out)?);
+        let cfg = LaunchConfig { grid_dim: (heads as u32, b as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
+        let (heads, kv, d, cap) = (heads as i32, kv as i32, d as i32, cap as i32);
+        let mut l = stream.launch_builder(&self.attend);
+        l.arg(&py).arg(&pk).arg(&pv).arg(&pp).arg(&po).arg(&heads).arg(&kv).arg(&d).arg(&cap);
+        // SAFETY: y, the caches and out are live contiguous tensors of the sizes checked above;
+        // the kernel reads cache rows 0..=pos (pos < cap, the decoder's room) and writes out.
+        unsafe { l.launch(cfg) }.map_err(err)?;
+        Ok(Some(out))
+    }
+
+    /// The greedy ids ([b, 1] u32) of logits [b, 1, vocab]; None for another dtype or layout.
+    pub fn argmax(&self, logits: &Tensor) -> Result<Option<Tensor>> {
+        let (b, one, vocab) = logits.dims3()?;
+        if one != 1 || !self.ours(&[logits]) {
+            return Ok(None);
+        }
+        let ids = crate::memory::cuda_copy::uninit(&self.dev, DType::U32, vec![b, 1])?;
+        let stream = self.dev.cuda_stream();
+        let (pl, pi) = (self.ptr(logits)?, self.ptr(&ids)?);
+        let cfg = LaunchConfig { grid_dim: (b as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+        let vocab = vocab as i32;
+        let mut l = stream.launch_builder(&self.argmax);
+        l.arg(&pl).arg(&pi).arg(&vocab);
+        // SAFETY: logits holds b rows of vocab values, ids b u32: the kernel reads and writes within.
+        unsafe { l.launch(cfg) }.map_err(err)?;
+        Ok(Some(ids))
+    }
+
+    /// Where `t` starts in device memory.
+    fn ptr(&self, t: &Tensor) -> Result<u64> {
+        crate::memory::cuda_copy::device_ptr(t, &self.dev.cuda_stream()).map(|(p, _)| p)
+    }
+
+    /// Whether every tensor is contiguous in the kernels' dtype.
+    fn ours(&self, ts: &[&Tensor]) -> bool {
+        ts.iter().all(|t| t.dtype() == self.dtype && t.is_contiguous())
+    }
+}

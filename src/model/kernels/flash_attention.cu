@@ -1,0 +1,150 @@
+#define NEG_INF __int_as_float(0xff800000)
+// c += a · b for a 16×16 tile of a (row major) and a 16×8 tile of b (column major), BF16 in,
+// F32 sums; the fragments' layouts are PTX's for m16n8k16.
+__device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two F32 values rounded to a BF16 pair (the first in the low half).
+__device__ __forceinline__ unsigned pack(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// Two 8×8 BF16 tiles of shared memory, transposed into a column-major b fragment each (four
+// registers: b0, b1 of the first tile pair, then of the second).
+__device__ __forceinline__ void ldmatrix_t4(unsigned (&r)[4], const void* p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// out [b, s, heads, D] = softmax(q kᵀ / √D, causal) v for q [b, heads, s, D] (contiguous) and
+// k, v [b, kv, t, D] views of the cache (rows D apart, heads `hs` apart, batches `bs` apart);
+// query i sits at position offset + i and sees keys 0..=offset + i. A block takes 64 queries of
+// one head (four warps of 16 rows); the keys pass through shared memory 64 at a time.
+template <int D>
+__device__ void flash(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+                      const unsigned short* __restrict__ v, unsigned short* __restrict__ out,
+                      int s, int heads, int kv, long hs, long bs, int offset, float scale_log2) {
+    constexpr int BR = 64, BC = 64, PAD = D + 8;  // 16 bytes of padding: rows fall on different banks
+    __shared__ __align__(16) unsigned short ks[BC * PAD], vs[BC * PAD];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, quad = lane & 3, r0 = lane >> 2;
+    // The longest tiles first, so the last blocks to start are short.
+    const int tile = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, bi = blockIdx.z;
+    const int q0 = tile * BR, wq = q0 + warp * 16;
+    const unsigned short* qh = q + ((long)bi * heads + h) * s * D;
+    const unsigned short* kh = k + bi * bs + (long)(h / (heads / kv)) * hs;
+    const unsigned short* vh = v + bi * bs + (long)(h / (heads / kv)) * hs;
+    // The warp's 16 query rows as a fragments (rows r0 and r0 + 8 of the warp), zeros past s.
+    unsigned qa[D / 16][4];
+#pragma unroll
+    for (int c = 0; c < D / 16; c++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = wq + r0 + (i & 1) * 8, col = c * 16 + quad * 2 + (i >> 1) * 8;
+            qa[c][i] = row < s ? *(const unsigned*)(qh + (long)row * D + col) : 0u;
+        }
+    float o[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) o[j][i] = 0.f;
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+    const int last = offset + min(q0 + BR, s);  // keys the block needs: 0..last-1
+    for (int k0 = 0; k0 < last; k0 += BC) {
+        __syncthreads();
+        // 64 rows of k and v into shared memory, 16 bytes a load, zeros past the needed keys
+        // (a masked key's probability is 0, but 0 times a stale value could be NaN).
+        for (int e = threadIdx.x; e < BC * D / 8; e += blockDim.x) {
+            const int row = e / (D / 8), col = (e % (D / 8)) * 8;
+            const bool in = k0 + row < last;
+            const uint4 z = make_uint4(0, 0, 0, 0);
+            *(uint4*)(ks + row * PAD + col) = in ? *(const uint4*)(kh + (long)(k0 + row) * D + col) : z;
+            *(uint4*)(vs + row * PAD + col) = in ? *(const uint4*)(vh + (long)(k0 + row) * D + col) : z;
+        }
+        __syncthreads();
+        if (k0 > offset + wq + 15) continue;  // every key of the tile lies after the warp's rows
+        // Scores of the warp's 16 rows × 64 keys: c fragment j holds keys k0 + 8j + 2 quad (+1).
+        float sc[BC / 8][4];
+#pragma unroll
+        for (int j = 0; j < BC / 8; j++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) sc[j][i] = 0.f;
+            const unsigned short* kr = ks + (j * 8 + r0) * PAD + quad * 2;
+#pragma unroll
+            for (int c = 0; c < D / 16; c++) mma(sc[j], qa[c], *(const unsigned*)(kr + c * 16), *(const unsigned*)(kr + c * 16 + 8));
+        }
+        // Scale (in log2 units: exp2 below), mask the keys after each row, and the rows' running
+        // maxima over the quad of threads that holds a row.
+        const bool edge = k0 + BC - 1 > offset + wq;
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int j = 0; j < BC / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = k0 + j * 8 + quad * 2 + (i & 1), row = wq + r0 + (i >> 1) * 8;
+                float x = sc[j][i] * scale_log2;
+                if (edge && key > offset + row) x = NEG_INF;
+                sc[j][i] = x;
+                mx[i >> 1] = fmaxf(mx[i >> 1], x);
+            }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            // Key 0 is in every row's first tile, so the maximum is finite from then on.
+            corr[r] = exp2f(m[r] - mx[r]);
+            m[r] = mx[r];
+            l[r] *= corr[r];
+        }
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) o[j][i] *= corr[i >> 1];
+        // P = exp2(S − m) as BF16 a fragments (two c fragments of keys make one of 16), and the
+        // output's product with v's rows of the tile.
+#pragma unroll
+        for (int c = 0; c < BC / 16; c++) {
+            float p[2][4];
+#pragma unroll
+            for (int t = 0; t < 2; t++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    p[t][i] = exp2f(sc[2 * c + t][i] - m[i >> 1]);
+                    l[i >> 1] += p[t][i];
+                }
+            const unsigned pa[4] = {pack(p[0][0], p[0][1]), pack(p[0][2], p[0][3]), pack(p[1][0], p[1][1]), pack(p[1][2], p[1][3])};
+            const unsigned short* vr = vs + (c * 16 + (lane & 15)) * PAD + (lane >> 4) * 8;
+#pragma unroll
+            for (int j = 0; j < D / 8; j += 2) {
+                unsigned b[4];
+                ldmatrix_t4(b, vr + j * 8);
+                mma(o[j], pa, b[0], b[1]);
+                mma(o[j + 1], pa, b[2], b[3]);
+            }
+        }
+    }
+    // Each row's sum over its quad, then the rows of the warp written as [b, s, heads, D].
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = wq + r0 + r * 8;
+        if (row >= s) continue;
+        unsigned short* dst = out + (((long)bi * s + row) * heads + h) * D + quad * 2;
+        const float inv = 1.f / l[r];
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) *(unsigned*)(dst + j * 8) = pack(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) vram_lab_flash_bf16_d64(const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* out,
+        int s, int heads, int kv, long hs, long bs, int offset, float scale_log2) { flash<64>(q, k, v, out, s, heads, kv, hs, bs, offset, scale_log2); }
+extern "C" __global__ void __launch_bounds__(128) vram_lab_flash_bf16_d128(const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* out,
+        int s, int heads, int kv, long hs, long bs, int offset, float scale_log2) { flash<128>(q, k, v, out, s, heads, kv, hs, bs, offset, scale_log2); }

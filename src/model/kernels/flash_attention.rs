@@ -1,0 +1,74 @@
+//! Prefill attention in one kernel (`AttentionMode::Flash`, CUDA, BF16): the scores of a tile of
+//! 64 queries against a tile of 64 keys live in registers, are masked, exponentiated and summed
+//! there (the online softmax of FlashAttention-2), and only the output reaches memory. The bounded
+//! path writes each chunk's scores, reads them back for the softmax and again for the product
+//! with V; at 32k tokens that traffic, not arithmetic, set its time. Products use the tensor
+//! cores (`mma.sync` m16n8k16, BF16 in, F32 sums), so the PTX targets compute 8.0 (RTX 30xx and
+//! newer); on an older card, another dtype or head size, the caller falls back to bounded.
+
+use crate::error::{LabError, Result};
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::CudaDevice;
+use candle_core::{DType, Tensor};
+
+const SOURCE: &str = include_str!("flash_attention.cu");
+
+/// The head sizes the kernel is built for (Qwen2.5: 64 for 0.5B, 128 from 1.5B).
+pub const HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// The kernel compiled to PTX for compute 8.0 by NVRTC (no GPU needed), once per process.
+pub fn ptx() -> Result<String> {
+    use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+    static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    crate::memory::cuda_copy::ptx_once(&PTX, || {
+        let opts = CompileOptions { arch: Some("compute_80"), ..Default::default() };
+        Ok(compile_ptx_with_opts(SOURCE, opts).map_err(|e| LabError::other(format!("flash attention kernel: {e:?}")))?.to_src())
+    })
+}
+
+/// Whether `dev` runs the kernel (compute capability 8.0 or newer: the tensor-core instructions).
+pub fn supported(dev: &CudaDevice) -> bool {
+    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
+    dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).is_ok_and(|major| major >= 8)
+}
+
+/// Causal attention of `q` [b, heads, s, d] (contiguous) over `k`, `v` [b, kv, offset + s, d]
+/// (rows contiguous, heads and batches strided as a cache view is), the queries at positions
+/// offset.. : [b, s, heads · d]. None when the kernel does not take them (not BF16 on a CUDA
+/// device of compute 8.0+, a head size it is not built for): the caller computes it otherwise.
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Option<Tensor>> {
+    let candle_core::Device::Cuda(dev) = q.device() else { return Ok(None) };
+    let (b, heads, s, d) = q.dims4()?;
+    let (kb, kv, t, kd) = k.dims4()?;
+    let strides_ok = |x: &Tensor| x.dims() == k.dims() && x.stride()[3] == 1 && x.stride()[2] == d && x.stride() == k.stride();
+    let takes = HEAD_DIMS.contains(&d)
+        && kd == d
+        && kb == b
+        && kv > 0
+        && heads % kv == 0
+        && t == offset + s
+        && [q, k, v].iter().all(|x| x.dtype() == DType::BF16)
+        && q.is_contiguous()
+        && strides_ok(k)
+        && strides_ok(v)
+        && supported(dev);
+    if !takes {
+        return Ok(None);
+    }
+    let func: CudaFunction = dev.get_or_load_custom_func(&format!("vram_lab_flash_bf16_d{d}"), "vram_lab_flash", &ptx()?)?.into_cuda_function();
+    let stream = dev.cuda_stream();
+    let ptr = |x: &Tensor| crate::memory::cuda_copy::start_ptr(x, &stream);
+    let out = crate::memory::cuda_copy::uninit(dev, DType::BF16, vec![b, s, heads * d])?;
+    let (pq, pk, pv, po) = (ptr(q)?, ptr(k)?, ptr(v)?, ptr(&out)?);
+    let (hs, bs) = (k.stride()[1] as i64, k.stride()[0] as i64);
+    let scale_log2 = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    let cfg = LaunchConfig { grid_dim: (s.div_ceil(64) as u32, heads as u32, b as u32), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+    let (s_, heads_, kv_, off) = (s as i32, heads as i32, kv as i32, offset as i32);
+    let mut l = stream.launch_builder(&func);
+    l.arg(&pq).arg(&pk).arg(&pv).arg(&po).arg(&s_).arg(&heads_).arg(&kv_).arg(&hs).arg(&bs).arg(&off).arg(&scale_log2);
+    // SAFETY: q holds b·heads·s rows of d, k and v b·kv heads of offset + s rows of d at the
+    // strides passed, out b·s·heads·d: the kernel reads and writes within (rows past s and keys
+    // past offset + s are neither read nor written).
+    unsafe { l.launch(cfg) }.map_err(|e| LabError::other(format!("flash attention kernel: {e:?}")))?;
+    Ok(Some(out))
+}

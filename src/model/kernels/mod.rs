@@ -1,0 +1,10 @@
+//! The lab's own CUDA kernels, each family's source in its `.cu` file (compiled by NVRTC at run
+//! time, no GPU needed to build) with its Rust launcher beside it.
+
+#[cfg(feature = "cuda")]
+pub mod decode;
+#[cfg(feature = "cuda")]
+pub mod flash_attention;
+pub mod fused;
+
+pub use fused::{Fused, Part};

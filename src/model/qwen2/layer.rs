@@ -1,0 +1,332 @@
+//! One Qwen2 decoder layer: attention and MLP over linear layers of dense or quantized weights,
+//! its forward pass (prefill and cached decoding), the static decoding step's fused path, and
+//! moving or stacking its weights. The model (`model.rs`) holds the layers.
+
+use crate::model::attention::{attend, AttentionMode};
+use super::config::Qwen2Config;
+use crate::model::decode::StepInputs;
+use crate::model::kernels::{Fused, Part};
+use crate::model::host_linear::HostLinear;
+use crate::model::kv_cache::KvCache;
+use super::linear::Linear;
+use crate::error::{LabError, Result};
+use candle_core::{DType, Device, Tensor};
+
+#[derive(Debug, Clone)]
+pub(crate) struct Layer {
+    pub(super) q: Linear,
+    pub(super) k: Linear,
+    pub(super) v: Linear,
+    pub(super) o: Linear,
+    pub(super) gate: Linear,
+    pub(super) up: Linear,
+    pub(super) down: Linear,
+    pub(super) ln1: Tensor,
+    pub(super) ln2: Tensor,
+    /// q|k|v and gate|up as one product each (CPU layers: four rayon calls per layer, not seven;
+    /// GPU layers: fewer launches per token); q, k, v, gate, up are views into these.
+    pub(super) fused: Option<(Linear, Linear)>,
+}
+
+impl Layer {
+    /// Where its inputs must be: the device of its weights.
+    pub(crate) fn device(&self) -> &Device {
+        self.ln1.device()
+    }
+
+    /// Its tensors in a fixed order (what a streamed layer copies): q, k, v weights and biases,
+    /// o, gate, up, down, the two norms.
+    pub(crate) fn tensors(&self) -> Result<Vec<Tensor>> {
+        let mut out = Vec::with_capacity(12);
+        for lin in [&self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down] {
+            let (w, b) = lin.dense_parts()?;
+            out.push(w);
+            out.extend(b);
+        }
+        out.extend([self.ln1.clone(), self.ln2.clone()]);
+        Ok(out)
+    }
+
+    /// The inverse of `tensors`.
+    pub(crate) fn from_tensors(t: Vec<Tensor>) -> Result<Self> {
+        let [qw, qb, kw, kb, vw, vb, ow, gw, uw, dw, ln1, ln2]: [Tensor; 12] =
+            t.try_into().map_err(|_| LabError::other("a layer has 12 dense tensors"))?;
+        let lin = |w, b| Linear::Dense(candle_nn::Linear::new(w, b));
+        Ok(Self {
+            q: lin(qw, Some(qb)),
+            k: lin(kw, Some(kb)),
+            v: lin(vw, Some(vb)),
+            o: lin(ow, None),
+            gate: lin(gw, None),
+            up: lin(uw, None),
+            down: lin(dw, None),
+            ln1,
+            ln2,
+            fused: None,
+        })
+    }
+
+    /// The same weights with no backward recorded (views of the same storage): what a
+    /// checkpointed training pass runs forward, keeping no graph.
+    pub(crate) fn detached(&self) -> Result<Self> {
+        Self::from_tensors(self.tensors()?.iter().map(Tensor::detach).collect())
+    }
+
+    /// The same layer computed on the CPU from host memory, q|k|v and gate|up fused.
+    pub(super) fn to_host(&self) -> Result<Self> {
+        let cpu = Device::Cpu;
+        let host = |w: Tensor, b: Option<Tensor>| -> Result<Linear> { Ok(Linear::Host(HostLinear::new(w, b)?)) };
+        let (qkv, [q, k, v]) = stack([&self.q, &self.k, &self.v], &cpu, host)?;
+        let (gate_up, [gate, up]) = stack([&self.gate, &self.up], &cpu, host)?;
+        Ok(Self {
+            q,
+            k,
+            v,
+            o: self.o.to_host()?,
+            gate,
+            up,
+            down: self.down.to_host()?,
+            // In F32, as the layer computes (see `forward`).
+            ln1: self.ln1.to_device(&cpu)?.to_dtype(DType::F32)?,
+            ln2: self.ln2.to_device(&cpu)?.to_dtype(DType::F32)?,
+            fused: Some((qkv, gate_up)),
+        })
+    }
+
+    /// The same layer with q|k|v and gate|up as one product each on its own device (two matrix
+    /// products in place of five per token); q, k, v, gate, up become views of them.
+    pub(super) fn fused_on_device(&self) -> Result<Self> {
+        let dev = self.device().clone();
+        let dense = |w: Tensor, b: Option<Tensor>| -> Result<Linear> { Ok(Linear::Dense(candle_nn::Linear::new(w, b))) };
+        let (qkv, [q, k, v]) = stack([&self.q, &self.k, &self.v], &dev, dense)?;
+        let (gate_up, [gate, up]) = stack([&self.gate, &self.up], &dev, dense)?;
+        Ok(Self { q, k, v, o: self.o.clone(), gate, up, down: self.down.clone(), ln1: self.ln1.clone(), ln2: self.ln2.clone(), fused: Some((qkv, gate_up)) })
+    }
+
+    /// One decoding step whose position lives in device memory (see `graph.rs`): the lab's
+    /// kernels read the position themselves; with candle's, k and v are scattered into the cache
+    /// at the step's slot ([batch, kv_heads, 1, head_dim] of the position) and attention covers
+    /// the cache's whole capacity with the step's mask (0 up to the position, -inf after). Either
+    /// way the step's kernels and shapes are the same at every position, so one captured graph
+    /// replays them all.
+    pub(crate) fn decode_static(&self, x: Tensor, cfg: &Qwen2Config, step: &StepInputs, kc: &Tensor, vc: &Tensor) -> Result<Tensor> {
+        let b = x.dim(0)?;
+        let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
+        let eps = cfg.rms_norm_eps;
+        let group = heads / kv_heads;
+        let scale = 1.0 / (d as f64).sqrt();
+        let (nq, nk) = (heads * d, kv_heads * d);
+        // q|k|v as one product: the step's kernel over the three weights (stacked or not), else
+        // candle's stacked product, else three.
+        let (y, h) = match normed_step(parts([&self.q, &self.k, &self.v]).as_deref(), &x, &self.ln1, eps, false, step)? {
+            StepOut::Product(y) => (Some(y), None),
+            StepOut::Normed(h) => match &self.fused {
+                Some((qkv, _)) => (Some(qkv.forward(&h)?), None),
+                None => (None, Some(h)),
+            },
+        };
+        // The lab's kernels (CUDA, one product): q rotated and scaled in place, k and v stored,
+        // then attention in one kernel; else candle's kernels for what the lab's did not take.
+        let stored = match &y {
+            Some(y) => step.qkv_store(y, kc, vc, heads, scale as f32)?,
+            None => false,
+        };
+        let a = match (&y, stored) {
+            (Some(y), true) => match step.attend(y, kc, vc, heads)? {
+                Some(a) => a,
+                None => masked_attention(&y.narrow(2, 0, nq)?.contiguous()?.reshape((b, kv_heads, group, d))?, kc, vc, step)?,
+            },
+            _ => {
+                let (q, k, v) = match &y {
+                    Some(y) => (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?),
+                    None => {
+                        let h = h.ok_or_else(|| LabError::other("the step's norm was not computed"))?;
+                        (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?)
+                    }
+                };
+                // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
+                let q = q.contiguous()?.reshape((b, heads, 1, d))?;
+                let k = k.contiguous()?.reshape((b, kv_heads, 1, d))?;
+                let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
+                let (cos, sin) = step.rope()?;
+                let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
+                let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
+                kc.scatter_set(step.slot()?, &k, 2)?;
+                vc.scatter_set(step.slot()?, &v, 2)?;
+                masked_attention(&(q * scale)?.reshape((b, kv_heads, group, d))?, kc, vc, step)?
+            }
+        };
+        let x = self.o.forward_step(&a, Some(&x), step)?;
+        let m = normed_step(parts([&self.gate, &self.up]).as_deref(), &x, &self.ln2, eps, true, step)?;
+        let m = match m {
+            StepOut::Product(m) => m,
+            StepOut::Normed(h) => self.gated(&h, self.fused.is_some(), cfg.intermediate_size)?,
+        };
+        self.down.forward_step(&m, Some(&x), step)
+    }
+
+    /// silu(gate(h)) × up(h), through the stacked gate|up product when `stacked`.
+    pub(super) fn gated(&self, h: &Tensor, stacked: bool, i: usize) -> Result<Tensor> {
+        Ok(match self.fused.as_ref().filter(|_| stacked) {
+            Some((_, gate_up)) => {
+                let y = gate_up.forward(h)?;
+                (candle_nn::ops::silu(&y.narrow(2, 0, i)?)? * y.narrow(2, i, i)?)?
+            }
+            None => (candle_nn::ops::silu(&self.gate.forward(h)?)? * self.up.forward(h)?)?,
+        })
+    }
+
+    /// Whether the layer computes on the CPU (in F32).
+    pub(super) fn on_host(&self) -> bool {
+        matches!(self.q, Linear::Host(_))
+    }
+
+    /// One decoder layer. `x` is taken by value so the layer's input is freed once the attention
+    /// residual is added: what stays alive through the MLP is what `estimate::transient` counts
+    /// (the residual, both norms' outputs, q before and after rotary, k before and after rotary,
+    /// v's projection, the attention output and its reshaped copy), as stages 1–2 measured it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward(&self, x: Tensor, l: usize, cfg: &Qwen2Config, rope: &(Tensor, Tensor), cache: &mut KvCache, offset: usize, mode: AttentionMode) -> Result<Tensor> {
+        let (b, s, _) = x.dims3()?;
+        let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
+        let act = x.dtype();
+        // CPU layers compute in F32: candle's CPU kernels are vectorised for F32, not for BF16
+        // (a BF16 layer spent more time in its norms, rotary and attention than in its weights).
+        let work = if self.on_host() { DType::F32 } else { act };
+        let x = into_dtype(x, work)?;
+        let (cos, sin) = (rope.0.to_dtype(work)?, rope.1.to_dtype(work)?);
+        let h = norm(&x, &self.ln1.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
+        // Heads first, [b, s, n·d] → [b, n, s, d]: consumes the projection, so only the copy stays.
+        let heads_first = |t: Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape((b, s, n, d))?.transpose(1, 2)?.contiguous()?) };
+        // A GPU layer takes its stacked products when decoding (fewer launches per token) and its
+        // separate views when prefilling, so every moment of a prefill holds what stages 1-2
+        // measured (the stacked product beside its copies would be a new, larger moment).
+        let fused = self.fused.as_ref().filter(|_| self.on_host() || s == 1);
+        let (q, k, v) = match fused {
+            Some((qkv, _)) => {
+                let y = qkv.forward(&h)?;
+                let (nq, nk) = (heads * d, kv_heads * d);
+                (heads_first(y.narrow(2, 0, nq)?, heads)?, heads_first(y.narrow(2, nq, nk)?, kv_heads)?, y.narrow(2, nq + nk, nk)?)
+            }
+            None => (heads_first(self.q.forward(&h)?, heads)?, heads_first(self.k.forward(&h)?, kv_heads)?, self.v.forward(&h)?),
+        };
+        let v = v.reshape((b, s, kv_heads, d))?.transpose(1, 2)?;
+        let (q, k) = if mode == AttentionMode::Differentiable {
+            (candle_nn::rotary_emb::rope_slow(&q, &cos, &sin)?, candle_nn::rotary_emb::rope_slow(&k, &cos, &sin)?)
+        } else {
+            (candle_nn::rotary_emb::rope(&q, &cos, &sin)?, candle_nn::rotary_emb::rope(&k, &cos, &sin)?)
+        };
+        cache.write(l, &k.to_dtype(act)?, &v.to_dtype(act)?)?;
+        let (kc, vc) = cache.view(l, offset + s)?;
+        // The fused kernel writes [b, s, heads·d] itself. The others' [b, heads, s, d] output
+        // stays alive beside its reshaped copy through the MLP, as stages 1-2 measured it.
+        let (a, _heads_first) = match flash_attend(&q, &kc, &vc, offset, mode)? {
+            Some(a) => (a, None),
+            None => {
+                let a = attend(&q, &kc.to_dtype(work)?, &vc.to_dtype(work)?, offset, mode)?;
+                (a.transpose(1, 2)?.reshape((b, s, heads * d))?, Some(a))
+            }
+        };
+        let x = (x + self.o.forward(&a)?)?;
+        let h = norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
+        let m = self.gated(&h, fused.is_some(), cfg.intermediate_size)?;
+        Ok((x + self.down.forward(&m)?)?.to_dtype(act)?)
+    }
+}
+
+/// `AttentionMode::Flash`'s kernel where it runs (CUDA, BF16, its head sizes): [b, s, heads · d].
+pub(super) fn flash_attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, mode: AttentionMode) -> Result<Option<Tensor>> {
+    #[cfg(feature = "cuda")]
+    if mode == AttentionMode::Flash {
+        return crate::model::kernels::flash_attention::attend(q, k, v, offset);
+    }
+    let _ = (q, k, v, offset, mode);
+    Ok(None)
+}
+
+/// Attention of the static step with candle's kernels: `q` ([b, kv_heads, group, d], rotated and
+/// scaled) over the cache's whole capacity with the step's mask; [b, 1, heads · d].
+pub(super) fn masked_attention(q: &Tensor, kc: &Tensor, vc: &Tensor, step: &StepInputs) -> Result<Tensor> {
+    let (b, kv, group, d) = q.dims4()?;
+    let scores = q.matmul(&kc.t()?)?.broadcast_add(step.mask()?)?;
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    Ok(probs.matmul(vc)?.reshape((b, 1, kv * group * d))?)
+}
+
+/// What the static step made of norm(x) times a weight: the product (the step's kernel took
+/// it), or the normed input for candle's kernels.
+pub(super) enum StepOut {
+    Product(Tensor),
+    Normed(Tensor),
+}
+
+/// norm(x) times the weight `parts` one under the other (with `glu`, silu·up of gate and up) in
+/// the static step: one kernel for the norm and the product when the step has it, else candle's
+/// norm and the step's product if it has one. No parts (weights not dense): candle's norm.
+pub(super) fn normed_step(parts: Option<&[Part]>, x: &Tensor, ln: &Tensor, eps: f64, glu: bool, step: &StepInputs) -> Result<StepOut> {
+    let f = Fused { glu, ..Default::default() };
+    if let Some(parts) = parts {
+        if let Some(y) = step.gemv(parts, x, Fused { norm: Some((ln, eps as f32)), ..f })? {
+            return Ok(StepOut::Product(y));
+        }
+    }
+    let h = norm(x, ln, eps, AttentionMode::default())?;
+    if let Some(parts) = parts {
+        if let Some(y) = step.gemv(parts, &h, f)? {
+            return Ok(StepOut::Product(y));
+        }
+    }
+    Ok(StepOut::Normed(h))
+}
+
+/// The parts of `lins` for the step's product, when every one is dense.
+pub(super) fn parts<'a, const N: usize>(lins: [&'a Linear; N]) -> Option<Vec<Part<'a>>> {
+    lins.iter().map(|l| l.part()).collect()
+}
+
+/// `parts`' weights stacked by rows on `device` (biases too, zeros for a part without one), made
+/// into one linear by `make`, and each part as a view of its rows.
+pub(super) fn stack<const N: usize>(parts: [&Linear; N], device: &Device, make: impl Fn(Tensor, Option<Tensor>) -> Result<Linear>) -> Result<(Linear, [Linear; N])> {
+    let mut ws = Vec::with_capacity(N);
+    let mut bs = Vec::with_capacity(N);
+    let mut has_bias = Vec::with_capacity(N);
+    for p in parts {
+        let (w, b) = p.dense_parts()?;
+        has_bias.push(b.is_some());
+        bs.push(match b {
+            Some(b) => b.to_device(device)?,
+            None => Tensor::zeros(w.dim(0)?, w.dtype(), device)?,
+        });
+        ws.push(w.to_device(device)?);
+    }
+    let w = Tensor::cat(&ws, 0)?;
+    let b = if has_bias.iter().any(|&h| h) { Some(Tensor::cat(&bs, 0)?) } else { None };
+    let mut views = Vec::with_capacity(N);
+    let mut at = 0;
+    for (wi, &hb) in ws.iter().zip(&has_bias) {
+        let n = wi.dim(0)?;
+        let bias = match (&b, hb) {
+            (Some(b), true) => Some(b.narrow(0, at, n)?),
+            _ => None,
+        };
+        views.push(make(w.narrow(0, at, n)?, bias)?);
+        at += n;
+    }
+    let views: [Linear; N] = views.try_into().map_err(|_| LabError::other("stacking a layer's projections"))?;
+    Ok((make(w, b)?, views))
+}
+
+/// `x` in `dtype`, consuming it (no second reference kept alive when it already is).
+pub(super) fn into_dtype(x: Tensor, dtype: DType) -> Result<Tensor> {
+    Ok(if x.dtype() == dtype { x } else { x.to_dtype(dtype)? })
+}
+
+/// RMS norm: candle's fused kernel, or (for a training step) the composed ops it has a backward for.
+pub(super) fn norm(x: &Tensor, w: &Tensor, eps: f64, mode: AttentionMode) -> Result<Tensor> {
+    Ok(if mode == AttentionMode::Differentiable {
+        candle_nn::ops::rms_norm_slow(x, w, eps as f32)?
+    } else {
+        candle_nn::ops::rms_norm(x, w, eps as f32)?
+    })
+}
+

@@ -1,0 +1,87 @@
+//! A linear layer over dense weights (candle_nn's product) or GGUF blocks (candle's QMatMul, cast
+//! as candle's CUDA MMQ path casts), on the GPU or in host memory, with an optional bias.
+
+use crate::error::{LabError, Result};
+use crate::model::decode::StepInputs;
+use crate::model::host_linear::HostLinear;
+use crate::model::kernels::{Fused, Part};
+use crate::model::weights::Weight;
+use candle_core::quantized::QMatMul;
+use candle_core::{DType, Module, Tensor};
+
+/// A linear layer over dense or quantized weights, with an optional bias.
+#[derive(Debug, Clone)]
+pub(crate) enum Linear {
+    Dense(candle_nn::Linear),
+    Quant(QMatMul, Option<Tensor>),
+    /// Computed on the CPU from host memory (an offloaded layer).
+    Host(HostLinear),
+}
+
+impl Linear {
+    pub(super) fn new(w: Weight, bias: Option<Tensor>) -> Result<Self> {
+        Ok(match w {
+            Weight::Dense(t) => Self::Dense(candle_nn::Linear::new(t, bias)),
+            Weight::Quant(q) => Self::Quant(QMatMul::from_arc(q)?, bias),
+        })
+    }
+
+    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Dense(l) => Ok(l.forward(x)?),
+            Self::Host(h) => h.forward(x),
+            Self::Quant(q, bias) => {
+                // candle's CUDA quantized matmul takes BF16 (over 8 rows it casts to F32 and back
+                // itself); its CPU path and a dequantized matrix take F32: cast around them the
+                // same way, so both backends hold the same tensors (`estimate::transient`).
+                let native = x.dtype() == DType::F32 || (x.device().is_cuda() && matches!(q, QMatMul::QTensor(_)));
+                let y = if native { q.forward(x)? } else { q.forward(&x.to_dtype(DType::F32)?)?.to_dtype(x.dtype())? };
+                Ok(match bias {
+                    Some(b) => y.broadcast_add(b)?,
+                    None => y,
+                })
+            }
+        }
+    }
+
+    /// The weight and bias of a dense layer, as a part of the static step's product.
+    pub(super) fn part(&self) -> Option<Part<'_>> {
+        match self {
+            Self::Dense(l) => Some((l.weight(), l.bias())),
+            _ => None,
+        }
+    }
+
+    /// `forward` (+ `res`) in the static decoding step: through the step's matrix-vector kernel
+    /// when it has one, the bias and the residual in the same kernel.
+    pub(super) fn forward_step(&self, x: &Tensor, res: Option<&Tensor>, step: &StepInputs) -> Result<Tensor> {
+        if let Some(part) = self.part() {
+            if let Some(y) = step.gemv(&[part], x, Fused { res, ..Default::default() })? {
+                return Ok(y);
+            }
+        }
+        let y = self.forward(x)?;
+        Ok(match res {
+            Some(r) => (r + y)?,
+            None => y,
+        })
+    }
+
+    /// The same weights computed on the CPU.
+    pub(super) fn to_host(&self) -> Result<Self> {
+        match self {
+            Self::Dense(l) => Ok(Self::Host(HostLinear::new(l.weight().clone(), l.bias().cloned())?)),
+            Self::Host(h) => Ok(Self::Host(h.clone())),
+            Self::Quant(..) => Err(LabError::Unsupported("CPU layers of the offload compute dense weights (BF16, F16 or F32), not GGUF blocks".into())),
+        }
+    }
+
+    /// The weight and the bias, for a dense layer.
+    pub(super) fn dense_parts(&self) -> Result<(Tensor, Option<Tensor>)> {
+        match self {
+            Self::Dense(l) => Ok((l.weight().clone(), l.bias().cloned())),
+            Self::Host(h) => Ok((h.weight().clone(), h.bias().cloned())),
+            Self::Quant(..) => Err(LabError::Unsupported("streaming moves dense weights, not GGUF blocks".into())),
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Qwen2 as the lab runs it, as candle-transformers' `qwen2.rs` reads: plain structs with `new` and
+//! `forward`. The linear layer (`linear`), the token embedding (`embedding`), the decoder layer
+//! (`layer`), the model (`model`) and the model as trainable variables (`trainable`). The config is
+//! `model::config`.
+
+pub mod config;
+pub mod embedding;
+pub mod layer;
+pub mod linear;
+pub mod model;
+pub mod trainable;
+
+pub use model::{last_logits, Logits, Qwen2};

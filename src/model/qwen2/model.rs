@@ -1,0 +1,382 @@
+//! The lab's Qwen2 forward pass: one implementation for every precision. Dense weights go through
+//! candle_nn::Linear, GGUF blocks through candle's QMatMul. The KV cache is preallocated and
+//! written in place, attention is bounded (see attention.rs), RoPE angles are computed in F32, and
+//! a prompt may be fed in any split of prefix and continuation. The layers are `layer.rs`.
+
+use crate::model::attention::{check_elems, AttentionMode};
+use super::config::Qwen2Config;
+use crate::model::decode::StepInputs;
+use crate::model::kv_cache::{CacheKind, KvCache};
+use crate::model::placement::{Home, Placement};
+use crate::model::precision::Precision;
+use crate::model::streamer::Streamer;
+use crate::model::weights::Weight;
+use crate::error::{LabError, Result};
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use super::embedding::Embedding;
+use super::layer::{norm, normed_step, parts, Layer, StepOut};
+use super::linear::Linear;
+
+/// A layer resident on its device, or the index of a streamed one in the model's `Streamer`.
+#[derive(Debug, Clone)]
+pub(super) enum LayerSlot {
+    Resident(Layer),
+    Streamed,
+}
+
+/// Which logits a forward pass returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Logits {
+    /// Only the last position's (what generation needs).
+    Last,
+    /// Every position's, as `model(input_ids)` in transformers keeps them.
+    All,
+}
+
+impl Logits {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Last => "last",
+            Self::All => "all",
+        }
+    }
+}
+
+pub struct Qwen2 {
+    pub cfg: Qwen2Config,
+    pub precision: Precision,
+    pub attention: AttentionMode,
+    pub(super) embed: Embedding,
+    pub(super) layers: Vec<LayerSlot>,
+    pub(super) norm: Tensor,
+    pub(super) lm_head: Linear,
+    /// The device of the head and of resident GPU layers.
+    pub(super) device: Device,
+    pub(super) weight_bytes: u64,
+    /// The streamed layers' host copies and GPU buffers, when a placement streams any.
+    pub(super) streamer: Option<Streamer>,
+}
+
+fn take(w: &mut HashMap<String, Weight>, name: &str) -> Result<Weight> {
+    w.remove(name).ok_or_else(|| LabError::input(format!("weight {name} is missing")))
+}
+
+fn take_dense(w: &mut HashMap<String, Weight>, name: &str, dtype: DType) -> Result<Tensor> {
+    Ok(take(w, name)?.dense()?.to_dtype(dtype)?)
+}
+
+impl Qwen2 {
+    /// Builds the model from weights named as in the HF checkpoint (see `Qwen2Config::tensor_specs`).
+    pub fn new(cfg: &Qwen2Config, precision: Precision, mut w: HashMap<String, Weight>, device: &Device) -> Result<Self> {
+        let weight_bytes = w.values().map(Weight::bytes).sum();
+        let act = precision.act_dtype();
+        let embed_w = take(&mut w, "model.embed_tokens.weight")?;
+        let lm_head = match w.remove("lm_head.weight") {
+            Some(lm) => Linear::new(lm, None)?,
+            // Tied: the embedding table is the output layer too, one copy in memory.
+            None if cfg.tie_word_embeddings => Linear::new(embed_w.clone(), None)?,
+            None => return Err(LabError::input("weight lm_head.weight is missing and embeddings are not tied")),
+        };
+        let embed = match embed_w {
+            Weight::Dense(t) => Embedding::Dense(t),
+            q => Embedding::Quant(q),
+        };
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for l in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            let mut lin = |name: &str, bias: bool| -> Result<Linear> {
+                let b = if bias { Some(take_dense(&mut w, &format!("{p}.{name}.bias"), act)?) } else { None };
+                Linear::new(take(&mut w, &format!("{p}.{name}.weight"))?, b)
+            };
+            layers.push(LayerSlot::Resident(Layer {
+                q: lin("self_attn.q_proj", true)?,
+                k: lin("self_attn.k_proj", true)?,
+                v: lin("self_attn.v_proj", true)?,
+                o: lin("self_attn.o_proj", false)?,
+                gate: lin("mlp.gate_proj", false)?,
+                up: lin("mlp.up_proj", false)?,
+                down: lin("mlp.down_proj", false)?,
+                ln1: take_dense(&mut w, &format!("{p}.input_layernorm.weight"), act)?,
+                ln2: take_dense(&mut w, &format!("{p}.post_attention_layernorm.weight"), act)?,
+                fused: None,
+            }));
+        }
+        let norm = take_dense(&mut w, "model.norm.weight", act)?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            precision,
+            attention: AttentionMode::default(),
+            embed,
+            layers,
+            norm,
+            lm_head,
+            device: device.clone(),
+            weight_bytes,
+            streamer: None,
+        })
+    }
+
+    /// Builds the model from weights already on their homes (see `weights::load_placed`): `Gpu`
+    /// parts on `gpu`, the rest in host memory. CPU layers compute there; streamed layers go to
+    /// a `Streamer` with `placement.slots` buffers on `gpu`. A tied head on the GPU is a copy of
+    /// the host embedding table.
+    pub fn new_placed(cfg: &Qwen2Config, precision: Precision, mut w: HashMap<String, Weight>, gpu: &Device, placement: &Placement) -> Result<Self> {
+        if placement.layers.len() != cfg.num_hidden_layers {
+            return Err(LabError::input(format!("a placement of {} layers for a model of {}", placement.layers.len(), cfg.num_hidden_layers)));
+        }
+        if cfg.tie_word_embeddings && placement.head == Home::Gpu && placement.embed != Home::Gpu {
+            let table = w.get("model.embed_tokens.weight").ok_or_else(|| LabError::input("weight model.embed_tokens.weight is missing"))?;
+            let copy = table.clone().dense()?.to_device(gpu)?;
+            w.insert("lm_head.weight".into(), Weight::Dense(copy));
+        }
+        let mut model = Self::new(cfg, precision, w, gpu)?;
+        let mut streamed = Vec::new();
+        for (l, home) in placement.layers.iter().enumerate() {
+            match (*home, &mut model.layers[l]) {
+                (Home::Cpu, LayerSlot::Resident(layer)) => *layer = layer.to_host()?,
+                (Home::Streamed, slot) => {
+                    if let LayerSlot::Resident(layer) = std::mem::replace(slot, LayerSlot::Streamed) {
+                        streamed.push((l, layer));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !streamed.is_empty() {
+            model.streamer = Some(Streamer::new(streamed, placement.slots, gpu)?);
+        }
+        Ok(model)
+    }
+
+    /// Bytes the streamer holds in GPU buffers and in (pinned) host memory.
+    pub fn stream_buffers(&self) -> Option<(u64, u64)> {
+        self.streamer.as_ref().map(|s| (s.gpu_bytes(), s.host_bytes()))
+    }
+
+    /// The device layer `l` runs on (a streamed layer: the GPU).
+    pub fn layer_device(&self, l: usize) -> Device {
+        match &self.layers[l] {
+            LayerSlot::Resident(layer) => layer.device().clone(),
+            LayerSlot::Streamed => self.device.clone(),
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Whether every layer, the embedding and the head are resident on the GPU: what the static
+    /// decoding step (`graph.rs`) needs.
+    pub fn all_on_gpu(&self) -> bool {
+        let gpu = |d: &Device| d.is_cuda();
+        gpu(&self.device)
+            && gpu(&self.embed.device())
+            && !matches!(self.lm_head, Linear::Host(_))
+            && self.layers.iter().all(|l| matches!(l, LayerSlot::Resident(layer) if gpu(layer.device()) && !layer.on_host()))
+    }
+
+    /// Whether `AttentionMode::Flash` runs its fused kernel for this model (every layer on a GPU
+    /// of compute 8.0+, BF16 activations, a head size the kernel is built for); elsewhere it
+    /// computes as `Bounded`.
+    pub fn flash_runs(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(dev) = &self.device {
+            return self.all_on_gpu() && self.act_dtype() == DType::BF16 && crate::model::kernels::flash_attention::HEAD_DIMS.contains(&self.cfg.head_dim()) && crate::model::kernels::flash_attention::supported(dev);
+        }
+        false
+    }
+
+    /// Stacks each dense device layer's q|k|v and gate|up into one product (a layer at a time, so
+    /// one layer's projections are the most held twice). Returns how many layers it fused:
+    /// quantized, CPU and streamed layers keep their products.
+    pub fn fuse_projections(&mut self) -> Result<usize> {
+        let mut n = 0;
+        for slot in &mut self.layers {
+            if let LayerSlot::Resident(layer) = slot {
+                if layer.fused.is_none() && matches!(layer.q, Linear::Dense(_)) {
+                    *layer = layer.fused_on_device()?;
+                    n += 1;
+                }
+            }
+        }
+        self.device.synchronize()?;
+        Ok(n)
+    }
+
+    /// Bytes of all weight tensors as loaded (a tied table counted once).
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
+    }
+
+    pub fn act_dtype(&self) -> DType {
+        self.precision.act_dtype()
+    }
+
+    /// A preallocated cache for `batch` sequences of up to `max_seq` tokens, in the activation dtype.
+    /// Each layer's part of the cache lives where the layer runs.
+    pub fn new_cache(&self, batch: usize, max_seq: usize) -> Result<KvCache> {
+        self.new_cache_of(CacheKind::Preallocated, batch, max_seq)
+    }
+
+    pub fn new_cache_of(&self, kind: CacheKind, batch: usize, max_seq: usize) -> Result<KvCache> {
+        let devices: Vec<Device> = (0..self.layers.len()).map(|l| self.layer_device(l)).collect();
+        KvCache::on_devices(kind, &self.cfg, batch, max_seq, self.act_dtype(), &devices)
+    }
+
+    /// cos/sin for positions offset..offset+s: angles in F32 (BF16 positions above 256 round),
+    /// then cast to the activation dtype as transformers does.
+    pub(crate) fn rope(&self, offset: usize, s: usize) -> Result<(Tensor, Tensor)> {
+        let d = self.cfg.head_dim();
+        let inv: Vec<f32> = (0..d / 2).map(|i| (1.0 / self.cfg.rope_theta.powf((2 * i) as f64 / d as f64)) as f32).collect();
+        let inv = Tensor::from_vec(inv, (1, d / 2), &self.device)?;
+        let pos = Tensor::arange(offset as u32, (offset + s) as u32, &self.device)?.to_dtype(DType::F32)?.reshape((s, 1))?;
+        let ang = pos.broadcast_mul(&inv)?;
+        let act = self.act_dtype();
+        Ok((ang.cos()?.to_dtype(act)?, ang.sin()?.to_dtype(act)?))
+    }
+
+    /// Runs `ids` ([batch, s]) after what `cache` holds, appends their K/V, and returns logits:
+    /// the last position's, or every position's in pieces of at most 2^31 elements (candle's
+    /// kernels index in 32 bits), each [batch, rows, vocab].
+    pub fn forward(&self, ids: &Tensor, cache: &mut KvCache, logits: Logits) -> Result<Vec<Tensor>> {
+        let (b, s) = ids.dims2()?;
+        let cfg = &self.cfg;
+        check_elems("the MLP activation", b * s * cfg.intermediate_size)?;
+        let offset = cache.len();
+        let rope = self.rope(offset, s)?;
+        // The rotary table on the CPU too, in F32 as CPU layers compute, made once per pass when
+        // some layer runs there.
+        let mut host_rope = None;
+        let mut x = self.embed(ids)?;
+        if let Some(st) = &self.streamer {
+            st.start_pass()?;
+        }
+        for (l, slot) in self.layers.iter().enumerate() {
+            let layer = match slot {
+                LayerSlot::Resident(layer) => layer,
+                LayerSlot::Streamed => self.streamer()?.acquire(l)?,
+            };
+            let dev = layer.device();
+            if !x.device().same_device(dev) {
+                let t = std::time::Instant::now();
+                x = x.to_device(dev)?;
+                if s == 1 {
+                    crate::model::profile::crossing(t);
+                }
+            }
+            let r = if dev.same_device(&self.device) {
+                &rope
+            } else {
+                if host_rope.is_none() {
+                    host_rope = Some((rope.0.to_device(dev)?.to_dtype(DType::F32)?, rope.1.to_device(dev)?.to_dtype(DType::F32)?));
+                }
+                host_rope.as_ref().unwrap_or(&rope)
+            };
+            let t = std::time::Instant::now();
+            x = layer.forward(x, l, cfg, r, cache, offset, self.attention)?;
+            if s == 1 && layer.on_host() {
+                crate::model::profile::cpu_layer(t);
+            }
+            if let LayerSlot::Streamed = slot {
+                self.streamer()?.release()?;
+            }
+        }
+        let x = if x.device().same_device(&self.device) {
+            x
+        } else {
+            let t = std::time::Instant::now();
+            let x = x.to_device(&self.device)?;
+            if s == 1 {
+                crate::model::profile::crossing(t);
+            }
+            x
+        };
+        if s == 1 {
+            crate::model::profile::step();
+        }
+        cache.advance(s);
+        self.head(&x, logits)
+    }
+
+    /// The greedy next ids ([batch, 1]) after `ids` ([batch, 1]) at the position `pos` holds
+    /// ([1] u32, in device memory), through `Layer::decode_static`: `tables` holds the rotary
+    /// table and the mask's inputs for the cache's capacity.
+    pub(crate) fn decode_static(&self, ids: &Tensor, pos: &Tensor, tables: &crate::model::decode::Tables, cache: &KvCache) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let b = ids.dim(0)?;
+        let step = StepInputs::new(tables, pos, b, cfg);
+        let mut x = self.embed(ids)?;
+        for (l, slot_) in self.layers.iter().enumerate() {
+            let LayerSlot::Resident(layer) = slot_ else {
+                return Err(LabError::Unsupported("graph decoding needs every layer resident on the GPU".into()));
+            };
+            let (kc, vc) = cache.full(l)?;
+            x = layer.decode_static(x, cfg, &step, &kc, &vc)?;
+        }
+        // The head of `head(.., Logits::Last)` for one position, through the step's kernels.
+        let logits = match normed_step(parts([&self.lm_head]).as_deref(), &x, &self.norm, cfg.rms_norm_eps, false, &step)? {
+            StepOut::Product(y) => y,
+            StepOut::Normed(h) => self.lm_head.forward(&h)?,
+        };
+        step.argmax(&logits)
+    }
+
+    /// The token embedding of `ids` ([batch, s]) in the activation dtype.
+    pub(crate) fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        Ok(self.embed.forward(&ids.to_device(&self.embed.device())?)?.to_dtype(self.act_dtype())?)
+    }
+
+    /// The dense embedding table (a quantized one has no gradient).
+    pub(crate) fn embed_table(&self) -> Option<Tensor> {
+        match &self.embed {
+            Embedding::Dense(t) => Some(t.clone()),
+            Embedding::Quant(_) => None,
+        }
+    }
+
+    /// A resident layer.
+    pub(crate) fn layer(&self, l: usize) -> Result<&Layer> {
+        match self.layers.get(l) {
+            Some(LayerSlot::Resident(layer)) => Ok(layer),
+            _ => Err(LabError::other(format!("layer {l} is not resident"))),
+        }
+    }
+
+    /// The final norm and the head over the last layer's output `x` ([batch, s, hidden]): the
+    /// last position's logits, or every position's in pieces of at most 2^31 elements (candle's
+    /// kernels index in 32 bits), each [batch, rows, vocab].
+    pub(crate) fn head(&self, x: &Tensor, logits: Logits) -> Result<Vec<Tensor>> {
+        let (b, s, _) = x.dims3()?;
+        let x = norm(x, &self.norm, self.cfg.rms_norm_eps, self.attention)?;
+        match logits {
+            Logits::Last => Ok(vec![self.lm_head.forward(&x.narrow(1, s - 1, 1)?.contiguous()?)?]),
+            Logits::All => {
+                let rows = (i32::MAX as usize / (b * self.cfg.vocab_size)).max(1);
+                let mut out = Vec::with_capacity(s.div_ceil(rows));
+                let mut r = 0;
+                while r < s {
+                    let n = rows.min(s - r);
+                    out.push(self.lm_head.forward(&x.narrow(1, r, n)?.contiguous()?)?);
+                    r += n;
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+impl Qwen2 {
+    fn streamer(&self) -> Result<&Streamer> {
+        self.streamer.as_ref().ok_or_else(|| LabError::other("a streamed layer without a streamer"))
+    }
+}
+
+/// The logits of the last position of a forward's output, as a [batch, vocab] F32 tensor.
+pub fn last_logits(pieces: &[Tensor]) -> Result<Tensor> {
+    let last = pieces.last().ok_or_else(|| LabError::other("forward returned no logits"))?;
+    let rows = last.dim(1)?;
+    Ok(last.narrow(1, rows - 1, 1)?.squeeze(1)?.to_dtype(DType::F32)?)
+}
+

@@ -1,0 +1,229 @@
+//! The static picture of a declared chart: the same prepared data as the plotly figure
+//! (`chart::prepare`), drawn as SVG with plotters, so a notebook on GitHub (which runs no
+//! JavaScript) and nbconvert show the figure. Text stays `<text>`: the viewer's fonts draw it,
+//! Chinese included.
+
+use super::chart::{prepare, Prepared};
+use crate::error::{LabError, Result};
+use crate::stage::{Axis, ChartKind, ChartSpec, Style};
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use polars::prelude::DataFrame;
+
+const WIDTH: u32 = 860;
+const HEIGHT: u32 = 480;
+
+/// plotly's default colours, so the static picture and the interactive one match.
+const COLOURS: [RGBColor; 10] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x7f, 0x7f, 0x7f),
+    RGBColor(0xbc, 0xbd, 0x22),
+    RGBColor(0x17, 0xbe, 0xcf),
+];
+
+/// The chart `spec` declares, over `df`, as an SVG document.
+pub fn draw_svg(spec: &ChartSpec, df: &DataFrame) -> Result<String> {
+    let mut p = prepare(spec, df)?;
+    // A log x axis is drawn as log2(x) on a linear one: ticks fall on whole doublings, labelled
+    // with the values they stand for (plotters' own log ticks are decades).
+    let log_x = spec.x_axis != Axis::Linear && p.numeric_x();
+    let ticks: Vec<f64> = if log_x { p.log_ticks(spec.x_axis).iter().map(|v| v.log2()).collect() } else { Vec::new() };
+    if log_x {
+        for t in &mut p.traces {
+            t.x = t.x.iter().map(|&v| if v > 0.0 { v.log2() } else { f64::NAN }).collect();
+        }
+    }
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let (x_lo, x_hi) = x_range(&p, log_x);
+        let (y_lo, y_hi) = y_range(&p, spec.y_log);
+        if spec.y_log {
+            plot(&root, &p, spec, &ticks, x_lo..x_hi, (y_lo..y_hi).log_scale())?
+        } else {
+            plot(&root, &p, spec, &ticks, x_lo..x_hi, y_lo..y_hi)?
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(out)
+}
+
+fn err(e: impl std::fmt::Debug) -> LabError {
+    LabError::other(format!("drawing the SVG chart: {e:?}"))
+}
+
+fn x_range(p: &Prepared, log_x: bool) -> (f64, f64) {
+    if !p.numeric_x() {
+        return (-0.5, p.categories.len().max(1) as f64 - 0.5);
+    }
+    let (lo, hi) = p.xs().into_iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    match (lo.is_finite(), log_x) {
+        (false, _) => (0.0, 1.0),
+        (true, true) => (lo - 0.25, hi + 0.25),
+        (true, false) if hi > lo => (lo, hi),
+        (true, false) => (lo - 1.0, hi + 1.0),
+    }
+}
+
+fn y_range(p: &Prepared, log: bool) -> (f64, f64) {
+    let ys = p.traces.iter().flat_map(|t| t.y.iter().copied()).chain(p.lines.iter().map(|(_, y)| *y)).filter(|v| v.is_finite() && (!log || *v > 0.0));
+    let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    if !lo.is_finite() {
+        return if log { (0.1, 10.0) } else { (0.0, 1.0) };
+    }
+    // Room above the data for the legend, which sits at the top left.
+    if log {
+        (lo / 2.0, hi * 60.0)
+    } else {
+        let lo = lo.min(0.0);
+        (lo, if hi > lo { hi + (hi - lo) * 0.5 } else { lo + 1.0 })
+    }
+}
+
+/// Draws the traces on axes `x` and `y` (linear or log): grouped bars over the categories, or
+/// lines and markers, the reference lines, and a legend.
+fn plot<X, Y>(root: &DrawingArea<SVGBackend, plotters::coord::Shift>, p: &Prepared, spec: &ChartSpec, log2_ticks: &[f64], x: X, y: Y) -> Result<()>
+where
+    X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let mut chart = ChartBuilder::on(root)
+        .caption(&p.title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(if p.categories.len() > 6 { 190 } else { 44 })
+        .y_label_area_size(64)
+        .build_cartesian_2d(x, y)
+        .map_err(err)?;
+    let categories = p.categories.clone();
+    let ticks = log2_ticks.to_vec();
+    let label = move |v: &f64| -> String {
+        if !categories.is_empty() {
+            let i = v.round();
+            return if (v - i).abs() < 1e-6 && i >= 0.0 { categories.get(i as usize).cloned().unwrap_or_default() } else { String::new() };
+        }
+        if !ticks.is_empty() {
+            // Only the ticks' doublings, labelled with the value.
+            return if ticks.iter().any(|t| (t - v).abs() < 0.02) { short(v.exp2().round()) } else { String::new() };
+        }
+        short(*v)
+    };
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(spec.x_title).y_desc(spec.y_title).x_label_formatter(&label).y_label_formatter(&|v| short(*v)).label_style(("sans-serif", 15));
+    if !log2_ticks.is_empty() {
+        // One key point per whole doubling across the range.
+        let span = log2_ticks.last().unwrap_or(&0.0) - log2_ticks.first().unwrap_or(&0.0);
+        mesh.x_labels(span.round() as usize + 3);
+    }
+    if !p.categories.is_empty() {
+        mesh.x_labels(p.categories.len() + 1).disable_x_mesh();
+    }
+    // Many categories: their labels are drawn below, turned a quarter.
+    let turned = p.categories.len() > 6;
+    if turned {
+        mesh.x_label_formatter(&|_| String::new());
+    }
+    mesh.draw().map_err(err)?;
+    if turned {
+        let style = TextStyle::from(("sans-serif", 14).into_font().transform(FontTransform::Rotate90)).pos(Pos::new(HPos::Left, VPos::Center));
+        let foot = chart.y_range().start;
+        for (i, c) in p.categories.iter().enumerate() {
+            let (px, py) = chart.backend_coord(&(i as f64, foot));
+            root.draw(&Text::new(c.clone(), (px, py + 8), style.clone())).map_err(err)?;
+        }
+    }
+    let bars = spec.kind == ChartKind::Bars;
+    let n = p.traces.len().max(1) as f64;
+    // Bars rise from 0, or from the axis' foot on a log scale.
+    let base = if spec.y_log { chart.y_range().start } else { chart.y_range().start.max(0.0) };
+    for (k, t) in p.traces.iter().enumerate() {
+        let colour = COLOURS[k % COLOURS.len()];
+        let points: Vec<(f64, f64)> = t.x.iter().copied().zip(t.y.iter().copied()).filter(|(a, b)| a.is_finite() && b.is_finite()).collect();
+        let series = if bars {
+            // Grouped: the categories' width split among the traces.
+            let w = 0.8 / n;
+            let left = -0.4 + k as f64 * w;
+            chart.draw_series(points.iter().map(|&(x, y)| Rectangle::new([(x + left, base), (x + left + w, y)], colour.filled()))).map_err(err)?
+        } else {
+            if t.style != Style::Markers {
+                chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(2))).map_err(err)?;
+            }
+            let shown = if t.style == Style::Lines { Vec::new() } else { points };
+            chart.draw_series(shown.into_iter().map(|pt| Circle::new(pt, 3, colour.filled()))).map_err(err)?
+        };
+        series.label(t.name.clone()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+    }
+    let (lo, hi) = (chart.x_range().start, chart.x_range().end);
+    for (j, (name, yv)) in p.lines.iter().enumerate() {
+        let colour = COLOURS[(p.traces.len() + j) % COLOURS.len()];
+        chart
+            .draw_series(LineSeries::new(vec![(lo, *yv), (hi, *yv)], colour.stroke_width(1)))
+            .map_err(err)?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], colour.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+/// 1234567 → "1.23M", 0.00391 → "0.0039", 14.185 → "14.19".
+fn short(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{:.3}M", v / 1e6).trim_end_matches('0').trim_end_matches('.').replace(".M", "M")
+    } else if a >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 100.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{v:.2}").trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        format!("{v:.2e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stage::Series;
+    use polars::prelude::*;
+
+    #[test]
+    fn bars_and_log_lines_draw_their_values_as_svg() {
+        const BARS: ChartSpec = ChartSpec {
+            title: "显存 weights of {model}",
+            x: "precision",
+            y_title: "GiB",
+            series: &[Series::column("predicted", &[("gib", 1.0)]), Series::column("measured", &[("measured_gib", 1.0)])],
+            ..ChartSpec::BARS
+        };
+        let df = df!("model" => ["7b", "7b"], "precision" => ["bf16", "f32"], "gib" => [14.19, 28.37], "measured_gib" => [Some(14.19), None]).unwrap();
+        let svg = draw_svg(&BARS, &df).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("显存 weights of 7b"), "the title as text, placeholder filled");
+        assert!(svg.contains("\nbf16\n") && svg.contains("\nf32\n"), "the categories label the x axis");
+        assert!(svg.matches("<rect").count() >= 4, "the background and three bars (one value missing): {svg}");
+        assert!(svg.contains("\npredicted\n") && svg.contains("\nmeasured\n"), "a legend");
+
+        const LINES: ChartSpec = ChartSpec { x: "seq", y_title: "MiB", series: &[Series::column("held", &[("mib", 1.0)])], x_axis: Axis::LogDoublings, ..ChartSpec::LINES };
+        let df = df!("seq" => [1024i64, 1536, 2048, 4096], "mib" => [56.0, 84.0, 112.0, 224.0]).unwrap();
+        let svg = draw_svg(&LINES, &df).unwrap();
+        assert!(svg.contains("<polyline"), "a line: {svg}");
+        assert!(svg.contains("\n1024\n") && svg.contains("\n4096\n") && !svg.contains("\n1536\n"), "log ticks at the doublings only");
+    }
+}

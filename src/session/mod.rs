@@ -1,0 +1,366 @@
+//! A run of the lab: the device and its card emulation (in the device's `MemoryProbe`), the model
+//! source, the console and progress bars, and the run folder with its manifest. Every front end
+//! — the `vram-lab` commands, `vram-lab run`, the notebooks' Live mode — runs stages through one
+//! `Session`, so they all write the same folder (`run_folder`); a stage runs in it through
+//! `stage::run`.
+
+pub mod console;
+pub mod env;
+pub mod expected;
+pub mod run_folder;
+
+pub use console::Console;
+
+use crate::error::{LabError, Result};
+use crate::hw::{self, Card};
+use crate::memory::{guarded, MemoryProbe};
+use crate::model::precision::Compute;
+use crate::model::{self, LoadedModel, ModelSource, Precision, SourceOptions};
+use crate::frame::console_columns;
+use env::Env;
+use polars::prelude::DataFrame;
+use run_folder::{Manifest, RunFolder, RunStatus, StageRecord, StageStatus, MANIFEST};
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What every command shares: where to run, on what, and where to write.
+#[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
+pub struct SessionArgs {
+    /// auto (CUDA when built in and present), cpu, cuda or cuda:N
+    #[arg(long, global = true, default_value = "auto")]
+    pub device: String,
+    /// Model: synthetic:<preset>, a directory (config.json + *.safetensors), a .gguf file, or a
+    /// Hugging Face repo id. Default: synthetic:qwen2.5-7b on a GPU, synthetic:tiny on CPU.
+    #[arg(long, global = true)]
+    pub model: Option<String>,
+    /// Emulate a smaller card: rtx4090, rtx3090, a4000, l40s, a100-40g, a100-80g, h100, h200, a
+    /// size such as 24GiB, or none. Default for `run` on a GPU: rtx4090, as the report.
+    #[arg(long, global = true)]
+    pub card: Option<String>,
+    /// tokenizer.json (default: the one beside the model, or a GGUF's own metadata)
+    #[arg(long, global = true)]
+    pub tokenizer: Option<PathBuf>,
+    /// hf-hub download cache (AutoDL: /root/autodl-tmp/hf); default $HF_HOME/hub
+    #[arg(long, global = true, env = "VRAM_LAB_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The dtype Q4_K_M models compute in: bf16 (llama.cpp's 16-bit cache; the default) or f32
+    /// (twice the cache and logits). Dense weights compute in their own dtype.
+    #[arg(long, global = true, value_enum)]
+    pub compute: Option<Compute>,
+    /// Seed of synthetic weights and random prompts
+    #[arg(long, global = true, default_value_t = 42)]
+    pub seed: u64,
+    /// Output folder (default out/<date>-<command>); it must not hold a run already
+    #[arg(long, global = true)]
+    pub out: Option<PathBuf>,
+    /// No progress bars
+    #[arg(long, global = true)]
+    pub quiet: bool,
+    /// Errors with their backtrace
+    #[arg(long, global = true)]
+    pub verbose: bool,
+    /// Print nothing (a notebook shows the tables instead)
+    #[arg(skip)]
+    #[serde(skip)]
+    pub silent: bool,
+}
+
+impl Default for SessionArgs {
+    fn default() -> Self {
+        Self {
+            device: "auto".into(),
+            model: None,
+            card: None,
+            tokenizer: None,
+            cache_dir: None,
+            compute: None,
+            seed: 42,
+            out: None,
+            quiet: true,
+            verbose: false,
+            silent: false,
+        }
+    }
+}
+
+impl SessionArgs {
+    /// `--compute` applied to a stage's config: each precision it names (`precision`,
+    /// `precisions`) as `Precision::with_compute` makes it, so the manifest says what ran.
+    pub fn apply_compute(&self, mut config: serde_json::Value) -> Result<serde_json::Value> {
+        if self.compute.is_none() {
+            return Ok(config);
+        }
+        let mut set = |v: &mut serde_json::Value| -> Result<()> {
+            if let serde_json::Value::String(s) = v {
+                *s = Precision::parse(s)?.with_compute(self.compute).name().to_string();
+            }
+            Ok(())
+        };
+        if let Some(obj) = config.as_object_mut() {
+            for key in ["precision", "precisions"] {
+                match obj.get_mut(key) {
+                    Some(serde_json::Value::Array(items)) => items.iter_mut().try_for_each(&mut set)?,
+                    Some(v) => set(v)?,
+                    None => {}
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// The card to emulate: `--card`, else the report's RTX 4090 when `report_card` and on a GPU.
+    pub fn card_for(&self, device: &Device, report_card: bool) -> Result<Option<Card>> {
+        match self.card.as_deref() {
+            Some("none") => Ok(None),
+            Some(c) => Card::parse(c).map(Some),
+            None if report_card && device.is_cuda() => Card::parse("rtx4090").map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub fn source_options(&self) -> SourceOptions {
+        SourceOptions { tokenizer: self.tokenizer.clone(), cache_dir: self.cache_dir.clone(), seed: self.seed }
+    }
+}
+
+/// The model a device runs by default: the report's 7B on a GPU, the tiny preset on CPU.
+pub fn default_model(device: &Device) -> &'static str {
+    if device.is_cuda() {
+        "synthetic:qwen2.5-7b"
+    } else {
+        "synthetic:tiny"
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Ctrl-C was pressed.
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+/// Ctrl-C asks the run to stop after the step in hand (the finished stages' files are kept and
+/// the GPU memory is freed as the session drops); a second Ctrl-C quits at once.
+pub fn stop_on_ctrl_c() {
+    let _ = ctrlc::set_handler(|| {
+        if STOP.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\nstopping after the current step (Ctrl-C again to quit now)");
+    });
+}
+
+pub struct Session {
+    pub device: Device,
+    /// Reads this device's memory and holds its card emulation.
+    pub probe: MemoryProbe,
+    pub source: ModelSource,
+    pub opts: SourceOptions,
+    pub console: Console,
+    pub dir: PathBuf,
+    manifest: Manifest,
+    /// The bandwidths measured once per session (see `bandwidths`).
+    bandwidths: std::cell::OnceCell<crate::memory::bandwidth::Bandwidths>,
+    /// Every stage that failed failed on the user's input (the command exits 2, not 1).
+    pub failed_on_input: bool,
+}
+
+impl Session {
+    /// Picks the device, resolves the model and card, claims the run folder (a folder that holds a
+    /// run already is refused, so two runs never mix) and starts the card emulation.
+    pub fn open(args: &SessionArgs, what: &str, report_card: bool) -> Result<Self> {
+        let device = hw::pick(&args.device)?;
+        let model = args.model.clone().unwrap_or_else(|| default_model(&device).to_string());
+        let source = ModelSource::parse(&model)?;
+        let card = args.card_for(&device, report_card)?;
+        let dir = match &args.out {
+            Some(d) => d.clone(),
+            None => default_out(what),
+        };
+        let env = Env::capture(&device);
+        let manifest = Manifest {
+            status: RunStatus::Running,
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            started: now(),
+            finished: None,
+            model: source.label(),
+            card: card.clone(),
+            env,
+            stages: Vec::new(),
+        };
+        // The card first: a card the GPU cannot emulate leaves no folder behind.
+        let mut probe = MemoryProbe::new(&device);
+        let emulating = match &card {
+            Some(c) => Some(probe.emulate(c)?.describe()),
+            None => None,
+        };
+        claim(&dir, &manifest)?;
+        let mut s = Self {
+            probe,
+            device,
+            source,
+            opts: args.source_options(),
+            console: Console::new(args.silent, !args.quiet),
+            dir,
+            manifest,
+            bandwidths: std::cell::OnceCell::new(),
+            failed_on_input: false,
+        };
+        s.say(format!("vram-lab {} on {}", s.manifest.env.vram_lab, s.manifest.env.device));
+        s.say(format!("model {}", s.source.label()));
+        if let Some(line) = emulating {
+            s.say(line);
+        }
+        Ok(s)
+    }
+
+    pub fn say(&mut self, s: impl AsRef<str>) {
+        self.console.line(s);
+    }
+
+    /// Err(Interrupted) once Ctrl-C was pressed: stages call it between steps.
+    pub fn check_stop(&self) -> Result<()> {
+        if stop_requested() {
+            Err(LabError::Interrupted)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The emulated card's name, or "none".
+    /// The run's manifest so far: its model, card, machine and the stages recorded.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    pub fn card_name(&self) -> String {
+        self.probe.card().map(|c| c.name.clone()).unwrap_or_else(|| "none".into())
+    }
+
+    /// The device read, pinned host → device and host read bandwidths of this machine, measured
+    /// once per run (`memory::bandwidth::quick`) and quoted by every stage after: decoding reads
+    /// every weight once per token, so its ceiling is the device read ÷ bytes per token.
+    pub fn bandwidths(&self) -> Result<crate::memory::bandwidth::Bandwidths> {
+        if let Some(bw) = self.bandwidths.get() {
+            return Ok(*bw);
+        }
+        let bw = crate::memory::bandwidth::quick(&self.device)?;
+        Ok(*self.bandwidths.get_or_init(|| bw))
+    }
+
+    /// Loads a source already opened, with a bar over its tensors; an OOM is captured.
+    pub fn load_opened(&mut self, opened: model::source::OpenedSource, precision: Precision) -> Result<LoadedModel> {
+        self.console.step(format!("loading in {precision}"));
+        let pb = self.console.bar(0, &format!("load {precision}"), "tensors");
+        let loaded = guarded(&self.probe, &format!("loading in {precision}"), || {
+            model::source::load_opened(opened, precision, &self.device, &self.probe, Some(&pb))
+        });
+        pb.finish_and_clear();
+        loaded
+    }
+
+    /// Opens the model source and loads it in `precision`.
+    pub fn load(&mut self, precision: Precision) -> Result<LoadedModel> {
+        let opened = model::source::open(&self.source, &self.opts)?;
+        self.load_opened(opened, precision)
+    }
+
+    pub fn begin_stage(&mut self, title: &str) {
+        self.console.begin_stage(title);
+    }
+
+    pub fn end_stage(&mut self) {
+        self.console.end_stage();
+    }
+
+    /// Writes a stage's tables and texts into `<run>/<stage>/` and names them in its record.
+    pub fn write_stage(&mut self, record: &mut StageRecord, tables: &[(String, DataFrame)], texts: &[(String, String)]) -> Result<()> {
+        let folder = self.dir.join(&record.name);
+        std::fs::create_dir_all(&folder)?;
+        for (name, df) in tables {
+            run_folder::write_csv(&folder.join(format!("{name}.csv")), df)?;
+            record.tables.insert(name.clone(), format!("{}/{name}.csv", record.name));
+        }
+        for (name, text) in texts {
+            std::fs::write(folder.join(name), text)?;
+            record.texts.insert(name.clone(), format!("{}/{name}", record.name));
+        }
+        Ok(())
+    }
+
+    /// A finished stage into the manifest, saved at once.
+    pub fn record(&mut self, record: StageRecord) -> Result<()> {
+        self.manifest.stages.push(record);
+        self.save_manifest()
+    }
+
+    /// A failed stage into the manifest; the run's exit code says "input" only when every
+    /// failure so far was the user's.
+    pub fn record_failure(&mut self, record: StageRecord, input: bool) -> Result<()> {
+        let earlier_failed = self.manifest.stages.iter().any(|s| s.status == StageStatus::Failed);
+        self.failed_on_input = input && (self.failed_on_input || !earlier_failed);
+        self.record(record)
+    }
+
+    fn save_manifest(&self) -> Result<()> {
+        let tmp = self.dir.join(format!("{MANIFEST}.tmp"));
+        std::fs::write(&tmp, serde_json::to_string_pretty(&self.manifest)?)?;
+        std::fs::rename(&tmp, self.dir.join(MANIFEST))?;
+        Ok(())
+    }
+
+    /// Closes the run: the manifest's final status, the summary of findings on the console,
+    /// report.html (`render`, from the run folder, as `vram-lab report` makes it) and console.txt.
+    pub fn finish(mut self, render: impl FnOnce(&RunFolder) -> Result<PathBuf>) -> Result<RunFolder> {
+        let statuses: Vec<StageStatus> = self.manifest.stages.iter().map(|s| s.status).collect();
+        self.manifest.status = if statuses.contains(&StageStatus::Interrupted) {
+            RunStatus::Interrupted
+        } else if statuses.contains(&StageStatus::Failed) {
+            RunStatus::Failed
+        } else {
+            RunStatus::Complete
+        };
+        self.manifest.finished = Some(now());
+        self.save_manifest()?;
+        let findings = run_folder::findings_table(&self.manifest)?;
+        if findings.height() > 0 {
+            let text = console_columns(&findings, "Summary — measured, predicted, the report's RTX 4090 figure, the ceiling")?;
+            self.say(format!("\n{text}"));
+        }
+        let run = RunFolder::open(&self.dir)?;
+        let html = render(&run)?;
+        self.say(format!("\nwrote {} (open {})", self.dir.display(), html.display()));
+        std::fs::write(self.dir.join("console.txt"), &self.console.text)?;
+        Ok(run)
+    }
+}
+
+fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// out/<date-time>-<what>, with a suffix if that name is taken.
+fn default_out(what: &str) -> PathBuf {
+    let base = PathBuf::from("out").join(format!("{}-{what}", chrono::Utc::now().format("%Y-%m-%d-%H%M%S")));
+    (1..).map(|i| if i == 1 { base.clone() } else { PathBuf::from(format!("{}-{i}", base.display())) })
+        .find(|p| !p.exists())
+        .unwrap_or(base)
+}
+
+/// Creates the folder and its manifest in one exclusive step: a second run into the same folder,
+/// or one started at the same time, is refused.
+fn claim(dir: &Path, manifest: &Manifest) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| LabError::input(format!("cannot create output folder {}: {e}", dir.display())))?;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(MANIFEST)).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            LabError::input(format!("{} already holds a run (its {MANIFEST}): choose another --out", dir.display()))
+        } else {
+            LabError::input(format!("cannot write {}: {e}", dir.join(MANIFEST).display()))
+        }
+    })?;
+    use std::io::Write;
+    f.write_all(serde_json::to_string_pretty(manifest)?.as_bytes())?;
+    Ok(())
+}

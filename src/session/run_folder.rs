@@ -1,0 +1,189 @@
+//! A run folder and its manifest.json: what a run folder holds and how it was made — the command line, each stage's
+//! config, status and files, the machine and the versions. report.html, `vram-lab report` and the
+//! notebooks' replay open a run through it, never through folder names.
+
+use super::env::Env;
+use crate::error::{LabError, Result};
+use crate::hw::Card;
+use polars::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub const MANIFEST: &str = "manifest.json";
+
+/// A headline figure: the measurement beside its prediction, the report's RTX 4090 figure and,
+/// for a throughput, its physical ceiling. The run's summary table is made of these.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub what: String,
+    pub unit: String,
+    pub measured: Option<f64>,
+    pub predicted: Option<f64>,
+    pub report: Option<f64>,
+    pub ceiling: Option<f64>,
+    pub note: String,
+}
+
+impl Finding {
+    pub fn new(what: impl Into<String>, unit: &str, measured: Option<f64>) -> Self {
+        Self { what: what.into(), unit: unit.into(), measured, ..Default::default() }
+    }
+    pub fn predicted(mut self, v: impl Into<Option<f64>>) -> Self {
+        self.predicted = v.into();
+        self
+    }
+    pub fn report(mut self, v: impl Into<Option<f64>>) -> Self {
+        self.report = v.into();
+        self
+    }
+    pub fn ceiling(mut self, v: impl Into<Option<f64>>) -> Self {
+        self.ceiling = v.into();
+        self
+    }
+    pub fn note(mut self, s: impl Into<String>) -> Self {
+        self.note = s.into();
+        self
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Running,
+    Complete,
+    Interrupted,
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StageStatus {
+    /// Ran to the end (an OOM inside a stage is a result, not a failure).
+    Done,
+    Failed,
+    Interrupted,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StageRecord {
+    pub name: String,
+    pub title: String,
+    pub config: serde_json::Value,
+    pub status: StageStatus,
+    pub error: Option<String>,
+    pub seconds: f64,
+    /// Table name → CSV path relative to the run folder.
+    pub tables: BTreeMap<String, String>,
+    /// Text name → file path relative to the run folder.
+    pub texts: BTreeMap<String, String>,
+    pub findings: Vec<Finding>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub status: RunStatus,
+    pub command: String,
+    pub started: String,
+    pub finished: Option<String>,
+    pub model: String,
+    /// The emulated card, when there was one.
+    pub card: Option<Card>,
+    pub env: Env,
+    pub stages: Vec<StageRecord>,
+}
+
+impl Manifest {
+    pub fn read(dir: &Path) -> Result<Self> {
+        let p = dir.join(MANIFEST);
+        let text = std::fs::read_to_string(&p)
+            .map_err(|e| LabError::input(format!("{} is not a vram-lab run folder (no {MANIFEST}: {e})", dir.display())))?;
+        serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", p.display())))
+    }
+
+    pub fn stage(&self, name: &str) -> Option<&StageRecord> {
+        self.stages.iter().find(|s| s.name == name)
+    }
+
+    pub fn card_name(&self) -> &str {
+        self.card.as_ref().map(|c| c.name.as_str()).unwrap_or("none")
+    }
+}
+
+/// A run folder opened through its manifest.
+#[derive(Debug, Clone)]
+pub struct RunFolder {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+}
+
+impl RunFolder {
+    pub fn open(dir: &Path) -> Result<Self> {
+        Ok(Self { dir: dir.to_path_buf(), manifest: Manifest::read(dir)? })
+    }
+
+    fn record(&self, stage: &str) -> Result<&StageRecord> {
+        self.manifest
+            .stage(stage)
+            .ok_or_else(|| LabError::input(format!("the run in {} has no stage {stage}", self.dir.display())))
+    }
+
+    /// A stage's table, read back from its CSV.
+    pub fn table(&self, stage: &str, name: &str) -> Result<DataFrame> {
+        let rel = self.record(stage)?.tables.get(name).ok_or_else(|| {
+            LabError::input(format!("stage {stage} of the run in {} has no table {name}", self.dir.display()))
+        })?;
+        read_csv(&self.dir.join(rel))
+    }
+
+    pub fn text(&self, stage: &str, name: &str) -> Result<Option<String>> {
+        match self.record(stage)?.texts.get(name) {
+            Some(rel) => Ok(Some(std::fs::read_to_string(self.dir.join(rel))?)),
+            None => Ok(None),
+        }
+    }
+}
+
+pub fn write_csv(path: &Path, df: &DataFrame) -> Result<()> {
+    let mut f = std::fs::File::create(path)?;
+    CsvWriter::new(&mut f).finish(&mut df.clone())?;
+    Ok(())
+}
+
+pub fn read_csv(path: &Path) -> Result<DataFrame> {
+    if !path.is_file() {
+        return Err(LabError::input(format!("no table {}", path.display())));
+    }
+    Ok(CsvReadOptions::default().with_has_header(true).try_into_reader_with_file_path(Some(path.to_path_buf()))?.finish()?)
+}
+
+/// The findings of every stage as one table.
+pub fn findings_table(manifest: &Manifest) -> Result<DataFrame> {
+    let rows: Vec<(&str, &Finding)> =
+        manifest.stages.iter().flat_map(|s| s.findings.iter().map(move |f| (s.name.as_str(), f))).collect();
+    let opt = |g: fn(&Finding) -> Option<f64>| rows.iter().map(|(_, f)| g(f)).collect::<Vec<_>>();
+    Ok(df!(
+        "stage" => rows.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>(),
+        "what" => rows.iter().map(|(_, f)| f.what.clone()).collect::<Vec<_>>(),
+        "unit" => rows.iter().map(|(_, f)| f.unit.clone()).collect::<Vec<_>>(),
+        "measured" => opt(|f| f.measured),
+        "predicted" => opt(|f| f.predicted),
+        "report_rtx4090" => opt(|f| f.report),
+        "ceiling" => opt(|f| f.ceiling),
+        "note" => rows.iter().map(|(_, f)| f.note.clone()).collect::<Vec<_>>(),
+    )?)
+}
+
+/// The run folders (those with a manifest.json) under `dir`, at most `depth` folders down.
+pub fn run_folders(dir: &Path, depth: usize) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let subdirs = std::fs::read_dir(dir).map(|r| r.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect::<Vec<_>>()).unwrap_or_default();
+    for sub in subdirs {
+        if sub.join(MANIFEST).is_file() {
+            out.push(sub);
+        } else if depth > 1 {
+            out.extend(run_folders(&sub, depth - 1));
+        }
+    }
+    out
+}
