@@ -45,6 +45,9 @@ pub fn parse_size(s: &str) -> Result<u64> {
     Ok((checked_mib(s, mib)? * 1024.0 * 1024.0) as u64)
 }
 
+/// The RTX 4090 scaled to the model run (`--card scaled`; `estimate::scaled` makes it).
+pub const SCALED: &str = "scaled";
+
 const CARDS_JSON: &str = include_str!("../data/cards.json");
 
 impl Card {
@@ -61,7 +64,7 @@ impl Card {
         }
         let Some(mib) = size_mib(&key) else {
             let names: Vec<_> = Self::presets().into_iter().map(|c| c.name).collect();
-            return Err(LabError::input(format!("unknown card `{s}`: use one of {} or a size such as 24GiB", names.join(", "))));
+            return Err(LabError::input(format!("unknown card `{s}`: use one of {}, a size such as 24GiB, {SCALED} or none", names.join(", "))));
         };
         let mib = checked_mib(s, mib)?;
         Ok(Card {
@@ -73,6 +76,12 @@ impl Card {
             pcie: String::new(),
             pcie_gbs: None,
         })
+    }
+
+    /// A scaled replica's capacity includes the scaled share of a GPU's context, so the process's
+    /// own context (on CPU: its heap and the matrix library's buffers) is counted outside it.
+    pub fn is_scaled(&self) -> bool {
+        self.name == SCALED
     }
 
     pub fn total_bytes(&self) -> u64 {

@@ -63,12 +63,11 @@ enum Cmd {
 /// any); a failed stage is an error once the run folder and its report are written.
 fn run_stages(args: &SessionArgs, what: &str, stages: Vec<(Box<dyn AnyStage>, Option<&clap::ArgMatches>)>, report_card: bool) -> Result<()> {
     let mut session = Session::open(args, what, report_card)?;
-    let gpu = session.device.is_cuda();
     let mut configs = Vec::new();
     for (stage, flags) in &stages {
         let config = args.apply_compute(match flags {
-            Some(m) => stage.config_from(m, gpu)?,
-            None => stage.default_config(gpu)?,
+            Some(m) => stage.config_from(m, session.sizes)?,
+            None => stage.default_config(session.sizes)?,
         })?;
         configs.push((stage.name().to_string(), config));
     }

@@ -15,7 +15,7 @@ use crate::report::svg::draw_svg;
 use crate::session::run_folder::{run_folders, Manifest, RunFolder, StageStatus, MANIFEST};
 use crate::report::Table;
 use crate::session::{Session, SessionArgs};
-use crate::stage::View;
+use crate::stage::{Sizes, View};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl Setup {
                 let mut args = self.args.clone();
                 args.out = Some(live_run_dir(name));
                 let mut session = Session::open(&args, name, false)?;
-                let config = stage.default_config(session.device.is_cuda())?;
+                let config = stage.default_config(session.sizes)?;
                 crate::stage::run(&mut session, stage.as_ref(), config)?;
                 session.finish(|run| crate::report::html::write(run, &registry()))?
             }
@@ -112,7 +112,7 @@ impl Setup {
     /// The run folder whose manifest has `stage` done, for this model and card: the newest that
     /// ran the stage with its default config (a full run), else the newest of any.
     fn newest_run_with(&self, stage: &str) -> Result<PathBuf> {
-        let defaults = find(stage).map(|s| (s.default_config(true).ok(), s.default_config(false).ok()));
+        let defaults = find(stage).map(|s| (s.default_config(Sizes::Report).ok(), s.default_config(Sizes::Cpu).ok()));
         // The PyTorch figures a stage reads (`--pytorch FILE`) add rows without changing what the
         // lab ran: a run with them counts as a full one, and is preferred. Which Q4 plan a run
         // used (the lab's `q4` until 2026-11-23, `q4_k_m` since) does not make it partial.

@@ -5,6 +5,7 @@
 //! `experiments::registry`.
 
 use crate::error::{LabError, Result};
+pub use crate::estimate::scaled::{Scale, Sizes};
 use crate::frame::console_groups;
 pub use crate::session::run_folder::Finding;
 use crate::session::run_folder::{StageRecord, StageStatus};
@@ -164,6 +165,11 @@ pub trait Stage {
     fn cpu_config() -> Self::Config {
         Self::Config::default()
     }
+    /// The config on the report's card scaled to a smaller model (`--card scaled`, the CPU's
+    /// default): the report's sizes times `scale` where the card's capacity matters.
+    fn scaled_config(_scale: Scale) -> Self::Config {
+        Self::cpu_config()
+    }
     fn run(session: &mut Session, cfg: &Self::Config) -> Result<StageOutput>;
     fn views() -> Vec<View>;
 }
@@ -176,10 +182,10 @@ pub trait AnyStage {
     fn views(&self) -> Vec<View>;
     /// The clap subcommand carrying the config's flags.
     fn command(&self) -> clap::Command;
-    /// The config for this device (`default_config`), with the flags given on the command line
+    /// The config for these sizes (`default_config`), with the flags given on the command line
     /// put over it: `vram-lab kv` on CPU sweeps the tiny model's sizes unless told otherwise.
-    fn config_from(&self, matches: &clap::ArgMatches, gpu: bool) -> Result<serde_json::Value>;
-    fn default_config(&self, gpu: bool) -> Result<serde_json::Value>;
+    fn config_from(&self, matches: &clap::ArgMatches, sizes: Sizes) -> Result<serde_json::Value>;
+    fn default_config(&self, sizes: Sizes) -> Result<serde_json::Value>;
     fn run(&self, session: &mut Session, config: &serde_json::Value) -> Result<StageOutput>;
 }
 
@@ -206,10 +212,10 @@ impl<S: Stage> AnyStage for Registered<S> {
     fn command(&self) -> clap::Command {
         <S::Config as clap::Args>::augment_args(clap::Command::new(S::NAME).about(S::ABOUT))
     }
-    fn config_from(&self, matches: &clap::ArgMatches, gpu: bool) -> Result<serde_json::Value> {
+    fn config_from(&self, matches: &clap::ArgMatches, sizes: Sizes) -> Result<serde_json::Value> {
         let parsed = <S::Config as clap::FromArgMatches>::from_arg_matches(matches).map_err(|e| LabError::input(e.to_string()))?;
         let given = serde_json::to_value(parsed)?;
-        let mut config = self.default_config(gpu)?;
+        let mut config = self.default_config(sizes)?;
         if let (Some(config), Some(given)) = (config.as_object_mut(), given.as_object()) {
             for (field, value) in given {
                 // clap names each flag's id after its field.
@@ -221,8 +227,12 @@ impl<S: Stage> AnyStage for Registered<S> {
         }
         Ok(config)
     }
-    fn default_config(&self, gpu: bool) -> Result<serde_json::Value> {
-        Ok(serde_json::to_value(if gpu { S::Config::default() } else { S::cpu_config() })?)
+    fn default_config(&self, sizes: Sizes) -> Result<serde_json::Value> {
+        Ok(serde_json::to_value(match sizes {
+            Sizes::Report => S::Config::default(),
+            Sizes::Cpu => S::cpu_config(),
+            Sizes::Scaled(scale) => S::scaled_config(scale),
+        })?)
     }
     fn run(&self, session: &mut Session, config: &serde_json::Value) -> Result<StageOutput> {
         let cfg: S::Config = serde_json::from_value(config.clone())
@@ -238,6 +248,7 @@ pub fn run(session: &mut Session, stage: &dyn AnyStage, config: serde_json::Valu
     session.check_stop()?;
     session.say(format!("\n=== {} ===", stage.title()));
     session.begin_stage(stage.title());
+    session.probe.rebase_context();
     let t0 = Instant::now();
     let result = stage.run(session, &config);
     session.end_stage();

@@ -23,6 +23,21 @@ pub fn fmt_bytes(bytes: u64) -> String {
     }
 }
 
+/// A byte unit that fits the magnitude: `unit` (GiB, MiB or KiB) stepped down while the largest
+/// value is below 1 in it; returns the unit and the factor to multiply the values by. Other units
+/// come back as they are. A scaled card's figures (3.27 MiB of weights) read in MiB, not as
+/// 0.00319 GiB.
+pub fn fitting(unit: &str, largest: f64) -> (String, f64) {
+    const STEPS: [&str; 4] = ["GiB", "MiB", "KiB", "B"];
+    let Some(mut i) = STEPS.iter().position(|u| *u == unit) else { return (unit.to_string(), 1.0) };
+    let mut factor = 1.0;
+    while i + 1 < STEPS.len() && largest > 0.0 && largest * factor < 1.0 {
+        factor *= 1024.0;
+        i += 1;
+    }
+    (STEPS[i].to_string(), factor)
+}
+
 /// 152064 → "152,064": the way the lab's messages write counts.
 pub fn grouped(n: u64) -> String {
     let digits = n.to_string();
@@ -38,6 +53,15 @@ pub fn grouped(n: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn units_fit_their_magnitude() {
+        assert_eq!(super::fitting("GiB", 14.2), ("GiB".to_string(), 1.0));
+        assert_eq!(super::fitting("GiB", 0.00319), ("MiB".to_string(), 1024.0));
+        assert_eq!(super::fitting("MiB", 0.0695), ("KiB".to_string(), 1024.0));
+        assert_eq!(super::fitting("MiB", 0.0), ("MiB".to_string(), 1.0));
+        assert_eq!(super::fitting("tok/s", 0.5), ("tok/s".to_string(), 1.0));
+    }
+
     use super::*;
 
     #[test]

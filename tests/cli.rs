@@ -232,8 +232,27 @@ fn run_writes_one_folder_with_manifest_and_report() {
         }
         assert!(!s["findings"].as_array().unwrap().is_empty(), "{} has no findings", s["name"]);
     }
-    // The CPU config of kv ran (the tiny model's sizes), recorded as it ran.
-    assert_eq!(m["stages"][2]["config"]["max"], 4096);
+    // On CPU the default card is the RTX 4090 scaled to the tiny model, and the stages run the
+    // report's sizes scaled to it (recorded as they ran): the report's story in small.
+    assert_eq!(m["card"]["name"], "scaled");
+    let card_mib = m["card"]["total_mib"].as_f64().unwrap();
+    assert!((5.0..6.0).contains(&card_mib), "{card_mib} MiB");
+    let kv_start = m["stages"][2]["config"]["start"].as_u64().unwrap();
+    assert!(kv_start < 1024 && kv_start >= 8, "the report's 1,024 scaled: {kv_start}");
+    let outcomes: Vec<(String, String)> = csv(&out.join("anatomy"), "anatomy.csv").iter().map(|r| (r["precision"].clone(), r["outcome"].clone())).collect();
+    assert_eq!(outcomes, [("bf16".into(), "ok".into()), ("q4_k_m".into(), "ok".into()), ("f32".into(), "oom".into())], "BF16 fits, F32 does not");
+    let limits = csv(&out.join("kv"), "kv_limit.csv");
+    assert!(limits.iter().any(|r| r["precision"] == "bf16"), "the BF16 limit was bisected");
+    for r in &limits {
+        let (ok, oom): (usize, usize) = (r["max_context"].parse().unwrap(), r["first_oom"].parse().unwrap());
+        assert!(ok < oom && oom < 4096, "{ok}..{oom}");
+    }
+    for r in csv(&out.join("offload"), "offload.csv") {
+        assert_eq!(r["outcome"], "ok", "{} within the budget", r["mode"]);
+    }
+    let findings = m["stages"][0]["findings"].as_array().unwrap();
+    assert!(t.contains("bf16 weights after loading") && findings.iter().any(|f| f["unit"] == "GiB"));
+    assert!(t.lines().any(|l| l.contains("bf16 weights after loading") && l.contains("MiB")), "the summary shows MiB for a scaled card: {t}");
     assert!(m["env"]["versions"]["candle-core"].as_str().unwrap().starts_with("0.11"));
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("Stage 1 — anatomy") && html.contains("Stage 2 — the KV cache"));

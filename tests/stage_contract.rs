@@ -67,7 +67,7 @@ fn a_stage_outside_the_crate_runs_and_is_drawn() {
     let args = SessionArgs { device: "cpu".into(), out: Some(dir.path().join("run")), quiet: true, silent: true, ..Default::default() };
     let registry = vec![register::<KvPerToken>()];
     let mut session = Session::open(&args, "kvpt", false).unwrap();
-    let config = registry[0].default_config(false).unwrap();
+    let config = registry[0].default_config(session.sizes).unwrap();
     stage::run(&mut session, registry[0].as_ref(), config).unwrap();
     let run = session.finish(|run| html::write(run, &registry)).unwrap();
 

@@ -39,7 +39,7 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
     let device = hw::pick(&args.device)?;
     let source = ModelSource::parse(args.model.as_deref().unwrap_or(default_model(&device)))?;
     let mut probe = MemoryProbe::new(&device);
-    if let Some(card) = args.card_for(&device, false)? {
+    if let Some(card) = args.card_for(&device, &source, false)?.0 {
         probe.emulate(&card)?;
     }
     let precision = g.precision.with_compute(args.compute);

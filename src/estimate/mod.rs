@@ -1,12 +1,14 @@
 //! Pure formulas: bytes a model, its KV cache and its logits take (`bytes`), what a prefill needs
 //! and the ways out of an OOM (`need`), the transient and the library workspaces, the fit and the
-//! longest context, what training adds (`training`), and the allocator's pool (`pool`). No
+//! longest context, what training adds (`training`), the allocator's pool (`pool`), and the
+//! report's card scaled to another model (`scaled`). No
 //! measurement, no experiment. This file only names the parts.
 
 pub mod bytes;
 pub mod fit;
 pub mod need;
 pub mod pool;
+pub mod scaled;
 pub mod sweep;
 pub mod training;
 pub mod transient;

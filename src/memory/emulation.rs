@@ -16,6 +16,8 @@ pub struct CardEmulation {
     pub card: Card,
     /// Bytes held outside the pool (0 on CPU).
     pub ballast: u64,
+    /// CPU, scaled card: the heap held when the emulation started, counted outside the card.
+    pub context: u64,
     #[cfg(feature = "cuda")]
     _held: Option<super::cuda::DeviceBallast>,
 }
@@ -44,14 +46,18 @@ impl CardEmulation {
                     )));
                 }
                 let held = super::cuda::DeviceBallast::new(dev, ballast)?;
-                Ok(Self { card: card.clone(), ballast, _held: Some(held) })
+                Ok(Self { card: card.clone(), ballast, context: 0, _held: Some(held) })
             }
             _ => {
-                // The CPU has one heap and one counting allocator: its cap is process-wide.
-                host::set_cap(Some(card.total_bytes()));
+                // The CPU has one heap and one counting allocator: its cap is process-wide. A
+                // scaled card counts above the process's context: the heap held now (the session
+                // has made the buffers libraries keep after their first use).
+                let context = if card.is_scaled() { host::allocated() } else { 0 };
+                host::set_cap(Some(context + card.total_bytes()));
                 Ok(Self {
                     card: card.clone(),
                     ballast: 0,
+                    context,
                     #[cfg(feature = "cuda")]
                     _held: None,
                 })
@@ -59,9 +65,18 @@ impl CardEmulation {
         }
     }
 
+    /// CPU, scaled card: the context is the heap held now.
+    pub fn rebase(&mut self) {
+        if self.ballast == 0 && self.card.is_scaled() {
+            self.context = host::allocated();
+            host::set_cap(Some(self.context + self.card.total_bytes()));
+        }
+    }
+
     pub fn describe(&self) -> String {
+        let context = if self.context > 0 { format!("; the process's context {} counted outside it", fmt_bytes(self.context)) } else { String::new() };
         format!(
-            "emulating {} ({}: {}); ballast {}",
+            "emulating {} ({}: {}); ballast {}{context}",
             self.card.label,
             fmt_bytes(self.card.total_bytes()),
             self.card.total_source,

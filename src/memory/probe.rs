@@ -32,6 +32,15 @@ impl MemoryProbe {
         Ok(self.emulation.insert(CardEmulation::start(card, &self.device)?))
     }
 
+    /// A scaled card on CPU counts above the heap held now: each stage starts with the card
+    /// empty, as the report's stages each ran in a fresh process (what an earlier stage left in
+    /// the heap — tables, file buffers — is context, not the card's).
+    pub fn rebase_context(&mut self) {
+        if let Some(e) = self.emulation.as_mut() {
+            e.rebase();
+        }
+    }
+
     pub fn stop_emulating(&mut self) {
         self.emulation = None;
     }
@@ -205,6 +214,11 @@ pub fn check_managed_request(bytes: u64, free: u64, margin: u64, oversubscribe: 
 }
 
 pub fn guarded<T>(probe: &MemoryProbe, during: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    // A crossing recorded before this step (while an earlier failure unwound, say) is not its:
+    // if the heap is still above the cap, the step's own allocations cross it again.
+    if !probe.device.is_cuda() {
+        probe.clear_pending();
+    }
     let out = f().and_then(|v| probe.check().map(|_| v));
     out.map_err(|e| probe.capture(e, during))
 }

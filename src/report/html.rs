@@ -48,7 +48,7 @@ pub fn plotly_js() -> String {
 fn meta_rows(run: &RunFolder) -> Vec<(String, String)> {
     let m = &run.manifest;
     let e = &m.env;
-    let card = m.card.as_ref().map(|c| format!("{} — {:.2} GiB ({})", c.label, c.total_mib / 1024.0, c.total_source));
+    let card = m.card.as_ref().map(|c| format!("{} — {} ({})", c.label, crate::units::fmt_bytes(c.total_bytes()), c.total_source));
     let versions: Vec<String> = e.versions.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let mut rows = vec![
         ("command".into(), m.command.clone()),

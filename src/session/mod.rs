@@ -5,6 +5,7 @@
 //! `stage::run`.
 
 pub mod console;
+mod context;
 pub mod env;
 pub mod expected;
 pub mod run_folder;
@@ -12,6 +13,7 @@ pub mod run_folder;
 pub use console::Console;
 
 use crate::error::{LabError, Result};
+use crate::estimate::scaled::{scaled_card, Scale, Sizes, SCALED};
 use crate::hw::{self, Card};
 use crate::memory::{guarded, MemoryProbe};
 use crate::model::precision::Compute;
@@ -36,7 +38,8 @@ pub struct SessionArgs {
     #[arg(long, global = true)]
     pub model: Option<String>,
     /// Emulate a smaller card: rtx4090, rtx3090, a4000, l40s, a100-40g, a100-80g, h100, h200, a
-    /// size such as 24GiB, or none. Default for `run` on a GPU: rtx4090, as the report.
+    /// size such as 24GiB, scaled (the RTX 4090 scaled to the model, with every stage's sizes), or
+    /// none. Default for `run`: rtx4090 on a GPU, as the report; scaled on CPU.
     #[arg(long, global = true)]
     pub card: Option<String>,
     /// tokenizer.json (default: the one beside the model, or a GGUF's own metadata)
@@ -110,13 +113,25 @@ impl SessionArgs {
         Ok(config)
     }
 
-    /// The card to emulate: `--card`, else the report's RTX 4090 when `report_card` and on a GPU.
-    pub fn card_for(&self, device: &Device, report_card: bool) -> Result<Option<Card>> {
-        match self.card.as_deref() {
-            Some("none") => Ok(None),
-            Some(c) => Card::parse(c).map(Some),
-            None if report_card && device.is_cuda() => Card::parse("rtx4090").map(Some),
-            None => Ok(None),
+    /// The card to emulate and the sizes the stages' defaults are made for: `--card` (a preset,
+    /// a size, `scaled` or `none`), else when `report_card` the report's RTX 4090 on a GPU and
+    /// that card scaled to the model on CPU. Only `scaled` reads the model's config.
+    pub fn card_for(&self, device: &Device, source: &ModelSource, report_card: bool) -> Result<(Option<Card>, Sizes)> {
+        let plain = Sizes::for_device(device.is_cuda());
+        let choice = match self.card.as_deref() {
+            Some(c) => Some(c.trim()),
+            None if report_card && device.is_cuda() => Some("rtx4090"),
+            None if report_card => Some(SCALED),
+            None => None,
+        };
+        match choice {
+            None => Ok((None, plain)),
+            Some(c) if c.eq_ignore_ascii_case("none") => Ok((None, plain)),
+            Some(c) if c.eq_ignore_ascii_case(SCALED) => {
+                let cfg = model::source::open(source, &self.source_options())?.cfg;
+                Ok((Some(scaled_card(&cfg)?), Sizes::Scaled(Scale::of(&cfg)?)))
+            }
+            Some(c) => Ok((Some(Card::parse(c)?), plain)),
         }
     }
 
@@ -165,6 +180,8 @@ pub struct Session {
     bandwidths: std::cell::OnceCell<crate::memory::bandwidth::Bandwidths>,
     /// Every stage that failed failed on the user's input (the command exits 2, not 1).
     pub failed_on_input: bool,
+    /// The sizes the stages' default configs are made for (the card's, the device's).
+    pub sizes: Sizes,
 }
 
 impl Session {
@@ -174,7 +191,7 @@ impl Session {
         let device = hw::pick(&args.device)?;
         let model = args.model.clone().unwrap_or_else(|| default_model(&device).to_string());
         let source = ModelSource::parse(&model)?;
-        let card = args.card_for(&device, report_card)?;
+        let (card, sizes) = args.card_for(&device, &source, report_card)?;
         let dir = match &args.out {
             Some(d) => d.clone(),
             None => default_out(what),
@@ -193,7 +210,12 @@ impl Session {
         // The card first: a card the GPU cannot emulate leaves no folder behind.
         let mut probe = MemoryProbe::new(&device);
         let emulating = match &card {
-            Some(c) => Some(probe.emulate(c)?.describe()),
+            Some(c) => {
+                if c.is_scaled() {
+                    context::warm(&source, &args.source_options(), &probe)?;
+                }
+                Some(probe.emulate(c)?.describe())
+            }
             None => None,
         };
         claim(&dir, &manifest)?;
@@ -207,6 +229,7 @@ impl Session {
             manifest,
             bandwidths: std::cell::OnceCell::new(),
             failed_on_input: false,
+            sizes,
         };
         s.say(format!("vram-lab {} on {}", s.manifest.env.vram_lab, s.manifest.env.device));
         s.say(format!("model {}", s.source.label()));

@@ -159,8 +159,19 @@ pub fn read_csv(path: &Path) -> Result<DataFrame> {
 
 /// The findings of every stage as one table.
 pub fn findings_table(manifest: &Manifest) -> Result<DataFrame> {
-    let rows: Vec<(&str, &Finding)> =
-        manifest.stages.iter().flat_map(|s| s.findings.iter().map(move |f| (s.name.as_str(), f))).collect();
+    // Each row in the byte unit that fits its magnitude (a scaled card's MiB and KiB).
+    let fitted: Vec<(&str, Finding)> = manifest
+        .stages
+        .iter()
+        .flat_map(|s| s.findings.iter().map(move |f| (s.name.as_str(), f)))
+        .map(|(stage, f)| {
+            let largest = [f.measured, f.predicted, f.report, f.ceiling].into_iter().flatten().map(f64::abs).fold(0.0, f64::max);
+            let (unit, k) = crate::units::fitting(&f.unit, largest);
+            let scale = |v: Option<f64>| v.map(|v| v * k);
+            (stage, Finding { unit, measured: scale(f.measured), predicted: scale(f.predicted), report: scale(f.report), ceiling: scale(f.ceiling), ..f.clone() })
+        })
+        .collect();
+    let rows: Vec<(&str, &Finding)> = fitted.iter().map(|(s, f)| (*s, f)).collect();
     let opt = |g: fn(&Finding) -> Option<f64>| rows.iter().map(|(_, f)| g(f)).collect::<Vec<_>>();
     Ok(df!(
         "stage" => rows.iter().map(|(s, _)| s.to_string()).collect::<Vec<_>>(),

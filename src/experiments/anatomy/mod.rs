@@ -13,7 +13,7 @@ use crate::memory::{fmt_bytes, gib, guarded, mib, Category, Held, Snapshot, Time
 use crate::model::{self, GenerateConfig, Logits, Precision};
 use crate::reference::{self, pytorch_h200, report};
 use crate::session::Session;
-use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
+use crate::stage::{Finding, Outcome, Scale, Stage, StageOutput, View};
 use polars::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -27,11 +27,15 @@ pub struct AnatomyConfig {
     /// Tokens generated after the report's prompt
     #[arg(long, default_value_t = AnatomyConfig::default().max_new_tokens, value_parser = limits::count(limits::MAX_NEW_TOKENS))]
     pub max_new_tokens: usize,
+    /// The report's prompt cut to its first N tokens (default: all of it, 160 tokens)
+    #[arg(long, value_parser = limits::count(limits::MAX_SEQ))]
+    #[serde(default)]
+    pub prompt_tokens: Option<usize>,
 }
 
 impl Default for AnatomyConfig {
     fn default() -> Self {
-        Self { precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32], max_new_tokens: 200 }
+        Self { precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32], max_new_tokens: 200, prompt_tokens: None }
     }
 }
 
@@ -133,7 +137,8 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
         s.say(format!("loaded in {:.2} s: {}", lm.load_s, memory_line(&snap)));
         timeline.push(snap.clone());
         sc.loaded = Some(snap);
-        let prompt = report_prompt(lm.tokenizer.as_ref(), model_cfg.vocab_size, s.opts.seed)?;
+        let mut prompt = report_prompt(lm.tokenizer.as_ref(), model_cfg.vocab_size, s.opts.seed)?;
+        prompt.truncate(cfg.prompt_tokens.unwrap_or(prompt.len()).max(1));
         sc.prompt_tokens = prompt.len();
         let gen_cfg = GenerateConfig { max_new_tokens: cfg.max_new_tokens, ..Default::default() };
         s.console.step(format!("generating {} tokens in {p}", cfg.max_new_tokens));
@@ -203,6 +208,12 @@ impl Stage for Anatomy {
 
     fn cpu_config() -> AnatomyConfig {
         AnatomyConfig { max_new_tokens: 32, ..Default::default() }
+    }
+
+    /// The report's 160-token prompt scaled (a small model's activations per token are large
+    /// beside its weights), 32 new tokens as on CPU.
+    fn scaled_config(scale: Scale) -> AnatomyConfig {
+        AnatomyConfig { prompt_tokens: Some(scale.tokens(reference::REPORT_PROMPT_TOKENS, 4)), ..Self::cpu_config() }
     }
 
     fn run(s: &mut Session, cfg: &AnatomyConfig) -> Result<StageOutput> {

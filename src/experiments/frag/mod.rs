@@ -17,6 +17,7 @@ use sequence::{false_oom, report_sequence, step, FalseOom};
 use tables::{dash, false_oom_line, false_oom_table, reading_line, steps_table, FALSE_OOM_TABLE, STEPS_TABLE};
 use crate::error::{LabError, Result};
 use crate::estimate::pool::{self, AllocModel};
+use crate::estimate::scaled::SCALED;
 use crate::hw::Card;
 use crate::memory::policy::Policy;
 use crate::memory::{gib, mib, DeviceAllocator};
@@ -46,7 +47,9 @@ fn model_capacity(s: &Session, cfg: &FragConfig) -> Result<u64> {
         #[cfg(feature = "cuda")]
         candle_core::Device::Cuda(dev) => Ok(crate::memory::cuda::mem_info(dev)?.0),
         _ => {
-            let card = match s.probe.card() {
+            // An allocator's granules (2 MiB pages, 20 MiB segments) do not scale with a card:
+            // a scaled card's story is told at the report's sizes on the card it stands for.
+            let card = match s.probe.card().filter(|c| c.name != SCALED) {
                 Some(c) => c.clone(),
                 None => Card::parse(&cfg.model_card)?,
             };
@@ -153,7 +156,8 @@ impl Stage for Frag {
             return Err(LabError::input("block sizes must be above 0 MiB"));
         }
         if !s.device.is_cuda() {
-            s.say(format!("no GPU: the allocator model alone, on {} — run on a GPU for the measured columns", s.probe.card().map(|c| c.label.clone()).unwrap_or_else(|| cfg.model_card.clone())));
+            let on = s.probe.card().filter(|c| c.name != SCALED).map(|c| c.label.clone()).unwrap_or_else(|| cfg.model_card.clone());
+            s.say(format!("no GPU: the allocator model alone, on {on} at the report's sizes — run on a GPU for the measured columns"));
         }
         let mut steps = Vec::new();
         let mut ooms = Vec::new();

@@ -21,7 +21,7 @@ use crate::memory::{fmt_bytes, mib};
 use crate::model::{AttentionMode, CacheKind, Logits, Precision, Qwen2};
 use crate::reference::report;
 use crate::session::Session;
-use crate::stage::{Finding, Stage, StageOutput, View};
+use crate::stage::{Finding, Scale, Stage, StageOutput, View};
 use serde::{Deserialize, Serialize};
 
 pub use sweep::{random_ids, step, PrefillStep};
@@ -232,6 +232,20 @@ impl Stage for KvCache {
         KvConfig { max: 4096, decode_to: 1024, max_batch: 8, ..Default::default() }
     }
 
+    /// The report's sweep in the model's tokens: the same share of the card per step. The decode
+    /// sweep reads from 256 tokens on, so it keeps the CPU's length.
+    fn scaled_config(scale: Scale) -> KvConfig {
+        let d = KvConfig::default();
+        KvConfig {
+            start: scale.tokens(d.start, 8),
+            max: scale.tokens(d.max, 64),
+            resolution: scale.tokens(d.resolution, 1),
+            seq: scale.tokens(d.seq, 8),
+            decode_to: 1024,
+            ..d
+        }
+    }
+
     fn run(s: &mut Session, cfg: &KvConfig) -> Result<StageOutput> {
         if cfg.lengths.is_none() && cfg.start > cfg.max {
             return Err(crate::error::LabError::out_of_range("--start", cfg.start, format!("at most --max ({})", cfg.max)));
@@ -298,9 +312,9 @@ mod tests {
     fn flags_given_go_over_the_device_defaults() {
         let stage = crate::stage::register::<KvCache>();
         let m = stage.command().get_matches_from(["kv", "--max", "2048"]);
-        let cpu = stage.config_from(&m, false).unwrap();
+        let cpu = stage.config_from(&m, crate::stage::Sizes::Cpu).unwrap();
         assert_eq!((cpu["max"].as_u64(), cpu["decode_to"].as_u64(), cpu["max_batch"].as_u64()), (Some(2048), Some(1024), Some(8)));
-        let gpu = stage.config_from(&m, true).unwrap();
+        let gpu = stage.config_from(&m, crate::stage::Sizes::Report).unwrap();
         assert_eq!((gpu["max"].as_u64(), gpu["decode_to"].as_u64(), gpu["max_batch"].as_u64()), (Some(2048), Some(4096), Some(256)));
     }
 

@@ -173,7 +173,9 @@ fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, d
     let per_seq = (probe_need.saturating_sub(one_need) / (PROBE as u64 - 1)).max(one_need / 2).max(1);
     let measured = oom::Measured::from_step(base.allocated, one.peak, one.allocated, one.reserved_peak, cfg.seq);
     let capacity = base.pool_capacity().unwrap_or(u64::MAX);
-    let free = capacity.saturating_sub(base.reserved.max(base.allocated));
+    // On CPU "reserved" is the process's RSS, not a pool inside the card: the heap counts.
+    let used = if s.device.is_cuda() { base.reserved.max(base.allocated) } else { base.allocated };
+    let free = capacity.saturating_sub(used);
     let fit = if free < one_need { 1 } else { 1 + ((free - one_need) / per_seq) as usize }.min(MAX_BATCH);
     s.say(format!(
         "batch demo: {} tokens a sequence; the first needs {}, each one more {} (from batches of 1 and {PROBE}); {} free for the pool → the ledger's largest batch {fit}",

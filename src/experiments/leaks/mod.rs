@@ -21,7 +21,7 @@ use crate::experiments::oom;
 use crate::memory::{fmt_bytes, mib};
 use crate::model::Precision;
 use crate::session::Session;
-use crate::stage::{Finding, Stage, StageOutput, View};
+use crate::stage::{Finding, Scale, Stage, StageOutput, View};
 
 pub use config::{Demo, LeaksConfig};
 
@@ -47,6 +47,22 @@ impl Stage for Leaks {
 
     fn cpu_config() -> LeaksConfig {
         LeaksConfig { precision: Precision::F32, prompt: 256, new_tokens: 8, seq: 128, threshold_mib: 0.1, noise_mib: 0.01, batch_room_mib: 48.0, ..Default::default() }
+    }
+
+    /// The report's lengths scaled to the model's tokens, in BF16 as the report.
+    fn scaled_config(scale: Scale) -> LeaksConfig {
+        let d = LeaksConfig::default();
+        LeaksConfig {
+            prompt: scale.tokens(d.prompt, 16),
+            graph_prompt: scale.tokens(d.graph_prompt, 8),
+            seq: scale.tokens(d.seq, 8),
+            // Thresholds between what a clean step of a small model still grows (logits and
+            // autograd's bookkeeping: 2 KiB) and a leaking one (7 KiB): the report's 100 MiB and
+            // 1 MiB scaled (23 KiB, 235 B) would not separate them.
+            threshold_mib: Self::cpu_config().threshold_mib,
+            noise_mib: 0.004,
+            ..d
+        }
     }
 
     fn run(s: &mut Session, cfg: &LeaksConfig) -> Result<StageOutput> {

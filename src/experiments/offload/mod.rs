@@ -27,7 +27,7 @@ use crate::hw::{self, Card};
 use crate::model::{self, Precision, Qwen2Config};
 use crate::reference;
 use crate::session::Session;
-use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
+use crate::stage::{Finding, Outcome, Scale, Stage, StageOutput, View};
 
 pub use config::{Mode, OffloadConfig};
 
@@ -78,24 +78,47 @@ impl Stage for Offload {
         }
     }
 
+    /// The CPU's budget (one of the tiny model's two layers: the report's 5 GiB scaled, 1.15 MiB,
+    /// holds less than a layer), the report's reserve scaled.
+    fn scaled_config(scale: Scale) -> OffloadConfig {
+        OffloadConfig { reserve_mib: scale.mib(OffloadConfig::default().reserve_mib), ..Self::cpu_config() }
+    }
+
     fn run(s: &mut Session, cfg: &OffloadConfig) -> Result<StageOutput> {
         let budget = hw::parse_size(&cfg.gpu_budget)?;
         s.console.step("measuring bandwidths");
         let bw = s.bandwidths()?;
         s.say(format!("bandwidths: device read {:.0} GB/s, host→device pinned {:.1} GB/s, host read {:.1} GB/s", bw.device, bw.pcie, bw.host));
-        let mut rows = Vec::new();
-        for &mode in &cfg.modes {
-            s.check_stop()?;
-            let row = match mode.strategy() {
-                Some(st) => run_placed(s, cfg, st, &bw, budget)?,
-                None => run_managed(s, cfg, mode, &bw)?,
-            };
-            match (&row.outcome, row.tok_s) {
-                (Outcome::Ok, Some(t)) => s.say(format!("{}: {:.2} tok/s (ceiling {:.2})", row.mode, t, row.ceiling.unwrap_or(f64::NAN))),
-                (o, _) => s.say(format!("{}: {}", row.mode, o.as_str())),
-            }
-            rows.push(row);
+        // On CPU the "GPU" layers and the host layers share one heap: a scaled card's cap would
+        // count the host's copy too. The budget stands for the card here; the cap is lifted.
+        let lifted = match s.probe.card() {
+            Some(c) if c.is_scaled() && !s.device.is_cuda() => Some(c.clone()),
+            _ => None,
+        };
+        if lifted.is_some() {
+            s.probe.stop_emulating();
+            s.say(format!("CPU: the scaled card is lifted in this stage; the GPU budget ({}) stands for it", cfg.gpu_budget));
         }
+        let mut rows = Vec::new();
+        let modes = (|| -> Result<()> {
+            for &mode in &cfg.modes {
+                s.check_stop()?;
+                let row = match mode.strategy() {
+                    Some(st) => run_placed(s, cfg, st, &bw, budget)?,
+                    None => run_managed(s, cfg, mode, &bw)?,
+                };
+                match (&row.outcome, row.tok_s) {
+                    (Outcome::Ok, Some(t)) => s.say(format!("{}: {:.2} tok/s (ceiling {:.2})", row.mode, t, row.ceiling.unwrap_or(f64::NAN))),
+                    (o, _) => s.say(format!("{}: {}", row.mode, o.as_str())),
+                }
+                rows.push(row);
+            }
+            Ok(())
+        })();
+        if let Some(card) = &lifted {
+            s.probe.emulate(card)?;
+        }
+        modes?;
         if let Some(p) = &cfg.pytorch {
             rows.extend(pytorch_rows(p)?);
         }
