@@ -184,7 +184,7 @@ pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Es
 /// A fresh folder for a run a notebook makes: target/notebook-runs/<time>-<name>.
 fn live_run_dir(name: &str) -> PathBuf {
     let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S%3f");
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/notebook-runs").join(format!("{stamp}-{name}"))
+    lab_root().join("target/notebook-runs").join(format!("{stamp}-{name}"))
 }
 
 /// Folders holding a manifest.json, up to `depth` levels below `dir`
@@ -308,7 +308,13 @@ pub fn preset_table() -> Result<Table> {
 
 /// data/results of this crate (absolute, so a notebook may run from any folder).
 pub fn results_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/results")
+    lab_root().join("data/results")
+}
+
+/// The lab's folder: `VRAM_LAB_HOME` when set (a notebook compiled here and run as a program on
+/// another machine, `scripts/notebook_program.py`), else the crate's own.
+fn lab_root() -> PathBuf {
+    std::env::var_os("VRAM_LAB_HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// A self-check for exercises: compares an answer with the expected value, within `rel_tol`.

@@ -165,6 +165,11 @@ pub trait Stage {
     fn cpu_config() -> Self::Config {
         Self::Config::default()
     }
+    /// The config of a `vram-lab run` on a GPU without `--full`: the report's story with the
+    /// long parts shortened (coarser bisection, fewer repeats, a smaller checkpoint on disk).
+    fn quick_config() -> Self::Config {
+        Self::Config::default()
+    }
     /// The config on the report's card scaled to a smaller model (`--card scaled`, the CPU's
     /// default): the report's sizes times `scale` where the card's capacity matters.
     fn scaled_config(_scale: Scale) -> Self::Config {
@@ -230,6 +235,7 @@ impl<S: Stage> AnyStage for Registered<S> {
     fn default_config(&self, sizes: Sizes) -> Result<serde_json::Value> {
         Ok(serde_json::to_value(match sizes {
             Sizes::Report => S::Config::default(),
+            Sizes::Quick => S::quick_config(),
             Sizes::Cpu => S::cpu_config(),
             Sizes::Scaled(scale) => S::scaled_config(scale),
         })?)

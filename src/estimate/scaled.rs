@@ -48,6 +48,9 @@ impl Scale {
 pub enum Sizes {
     /// The report's: Qwen2.5-7B on an RTX 4090 (a GPU's default).
     Report,
+    /// The report's sizes with the long parts shortened: `vram-lab run` on a GPU without
+    /// `--full` (about five minutes; nothing above a few GB written).
+    Quick,
     /// A CPU run of the tiny model with no card: short sweeps that show the shapes.
     Cpu,
     /// The report's card scaled to the model (`--card scaled`): the report's story in small.

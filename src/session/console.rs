@@ -40,6 +40,16 @@ impl Console {
         pb
     }
 
+    /// The whole run's bar: one unit a stage, the time left in its message; hidden without bars.
+    pub fn run_bar(&self, stages: usize) -> ProgressBar {
+        let Some(m) = &self.multi else { return ProgressBar::hidden() };
+        let pb = m.add(ProgressBar::new(stages as u64));
+        if let Ok(style) = ProgressStyle::with_template("run [{bar:30}] stage {pos}/{len}, {elapsed} so far, {msg}") {
+            pb.set_style(style.progress_chars("=> "));
+        }
+        pb
+    }
+
     /// Names the step in hand on the stage's spinner.
     pub fn step(&self, what: impl Into<String>) {
         if let Some(pb) = &self.stage_bar {

@@ -34,6 +34,28 @@ pub fn expected(results: &Path, this: &Manifest, stages: &[(String, serde_json::
         .collect()
 }
 
+/// The time left when the stages in `left` are still to run, from the committed runs' times.
+pub fn time_left(left: &[Option<f64>]) -> String {
+    let known: Vec<f64> = left.iter().flatten().copied().collect();
+    match (known.len(), left.len()) {
+        (_, 0) => "done".into(),
+        (0, _) => "time left unknown (no committed run of these stages here)".into(),
+        (k, n) => {
+            let s: f64 = known.iter().sum();
+            let rest = if k < n { format!(" and {} stage(s) not timed before", n - k) } else { String::new() };
+            format!("about {} left{rest}", minutes(s))
+        }
+    }
+}
+
+fn minutes(s: f64) -> String {
+    if s >= 90.0 {
+        format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{s:.0} s")
+    }
+}
+
 /// The line a run prints before it starts: each stage's expected time and the total.
 pub fn describe(found: &[Option<Expected>], stages: &[(String, serde_json::Value)], gpu: Option<&str>) -> Option<String> {
     if found.iter().all(Option::is_none) {
@@ -64,6 +86,14 @@ fn fmt_s(s: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_left_sums_the_stages_still_to_run() {
+        assert_eq!(time_left(&[Some(40.0), Some(200.0)]), "about 4 min left");
+        assert_eq!(time_left(&[Some(20.0), None]), "about 20 s left and 1 stage(s) not timed before");
+        assert_eq!(time_left(&[None]), "time left unknown (no committed run of these stages here)");
+        assert_eq!(time_left(&[]), "done");
+    }
     use crate::session::env::Env;
     use crate::session::run_folder::{RunStatus, StageRecord};
     use std::collections::BTreeMap;

@@ -232,6 +232,12 @@ impl Stage for KvCache {
         KvConfig { max: 4096, decode_to: 1024, max_batch: 8, ..Default::default() }
     }
 
+    /// The report's sweep in BF16 with all logits kept (the report's), bisected to 1,024 tokens,
+    /// and the batch sweep: the last-logits, Q4_K_M, decode and stock-attention sweeps are `--full`'s.
+    fn quick_config() -> KvConfig {
+        KvConfig { precisions: vec![Precision::Bf16], logits: vec![Logits::All], sweeps: vec![Sweep::Prefill, Sweep::Batch], resolution: 1024, ..Default::default() }
+    }
+
     /// The report's sweep in the model's tokens: the same share of the card per step. The decode
     /// sweep reads from 256 tokens on, so it keeps the CPU's length.
     fn scaled_config(scale: Scale) -> KvConfig {
@@ -306,6 +312,19 @@ mod tests {
         let t = prefill_table(&[step("all", 1, 10 << 20), step("all", 2, 25 << 20), step("last", 1, 4 << 20)]).unwrap();
         let g: Vec<Option<f64>> = t.column(col::GROWTH_VS_PREVIOUS_MIB).unwrap().f64().unwrap().iter().collect();
         assert_eq!(g, vec![Some(10.0), Some(15.0), Some(4.0)]);
+    }
+
+    /// `run` on a GPU without --full: the report's BF16 sweep, coarser; --full is the default's.
+    #[test]
+    fn quick_sizes_shorten_the_sweep() {
+        let stage = crate::stage::register::<KvCache>();
+        let quick = stage.default_config(crate::stage::Sizes::Quick).unwrap();
+        let full = stage.default_config(crate::stage::Sizes::Report).unwrap();
+        assert_eq!(quick["precisions"], serde_json::json!(["bf16"]));
+        assert_eq!(quick["logits"], serde_json::json!(["all"]));
+        assert_eq!((quick["start"].as_u64(), quick["resolution"].as_u64()), (Some(1024), Some(1024)));
+        assert_eq!(full["resolution"].as_u64(), Some(256));
+        assert_eq!(full["sweeps"].as_array().unwrap().len(), 4);
     }
 
     #[test]

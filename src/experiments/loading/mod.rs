@@ -37,11 +37,16 @@ pub struct LoadConfig {
     /// Largest safetensors shard, MiB (Qwen2.5-7B's checkpoint has four of about 3.7 GiB)
     #[arg(long, default_value_t = LoadConfig::default().shard_mib, value_parser = limits::mib())]
     pub shard_mib: u64,
+    /// The model written as the checkpoint (default: the run's; `run` on a GPU without --full
+    /// writes Qwen2.5-0.5B, 1.4 GB with its GGUF, not 7B's 19 GB)
+    #[arg(long)]
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 impl Default for LoadConfig {
     fn default() -> Self {
-        Self { dir: None, keep: false, precisions: vec![Precision::Bf16, Precision::Q4KM], no_gguf: false, shard_mib: 3800 }
+        Self { dir: None, keep: false, precisions: vec![Precision::Bf16, Precision::Q4KM], no_gguf: false, shard_mib: 3800, model: None }
     }
 }
 
@@ -85,21 +90,21 @@ impl LoadRow {
 }
 
 /// Writes the synthetic model where `dir` says, or finds the files of a real source.
-fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -> Result<Vec<Checkpoint>> {
+fn checkpoints(s: &mut Session, source: &ModelSource, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -> Result<Vec<Checkpoint>> {
     let dense: Vec<Precision> = c.precisions.clone();
-    match s.source.clone() {
+    match source.clone() {
         ModelSource::Synthetic(_) => {
             let mut out = Vec::new();
             let st_dir = dir.join("safetensors");
             s.console.step("writing the safetensors checkpoint");
-            let mut opened = model::source::open(&s.source, &s.opts)?;
+            let mut opened = model::source::open(source, &s.opts)?;
             let (files, seconds) = checkpoint::write_safetensors(cfg, opened.weights.as_mut(), &st_dir, Precision::Bf16, c.shard_mib << 20)?;
             let written = ReadTime { bytes: disk::size(&files)?, seconds };
             out.push(Checkpoint { kind: "safetensors bf16", files, source: ModelSource::Dir(st_dir), precisions: dense, written: Some((written, "write (synced)")) });
             if !c.no_gguf {
                 s.console.step("writing the Q4_K_M GGUF");
                 let path = dir.join("model-q4_k_m.gguf");
-                let mut opened = model::source::open(&s.source, &s.opts)?;
+                let mut opened = model::source::open(source, &s.opts)?;
                 let t0 = std::time::Instant::now();
                 // llama.cpp's Q4_K_M, as stage 1's Q4 loads it and as users download it.
                 let plan = model::gguf::writer::Plan::Llama(model::gguf::recipe::FileType::Q4KM);
@@ -115,7 +120,7 @@ fn checkpoints(s: &mut Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -
         ModelSource::Dir(d) => in_dir(d, dense),
         ModelSource::Hub(repo) => in_dir(model::hub::fetch_from_hub(&repo, s.opts.cache_dir.as_deref())?, dense),
         ModelSource::HubFile { .. } => {
-            let f = match s.source.fetched(&s.opts)? {
+            let f = match source.fetched(&s.opts)? {
                 ModelSource::Gguf(f) => f,
                 other => return Err(LabError::other(format!("{} was not fetched to a GGUF file", other.label()))),
             };
@@ -132,8 +137,8 @@ fn in_dir(d: PathBuf, precisions: Vec<Precision>) -> Result<Vec<Checkpoint>> {
 
 /// Why the synthetic checkpoint cannot be written in `dir`, if it cannot: both checkpoints and a
 /// 10 % margin must fit the disk's free space (AutoDL's system disk is small).
-fn no_room(s: &Session, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -> Result<Option<String>> {
-    if !matches!(s.source, ModelSource::Synthetic(_)) {
+fn no_room(source: &ModelSource, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -> Result<Option<String>> {
+    if !matches!(source, ModelSource::Synthetic(_)) {
         return Ok(None);
     }
     let need = estimate::weight_bytes(cfg, Precision::Bf16) + if c.no_gguf { 0 } else { estimate::weight_bytes(cfg, Precision::Q4KM) };
@@ -201,15 +206,24 @@ impl Stage for Loading {
     const INTRO: &'static str = "加载时间取决于磁盘:同一个 checkpoint 从冷的和热的页缓存读回,再按来源和精度加载,每次加载都和它的下限(读文件 + 拷贝到显卡)放在一起。<br>Loading time depends on the disk. The model is written as a checkpoint (safetensors shards, and a Q4_K_M GGUF as llama.cpp writes it), read back with the page cache dropped for its files (posix_fadvise, no root needed; the fraction still cached is reported) and warm, then loaded per source and precision, cold and warm. Each load stands beside its floor: the file read plus the host→device copy. On AutoDL, run it once with --dir on the data disk (/root/autodl-tmp) and once on the system disk.";
     type Config = LoadConfig;
 
+    /// A 0.5B checkpoint (1 GB of safetensors, 0.4 GB of GGUF) in place of 7B's 19 GB.
+    fn quick_config() -> LoadConfig {
+        LoadConfig { model: Some("synthetic:qwen2.5-0.5b".into()), ..Default::default() }
+    }
+
     fn run(s: &mut Session, c: &LoadConfig) -> Result<StageOutput> {
-        let cfg = model::source::open(&s.source, &s.opts)?.cfg;
+        let source = match &c.model {
+            Some(m) => ModelSource::parse(m)?,
+            None => s.source.clone(),
+        };
+        let cfg = model::source::open(&source, &s.opts)?.cfg;
         let dir = match &c.dir {
             Some(d) => d.join(format!("vram-lab-checkpoint-{}", std::process::id())),
             None => s.dir.join(Self::NAME).join("checkpoint"),
         };
         // Asked for a disk by --dir, a full one is an error; the default place (inside the run
         // folder, as `run` uses it) being full is a result: the next stage still runs.
-        let skipped = no_room(s, &cfg, c, &dir)?;
+        let skipped = no_room(&source, &cfg, c, &dir)?;
         if let (Some(why), Some(_)) = (&skipped, &c.dir) {
             return Err(LabError::input(why.clone()));
         }
@@ -217,7 +231,7 @@ impl Stage for Loading {
             s.say(format!("loading time not measured: {why}"));
             Ok((Vec::new(), Vec::new()))
         } else {
-            checkpoints(s, &cfg, c, &dir).and_then(|cks| {
+            checkpoints(s, &source, &cfg, c, &dir).and_then(|cks| {
                 let (mut disk_rows, mut loads) = (Vec::new(), Vec::new());
                 for ck in &cks {
                     measure(s, &cfg, ck, &mut disk_rows, &mut loads)?;

@@ -78,6 +78,12 @@ impl Stage for Offload {
         }
     }
 
+    /// The placements within the budget, 16 tokens a mode: unified memory (the article's four
+    /// modes, 2-3 tok/s each) is `--full`'s.
+    fn quick_config() -> OffloadConfig {
+        OffloadConfig { modes: vec![Mode::Full, Mode::Split, Mode::Streamed, Mode::Hybrid], new_tokens: 16, ..Default::default() }
+    }
+
     /// The CPU's budget (one of the tiny model's two layers: the report's 5 GiB scaled, 1.15 MiB,
     /// holds less than a layer), the report's reserve scaled.
     fn scaled_config(scale: Scale) -> OffloadConfig {

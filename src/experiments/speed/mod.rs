@@ -261,6 +261,12 @@ impl Stage for Bench {
     const INTRO: &'static str = "批大小为 1 的解码每个 token 都要把权重读一遍:上限 = 显存读带宽 ÷ 每步读取的字节。<br>Batch-1 decoding reads every weight once per token, so its ceiling is the device's read bandwidth (the read kernel, measured in this run) ÷ the bytes a step reads (the weights but the embedding table, plus the KV cache). Each decode and prefill figure stands beside that ceiling, the PyTorch original run on the same GPU in the same call, and llama.cpp's H200 figures. ms to issue is the time the host takes to launch a step's kernels: when it is close to the whole step, the GPU waits on the host.";
     type Config = BenchConfig;
 
+    /// Three loops (the plain one, the CUDA graph, the lab's own kernels), 64 new tokens, the
+    /// 512-token prefill, two repeats: the other loops and the 32k prefill are `--full`'s.
+    fn quick_config() -> BenchConfig {
+        BenchConfig { prompt_lens: vec![512], repeats: 2, new_tokens: 64, variants: vec![Variant::Separate, Variant::Graph, Variant::Own], ..Default::default() }
+    }
+
     fn cpu_config() -> BenchConfig {
         BenchConfig { prompt_lens: vec![64], new_tokens: 8, decode_prompt: 8, repeats: 2, ..Default::default() }
     }

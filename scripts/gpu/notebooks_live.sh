@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The notebooks Live on a GPU machine without a Rust toolchain: runs the program that
+# scripts/notebook_program.py made of their code cells (.gpu/notebooks_live.xz, built with
+# `cargo build --release --features cuda --example notebooks_live`) once per notebook, in
+# notebooks/ as Jupyter would, with the lab's notebook API in Live mode on the GPU. Each notebook's
+# stdout goes to $R/notebooks/<name>.out (`scripts/notebook_program.py merge` puts it back into the
+# notebook) and the exit status of each is logged; any failure makes the script fail.
+#   R=/tmp/results bash scripts/gpu/notebooks_live.sh [01_anatomy ...]
+set -u
+cd "$(dirname "$0")/../.."
+R=${R:-/tmp/results}
+mkdir -p "$R/notebooks"
+bin=/tmp/notebooks_live
+python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('.gpu/notebooks_live.xz'), open('$bin','wb'))"
+chmod +x "$bin"
+source scripts/cuda/gpu-env.sh
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=($(ls notebooks/ | sed -n 's/^\([0-9][0-9]_.*\)\.ipynb$/\1/p'))
+status=0
+for nb in "${names[@]}"; do
+  start=$(date +%s)
+  (cd notebooks && EVCXR_IS_RUNTIME=1 VRAM_LAB_HOME="$PWD/.." VRAM_LAB_NOTEBOOK_MODE=live VRAM_LAB_NOTEBOOK_DEVICE=cuda \
+     "$bin" "$nb" > "$R/notebooks/$nb.out" 2> "$R/notebooks/$nb.err")
+  rc=$?
+  echo "notebook $nb: exit $rc in $(( $(date +%s) - start )) s"
+  [ $rc -eq 0 ] || status=1
+done
+exit $status
