@@ -67,7 +67,8 @@ impl CardEmulation {
 
     /// CPU, scaled card: the context is the heap held now.
     pub fn rebase(&mut self) {
-        if self.ballast == 0 && self.card.is_scaled() {
+        // Only where the counting allocator enforces the card (CPU): a GPU's cap is its ballast.
+        if self.card.is_scaled() && host::cap().is_some() {
             self.context = host::allocated();
             host::set_cap(Some(self.context + self.card.total_bytes()));
         }
