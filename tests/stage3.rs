@@ -14,7 +14,7 @@ fn floats(df: &DataFrame, col: &str) -> Vec<Option<f64>> {
 }
 
 #[test]
-fn frag_on_cpu_runs_the_model_of_each_policy() {
+fn frag_on_cpu_runs_the_model_of_each_policy_and_measures_the_host_arena() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("frag");
     let o = lab(&["frag", "--out", out.to_str().unwrap()]);
@@ -29,15 +29,41 @@ fn frag_on_cpu_runs_the_model_of_each_policy() {
     assert!((at("caching", "odd_freed") - 4.883).abs() < 1e-3);
     assert!((at("caching", "request") - at("caching", "odd_freed")).abs() < 1e-6);
     assert!((at("pool", "odd_freed") - 2.441).abs() < 1e-3);
-    // No GPU: nothing measured, nothing invented.
-    assert!(floats(&steps, "allocated_gib").iter().all(Option::is_none));
+    // No GPU: nothing measured for CUDA's policies, nothing invented; the host arena is measured.
+    let allocated = floats(&steps, "allocated_gib");
+    for i in 0..alloc.len() {
+        assert_eq!(allocated[i].is_some(), alloc[i] == "host-arena", "{} {}", alloc[i], step[i]);
+    }
+    let measured = floats(&steps, "reserved_gib");
+    let arena_request = (0..alloc.len()).find(|&i| alloc[i] == "host-arena" && step[i] == "request").unwrap();
+    // Block 9's hole joins the free end: the 2 GiB starts at 4,500 MiB and the range ends at 6,548.
+    assert!((measured[arena_request].unwrap() - 6548.0 / 1024.0).abs() < 1e-3, "{:?}", measured[arena_request]);
+    assert!((reserved[arena_request] .unwrap() - 6548.0 / 1024.0).abs() < 1e-3);
     let ooms = read(&out.join("frag/frag_false_oom.csv"));
-    assert_eq!(ooms.height(), 6);
-    let outcome = strs(&ooms, "model_outcome");
+    assert_eq!(ooms.height(), 8);
+    let outcome = strs(&ooms, "outcome");
+    let model_outcome = strs(&ooms, "model_outcome");
     let layout = strs(&ooms, "layout");
     let who = strs(&ooms, "allocator");
-    // CUDA's allocators remap pages or keep no holes: no false OOM under any of them.
-    assert!(outcome.iter().all(|o| o == "ok"), "{who:?} {layout:?} {outcome:?}");
+    let largest = floats(&ooms, "largest_block_mib");
+    let model_largest = floats(&ooms, "model_largest_block_mib");
+    let freed = floats(&ooms, "freed_mib");
+    let reserved_after = floats(&ooms, "reserved_after_mib");
+    let model_reserved_after = floats(&ooms, "model_reserved_after_mib");
+    for i in 0..who.len() {
+        if who[i] == "host-arena" {
+            // One range, no remapping: 2 GiB refused with 11.5 GiB free in 512 MiB holes, measured
+            // and predicted; the largest block is the last hole joined to the free end (1,044 MiB).
+            assert_eq!((outcome[i].as_str(), model_outcome[i].as_str()), ("oom", "oom"), "{}", layout[i]);
+            assert_eq!(largest[i], model_largest[i]);
+            assert!(largest[i].unwrap() < 2048.0 && freed[i].unwrap() > 11.0 * 1024.0, "{largest:?} {freed:?}");
+            assert_eq!(reserved_after[i], model_reserved_after[i]);
+        } else {
+            // CUDA's allocators remap pages or keep no holes: no false OOM under any of them.
+            assert_eq!(model_outcome[i], "ok", "{} {}", who[i], layout[i]);
+            assert_eq!(outcome[i], "");
+        }
+    }
     // A request that fits in a hole is refused as input.
     let o = lab(&["frag", "--hole-mib", "512", "--hole-request-mib", "256", "--out", tmp.path().join("x").to_str().unwrap()]);
     assert!(!o.status.success() && text(&o).contains("must be larger than --hole-mib"), "{}", text(&o));

@@ -26,15 +26,21 @@ use crate::memory::policy::{round_up, Policy, GRANULE};
 /// What each policy does, as switches of the model.
 pub fn behaviour(policy: Policy) -> Behaviour {
     match policy {
-        Policy::Pool => Behaviour { caches_frees: true, release_at_sync: true, release_on_failure: false, remap_pages: true, reuse_pages_first: true },
-        Policy::Caching => Behaviour { caches_frees: true, release_at_sync: false, release_on_failure: false, remap_pages: true, reuse_pages_first: true },
-        Policy::Sync => Behaviour { caches_frees: false, release_at_sync: false, release_on_failure: false, remap_pages: false, reuse_pages_first: false },
+        Policy::Pool => Behaviour { caches_frees: true, release_at_sync: true, release_on_failure: false, remap_pages: true, reuse_pages_first: true, one_range: false },
+        Policy::Caching => Behaviour { caches_frees: true, release_at_sync: false, release_on_failure: false, remap_pages: true, reuse_pages_first: true, one_range: false },
+        Policy::Sync => Behaviour { caches_frees: false, release_at_sync: false, release_on_failure: false, remap_pages: false, reuse_pages_first: false, one_range: false },
     }
 }
 
 /// PyTorch's allocator, for the predictions beside the reference script's figures.
 pub fn torch(expandable_segments: bool) -> Behaviour {
-    Behaviour { caches_frees: true, release_at_sync: false, release_on_failure: true, remap_pages: expandable_segments, reuse_pages_first: false }
+    Behaviour { caches_frees: true, release_at_sync: false, release_on_failure: true, remap_pages: expandable_segments, reuse_pages_first: false, one_range: false }
+}
+
+/// One fixed range of addresses cut by a heap (`memory::host_arena` on CPU): no page is ever
+/// remapped, so free bytes serve a request only when they lie side by side.
+pub fn one_range() -> Behaviour {
+    Behaviour { caches_frees: true, release_at_sync: false, release_on_failure: false, remap_pages: false, reuse_pages_first: false, one_range: true }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +55,9 @@ pub struct Behaviour {
     pub remap_pages: bool,
     /// A request no free block holds takes cached pages before new memory is mapped.
     pub reuse_pages_first: bool,
+    /// The whole capacity is one segment from the start; what is "reserved" is the range up to
+    /// the end of the highest live block.
+    pub one_range: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -94,7 +103,12 @@ pub struct ModelOom {
 
 impl AllocModel {
     pub fn new(behaviour: Behaviour, capacity: u64) -> Self {
-        Self { behaviour, capacity, segments: Vec::new(), live: BTreeMap::new(), next_handle: 1 }
+        let segments = if behaviour.one_range {
+            vec![Segment { blocks: vec![Block { offset: 0, size: capacity / GRANULE * GRANULE, owner: None }] }]
+        } else {
+            Vec::new()
+        };
+        Self { behaviour, capacity, segments, live: BTreeMap::new(), next_handle: 1 }
     }
 
     /// Bytes held by live allocations (rounded to pages, as the driver maps them).
@@ -104,6 +118,9 @@ impl AllocModel {
 
     /// Bytes mapped from the card: live blocks and the cache.
     pub fn reserved(&self) -> u64 {
+        if self.behaviour.one_range {
+            return self.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.owner.is_some()).map(|b| b.offset + b.size).max().unwrap_or(0);
+        }
         self.segments.iter().map(Segment::mapped).sum()
     }
 
@@ -120,6 +137,12 @@ impl AllocModel {
     pub fn alloc(&mut self, bytes: u64) -> Result<u64, ModelOom> {
         let size = round_up(bytes);
         let handle = self.next_handle;
+        if self.behaviour.one_range {
+            return match self.reuse(size, handle) {
+                true => self.record(handle, size),
+                false => Err(ModelOom { request: bytes, cached: self.cached(), unmapped: self.unmapped() }),
+            };
+        }
         if self.behaviour.caches_frees && self.reuse(size, handle) {
             return self.record(handle, size);
         }
@@ -244,6 +267,9 @@ impl AllocModel {
 
     /// torch.cuda.empty_cache / cuMemPoolTrimTo(0): release every segment with nothing in use.
     pub fn release_idle(&mut self) {
+        if self.behaviour.one_range {
+            return; // the range is the card; what is free above the live blocks is not reserved
+        }
         self.segments.retain(|s| !s.idle());
     }
 
@@ -374,6 +400,22 @@ mod tests {
         // 24 blocks kept (0, 2, …, 46) and the 2 GiB, on a card that never overflowed.
         assert_eq!(m.allocated(), 24 * 512 * MIB + 2 * GIB);
         assert!(m.reserved() <= 24 * GIB);
+    }
+
+    #[test]
+    fn one_range_refuses_what_its_holes_hold_together() {
+        // Either layout: nothing is remapped, so the holes never join into 2 GiB.
+        for reused in [false, true] {
+            let (r, m) = false_oom(one_range(), reused);
+            let oom = r.unwrap_err();
+            assert!(oom.cached >= 11 * GIB, "{oom:?}");
+            assert_eq!(m.largest_block(), 512 * MIB);
+        }
+        // The report's sequence: block 9's hole joins the free end, so the 2 GiB starts there
+        // (4,500 MiB) and the range in use ends at 6,548 MiB, not PyTorch's 7,048.
+        let (m, t) = report_sequence(one_range(), 24 * GIB);
+        assert_eq!(t, vec![(5000 * MIB, 5000 * MIB), (2500 * MIB, 4500 * MIB), (4548 * MIB, 6548 * MIB)]);
+        assert_eq!(m.largest_block(), 24 * GIB - 6548 * MIB);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod device_arena;
 pub mod unified;
 pub mod disk;
 pub mod emulation;
+pub mod host_arena;
 pub mod host;
 pub mod monitor;
 pub mod nvml;

@@ -121,14 +121,23 @@ fn bounded(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, budget: usize) -> 
     Ok(Tensor::cat(&outs, 2)?)
 }
 
+/// Each KV head repeated for the `group` query heads that share it: (b, kv, t, d) → (b, kv·group, t, d).
+fn repeat_kv(x: Tensor, group: usize) -> Result<Tensor> {
+    if group == 1 {
+        return Ok(x);
+    }
+    let (b, kv, t, d) = x.dims4()?;
+    Ok(x.unsqueeze(2)?.expand((b, kv, group, t, d))?.reshape((b, kv * group, t, d))?)
+}
+
 fn naive(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, differentiable: bool) -> Result<Tensor> {
     let (b, heads, s, d) = q.dims4()?;
     let kv_heads = k.dims()[1];
     let t = offset + s;
     check_elems("the full attention score matrix", b * heads * s * t)?;
     let group = heads / kv_heads;
-    let k = candle_transformers::utils::repeat_kv(k.contiguous()?, group)?;
-    let v = candle_transformers::utils::repeat_kv(v.contiguous()?, group)?;
+    let k = repeat_kv(k.contiguous()?, group)?;
+    let v = repeat_kv(v.contiguous()?, group)?;
     let scale = 1.0 / (d as f64).sqrt();
     let scores = (q.matmul(&k.t()?)? * scale)?;
     let scores = if s > 1 {

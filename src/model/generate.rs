@@ -5,7 +5,7 @@ use super::qwen2::{last_logits, Logits, Qwen2};
 use crate::error::{LabError, Result};
 use crate::limits::{check_count, MAX_NEW_TOKENS, MAX_SEQ};
 use candle_core::Tensor;
-use candle_transformers::generation::LogitsProcessor;
+use super::sampling::Sampler;
 use std::time::Instant;
 
 #[derive(Debug, Clone)]
@@ -68,12 +68,13 @@ pub fn generate(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig) -> Result<G
 /// Greedy decoding with every layer on a GPU runs the lab's fastest loop (`generate_static`).
 pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on_token: impl FnMut(usize)) -> Result<Generation> {
     check_request(model.cfg.vocab_size, prompt, cfg)?;
-    if cfg.temperature.is_none() && model.all_on_gpu() {
+    // The static step's fused kernels have no all-reduce: a tensor-parallel rank takes the loop below.
+    if cfg.temperature.is_none() && model.all_on_gpu() && !model.is_rank() {
         return generate_static(model, prompt, cfg, on_token);
     }
     let device = model.device();
     let mut cache = model.new_cache(1, prompt.len() + cfg.max_new_tokens)?;
-    let mut sampler = LogitsProcessor::new(cfg.seed, cfg.temperature, cfg.top_p);
+    let mut sampler = Sampler::new(cfg.seed, cfg.temperature.unwrap_or(1.0), cfg.top_p);
     // Greedy picks the id on the device: one u32 crosses PCIe per token, not the vocabulary's logits.
     let greedy = cfg.temperature.is_none();
     let mut pick = |pieces: &[Tensor]| -> Result<u32> {

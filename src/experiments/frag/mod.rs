@@ -16,10 +16,11 @@ use pytorch::pytorch_rows;
 use sequence::{false_oom, report_sequence, step, FalseOom};
 use tables::{dash, false_oom_line, false_oom_table, reading_line, steps_table, FALSE_OOM_TABLE, STEPS_TABLE};
 use crate::error::{LabError, Result};
-use crate::estimate::pool::{self, AllocModel};
+use crate::estimate::pool::{self, AllocModel, Behaviour};
 use crate::estimate::scaled::SCALED;
 use crate::hw::Card;
 use crate::memory::policy::Policy;
+use crate::memory::host_arena::HostArena;
 use crate::memory::{gib, mib, DeviceAllocator};
 use crate::reference::report;
 use crate::session::Session;
@@ -29,8 +30,11 @@ pub use config::{FragConfig, Layout};
 
 pub struct Frag;
 
+/// The CPU's measured allocator: one range of host addresses (`memory::host_arena`).
+pub const HOST_ARENA: &str = "host-arena";
+
 /// A fresh device arena under `policy` (CUDA), or none (CPU: the model runs alone).
-fn device_side<'a>(s: &'a Session, policy: Policy) -> Result<Option<Box<dyn DeviceAllocator + 'a>>> {
+fn device_side(s: &Session, policy: Policy) -> Result<Option<Box<dyn DeviceAllocator>>> {
     match &s.device {
         #[cfg(feature = "cuda")]
         candle_core::Device::Cuda(dev) => Ok(Some(Box::new(crate::memory::device_arena::DeviceArena::new(dev, policy)?))),
@@ -59,23 +63,48 @@ fn model_capacity(s: &Session, cfg: &FragConfig) -> Result<u64> {
 }
 
 fn run_policy(s: &mut Session, cfg: &FragConfig, policy: Policy, steps: &mut Vec<Reading>, ooms: &mut Vec<FalseOom>) -> Result<()> {
-    s.check_stop()?;
-    s.console.step(format!("{} allocator: the report's sequence", policy.name()));
     let capacity = model_capacity(s, cfg)?;
+    let device = device_side(s, policy)?;
+    run_lockstep(s, cfg, policy.name(), device, pool::behaviour(policy), capacity, steps, ooms)
+}
+
+/// On CPU: the card's capacity as one range of host addresses cut by a heap, in step with the
+/// model's `one_range` — the false OOM measured by real allocations, not only predicted.
+fn run_host_arena(s: &mut Session, cfg: &FragConfig, steps: &mut Vec<Reading>, ooms: &mut Vec<FalseOom>) -> Result<()> {
+    let capacity = model_capacity(s, cfg)?;
+    let arena = match HostArena::new(capacity) {
+        Ok(a) => a,
+        Err(e) => {
+            s.say(format!("host arena not run: {e}"));
+            return Ok(());
+        }
+    };
+    run_lockstep(s, cfg, HOST_ARENA, Some(Box::new(arena)), pool::one_range(), capacity, steps, ooms)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_lockstep(
+    s: &mut Session,
+    cfg: &FragConfig,
+    name: &str,
+    device: Option<Box<dyn DeviceAllocator>>,
+    behaviour: Behaviour,
+    capacity: u64,
+    steps: &mut Vec<Reading>,
+    ooms: &mut Vec<FalseOom>,
+) -> Result<()> {
+    s.check_stop()?;
+    s.console.step(format!("{name} allocator: the report's sequence"));
     let (rows, trials) = {
-        let mut ls = Lockstep {
-            name: policy.name().into(),
-            device: device_side(s, policy)?,
-            model: AllocModel::new(pool::behaviour(policy), capacity),
-            probe: Some(&s.probe),
-            blocks: Vec::new(),
-        };
+        // The process's usage is read only on a GPU (on CPU it would be the lab's RSS).
+        let probe = s.device.is_cuda().then_some(&s.probe);
+        let mut ls = Lockstep { name: name.into(), device, model: AllocModel::new(behaviour, capacity), probe, blocks: Vec::new() };
         let rows = report_sequence(&mut ls, cfg)?;
         let mut trials = Vec::new();
         for &layout in &cfg.layouts {
-            s.console.step(format!("{} allocator: false OOM, {} layout", policy.name(), layout.name()));
+            s.console.step(format!("{name} allocator: false OOM, {} layout", layout.name()));
             // Each trial starts from an empty arena and a model of what is free now.
-            ls.model = AllocModel::new(pool::behaviour(policy), ls.free_now());
+            ls.model = AllocModel::new(behaviour, ls.free_now());
             ls.blocks.clear();
             trials.push(false_oom(&mut ls, layout, cfg.hole_mib << 20, cfg.hole_request_mib << 20)?);
         }
@@ -157,13 +186,16 @@ impl Stage for Frag {
         }
         if !s.device.is_cuda() {
             let on = s.probe.card().filter(|c| c.name != SCALED).map(|c| c.label.clone()).unwrap_or_else(|| cfg.model_card.clone());
-            s.say(format!("no GPU: the allocator model alone, on {on} at the report's sizes — run on a GPU for the measured columns"));
+            s.say(format!("no GPU: the CUDA policies as the model alone, on {on} at the report's sizes (run on a GPU for their measured columns); measured: the same capacity as one range of host addresses"));
         }
         let mut steps = Vec::new();
         let mut ooms = Vec::new();
         let mut pytorch_findings = Vec::new();
         for &p in &cfg.policies {
             run_policy(s, cfg, p, &mut steps, &mut ooms)?;
+        }
+        if !s.device.is_cuda() {
+            run_host_arena(s, cfg, &mut steps, &mut ooms)?;
         }
         if let Some(path) = &cfg.pytorch {
             let (st, oo, found) = pytorch_rows(path, cfg)?;

@@ -77,6 +77,7 @@ impl Gguf {
             bos_token_id: h.uint("tokenizer.ggml.bos_token_id").map(|v| v as u32),
             eos_token_id: h.uint("tokenizer.ggml.eos_token_id").map(|v| serde_json::json!(v)),
             torch_dtype: None,
+            head_dim: None,
         };
         let json = serde_json::to_string(&cfg)?;
         Qwen2Config::from_json(&json, &self.path())

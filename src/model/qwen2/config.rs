@@ -27,6 +27,10 @@ pub struct Qwen2Config {
     pub eos_token_id: Option<serde_json::Value>,
     #[serde(default)]
     pub torch_dtype: Option<String>,
+    /// The size of one head where it is not hidden_size / num_attention_heads: a tensor-parallel
+    /// rank computes a share of the heads at their full size (`model::parallel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
 }
 
 fn default_max_position_embeddings() -> usize {
@@ -137,6 +141,10 @@ impl Qwen2Config {
                 return Err(format!("{name} = {} is above the lab's ceiling of {} (no real model comes near; a model this size cannot be priced)", grouped(value as u64), grouped(max as u64)));
             }
         }
+        if let Some(d) = self.head_dim.filter(|&d| d * self.num_attention_heads != self.hidden_size) {
+            // Only a tensor-parallel rank's config (made by the lab, never read) has fewer heads.
+            return Err(format!("head_dim {d} × num_attention_heads {} is not hidden_size {}", self.num_attention_heads, self.hidden_size));
+        }
         if self.hidden_size % self.num_attention_heads != 0 {
             return Err(format!("hidden_size {} is not a multiple of num_attention_heads {}", self.hidden_size, self.num_attention_heads));
         }
@@ -166,7 +174,7 @@ impl Qwen2Config {
     }
 
     pub fn head_dim(&self) -> usize {
-        self.hidden_size / self.num_attention_heads
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads)
     }
 
     /// Query heads that share one K/V head (grouped-query attention).

@@ -8,6 +8,7 @@ use crate::model::decode::StepInputs;
 use crate::model::kernels::{Fused, Part};
 use crate::model::host_linear::HostLinear;
 use crate::model::kv_cache::KvCache;
+use crate::model::parallel::comm::RankComm;
 use super::linear::Linear;
 use crate::error::{LabError, Result};
 use candle_core::{DType, Device, Tensor};
@@ -26,6 +27,9 @@ pub(crate) struct Layer {
     /// q|k|v and gate|up as one product each (CPU layers: four rayon calls per layer, not seven;
     /// GPU layers: fewer launches per token); q, k, v, gate, up are views into these.
     pub(super) fused: Option<(Linear, Linear)>,
+    /// A tensor-parallel rank's communicator: the attention's and the MLP's outputs are partial
+    /// sums (o and down hold a share of their input columns), summed across ranks.
+    pub(super) reduce: Option<RankComm>,
 }
 
 impl Layer {
@@ -63,6 +67,7 @@ impl Layer {
             ln1,
             ln2,
             fused: None,
+            reduce: None,
         })
     }
 
@@ -90,6 +95,7 @@ impl Layer {
             ln1: self.ln1.to_device(&cpu)?.to_dtype(DType::F32)?,
             ln2: self.ln2.to_device(&cpu)?.to_dtype(DType::F32)?,
             fused: Some((qkv, gate_up)),
+            reduce: self.reduce.clone(),
         })
     }
 
@@ -100,7 +106,7 @@ impl Layer {
         let dense = |w: Tensor, b: Option<Tensor>| -> Result<Linear> { Ok(Linear::Dense(candle_nn::Linear::new(w, b))) };
         let (qkv, [q, k, v]) = stack([&self.q, &self.k, &self.v], &dev, dense)?;
         let (gate_up, [gate, up]) = stack([&self.gate, &self.up], &dev, dense)?;
-        Ok(Self { q, k, v, o: self.o.clone(), gate, up, down: self.down.clone(), ln1: self.ln1.clone(), ln2: self.ln2.clone(), fused: Some((qkv, gate_up)) })
+        Ok(Self { q, k, v, o: self.o.clone(), gate, up, down: self.down.clone(), ln1: self.ln1.clone(), ln2: self.ln2.clone(), fused: Some((qkv, gate_up)), reduce: self.reduce.clone() })
     }
 
     /// One decoding step whose position lives in device memory (see `graph.rs`): the lab's
@@ -227,10 +233,18 @@ impl Layer {
                 (a.transpose(1, 2)?.reshape((b, s, heads * d))?, Some(a))
             }
         };
-        let x = (x + self.o.forward(&a)?)?;
+        let x = (x + self.summed(self.o.forward(&a)?)?)?;
         let h = norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
         let m = self.gated(&h, fused.is_some(), cfg.intermediate_size)?;
-        Ok((x + self.down.forward(&m)?)?.to_dtype(act)?)
+        Ok((x + self.summed(self.down.forward(&m)?)?)?.to_dtype(act)?)
+    }
+
+    /// The full output from this rank's partial one (itself without tensor parallelism).
+    fn summed(&self, y: Tensor) -> Result<Tensor> {
+        match &self.reduce {
+            Some(c) => c.0.all_reduce_sum(&y),
+            None => Ok(y),
+        }
     }
 }
 

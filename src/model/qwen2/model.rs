@@ -101,6 +101,7 @@ impl Qwen2 {
                 ln1: take_dense(&mut w, &format!("{p}.input_layernorm.weight"), act)?,
                 ln2: take_dense(&mut w, &format!("{p}.post_attention_layernorm.weight"), act)?,
                 fused: None,
+                reduce: None,
             }));
         }
         let norm = take_dense(&mut w, "model.norm.weight", act)?;
@@ -169,6 +170,23 @@ impl Qwen2 {
 
     /// Whether every layer, the embedding and the head are resident on the GPU: what the static
     /// decoding step (`graph.rs`) needs.
+    /// This model as one rank of a tensor-parallel group: its layers sum their attention and MLP
+    /// outputs across the group (the model must be built from the rank's shard,
+    /// `model::parallel::shard_weights`).
+    pub fn into_rank(mut self, comm: std::sync::Arc<dyn crate::model::parallel::AllReduce>) -> Self {
+        for slot in &mut self.layers {
+            if let LayerSlot::Resident(layer) = slot {
+                layer.reduce = Some(crate::model::parallel::comm::RankComm(comm.clone()));
+            }
+        }
+        self
+    }
+
+    /// Whether the layers sum across tensor-parallel ranks.
+    pub fn is_rank(&self) -> bool {
+        self.layers.iter().any(|l| matches!(l, LayerSlot::Resident(layer) if layer.reduce.is_some()))
+    }
+
     pub fn all_on_gpu(&self) -> bool {
         let gpu = |d: &Device| d.is_cuda();
         gpu(&self.device)

@@ -62,6 +62,7 @@ impl Qwen2 {
                 ln1: var(l.ln1)?,
                 ln2: var(l.ln2)?,
                 fused: None,
+                reduce: None,
             }));
         }
         Ok(Qwen2 { cfg, precision, attention, embed, layers: out, norm: var(norm)?, lm_head, device, weight_bytes, streamer: None })

@@ -1,0 +1,107 @@
+//! The sum across tensor-parallel ranks: each rank gives its partial output and gets the total.
+//! `ThreadComm` joins ranks that are threads of one process (the CPU's emulation of N GPUs, and
+//! the tests): every rank adds the same tensors in the same order, so all ranks hold the same
+//! bits afterwards, as NCCL's all-reduce guarantees.
+
+use crate::error::{LabError, Result};
+use candle_core::Tensor;
+use std::sync::{Arc, Barrier, Mutex};
+
+/// One rank's handle on the group.
+pub trait AllReduce: Send + Sync {
+    fn rank(&self) -> usize;
+    fn ranks(&self) -> usize;
+    /// The sum of every rank's `x` (same shape on each), on this rank's device.
+    fn all_reduce_sum(&self, x: &Tensor) -> Result<Tensor>;
+}
+
+/// A rank's communicator as a model's layers hold it.
+#[derive(Clone)]
+pub struct RankComm(pub Arc<dyn AllReduce>);
+
+impl std::fmt::Debug for RankComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} of {}", self.0.rank(), self.0.ranks())
+    }
+}
+
+struct Group {
+    slots: Mutex<Vec<Option<Tensor>>>,
+    barrier: Barrier,
+}
+
+/// A rank of a group of threads.
+#[derive(Clone)]
+pub struct ThreadComm {
+    group: Arc<Group>,
+    rank: usize,
+    ranks: usize,
+}
+
+impl ThreadComm {
+    /// The handles of a group of `ranks` threads, one per rank.
+    pub fn group(ranks: usize) -> Vec<ThreadComm> {
+        let group = Arc::new(Group { slots: Mutex::new(vec![None; ranks]), barrier: Barrier::new(ranks) });
+        (0..ranks).map(|rank| ThreadComm { group: group.clone(), rank, ranks }).collect()
+    }
+}
+
+impl AllReduce for ThreadComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn ranks(&self) -> usize {
+        self.ranks
+    }
+
+    fn all_reduce_sum(&self, x: &Tensor) -> Result<Tensor> {
+        if self.ranks == 1 {
+            return Ok(x.clone());
+        }
+        let poisoned = |_| LabError::other("a tensor-parallel rank panicked");
+        self.group.slots.lock().map_err(poisoned)?[self.rank] = Some(x.clone());
+        self.group.barrier.wait();
+        let parts: Vec<Tensor> = self.group.slots.lock().map_err(poisoned)?.iter().flatten().cloned().collect();
+        // Every rank has read every part before any rank writes its next one.
+        self.group.barrier.wait();
+        if parts.len() != self.ranks {
+            return Err(LabError::other("a tensor-parallel rank gave no tensor"));
+        }
+        let mut sum = parts[0].to_device(x.device())?;
+        for p in &parts[1..] {
+            sum = (sum + p.to_device(x.device())?)?;
+        }
+        Ok(sum)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn three_threads_sum_to_the_same_bits() {
+        let comms = ThreadComm::group(3);
+        let out: Vec<Vec<f32>> = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .map(|c| {
+                    s.spawn(move || {
+                        let mut last = vec![];
+                        // Twice: the slots are reused safely.
+                        for round in 0..2 {
+                            let x = Tensor::new(&[c.rank() as f32 + 0.1, round as f32], &Device::Cpu).unwrap();
+                            last = c.all_reduce_sum(&x).unwrap().to_vec1::<f32>().unwrap();
+                        }
+                        last
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(out[0], vec![0.1 + 1.1 + 2.1, 3.0]);
+        assert!(out.iter().all(|o| o == &out[0]));
+    }
+}
