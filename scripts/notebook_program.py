@@ -92,9 +92,16 @@ def outputs(text):
             error, body = m.group(1), body[: m.start()]
         pos = 0
         for b in re.finditer(r"EVCXR_BEGIN_CONTENT (\S+)\n(.*?)\nEVCXR_END_CONTENT\n?", body, re.S):
-            if body[pos : b.start()].strip():
-                outs.append({"output_type": "stream", "name": "stdout", "text": body[pos : b.start()].lstrip("\n")})
-            outs.append({"output_type": "display_data", "data": {b.group(1): b.group(2)}, "metadata": {}})
+            between = body[pos : b.start()]
+            if between.strip():
+                outs.append({"output_type": "stream", "name": "stdout", "text": between.lstrip("\n")})
+            # Blocks printed back to back are one output with several MIME types, as evcxr shows
+            # them (a chart's plotly JSON for JupyterLab and its SVG for GitHub, one figure).
+            last = outs[-1] if outs and not between.strip() else None
+            if last and last["output_type"] == "display_data" and b.group(1) not in last["data"]:
+                last["data"][b.group(1)] = b.group(2)
+            else:
+                outs.append({"output_type": "display_data", "data": {b.group(1): b.group(2)}, "metadata": {}})
             pos = b.end()
         if body[pos:].strip():
             outs.append({"output_type": "stream", "name": "stdout", "text": body[pos:].lstrip("\n")})

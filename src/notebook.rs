@@ -10,7 +10,7 @@ use crate::hw::Card;
 use crate::model::Precision;
 use crate::frame::{groups, present_columns};
 use crate::report::chart::draw;
-use crate::report::display::{show_chart, show_table};
+use crate::report::display::{show_chart, show_tables};
 use crate::report::svg::draw_svg;
 use crate::session::run_folder::{run_folders, Manifest, RunFolder, StageStatus, MANIFEST};
 use crate::report::Table;
@@ -238,14 +238,18 @@ impl StageRun {
     fn render(&self, name: &str, only: &str, tables: bool, charts: bool) -> Result<()> {
         let view = self.view(name)?;
         let df = self.run.table(&self.stage, view.table)?;
+        let mut shown = Vec::new();
         for (label, part) in groups(&df, view.group_by)?.into_iter().filter(|(l, _)| l.contains(only)) {
             let caption = if label.is_empty() { view.caption.to_string() } else { format!("{} — {label}", view.caption) };
             if tables {
-                show_table(&present_columns(&part, view.columns)?, &caption);
+                shown.push((present_columns(&part, view.columns)?, caption));
             }
             if let (true, Some(chart)) = (charts, &view.chart) {
                 show_chart(&draw(chart, &part)?, Some(&draw_svg(chart, &part)?), &format!("{}-{name}-{label}", self.stage));
             }
+        }
+        if !shown.is_empty() {
+            show_tables(&shown);
         }
         Ok(())
     }

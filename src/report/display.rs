@@ -52,14 +52,28 @@ pub fn html_table(df: &DataFrame, caption: &str) -> String {
 
 /// Shows a table: HTML in a notebook, polars' text table elsewhere.
 pub fn show_table(df: &DataFrame, caption: &str) {
-    if in_notebook() {
-        println!("EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT", html_table(df, caption));
-    } else {
-        if !caption.is_empty() {
-            println!("{caption}");
-        }
-        println!("{df}");
+    show_tables(&[(df.clone(), caption.to_string())]);
+}
+
+/// Shows several tables as one output. evcxr keeps one block per MIME type for a cell (the last
+/// one printed), so tables printed one by one would show only the last in JupyterLab.
+pub fn show_tables(tables: &[(DataFrame, String)]) {
+    print!("{}", tables_text(tables, in_notebook()));
+}
+
+fn tables_text(tables: &[(DataFrame, String)], notebook: bool) -> String {
+    if notebook {
+        let html: String = tables.iter().map(|(df, caption)| html_table(df, caption)).collect();
+        return format!("EVCXR_BEGIN_CONTENT text/html\n{html}\nEVCXR_END_CONTENT\n");
     }
+    let mut out = String::new();
+    for (df, caption) in tables {
+        if !caption.is_empty() {
+            out += &format!("{caption}\n");
+        }
+        out += &format!("{df}\n");
+    }
+    out
 }
 
 /// Only the columns named, in that order.
@@ -87,5 +101,20 @@ pub fn show_chart(plot: &plotly::Plot, svg: Option<&str>, name: &str) {
             let _ = std::fs::write(path.with_extension("svg"), svg);
         }
         println!("chart written to {}", path.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_of_one_call_are_one_notebook_output() {
+        let t = |v: f64| (df!("x" => [v]).unwrap(), format!("caption {v}"));
+        let text = tables_text(&[t(1.0), t(2.0)], true);
+        assert_eq!(text.matches("EVCXR_BEGIN_CONTENT").count(), 1, "{text}");
+        assert!(text.contains("caption 1") && text.contains("caption 2"));
+        let plain = tables_text(&[t(1.0), t(2.0)], false);
+        assert!(!plain.contains("EVCXR") && plain.contains("caption 2"));
     }
 }
