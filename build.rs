@@ -4,7 +4,7 @@
 fn main() {
     println!("cargo:rerun-if-changed=Cargo.lock");
     let lock = std::fs::read_to_string("Cargo.lock").unwrap_or_default();
-    let wanted = ["candle-core", "candle-nn", "candle-transformers", "cudarc", "polars", "plotly", "tokenizers", "hf-hub", "nvml-wrapper"];
+    let wanted = ["candle-core", "candle-nn", "cudarc", "polars", "plotly", "tokenizers", "hf-hub", "nvml-wrapper"];
     let mut found = Vec::new();
     let mut name = "";
     for line in lock.lines() {

@@ -30,7 +30,7 @@ def evcxr_env():
     cfg = TARGET / "evcxr-config"
     tmp.mkdir(parents=True, exist_ok=True)
     cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "init.evcxr").write_text(":cache 4000\n")
+    (cfg / "init.evcxr").write_text(":cache 4000\n:opt 0\n")
     os.environ["EVCXR_TMPDIR"] = str(tmp)
     os.environ["EVCXR_CONFIG_DIR"] = str(cfg)
 

@@ -238,8 +238,15 @@ impl StageRun {
     fn render(&self, name: &str, only: &str, tables: bool, charts: bool) -> Result<()> {
         let view = self.view(name)?;
         let df = self.run.table(&self.stage, view.table)?;
+        let picked: Vec<_> = groups(&df, view.group_by)?.into_iter().filter(|(l, _)| l.contains(only)).collect();
+        if picked.is_empty() {
+            // Say so rather than show an empty cell: e.g. PyTorch's rows exist only in a run given
+            // the reference script's output (the committed GPU runs), not in a Live run.
+            println!("{}: this run has no rows where {only} (model {}, {})", view.name, self.run.manifest.model, self.run.manifest.env.device);
+            return Ok(());
+        }
         let mut shown = Vec::new();
-        for (label, part) in groups(&df, view.group_by)?.into_iter().filter(|(l, _)| l.contains(only)) {
+        for (label, part) in picked {
             let caption = if label.is_empty() { view.caption.to_string() } else { format!("{} — {label}", view.caption) };
             if tables {
                 shown.push((present_columns(&part, view.columns)?, caption));

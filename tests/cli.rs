@@ -355,3 +355,36 @@ fn compute_f32_doubles_the_q4_k_m_cache() {
     // Only the vectors (333,312 values) change dtype: 0.64 MiB.
     assert!((weights_f32 - weights - 333_312.0 * 2.0 / (1u64 << 20) as f64).abs() < 1e-6, "{weights} {weights_f32}");
 }
+
+#[test]
+fn estimate_prices_each_gpu_of_a_tensor_parallel_and_a_pipeline_plan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str], name: &str| {
+        let out = tmp.path().join(name);
+        let mut args = vec!["estimate", "--model", "synthetic:qwen2.5-7b", "--precisions", "bf16,q4_k_m", "--out", out.to_str().unwrap()];
+        args.extend(extra);
+        (lab(&args), out)
+    };
+    let (o, one) = run(&[], "one");
+    assert!(o.status.success(), "{}", text(&o));
+    let single: f64 = csv(&one, "estimate/estimate_ledger.csv").iter().find(|r| r["precision"] == "bf16" && r["item"] == "kv_cache").unwrap()["mib"].parse().unwrap();
+    let (o, tp) = run(&["--tp", "2"], "tp");
+    assert!(o.status.success(), "{}", text(&o));
+    let rows = csv(&tp, "estimate/estimate_parallel.csv");
+    // Q4_K_M is not split by tensor parallelism: two BF16 GPUs, each with half the K/V heads.
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(text(&o).contains("q4_k_m: tensor parallelism splits dense weights"), "{}", text(&o));
+    for r in &rows {
+        assert_eq!(r["kv_cache_mib"].parse::<f64>().unwrap() * 2.0, single);
+    }
+    let (o, pp) = run(&["--pp", "2"], "pp");
+    assert!(o.status.success(), "{}", text(&o));
+    let rows = csv(&pp, "estimate/estimate_parallel.csv");
+    assert_eq!(rows.len(), 4, "both precisions, two stages each");
+    let layers: Vec<&str> = rows.iter().filter(|r| r["precision"] == "bf16").map(|r| r["layers"].as_str()).collect();
+    assert_eq!(layers.len(), 2);
+    assert!(layers[0].starts_with("0..") && layers[1].ends_with("..28"), "{layers:?}");
+    // 3 GPUs cannot share Qwen2.5-7B's 4 K/V heads: one line, no panic.
+    let (o, _) = run(&["--tp", "3"], "tp3");
+    assert!(!o.status.success() && text(&o).contains("do not divide the model's 4 key/value heads"), "{}", text(&o));
+}

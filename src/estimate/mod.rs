@@ -7,6 +7,7 @@
 pub mod bytes;
 pub mod fit;
 pub mod need;
+pub mod parallel;
 pub mod pool;
 pub mod scaled;
 pub mod sweep;

@@ -11,15 +11,17 @@ pub mod tables;
 pub mod training_tables;
 
 use inputs::{ledger_rows, model_config, workload};
-use tables::{col, CURVE, FIT, LEDGER, TRAINING, TRAIN_STEP};
+use tables::{col, CURVE, FIT, LEDGER, PARALLEL, TRAINING, TRAIN_STEP};
 use training_tables::{train_step_table, training_table};
 use crate::error::Result;
 use crate::estimate::fit::{self, CardFit, Runtime};
+use crate::estimate::parallel;
 use crate::estimate::training::{self, Optimizer};
 use crate::hw::Card;
 use crate::limits;
-use crate::memory::mib;
-use crate::model::{Logits, Precision};
+use crate::memory::{gib, mib};
+use crate::model::gguf::Gguf;
+use crate::model::{Logits, Precision, Qwen2Config};
 
 pub use plan::{Plan, PlanConfig};
 
@@ -61,11 +63,20 @@ pub struct EstimateConfig {
     /// GPUs ZeRO divides across
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=limits::MAX_GPUS))]
     pub gpus: u64,
+    /// Inference with tensor parallelism over this many GPUs: what each GPU holds
+    #[arg(long, value_parser = limits::count(MAX_PARALLEL))]
+    pub tp: Option<usize>,
+    /// Inference as a pipeline over this many GPUs (whole layers per GPU, split by weight)
+    #[arg(long, conflicts_with = "tp", value_parser = limits::count(MAX_PARALLEL))]
+    pub pp: Option<usize>,
 }
+
+/// GPUs of one host a tensor-parallel or pipeline plan is priced for.
+const MAX_PARALLEL: usize = 64;
 
 impl Default for EstimateConfig {
     fn default() -> Self {
-        Self { precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32], seq: 4096, batch: 1, logits: Logits::Last, config: None, train: false, optimizer: Optimizer::Adamw, zero: 0, gpus: 1 }
+        Self { precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32], seq: 4096, batch: 1, logits: Logits::Last, config: None, train: false, optimizer: Optimizer::Adamw, zero: 0, gpus: 1, tp: None, pp: None }
     }
 }
 
@@ -126,6 +137,11 @@ impl Stage for Estimate {
             )?,
         );
         out.table(CURVE, df!(col::PRECISION => curve.0, col::SEQ => curve.1, col::NEED_GIB => curve.2)?);
+        if let Some((layout, gpus)) = c.tp.map(|n| ("tp", n)).or(c.pp.map(|n| ("pp", n))) {
+            let (df, found) = parallel_table(s, &cfg, gguf.as_ref(), c, layout, gpus, runtime.bytes())?;
+            out.table(PARALLEL, df);
+            out.findings.extend(found);
+        }
         if c.train {
             out.table(TRAINING, training_table(&cfg, c.optimizer, c.zero, c.gpus)?);
             out.table(TRAIN_STEP, train_step_table(&cfg, training::TrainShape { batch: c.batch, seq: c.seq })?);
@@ -138,3 +154,43 @@ impl Stage for Estimate {
     }
 }
 
+/// Per GPU, for each precision the layout can hold: `tp` splits dense weights only.
+fn parallel_table(s: &mut Session, cfg: &Qwen2Config, gguf: Option<&Gguf>, c: &EstimateConfig, layout: &str, gpus: usize, runtime: u64) -> Result<(DataFrame, Vec<Finding>)> {
+    let mut rows: Vec<(String, parallel::GpuNeed)> = vec![];
+    let mut found = vec![];
+    for &p in &c.precisions {
+        let w = workload(cfg, gguf, p, c.seq, c.batch, c.logits);
+        let needs = match layout {
+            "tp" if p.is_quantized() => {
+                s.say(format!("{p}: tensor parallelism splits dense weights; --pp places whole quantized layers"));
+                continue;
+            }
+            "tp" => parallel::tensor_parallel(cfg, &w, gpus, runtime)?,
+            _ => parallel::pipeline(cfg, &w, gpus, runtime)?,
+        };
+        let most = needs.iter().map(|g| g.total()).max().unwrap_or(0);
+        let fits_on: Vec<String> = Card::presets().into_iter().filter(|card| card.total_bytes() >= most).map(|card| card.name).collect();
+        s.say(format!("{p}, {layout} over {gpus} GPUs: the fullest GPU needs {:.2} GiB; fits {}", gib(most), if fits_on.is_empty() { "no preset card".into() } else { fits_on.join(", ") }));
+        found.push(
+            Finding::new(format!("{p}: {layout} over {gpus} GPUs, the fullest GPU at {} × {} tokens", c.batch, c.seq), "GiB", None)
+                .predicted(gib(most))
+                .note(format!("NCCL's buffers assumed ({} channels per peer, not measured yet); fits: {}", parallel::NCCL_CHANNELS_ASSUMED, fits_on.join(", "))),
+        );
+        rows.extend(needs.into_iter().map(|g| (p.to_string(), g)));
+    }
+    let m = |f: fn(&parallel::GpuNeed) -> u64| rows.iter().map(|(_, g)| mib(f(g))).collect::<Vec<_>>();
+    let df = df!(
+        col::PRECISION => rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+        col::LAYOUT => rows.iter().map(|_| layout.to_string()).collect::<Vec<_>>(),
+        col::GPU => rows.iter().map(|r| r.1.gpu as u64).collect::<Vec<_>>(),
+        col::LAYERS => rows.iter().map(|r| format!("{}..{}", r.1.layers.0, r.1.layers.1)).collect::<Vec<_>>(),
+        col::WEIGHTS_MIB => m(|g| g.weights),
+        col::KV_CACHE_MIB => m(|g| g.kv_cache),
+        col::TRANSIENT_MIB => m(|g| g.transient),
+        col::LOGITS_MIB => m(|g| g.logits),
+        col::NCCL_MIB => m(|g| g.nccl),
+        col::RUNTIME_MIB => m(|g| g.runtime),
+        col::TOTAL_MIB => m(|g| g.total()),
+    )?;
+    Ok((df, found))
+}

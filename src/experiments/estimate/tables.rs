@@ -26,6 +26,16 @@ pub mod col {
     pub const NOTE: &str = "note";
     pub const WITHOUT_CHECKPOINTING_GIB: &str = "without_checkpointing_gib";
     pub const WITH_CHECKPOINTING_GIB: &str = "with_checkpointing_gib";
+    pub const LAYOUT: &str = "layout";
+    pub const GPU: &str = "gpu";
+    pub const LAYERS: &str = "layers";
+    pub const WEIGHTS_MIB: &str = "weights_mib";
+    pub const KV_CACHE_MIB: &str = "kv_cache_mib";
+    pub const TRANSIENT_MIB: &str = "transient_mib";
+    pub const LOGITS_MIB: &str = "logits_mib";
+    pub const NCCL_MIB: &str = "nccl_mib";
+    pub const RUNTIME_MIB: &str = "runtime_mib";
+    pub const TOTAL_MIB: &str = "total_mib";
 }
 
 pub const LEDGER: &str = "estimate_ledger";
@@ -39,6 +49,8 @@ pub const TRAINING: &str = "estimate_training";
 pub const TRAIN_STEP: &str = "estimate_train_step";
 
 pub const PLAN: &str = "plan";
+
+pub const PARALLEL: &str = "estimate_parallel";
 
 /// Memory against context per precision, with each card's capacity as a line.
 const CURVE_CHART: ChartSpec = ChartSpec {
@@ -97,6 +109,15 @@ pub fn views() -> Vec<View> {
             group_by: &[],
             chart: None,
             explain: "Weights, gradients, the F32 master copy (mixed precision), the optimizer's states, and what ZeRO divides across GPUs; the step's activations and peak are the next table. 训练:权重、梯度、主权重、优化器状态,以及 ZeRO 的切分。",
+        },
+        View {
+            name: "parallel",
+            table: PARALLEL,
+            caption: "Estimator — inference over several GPUs, per GPU (MiB)",
+            columns: &[LAYOUT, GPU, LAYERS, WEIGHTS_MIB, KV_CACHE_MIB, TRANSIENT_MIB, LOGITS_MIB, NCCL_MIB, RUNTIME_MIB, TOTAL_MIB],
+            group_by: &[PRECISION],
+            chart: None,
+            explain: "`--tp N`: every GPU holds its share of each layer's heads and MLP (q, k, v, gate, up by rows; o, down by columns: one all-reduce after each) and the embedding, norms and head whole; the K/V heads are split too, so N must divide them. `--pp N`: whole layers per GPU, split so the weights are as even as whole layers allow, the embedding on the first and the head on the last. NCCL's buffers are assumed (4 MiB per channel and peer, 2 channels) until a run on several GPUs measures them. 多卡推理:张量并行与流水线,每张卡的权重、KV 缓存、瞬时峰值与 NCCL 缓冲。",
         },
         View {
             name: "train_step",

@@ -1,0 +1,182 @@
+//! Inference across the GPUs of one host, per GPU. Tensor parallelism: each GPU holds a shard of
+//! every layer (`model::parallel::shard`: whole heads and MLP columns per rank) and the embedding,
+//! norms and head whole. Pipeline: whole layers per GPU, the first also holding the embedding, the
+//! last the final norm and the head (a tied table is held by both), split so the GPUs' weights
+//! are as even as whole layers allow. Per GPU: weights, KV cache, the forward's transient and
+//! logits, NCCL's buffers and the runtime outside the pool.
+//!
+//! The transient of a tensor-parallel rank is the one-GPU formula on the rank's shape (its heads
+//! and MLP width, the hidden size whole): it counts q and the attention output at the full hidden
+//! width where a rank holds its share, so it errs high by those two tensors' shares.
+
+use crate::error::{LabError, Result};
+use crate::estimate::bytes::{kv_bytes_per_token, weight_bytes, with_layers};
+use crate::estimate::fit::{self, Inference};
+use crate::model::parallel::shard::{rank_ledger, shard_config};
+use crate::model::Qwen2Config;
+use serde::Serialize;
+
+/// NCCL's buffer per channel and peer (`NCCL_BUFFSIZE`, 4 MiB by default).
+pub const NCCL_BUFFSIZE: u64 = 4 << 20;
+
+/// Channels NCCL opens to each peer, assumed: its minimum. Not measured yet — no run on several
+/// GPUs exists; the first one sets this and the ledger's NCCL row becomes a measured figure.
+pub const NCCL_CHANNELS_ASSUMED: u64 = 2;
+
+/// NCCL's buffers on one GPU of a group of `gpus`.
+pub fn nccl_bytes(gpus: usize) -> u64 {
+    NCCL_BUFFSIZE * NCCL_CHANNELS_ASSUMED * (gpus.max(1) as u64 - 1)
+}
+
+/// What one GPU of a group needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuNeed {
+    pub gpu: usize,
+    /// The layers it computes, first..last (all of them under tensor parallelism).
+    pub layers: (usize, usize),
+    pub weights: u64,
+    pub kv_cache: u64,
+    pub transient: u64,
+    pub logits: u64,
+    pub nccl: u64,
+    pub runtime: u64,
+}
+
+impl GpuNeed {
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.transient + self.logits + self.nccl + self.runtime
+    }
+}
+
+/// Tensor parallelism over `gpus`: every GPU holds the same.
+pub fn tensor_parallel(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> Result<Vec<GpuNeed>> {
+    let Some(dtype) = w.precision.dense_dtype() else {
+        return Err(LabError::input(format!("tensor parallelism splits dense weights (bf16, f16, f32), not {}", w.precision)));
+    };
+    let rank_cfg = shard_config(cfg, gpus)?;
+    let tokens = (w.seq * w.batch) as u64;
+    let act = w.precision.act_dtype().size_in_bytes() as u64;
+    let shard = rank_ledger(cfg, gpus, dtype.size_in_bytes() as u64, tokens, act)?;
+    let one = fit::ledger(&rank_cfg, w, 0);
+    Ok((0..gpus)
+        .map(|gpu| GpuNeed {
+            gpu,
+            layers: (0, cfg.num_hidden_layers),
+            weights: shard.weights(),
+            kv_cache: shard.kv_cache,
+            transient: one.transient,
+            logits: one.logits,
+            nccl: nccl_bytes(gpus),
+            runtime,
+        })
+        .collect())
+}
+
+/// Where each of `gpus` pipeline stages starts: whole layers, the weights as even as they allow
+/// (the first stage carries the embedding, the last the head).
+pub fn pipeline_split(layers: usize, layer_bytes: u64, embed: u64, head: u64, gpus: usize) -> Result<Vec<(usize, usize)>> {
+    if gpus == 0 || gpus > layers {
+        return Err(LabError::input(format!("{gpus} pipeline stages for {layers} layers: each stage needs at least one layer")));
+    }
+    let total = embed + head + layers as u64 * layer_bytes;
+    let mut out = Vec::with_capacity(gpus);
+    let mut first = 0;
+    for g in 0..gpus {
+        let left = gpus - g - 1;
+        if left == 0 {
+            out.push((first, layers));
+            break;
+        }
+        // Layers up to the point where the weights so far reach (g + 1) / gpus of the total,
+        // leaving at least one layer for each later stage.
+        let target = total * (g as u64 + 1) / gpus as u64;
+        let mut last = first + 1;
+        while last < layers - left && embed + (last as u64 + 1) * layer_bytes <= target {
+            last += 1;
+        }
+        out.push((first, last));
+        first = last;
+    }
+    Ok(out)
+}
+
+/// Pipeline placement over `gpus`.
+pub fn pipeline(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> Result<Vec<GpuNeed>> {
+    let act = w.precision.act_dtype().size_in_bytes();
+    let none = weight_bytes(&with_layers(cfg, 0), w.precision);
+    let layer = (weight_bytes(cfg, w.precision) - none) / cfg.num_hidden_layers as u64;
+    let norm = (cfg.hidden_size * act) as u64;
+    // Embedding and head: the same size; a tied table is one tensor held by both ends.
+    let table = if cfg.tie_word_embeddings { none - norm } else { (none - norm) / 2 };
+    let split = pipeline_split(cfg.num_hidden_layers, layer, table, table + norm, gpus)?;
+    let tokens = (w.seq * w.batch) as u64;
+    let per_layer_kv = kv_bytes_per_token(cfg, act) / cfg.num_hidden_layers as u64 * tokens;
+    let one = fit::ledger(cfg, w, 0);
+    Ok(split
+        .iter()
+        .enumerate()
+        .map(|(gpu, &(a, b))| {
+            let (first, last) = (gpu == 0, gpu == gpus - 1);
+            GpuNeed {
+                gpu,
+                layers: (a, b),
+                weights: (b - a) as u64 * layer + if first { table } else { 0 } + if last { table + norm } else { 0 },
+                kv_cache: (b - a) as u64 * per_layer_kv,
+                transient: one.transient,
+                logits: if last { one.logits } else { 0 },
+                nccl: nccl_bytes(gpus),
+                runtime,
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::attention::AttentionMode;
+    use crate::model::{Logits, Precision};
+
+    fn w(precision: Precision) -> Inference {
+        Inference { precision, seq: 1024, batch: 1, logits: Logits::Last, attention: AttentionMode::default(), stored: None }
+    }
+
+    #[test]
+    fn a_split_by_hand() {
+        // 10 layers of 10 B, embedding 25 B, head 25 B: 150 B over 3 → 50 B each.
+        // Stage 0: embedding + 2 layers (45; a third would make 55 > 50); stage 1: layers 2..7
+        // (cumulative 25 + 70 = 95 ≤ 100); stage 2: the rest and the head.
+        assert_eq!(pipeline_split(10, 10, 25, 25, 3).unwrap(), vec![(0, 2), (2, 7), (7, 10)]);
+        // Every stage keeps a layer, however heavy the ends.
+        assert_eq!(pipeline_split(3, 1, 1000, 1000, 3).unwrap(), vec![(0, 1), (1, 2), (2, 3)]);
+        assert!(pipeline_split(2, 1, 1, 1, 3).is_err());
+    }
+
+    #[test]
+    fn qwen7b_over_two_gpus() {
+        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let one = fit::ledger(&cfg, &w(Precision::Bf16), 0);
+        let tp = tensor_parallel(&cfg, &w(Precision::Bf16), 2, 0).unwrap();
+        // Each rank: half the layers' weights and the KV cache (2 of 4 K/V heads), the
+        // embedding and head whole.
+        assert_eq!(tp[0].kv_cache * 2, one.kv_cache);
+        let embed_head = 2 * (cfg.vocab_size * cfg.hidden_size * 2) as u64;
+        assert!(tp[0].weights > one.weights / 2 && tp[0].weights < one.weights / 2 + embed_head, "{} vs {}", tp[0].weights, one.weights);
+        assert!(tp[0].transient < one.transient);
+        // 4 K/V heads: 3 GPUs cannot share them.
+        assert!(tensor_parallel(&cfg, &w(Precision::Bf16), 3, 0).is_err());
+        assert!(tensor_parallel(&cfg, &w(Precision::Q4KM), 2, 0).is_err());
+        // Pipeline: every layer once, the weights and the cache add up to one GPU's.
+        let pp = pipeline(&cfg, &w(Precision::Bf16), 2, 0).unwrap();
+        assert_eq!(pp[0].layers.0, 0);
+        assert_eq!(pp[0].layers.1, pp[1].layers.0);
+        assert_eq!(pp[1].layers.1, cfg.num_hidden_layers);
+        let layers_total: u64 = pp.iter().map(|g| g.weights).sum();
+        let per_layer = (weight_bytes(&cfg, Precision::Bf16) - weight_bytes(&with_layers(&cfg, 0), Precision::Bf16)) / 28;
+        assert!(layers_total.abs_diff(one.weights) <= per_layer, "{layers_total} vs {}", one.weights);
+        assert_eq!(pp.iter().map(|g| g.kv_cache).sum::<u64>(), one.kv_cache);
+        assert_eq!((pp[0].logits, pp[1].logits), (0, one.logits));
+        assert_eq!(nccl_bytes(1), 0);
+        assert_eq!(nccl_bytes(4), 3 * 2 * (4 << 20));
+    }
+}
