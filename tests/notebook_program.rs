@@ -32,3 +32,33 @@ fn the_notebook_program_holds_every_code_cell() {
         }
     }
 }
+
+/// Every notebook in Replay (the committed GPU runs), run as the program `cargo test` built: what
+/// CI checks of Replay, in seconds rather than an evcxr kernel's minutes per notebook (the Live
+/// copies still run in evcxr, `scripts/run_notebooks.py ci`).
+#[test]
+fn every_notebook_replays_as_a_program() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // target/<profile>/deps/this-test → target/<profile>/examples/notebooks_live
+    let exe = std::env::current_exe().unwrap();
+    let program = exe.parent().and_then(Path::parent).unwrap().join("examples").join("notebooks_live");
+    assert!(program.is_file(), "{} is missing: plain `cargo test` builds the examples", program.display());
+    let mut names: Vec<String> = std::fs::read_dir(root.join("notebooks")).unwrap().flatten().filter_map(|e| {
+        let p = e.path();
+        (p.extension().is_some_and(|x| x == "ipynb")).then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+    }).collect();
+    names.sort();
+    for nb in &names {
+        let o = std::process::Command::new(&program)
+            .arg(nb)
+            .current_dir(root.join("notebooks"))
+            .env("VRAM_LAB_HOME", root)
+            .env("VRAM_LAB_NOTEBOOK_MODE", "replay")
+            .env_remove("EVCXR_IS_RUNTIME")
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success() && !out.contains("@@vram-lab-error"), "{nb} in Replay failed:\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
+        assert!(out.matches("@@vram-lab-cell").count() >= 5, "{nb}: too few cells ran:\n{out}");
+    }
+}
