@@ -69,10 +69,6 @@ impl HostArena {
     fn top(&self) -> u64 {
         self.live.values().map(|&(p, b)| self.offset_end(p, b)).max().unwrap_or(0)
     }
-
-    pub fn capacity(&self) -> u64 {
-        self.capacity
-    }
 }
 
 impl Drop for HostArena {
