@@ -93,3 +93,78 @@ pub fn pytorch_records(path: &std::path::Path, experiment: &str) -> crate::Resul
     }
     Ok(out)
 }
+
+/// One test of llama.cpp's `llama-bench -o jsonl` run on the same GPU in the same call
+/// (`scripts/reference/llama_bench.sh`): the precision is the model file's name, as that script
+/// writes the lab's GGUF files (`q4_k_m.gguf`, `bf16.gguf`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaBench {
+    pub precision: Option<crate::model::Precision>,
+    pub n_prompt: u64,
+    pub n_gen: u64,
+    pub n_gpu_layers: u64,
+    pub tok_s: f64,
+    /// The build and the options, as a label: "llama.cpp <commit> (-ngl N, -fa F)".
+    pub label: String,
+}
+
+/// The records of llama-bench's JSON lines at `path`; a line that is not a test record (no
+/// `avg_ts`) is skipped, a line that is not JSON is an error naming the file and line.
+pub fn llamacpp_records(path: &std::path::Path) -> crate::Result<Vec<LlamaBench>> {
+    let text = std::fs::read_to_string(path).map_err(|e| crate::LabError::input(format!("cannot read llama-bench figures {}: {e}", path.display())))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| l.trim_start().starts_with('{')) {
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| crate::LabError::input(format!("{} line {}: not JSON ({e})", path.display(), i + 1)))?;
+        let Some(tok_s) = v["avg_ts"].as_f64() else { continue };
+        let file = v["model_filename"].as_str().unwrap_or("");
+        let stem = std::path::Path::new(file).file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let num = |k: &str| v[k].as_u64().or_else(|| v[k].as_i64().map(|n| n.max(0) as u64)).unwrap_or(0);
+        let commit = v["build_commit"].as_str().unwrap_or("?");
+        let fa = v["flash_attn"].as_i64().map(|f| f.to_string()).or_else(|| v["flash_attn"].as_bool().map(|b| u8::from(b).to_string())).unwrap_or_else(|| "?".into());
+        out.push(LlamaBench {
+            precision: crate::model::Precision::parse(stem).ok(),
+            n_prompt: num("n_prompt"),
+            n_gen: num("n_gen"),
+            n_gpu_layers: num("n_gpu_layers"),
+            tok_s,
+            label: format!("llama.cpp {commit} (-ngl {}, -fa {fa})", num("n_gpu_layers")),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two lines as llama-bench 0c1e570 writes them (fields trimmed), a log line and a line of
+    /// another kind: the tests are read with their precision from the file's name.
+    #[test]
+    fn llama_bench_lines_are_read() {
+        let dir = std::env::temp_dir().join(format!("vram-lab-llb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("q4.jsonl");
+        std::fs::write(
+            &p,
+            concat!(
+                "ggml_cuda_init: found 1 CUDA devices\n",
+                r#"{"build_commit": "0c1e570", "model_filename": "/tmp/w/q4_k_m.gguf", "n_prompt": 512, "n_gen": 0, "n_gpu_layers": 99, "flash_attn": 1, "avg_ts": 9876.5}"#,
+                "\n",
+                r#"{"build_commit": "0c1e570", "model_filename": "/tmp/w/q4_k_m.gguf", "n_prompt": 0, "n_gen": 128, "n_gpu_layers": 99, "flash_attn": 1, "avg_ts": 290.25}"#,
+                "\n",
+                r#"{"note": "not a test"}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        let r = llamacpp_records(&p).unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[1].precision, Some(crate::model::Precision::Q4KM));
+        assert_eq!((r[1].n_prompt, r[1].n_gen, r[1].n_gpu_layers), (0, 128, 99));
+        assert_eq!(r[1].tok_s, 290.25);
+        assert_eq!(r[0].label, "llama.cpp 0c1e570 (-ngl 99, -fa 1)");
+        std::fs::write(&p, "{not json\n").unwrap();
+        assert!(llamacpp_records(&p).unwrap_err().to_string().contains("line 1"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -110,6 +110,34 @@ fn bench_records_a_precision_that_does_not_load() {
     }
 }
 
+/// llama-bench's JSON lines given with `--llama-cpp` are the other stack's figures of the rows of
+/// their precision (decode: a test with no prompt; prefill: one of the row's length), each beside
+/// the lab's ratio to it; rows of a precision llama-bench did not run have none.
+#[test]
+fn bench_reads_llama_bench_from_the_same_call() {
+    let tmp = tempfile::tempdir().unwrap();
+    let jsonl = tmp.path().join("llama-bench.jsonl");
+    let line = |n_prompt: u32, n_gen: u32, ts: f64| format!(r#"{{"build_commit": "abc1234", "model_filename": "/w/bf16.gguf", "n_prompt": {n_prompt}, "n_gen": {n_gen}, "n_gpu_layers": 99, "flash_attn": 1, "avg_ts": {ts}}}"#);
+    std::fs::write(&jsonl, [line(0, 8, 123.5), line(64, 0, 4567.0)].join("\n")).unwrap();
+    let out = tmp.path().join("run");
+    let o = lab(&["bench", "--precisions", "bf16,f32", "--variants", "fused", "--llama-cpp", jsonl.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let rows = csv(&out, "bench/bench_decode.csv");
+    let bf16 = rows.iter().find(|r| r["precision"] == "bf16" && r["batch"] == "1").unwrap_or_else(|| panic!("no bf16 row:\n{t}"));
+    assert_eq!(bf16["other_stack_tok_s"], "123.5", "{bf16:?}");
+    let ratio: f64 = bf16["x_other_stack"].parse().unwrap();
+    let tok: f64 = bf16["tok_s"].parse().unwrap();
+    assert!((ratio - tok / 123.5).abs() < 1e-6 * ratio.max(1.0), "{bf16:?}");
+    assert!(bf16["other_stack"].contains("llama.cpp abc1234"), "{bf16:?}");
+    let f32 = rows.iter().find(|r| r["precision"] == "f32").unwrap();
+    assert_eq!(f32["other_stack_tok_s"], "", "{f32:?}");
+    let pre = csv(&out, "bench/bench_prefill.csv");
+    let p64 = pre.iter().find(|r| r["precision"] == "bf16" && r["seq"] == "64").unwrap_or_else(|| panic!("no prefill of 64:\n{t}"));
+    assert_eq!(p64["other_stack_tok_s"], "4567.0", "{p64:?}");
+    fails_with(&["bench", "--llama-cpp", tmp.path().join("absent.jsonl").to_str().unwrap()], "cannot read llama-bench figures");
+}
+
 #[test]
 fn generate_prints_ids_and_is_deterministic() {
     let args = ["generate", "--precision", "f32", "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "6", "--json"];

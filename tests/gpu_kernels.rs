@@ -5,7 +5,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use vram_lab::model::kernels::decode::{DecodeKernels, GEMV_MAX_BATCH};
-use vram_lab::model::kernels::Fused;
+use vram_lab::model::kernels::{Fused, Weights};
 
 fn gpu() -> Option<(Device, candle_core::CudaDevice)> {
     match Device::new_cuda(0) {
@@ -40,6 +40,78 @@ fn kernels_compile() {
     for name in ["vram_lab_qkv_store_bf16", "vram_lab_gemv_f32_b2_g2_norm_s4", "vram_lab_attend_bf16", "vram_lab_argmax_f32"] {
         assert!(ptx.contains(name), "{name} missing from the PTX");
     }
+    let ptx = vram_lab::model::kernels::quant_gemv::ptx().unwrap();
+    for name in ["vram_lab_q8_quantize_norm_bf16", "vram_lab_qgemv_bf16_b2_g2", "vram_lab_qgemv_f32_b1_g1"] {
+        assert!(ptx.contains(name), "{name} missing from the PTX");
+    }
+}
+
+/// x [.., k] in F32 rounded as the quantized product rounds it: per 32 values, to multiples of
+/// d = (largest |x|) / 127 (llama.cpp's q8_1).
+fn q8(x: &Tensor) -> Tensor {
+    let shape = x.dims().to_vec();
+    let blocks = x.reshape(((), 32)).unwrap();
+    let d = (blocks.abs().unwrap().max_keepdim(1).unwrap() / 127.0).unwrap();
+    blocks.broadcast_div(&d).unwrap().round().unwrap().broadcast_mul(&d).unwrap().reshape(shape).unwrap()
+}
+
+/// The product over Q4_K and Q6_K blocks (x quantized to 8 bits inside, the RMS norm before it)
+/// against the dequantized weights times x rounded the same way (`q8`), in F32: equal to the
+/// order of summation (F32) or the output's rounding (BF16), with every fusion the dense kernel
+/// has, rows long enough for four warps per row (18,944: the MLP's down projection), and three
+/// parts of mixed types (q and k in Q4_K, v in Q6_K, as llama.cpp's Q4_K_M stores some layers).
+#[test]
+fn quantized_gemv_equals_dequantized_products() {
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use vram_lab::model::kernels::quant_gemv::{QuantKernels, QGEMV_MAX_BATCH};
+    let Some((dev, cuda)) = gpu() else { return };
+    for (dtype, tol) in [(DType::BF16, 1e-2), (DType::F32, 1e-3)] {
+        let k = QuantKernels::new(&cuda, dtype).unwrap().expect("kernels for BF16 and F32");
+        for (n, kdim) in [(37, 256), (300, 3584), (9, 18944)] {
+            let quant = |rows: usize, t: GgmlDType| {
+                let w = Tensor::randn(0f32, 1f32, (rows, kdim), &dev).unwrap();
+                let q = QTensor::quantize(&w, t).unwrap();
+                let back = q.dequantize(&dev).unwrap();
+                (q, back)
+            };
+            let (q4, w4) = quant(n, GgmlDType::Q4K);
+            let (q6, w6) = quant(n, GgmlDType::Q6K);
+            let (q4b, w4b) = quant(1 + n / 3, GgmlDType::Q4K);
+            for b in 1..=QGEMV_MAX_BATCH {
+                let x = randn(&[b, 1, kdim], dtype, &dev);
+                let bias = randn(&[n], dtype, &dev);
+                let res = randn(&[b, 1, n], dtype, &dev);
+                let g = randn(&[kdim], dtype, &dev);
+                let (xr, normed) = (q8(&to_f32(&x)), q8(&rms(&x, &g)));
+                let product = |x: &Tensor, w: &Tensor| x.broadcast_matmul(&w.t().unwrap()).unwrap();
+                let check = |what: &str, parts: &[(&QTensor, Option<&Tensor>)], f: Fused, want: Tensor| {
+                    let got = k.gemv(parts, &x, f).unwrap().expect("taken");
+                    assert_eq!(got.dims(), want.dims(), "{what}");
+                    let e = rel_err(&got, &want);
+                    assert!(e < tol, "{dtype:?} {what} n {n} k {kdim} b {b}: {e}");
+                };
+                for (t, q, w) in [("q4_k", &q4, &w4), ("q6_k", &q6, &w6)] {
+                    check(t, &[(q, None)], Fused::default(), product(&xr, w));
+                    let full = product(&xr, w).broadcast_add(&to_f32(&bias)).unwrap().add(&to_f32(&res)).unwrap();
+                    check(&format!("{t} bias+res"), &[(q, Some(&bias))], Fused { res: Some(&res), ..Default::default() }, full);
+                    let want = product(&normed, w).broadcast_add(&to_f32(&bias)).unwrap();
+                    check(&format!("{t} norm+bias"), &[(q, Some(&bias))], Fused { norm: Some((&g, 1e-6)), ..Default::default() }, want);
+                }
+                let stacked = Tensor::cat(&[&w4, &w4b, &w6], 0).unwrap();
+                let tb = bias.narrow(0, 0, 1 + n / 3).unwrap();
+                let biases = Tensor::cat(&[&to_f32(&bias), &to_f32(&tb), &Tensor::zeros(n, DType::F32, &dev).unwrap()], 0).unwrap();
+                let want = product(&normed, &stacked).broadcast_add(&biases).unwrap();
+                check("three parts, mixed types, norm", &[(&q4, Some(&bias)), (&q4b, Some(&tb)), (&q6, None)], Fused { norm: Some((&g, 1e-6)), ..Default::default() }, want);
+                let glu = candle_nn::ops::silu(&product(&normed, &w4)).unwrap().mul(&product(&normed, &w6)).unwrap();
+                check("norm+glu", &[(&q4, None), (&q6, None)], Fused { glu: true, norm: Some((&g, 1e-6)), ..Default::default() }, glu);
+            }
+        }
+        // Block types without a kernel, and a batch too large, are left to candle.
+        let w = QTensor::quantize(&Tensor::randn(0f32, 1f32, (8, 256), &dev).unwrap(), GgmlDType::Q4_0).unwrap();
+        assert!(k.gemv(&[(&w, None)], &randn(&[1, 1, 256], dtype, &dev), Fused::default()).unwrap().is_none());
+        let w = QTensor::quantize(&Tensor::randn(0f32, 1f32, (8, 256), &dev).unwrap(), GgmlDType::Q4K).unwrap();
+        assert!(k.gemv(&[(&w, None)], &randn(&[QGEMV_MAX_BATCH + 1, 1, 256], dtype, &dev), Fused::default()).unwrap().is_none());
+    }
 }
 
 fn to_f32(t: &Tensor) -> Tensor {
@@ -71,7 +143,8 @@ fn gemv_equals_candles_products() {
                 let g = randn(&[kdim], dtype, &dev);
                 let (gate, up) = (w.narrow(0, 0, n).unwrap(), w.narrow(0, n, n).unwrap());
                 let check = |what: &str, parts: &[(&Tensor, Option<&Tensor>)], f: Fused, want: Tensor| {
-                    let got = k.gemv(parts, &x, f).unwrap().expect("taken");
+                    let parts: Vec<_> = parts.iter().map(|&(w, b)| (Weights::Dense(w), b)).collect();
+                    let got = k.gemv(&parts, &x, f).unwrap().expect("taken");
                     assert_eq!(got.dims(), want.dims(), "{what}");
                     let e = rel_err(&got, &want);
                     assert!(e < tol, "{dtype:?} {what} n {n} k {kdim} b {b}: {e}");
@@ -101,7 +174,7 @@ fn gemv_equals_candles_products() {
         // What the kernel does not take is left to candle: too many rows, rows not a whole
         // number of 16-byte loads, a strided input.
         let w = randn(&[16, 64], dtype, &dev);
-        let none = |w: &Tensor, x: &Tensor| k.gemv(&[(w, None)], x, Fused::default()).unwrap().is_none();
+        let none = |w: &Tensor, x: &Tensor| k.gemv(&[(Weights::Dense(w), None)], x, Fused::default()).unwrap().is_none();
         assert!(none(&w, &randn(&[GEMV_MAX_BATCH + 1, 1, 64], dtype, &dev)));
         assert!(none(&randn(&[16, 66], dtype, &dev), &randn(&[1, 1, 66], dtype, &dev)));
         assert!(none(&w, &randn(&[2, 128], dtype, &dev).narrow(1, 0, 64).unwrap()));

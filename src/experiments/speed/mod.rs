@@ -94,6 +94,11 @@ pub struct BenchConfig {
     /// JSON lines of `scripts/reference/pytorch_reference.py bench` run on the same GPU
     #[arg(long)]
     pub pytorch: Option<PathBuf>,
+    /// JSON lines of llama.cpp's `llama-bench -o jsonl` run on the same GPU
+    /// (`scripts/reference/llama_bench.sh`); without it the other stack's figures are llama.cpp's
+    /// earlier H200 run, labelled so
+    #[arg(long)]
+    pub llama_cpp: Option<PathBuf>,
 }
 
 impl Default for BenchConfig {
@@ -107,6 +112,7 @@ impl Default for BenchConfig {
             batches: Vec::new(),
             variants: vec![Variant::Separate, Variant::Untracked, Variant::Fused, Variant::Graph, Variant::Kernel, Variant::Gemv, Variant::Own],
             pytorch: None,
+            llama_cpp: None,
         }
     }
 }
@@ -147,10 +153,28 @@ fn pytorch(records: &[serde_json::Value], case: &str, precision: Precision, seq:
         .and_then(|r| r["tok_s"].as_f64())
 }
 
-/// The other stacks' H200 figures for the report's model (`reference`): llama.cpp, and stock
-/// candle-transformers beside it in the label.
-fn other_stack(precision: Precision, decode: bool) -> (Option<f64>, String) {
+/// llama.cpp's figure for a row: from llama-bench in the same call when its records were given
+/// (every layer on the GPU; a decode is a test with no prompt, a prefill one of `seq` tokens),
+/// else its earlier H200 figures for the report's model (`reference`; `quoted` says whether the
+/// row may show them), stock candle-transformers beside them in the label.
+fn other_stack(llama: Option<&[reference::LlamaBench]>, precision: Precision, seq: Option<usize>, quoted: bool) -> (Option<f64>, String) {
+    if let Some(records) = llama {
+        let same = |r: &&reference::LlamaBench| {
+            r.precision == Some(precision) && r.n_gpu_layers >= 99 && match seq {
+                None => r.n_prompt == 0 && r.n_gen > 0,
+                Some(s) => r.n_gen == 0 && r.n_prompt == s as u64,
+            }
+        };
+        return match records.iter().find(same) {
+            Some(r) => (Some(r.tok_s), format!("{} {}, same GPU, same call", r.label, if seq.is_some() { format!("pp{}", r.n_prompt) } else { format!("tg{}", r.n_gen) })),
+            None => (None, String::new()),
+        };
+    }
+    if !quoted {
+        return (None, String::new());
+    }
     use reference::{candle_h200, llamacpp_h200};
+    let decode = seq.is_none();
     match (precision, decode) {
         (Precision::Bf16, true) => (Some(llamacpp_h200::BF16_DECODE_TOK_S), format!("llama.cpp BF16, H200 (candle-transformers: {:.1})", candle_h200::BF16_DECODE_TOK_S)),
         (p, true) if p.is_quantized() => (Some(llamacpp_h200::Q4KM_DECODE_TOK_S), format!("llama.cpp Q4_K_M, H200 (candle-transformers Q4_K: {:.1})", candle_h200::Q4K_DECODE_TOK_S)),
@@ -277,6 +301,7 @@ impl Stage for Bench {
             Some(p) => reference::pytorch_records(p, "bench")?,
             None => Vec::new(),
         };
+        let llama = c.llama_cpp.as_deref().map(reference::llamacpp_records).transpose()?;
         let (mut decodes, mut prefills) = (Vec::new(), Vec::new());
         let mut report_model = false;
         let mut seen = 0u64;
@@ -319,7 +344,7 @@ impl Stage for Bench {
         let dec_tok: Vec<Option<f64>> = decodes.iter().map(|r| ok_f(&r.outcome, r.timing.tok_s())).collect();
         let dec_ceiling: Vec<f64> = decodes.iter().map(|r| r.batch as f64 * estimate::decode_ceiling_tok_s(bw, r.read_bytes)).collect();
         let dec_torch: Vec<Option<f64>> = decodes.iter().map(|r| if r.batch == 1 { pytorch(&records, "decode", r.precision, None) } else { None }).collect();
-        let dec_other: Vec<(Option<f64>, String)> = decodes.iter().map(|r| if gpu && r.batch == 1 { other_stack(r.precision, true) } else { (None, String::new()) }).collect();
+        let dec_other: Vec<(Option<f64>, String)> = decodes.iter().map(|r| if r.batch == 1 { other_stack(llama.as_deref(), r.precision, None, gpu) } else { (None, String::new()) }).collect();
         let decode_df = df!(
             col::PRECISION => decodes.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
             col::VARIANT => decodes.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
@@ -334,12 +359,13 @@ impl Stage for Bench {
             col::PYTORCH_TOK_S => dec_torch.clone(),
             col::VS_PYTORCH => dec_tok.iter().zip(&dec_torch).map(|(a, b)| a.zip(*b).map(|(a, b)| a / b)).collect::<Vec<_>>(),
             col::OTHER_TOK_S => dec_other.iter().map(|o| o.0).collect::<Vec<_>>(),
+            col::VS_OTHER => dec_tok.iter().zip(&dec_other).map(|(a, b)| a.zip(b.0).map(|(a, b)| a / b)).collect::<Vec<_>>(),
             col::OTHER => dec_other.iter().map(|o| o.1.as_str()).collect::<Vec<_>>(),
             col::SAME_IDS => decodes.iter().map(|r| same_ids(r, &decodes)).collect::<Vec<_>>(),
         )?;
         let pre_tok: Vec<Option<f64>> = prefills.iter().map(|r| ok_f(&r.outcome, r.seq as f64 / r.seconds)).collect();
         let pre_torch: Vec<Option<f64>> = prefills.iter().map(|r| pytorch(&records, "prefill", r.precision, Some(r.seq))).collect();
-        let pre_other: Vec<(Option<f64>, String)> = prefills.iter().map(|r| if gpu && r.seq <= 512 { other_stack(r.precision, false) } else { (None, String::new()) }).collect();
+        let pre_other: Vec<(Option<f64>, String)> = prefills.iter().map(|r| other_stack(llama.as_deref(), r.precision, Some(r.seq), gpu && r.seq <= 512)).collect();
         let prefill_df = df!(
             col::PRECISION => prefills.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
             col::VARIANT => prefills.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
@@ -351,6 +377,7 @@ impl Stage for Bench {
             col::PYTORCH_TOK_S => pre_torch.clone(),
             col::VS_PYTORCH => pre_tok.iter().zip(&pre_torch).map(|(a, b)| a.zip(*b).map(|(a, b)| a / b)).collect::<Vec<_>>(),
             col::OTHER_TOK_S => pre_other.iter().map(|o| o.0).collect::<Vec<_>>(),
+            col::VS_OTHER => pre_tok.iter().zip(&pre_other).map(|(a, b)| a.zip(b.0).map(|(a, b)| a / b)).collect::<Vec<_>>(),
             col::OTHER => pre_other.iter().map(|o| o.1.as_str()).collect::<Vec<_>>(),
             col::NOTE => prefills.iter().map(|r| if r.precision.is_quantized() { "Q4's ledger counts the quantized-matmul buffer this stage grew; a process that ran longer prefills before holds more" } else { "" }).collect::<Vec<_>>(),
         )?;
@@ -360,9 +387,11 @@ impl Stage for Bench {
                 Finding::new(format!("{} decode, {}", r.precision, r.variant.name()), "tok/s", dec_tok[i])
                     .ceiling(dec_ceiling[i])
                     .report((r.precision == Precision::Bf16 && report_model).then_some(reference::report::BF16_DECODE_TOK_S))
-                    .note(match dec_torch[i] {
-                        Some(t) => format!("PyTorch (same GPU, same call) {t:.1} tok/s"),
-                        None => "ceiling: this run's read bandwidth ÷ bytes per step".into(),
+                    .note(match (dec_torch[i], &dec_other[i]) {
+                        (Some(t), (Some(o), label)) => format!("PyTorch (same GPU, same call) {t:.1} tok/s; {label} {o:.1}"),
+                        (Some(t), _) => format!("PyTorch (same GPU, same call) {t:.1} tok/s"),
+                        (None, (Some(o), label)) if llama.is_some() => format!("{label} {o:.1} tok/s"),
+                        _ => "ceiling: this run's read bandwidth ÷ bytes per step".into(),
                     }),
             );
         }

@@ -16,7 +16,8 @@
 use crate::error::{LabError, Result};
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
-use super::fused::{Fused, Part};
+use super::fused::{Fused, Part, Weights};
+use super::quant_gemv::QuantKernels;
 use candle_core::{DType, Tensor};
 
 const SOURCE: &str = include_str!("decode.cu");
@@ -84,6 +85,8 @@ pub struct DecodeKernels {
     gemv: Vec<CudaFunction>,
     attend: CudaFunction,
     argmax: CudaFunction,
+    /// The products over GGUF k-quant blocks.
+    quant: Option<QuantKernels>,
 }
 
 impl DecodeKernels {
@@ -105,6 +108,7 @@ impl DecodeKernels {
             gemv,
             attend: load(&format!("vram_lab_attend_{name}"))?,
             argmax: load(&format!("vram_lab_argmax_{name}"))?,
+            quant: QuantKernels::new(dev, dtype)?,
         }))
     }
 
@@ -131,12 +135,21 @@ impl DecodeKernels {
     /// the parts are gate and up, [n, k] each, without bias). The result has `x`'s shape with the
     /// rows last. None when the kernel does not take these tensors (another dtype, a batch too
     /// large, rows not a whole number of 16-byte loads, unaligned or strided): the caller computes
-    /// with candle.
+    /// with candle. Parts in GGUF blocks go to `quant_gemv` (all of a product's parts, or none).
     pub fn gemv(&self, parts: &[Part], x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
+        let quant: Option<Vec<_>> = parts.iter().map(|&(w, b)| if let Weights::Quant(q) = w { Some((q, b)) } else { None }).collect();
+        if let Some(quant) = quant {
+            return match &self.quant {
+                Some(k) => k.gemv(&quant, x, f),
+                None => Ok(None),
+            };
+        }
+        let dense: Option<Vec<_>> = parts.iter().map(|&(w, b)| if let Weights::Dense(t) = w { Some((t, b)) } else { None }).collect();
+        let Some(parts) = dense else { return Ok(None) };
         let Some(&(first, _)) = parts.first() else { return Ok(None) };
         let k = first.dim(1)?;
         let mut rows = Vec::with_capacity(parts.len());
-        for &(w, bias) in parts {
+        for &(w, bias) in &parts {
             let (n, kw) = w.dims2()?;
             if kw != k || !self.ours(&[w]) || bias.is_some_and(|b| f.glu || !self.ours(&[b]) || b.elem_count() != n) {
                 return Ok(None);

@@ -5,6 +5,8 @@
 pub mod decode;
 #[cfg(feature = "cuda")]
 pub mod flash_attention;
+#[cfg(feature = "cuda")]
+pub mod quant_gemv;
 pub mod fused;
 
-pub use fused::{Fused, Part};
+pub use fused::{Fused, Part, Weights};

@@ -4,7 +4,7 @@
 use crate::error::{LabError, Result};
 use crate::model::decode::StepInputs;
 use crate::model::host_linear::HostLinear;
-use crate::model::kernels::{Fused, Part};
+use crate::model::kernels::{Fused, Part, Weights};
 use crate::model::weights::Weight;
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Module, Tensor};
@@ -44,10 +44,11 @@ impl Linear {
         }
     }
 
-    /// The weight and bias of a dense layer, as a part of the static step's product.
+    /// The weight and bias of a layer on the GPU, as a part of the static step's product.
     pub(super) fn part(&self) -> Option<Part<'_>> {
         match self {
-            Self::Dense(l) => Some((l.weight(), l.bias())),
+            Self::Dense(l) => Some((Weights::Dense(l.weight()), l.bias())),
+            Self::Quant(QMatMul::QTensor(q), bias) => Some((Weights::Quant(q), bias.as_ref())),
             _ => None,
         }
     }
