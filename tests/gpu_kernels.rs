@@ -58,7 +58,7 @@ fn q8(x: &Tensor) -> Tensor {
 /// The product over Q4_K and Q6_K blocks (x quantized to 8 bits inside, the RMS norm before it)
 /// against the dequantized weights times x rounded the same way (`q8`), in F32: equal to the
 /// order of summation (F32) or the output's rounding (BF16), with every fusion the dense kernel
-/// has, rows long enough for four warps per row (18,944: the MLP's down projection), and three
+/// has, rows as long as the MLP's down projection's (18,944), and three
 /// parts of mixed types (q and k in Q4_K, v in Q6_K, as llama.cpp's Q4_K_M stores some layers).
 #[test]
 fn quantized_gemv_equals_dequantized_products() {

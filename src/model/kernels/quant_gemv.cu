@@ -138,13 +138,13 @@ __device__ __forceinline__ void q4k_block(uint4 h, uint4 q, int blk, int pair, i
 }
 
 // A lane's share of row `wr` (Q4_K, nb blocks) times x: eight lanes per block, four blocks per
-// warp, the S warps of a row interleaved (warp `part`); two rounds' loads in flight at once.
-template <int B, int S>
+// warp; two rounds' loads in flight at once.
+template <int B>
 __device__ __forceinline__ void dot_q4k(const unsigned char* __restrict__ wr, int nb, const signed char* __restrict__ xq,
-                                         const float2* __restrict__ xd, int k, int lane, int part, float* acc) {
+                                         const float2* __restrict__ xd, int k, int lane, float* acc) {
     const int sub = lane & 7, pair = sub >> 1, half = sub & 1;
-    const int stride = 4 * S;
-    for (int blk = (lane >> 3) + 4 * part; blk < nb; blk += 2 * stride) {
+    const int stride = 4;
+    for (int blk = lane >> 3; blk < nb; blk += 2 * stride) {
         const int blk2 = blk + stride;
         const unsigned char* b0 = wr + (long)blk * 144;
         const unsigned char* b1 = wr + (long)blk2 * 144;
@@ -190,12 +190,12 @@ __device__ __forceinline__ void q6k_load(const unsigned char* bq, int nh, int t,
 }
 
 // The same for Q6_K: sixteen lanes per block (eight per half of 128 values), two blocks per warp.
-template <int B, int S>
+template <int B>
 __device__ __forceinline__ void dot_q6k(const unsigned char* __restrict__ wr, int nb, const signed char* __restrict__ xq,
-                                         const float2* __restrict__ xd, int k, int lane, int part, float* acc) {
+                                         const float2* __restrict__ xd, int k, int lane, float* acc) {
     const int l16 = lane & 15, nh = l16 >> 3, t = l16 & 7;
-    const int stride = 2 * S;
-    for (int blk = (lane >> 4) + 2 * part; blk < nb; blk += 2 * stride) {
+    const int stride = 2;
+    for (int blk = lane >> 4; blk < nb; blk += 2 * stride) {
         const int blk2 = blk + stride;
         int a0, a1, ah, c0 = 0, c1 = 0, ch = 0;
         float sa[4], sb[4] = {0.f, 0.f, 0.f, 0.f}, da, db = 0.f;
@@ -208,16 +208,15 @@ __device__ __forceinline__ void dot_q6k(const unsigned char* __restrict__ wr, in
 
 // y[b, n] = x[b, k] · wᵀ (+ bias) (+ res) with x given quantized (xq, xd), w up to three weights
 // one under the other (rows [0, n0) of w0, the next n1 of w1, the rest of w2), each of its own
-// type (Q4K or Q6K) and bias; with G = 2, y = silu(x·w0ᵀ) · (x·w1ᵀ). S warps per row (long rows
-// split so a row's blocks are read by more warps at once); a block holds blockDim / (32 S) rows.
-template <typename T, int B, int G, int S>
+// type (Q4K or Q6K) and bias; with G = 2, y = silu(x·w0ᵀ) · (x·w1ᵀ). A warp per row: four warps
+// per row for the long rows of the MLP's down projection were measured slower (`docs/speed.md`).
+template <typename T, int B, int G>
 __device__ void qgemv(const unsigned char* __restrict__ w0, const unsigned char* __restrict__ w1, const unsigned char* __restrict__ w2,
                       int t0, int t1, int t2, const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
                       const signed char* __restrict__ xq, const float2* __restrict__ xd, const T* __restrict__ res,
                       T* __restrict__ y, int n, int k) {
-    __shared__ float part_sums[16][G * B];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
-    const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const bool live = row < n;
     const int seg = G == 2 ? 0 : (row < n0 ? 0 : (row < n0 + n1 ? 1 : 2));
     const int local = row - (seg > 0 ? n0 : 0) - (seg > 1 ? n1 : 0);
@@ -231,29 +230,13 @@ __device__ void qgemv(const unsigned char* __restrict__ w0, const unsigned char*
         const int type = G == 2 ? (r == 0 ? t0 : t1) : (seg == 0 ? t0 : (seg == 1 ? t1 : t2));
         const long row_bytes = (long)nb * (type == Q4K ? 144 : 210);
         if (!live) continue;
-        if (type == Q4K) dot_q4k<B, S>(base + (long)local * row_bytes, nb, xq, xd, k, lane, part, acc[r]);
-        else dot_q6k<B, S>(base + (long)local * row_bytes, nb, xq, xd, k, lane, part, acc[r]);
+        if (type == Q4K) dot_q4k<B>(base + (long)local * row_bytes, nb, xq, xd, k, lane, acc[r]);
+        else dot_q6k<B>(base + (long)local * row_bytes, nb, xq, xd, k, lane, acc[r]);
     }
 #pragma unroll
     for (int b = 0; b < B; b++)
 #pragma unroll
         for (int r = 0; r < G; r++) acc[r][b] = warp_sum(acc[r][b]);
-    if (S > 1) {
-        // The row's warps add their parts through shared memory; the first keeps the sums.
-        if (lane == 0)
-#pragma unroll
-            for (int b = 0; b < B; b++)
-#pragma unroll
-                for (int r = 0; r < G; r++) part_sums[warp][r * B + b] = acc[r][b];
-        __syncthreads();
-        if (part != 0) return;
-#pragma unroll
-        for (int o = 1; o < S; o++)
-#pragma unroll
-            for (int b = 0; b < B; b++)
-#pragma unroll
-                for (int r = 0; r < G; r++) acc[r][b] += part_sums[warp + o][r * B + b];
-    }
     if (lane != 0 || !live) return;
     const T* bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
 #pragma unroll
@@ -274,8 +257,8 @@ __device__ void qgemv(const unsigned char* __restrict__ w0, const unsigned char*
         quantize<T, false>(x, g, eps, xq, xd, k); } \
     extern "C" __global__ void vram_lab_q8_quantize_norm_##DT(const T* x, const T* g, float eps, signed char* xq, float2* xd, int k) { \
         quantize<T, true>(x, g, eps, xq, xd, k); }
-#define VRAM_LAB_QGEMV(NAME, T, B, G, S) \
+#define VRAM_LAB_QGEMV(NAME, T, B, G) \
     extern "C" __global__ void NAME(const unsigned char* w0, const unsigned char* w1, const unsigned char* w2, int t0, int t1, int t2, \
                                     const T* b0, const T* b1, const T* b2, int n0, int n1, const signed char* xq, const float2* xd, \
                                     const T* res, T* y, int n, int k) { \
-        qgemv<T, B, G, S>(w0, w1, w2, t0, t1, t2, b0, b1, b2, n0, n1, xq, xd, res, y, n, k); }
+        qgemv<T, B, G>(w0, w1, w2, t0, t1, t2, b0, b1, b2, n0, n1, xq, xd, res, y, n, k); }

@@ -17,17 +17,8 @@ const SOURCE: &str = include_str!("quant_gemv.cu");
 
 /// Rows of x one launch takes, as for the dense kernel (`decode::GEMV_MAX_BATCH`).
 pub const QGEMV_MAX_BATCH: usize = 2;
-/// Warps per block of the product.
-const WARPS_PER_BLOCK: usize = 4;
-/// Warps per row the product is built for.
-const SPLITS: [usize; 2] = [1, 4];
-
-/// Warps per row: one for rows of up to 16 blocks (4,096 values: every product of a 7B but the
-/// MLP's down projection), four for longer rows, whose one warp would read 19-37 rounds in turn
-/// with few rows to spread over the SMs (down: 3,584 rows of 74 blocks ran at 1.6 TB/s).
-fn split(blocks: usize) -> usize {
-    if blocks > 16 { 4 } else { 1 }
-}
+/// Warps (rows, a warp each) per block of the product.
+const ROWS_PER_BLOCK: u32 = 4;
 /// Threads of a quantization block: one per value of a k-quant block.
 const QUANTIZE_THREADS: u32 = 256;
 /// ggml's type ids, as the kernel names them.
@@ -39,21 +30,21 @@ const QK_K: usize = 256;
 /// A quantized weight of a product and its bias.
 pub type QPart<'a> = (&'a QTensor, Option<&'a Tensor>);
 
-/// Every product entry point of a dtype: (rows of x, weights per row, warps per row).
-fn variants() -> impl Iterator<Item = (usize, usize, usize)> {
-    (1..=QGEMV_MAX_BATCH).flat_map(|b| (1..=2).flat_map(move |g| SPLITS.into_iter().map(move |s| (b, g, s))))
+/// Every product entry point of a dtype: (rows of x, weights per row).
+fn variants() -> impl Iterator<Item = (usize, usize)> {
+    (1..=QGEMV_MAX_BATCH).flat_map(|b| (1..=2).map(move |g| (b, g)))
 }
 
-fn gemv_name(dtype: &str, (b, g, s): (usize, usize, usize)) -> String {
-    format!("vram_lab_qgemv_{dtype}_b{b}_g{g}_s{s}")
+fn gemv_name(dtype: &str, (b, g): (usize, usize)) -> String {
+    format!("vram_lab_qgemv_{dtype}_b{b}_g{g}")
 }
 
 fn source() -> String {
     let mut s = String::from(SOURCE);
     for (name, t) in [("bf16", "unsigned short"), ("f32", "float")] {
         s.push_str(&format!("VRAM_LAB_QUANTIZE({name}, {t})\n"));
-        for v @ (b, g, split) in variants() {
-            s.push_str(&format!("VRAM_LAB_QGEMV({}, {t}, {b}, {g}, {split})\n", gemv_name(name, v)));
+        for v @ (b, g) in variants() {
+            s.push_str(&format!("VRAM_LAB_QGEMV({}, {t}, {b}, {g})\n", gemv_name(name, v)));
         }
     }
     s
@@ -172,10 +163,8 @@ impl QuantKernels {
         let y = crate::memory::cuda_copy::uninit(&self.dev, self.dtype, shape)?;
         let py = self.ptr(&y)?;
         let pr = f.res.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
-        let s = split(k / QK_K);
-        let Some(at) = variants().position(|v| v == (batch, if f.glu { 2 } else { 1 }, s)) else { return Ok(None) };
-        let rows_per_block = (WARPS_PER_BLOCK / s).max(1);
-        let cfg = LaunchConfig { grid_dim: (n.div_ceil(rows_per_block) as u32, 1, 1), block_dim: (32 * (rows_per_block * s) as u32, 1, 1), shared_mem_bytes: 0 };
+        let Some(at) = variants().position(|v| v == (batch, if f.glu { 2 } else { 1 })) else { return Ok(None) };
+        let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), block_dim: (32 * ROWS_PER_BLOCK, 1, 1), shared_mem_bytes: 0 };
         let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);
         let n = n as i32;
         let mut l = stream.launch_builder(&self.gemv[at]);
