@@ -14,7 +14,8 @@
 # for cuBLAS and the CUDA runtime, which it finds beside PyTorch (`scripts/cuda/gpu-env.sh`).
 #
 # `run` writes OUT/llama-bench-*.json (llama-bench's own JSON: one record per test) and the logs;
-# `vram-lab bench --llama-cpp OUT` and `offload --llama-cpp OUT` read them as they read PyTorch's.
+# `vram-lab bench --llama-cpp OUT/llama-bench.jsonl` reads them as it reads PyTorch's (the offload
+# stage's `-ngl` sweep is not scripted yet).
 set -euo pipefail
 cmd=$1 WORK=$(realpath -m "$2")
 mkdir -p "$WORK"

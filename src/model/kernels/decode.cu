@@ -1,12 +1,4 @@
 #define NEG_INF __int_as_float(0xff800000)
-__device__ __forceinline__ float ld(const unsigned short* p, long i) { return __uint_as_float(((unsigned)p[i]) << 16); }
-__device__ __forceinline__ void st(unsigned short* p, long i, float f) {
-    unsigned u = __float_as_uint(f);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    p[i] = (unsigned short)(u >> 16);
-}
-__device__ __forceinline__ float ld(const float* p, long i) { return p[i]; }
-__device__ __forceinline__ void st(float* p, long i, float f) { p[i] = f; }
 
 // y: [b, (heads + 2 kv) * d] (q | k | v of one position), rotated and scaled in place for q;
 // k rotated and v copied into the caches [b, kv, cap, d] at row pos[0]. One thread per pair (i, i + d/2).
@@ -68,12 +60,6 @@ __device__ __forceinline__ float dot16g(uint4 w, uint4 x, uint4 g, float acc, co
     acc = fmaf(__uint_as_float(w.z), __uint_as_float(x.z) * __uint_as_float(g.z), acc);
     acc = fmaf(__uint_as_float(w.w), __uint_as_float(x.w) * __uint_as_float(g.w), acc);
     return acc;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
 }
 
 // y[b, n] = x[b, k] · w[n, k]ᵀ (+ bias[n]) (+ res[b, n]), where w is up to three weights one

@@ -16,6 +16,7 @@
 use crate::error::{LabError, Result};
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
+use super::target::Target;
 use super::fused::{Fused, Part, Weights};
 use super::quant_gemv::QuantKernels;
 use candle_core::{DType, Tensor};
@@ -56,7 +57,7 @@ fn gemv_name(dtype: &str, (b, g, norm, split): (usize, usize, bool, usize)) -> S
 /// The kernels' source: `decode.cu` and its entry points, instantiated per dtype (and for `gemv`
 /// per variant) with the file's macros.
 fn source() -> String {
-    let mut s = String::from(SOURCE);
+    let mut s = format!("{}{SOURCE}", super::target::COMMON);
     for (name, t) in [("bf16", "unsigned short"), ("f32", "float")] {
         for v @ (b, g, norm, split) in gemv_variants() {
             s.push_str(&format!("VRAM_LAB_GEMV({}, {t}, {b}, {g}, {norm}, {split})\n", gemv_name(name, v)));
@@ -78,8 +79,7 @@ fn err(e: impl std::fmt::Debug) -> LabError {
 
 /// The compiled kernels for one activation dtype.
 pub struct DecodeKernels {
-    dev: CudaDevice,
-    dtype: DType,
+    target: Target,
     qkv: CudaFunction,
     /// In the order of `gemv_variants`.
     gemv: Vec<CudaFunction>,
@@ -93,17 +93,12 @@ impl DecodeKernels {
     /// Compiles (once per process; candle caches the module) the kernels for `dtype`, or None for
     /// a dtype they have no variant for (F16): the step then uses candle's kernels.
     pub fn new(dev: &CudaDevice, dtype: DType) -> Result<Option<Self>> {
-        let name = match dtype {
-            DType::BF16 => "bf16",
-            DType::F32 => "f32",
-            _ => return Ok(None),
-        };
-        let ptx = ptx()?;
-        let load = |f: &str| -> Result<CudaFunction> { Ok(dev.get_or_load_custom_func(f, "vram_lab_decode", &ptx)?.into_cuda_function()) };
+        let Some(target) = Target::new(dev, dtype) else { return Ok(None) };
+        let (name, ptx) = (target.name(), ptx()?);
+        let load = |f: &str| target.load("vram_lab_decode", &ptx, f);
         let gemv = gemv_variants().map(|v| load(&gemv_name(name, v))).collect::<Result<Vec<_>>>()?;
         Ok(Some(Self {
-            dev: dev.clone(),
-            dtype,
+            target: target.clone(),
             qkv: load(&format!("vram_lab_qkv_store_{name}"))?,
             gemv,
             attend: load(&format!("vram_lab_attend_{name}"))?,
@@ -117,8 +112,8 @@ impl DecodeKernels {
     #[allow(clippy::too_many_arguments)]
     pub fn qkv_store(&self, y: &Tensor, cos: &Tensor, sin: &Tensor, pos: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize, scale: f32) -> Result<()> {
         let (b, kv, cap, d) = kc.dims4()?;
-        let stream = self.dev.cuda_stream();
-        let (py, pc, ps, pp, pk, pv) = (self.ptr(y)?, self.ptr(cos)?, self.ptr(sin)?, self.ptr(pos)?, self.ptr(kc)?, self.ptr(vc)?);
+        let stream = self.target.dev.cuda_stream();
+        let (py, pc, ps, pp, pk, pv) = (self.target.ptr(y)?, self.target.ptr(cos)?, self.target.ptr(sin)?, self.target.ptr(pos)?, self.target.ptr(kc)?, self.target.ptr(vc)?);
         let pairs = (b * (heads + 2 * kv) * d / 2) as u32;
         let cfg = LaunchConfig { grid_dim: (pairs.div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (b, heads, kv, d, cap) = (b as i32, heads as i32, kv as i32, d as i32, cap as i32);
@@ -151,33 +146,33 @@ impl DecodeKernels {
         let mut rows = Vec::with_capacity(parts.len());
         for &(w, bias) in &parts {
             let (n, kw) = w.dims2()?;
-            if kw != k || !self.ours(&[w]) || bias.is_some_and(|b| f.glu || !self.ours(&[b]) || b.elem_count() != n) {
+            if kw != k || !self.target.ours(&[w]) || bias.is_some_and(|b| f.glu || !self.target.ours(&[b]) || b.elem_count() != n) {
                 return Ok(None);
             }
             rows.push(n);
         }
         let n = if f.glu { rows[0] } else { rows.iter().sum() };
         let batch = x.elem_count() / k.max(1);
-        let per = 16 / self.dtype.size_in_bytes();
+        let per = 16 / self.target.dtype.size_in_bytes();
         let takes = x.dims().last() == Some(&k)
             && (1..=GEMV_MAX_BATCH).contains(&batch)
             && k % per == 0
             && if f.glu { parts.len() == 2 && rows[1] == n } else { parts.len() <= 3 }
-            && self.ours(&[x])
-            && f.norm.is_none_or(|(g, _)| self.ours(&[g]) && g.elem_count() == k)
-            && f.res.is_none_or(|t| !f.glu && self.ours(&[t]) && t.elem_count() == batch * n);
+            && self.target.ours(&[x])
+            && f.norm.is_none_or(|(g, _)| self.target.ours(&[g]) && g.elem_count() == k)
+            && f.res.is_none_or(|t| !f.glu && self.target.ours(&[t]) && t.elem_count() == batch * n);
         if !takes {
             return Ok(None);
         }
-        let stream = self.dev.cuda_stream();
+        let stream = self.target.dev.cuda_stream();
         let mut w = [0u64; 3];
         let mut bs = [0u64; 3];
         for (i, &(wi, bi)) in parts.iter().enumerate() {
-            w[i] = self.ptr(wi)?;
-            bs[i] = bi.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
+            w[i] = self.target.ptr(wi)?;
+            bs[i] = bi.map(|t| self.target.ptr(t)).transpose()?.unwrap_or(0);
         }
-        let px = self.ptr(x)?;
-        let pg = f.norm.map(|(g, _)| self.ptr(g)).transpose()?.unwrap_or(0);
+        let px = self.target.ptr(x)?;
+        let pg = f.norm.map(|(g, _)| self.target.ptr(g)).transpose()?.unwrap_or(0);
         if w.iter().chain([&px, &pg]).any(|p| p % 16 != 0) {
             return Ok(None);
         }
@@ -185,9 +180,9 @@ impl DecodeKernels {
         if let Some(last) = shape.last_mut() {
             *last = n;
         }
-        let y = crate::memory::cuda_copy::uninit(&self.dev, self.dtype, shape)?;
-        let py = self.ptr(&y)?;
-        let pr = f.res.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
+        let y = crate::memory::cuda_copy::uninit(&self.target.dev, self.target.dtype, shape)?;
+        let py = self.target.ptr(&y)?;
+        let pr = f.res.map(|t| self.target.ptr(t)).transpose()?.unwrap_or(0);
         let eps = f.norm.map_or(0.0, |(_, e)| e);
         let split = gemv_split(k / per, n);
         let block = 32 * split as u32 * GEMV_ROWS_PER_BLOCK;
@@ -212,13 +207,13 @@ impl DecodeKernels {
     /// positions 0 to `pos`; [b, 1, heads · d]. None when the kernel does not take the shapes.
     pub fn attend(&self, y: &Tensor, kc: &Tensor, vc: &Tensor, pos: &Tensor, heads: usize) -> Result<Option<Tensor>> {
         let (b, kv, cap, d) = kc.dims4()?;
-        let takes = d % 32 == 0 && d <= 256 && kv > 0 && heads % kv == 0 && y.elem_count() == b * (heads + 2 * kv) * d && self.ours(&[y, kc, vc]) && vc.dims() == kc.dims();
+        let takes = d % 32 == 0 && d <= 256 && kv > 0 && heads % kv == 0 && y.elem_count() == b * (heads + 2 * kv) * d && self.target.ours(&[y, kc, vc]) && vc.dims() == kc.dims();
         if !takes {
             return Ok(None);
         }
-        let out = crate::memory::cuda_copy::uninit(&self.dev, self.dtype, vec![b, 1, heads * d])?;
-        let stream = self.dev.cuda_stream();
-        let (py, pk, pv, pp, po) = (self.ptr(y)?, self.ptr(kc)?, self.ptr(vc)?, self.ptr(pos)?, self.ptr(&out)?);
+        let out = crate::memory::cuda_copy::uninit(&self.target.dev, self.target.dtype, vec![b, 1, heads * d])?;
+        let stream = self.target.dev.cuda_stream();
+        let (py, pk, pv, pp, po) = (self.target.ptr(y)?, self.target.ptr(kc)?, self.target.ptr(vc)?, self.target.ptr(pos)?, self.target.ptr(&out)?);
         let cfg = LaunchConfig { grid_dim: (heads as u32, b as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
         let (heads, kv, d, cap) = (heads as i32, kv as i32, d as i32, cap as i32);
         let mut l = stream.launch_builder(&self.attend);
@@ -232,12 +227,12 @@ impl DecodeKernels {
     /// The greedy ids ([b, 1] u32) of logits [b, 1, vocab]; None for another dtype or layout.
     pub fn argmax(&self, logits: &Tensor) -> Result<Option<Tensor>> {
         let (b, one, vocab) = logits.dims3()?;
-        if one != 1 || !self.ours(&[logits]) {
+        if one != 1 || !self.target.ours(&[logits]) {
             return Ok(None);
         }
-        let ids = crate::memory::cuda_copy::uninit(&self.dev, DType::U32, vec![b, 1])?;
-        let stream = self.dev.cuda_stream();
-        let (pl, pi) = (self.ptr(logits)?, self.ptr(&ids)?);
+        let ids = crate::memory::cuda_copy::uninit(&self.target.dev, DType::U32, vec![b, 1])?;
+        let stream = self.target.dev.cuda_stream();
+        let (pl, pi) = (self.target.ptr(logits)?, self.target.ptr(&ids)?);
         let cfg = LaunchConfig { grid_dim: (b as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
         let vocab = vocab as i32;
         let mut l = stream.launch_builder(&self.argmax);
@@ -247,13 +242,4 @@ impl DecodeKernels {
         Ok(Some(ids))
     }
 
-    /// Where `t` starts in device memory.
-    fn ptr(&self, t: &Tensor) -> Result<u64> {
-        crate::memory::cuda_copy::device_ptr(t, &self.dev.cuda_stream()).map(|(p, _)| p)
-    }
-
-    /// Whether every tensor is contiguous in the kernels' dtype.
-    fn ours(&self, ts: &[&Tensor]) -> bool {
-        ts.iter().all(|t| t.dtype() == self.dtype && t.is_contiguous())
-    }
 }

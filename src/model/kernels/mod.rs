@@ -7,6 +7,8 @@ pub mod decode;
 pub mod flash_attention;
 #[cfg(feature = "cuda")]
 pub mod quant_gemv;
+#[cfg(feature = "cuda")]
+pub mod target;
 pub mod fused;
 
 pub use fused::{Fused, Part, Weights};

@@ -7,24 +7,11 @@
 // A Q6_K block is 210 bytes, so its fields are read 16 bits at a time.
 #define Q4K 12
 #define Q6K 14
-__device__ __forceinline__ float ld(const unsigned short* p, long i) { return __uint_as_float(((unsigned)p[i]) << 16); }
-__device__ __forceinline__ void st(unsigned short* p, long i, float f) {
-    unsigned u = __float_as_uint(f);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    p[i] = (unsigned short)(u >> 16);
-}
-__device__ __forceinline__ float ld(const float* p, long i) { return p[i]; }
-__device__ __forceinline__ void st(float* p, long i, float f) { p[i] = f; }
 __device__ __forceinline__ float h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ int dp4a(int a, int b, int c) { int r; asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c)); return r; }
 __device__ __forceinline__ int ld32(const unsigned char* p) {
     const unsigned short* h = (const unsigned short*)p;
     return (int)((unsigned)__ldcs(h) | ((unsigned)__ldcs(h + 1) << 16));
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
 }
 __device__ __forceinline__ int warp_sum_int(int v) {
 #pragma unroll

@@ -6,6 +6,7 @@
 //! product (a cast, the quantization, the product, a cast back, the bias add); here the step is
 //! two kernels a product, with the norm and the additions inside.
 
+use super::target::Target;
 use super::fused::Fused;
 use crate::error::{LabError, Result};
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
@@ -40,7 +41,7 @@ fn gemv_name(dtype: &str, (b, g): (usize, usize)) -> String {
 }
 
 fn source() -> String {
-    let mut s = String::from(SOURCE);
+    let mut s = format!("{}{SOURCE}", super::target::COMMON);
     for (name, t) in [("bf16", "unsigned short"), ("f32", "float")] {
         s.push_str(&format!("VRAM_LAB_QUANTIZE({name}, {t})\n"));
         for v @ (b, g) in variants() {
@@ -71,8 +72,7 @@ fn kernel_type(t: GgmlDType) -> Option<i32> {
 
 /// The compiled kernels for one activation dtype.
 pub struct QuantKernels {
-    dev: CudaDevice,
-    dtype: DType,
+    target: Target,
     quantize: CudaFunction,
     quantize_norm: CudaFunction,
     /// In the order of `variants`.
@@ -82,16 +82,11 @@ pub struct QuantKernels {
 impl QuantKernels {
     /// The kernels for activations in `dtype` (BF16 or F32), or None for another dtype.
     pub fn new(dev: &CudaDevice, dtype: DType) -> Result<Option<Self>> {
-        let name = match dtype {
-            DType::BF16 => "bf16",
-            DType::F32 => "f32",
-            _ => return Ok(None),
-        };
-        let ptx = ptx()?;
-        let load = |f: &str| -> Result<CudaFunction> { Ok(dev.get_or_load_custom_func(f, "vram_lab_quant_gemv", &ptx)?.into_cuda_function()) };
+        let Some(target) = Target::new(dev, dtype) else { return Ok(None) };
+        let (name, ptx) = (target.name(), ptx()?);
+        let load = |f: &str| target.load("vram_lab_quant_gemv", &ptx, f);
         Ok(Some(Self {
-            dev: dev.clone(),
-            dtype,
+            target: target.clone(),
             quantize: load(&format!("vram_lab_q8_quantize_{name}"))?,
             quantize_norm: load(&format!("vram_lab_q8_quantize_norm_{name}"))?,
             gemv: variants().map(|v| load(&gemv_name(name, v))).collect::<Result<Vec<_>>>()?,
@@ -111,7 +106,7 @@ impl QuantKernels {
         for (i, &(w, bias)) in parts.iter().enumerate() {
             let (n, kw) = w.shape().dims2()?;
             let Some(t) = kernel_type(w.dtype()) else { return Ok(None) };
-            if kw != k || !w.device().is_cuda() || bias.is_some_and(|b| f.glu || !self.ours(&[b]) || b.elem_count() != n) {
+            if kw != k || !w.device().is_cuda() || bias.is_some_and(|b| f.glu || !self.target.ours(&[b]) || b.elem_count() != n) {
                 return Ok(None);
             }
             types[i] = t;
@@ -123,20 +118,20 @@ impl QuantKernels {
             && k % QK_K == 0
             && (1..=QGEMV_MAX_BATCH).contains(&batch)
             && if f.glu { parts.len() == 2 && rows[1] == n } else { parts.len() <= 3 }
-            && self.ours(&[x])
-            && f.norm.is_none_or(|(g, _)| self.ours(&[g]) && g.elem_count() == k)
-            && f.res.is_none_or(|t| !f.glu && self.ours(&[t]) && t.elem_count() == batch * n);
+            && self.target.ours(&[x])
+            && f.norm.is_none_or(|(g, _)| self.target.ours(&[g]) && g.elem_count() == k)
+            && f.res.is_none_or(|t| !f.glu && self.target.ours(&[t]) && t.elem_count() == batch * n);
         if !takes {
             return Ok(None);
         }
-        let stream = self.dev.cuda_stream();
+        let stream = self.target.dev.cuda_stream();
         // x's blocks: batch · k bytes, then (d, d·Σq) per 32 values as two F32.
-        let xq = crate::memory::cuda_copy::uninit(&self.dev, DType::U8, vec![batch * k + batch * (k / 32) * 8])?;
-        let pq = self.ptr(&xq)?;
+        let xq = crate::memory::cuda_copy::uninit(&self.target.dev, DType::U8, vec![batch * k + batch * (k / 32) * 8])?;
+        let pq = self.target.ptr(&xq)?;
         let pd = pq + (batch * k) as u64;
-        let px = self.ptr(x)?;
+        let px = self.target.ptr(x)?;
         let (pg, eps) = match f.norm {
-            Some((g, e)) => (self.ptr(g)?, e),
+            Some((g, e)) => (self.target.ptr(g)?, e),
             None => (0, 0.0f32),
         };
         let kk = k as i32;
@@ -154,15 +149,15 @@ impl QuantKernels {
             let (p, guard) = wi.device_ptr_with_guard(&stream)?;
             drop(guard);
             w[i] = p as u64;
-            bs[i] = bi.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
+            bs[i] = bi.map(|t| self.target.ptr(t)).transpose()?.unwrap_or(0);
         }
         let mut shape = x.dims().to_vec();
         if let Some(last) = shape.last_mut() {
             *last = n;
         }
-        let y = crate::memory::cuda_copy::uninit(&self.dev, self.dtype, shape)?;
-        let py = self.ptr(&y)?;
-        let pr = f.res.map(|t| self.ptr(t)).transpose()?.unwrap_or(0);
+        let y = crate::memory::cuda_copy::uninit(&self.target.dev, self.target.dtype, shape)?;
+        let py = self.target.ptr(&y)?;
+        let pr = f.res.map(|t| self.target.ptr(t)).transpose()?.unwrap_or(0);
         let Some(at) = variants().position(|v| v == (batch, if f.glu { 2 } else { 1 })) else { return Ok(None) };
         let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), block_dim: (32 * ROWS_PER_BLOCK, 1, 1), shared_mem_bytes: 0 };
         let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);
@@ -177,11 +172,4 @@ impl QuantKernels {
         Ok(Some(y))
     }
 
-    fn ptr(&self, t: &Tensor) -> Result<u64> {
-        crate::memory::cuda_copy::device_ptr(t, &self.dev.cuda_stream()).map(|(p, _)| p)
-    }
-
-    fn ours(&self, ts: &[&Tensor]) -> bool {
-        ts.iter().all(|t| t.dtype() == self.dtype && t.is_contiguous())
-    }
 }
