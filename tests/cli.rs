@@ -138,6 +138,26 @@ fn bench_reads_llama_bench_from_the_same_call() {
     fails_with(&["bench", "--llama-cpp", tmp.path().join("absent.jsonl").to_str().unwrap()], "cannot read llama-bench figures");
 }
 
+/// The offload stage's llama.cpp rows come from llama-bench's `-ngl` tests of the stage's
+/// precision in the same call: one row per `-ngl` below every layer; all-layer and prefill tests
+/// are not offload rows.
+#[test]
+fn offload_reads_llama_bench_ngl_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let jsonl = tmp.path().join("llama-bench.jsonl");
+    let line = |ngl: u32, n_prompt: u32, n_gen: u32, ts: f64| format!(r#"{{"build_commit": "abc1234", "model_filename": "/w/bf16.gguf", "n_prompt": {n_prompt}, "n_gen": {n_gen}, "n_gpu_layers": {ngl}, "flash_attn": 1, "avg_ts": {ts}}}"#);
+    std::fs::write(&jsonl, [line(1, 0, 32, 14.5), line(99, 0, 32, 200.0), line(1, 64, 0, 900.0)].join("\n")).unwrap();
+    let out = tmp.path().join("run");
+    let o = lab(&["offload", "--modes", "full,split", "--new-tokens", "2", "--llama-cpp", jsonl.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let rows = csv(&out.join("offload"), "offload.csv");
+    let llama: Vec<_> = rows.iter().filter(|r| r["mode"].starts_with("llama.cpp")).collect();
+    assert_eq!(llama.len(), 1, "{rows:?}");
+    assert_eq!(llama[0]["mode"], "llama.cpp -ngl 1");
+    assert_eq!(llama[0]["decode_tok_s"], "14.5");
+}
+
 #[test]
 fn generate_prints_ids_and_is_deterministic() {
     let args = ["generate", "--precision", "f32", "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "6", "--json"];

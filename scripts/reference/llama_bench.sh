@@ -15,7 +15,7 @@
 #
 # `run` writes OUT/llama-bench-*.json (llama-bench's own JSON: one record per test) and the logs;
 # `vram-lab bench --llama-cpp OUT/llama-bench.jsonl` reads them as it reads PyTorch's (the offload
-# stage's `-ngl` sweep is not scripted yet).
+# stage reads an `-ngl` sweep with `offload --llama-cpp`: LLAMA_NGL below).
 set -euo pipefail
 cmd=$1 WORK=$(realpath -m "$2")
 mkdir -p "$WORK"
@@ -42,10 +42,13 @@ if [ "$cmd" = build ]; then
 fi
 
 # run: the lab writes the GGUF files (synthetic weights, seed 42: the model `vram-lab bench` loads),
-# llama-bench times them with every layer on the GPU: prefill of 512 tokens and 128 decoded tokens,
-# three repeats, flash attention on (llama.cpp's fastest setting for these).
+# llama-bench times them, by default with every layer on the GPU: prefill of 512 tokens and 128
+# decoded tokens, three repeats, flash attention on (llama.cpp's fastest setting for these).
 OUT=$(realpath -m "$3") LAB=$(realpath "$4") BIN=$(realpath "$5") PRESET=${6:-qwen2.5-7b}
 TYPES=${LLAMA_TYPES:-q4_k_m}
+# The offload comparison: LLAMA_NGL=8,10 LLAMA_P=0 LLAMA_N=32 LLAMA_R=2 (a decode per -ngl, the rest
+# of the layers on the host's cores), read by `vram-lab offload --llama-cpp`.
+NGL=${LLAMA_NGL:-99} P=${LLAMA_P:-512} N=${LLAMA_N:-128} REPS=${LLAMA_R:-3}
 mkdir -p "$OUT"
 python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$BIN" "$WORK/llama-bench"
 chmod +x "$WORK/llama-bench"
@@ -54,7 +57,7 @@ for t in ${TYPES//,/ }; do
   t0=$(date +%s)
   "$LAB" quantize --quiet --model "synthetic:$PRESET" --type "$t" --to "$WORK/$t.gguf" >"$OUT/lab-quantize-$t.log" 2>&1
   t1=$(date +%s)
-  "$WORK/llama-bench" -m "$WORK/$t.gguf" -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o jsonl >"$OUT/llama-bench-$t.jsonl" 2>"$OUT/llama-bench-$t.log"
+  "$WORK/llama-bench" -m "$WORK/$t.gguf" -ngl "$NGL" -fa 1 -p "$P" -n "$N" -r "$REPS" -o jsonl >"$OUT/llama-bench-$t.jsonl" 2>"$OUT/llama-bench-$t.log"
   echo "$t: exit $?, lab wrote the GGUF in $((t1 - t0)) s, llama-bench took $(($(date +%s) - t1)) s" | tee -a "$OUT/summary.txt"
   rm -f "$WORK/$t.gguf"
 done

@@ -74,6 +74,10 @@ pub struct OffloadConfig {
     /// JSON lines of `scripts/reference/pytorch_reference.py offload` run on the same GPU
     #[arg(long)]
     pub pytorch: Option<PathBuf>,
+    /// JSON lines of llama.cpp's `llama-bench -o jsonl` with an `-ngl` sweep, run on the same GPU
+    /// (`LLAMA_NGL=… scripts/reference/llama_bench.sh run`): a row per `-ngl` below every layer
+    #[arg(long)]
+    pub llama_cpp: Option<PathBuf>,
     /// The oversubscription case predicted on paper: this model …
     #[arg(long, default_value_t = OffloadConfig::default().predict_model)]
     pub predict_model: String,
@@ -93,6 +97,7 @@ impl Default for OffloadConfig {
             new_tokens: 32,
             oversubscribe: false,
             pytorch: None,
+            llama_cpp: None,
             predict_model: "qwen2.5-14b".into(),
             predict_card: "rtx4090".into(),
         }

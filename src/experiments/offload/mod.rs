@@ -20,7 +20,7 @@ pub mod tables;
 
 use modes::{run_managed, run_placed, Row};
 use prediction::predict;
-use pytorch::pytorch_rows;
+use pytorch::{llamacpp_rows, pytorch_rows};
 use tables::{bandwidths_table, predict_table, table, BANDWIDTHS_TABLE, PREDICT_TABLE, TABLE};
 use crate::error::Result;
 use crate::hw::{self, Card};
@@ -50,7 +50,12 @@ fn findings(rows: &[Row], report_model: bool) -> Vec<Finding> {
     }
     let best = rows.iter().filter(|r| r.outcome.is_ok() && r.run_by == "vram-lab" && r.mode != "full" && r.budget.is_some()).max_by(|a, b| a.tok_s.partial_cmp(&b.tok_s).unwrap_or(std::cmp::Ordering::Equal));
     if let Some(r) = best {
-        out.push(Finding::new(format!("best offload mode within the budget ({})", r.mode), "tok/s", r.tok_s).ceiling(r.ceiling).note(format!("llama.cpp -ngl 10 on an H200: {} tok/s", reference::LLAMACPP_H200_NGL10_TOK_S)));
+        let llama = rows.iter().filter(|r| r.run_by.starts_with("llama.cpp") && r.tok_s.is_some()).max_by(|a, b| a.tok_s.partial_cmp(&b.tok_s).unwrap_or(std::cmp::Ordering::Equal));
+        let note = match llama {
+            Some(l) => format!("{} (same GPU, same call): {:.2} tok/s", l.mode, l.tok_s.unwrap_or_default()),
+            None => format!("llama.cpp -ngl 10 on an H200: {} tok/s", reference::LLAMACPP_H200_NGL10_TOK_S),
+        };
+        out.push(Finding::new(format!("best offload mode within the budget ({})", r.mode), "tok/s", r.tok_s).ceiling(r.ceiling).note(note));
     }
     if let Some(r) = rows.iter().find(|r| r.mode == "pytorch accelerate") {
         out.push(Finding::new("accelerate, same budget (PyTorch reference)", "tok/s", r.tok_s).report(rep(reference::report::OFFLOAD_5GIB_TOK_S)));
@@ -128,7 +133,11 @@ impl Stage for Offload {
         if let Some(p) = &cfg.pytorch {
             rows.extend(pytorch_rows(p)?);
         }
-        let report_model = reference::is_report_model(&model::source::open(&s.source, &s.opts)?.cfg);
+        let model_cfg = model::source::open(&s.source, &s.opts)?.cfg;
+        if let Some(p) = &cfg.llama_cpp {
+            rows.extend(llamacpp_rows(p, cfg.precision, model_cfg.num_hidden_layers)?);
+        }
+        let report_model = reference::is_report_model(&model_cfg);
         let mut out = StageOutput::default();
         out.table(TABLE, table(&rows, report_model)?);
         out.table(BANDWIDTHS_TABLE, bandwidths_table(&bw, s.device.is_cuda())?);

@@ -1,5 +1,6 @@
 //! PyTorch's rows (full GPU and accelerate's offload with the same budget) from the reference
-//! script in the same call, and the report's and the unified-memory article's figures.
+//! script in the same call, llama.cpp's (`llama-bench -ngl N`) likewise, and the report's and the
+//! unified-memory article's figures.
 
 use super::modes::Row;
 use crate::error::Result;
@@ -27,6 +28,22 @@ pub fn pytorch_rows(path: &std::path::Path) -> Result<Vec<Row>> {
         });
     }
     Ok(rows)
+}
+
+/// llama.cpp's rows from llama-bench's JSON lines: each decode test with some layers on the CPU
+/// (`-ngl` below the model's layer count), in the precision `precision` (the GGUF's name).
+pub fn llamacpp_rows(path: &std::path::Path, precision: crate::model::Precision, layers: usize) -> Result<Vec<Row>> {
+    Ok(reference::llamacpp_records(path)?
+        .into_iter()
+        .filter(|r| r.precision == Some(precision) && r.n_gen > 0 && r.n_prompt == 0 && (r.n_gpu_layers as usize) < layers)
+        .map(|r| Row {
+            mode: format!("llama.cpp -ngl {}", r.n_gpu_layers),
+            run_by: "llama.cpp (same GPU and call)".into(),
+            tok_s: Some(r.tok_s),
+            note: format!("{}: {} of {layers} layers on the GPU, the rest on the CPU; tg{}", r.label, r.n_gpu_layers, r.n_gen),
+            ..Default::default()
+        })
+        .collect())
 }
 
 /// The report's figure for a mode (only for the report's model) and the article's (GPU MiB, tok/s).
