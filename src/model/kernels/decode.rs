@@ -86,7 +86,7 @@ pub struct DecodeKernels {
     attend: CudaFunction,
     argmax: CudaFunction,
     /// The products over GGUF k-quant blocks.
-    quant: Option<QuantKernels>,
+    quant: QuantKernels,
 }
 
 impl DecodeKernels {
@@ -103,7 +103,7 @@ impl DecodeKernels {
             gemv,
             attend: load(&format!("vram_lab_attend_{name}"))?,
             argmax: load(&format!("vram_lab_argmax_{name}"))?,
-            quant: QuantKernels::new(dev, dtype)?,
+            quant: QuantKernels::for_target(target.clone())?,
         }))
     }
 
@@ -134,10 +134,7 @@ impl DecodeKernels {
     pub fn gemv(&self, parts: &[Part], x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
         let quant: Option<Vec<_>> = parts.iter().map(|&(w, b)| if let Weights::Quant(q) = w { Some((q, b)) } else { None }).collect();
         if let Some(quant) = quant {
-            return match &self.quant {
-                Some(k) => k.gemv(&quant, x, f),
-                None => Ok(None),
-            };
+            return self.quant.gemv(&quant, x, f);
         }
         let dense: Option<Vec<_>> = parts.iter().map(|&(w, b)| if let Weights::Dense(t) = w { Some((t, b)) } else { None }).collect();
         let Some(parts) = dense else { return Ok(None) };

@@ -82,15 +82,19 @@ pub struct QuantKernels {
 impl QuantKernels {
     /// The kernels for activations in `dtype` (BF16 or F32), or None for another dtype.
     pub fn new(dev: &CudaDevice, dtype: DType) -> Result<Option<Self>> {
-        let Some(target) = Target::new(dev, dtype) else { return Ok(None) };
+        Target::new(dev, dtype).map(Self::for_target).transpose()
+    }
+
+    /// The kernels for a target the decoding kernels were already made for.
+    pub(super) fn for_target(target: Target) -> Result<Self> {
         let (name, ptx) = (target.name(), ptx()?);
         let load = |f: &str| target.load("vram_lab_quant_gemv", &ptx, f);
-        Ok(Some(Self {
-            target: target.clone(),
+        Ok(Self {
             quantize: load(&format!("vram_lab_q8_quantize_{name}"))?,
             quantize_norm: load(&format!("vram_lab_q8_quantize_norm_{name}"))?,
             gemv: variants().map(|v| load(&gemv_name(name, v))).collect::<Result<Vec<_>>>()?,
-        }))
+            target,
+        })
     }
 
     /// `x · wᵀ` for `x` [.., k] of at most `QGEMV_MAX_BATCH` rows and `w` the `parts` one under
@@ -100,6 +104,9 @@ impl QuantKernels {
     /// blocks, a batch too large, strided): the caller computes with candle.
     pub fn gemv(&self, parts: &[QPart], x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
         let Some(&(first, _)) = parts.first() else { return Ok(None) };
+        if parts.len() > 3 {
+            return Ok(None);
+        }
         let (_, k) = first.shape().dims2()?;
         let mut rows = Vec::with_capacity(parts.len());
         let mut types = [Q4K; 3];
@@ -171,5 +178,4 @@ impl QuantKernels {
         unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(y))
     }
-
 }
