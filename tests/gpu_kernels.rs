@@ -1,4 +1,5 @@
-//! The lab's CUDA kernels for the decoding step against candle's kernels, on a GPU. Built only
+//! The lab's CUDA kernels for the decoding step against candle's kernels, and the staged
+//! safetensors upload against candle's reader, on a GPU. Built only
 //! with `--features cuda`; a machine without a GPU skips it (CI has none: the device runs it,
 //! `scripts/gpu/run.sh` with the test binary built by `cargo test --release --features cuda --no-run`).
 #![cfg(feature = "cuda")]
@@ -182,27 +183,47 @@ fn gemv_equals_candles_products() {
     assert!(DecodeKernels::new(&cuda, DType::F16).unwrap().is_none());
 }
 
-/// One position's attention over the cache (q from the stacked product, positions 0 to pos) and
-/// the greedy pick, against candle's softmax and products in F32.
+/// One position's rotary, cache store and attention (q, k, v from the stacked product as it came
+/// out; cache positions below pos and the position's own k and v) and the greedy pick, against
+/// candle's rotary, softmax and products in F32.
 #[test]
 fn attention_and_argmax_equal_candles() {
     let Some((dev, cuda)) = gpu() else { return };
     for (dtype, tol) in [(DType::F32, 1e-4), (DType::BF16, 2e-2)] {
         let k = DecodeKernels::new(&cuda, dtype).unwrap().expect("kernels for BF16 and F32");
-        // Qwen2.5-7B's heads (28 q, 4 kv, 128 wide) and 0.5B's width (64); positions from one to
-        // more than the block's 32 in flight.
+        // Qwen2.5-7B's heads (28 q, 4 kv, 128 wide) and 0.5B's width (64); positions from the
+        // first to more than the block's 32 in flight.
         for (b, heads, kv, d, cap, pos) in [(1, 28, 4, 128, 200, 0), (1, 28, 4, 128, 200, 150), (2, 14, 2, 64, 40, 39)] {
             let y = randn(&[b, 1, (heads + 2 * kv) * d], dtype, &dev);
+            let angles = randn(&[cap, d / 2], DType::F32, &dev);
+            let (cos, sin) = (angles.cos().unwrap().to_dtype(dtype).unwrap(), angles.sin().unwrap().to_dtype(dtype).unwrap());
             let kc = randn(&[b, kv, cap, d], dtype, &dev);
             let vc = randn(&[b, kv, cap, d], dtype, &dev);
+            let (kc0, vc0) = (kc.copy().unwrap(), vc.copy().unwrap());
             let p = Tensor::new(&[pos as u32], &dev).unwrap();
-            let got = k.attend(&y, &kc, &vc, &p, heads).unwrap().expect("taken");
-            let q = to_f32(&y).narrow(2, 0, heads * d).unwrap().reshape((b, kv, heads / kv, d)).unwrap();
-            let (kk, vv) = (to_f32(&kc).narrow(2, 0, pos + 1).unwrap(), to_f32(&vc).narrow(2, 0, pos + 1).unwrap());
-            let probs = candle_nn::ops::softmax_last_dim(&q.matmul(&kk.t().unwrap()).unwrap()).unwrap();
-            let want = probs.matmul(&vv).unwrap().reshape((b, 1, heads * d)).unwrap();
+            let scale = 1.0 / (d as f32).sqrt();
+            let got = k.attend(&y, &cos, &sin, &kc, &vc, &p, heads, scale).unwrap().expect("taken");
+            // The reference: candle's rotary at pos, k and v as the cache holds them (dtype).
+            let (c1, s1) = (to_f32(&cos).narrow(0, pos, 1).unwrap(), to_f32(&sin).narrow(0, pos, 1).unwrap());
+            let part = |from: usize, n: usize| to_f32(&y).narrow(2, from * d, n * d).unwrap().reshape((b, n, 1, d)).unwrap();
+            let q = candle_nn::rotary_emb::rope(&part(0, heads), &c1, &s1).unwrap();
+            let k_now = candle_nn::rotary_emb::rope(&part(heads, kv), &c1, &s1).unwrap().to_dtype(dtype).unwrap();
+            let v_now = part(heads + kv, kv).to_dtype(dtype).unwrap();
+            let keys = Tensor::cat(&[to_f32(&kc0).narrow(2, 0, pos).unwrap(), to_f32(&k_now)], 2).unwrap();
+            let vals = Tensor::cat(&[to_f32(&vc0).narrow(2, 0, pos).unwrap(), to_f32(&v_now)], 2).unwrap();
+            let q = (q.reshape((b, kv, heads / kv, d)).unwrap() * scale as f64).unwrap();
+            let probs = candle_nn::ops::softmax_last_dim(&q.matmul(&keys.t().unwrap()).unwrap()).unwrap();
+            let want = probs.matmul(&vals).unwrap().reshape((b, 1, heads * d)).unwrap();
             let e = rel_err(&got, &want);
             assert!(e < tol, "{dtype:?} attention b {b} heads {heads} d {d} pos {pos}: {e}");
+            // The store: row pos holds k rotated and v; every other row is as it was.
+            for (cache, before, now) in [(&kc, &kc0, &k_now), (&vc, &vc0, &v_now)] {
+                // One rounding of the same F32 value; products summed in another order may round apart.
+                let e = rel_err(&cache.narrow(2, pos, 1).unwrap(), now);
+                assert!(e <= if dtype == DType::F32 { 1e-6 } else { 1e-2 }, "{dtype:?} row pos {pos} stored: {e}");
+                let others = |t: &Tensor| Tensor::cat(&[t.narrow(2, 0, pos).unwrap(), t.narrow(2, pos + 1, cap - pos - 1).unwrap()], 2).unwrap();
+                assert_eq!(rel_err(&others(cache), &others(before)), 0.0, "{dtype:?} other rows untouched");
+            }
         }
         // Random BF16 logits can tie at the top: the pick must hold the row's largest value, and
         // a planted largest value must be found where it was planted.
@@ -250,4 +271,34 @@ fn flash_attention_equals_naive() {
     let q = randn(&[1, 4, 8, 96], DType::BF16, &dev);
     let k = randn(&[1, 2, 8, 96], DType::BF16, &dev);
     assert!(flash_attention::attend(&q, &k, &k, 0).unwrap().is_none(), "a head size without a build");
+}
+
+/// The staged loader's tensors equal candle's reading of the same file, byte for byte: tensors of
+/// several staging buffers (both buffers reused), one smaller than a buffer, each dtype.
+#[test]
+fn staged_upload_equals_candles_reading() {
+    let Some((dev, cuda)) = gpu() else { return };
+    let cpu = Device::Cpu;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.safetensors");
+    let tensors = std::collections::HashMap::from([
+        ("big".to_string(), randn(&[1000, 3001], DType::BF16, &cpu)),
+        ("f32".to_string(), randn(&[777, 513], DType::F32, &cpu)),
+        ("f16".to_string(), randn(&[5, 7], DType::F16, &cpu)),
+    ]);
+    candle_core::safetensors::save(&tensors, &file).unwrap();
+    let files = vec![file.clone()];
+    let index = vram_lab::model::upload::index(&files).unwrap();
+    // 1 MiB buffers: the BF16 tensor (5.7 MiB) takes six pieces.
+    let mut up = vram_lab::model::upload::Uploader::new(&cuda, 1 << 20).unwrap();
+    let f = std::fs::File::open(&file).unwrap();
+    let on_gpu: Vec<(String, Tensor)> = index.iter().map(|(n, e)| (n.clone(), up.tensor(&f, e).unwrap())).collect();
+    drop(up);
+    for (name, got) in on_gpu {
+        let want = &tensors[&name];
+        assert_eq!((got.dtype(), got.dims()), (want.dtype(), want.dims()), "{name}");
+        assert!(got.device().same_device(&dev));
+        let diff = (got.to_device(&cpu).unwrap().to_dtype(DType::F32).unwrap() - want.to_dtype(DType::F32).unwrap()).unwrap();
+        assert_eq!(diff.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0, "{name}");
+    }
 }

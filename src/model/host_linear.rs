@@ -23,7 +23,7 @@ pub struct HostLinear {
     tuning: Tuning,
 }
 
-trait Elem: Copy + Send + Sync {
+pub(super) trait Elem: Copy + Send + Sync {
     fn f32(self) -> f32;
 }
 impl Elem for bf16 {
@@ -42,7 +42,7 @@ impl Elem for f32 {
 }
 
 #[inline(always)]
-fn dot<W: Elem>(w: &[W], x: &[f32]) -> f32 {
+pub(super) fn dot<W: Elem>(w: &[W], x: &[f32]) -> f32 {
     // 16 independent sums: enough lanes for the compiler to keep two AVX registers busy.
     let mut acc = [0f32; 16];
     let (wc, xc) = (w.chunks_exact(16), x.chunks_exact(16));

@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod decode;
 pub mod generate;
 pub mod gguf;
+pub mod host_attention;
 pub mod host_linear;
 pub mod hub;
 pub mod kernels;
@@ -24,6 +25,7 @@ pub mod streamer;
 pub mod tokenizer;
 pub mod train;
 pub mod source;
+pub mod upload;
 pub mod weights;
 
 pub use attention::AttentionMode;

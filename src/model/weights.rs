@@ -165,11 +165,16 @@ impl WeightSource for Synthetic {
 // ---------------------------------------------------------------------------------------------
 // Safetensors
 
-/// config.json + one or more *.safetensors (memory-mapped).
+/// config.json + one or more *.safetensors (memory-mapped; on a GPU, tensors kept in their
+/// file's dtype are read and copied by `upload` instead).
 pub struct Safetensors {
     st: candle_core::safetensors::MmapedSafetensors,
     cfg: Qwen2Config,
     files: Vec<PathBuf>,
+    #[cfg(feature = "cuda")]
+    index: HashMap<String, super::upload::Entry>,
+    #[cfg(feature = "cuda")]
+    staged: Option<(Vec<std::fs::File>, super::upload::Uploader)>,
 }
 
 impl Safetensors {
@@ -185,7 +190,35 @@ impl Safetensors {
         // SAFETY: the files are memory-mapped read-only; the lab never writes them while mapped.
         let st = unsafe { candle_core::safetensors::MmapedSafetensors::multi(files) }
             .map_err(|e| LabError::input(format!("not a readable safetensors file ({})", cause(&e))))?;
-        Ok(Self { st, cfg: cfg.clone(), files: files.to_vec() })
+        Ok(Self {
+            st,
+            cfg: cfg.clone(),
+            files: files.to_vec(),
+            #[cfg(feature = "cuda")]
+            index: super::upload::index(files)?,
+            #[cfg(feature = "cuda")]
+            staged: None,
+        })
+    }
+
+    /// The tensor through the staged reads and copies when it goes to a GPU in its file's dtype.
+    #[cfg(feature = "cuda")]
+    fn staged(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Option<Weight>> {
+        /// Each of the two staging buffers.
+        const CHUNK: usize = 64 << 20;
+        let (Device::Cuda(dev), Held::Dense(dtype)) = (device, precision.held(&self.cfg, spec)) else { return Ok(None) };
+        let Some(e) = self.index.get(&spec.name).filter(|e| e.dtype == dtype) else { return Ok(None) };
+        check_shape(&spec.name, &e.shape, &spec.shape)?;
+        if self.staged.is_none() {
+            let files = self.files.iter().map(std::fs::File::open).collect::<std::io::Result<Vec<_>>>()?;
+            self.staged = Some((files, super::upload::Uploader::new(dev, CHUNK)?));
+        }
+        let Some((files, up)) = self.staged.as_mut() else { return Ok(None) };
+        let t = up.tensor(&files[e.file], e).map_err(|err| match err {
+            LabError::Oom(_) => err,
+            other => LabError::input(format!("cannot read tensor {} ({other})", spec.name)),
+        })?;
+        Ok(Some(Weight::Dense(t)))
     }
 
     /// The shard list: model.safetensors.index.json when present, else every *.safetensors.
@@ -214,6 +247,10 @@ impl Safetensors {
 
 impl WeightSource for Safetensors {
     fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight> {
+        #[cfg(feature = "cuda")]
+        if let Some(w) = self.staged(spec, precision, device)? {
+            return Ok(w);
+        }
         let t = self
             .st
             .load(&spec.name, &Device::Cpu)

@@ -97,14 +97,15 @@ impl<'a> StepInputs<'a> {
         Ok(None)
     }
 
-    /// Attention of the position over the cache, q from the stacked product `y` that `qkv_store`
-    /// rotated and scaled: None when the step has no such kernel (the caller uses candle's).
-    pub fn attend(&self, y: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize) -> Result<Option<Tensor>> {
+    /// The position's rotary, cache store and attention over the cache in one kernel, from the
+    /// stacked product `y` as it came out: None when the step has no such kernel (the caller
+    /// stores with `qkv_store` or candle's kernels and attends with candle's).
+    pub fn attend(&self, y: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize, scale: f32) -> Result<Option<Tensor>> {
         #[cfg(feature = "cuda")]
         if let Some(k) = self.tables.kernels.at_least(OwnKernels::All) {
-            return k.attend(y, kc, vc, self.pos, heads);
+            return k.attend(y, &self.tables.cos, &self.tables.sin, kc, vc, self.pos, heads, scale);
         }
-        let _ = (y, kc, vc, heads);
+        let _ = (y, kc, vc, heads, scale);
         Ok(None)
     }
 

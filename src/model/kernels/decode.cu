@@ -164,23 +164,47 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
     }
 }
 
-// Attention of one decoding position over the cache: block (h, b) reads q (rotated and scaled by
-// qkv_store) from y [b, (heads + 2 kv) d] and k, v from the caches [b, kv, cap, d] at positions
-// 0..pos[0], and writes its head of out [b, heads d]. Each warp keeps a running max, sum and
-// output over its share of the positions (four positions' k and v loaded at once); the block
-// combines them. d a multiple of 32, at most 256; at most 16 warps.
+// A head's d values of the stacked product row yb, rotated at position p, as lane `lane` holds
+// them (its e_n = d / 32 consecutive values): the partner of value i is i ± d/2, held by lane ^ 16.
 template <typename T>
-__device__ void attend(const T* __restrict__ y, const T* __restrict__ kc, const T* __restrict__ vc,
-                       const unsigned* __restrict__ pos, T* __restrict__ out, int heads, int kv, int d, int cap) {
+__device__ __forceinline__ void rotated(const T* yb, int head, const T* cos_t, const T* sin_t, unsigned p, int d, int lane, float* f) {
+    const int e_n = d / 32, half = d / 2;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        int j = lane * e_n + e;
+        float x = e < e_n ? ld(yb, (long)head * d + j) : 0.f;
+        float other = __shfl_xor_sync(0xffffffffu, x, 16);
+        int i = j < half ? j : j - half;
+        float c = e < e_n ? ld(cos_t, (long)p * half + i) : 0.f, s = e < e_n ? ld(sin_t, (long)p * half + i) : 0.f;
+        f[e] = j < half ? x * c - other * s : x * c + other * s;
+    }
+}
+
+// The value as the cache holds it (BF16 rounds), so this step sees the k and v later steps read.
+__device__ __forceinline__ float as_stored(const unsigned short*, float f) { unsigned short u; st(&u, 0, f); return ld(&u, 0); }
+__device__ __forceinline__ float as_stored(const float*, float f) { return f; }
+
+// Attention of one decoding position, with its rotary and cache store: block (h, b) takes q, k and
+// v of the position from the stacked product y [b, (heads + 2 kv) d] (not rotated), rotates q
+// (scaled) and its KV head's k in registers, attends over the caches [b, kv, cap, d] at positions
+// 0..pos[0]-1 and the position's own k and v, and writes its head of out [b, heads d]; the first
+// block of each KV head's group stores k and v at row pos[0] (no block reads that row). Each warp
+// keeps a running max, sum and output over its share of the positions (four positions' k and v
+// loaded at once); the block combines them. d a multiple of 32, at most 256; at most 16 warps.
+template <typename T>
+__device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, const T* __restrict__ sin_t, T* __restrict__ kc,
+                       T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ out, int heads, int kv, int d, int cap, float scale) {
     __shared__ float sm_m[16], sm_l[16], sm_acc[16 * 256];
     const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int h = blockIdx.x, bi = blockIdx.y, e_n = d / 32;
-    const int n = (int)pos[0] + 1;
-    const T* q = y + (long)bi * (heads + 2 * kv) * d + (long)h * d + lane * e_n;
-    const long head = ((long)bi * kv + h / (heads / kv)) * cap * d + lane * e_n;
+    const int h = blockIdx.x, bi = blockIdx.y, e_n = d / 32, g = h / (heads / kv);
+    const unsigned p = pos[0];
+    const int n = (int)p;
+    const T* yb = y + (long)bi * (heads + 2 * kv) * d;
+    const long head = ((long)bi * kv + g) * cap * d + lane * e_n;
     float qf[8], acc[8];
+    rotated(yb, h, cos_t, sin_t, p, d, lane, qf);
 #pragma unroll
-    for (int e = 0; e < 8; e++) { qf[e] = e < e_n ? ld(q, e) : 0.f; acc[e] = 0.f; }
+    for (int e = 0; e < 8; e++) { qf[e] *= scale; acc[e] = 0.f; }
     float m = NEG_INF, l = 0.f;
     for (int t0 = warp * 4; t0 < n; t0 += nw * 4) {
         // k and v of four positions loaded together, then used.
@@ -206,11 +230,35 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ kc, const 
         for (int u = 0; u < 4; u++) {
             if (t0 + u >= n) break;
             float mn = fmaxf(m, s[u]);
-            float c = __expf(m - mn), p = __expf(s[u] - mn);
-            l = l * c + p;
+            float c = __expf(m - mn), pr = __expf(s[u] - mn);
+            l = l * c + pr;
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[e] = fmaf(p, vf[u][e], acc[e] * c);
+            for (int e = 0; e < 8; e++) acc[e] = fmaf(pr, vf[u][e], acc[e] * c);
             m = mn;
+        }
+    }
+    if (warp == 0) {
+        // The position itself: k rotated, v as it is, both as the cache will hold them.
+        float kf[8], vf[8];
+        rotated(yb, heads + g, cos_t, sin_t, p, d, lane, kf);
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            kf[e] = as_stored(kc, kf[e]);
+            vf[e] = e < e_n ? ld(yb, (long)(heads + kv + g) * d + lane * e_n + e) : 0.f;
+            dot = fmaf(qf[e], kf[e], dot);
+        }
+        float sc = warp_sum(dot);
+        float mn = fmaxf(m, sc);
+        float c = __expf(m - mn), pr = __expf(sc - mn);
+        l = l * c + pr;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[e] = fmaf(pr, vf[e], acc[e] * c);
+        m = mn;
+        if (h % (heads / kv) == 0) {
+            long row = head + (long)p * d;
+#pragma unroll
+            for (int e = 0; e < 8; e++) if (e < e_n) { st(kc, row + e, kf[e]); st(vc, row + e, vf[e]); }
         }
     }
     if (lane == 0) { sm_m[warp] = m; sm_l[warp] = l; }
@@ -281,6 +329,7 @@ extern "C" __global__ void vram_lab_qkv_store_f32(float* y, const float* cos_t, 
                                     const T* x, const T* res, const T* g, float eps, T* y, int n, int k) { \
         gemv<T, B, G, NORM, SPLIT>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }
 #define VRAM_LAB_ATTEND_ARGMAX(DT, T) \
-    extern "C" __global__ void vram_lab_attend_##DT(const T* y, const T* kc, const T* vc, const unsigned* pos, T* out, int heads, int kv, int d, int cap) { \
-        attend<T>(y, kc, vc, pos, out, heads, kv, d, cap); } \
+    extern "C" __global__ void vram_lab_attend_##DT(const T* y, const T* cos_t, const T* sin_t, T* kc, T* vc, const unsigned* pos, T* out, \
+                                                    int heads, int kv, int d, int cap, float scale) { \
+        attend<T>(y, cos_t, sin_t, kc, vc, pos, out, heads, kv, d, cap, scale); } \
     extern "C" __global__ void vram_lab_argmax_##DT(const T* logits, unsigned* ids, int vocab) { argmax<T>(logits, ids, vocab); }

@@ -199,24 +199,37 @@ impl DecodeKernels {
         Ok(Some(y))
     }
 
-    /// Attention of one position: q from the stacked product `y` ([b, 1, (heads + 2 kv) · d],
-    /// rotated and scaled by `qkv_store`) over the caches `kc`, `vc` ([b, kv, cap, d]) at
-    /// positions 0 to `pos`; [b, 1, heads · d]. None when the kernel does not take the shapes.
-    pub fn attend(&self, y: &Tensor, kc: &Tensor, vc: &Tensor, pos: &Tensor, heads: usize) -> Result<Option<Tensor>> {
+    /// Attention of one position with its rotary and cache store: q, k and v from the stacked
+    /// product `y` ([b, 1, (heads + 2 kv) · d], not rotated), q rotated and scaled and k rotated
+    /// (`cos`, `sin`: [positions, d / 2]), k and v written into `kc`, `vc` ([b, kv, cap, d]) at
+    /// the position `pos` ([1] u32) holds, attention over positions 0 to `pos`; [b, 1, heads · d].
+    /// One kernel where `qkv_store` and an attention were two. None when it does not take the shapes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attend(&self, y: &Tensor, cos: &Tensor, sin: &Tensor, kc: &Tensor, vc: &Tensor, pos: &Tensor, heads: usize, scale: f32) -> Result<Option<Tensor>> {
         let (b, kv, cap, d) = kc.dims4()?;
-        let takes = d % 32 == 0 && d <= 256 && kv > 0 && heads % kv == 0 && y.elem_count() == b * (heads + 2 * kv) * d && self.target.ours(&[y, kc, vc]) && vc.dims() == kc.dims();
+        let takes = d % 32 == 0
+            && d <= 256
+            && kv > 0
+            && heads % kv == 0
+            && y.elem_count() == b * (heads + 2 * kv) * d
+            && cos.dims().last() == Some(&(d / 2))
+            && sin.dims() == cos.dims()
+            && self.target.ours(&[y, cos, sin, kc, vc])
+            && vc.dims() == kc.dims();
         if !takes {
             return Ok(None);
         }
         let out = crate::memory::cuda_copy::uninit(&self.target.dev, self.target.dtype, vec![b, 1, heads * d])?;
         let stream = self.target.dev.cuda_stream();
-        let (py, pk, pv, pp, po) = (self.target.ptr(y)?, self.target.ptr(kc)?, self.target.ptr(vc)?, self.target.ptr(pos)?, self.target.ptr(&out)?);
+        let t = &self.target;
+        let (py, pc, ps, pk, pv, pp, po) = (t.ptr(y)?, t.ptr(cos)?, t.ptr(sin)?, t.ptr(kc)?, t.ptr(vc)?, t.ptr(pos)?, t.ptr(&out)?);
         let cfg = LaunchConfig { grid_dim: (heads as u32, b as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
         let (heads, kv, d, cap) = (heads as i32, kv as i32, d as i32, cap as i32);
         let mut l = stream.launch_builder(&self.attend);
-        l.arg(&py).arg(&pk).arg(&pv).arg(&pp).arg(&po).arg(&heads).arg(&kv).arg(&d).arg(&cap);
-        // SAFETY: y, the caches and out are live contiguous tensors of the sizes checked above;
-        // the kernel reads cache rows 0..=pos (pos < cap, the decoder's room) and writes out.
+        l.arg(&py).arg(&pc).arg(&ps).arg(&pk).arg(&pv).arg(&pp).arg(&po).arg(&heads).arg(&kv).arg(&d).arg(&cap).arg(&scale);
+        // SAFETY: y, the tables, the caches and out are live contiguous tensors of the sizes checked
+        // above; the kernel reads cache rows below pos, writes row pos (pos < cap, the decoder's
+        // room, and < the tables' positions) and out.
         unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(out))
     }

@@ -131,17 +131,20 @@ impl Layer {
                 None => (None, Some(h)),
             },
         };
-        // The lab's kernels (CUDA, one product): q rotated and scaled in place, k and v stored,
-        // then attention in one kernel; else candle's kernels for what the lab's did not take.
-        let stored = match &y {
-            Some(y) => step.qkv_store(y, kc, vc, heads, scale as f32)?,
-            None => false,
+        // The lab's kernels (CUDA, one product): rotary, store and attention in one kernel, or
+        // (the store level) q rotated and scaled in place with k and v stored, then candle's
+        // attention; else candle's kernels throughout.
+        let attended = match &y {
+            Some(y) => step.attend(y, kc, vc, heads, scale as f32)?,
+            None => None,
         };
-        let a = match (&y, stored) {
-            (Some(y), true) => match step.attend(y, kc, vc, heads)? {
-                Some(a) => a,
-                None => masked_attention(&y.narrow(2, 0, nq)?.contiguous()?.reshape((b, kv_heads, group, d))?, kc, vc, step)?,
-            },
+        let stored = match (&y, &attended) {
+            (Some(y), None) => step.qkv_store(y, kc, vc, heads, scale as f32)?,
+            _ => false,
+        };
+        let a = match (attended, &y, stored) {
+            (Some(a), _, _) => a,
+            (None, Some(y), true) => masked_attention(&y.narrow(2, 0, nq)?.contiguous()?.reshape((b, kv_heads, group, d))?, kc, vc, step)?,
             _ => {
                 let (q, k, v) = match &y {
                     Some(y) => (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?),
@@ -226,7 +229,11 @@ impl Layer {
         let (kc, vc) = cache.view(l, offset + s)?;
         // The fused kernel writes [b, s, heads·d] itself. The others' [b, heads, s, d] output
         // stays alive beside its reshaped copy through the MLP, as stages 1-2 measured it.
-        let (a, _heads_first) = match flash_attend(&q, &kc, &vc, offset, mode)? {
+        let host = match self.on_host() && mode != AttentionMode::Differentiable {
+            true => crate::model::host_attention::decode(&q, &kc, &vc, (1.0 / (d as f64).sqrt()) as f32)?,
+            false => None,
+        };
+        let (a, _heads_first) = match host.map_or_else(|| flash_attend(&q, &kc, &vc, offset, mode), |a| Ok(Some(a)))? {
             Some(a) => (a, None),
             None => {
                 let a = attend(&q, &kc.to_dtype(work)?, &vc.to_dtype(work)?, offset, mode)?;
