@@ -95,6 +95,7 @@ pub fn uninit(dev: &CudaDevice, dtype: DType, shape: Vec<usize>) -> Result<Tenso
     // SAFETY: the elements are plain numbers; the caller's kernel writes them before any read.
     let storage = match dtype {
         DType::BF16 => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<half::bf16>(len) }?, dev.clone()),
+        DType::F16 => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<half::f16>(len) }?, dev.clone()),
         DType::U32 => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<u32>(len) }?, dev.clone()),
         DType::U8 => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<u8>(len) }?, dev.clone()),
         DType::F32 => CudaStorage::wrap_cuda_slice(unsafe { dev.alloc::<f32>(len) }?, dev.clone()),

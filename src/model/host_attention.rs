@@ -10,23 +10,21 @@ use candle_core::{DType, Device, Storage, Tensor};
 use half::bf16;
 use rayon::prelude::*;
 
-/// q: [1, heads, 1, d] (rotated, not scaled); k, v: [1, kv_heads, t, d] views of a host cache
-/// (rows of d contiguous). Returns [1, 1, heads · d] in F32, or None where this does not apply
-/// (a batch, several positions, a device, a dtype other than BF16 / F32).
-pub fn decode(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Option<Tensor>> {
-    let (b, heads, s, d) = q.dims4()?;
-    let (kb, kv_heads, t, kd) = k.dims4()?;
-    let on_cpu = [q, k, v].iter().all(|x| matches!(x.device(), Device::Cpu));
-    if b != 1 || s != 1 || kb != 1 || kd != d || k.dims() != v.dims() || kv_heads == 0 || heads % kv_heads != 0 || !on_cpu || k.dtype() != v.dtype() {
+/// `q`: the position's query heads, rotated, not scaled ([heads · d]); `k`, `v`: [1, kv_heads, t, d]
+/// views of a host cache (rows of d contiguous) holding the position too. Returns the heads'
+/// outputs [heads · d], or None where this does not apply (a batch, a device, a dtype other than
+/// BF16 / F32, heads not a multiple of the KV heads).
+pub fn decode(q: &[f32], heads: usize, k: &Tensor, v: &Tensor, scale: f32) -> Result<Option<Vec<f32>>> {
+    let (kb, kv_heads, t, d) = k.dims4()?;
+    let on_cpu = matches!(k.device(), Device::Cpu) && matches!(v.device(), Device::Cpu);
+    if kb != 1 || q.len() != heads * d || k.dims() != v.dims() || kv_heads == 0 || heads % kv_heads != 0 || !on_cpu || k.dtype() != v.dtype() {
         return Ok(None);
     }
-    let q: Vec<f32> = q.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
-    let out = match k.dtype() {
-        DType::BF16 => heads_out::<bf16>(&q, k, v, heads, d, t, scale)?,
-        DType::F32 => heads_out::<f32>(&q, k, v, heads, d, t, scale)?,
+    Ok(Some(match k.dtype() {
+        DType::BF16 => heads_out::<bf16>(q, k, v, heads, d, t, scale)?,
+        DType::F32 => heads_out::<f32>(q, k, v, heads, d, t, scale)?,
         _ => return Ok(None),
-    };
-    Ok(Some(Tensor::from_vec(out, (1, 1, heads * d), &Device::Cpu)?))
+    }))
 }
 
 /// The cache's elements as a slice, its start and the strides of heads and positions (rows of d
@@ -87,16 +85,16 @@ mod tests {
             let kc = Tensor::randn(0f32, 1., (1, kv, cap, d), &dev).unwrap().to_dtype(dtype).unwrap();
             let vc = Tensor::randn(0f32, 1., (1, kv, cap, d), &dev).unwrap().to_dtype(dtype).unwrap();
             let (k, v) = (kc.narrow(2, 0, t).unwrap(), vc.narrow(2, 0, t).unwrap());
-            let got = decode(&q, &k, &v, 1.0 / (d as f32).sqrt()).unwrap().unwrap();
+            let qv: Vec<f32> = q.flatten_all().unwrap().to_vec1().unwrap();
+            let got = Tensor::from_vec(decode(&qv, heads, &k, &v, 1.0 / (d as f32).sqrt()).unwrap().unwrap(), (1, 1, heads * d), &dev).unwrap();
             let f32k = k.to_dtype(DType::F32).unwrap();
             let f32v = v.to_dtype(DType::F32).unwrap();
             let want = attend(&q, &f32k, &f32v, t - 1, AttentionMode::default()).unwrap().reshape((1, 1, heads * d)).unwrap();
             let diff = (got - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
             assert!(diff < 1e-5, "{dtype:?}: {diff}");
         }
-        // A prefill (several positions) is not this function's.
-        let q = Tensor::zeros((1, heads, 2, d), DType::F32, &dev).unwrap();
-        let k = Tensor::zeros((1, kv, 3, d), DType::F32, &dev).unwrap();
-        assert!(decode(&q, &k, &k, 1.0).unwrap().is_none());
+        // A batch of two is not this function's.
+        let k = Tensor::zeros((2, kv, 3, d), DType::F32, &dev).unwrap();
+        assert!(decode(&vec![0.0; heads * d], heads, &k, &k, 1.0).unwrap().is_none());
     }
 }

@@ -214,10 +214,23 @@ impl HostLinear {
 
     /// x [.., k] on the CPU → [.., n] in x's dtype.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (n, k) = self.weight.dims2()?;
-        let dims = x.dims().to_vec();
-        let m = x.elem_count() / k;
+        let n = self.weight.dim(0)?;
+        let mut dims = x.dims().to_vec();
         let xs: Vec<f32> = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        let y = self.rows(&xs)?;
+        if let Some(last) = dims.last_mut() {
+            *last = n;
+        }
+        Ok(Tensor::from_vec(y, dims, &Device::Cpu)?.to_dtype(x.dtype())?)
+    }
+
+    /// `xs` (rows of k values, one after the other) times the weight, plus the bias: rows of n.
+    pub fn rows(&self, xs: &[f32]) -> Result<Vec<f32>> {
+        let (n, k) = self.weight.dims2()?;
+        if xs.len() % k != 0 {
+            return Err(LabError::other(format!("a host linear of {k} inputs given {} values", xs.len())));
+        }
+        let m = xs.len() / k;
         let (storage, layout) = self.weight.storage_and_layout();
         let cpu = match &*storage {
             candle_core::Storage::Cpu(c) => c,
@@ -225,24 +238,22 @@ impl HostLinear {
         };
         let start = layout.start_offset();
         let t0 = Instant::now();
-        let y = match self.weight.dtype() {
-            DType::BF16 => matmul_t(&cpu.as_slice::<bf16>()?[start..start + n * k], n, k, &xs, m, self.tuning),
-            _ => matmul_t(&cpu.as_slice::<f32>()?[start..start + n * k], n, k, &xs, m, self.tuning),
+        let mut y = match self.weight.dtype() {
+            DType::BF16 => matmul_t(&cpu.as_slice::<bf16>()?[start..start + n * k], n, k, xs, m, self.tuning),
+            _ => matmul_t(&cpu.as_slice::<f32>()?[start..start + n * k], n, k, xs, m, self.tuning),
         };
         drop(storage);
         // Decoding steps only (m = 1): a prefill's products are compute-bound, not a read.
         if m == 1 {
             super::profile::kernel(t0, (n * k * self.weight.dtype().size_in_bytes()) as u64);
         }
-        let mut out_dims = dims;
-        if let Some(last) = out_dims.last_mut() {
-            *last = n;
-        }
-        let mut y = Tensor::from_vec(y, out_dims, &Device::Cpu)?;
         if let Some(b) = &self.bias {
-            y = y.broadcast_add(&b.to_dtype(DType::F32)?)?;
+            let b: Vec<f32> = b.to_dtype(DType::F32)?.to_vec1()?;
+            for row in y.chunks_mut(n) {
+                row.iter_mut().zip(&b).for_each(|(y, b)| *y += b);
+            }
         }
-        Ok(y.to_dtype(x.dtype())?)
+        Ok(y)
     }
 }
 

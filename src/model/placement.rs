@@ -229,6 +229,18 @@ impl Placement {
     }
 }
 
+impl Placement {
+    /// The term that sets `ceiling_tok_s`, beside the three terms per token: GPU and host reads
+    /// (one after the other) against the copies (which overlap them).
+    pub fn bound(&self, parts: &PartBytes, bw: &Bandwidths) -> String {
+        let t = self.traffic(parts);
+        let ms = |bytes: u64, gbs: f64| bytes as f64 / (gbs * 1e9) * 1e3;
+        let (dev, host, copy) = (ms(t.device, bw.device), ms(t.host, bw.host), ms(t.pcie, bw.pcie));
+        let what = if copy > dev + host { "PCIe copies" } else if host > dev { "host reads (CPU layers)" } else { "GPU reads" };
+        format!("{what}: GPU reads {dev:.1} ms + host reads {host:.1} ms, copies {copy:.1} ms alongside")
+    }
+}
+
 /// Layers of `rest` offloaded ones to stream so that copying them takes as long as computing the
 /// others on the CPU: s / pcie = (rest − s) / host.
 fn hybrid_streamed(rest: usize, bw: &Bandwidths) -> usize {
@@ -316,6 +328,12 @@ mod tests {
         // Spread: never two streamed layers next to each other.
         assert!(pl.layers.windows(2).all(|w| !(w[0] == Home::Streamed && w[1] == Home::Streamed)));
         assert!(pl.ceiling_tok_s(&p, &bw) > Placement::for_budget(Strategy::Split, &p, 5 * GIB, 256 << 20, None).unwrap().ceiling_tok_s(&p, &bw));
+        // 15 CPU layers at 100 GB/s (about 70 ms) outlast 7 streamed ones at 50 GB/s (65 ms); all
+        // 22 streamed, the copies bound.
+        assert!(pl.bound(&p, &bw).starts_with("host reads"), "{}", pl.bound(&p, &bw));
+        let streamed = Placement::for_budget(Strategy::Streamed, &p, 5 * GIB, 256 << 20, None).unwrap();
+        assert!(streamed.bound(&p, &bw).starts_with("PCIe copies"), "{}", streamed.bound(&p, &bw));
+        assert!(Placement::full(28).bound(&p, &bw).starts_with("GPU reads"));
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub struct Row {
     pub pcie_per_token: Option<u64>,
     pub host_per_token: Option<u64>,
     pub ceiling: Option<f64>,
+    /// What sets the ceiling (placed modes).
+    pub bound: Option<String>,
     /// Per decode step: wall time in CPU layers, in their matrix-vector products and in
     /// CPU↔GPU crossings.
     pub profile: Option<model::profile::StepProfile>,
@@ -93,6 +95,7 @@ pub fn run_placed(s: &mut Session, cfg: &OffloadConfig, strategy: Strategy, bw: 
     row.pcie_per_token = Some(traffic.pcie);
     row.host_per_token = Some(traffic.host);
     row.ceiling = Some(placement.ceiling_tok_s(&parts, bw));
+    row.bound = Some(placement.bound(&parts, bw));
     row.placement = Some(placement.clone());
     s.probe.empty_cache();
     s.probe.reset_peak();

@@ -28,6 +28,7 @@ pub mod col {
     pub const PCIE_MIB_TOKEN: &str = "pcie_mib_per_token";
     pub const HOST_MIB_TOKEN: &str = "host_mib_per_token";
     pub const CEILING_TOK_S: &str = "ceiling_tok_s";
+    pub const BOUND_BY: &str = "ceiling_bound_by";
     pub const MS_PER_TOKEN: &str = "ms_per_token";
     pub const HOST_KERNEL_MS: &str = "host_kernel_ms_per_token";
     pub const HOST_KERNEL_GBS: &str = "host_kernel_gb_s";
@@ -81,6 +82,7 @@ pub fn table(rows: &[Row], report_model: bool) -> Result<DataFrame> {
         col::PCIE_MIB_TOKEN => rows.iter().map(|r| mib(r.pcie_per_token)).collect::<Vec<_>>(),
         col::HOST_MIB_TOKEN => rows.iter().map(|r| mib(r.host_per_token)).collect::<Vec<_>>(),
         col::CEILING_TOK_S => rows.iter().map(|r| r.ceiling).collect::<Vec<_>>(),
+        col::BOUND_BY => rows.iter().map(|r| r.bound.clone()).collect::<Vec<_>>(),
         col::MS_PER_TOKEN => rows.iter().map(|r| r.tok_s.map(|t| 1e3 / t)).collect::<Vec<_>>(),
         col::HOST_KERNEL_MS => rows.iter().map(|r| r.profile.filter(|p| p.kernel_s > 0.0).map(|p| 1e3 * p.kernel_s)).collect::<Vec<_>>(),
         col::HOST_KERNEL_GBS => rows.iter().map(|r| r.profile.and_then(|p| p.kernel_gbs())).collect::<Vec<_>>(),

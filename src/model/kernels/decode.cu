@@ -181,7 +181,11 @@ __device__ __forceinline__ void rotated(const T* yb, int head, const T* cos_t, c
 }
 
 // The value as the cache holds it (BF16 rounds), so this step sees the k and v later steps read.
-__device__ __forceinline__ float as_stored(const unsigned short*, float f) { unsigned short u; st(&u, 0, f); return ld(&u, 0); }
+__device__ __forceinline__ float as_stored(const unsigned short*, float f) {
+    unsigned u = __float_as_uint(f);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return __uint_as_float(u & 0xFFFF0000u);
+}
 __device__ __forceinline__ float as_stored(const float*, float f) { return f; }
 
 // Attention of one decoding position, with its rotary and cache store: block (h, b) takes q, k and
@@ -190,7 +194,9 @@ __device__ __forceinline__ float as_stored(const float*, float f) { return f; }
 // 0..pos[0]-1 and the position's own k and v, and writes its head of out [b, heads d]; the first
 // block of each KV head's group stores k and v at row pos[0] (no block reads that row). Each warp
 // keeps a running max, sum and output over its share of the positions (four positions' k and v
-// loaded at once); the block combines them. d a multiple of 32, at most 256; at most 16 warps.
+// loaded at once); the block combines them. d a multiple of 32, at most 256; at most 16 warps
+// (the entry point is bounded to 512 threads: without the bound the registers of the position's
+// own k and v made the launch fail).
 template <typename T>
 __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, const T* __restrict__ sin_t, T* __restrict__ kc,
                        T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ out, int heads, int kv, int d, int cap, float scale) {
@@ -329,7 +335,7 @@ extern "C" __global__ void vram_lab_qkv_store_f32(float* y, const float* cos_t, 
                                     const T* x, const T* res, const T* g, float eps, T* y, int n, int k) { \
         gemv<T, B, G, NORM, SPLIT>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }
 #define VRAM_LAB_ATTEND_ARGMAX(DT, T) \
-    extern "C" __global__ void vram_lab_attend_##DT(const T* y, const T* cos_t, const T* sin_t, T* kc, T* vc, const unsigned* pos, T* out, \
+    extern "C" __global__ void __launch_bounds__(512) vram_lab_attend_##DT(const T* y, const T* cos_t, const T* sin_t, T* kc, T* vc, const unsigned* pos, T* out, \
                                                     int heads, int kv, int d, int cap, float scale) { \
         attend<T>(y, cos_t, sin_t, kc, vc, pos, out, heads, kv, d, cap, scale); } \
     extern "C" __global__ void vram_lab_argmax_##DT(const T* logits, unsigned* ids, int vocab) { argmax<T>(logits, ids, vocab); }

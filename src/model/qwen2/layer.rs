@@ -229,11 +229,7 @@ impl Layer {
         let (kc, vc) = cache.view(l, offset + s)?;
         // The fused kernel writes [b, s, heads·d] itself. The others' [b, heads, s, d] output
         // stays alive beside its reshaped copy through the MLP, as stages 1-2 measured it.
-        let host = match self.on_host() && mode != AttentionMode::Differentiable {
-            true => crate::model::host_attention::decode(&q, &kc, &vc, (1.0 / (d as f64).sqrt()) as f32)?,
-            false => None,
-        };
-        let (a, _heads_first) = match host.map_or_else(|| flash_attend(&q, &kc, &vc, offset, mode), |a| Ok(Some(a)))? {
+        let (a, _heads_first) = match flash_attend(&q, &kc, &vc, offset, mode)? {
             Some(a) => (a, None),
             None => {
                 let a = attend(&q, &kc.to_dtype(work)?, &vc.to_dtype(work)?, offset, mode)?;

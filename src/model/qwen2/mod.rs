@@ -1,10 +1,11 @@
 //! Qwen2 as the lab runs it, as candle-transformers' `qwen2.rs` reads: plain structs with `new` and
 //! `forward`. The linear layer (`linear`), the token embedding (`embedding`), the decoder layer
-//! (`layer`), the model (`model`) and the model as trainable variables (`trainable`). The config is
-//! `model::config`.
+//! (`layer`), a CPU layer's decoding step (`host_step`), the model (`model`) and the model as
+//! trainable variables (`trainable`). The config is `model::config`.
 
 pub mod config;
 pub mod embedding;
+pub mod host_step;
 pub mod layer;
 pub mod linear;
 pub mod model;

@@ -293,7 +293,7 @@ impl Qwen2 {
                 host_rope.as_ref().unwrap_or(&rope)
             };
             let t = std::time::Instant::now();
-            x = layer.forward(x, l, cfg, r, cache, offset, self.attention)?;
+            x = layer.host_step_or_forward(x, l, cfg, r, cache, offset, self.attention)?;
             if s == 1 && layer.on_host() {
                 crate::model::profile::cpu_layer(t);
             }
