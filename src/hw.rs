@@ -115,6 +115,15 @@ pub fn pick(choice: &str) -> Result<Device> {
     }
 }
 
+/// The CUDA devices this process sees (0 without CUDA).
+pub fn cuda_device_count() -> usize {
+    #[cfg(feature = "cuda")]
+    if let Ok(n) = candle_core::cuda_backend::cudarc::driver::CudaContext::device_count() {
+        return n.max(0) as usize;
+    }
+    0
+}
+
 /// Turns cudarc's per-tensor event tracking on or off for the tensors made from now on. It is on
 /// by default once a context has a stream of its own (candle makes one), and then every kernel
 /// argument costs a cuStreamWaitEvent and a cuEventRecord on the host (0.11 ms of a BF16 decoding

@@ -272,7 +272,7 @@ fn run_writes_one_folder_with_manifest_and_report() {
     let m = manifest(&out);
     assert_eq!(m["status"], "complete");
     let stages: Vec<&str> = m["stages"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(stages, ["anatomy", "load", "kv", "frag", "leaks", "bandwidth", "offload", "bench", "estimate", "plan", "train", "check"]);
+    assert_eq!(stages, ["anatomy", "load", "kv", "frag", "leaks", "bandwidth", "offload", "bench", "estimate", "plan", "train", "parallel", "check"]);
     for s in m["stages"].as_array().unwrap() {
         assert_eq!(s["status"], "done", "{s}");
         for (_, rel) in s["tables"].as_object().unwrap() {
@@ -402,6 +402,28 @@ fn compute_f32_doubles_the_q4_k_m_cache() {
     assert_eq!(bf16_cache, bf16_cache_f32);
     // Only the vectors (333,312 values) change dtype: 0.64 MiB.
     assert!((weights_f32 - weights - 333_312.0 * 2.0 / (1u64 << 20) as f64).abs() < 1e-6, "{weights} {weights_f32}");
+}
+
+/// The articles' unequal cards: each its own micro-batch; the same global batch split evenly
+/// overflows the smaller card.
+#[test]
+fn estimate_gives_unequal_cards_their_micro_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cards");
+    let o = lab(&["estimate", "--model", "synthetic:qwen2.5-0.5b", "--train", "--seq", "512", "--checkpointing", "--cards", "24GiB,16GiB", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rows = csv(&out, "estimate/estimate_train_cards.csv");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let num = |r: &std::collections::HashMap<String, String>, c: &str| r[c].parse::<f64>().unwrap();
+    let (big, small) = (num(&rows[0], "planned_micro_batch"), num(&rows[1], "planned_micro_batch"));
+    assert!(big > small && small >= 1.0, "{big} vs {small}");
+    for r in &rows {
+        assert!(num(r, "planned_peak_gib") <= num(r, "card_gib"), "{r:?}");
+    }
+    assert_eq!((rows[0]["equal_fits"].as_str(), rows[1]["equal_fits"].as_str()), ("true", "false"), "{rows:?}");
+    // A card that is no card: one line.
+    let o = lab(&["estimate", "--model", "synthetic:qwen2.5-0.5b", "--train", "--cards", "24GiB,nonsense", "--out", tmp.path().join("bad").to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o).contains("nonsense"), "{}", text(&o));
 }
 
 #[test]

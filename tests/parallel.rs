@@ -72,3 +72,66 @@ fn each_rank_holds_its_ledgers_weights() {
     assert_eq!(2 * ledger.sharded, one.sharded);
     assert_eq!(ledger.replicated, one.replicated);
 }
+
+/// Loading a rank tensor by tensor gives the same model as cutting the whole one.
+#[test]
+fn a_rank_loaded_tensor_by_tensor_equals_a_rank_cut_from_the_whole() {
+    use vram_lab::model::parallel::load_rank;
+    use vram_lab::model::weights::Synthetic;
+    let cfg = tiny();
+    let prompt = [4u32, 8, 15, 16, 23, 42];
+    let ids = Tensor::new(&prompt[..], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let out: Vec<(Tensor, Tensor)> = std::thread::scope(|s| {
+        let hs: Vec<_> = ThreadComm::group(2)
+            .into_iter()
+            .zip(ThreadComm::group(2))
+            .map(|(a, b)| {
+                let (cfg, ids) = (cfg.clone(), ids.clone());
+                s.spawn(move || {
+                    let mut source = Synthetic::new(cfg.clone(), 3);
+                    let loaded = load_rank(&cfg, Precision::F32, &mut source, &Device::Cpu, Arc::new(a), None).unwrap();
+                    let whole = vram_lab::model::weights::load_all(&cfg, &mut Synthetic::new(cfg.clone(), 3), Precision::F32, &Device::Cpu, None, |_, _| Ok(())).unwrap();
+                    let cut = rank_model(&cfg, Precision::F32, whole, &Device::Cpu, Arc::new(b)).unwrap();
+                    assert_eq!(loaded.weight_bytes(), cut.weight_bytes());
+                    let run = |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 16).unwrap(), Logits::All).unwrap().remove(0);
+                    (run(&loaded), run(&cut))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (loaded, cut) in &out {
+        assert_eq!(max_abs_diff(loaded, cut), 0.0);
+    }
+}
+
+/// `vram-lab parallel` on the CPU: two ranks as threads, each row's bytes the ledger's, the group's
+/// greedy tokens the one device's.
+#[test]
+fn the_parallel_stage_on_two_cpu_ranks() {
+    use polars::prelude::*;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let o = common::lab_quiet(&["parallel", "--device", "cpu", "--model", "synthetic:tiny", "--gpus", "2", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    let df = common::read_csv(&out.join("parallel/parallel_ranks.csv"));
+    assert_eq!(df.height(), 3, "{df}");
+    let f = |c: &str| df.column(c).unwrap().cast(&DataType::Float64).unwrap().f64().unwrap().iter().collect::<Vec<_>>();
+    let (w, wp, kv, kvp) = (f("weights_mib"), f("weights_predicted_mib"), f("kv_cache_mib"), f("kv_cache_predicted_mib"));
+    let (eq, n) = (f("tokens_equal_to_one_device"), f("tokens"));
+    for i in 0..3 {
+        assert_eq!(w[i], wp[i], "row {i}: weights");
+        assert_eq!(kv[i], kvp[i], "row {i}: KV cache");
+    }
+    // Each rank: more than half the whole model (the embedding, norms and head are whole on each).
+    assert!(w[1].unwrap() > w[0].unwrap() / 2.0 && w[1].unwrap() < w[0].unwrap());
+    assert_eq!(kv[1].unwrap() * 2.0, kv[0].unwrap());
+    for i in 1..3 {
+        assert_eq!(eq[i], n[i], "rank {}: tokens differ from the one device's", i - 1);
+        assert_eq!(n[i], Some(12.0));
+    }
+    // 3 ranks do not divide the tiny model's 2 K/V heads: one line, no panic.
+    let o = common::lab_quiet(&["parallel", "--device", "cpu", "--model", "synthetic:tiny", "--gpus", "3", "--out", dir.path().join("r3").to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(common::output_text(&o).contains("do not divide"), "{}", common::output_text(&o));
+}

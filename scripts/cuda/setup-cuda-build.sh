@@ -78,6 +78,20 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "${PKGS[*]}" ]; then
   printf '%s' "${PKGS[*]}" > "$STAMP"
 fi
 
+# NCCL for `--features nccl` (several GPUs): the library to link against (soname libnccl.so.2;
+# at run time the GPU machine's own, e.g. PyTorch's, is used). Its own stamp: adding it later
+# does not reinstall the rest.
+NCCL_PKG=nvidia-nccl-cu13==2.27.7
+if [ "$(cat "$PREFIX/.installed-nccl" 2>/dev/null)" != "$NCCL_PKG" ]; then
+  tmp="$(mktemp -d)"
+  python3 -m pip install --quiet --root-user-action=ignore --no-deps --no-compile --target "$tmp" "$NCCL_PKG"
+  cp -a "$tmp/nvidia/nccl/lib/libnccl.so.2" "$PREFIX/lib/"
+  cp -a "$tmp/nvidia/nccl/include/nccl.h" "$PREFIX/include/"
+  ln -sf libnccl.so.2 "$PREFIX/lib/libnccl.so"
+  rm -rf "$tmp"
+  printf '%s' "$NCCL_PKG" > "$PREFIX/.installed-nccl"
+fi
+
 cat > "$PREFIX/env.sh" <<EOF
 # source this before \`cargo build --features cuda\`
 export CUDA_HOME="$PREFIX"                  # cudarc link search (lib, lib/stubs, lib64)

@@ -8,7 +8,8 @@
 # Expects .gpu/vram-lab.xz (made by scripts/cuda/build-gpu-binary.sh). Runs each command in turn,
 # `--quiet --out $R/NAME` added, in a process session of its own (so the runs outlive a shell that
 # is cut off); waits up to WAIT seconds (default 560) and packs what exists into
-# $OUT/results.tar.gz: one run folder per command (manifest.json, report.html, CSVs), each
+# $OUT/results.tar.gz: one run folder per command (manifest.json, CSVs; each report.html beside it
+# as $OUT/NAME-report.html.xz), each
 # command's stdout, nvidia-smi, the binary's info and this log. Called again while the runs go
 # on, it only waits and packs.
 set -u
@@ -49,5 +50,9 @@ t0=$SECONDS
 while [ ! -e "$R/done" ] && [ $((SECONDS - t0)) -lt "$WAIT" ]; do sleep 5; done
 cat "$R/progress.txt"
 [ -e "$R/done" ] || echo "### still running after ${WAIT} s: call again"
-tar czf "$OUT/results.tar.gz" -C /tmp results
+# report.html embeds plotly (MBs each): packed apart, xz-compressed, so the results come back whole.
+tar czf "$OUT/results.tar.gz" --exclude=report.html -C /tmp results
+for f in "$R"/*/report.html; do
+  [ -e "$f" ] && python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.compress(open(sys.argv[1],'rb').read(), preset=9))" "$f" "$OUT/$(basename "$(dirname "$f")")-report.html.xz"
+done
 ls -la "$OUT"

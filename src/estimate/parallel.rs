@@ -12,6 +12,7 @@
 use crate::error::{LabError, Result};
 use crate::estimate::bytes::{kv_bytes_per_token, weight_bytes, with_layers};
 use crate::estimate::fit::{self, Inference};
+use crate::estimate::training::{step_peak, TrainShape};
 use crate::model::parallel::shard::{rank_ledger, shard_config};
 use crate::model::Qwen2Config;
 use serde::Serialize;
@@ -131,6 +132,33 @@ pub fn pipeline(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> 
         .collect())
 }
 
+/// The largest micro-batch of `seq` tokens a card of `capacity` bytes trains with the lab's F32
+/// step under data parallelism (every card holds the whole model, its gradients and AdamW states),
+/// `overhead` (the CUDA runtime, NCCL's buffers) held beside it; 0 when not even one sequence fits.
+/// The articles' unequal cards (24 GB and 16 GB: micro-batches 8 and 4) are this per card.
+pub fn micro_batch(cfg: &Qwen2Config, seq: usize, checkpoint: bool, capacity: u64, overhead: u64) -> usize {
+    let params = cfg.param_count() as u64;
+    let fits = |b: usize| step_peak(cfg, params, TrainShape { batch: b, seq }, checkpoint) + overhead <= capacity;
+    if !fits(1) {
+        return 0;
+    }
+    // The peak grows with the batch: double past the edge, then bisect.
+    let (mut lo, mut hi) = (1, 2);
+    while hi <= crate::limits::MAX_BATCH && fits(hi) {
+        lo = hi;
+        hi *= 2;
+    }
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +167,22 @@ mod tests {
 
     fn w(precision: Precision) -> Inference {
         Inference { precision, seq: 1024, batch: 1, logits: Logits::Last, attention: AttentionMode::default(), stored: None }
+    }
+
+    #[test]
+    fn micro_batches_stop_at_the_card() {
+        let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+        let p = cfg.param_count() as u64;
+        let peak = |b| step_peak(&cfg, p, TrainShape { batch: b, seq: 512 }, true);
+        for gib in [16u64, 24, 80] {
+            let cap = gib << 30;
+            let b = micro_batch(&cfg, 512, true, cap, 1 << 30);
+            // The largest that fits: b fits, b + 1 does not.
+            assert!(b >= 1 && peak(b) + (1 << 30) <= cap && peak(b + 1) + (1 << 30) > cap, "{gib} GiB: {b}");
+        }
+        assert!(micro_batch(&cfg, 512, true, 24 << 30, 0) > micro_batch(&cfg, 512, true, 16 << 30, 0));
+        // Less than the weights and states: none.
+        assert_eq!(micro_batch(&cfg, 512, true, 12 * p, 0), 0);
     }
 
     #[test]

@@ -11,8 +11,8 @@ pub mod tables;
 pub mod training_tables;
 
 use inputs::{ledger_rows, model_config, workload};
-use tables::{col, CURVE, FIT, LEDGER, PARALLEL, TRAINING, TRAIN_STEP};
-use training_tables::{train_step_table, training_table};
+use tables::{col, CURVE, FIT, LEDGER, PARALLEL, TRAINING, TRAIN_CARDS, TRAIN_STEP};
+use training_tables::{train_cards_table, train_step_table, training_table};
 use crate::error::Result;
 use crate::estimate::fit::{self, CardFit, Runtime};
 use crate::estimate::parallel;
@@ -63,6 +63,13 @@ pub struct EstimateConfig {
     /// GPUs ZeRO divides across
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=limits::MAX_GPUS))]
     pub gpus: u64,
+    /// With --train: cards (names or sizes: rtx4090,16GiB) trained on together under data
+    /// parallelism — each card's largest micro-batch, and an even split beside it
+    #[arg(long, value_delimiter = ',')]
+    pub cards: Vec<String>,
+    /// With --train --cards: gradient checkpointing on
+    #[arg(long)]
+    pub checkpointing: bool,
     /// Inference with tensor parallelism over this many GPUs: what each GPU holds
     #[arg(long, value_parser = limits::count(MAX_PARALLEL))]
     pub tp: Option<usize>,
@@ -76,7 +83,7 @@ const MAX_PARALLEL: usize = 64;
 
 impl Default for EstimateConfig {
     fn default() -> Self {
-        Self { precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32], seq: 4096, batch: 1, logits: Logits::Last, config: None, train: false, optimizer: Optimizer::Adamw, zero: 0, gpus: 1, tp: None, pp: None }
+        Self { precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32], seq: 4096, batch: 1, logits: Logits::Last, config: None, train: false, optimizer: Optimizer::Adamw, zero: 0, gpus: 1, cards: vec![], checkpointing: false, tp: None, pp: None }
     }
 }
 
@@ -145,6 +152,11 @@ impl Stage for Estimate {
         if c.train {
             out.table(TRAINING, training_table(&cfg, c.optimizer, c.zero, c.gpus)?);
             out.table(TRAIN_STEP, train_step_table(&cfg, training::TrainShape { batch: c.batch, seq: c.seq })?);
+            if !c.cards.is_empty() {
+                let cards = c.cards.iter().map(|n| Card::parse(n)).collect::<Result<Vec<_>>>()?;
+                let overhead = runtime.bytes() + parallel::nccl_bytes(cards.len());
+                out.table(TRAIN_CARDS, train_cards_table(&cfg, c.seq, c.checkpointing, &cards, overhead)?);
+            }
         }
         Ok(out)
     }

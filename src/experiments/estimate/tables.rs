@@ -36,6 +36,12 @@ pub mod col {
     pub const NCCL_MIB: &str = "nccl_mib";
     pub const RUNTIME_MIB: &str = "runtime_mib";
     pub const TOTAL_MIB: &str = "total_mib";
+    pub const CARD_GIB: &str = "card_gib";
+    pub const PLANNED_MICRO_BATCH: &str = "planned_micro_batch";
+    pub const PLANNED_PEAK_GIB: &str = "planned_peak_gib";
+    pub const EQUAL_MICRO_BATCH: &str = "equal_micro_batch";
+    pub const EQUAL_PEAK_GIB: &str = "equal_peak_gib";
+    pub const EQUAL_FITS: &str = "equal_fits";
 }
 
 pub const LEDGER: &str = "estimate_ledger";
@@ -47,6 +53,8 @@ pub const CURVE: &str = "estimate_curve";
 pub const TRAINING: &str = "estimate_training";
 
 pub const TRAIN_STEP: &str = "estimate_train_step";
+
+pub const TRAIN_CARDS: &str = "estimate_train_cards";
 
 pub const PLAN: &str = "plan";
 
@@ -127,6 +135,15 @@ pub fn views() -> Vec<View> {
             group_by: &[],
             chart: None,
             explain: "The step `vram-lab train` runs (forward, backward, AdamW in F32), counted tensor by tensor from candle's forward and backward: what the forward keeps for the backward, the backward's busiest moment, the update's, and the peak the card must hold. Checked against the lab's measured steps (`vram-lab check`). 训练一步的激活与峰值,有无梯度检查点。",
+        },
+        View {
+            name: "train_cards",
+            table: TRAIN_CARDS,
+            caption: "Estimator — unequal cards under data parallelism: each card's micro-batch",
+            columns: &[CARD, CARD_GIB, PLANNED_MICRO_BATCH, PLANNED_PEAK_GIB, EQUAL_MICRO_BATCH, EQUAL_PEAK_GIB, EQUAL_FITS, NOTE],
+            group_by: &[],
+            chart: None,
+            explain: "Under data parallelism every card holds the whole model, its gradients and AdamW states; only the micro-batch can differ. Planned: the largest micro-batch each card holds (the articles' table: a 24 GB card 8, a 16 GB card 4). Equal: the same global batch split evenly — the smaller card runs out first. 数据并行时每张卡都持有完整模型、梯度和优化器状态,只有微批大小可以不同:按卡规划的微批与平均切分对比。",
         },
     ]
 }

@@ -64,3 +64,25 @@ pub fn train_step_table(cfg: &Qwen2Config, sh: training::TrainShape) -> Result<D
         col::NOTE => rows.iter().map(|r| r.3.clone()).collect::<Vec<_>>(),
     )?)
 }
+
+/// Unequal cards under data parallelism: the largest micro-batch each card holds (the lab's F32
+/// step, `overhead` beside it), and the same global batch split evenly.
+pub fn train_cards_table(cfg: &Qwen2Config, seq: usize, checkpoint: bool, cards: &[crate::hw::Card], overhead: u64) -> Result<DataFrame> {
+    use crate::estimate::parallel::micro_batch;
+    let params = cfg.param_count() as u64;
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let planned: Vec<usize> = cards.iter().map(|c| micro_batch(cfg, seq, checkpoint, c.total_bytes(), overhead)).collect();
+    let global: usize = planned.iter().sum();
+    let equal = global.div_ceil(cards.len().max(1));
+    let peak = |b: usize| if b == 0 { 0 } else { training::step_peak(cfg, params, training::TrainShape { batch: b, seq }, checkpoint) + overhead };
+    Ok(df!(
+        col::CARD => cards.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+        col::CARD_GIB => cards.iter().map(|c| gib(c.total_bytes())).collect::<Vec<_>>(),
+        col::PLANNED_MICRO_BATCH => planned.iter().map(|&b| b as u64).collect::<Vec<_>>(),
+        col::PLANNED_PEAK_GIB => planned.iter().map(|&b| gib(peak(b))).collect::<Vec<_>>(),
+        col::EQUAL_MICRO_BATCH => cards.iter().map(|_| equal as u64).collect::<Vec<_>>(),
+        col::EQUAL_PEAK_GIB => cards.iter().map(|_| gib(peak(equal))).collect::<Vec<_>>(),
+        col::EQUAL_FITS => cards.iter().map(|c| equal > 0 && peak(equal) <= c.total_bytes()).collect::<Vec<_>>(),
+        col::NOTE => cards.iter().map(|_| format!("{seq} tokens a sequence; F32 AdamW; checkpointing {}; global batch {global}", if checkpoint { "on" } else { "off" })).collect::<Vec<_>>(),
+    )?)
+}

@@ -5,13 +5,16 @@
 //! before each residual.
 
 pub mod comm;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod shard;
 
 pub use comm::{AllReduce, ThreadComm};
-pub use shard::{rank_ledger, shard_config, shard_weights, RankLedger};
+pub use shard::{rank_ledger, shard_config, shard_tensor, shard_weights, RankLedger};
 
 use crate::error::Result;
-use crate::model::weights::Weight;
+use crate::memory::MemoryProbe;
+use crate::model::weights::{Weight, WeightSource};
 use crate::model::{Precision, Qwen2, Qwen2Config};
 use candle_core::Device;
 use std::collections::HashMap;
@@ -21,5 +24,28 @@ use std::sync::Arc;
 pub fn rank_model(cfg: &Qwen2Config, precision: Precision, weights: HashMap<String, Weight>, device: &Device, comm: Arc<dyn AllReduce>) -> Result<Qwen2> {
     let rank_cfg = shard_config(cfg, comm.ranks())?;
     let w = shard_weights(weights, cfg, comm.rank(), comm.ranks())?;
+    Ok(Qwen2::new(&rank_cfg, precision, w, device)?.into_rank(comm))
+}
+
+/// Rank `comm.rank()`'s model read from `source` tensor by tensor, each cut to the rank's part as
+/// it arrives: a rank never holds more than its shard and one whole tensor, so a model loads on
+/// GPUs that could not hold it whole. An OOM is captured by `probe` (the rank's device).
+pub fn load_rank(cfg: &Qwen2Config, precision: Precision, source: &mut dyn WeightSource, device: &Device, comm: Arc<dyn AllReduce>, probe: Option<&MemoryProbe>) -> Result<Qwen2> {
+    let (rank, ranks) = (comm.rank(), comm.ranks());
+    let rank_cfg = shard_config(cfg, ranks)?;
+    let mut w = HashMap::new();
+    for spec in cfg.tensor_specs() {
+        let part = source.load(&spec, precision, device).and_then(|whole| shard_tensor(&spec.name, whole, cfg, rank, ranks));
+        match part {
+            Ok(p) => w.insert(spec.name.clone(), p),
+            Err(e) => {
+                let during = format!("loading {} (rank {rank} of {ranks})", spec.name);
+                return Err(match probe {
+                    Some(p) => p.capture(e, &during),
+                    None => e.during(during),
+                });
+            }
+        };
+    }
     Ok(Qwen2::new(&rank_cfg, precision, w, device)?.into_rank(comm))
 }

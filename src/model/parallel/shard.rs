@@ -56,16 +56,17 @@ pub fn slice_of(name: &str, cfg: &Qwen2Config, rank: usize, ranks: usize) -> Opt
 /// shared. Dense weights only: a quantized block does not split at a head's boundary.
 pub fn shard_weights(w: HashMap<String, Weight>, cfg: &Qwen2Config, rank: usize, ranks: usize) -> Result<HashMap<String, Weight>> {
     check(cfg, ranks)?;
-    w.into_iter()
-        .map(|(name, weight)| {
-            let Some((dim, start, len)) = slice_of(&name, cfg, rank, ranks) else { return Ok((name, weight)) };
-            let Weight::Dense(t) = weight else {
-                return Err(LabError::input(format!("{name} is quantized: tensor parallelism splits dense weights (BF16, F16, F32)")));
-            };
-            // A row slice is a contiguous view of the whole: copied, so the rank owns only its part.
-            Ok((name, Weight::Dense(t.narrow(dim, start, len)?.force_contiguous()?)))
-        })
-        .collect()
+    w.into_iter().map(|(name, weight)| Ok((name.clone(), shard_tensor(&name, weight, cfg, rank, ranks)?))).collect()
+}
+
+/// Rank `rank`'s part of one tensor (the tensor itself when every rank holds it whole).
+pub fn shard_tensor(name: &str, weight: Weight, cfg: &Qwen2Config, rank: usize, ranks: usize) -> Result<Weight> {
+    let Some((dim, start, len)) = slice_of(name, cfg, rank, ranks) else { return Ok(weight) };
+    let Weight::Dense(t) = weight else {
+        return Err(LabError::input(format!("{name} is quantized: tensor parallelism splits dense weights (BF16, F16, F32)")));
+    };
+    // A row slice is a contiguous view of the whole: copied, so the rank owns only its part.
+    Ok(Weight::Dense(t.narrow(dim, start, len)?.force_contiguous()?))
 }
 
 /// Bytes one rank holds, by what they are.

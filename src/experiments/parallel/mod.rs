@@ -1,0 +1,296 @@
+//! Several GPUs, tensor-parallel (the related articles' multi-GPU notes): the model split over N
+//! ranks (Megatron's split, `model::parallel`), one thread per GPU joined by NCCL (threads
+//! exchanging tensors on the CPU), and every rank's bytes read from its own device beside the
+//! ledger of `estimate --tp N`: weights, NCCL's buffers, the KV cache, generation's peak. Then the
+//! whole model on one device: decode beside the group's, and the group's greedy tokens beside its.
+
+pub mod ranks;
+pub mod tables;
+
+use ranks::{run_rank, Plan, RankRun};
+use tables::{table, Row, TABLE};
+use crate::error::{LabError, Result};
+use crate::estimate::fit::Inference;
+use crate::estimate::parallel::tensor_parallel;
+use crate::hw;
+use crate::limits;
+use crate::memory::mib;
+use crate::model::attention::AttentionMode;
+use crate::model::parallel::{rank_ledger, AllReduce, ThreadComm};
+use crate::model::{self, generate, GenerateConfig, Logits, Precision, Qwen2Config};
+use crate::session::Session;
+use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
+use candle_core::Device;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Barrier};
+
+pub struct Parallel;
+
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+pub struct ParallelConfig {
+    /// GPUs to split the model over (tensor-parallel ranks; on the CPU, threads)
+    #[arg(long, default_value_t = ParallelConfig::default().gpus, value_parser = limits::count(64))]
+    pub gpus: usize,
+    #[arg(long, value_enum, default_value_t = ParallelConfig::default().precision)]
+    pub precision: Precision,
+    /// Prompt tokens
+    #[arg(long, default_value_t = ParallelConfig::default().prompt, value_parser = limits::count(limits::MAX_SEQ))]
+    pub prompt: usize,
+    /// Tokens decoded
+    #[arg(long, default_value_t = ParallelConfig::default().new_tokens, value_parser = limits::count(limits::MAX_NEW_TOKENS))]
+    pub new_tokens: usize,
+    /// Skip the whole model on one device (a model one GPU cannot hold)
+    #[arg(long, default_value_t = false)]
+    pub no_single: bool,
+}
+
+impl Default for ParallelConfig {
+    fn default() -> Self {
+        Self { gpus: 2, precision: Precision::Bf16, prompt: 160, new_tokens: 64, no_single: false }
+    }
+}
+
+/// The devices of `gpus` ranks: the session's and the ones after it (CUDA), or the CPU for each.
+fn devices(s: &Session, gpus: usize) -> Result<Vec<Device>> {
+    match &s.device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(dev) => {
+            let first = hw::gpu_ordinal(dev);
+            let mut out = vec![s.device.clone()];
+            for r in 1..gpus {
+                out.push(hw::pick(&format!("cuda:{}", first + r)).map_err(|e| LabError::Unsupported(format!("{gpus} GPUs asked, from cuda:{first}: {e}")))?);
+            }
+            Ok(out)
+        }
+        _ => Ok(vec![Device::Cpu; gpus]),
+    }
+}
+
+/// How rank `rank` joins the group: NCCL on GPUs, the shared slots of `threads` on the CPU.
+fn joiner(threads: &[ThreadComm], rank: usize, #[allow(unused)] nccl: Option<NcclId>) -> impl FnOnce(&Device) -> Result<Arc<dyn AllReduce>> + '_ {
+    move |device: &Device| -> Result<Arc<dyn AllReduce>> {
+        match device {
+            #[cfg(feature = "nccl")]
+            Device::Cuda(dev) => {
+                let id = nccl.ok_or_else(|| LabError::other("no NCCL id"))?;
+                Ok(Arc::new(crate::model::parallel::nccl::NcclComm::join(dev, rank, threads.len(), id)?))
+            }
+            #[cfg(all(feature = "cuda", not(feature = "nccl")))]
+            Device::Cuda(_) if threads.len() > 1 => Err(LabError::Unsupported("this build has no NCCL: rebuild with `--features nccl` to run on several GPUs".into())),
+            _ => Ok(Arc::new(threads[rank].clone())),
+        }
+    }
+}
+
+#[cfg(feature = "nccl")]
+type NcclId = crate::model::parallel::nccl::GroupId;
+#[cfg(not(feature = "nccl"))]
+type NcclId = ();
+
+fn group_id(cuda: bool) -> Result<Option<NcclId>> {
+    #[cfg(feature = "nccl")]
+    if cuda {
+        return Ok(Some(crate::model::parallel::nccl::GroupId::new()?));
+    }
+    let _ = cuda;
+    Ok(None)
+}
+
+/// What the ledger predicts for one of `gpus` ranks (1: the whole model).
+fn predicted(cfg: &Qwen2Config, c: &ParallelConfig, gpus: usize) -> Result<Row> {
+    let w = Inference { precision: c.precision, seq: c.prompt, batch: 1, logits: Logits::Last, attention: AttentionMode::default(), stored: None };
+    let need = tensor_parallel(cfg, &w, gpus, 0)?.remove(0);
+    // generate holds a cache for the prompt and every new token.
+    let dtype = c.precision.dense_dtype().map(|d| d.size_in_bytes() as u64).unwrap_or(2);
+    let kv = rank_ledger(cfg, gpus, dtype, (c.prompt + c.new_tokens) as u64, c.precision.act_dtype().size_in_bytes() as u64)?.kv_cache;
+    Ok(Row { weights_predicted: need.weights, nccl_predicted: need.nccl, kv_predicted: kv, peak_above_predicted: kv + need.transient + need.logits, ..Default::default() })
+}
+
+/// Decode's ceiling on a device reading `bytes` a token at `read_gbs`.
+fn ceiling(bytes: u64, read_gbs: f64) -> Option<f64> {
+    (bytes > 0 && read_gbs > 0.0).then(|| read_gbs * 1e9 / bytes as f64)
+}
+
+/// The bytes a decoding step reads: the weights but the embedding table (one row of it is read),
+/// unless the head reads it too (tied).
+fn read_per_token(cfg: &Qwen2Config, weights: u64, kv: u64, act: u64) -> u64 {
+    let table = if cfg.tie_word_embeddings { 0 } else { (cfg.vocab_size * cfg.hidden_size) as u64 * act };
+    weights.saturating_sub(table) + kv
+}
+
+fn rank_row(r: &RankRun, p: &Row, gpus: usize, single: Option<&[u32]>, ceiling_tok_s: Option<f64>) -> Row {
+    Row {
+        layout: format!("tensor-parallel × {gpus}"),
+        rank: r.rank,
+        device: r.device.clone(),
+        weights: Some(r.weights),
+        nccl: r.nccl,
+        kv_cache: Some(r.kv_cache),
+        peak_above_weights: r.peak_above_weights,
+        load_peak: r.load_peak,
+        prefill_tok_s: Some(r.prefill_tok_s),
+        decode_tok_s: Some(r.decode_tok_s),
+        ceiling_tok_s,
+        tokens_equal: single.map(|s| s.iter().zip(&r.tokens).take_while(|(a, b)| a == b).count()),
+        tokens: r.tokens.len(),
+        outcome: Outcome::OK.into(),
+        ..p.clone()
+    }
+}
+
+impl Stage for Parallel {
+    const NAME: &'static str = "parallel";
+    const TITLE: &'static str = "Several GPUs — tensor parallelism / 多 GPU 张量并行";
+    const ABOUT: &'static str = "The model split over N GPUs (tensor parallel, NCCL): every GPU's bytes measured beside the ledger, decode and greedy tokens beside one GPU";
+    const INTRO: &'static str = "相关文章讲到单卡放不下时的多卡方案。这里把模型按 Megatron 方式切到 N 张卡上(每张卡持有自己的注意力头和 MLP 列,每层两次 all-reduce,NCCL 负责通信),逐卡测量权重、NCCL 缓冲、KV cache 和生成时的峰值,与估算器的逐卡账本并列;再与单卡运行比较解码速度和贪心输出。<br>The related articles turn to several cards when one cannot hold the model. Here the model is split over N GPUs the way Megatron splits it (each GPU holds its attention heads and MLP columns; two all-reduces a layer, over NCCL), and every GPU's weights, NCCL buffers, KV cache and generation peak are read from that GPU beside the estimator's per-GPU ledger (`estimate --tp N`); then decode speed and the greedy tokens beside the whole model on one GPU. On the CPU the ranks are threads exchanging tensors.";
+    type Config = ParallelConfig;
+
+    fn cpu_config() -> ParallelConfig {
+        ParallelConfig { prompt: 16, new_tokens: 12, ..Default::default() }
+    }
+
+    fn run(s: &mut Session, c: &ParallelConfig) -> Result<StageOutput> {
+        let opened = model::source::open(&s.source, &s.opts)?;
+        let cfg = opened.cfg.clone();
+        drop(opened);
+        let mut c = c.clone();
+        if s.device.is_cuda() && hw::cuda_device_count() < c.gpus {
+            let n = hw::cuda_device_count().max(1);
+            s.say(format!("{} GPUs asked, {n} here: the group is {n}", c.gpus));
+            c.gpus = n;
+        }
+        let c = &c;
+        crate::model::parallel::shard::check(&cfg, c.gpus)?;
+        if c.precision.dense_dtype().is_none() {
+            return Err(LabError::input(format!("tensor parallelism splits dense weights (bf16, f16, f32), not {}", c.precision)));
+        }
+        // Each rank reads its own device; a card emulated on the first would skew the group.
+        let lifted = s.probe.card().cloned();
+        if lifted.is_some() {
+            s.probe.stop_emulating();
+            s.say("the card emulation is lifted in this stage: every rank uses its whole device");
+        }
+        let out = measure(s, &cfg, c);
+        if let Some(card) = &lifted {
+            s.probe.emulate(card)?;
+        }
+        out
+    }
+
+    fn views() -> Vec<View> {
+        tables::views()
+    }
+}
+
+/// The one-device run, then the group, into the stage's table and findings.
+fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<StageOutput> {
+        let cfg = cfg.clone();
+        let devs = devices(s, c.gpus)?;
+        let cuda = s.device.is_cuda();
+        let bw = s.bandwidths()?;
+        let act = c.precision.act_dtype().size_in_bytes() as u64;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(s.opts.seed);
+        let prompt: Vec<u32> = (0..c.prompt).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect();
+        let gen = GenerateConfig { max_new_tokens: c.new_tokens, ..Default::default() };
+        let mut rows = Vec::new();
+        let mut out = StageOutput::default();
+
+        // The whole model on the first device: the tokens every rank must give, and its speed.
+        let single_p = predicted(&cfg, c, 1)?;
+        let mut single_tokens = None;
+        if !c.no_single {
+            s.console.step("the whole model on one device");
+            let mut row = Row { layout: "one device".into(), device: hw::describe(&s.device), ..single_p.clone() };
+            let before = { s.device.synchronize()?; s.probe.snapshot("before") };
+            let run = s.load(c.precision).and_then(|lm| {
+                s.device.synchronize()?;
+                let loaded = s.probe.snapshot("loaded");
+                s.probe.reset_peak();
+                let g = generate(&lm.model, &prompt, &gen)?;
+                s.device.synchronize()?;
+                let done = s.probe.snapshot("generated");
+                Ok((lm.model.weight_bytes(), loaded, done, g))
+            });
+            match run {
+                Ok((tensor_bytes, loaded, done, g)) => {
+                    let weights = if cuda { loaded.allocated.saturating_sub(before.allocated) } else { tensor_bytes };
+                    row.weights = Some(weights);
+                    row.kv_cache = Some(g.kv_cache_bytes);
+                    row.peak_above_weights = cuda.then(|| done.peak.saturating_sub(loaded.allocated));
+                    row.prefill_tok_s = Some(g.prefill_tok_s());
+                    row.decode_tok_s = Some(g.decode_tok_s());
+                    row.ceiling_tok_s = ceiling(read_per_token(&cfg, weights, g.kv_cache_bytes, act), bw.device);
+                    row.tokens = g.generated_ids.len();
+                    row.outcome = Outcome::OK.into();
+                    s.say(format!("one device: {:.1} tok/s decode, weights {:.1} MiB", g.decode_tok_s(), mib(weights)));
+                    single_tokens = Some(g.generated_ids);
+                }
+                Err(e @ LabError::Oom(_)) => {
+                    row.outcome = Outcome::from_error(&e).as_str();
+                    s.say(format!("one device: {e}"));
+                }
+                Err(e) => return Err(e),
+            }
+            rows.push(row);
+        }
+
+        // The group: a thread per rank, joined by NCCL (GPUs) or shared slots (CPU).
+        s.console.step(format!("tensor-parallel over {} {}", c.gpus, if cuda { "GPUs" } else { "CPU threads" }));
+        let mut p = predicted(&cfg, c, c.gpus)?;
+        if !cuda {
+            p.nccl_predicted = 0; // threads exchange tensors in the heap: no NCCL
+        }
+        let threads = ThreadComm::group(c.gpus);
+        let id = group_id(cuda)?;
+        let plan = Plan { cfg: &cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen, barrier: Barrier::new(c.gpus), failed: AtomicBool::new(false) };
+        let results: Vec<Result<RankRun>> = std::thread::scope(|scope| {
+            let hs: Vec<_> = devs.into_iter().enumerate().map(|(rank, dev)| {
+                let (plan, join) = (&plan, joiner(&threads, rank, id));
+                scope.spawn(move || run_rank(plan, rank, dev, join))
+            }).collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(LabError::other("a rank's thread panicked")))).collect()
+        });
+        for (rank, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(r) => {
+                    let ceil = ceiling(read_per_token(&cfg, r.weights, r.kv_cache, act), bw.device);
+                    rows.push(rank_row(&r, &p, c.gpus, single_tokens.as_deref(), ceil));
+                }
+                Err(e) => rows.push(Row { layout: format!("tensor-parallel × {}", c.gpus), rank, outcome: Outcome::from_error(&e).as_str(), ..p.clone() }),
+            }
+        }
+        for r in rows.iter().filter(|r| r.layout != "one device") {
+            s.say(format!(
+                "rank {}: weights {} MiB (ledger {:.1}), NCCL {} MiB, {} tok/s, {}",
+                r.rank,
+                r.weights.map(|b| format!("{:.1}", mib(b))).unwrap_or_else(|| "—".into()),
+                mib(r.weights_predicted),
+                r.nccl.map(|b| format!("{:.1}", mib(b))).unwrap_or_else(|| "—".into()),
+                r.decode_tok_s.map(|t| format!("{t:.1}")).unwrap_or_else(|| "—".into()),
+                r.outcome
+            ));
+        }
+        out.findings = findings(&rows, c.gpus);
+        out.table(TABLE, table(&rows)?);
+        Ok(out)
+}
+
+fn findings(rows: &[Row], gpus: usize) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let rank0 = rows.iter().find(|r| r.layout != "one device" && r.rank == 0 && r.outcome == Outcome::OK);
+    let single = rows.iter().find(|r| r.layout == "one device" && r.outcome == Outcome::OK);
+    if let Some(r) = rank0 {
+        out.push(Finding::new(format!("rank 0 of {gpus}: weights"), "MiB", r.weights.map(mib)).predicted(mib(r.weights_predicted)));
+        if let Some(n) = r.nccl {
+            out.push(Finding::new(format!("rank 0 of {gpus}: NCCL's device memory"), "MiB", Some(mib(n))).predicted(mib(r.nccl_predicted)).note("read as the device's used bytes outside candle's pool after the first all-reduce"));
+        }
+        let note = match (single, r.tokens_equal) {
+            (Some(s), Some(eq)) => format!("one device: {:.1} tok/s; greedy tokens equal to its for the first {eq} of {}", s.decode_tok_s.unwrap_or_default(), r.tokens),
+            _ => String::new(),
+        };
+        out.push(Finding::new(format!("decode over {gpus} ranks"), "tok/s", r.decode_tok_s).ceiling(r.ceiling_tok_s).note(note));
+    }
+    out
+}

@@ -1,0 +1,111 @@
+//! One rank of a tensor-parallel group, run on its own thread: join the group, load the rank's
+//! shard, generate, and read the rank's device at each step. The ranks wait for each other after
+//! joining and after loading, so a rank that fails stops the others before they block in an
+//! all-reduce it will never join.
+
+use crate::error::{LabError, Result};
+use crate::memory::{guarded, MemoryProbe};
+use crate::model::parallel::{load_rank, AllReduce};
+use crate::model::source::{self, ModelSource, SourceOptions};
+use crate::model::{generate, GenerateConfig, Precision, Qwen2Config};
+use candle_core::{Device, Tensor};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+
+/// What one rank measured, bytes (None where its device cannot tell: the CPU's ranks share one heap).
+#[derive(Debug, Clone, Default)]
+pub struct RankRun {
+    pub rank: usize,
+    pub device: String,
+    /// Device memory NCCL took when the rank joined and summed its first tensor (outside candle's pool).
+    pub nccl: Option<u64>,
+    pub weights: u64,
+    /// The loading's peak above what was held before it: the shard and one whole tensor.
+    pub load_peak: Option<u64>,
+    /// Generation's peak above the weights: the KV cache, the prefill's transient and the logits.
+    pub peak_above_weights: Option<u64>,
+    pub kv_cache: u64,
+    pub prefill_tok_s: f64,
+    pub decode_tok_s: f64,
+    pub tokens: Vec<u32>,
+}
+
+/// What every rank shares: the model, the prompt and the two meeting points.
+pub struct Plan<'a> {
+    pub cfg: &'a Qwen2Config,
+    pub precision: Precision,
+    pub source: &'a ModelSource,
+    pub opts: &'a SourceOptions,
+    pub prompt: &'a [u32],
+    pub gen: GenerateConfig,
+    pub barrier: Barrier,
+    pub failed: AtomicBool,
+}
+
+impl Plan<'_> {
+    /// Waits for every rank; false when one of them has failed.
+    fn meet(&self, ok: bool) -> bool {
+        if !ok {
+            self.failed.store(true, Ordering::SeqCst);
+        }
+        self.barrier.wait();
+        !self.failed.load(Ordering::SeqCst)
+    }
+}
+
+fn on_device(probe: &MemoryProbe, device: &Device) -> Result<crate::memory::Snapshot> {
+    device.synchronize()?;
+    Ok(probe.snapshot(""))
+}
+
+/// Rank `rank` on `device`; `join` makes its communicator (for NCCL: blocks until all have joined).
+pub fn run_rank(plan: &Plan, rank: usize, device: Device, join: impl FnOnce(&Device) -> Result<Arc<dyn AllReduce>>) -> Result<RankRun> {
+    let probe = MemoryProbe::new(&device);
+    let cuda = device.is_cuda();
+    let step = |what: &str, r: Result<()>| -> Result<()> {
+        let ok = r.is_ok();
+        if !plan.meet(ok) {
+            return r.and(Err(LabError::other(format!("another rank failed while {what}"))));
+        }
+        r
+    };
+    let base = on_device(&probe, &device)?;
+    let mut comm = None;
+    step("joining the group", (|| {
+        let c = join(&device)?;
+        // The first sum sets up NCCL's connections and buffers.
+        c.all_reduce_sum(&Tensor::zeros(plan.cfg.hidden_size, plan.precision.act_dtype(), &device)?)?;
+        comm = Some(c);
+        Ok(())
+    })())?;
+    let comm = comm.ok_or_else(|| LabError::other("no communicator"))?;
+    let joined = on_device(&probe, &device)?;
+    let nccl = cuda.then(|| {
+        let used = joined.device_used.unwrap_or(0).saturating_sub(base.device_used.unwrap_or(0));
+        used.saturating_sub(joined.reserved.saturating_sub(base.reserved))
+    });
+    probe.reset_peak();
+    let mut model = None;
+    step("loading", guarded(&probe, "loading the shard", || {
+        let mut weights = source::open(plan.source, plan.opts)?.weights;
+        model = Some(load_rank(plan.cfg, plan.precision, weights.as_mut(), &device, comm, Some(&probe))?);
+        Ok(())
+    }))?;
+    let model = model.ok_or_else(|| LabError::other("no model"))?;
+    let loaded = on_device(&probe, &device)?;
+    probe.reset_peak();
+    let g = guarded(&probe, "generating", || generate(&model, plan.prompt, &plan.gen))?;
+    let done = on_device(&probe, &device)?;
+    Ok(RankRun {
+        rank,
+        device: crate::hw::describe(&device),
+        nccl,
+        weights: if cuda { loaded.allocated.saturating_sub(joined.allocated) } else { model.weight_bytes() },
+        load_peak: cuda.then(|| loaded.peak.saturating_sub(joined.allocated)),
+        peak_above_weights: cuda.then(|| done.peak.saturating_sub(loaded.allocated)),
+        kv_cache: g.kv_cache_bytes,
+        prefill_tok_s: g.prefill_tok_s(),
+        decode_tok_s: g.decode_tok_s(),
+        tokens: g.generated_ids,
+    })
+}

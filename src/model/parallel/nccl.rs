@@ -1,0 +1,93 @@
+//! The all-reduce across GPUs: NCCL (through candle's cudarc), one communicator per rank on the
+//! stream candle computes on, so the sum is ordered after the partial output it adds.
+//! Ranks are threads of one process: the launcher makes the unique id and every rank joins with
+//! it at once (`ncclCommInitRank` waits for all of them).
+
+use super::comm::AllReduce;
+use crate::error::{LabError, Result};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::nccl::safe::{Comm, Id, ReduceOp};
+use candle_core::cuda_backend::CudaStorage;
+use candle_core::{CudaDevice, CustomOp1, DType, Layout, Shape, Tensor};
+use half::{bf16, f16};
+
+/// The group's id, made once and given to every rank.
+#[derive(Clone, Copy)]
+pub struct GroupId([std::ffi::c_char; 128]);
+
+impl GroupId {
+    pub fn new() -> Result<Self> {
+        // NVLink multicast (NVLS) buys nothing for the lab's small sums, and on a shared host a
+        // program using it can take the GPUs out of service: off unless the user says otherwise.
+        // Set before any rank's thread starts.
+        if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
+            std::env::set_var("NCCL_NVLS_ENABLE", "0");
+        }
+        let id = Id::new().map_err(|e| LabError::other(format!("NCCL: no unique id ({e:?}): is libnccl.so.2 on LD_LIBRARY_PATH?")))?;
+        Ok(Self(*id.internal()))
+    }
+}
+
+/// One rank's communicator.
+pub struct NcclComm {
+    comm: Comm,
+}
+
+// A rank's communicator is made and used by that rank's thread only; the trait asks Send + Sync
+// because the model's layers hold it behind an Arc.
+unsafe impl Send for NcclComm {}
+unsafe impl Sync for NcclComm {}
+
+impl NcclComm {
+    /// Joins the group as `rank` of `ranks` on `dev` (blocks until every rank has joined).
+    pub fn join(dev: &CudaDevice, rank: usize, ranks: usize, id: GroupId) -> Result<Self> {
+        let comm = Comm::from_rank(dev.cuda_stream(), rank, ranks, Id::uninit(id.0)).map_err(|e| LabError::other(format!("NCCL: rank {rank} of {ranks} could not join ({e:?})")))?;
+        Ok(Self { comm })
+    }
+}
+
+impl AllReduce for NcclComm {
+    fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    fn ranks(&self) -> usize {
+        self.comm.world_size()
+    }
+
+    fn all_reduce_sum(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.contiguous()?.apply_op1_no_bwd(self)?)
+    }
+}
+
+impl CustomOp1 for NcclComm {
+    fn name(&self) -> &'static str {
+        "nccl-all-reduce-sum"
+    }
+
+    fn cpu_fwd(&self, _: &candle_core::CpuStorage, _: &Layout) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+        candle_core::bail!("NCCL sums tensors on GPUs only")
+    }
+
+    fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        let n = l.shape().elem_count();
+        let Some((start, end)) = l.contiguous_offsets() else { candle_core::bail!("all-reduce of a non-contiguous tensor") };
+        let dev = s.device().clone();
+        macro_rules! sum {
+            ($t:ty) => {{
+                let src = s.as_cuda_slice::<$t>()?.slice(start..end);
+                // Safety: every element is written by the all-reduce before it is read.
+                let mut dst = unsafe { dev.alloc::<$t>(n) }?;
+                self.comm.all_reduce(&src, &mut dst, &ReduceOp::Sum).map_err(|e| candle_core::Error::Msg(format!("NCCL all-reduce: {e:?}")))?;
+                CudaStorage::wrap_cuda_slice(dst, dev)
+            }};
+        }
+        let out = match s.dtype() {
+            DType::BF16 => sum!(bf16),
+            DType::F16 => sum!(f16),
+            DType::F32 => sum!(f32),
+            d => candle_core::bail!("NCCL all-reduce of {d:?}"),
+        };
+        Ok((out, l.shape().clone()))
+    }
+}
