@@ -135,3 +135,63 @@ fn the_parallel_stage_on_two_cpu_ranks() {
     assert!(!o.status.success());
     assert!(common::output_text(&o).contains("do not divide"), "{}", common::output_text(&o));
 }
+
+/// Data parallelism on two CPU threads, one sequence each: after a step of DDP, ZeRO-1 or ZeRO-2
+/// every rank holds the weights one rank gets from both sequences, and under ZeRO the ranks'
+/// AdamW moments cover the model once between them.
+#[test]
+fn data_parallel_steps_equal_one_rank_on_the_whole_batch() {
+    use vram_lab::model::optim::{AdamW, ParamsAdamW};
+    use vram_lab::model::parallel::data::DataParallel;
+    use vram_lab::model::train;
+    let cfg = tiny();
+    // eps above the gradients' size: the step is then linear in the gradient (≈ lr · g / eps), so
+    // F32 rounding in the averaged gradients stays far below the 1e-5 the weights are held to,
+    // while a sum in place of the mean, or a share never exchanged, moves them by ~1e-3.
+    let params = ParamsAdamW { lr: 1e-2, eps: 1e-3, ..Default::default() };
+    let model = || train::trainable(Qwen2::new(&cfg, Precision::F32, weights(7), &Device::Cpu).unwrap()).unwrap();
+    let batch = Tensor::new(&[[3u32, 9, 27, 81, 243, 17, 5, 66], [1, 2, 3, 4, 5, 6, 7, 8]], &Device::Cpu).unwrap();
+    // One rank, both sequences.
+    let whole = model();
+    let (input, target) = train::shift(&batch).unwrap();
+    let g = train::gradients(&whole, &input, &target, false, &mut || ()).unwrap();
+    let mut opt = AdamW::new(whole.vars().unwrap(), params.clone()).unwrap();
+    opt.step(&g.grads).unwrap();
+    let want: Vec<Tensor> = whole.vars().unwrap().iter().map(|v| v.as_tensor().clone()).collect();
+    let total: usize = want.iter().map(|t| t.elem_count()).sum();
+    for zero in [0u8, 1, 2] {
+        let got: Vec<(Vec<Tensor>, usize)> = std::thread::scope(|s| {
+            let hs: Vec<_> = ThreadComm::group(2)
+                .into_iter()
+                .map(|comm| {
+                    let (batch, params, model) = (batch.clone(), params.clone(), &model);
+                    s.spawn(move || {
+                        let rank = comm.rank();
+                        let m = model();
+                        let (input, target) = train::shift(&batch.narrow(0, rank, 1).unwrap()).unwrap();
+                        let mut g = train::gradients(&m, &input, &target, false, &mut || ()).unwrap();
+                        let mut dp = DataParallel::new(m.vars().unwrap(), params, zero, Arc::new(comm)).unwrap();
+                        dp.step(&mut g.grads).unwrap();
+                        (m.vars().unwrap().iter().map(|v| v.as_tensor().clone()).collect(), dp.state_elems())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (rank, (w, states)) in got.iter().enumerate() {
+            for (a, b) in w.iter().zip(&want) {
+                let diff = max_abs_diff(a, b);
+                assert!(diff <= 1e-5, "ZeRO-{zero}, rank {rank}: a weight of shape {:?} differs by {diff}", a.shape());
+            }
+            if zero == 0 {
+                assert_eq!(*states, total);
+            } else {
+                assert!(*states < total, "ZeRO-{zero}, rank {rank}: {states} of {total}");
+            }
+        }
+        if zero > 0 {
+            assert_eq!(got[0].1 + got[1].1, total, "ZeRO-{zero}: the shares cover the model once");
+        }
+    }
+    assert!(DataParallel::new(whole.vars().unwrap(), params, 3, Arc::new(ThreadComm::group(1).remove(0))).is_err());
+}

@@ -1,10 +1,12 @@
 //! Tensor parallelism of Qwen2 over N ranks (Megatron's split): which rows and columns of each
 //! weight a rank holds (`shard`), and the sum that joins the ranks' partial outputs (`comm`:
-//! threads of one process on any device, NCCL across GPUs). A rank is an ordinary `Qwen2` built
+//! threads of one process on any device, NCCL across GPUs, `nccl`). Data-parallel training with
+//! ZeRO's sharded states and gradients: `data`. A rank is an ordinary `Qwen2` built
 //! from its shard with a communicator: its layers sum the attention and MLP outputs across ranks
 //! before each residual.
 
 pub mod comm;
+pub mod data;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod shard;
