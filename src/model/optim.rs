@@ -9,21 +9,49 @@
 
 use crate::error::Result;
 use candle_core::backprop::GradStore;
-use candle_core::{DType, Var};
+use candle_core::{DType, Tensor, Var};
 pub use candle_nn::optim::ParamsAdamW;
 
 /// Tensors of one weight's size alive at the update's busiest line (counted on the CPU by the
 /// lab's allocator, `tests/training.rs`): e.g. `v · β2`, `g² · (1 − β2)` and their sum.
 pub const UPDATE_COPIES: u64 = 3;
 
-struct Slot {
-    theta: Var,
+/// The two F32 moments of one tensor (or of a rank's part of one, under ZeRO).
+pub struct Moments {
     m: Var,
     v: Var,
 }
 
+impl Moments {
+    pub fn zeros(shape: &candle_core::Shape, device: &candle_core::Device) -> Result<Self> {
+        Ok(Self { m: Var::zeros(shape, DType::F32, device)?, v: Var::zeros(shape, DType::F32, device)? })
+    }
+
+    pub fn elem_count(&self) -> usize {
+        2 * self.m.elem_count()
+    }
+
+    /// Step `t` of AdamW (decoupled weight decay, bias correction: candle_nn's arithmetic): the
+    /// moments updated in place from the gradient `g`, and the new value of `theta` returned.
+    pub fn update(&self, p: &ParamsAdamW, t: i32, theta: &Tensor, g: &Tensor) -> Result<Tensor> {
+        let scale_m = 1.0 / (1.0 - p.beta1.powi(t));
+        let scale_v = 1.0 / (1.0 - p.beta2.powi(t));
+        let g = g.detach();
+        let next_m = ((self.m.as_tensor().detach() * p.beta1)? + (&g * (1.0 - p.beta1))?)?;
+        self.m.set(&next_m)?;
+        drop(next_m);
+        let next_v = ((self.v.as_tensor().detach() * p.beta2)? + (g.sqr()? * (1.0 - p.beta2))?)?;
+        self.v.set(&next_v)?;
+        drop(next_v);
+        let denom = ((self.v.as_tensor().detach() * scale_v)?.sqrt()? + p.eps)?;
+        let step = ((self.m.as_tensor().detach() * (scale_m * p.lr))? / &denom)?;
+        drop(denom);
+        Ok(((theta.detach() * (1.0 - p.lr * p.weight_decay))? - &step)?)
+    }
+}
+
 pub struct AdamW {
-    slots: Vec<Slot>,
+    slots: Vec<(Var, Moments)>,
     params: ParamsAdamW,
     t: i32,
 }
@@ -34,35 +62,20 @@ impl AdamW {
         let slots = vars
             .into_iter()
             .map(|theta| {
-                let (m, v) = (Var::zeros(theta.shape(), DType::F32, theta.device())?, Var::zeros(theta.shape(), DType::F32, theta.device())?);
-                Ok(Slot { theta, m, v })
+                let moments = Moments::zeros(theta.shape(), theta.device())?;
+                Ok((theta, moments))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self { slots, params, t: 0 })
     }
 
-    /// One update of every weight that has a gradient in `grads` (decoupled weight decay, bias
-    /// correction: the same arithmetic as candle_nn's AdamW).
+    /// One update of every weight that has a gradient in `grads`.
     pub fn step(&mut self, grads: &GradStore) -> Result<()> {
         self.t += 1;
-        let p = &self.params;
-        let scale_m = 1.0 / (1.0 - p.beta1.powi(self.t));
-        let scale_v = 1.0 / (1.0 - p.beta2.powi(self.t));
-        for s in &self.slots {
-            let Some(g) = grads.get(s.theta.as_tensor()) else { continue };
-            let g = g.detach();
-            let next_m = ((s.m.as_tensor().detach() * p.beta1)? + (&g * (1.0 - p.beta1))?)?;
-            s.m.set(&next_m)?;
-            drop(next_m);
-            let next_v = ((s.v.as_tensor().detach() * p.beta2)? + (g.sqr()? * (1.0 - p.beta2))?)?;
-            s.v.set(&next_v)?;
-            drop(next_v);
-            let denom = ((s.v.as_tensor().detach() * scale_v)?.sqrt()? + p.eps)?;
-            let step = ((s.m.as_tensor().detach() * (scale_m * p.lr))? / &denom)?;
-            drop(denom);
-            let next = ((s.theta.as_tensor().detach() * (1.0 - p.lr * p.weight_decay))? - &step)?;
-            drop(step);
-            s.theta.set(&next)?;
+        for (theta, moments) in &self.slots {
+            let Some(g) = grads.get(theta.as_tensor()) else { continue };
+            let next = moments.update(&self.params, self.t, theta.as_tensor(), g)?;
+            theta.set(&next)?;
         }
         Ok(())
     }

@@ -16,15 +16,12 @@ use crate::hw;
 use crate::limits;
 use crate::memory::mib;
 use crate::model::attention::AttentionMode;
-use crate::model::parallel::{rank_ledger, AllReduce, ThreadComm};
+use crate::model::parallel::{rank_ledger, Group};
 use crate::model::{self, generate, GenerateConfig, Logits, Precision, Qwen2Config};
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
-use candle_core::Device;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Barrier};
 
 pub struct Parallel;
 
@@ -50,52 +47,6 @@ impl Default for ParallelConfig {
     fn default() -> Self {
         Self { gpus: 2, precision: Precision::Bf16, prompt: 160, new_tokens: 64, no_single: false }
     }
-}
-
-/// The devices of `gpus` ranks: the session's and the ones after it (CUDA), or the CPU for each.
-fn devices(s: &Session, gpus: usize) -> Result<Vec<Device>> {
-    match &s.device {
-        #[cfg(feature = "cuda")]
-        Device::Cuda(dev) => {
-            let first = hw::gpu_ordinal(dev);
-            let mut out = vec![s.device.clone()];
-            for r in 1..gpus {
-                out.push(hw::pick(&format!("cuda:{}", first + r)).map_err(|e| LabError::Unsupported(format!("{gpus} GPUs asked, from cuda:{first}: {e}")))?);
-            }
-            Ok(out)
-        }
-        _ => Ok(vec![Device::Cpu; gpus]),
-    }
-}
-
-/// How rank `rank` joins the group: NCCL on GPUs, the shared slots of `threads` on the CPU.
-fn joiner(threads: &[ThreadComm], rank: usize, #[allow(unused)] nccl: Option<NcclId>) -> impl FnOnce(&Device) -> Result<Arc<dyn AllReduce>> + '_ {
-    move |device: &Device| -> Result<Arc<dyn AllReduce>> {
-        match device {
-            #[cfg(feature = "nccl")]
-            Device::Cuda(dev) => {
-                let id = nccl.ok_or_else(|| LabError::other("no NCCL id"))?;
-                Ok(Arc::new(crate::model::parallel::nccl::NcclComm::join(dev, rank, threads.len(), id)?))
-            }
-            #[cfg(all(feature = "cuda", not(feature = "nccl")))]
-            Device::Cuda(_) if threads.len() > 1 => Err(LabError::Unsupported("this build has no NCCL: rebuild with `--features nccl` to run on several GPUs".into())),
-            _ => Ok(Arc::new(threads[rank].clone())),
-        }
-    }
-}
-
-#[cfg(feature = "nccl")]
-type NcclId = crate::model::parallel::nccl::GroupId;
-#[cfg(not(feature = "nccl"))]
-type NcclId = ();
-
-fn group_id(cuda: bool) -> Result<Option<NcclId>> {
-    #[cfg(feature = "nccl")]
-    if cuda {
-        return Ok(Some(crate::model::parallel::nccl::GroupId::new()?));
-    }
-    let _ = cuda;
-    Ok(None)
 }
 
 /// What the ledger predicts for one of `gpus` ranks (1: the whole model).
@@ -187,7 +138,7 @@ impl Stage for Parallel {
 /// The one-device run, then the group, into the stage's table and findings.
 fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<StageOutput> {
         let cfg = cfg.clone();
-        let devs = devices(s, c.gpus)?;
+        let devs = crate::model::parallel::group::devices(&s.device, c.gpus)?;
         let cuda = s.device.is_cuda();
         let bw = s.bandwidths()?;
         let act = c.precision.act_dtype().size_in_bytes() as u64;
@@ -242,13 +193,11 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
         if !cuda {
             p.nccl_predicted = 0; // threads exchange tensors in the heap: no NCCL
         }
-        let threads = ThreadComm::group(c.gpus);
-        let id = group_id(cuda)?;
-        let plan = Plan { cfg: &cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen, barrier: Barrier::new(c.gpus), failed: AtomicBool::new(false) };
+        let plan = Plan { cfg: &cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen, group: Group::new(c.gpus, cuda)? };
         let results: Vec<Result<RankRun>> = std::thread::scope(|scope| {
             let hs: Vec<_> = devs.into_iter().enumerate().map(|(rank, dev)| {
-                let (plan, join) = (&plan, joiner(&threads, rank, id));
-                scope.spawn(move || run_rank(plan, rank, dev, join))
+                let plan = &plan;
+                scope.spawn(move || run_rank(plan, rank, dev))
             }).collect();
             hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(LabError::other("a rank's thread panicked")))).collect()
         });

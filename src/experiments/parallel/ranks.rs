@@ -5,12 +5,10 @@
 
 use crate::error::{LabError, Result};
 use crate::memory::{guarded, MemoryProbe};
-use crate::model::parallel::{load_rank, AllReduce};
+use crate::model::parallel::{load_rank, Group};
 use crate::model::source::{self, ModelSource, SourceOptions};
 use crate::model::{generate, GenerateConfig, Precision, Qwen2Config};
 use candle_core::{Device, Tensor};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
 
 /// What one rank measured, bytes (None where its device cannot tell: the CPU's ranks share one heap).
 #[derive(Debug, Clone, Default)]
@@ -30,7 +28,7 @@ pub struct RankRun {
     pub tokens: Vec<u32>,
 }
 
-/// What every rank shares: the model, the prompt and the two meeting points.
+/// What every rank shares: the model, the prompt and where the ranks meet.
 pub struct Plan<'a> {
     pub cfg: &'a Qwen2Config,
     pub precision: Precision,
@@ -38,19 +36,7 @@ pub struct Plan<'a> {
     pub opts: &'a SourceOptions,
     pub prompt: &'a [u32],
     pub gen: GenerateConfig,
-    pub barrier: Barrier,
-    pub failed: AtomicBool,
-}
-
-impl Plan<'_> {
-    /// Waits for every rank; false when one of them has failed.
-    fn meet(&self, ok: bool) -> bool {
-        if !ok {
-            self.failed.store(true, Ordering::SeqCst);
-        }
-        self.barrier.wait();
-        !self.failed.load(Ordering::SeqCst)
-    }
+    pub group: Group,
 }
 
 fn on_device(probe: &MemoryProbe, device: &Device) -> Result<crate::memory::Snapshot> {
@@ -58,21 +44,14 @@ fn on_device(probe: &MemoryProbe, device: &Device) -> Result<crate::memory::Snap
     Ok(probe.snapshot(""))
 }
 
-/// Rank `rank` on `device`; `join` makes its communicator (for NCCL: blocks until all have joined).
-pub fn run_rank(plan: &Plan, rank: usize, device: Device, join: impl FnOnce(&Device) -> Result<Arc<dyn AllReduce>>) -> Result<RankRun> {
+/// Rank `rank` of `plan.group` on `device`.
+pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
     let probe = MemoryProbe::new(&device);
     let cuda = device.is_cuda();
-    let step = |what: &str, r: Result<()>| -> Result<()> {
-        let ok = r.is_ok();
-        if !plan.meet(ok) {
-            return r.and(Err(LabError::other(format!("another rank failed while {what}"))));
-        }
-        r
-    };
     let base = on_device(&probe, &device)?;
     let mut comm = None;
-    step("joining the group", (|| {
-        let c = join(&device)?;
+    plan.group.meet.settle("joining the group", (|| {
+        let c = plan.group.join(rank, &device)?;
         // The first sum sets up NCCL's connections and buffers.
         c.all_reduce_sum(&Tensor::zeros(plan.cfg.hidden_size, plan.precision.act_dtype(), &device)?)?;
         comm = Some(c);
@@ -86,7 +65,7 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device, join: impl FnOnce(&Dev
     });
     probe.reset_peak();
     let mut model = None;
-    step("loading", guarded(&probe, "loading the shard", || {
+    plan.group.meet.settle("loading", guarded(&probe, "loading the shard", || {
         let mut weights = source::open(plan.source, plan.opts)?.weights;
         model = Some(load_rank(plan.cfg, plan.precision, weights.as_mut(), &device, comm, Some(&probe))?);
         Ok(())

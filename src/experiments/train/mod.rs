@@ -4,9 +4,10 @@
 //! (16 B per parameter, activations = batch × seq × hidden × layers × 4 B, checkpointing saving
 //! 65 %), and the articles' 112 GB for a 7B model beside the lab's estimate of the same case.
 
+pub mod ranks;
 pub mod tables;
 
-use tables::{memory_table, scale_table, MEMORY, Row, SCALE};
+use tables::{memory_table, ranks_table, scale_table, RankRow, MEMORY, RANKS, Row, SCALE};
 use crate::error::{LabError, Result};
 use crate::estimate::training::{self, articles_activations, step_activations, step_peak, TrainSetup, TrainShape};
 use crate::experiments::kv::random_ids;
@@ -34,11 +35,17 @@ pub struct TrainConfig {
     /// Steps per setting (the last is reported: the first also makes the allocator's pools)
     #[arg(long, default_value_t = TrainConfig::default().steps, value_parser = limits::count(limits::MAX_REPEATS))]
     pub steps: usize,
+    /// Data-parallel ranks (GPUs; on the CPU, threads), each with its own --batch
+    #[arg(long, default_value_t = TrainConfig::default().gpus, value_parser = limits::count(64))]
+    pub gpus: usize,
+    /// ZeRO stage over the ranks: 0 (DDP), 1 (AdamW moments sharded), 2 (and the gradients)
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub zero: u8,
 }
 
 impl Default for TrainConfig {
     fn default() -> Self {
-        Self { seq: 1024, batch: 1, checkpointing: vec![false, true], steps: 2 }
+        Self { seq: 1024, batch: 1, checkpointing: vec![false, true], steps: 2, gpus: 1, zero: 0 }
     }
 }
 
@@ -126,6 +133,43 @@ fn too_large(s: &mut Session, cfg: &Qwen2Config, sh: TrainShape, oom: &str) -> R
     Ok(out)
 }
 
+/// The step on `cfg.gpus` data-parallel ranks, each rank's bytes beside the ledger of its ZeRO stage.
+fn data_parallel(s: &mut Session, cfg: &TrainConfig, sh: TrainShape) -> Result<StageOutput> {
+    let model_cfg = crate::model::source::open(&s.source, &s.opts)?.cfg;
+    let params = model_cfg.param_count() as u64;
+    let ckpt = cfg.checkpointing.first().copied().unwrap_or(false);
+    let setup = TrainSetup { zero: cfg.zero, gpus: cfg.gpus as u64, ..TrainSetup::fp32_adam() };
+    let ledger = training::ledger(params, &setup);
+    let act = step_activations(&model_cfg, params, sh, ckpt);
+    s.console.step(format!("train: {} ranks × {} × {} tokens, ZeRO-{}, checkpointing {}", cfg.gpus, cfg.batch, cfg.seq, cfg.zero, if ckpt { "on" } else { "off" }));
+    let plan = ranks::Setup { cfg: &model_cfg, source: &s.source, opts: &s.opts, batch: cfg.batch, seq: cfg.seq, checkpoint: ckpt, zero: cfg.zero, steps: cfg.steps };
+    let results = ranks::run_group(&plan, &s.device, cfg.gpus)?;
+    let mut rows = Vec::new();
+    let mut out = StageOutput::default();
+    for (rank, r) in results.into_iter().enumerate() {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                s.say(format!("rank {rank}: {e}"));
+                rows.push(RankRow { rank, device: String::new(), zero: cfg.zero, item: "step", measured: None, lab: 0, note: crate::stage::Outcome::from_error(&e).as_str() });
+                continue;
+            }
+        };
+        let z = cfg.zero;
+        let mk = |item, measured, lab, note: &str| RankRow { rank, device: r.device.clone(), zero: z, item, measured, lab, note: note.into() };
+        rows.push(mk("weights", Some(r.weights), ledger.weights, "F32, whole on every rank"));
+        rows.push(mk("optimizer states", Some(r.states), ledger.optimizer, "AdamW's two F32 moments; ZeRO ≥ 1: 8 B × Ψ / N"));
+        rows.push(mk("gradients kept after the step", Some(r.gradients), ledger.gradients, "averaged across ranks; ZeRO-2: 4 B × Ψ / N"));
+        rows.push(mk("step peak above weights + states", r.peak_above_states, act.above_states(), "the backward holds every gradient before the exchange"));
+        s.say(format!("rank {rank}: weights {:.0} MiB, states {:.0} MiB (ledger {:.0}), gradients kept {:.0} MiB (ledger {:.0}), loss {:.3}", mib(r.weights), mib(r.states), mib(ledger.optimizer), mib(r.gradients), mib(ledger.gradients), r.loss));
+        if rank == 0 {
+            out.findings.push(Finding::new(format!("rank 0 of {}: optimizer states, ZeRO-{}", cfg.gpus, cfg.zero), "MiB", Some(mib(r.states))).predicted(mib(ledger.optimizer)));
+        }
+    }
+    out.table(RANKS, ranks_table(&rows)?);
+    Ok(out)
+}
+
 impl Stage for Train {
     const NAME: &'static str = "train";
     const TITLE: &'static str = "Estimator — a real training step / 训练显存实测";
@@ -142,6 +186,9 @@ impl Stage for Train {
             return Err(LabError::input("train needs --seq ≥ 2, --batch ≥ 1, --steps ≥ 1 and a --checkpointing setting"));
         }
         let sh = TrainShape { batch: cfg.batch, seq: cfg.seq };
+        if cfg.gpus > 1 || cfg.zero > 0 {
+            return data_parallel(s, cfg, sh);
+        }
         let opened = crate::model::source::open(&s.source, &s.opts)?;
         let model_cfg = opened.cfg.clone();
         let lm = match s.load_opened(opened, Precision::F32) {

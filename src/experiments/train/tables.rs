@@ -35,11 +35,41 @@ pub mod col {
     pub const NOTE: &str = "note";
     pub const CASE: &str = "case";
     pub const GB: &str = "gb";
+    pub const RANK: &str = "rank";
+    pub const DEVICE: &str = "device";
+    pub const ZERO: &str = "zero";
 }
 
 pub const MEMORY: &str = "train_memory";
 
 pub const SCALE: &str = "train_scale";
+
+pub const RANKS: &str = "train_ranks";
+
+/// One rank's item under data parallelism: measured beside the lab's ledger.
+pub struct RankRow {
+    pub rank: usize,
+    pub device: String,
+    pub zero: u8,
+    pub item: &'static str,
+    pub measured: Option<u64>,
+    pub lab: u64,
+    pub note: String,
+}
+
+pub fn ranks_table(rows: &[RankRow]) -> Result<DataFrame> {
+    use col::*;
+    Ok(df!(
+        RANK => rows.iter().map(|r| r.rank as u32).collect::<Vec<_>>(),
+        DEVICE => rows.iter().map(|r| r.device.clone()).collect::<Vec<_>>(),
+        ZERO => rows.iter().map(|r| r.zero as u32).collect::<Vec<_>>(),
+        ITEM => rows.iter().map(|r| r.item).collect::<Vec<_>>(),
+        MEASURED_MIB => rows.iter().map(|r| r.measured.map(mib)).collect::<Vec<_>>(),
+        LAB_MIB => rows.iter().map(|r| mib(r.lab)).collect::<Vec<_>>(),
+        LAB_ERROR_PCT => rows.iter().map(|r| pct(r.measured, Some(r.lab))).collect::<Vec<_>>(),
+        NOTE => rows.iter().map(|r| r.note.clone()).collect::<Vec<_>>(),
+    )?)
+}
 
 pub fn memory_table(rows: &[Row]) -> Result<DataFrame> {
     use col::*;
@@ -98,6 +128,15 @@ pub fn views() -> Vec<View> {
             group_by: &[],
             chart: None,
             explain: "16 B × 7e9 is 112 GB; Qwen2.5-7B has 7.6e9 parameters, so the same rule gives 121.8 GB before any activation. 文章的 112 GB 与实验室对同一情形的估计。",
+        },
+        View {
+            name: "ranks",
+            table: RANKS,
+            caption: "Data-parallel training — every rank's bytes beside the ledger (ZeRO's per-GPU formulas)",
+            columns: &[RANK, DEVICE, ZERO, ITEM, MEASURED_MIB, LAB_MIB, LAB_ERROR_PCT, NOTE],
+            group_by: &[ZERO],
+            chart: None,
+            explain: "With --gpus N every rank holds the whole model and trains on its own micro-batch; the gradients are averaged across ranks. ZeRO-1 keeps each rank's AdamW moments for its share of the weights only (8 B × Ψ / N in F32), ZeRO-2 also only its share's gradients after the exchange (4 B × Ψ / N): the ZeRO paper's per-GPU formulas, in F32. On the CPU the ranks are threads sharing one heap: the tensors' bytes, and no peak. 数据并行:每个 rank 的权重、优化器状态、梯度与峰值,与 ZeRO 的逐卡公式对照。",
         },
     ]
 }

@@ -25,6 +25,37 @@ impl std::fmt::Debug for RankComm {
     }
 }
 
+/// Where a group's threads wait for each other between phases, so that a rank that failed stops
+/// the others before they block in a sum it will never join.
+pub struct Rendezvous {
+    barrier: Barrier,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl Rendezvous {
+    pub fn new(ranks: usize) -> Self {
+        Self { barrier: Barrier::new(ranks), failed: Default::default() }
+    }
+
+    /// Waits for every rank (`ok`: this rank's phase went well); false when any rank failed.
+    pub fn meet(&self, ok: bool) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        if !ok {
+            self.failed.store(true, SeqCst);
+        }
+        self.barrier.wait();
+        !self.failed.load(SeqCst)
+    }
+
+    /// `r`, or when another rank failed in this phase, an error that says so.
+    pub fn settle<T>(&self, what: &str, r: Result<T>) -> Result<T> {
+        if !self.meet(r.is_ok()) {
+            return r.and_then(|_| Err(LabError::other(format!("another rank failed while {what}"))));
+        }
+        r
+    }
+}
+
 struct Group {
     slots: Mutex<Vec<Option<Tensor>>>,
     barrier: Barrier,

@@ -1,31 +1,31 @@
 //! Data parallelism for training: every rank runs the whole model on its share of the batch and
 //! the gradients are averaged across the group before the update (DDP). ZeRO shards what each
-//! rank keeps (the ZeRO paper, Rajbhandari et al. 2020): stage 1 gives a rank the AdamW moments of
-//! its share of the weights only — it updates that share and the group then exchanges the new
-//! values; stage 2 also keeps, after the exchange, only the gradients of its share. A share is a
-//! run of whole tensors, split where the running element count crosses k/N of the total.
-//! The exchanges are sums (`AllReduce`): a gather is a sum where the other ranks give zeros, the
-//! same bytes NCCL's all-gather moves per rank, N times the buffer.
+//! rank keeps (the ZeRO paper, Rajbhandari et al. 2020), as DeepSpeed does over the weights laid
+//! end to end: rank r owns elements [r·P/N, (r+1)·P/N) of the P parameters, so a tensor may be
+//! split between ranks. Stage 1 keeps AdamW's moments for the owned part only — a rank updates
+//! that part and the group then exchanges the new values; stage 2 also keeps, after the exchange,
+//! only the owned part of each gradient.
+//! The exchanges are sums (`AllReduce`): a gather is a sum where the other ranks give zeros.
 
 use super::comm::AllReduce;
 use crate::error::{LabError, Result};
-use crate::model::optim::{AdamW, ParamsAdamW};
+use crate::model::optim::{Moments, ParamsAdamW};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use std::sync::Arc;
 
-/// The rank that owns each tensor of `sizes` (elements): contiguous runs, each near 1/`ranks` of
-/// the total.
-pub fn owners(sizes: &[usize], ranks: usize) -> Vec<usize> {
+/// The part of each tensor (elements `sizes`, laid end to end) that `rank` of `ranks` owns:
+/// (start, length) within the tensor, or None.
+pub fn owned_parts(sizes: &[usize], rank: usize, ranks: usize) -> Vec<Option<(usize, usize)>> {
     let total: usize = sizes.iter().sum();
-    let mut seen = 0usize;
+    let (lo, hi) = (rank * total / ranks.max(1), (rank + 1) * total / ranks.max(1));
+    let mut at = 0;
     sizes
         .iter()
         .map(|&n| {
-            // The owner of a tensor is the share its middle element falls in.
-            let mid = seen + n / 2;
-            seen += n;
-            (mid * ranks / total.max(1)).min(ranks.saturating_sub(1))
+            let (a, b) = (at.max(lo), (at + n).min(hi));
+            at += n;
+            (a < b).then(|| (a - (at - n), b - a))
         })
         .collect()
 }
@@ -33,9 +33,11 @@ pub fn owners(sizes: &[usize], ranks: usize) -> Vec<usize> {
 /// A rank's optimizer under data parallelism, ZeRO stage `zero` (0: plain DDP).
 pub struct DataParallel {
     vars: Vec<Var>,
-    owner: Vec<usize>,
+    parts: Vec<Option<(usize, usize)>>,
+    moments: Vec<Option<Moments>>,
     zero: u8,
-    opt: AdamW,
+    params: ParamsAdamW,
+    t: i32,
     comm: Arc<dyn AllReduce>,
 }
 
@@ -44,44 +46,63 @@ impl DataParallel {
         if zero > 2 {
             return Err(LabError::input(format!("ZeRO stage {zero}: the lab shards optimizer states (1) and gradients (2); stage 3 is not built")));
         }
-        let owner = owners(&vars.iter().map(|v| v.elem_count()).collect::<Vec<_>>(), comm.ranks());
-        let mine: Vec<Var> = vars.iter().zip(&owner).filter(|(_, &o)| zero == 0 || o == comm.rank()).map(|(v, _)| v.clone()).collect();
-        Ok(Self { opt: AdamW::new(mine, params)?, vars, owner, zero, comm })
+        let sizes: Vec<usize> = vars.iter().map(|v| v.elem_count()).collect();
+        let parts = if zero == 0 { sizes.iter().map(|&n| Some((0, n))).collect() } else { owned_parts(&sizes, comm.rank(), comm.ranks()) };
+        let moments = parts.iter().zip(&vars).map(|(p, v)| p.map(|(_, len)| Moments::zeros(&len.into(), v.device())).transpose()).collect::<Result<_>>()?;
+        Ok(Self { vars, parts, moments, zero, params, t: 0, comm })
     }
 
-    /// Weights whose AdamW moments this rank holds, elements.
+    /// Elements whose AdamW moments this rank holds (each moment counted once).
     pub fn state_elems(&self) -> usize {
-        self.vars.iter().zip(&self.owner).filter(|(_, &o)| self.zero == 0 || o == self.comm.rank()).map(|(v, _)| v.elem_count()).sum()
+        self.moments.iter().flatten().map(|m| m.elem_count()).sum::<usize>() / 2
     }
 
-    fn mine(&self, i: usize) -> bool {
-        self.owner[i] == self.comm.rank()
-    }
-
-    /// Averages `grads` across the group (ZeRO-2: keeping only this rank's share), then updates.
-    /// `grads` holds this rank's gradients of its own share of the batch.
-    pub fn step(&mut self, grads: &mut GradStore) -> Result<()> {
+    /// Averages this rank's `grads` across the group and updates; returns the gradient bytes
+    /// kept for the update (ZeRO-2: the owned parts only).
+    pub fn step(&mut self, mut grads: GradStore) -> Result<u64> {
+        self.t += 1;
         let n = self.comm.ranks() as f64;
+        let mut kept = Vec::with_capacity(self.vars.len());
+        for (v, part) in self.vars.iter().zip(&self.parts) {
+            let mean = match grads.remove(v.as_tensor()) {
+                Some(g) => Some((self.comm.all_reduce_sum(&g)? / n)?),
+                None => None,
+            };
+            kept.push(match (self.zero, mean, part) {
+                (2, Some(g), Some((start, len))) => Some(g.flatten_all()?.narrow(0, *start, *len)?.contiguous()?),
+                (2, _, _) => None,
+                (_, g, _) => g,
+            });
+        }
+        let kept_bytes = kept.iter().flatten().map(|g| g.elem_count() as u64 * g.dtype().size_in_bytes() as u64).sum();
         for (i, v) in self.vars.iter().enumerate() {
-            let Some(g) = grads.remove(v.as_tensor()) else { continue };
-            let mean = (self.comm.all_reduce_sum(&g)? / n)?;
-            drop(g);
-            if self.zero < 2 || self.mine(i) {
-                grads.insert(v.as_tensor(), mean);
-            }
-        }
-        self.opt.step(grads)?;
-        if self.zero >= 1 {
-            // Each tensor's new value from its owner: the others give zeros to the sum.
-            for (i, v) in self.vars.iter().enumerate() {
-                let part = if self.mine(i) { v.as_tensor().detach() } else { Tensor::zeros_like(v.as_tensor())? };
-                let whole = self.comm.all_reduce_sum(&part)?;
-                if !self.mine(i) {
-                    v.set(&whole)?;
+            let theta = v.as_tensor();
+            let next = match (&self.moments[i], &kept[i], self.parts[i]) {
+                (Some(m), Some(g), Some((start, len))) => {
+                    let g = if g.elem_count() == len { g.flatten_all()? } else { g.flatten_all()?.narrow(0, start, len)? };
+                    Some(m.update(&self.params, self.t, &theta.flatten_all()?.narrow(0, start, len)?, &g)?)
                 }
+                _ => None,
+            };
+            if self.zero == 0 {
+                if let Some(next) = next {
+                    v.set(&next.reshape(theta.shape())?)?;
+                }
+                continue;
             }
+            // The new values from their owners: each rank gives its part, zeros elsewhere.
+            let n_el = theta.elem_count();
+            let mine = match (next, self.parts[i]) {
+                (Some(next), Some((start, len))) => {
+                    let zeros = |k: usize| Tensor::zeros(k, theta.dtype(), theta.device());
+                    Tensor::cat(&[zeros(start)?, next, zeros(n_el - start - len)?], 0)?
+                }
+                _ => Tensor::zeros(n_el, theta.dtype(), theta.device())?,
+            };
+            let whole = self.comm.all_reduce_sum(&mine)?;
+            v.set(&whole.reshape(theta.shape())?)?;
         }
-        Ok(())
+        Ok(kept_bytes)
     }
 }
 
@@ -90,12 +111,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shares_by_hand() {
-        // 10 + 10 + 40 + 20 + 20 = 100 elements over 2: middles at 5, 15, 40, 70, 90.
-        assert_eq!(owners(&[10, 10, 40, 20, 20], 2), vec![0, 0, 0, 1, 1]);
-        // Over 4 (25 each): 5 → 0, 15 → 0, 40 → 1, 70 → 2, 90 → 3.
-        assert_eq!(owners(&[10, 10, 40, 20, 20], 4), vec![0, 0, 1, 2, 3]);
-        assert_eq!(owners(&[7], 3), vec![1]);
-        assert_eq!(owners(&[5, 5], 1), vec![0, 0]);
+    fn parts_by_hand() {
+        // 10 + 10 + 40 + 20 + 20 = 100 elements over 2: rank 0 owns 0..50, rank 1 50..100.
+        assert_eq!(owned_parts(&[10, 10, 40, 20, 20], 0, 2), vec![Some((0, 10)), Some((0, 10)), Some((0, 30)), None, None]);
+        assert_eq!(owned_parts(&[10, 10, 40, 20, 20], 1, 2), vec![None, None, Some((30, 10)), Some((0, 20)), Some((0, 20))]);
+        // Over 3 (33 each, the last 34): rank 1 owns 33..66.
+        assert_eq!(owned_parts(&[10, 10, 40, 20, 20], 1, 3), vec![None, None, Some((13, 27)), Some((0, 6)), None]);
+        for ranks in 1..5 {
+            let owned: usize = (0..ranks).flat_map(|r| owned_parts(&[7, 13, 1, 29], r, ranks)).flatten().map(|p| p.1).sum();
+            assert_eq!(owned, 50, "{ranks} ranks cover every element once");
+        }
     }
 }

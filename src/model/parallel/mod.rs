@@ -7,11 +7,13 @@
 
 pub mod comm;
 pub mod data;
+pub mod group;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod shard;
 
-pub use comm::{AllReduce, ThreadComm};
+pub use comm::{AllReduce, Rendezvous, ThreadComm};
+pub use group::Group;
 pub use shard::{rank_ledger, shard_config, shard_tensor, shard_weights, RankLedger};
 
 use crate::error::Result;

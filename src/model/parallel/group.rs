@@ -1,0 +1,69 @@
+//! A group of ranks on one host, one thread each: their devices (the first device and the ones
+//! after it, or the CPU for every rank), how each joins (NCCL on GPUs, shared slots on the CPU)
+//! and where they meet between phases.
+
+use super::comm::{AllReduce, Rendezvous, ThreadComm};
+use crate::error::{LabError, Result};
+use candle_core::Device;
+use std::sync::Arc;
+
+#[cfg(feature = "nccl")]
+type NcclId = super::nccl::GroupId;
+#[cfg(not(feature = "nccl"))]
+type NcclId = ();
+
+pub struct Group {
+    threads: Vec<ThreadComm>,
+    #[allow(dead_code)]
+    nccl: Option<NcclId>,
+    pub meet: Rendezvous,
+}
+
+impl Group {
+    /// A group of `ranks`; on GPUs (`cuda`) joined by NCCL, which needs a build with `nccl` for
+    /// more than one rank.
+    pub fn new(ranks: usize, cuda: bool) -> Result<Self> {
+        #[cfg(feature = "nccl")]
+        let nccl = if cuda { Some(super::nccl::GroupId::new()?) } else { None };
+        #[cfg(not(feature = "nccl"))]
+        let nccl = {
+            if cuda && ranks > 1 {
+                return Err(LabError::Unsupported("this build has no NCCL: rebuild with `--features nccl` to run on several GPUs".into()));
+            }
+            None
+        };
+        Ok(Self { threads: ThreadComm::group(ranks), nccl, meet: Rendezvous::new(ranks) })
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Rank `rank`'s communicator on `device` (NCCL: blocks until every rank has joined).
+    pub fn join(&self, rank: usize, device: &Device) -> Result<Arc<dyn AllReduce>> {
+        match device {
+            #[cfg(feature = "nccl")]
+            Device::Cuda(dev) => {
+                let id = self.nccl.ok_or_else(|| LabError::other("no NCCL id"))?;
+                Ok(Arc::new(super::nccl::NcclComm::join(dev, rank, self.ranks(), id)?))
+            }
+            _ => Ok(Arc::new(self.threads[rank].clone())),
+        }
+    }
+}
+
+/// The devices of `ranks` ranks: `first` and the GPUs after it, or the CPU for each.
+pub fn devices(first: &Device, ranks: usize) -> Result<Vec<Device>> {
+    match first {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(dev) => {
+            let at = crate::hw::gpu_ordinal(dev);
+            let mut out = vec![first.clone()];
+            for r in 1..ranks {
+                out.push(crate::hw::pick(&format!("cuda:{}", at + r)).map_err(|e| LabError::Unsupported(format!("{ranks} GPUs asked, from cuda:{at}: {e}")))?);
+            }
+            Ok(out)
+        }
+        _ => Ok(vec![Device::Cpu; ranks]),
+    }
+}
