@@ -421,6 +421,9 @@ fn estimate_gives_unequal_cards_their_micro_batches() {
         assert!(num(r, "planned_peak_gib") <= num(r, "card_gib"), "{r:?}");
     }
     assert_eq!((rows[0]["equal_fits"].as_str(), rows[1]["equal_fits"].as_str()), ("true", "false"), "{rows:?}");
+    // An absurd card at the longest context: bounded, no overflow.
+    let o = lab(&["estimate", "--model", "synthetic:qwen2.5-0.5b", "--train", "--seq", "16777216", "--cards", "1000000GiB", "--out", tmp.path().join("huge").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
     // A card that is no card: one line.
     let o = lab(&["estimate", "--model", "synthetic:qwen2.5-0.5b", "--train", "--cards", "24GiB,nonsense", "--out", tmp.path().join("bad").to_str().unwrap()]);
     assert!(!o.status.success() && text(&o).contains("nonsense"), "{}", text(&o));

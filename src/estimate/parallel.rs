@@ -142,9 +142,10 @@ pub fn micro_batch(cfg: &Qwen2Config, seq: usize, checkpoint: bool, capacity: u6
     if !fits(1) {
         return 0;
     }
-    // The peak grows with the batch: double past the edge, then bisect.
+    // The peak grows with the batch: double past the edge, then bisect. Tokens stay within the
+    // lab's bounds, so the byte counts cannot overflow on an absurd card.
     let (mut lo, mut hi) = (1, 2);
-    while hi <= crate::limits::MAX_BATCH && fits(hi) {
+    while hi <= crate::limits::MAX_BATCH && hi * seq <= crate::limits::MAX_SEQ && fits(hi) {
         lo = hi;
         hi *= 2;
     }
