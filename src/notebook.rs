@@ -90,14 +90,24 @@ impl Setup {
 
     /// The stage `name`, run live or replayed.
     pub fn stage(&self, name: &str) -> Result<StageRun> {
+        self.stage_with(name, serde_json::json!({}))
+    }
+
+    /// The stage `name` with some of its settings (`{"gpus": 2, "zero": 1}`): Live runs the
+    /// default config with them set; Replay opens the newest committed run whose config has them.
+    pub fn stage_with(&self, name: &str, settings: serde_json::Value) -> Result<StageRun> {
         let stage = find(name).ok_or_else(|| LabError::input(format!("no stage `{name}`")))?;
+        let settings = settings.as_object().cloned().ok_or_else(|| LabError::input("a stage's settings are a JSON object"))?;
         let run = match self.mode {
-            Mode::Replay => RunFolder::open(&self.newest_run_with(name)?)?,
+            Mode::Replay => RunFolder::open(&self.newest_run_with(name, &settings)?)?,
             Mode::Live => {
                 let mut args = self.args.clone();
                 args.out = Some(live_run_dir(name));
                 let mut session = Session::open(&args, name, false)?;
-                let config = stage.default_config(session.sizes)?;
+                let mut config = stage.default_config(session.sizes)?;
+                if let Some(c) = config.as_object_mut() {
+                    c.extend(settings);
+                }
                 crate::stage::run(&mut session, stage.as_ref(), config)?;
                 session.finish(|run| crate::report::html::write(run, &registry()))?
             }
@@ -111,7 +121,7 @@ impl Setup {
 
     /// The run folder whose manifest has `stage` done, for this model and card: the newest that
     /// ran the stage with its default config (a full run), else the newest of any.
-    fn newest_run_with(&self, stage: &str) -> Result<PathBuf> {
+    fn newest_run_with(&self, stage: &str, settings: &serde_json::Map<String, serde_json::Value>) -> Result<PathBuf> {
         let defaults = find(stage).map(|s| (s.default_config(Sizes::Report).ok(), s.default_config(Sizes::Cpu).ok()));
         // The PyTorch figures a stage reads (`--pytorch FILE`) add rows without changing what the
         // lab ran: a run with them counts as a full one, and is preferred. Which Q4 plan a run
@@ -137,6 +147,9 @@ impl Setup {
                 continue;
             }
             let Some(rec) = m.stage(stage).filter(|s| s.status == StageStatus::Done) else { continue };
+            if settings.iter().any(|(k, v)| rec.config.get(k) != Some(v)) {
+                continue;
+            }
             if m.model == self.model() && m.card_name() == self.card() {
                 let config = without_reference(&rec.config);
                 let full = defaults.as_ref().is_some_and(|(g, c)| [g, c].iter().any(|d| d.as_ref().map(&without_reference) == Some(config.clone())));
@@ -147,7 +160,8 @@ impl Setup {
         found.sort();
         found.pop().map(|(_, _, _, d)| d).ok_or_else(|| {
             LabError::input(format!(
-                "no committed run of stage {stage} for {} on card {} under {} (each run folder has a {MANIFEST}); use Mode::Live",
+                "no committed run of stage {stage}{} for {} on card {} under {} (each run folder has a {MANIFEST}); use Mode::Live",
+                if settings.is_empty() { String::new() } else { format!(" with {}", serde_json::Value::Object(settings.clone())) },
                 self.model(),
                 self.card(),
                 self.results.display()

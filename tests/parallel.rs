@@ -105,8 +105,8 @@ fn a_rank_loaded_tensor_by_tensor_equals_a_rank_cut_from_the_whole() {
     }
 }
 
-/// `vram-lab parallel` on the CPU: two ranks as threads, each row's bytes the ledger's, the group's
-/// greedy tokens the one device's.
+/// `vram-lab parallel` on the CPU: two ranks as threads and a pipeline of two stages, each row's
+/// bytes the ledger's, every layout's greedy tokens the one device's.
 #[test]
 fn the_parallel_stage_on_two_cpu_ranks() {
     use polars::prelude::*;
@@ -115,25 +115,67 @@ fn the_parallel_stage_on_two_cpu_ranks() {
     let o = common::lab_quiet(&["parallel", "--device", "cpu", "--model", "synthetic:tiny", "--gpus", "2", "--out", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", common::output_text(&o));
     let df = common::read_csv(&out.join("parallel/parallel_ranks.csv"));
-    assert_eq!(df.height(), 3, "{df}");
+    let layout: Vec<String> = df.column("layout").unwrap().str().unwrap().iter().map(|s| s.unwrap().to_string()).collect();
+    assert_eq!(layout, ["one device", "one device, the ranks' loop", "pipeline × 2", "pipeline × 2", "tensor-parallel × 2", "tensor-parallel × 2"], "{df}");
     let f = |c: &str| df.column(c).unwrap().cast(&DataType::Float64).unwrap().f64().unwrap().iter().collect::<Vec<_>>();
     let (w, wp, kv, kvp) = (f("weights_mib"), f("weights_predicted_mib"), f("kv_cache_mib"), f("kv_cache_predicted_mib"));
     let (eq, n) = (f("tokens_equal_to_one_device"), f("tokens"));
-    for i in 0..3 {
+    for i in [0, 1, 4, 5] {
         assert_eq!(w[i], wp[i], "row {i}: weights");
+    }
+    for i in 0..6 {
         assert_eq!(kv[i], kvp[i], "row {i}: KV cache");
     }
-    // Each rank: more than half the whole model (the embedding, norms and head are whole on each).
-    assert!(w[1].unwrap() > w[0].unwrap() / 2.0 && w[1].unwrap() < w[0].unwrap());
-    assert_eq!(kv[1].unwrap() * 2.0, kv[0].unwrap());
-    for i in 1..3 {
-        assert_eq!(eq[i], n[i], "rank {}: tokens differ from the one device's", i - 1);
+    // Each tensor-parallel rank: more than half the whole model (the embedding, norms and head
+    // are whole on each), and half the cache.
+    assert!(w[4].unwrap() > w[0].unwrap() / 2.0 && w[4].unwrap() < w[0].unwrap());
+    assert_eq!(kv[4].unwrap() * 2.0, kv[0].unwrap());
+    // The pipeline's stages hold the layers once between them, the tied table on both ends, and
+    // the cache once: no weights are read off the CPU's one heap, the ledger's stand.
+    assert!(w[2].is_none() && w[3].is_none());
+    assert_eq!(wp[2].unwrap() + wp[3].unwrap(), wp[0].unwrap(), "tiny's head is its own tensor: the layers and both ends once");
+    assert_eq!(kv[2].unwrap() + kv[3].unwrap(), kv[0].unwrap());
+    for i in 1..6 {
+        assert_eq!(eq[i], n[i], "row {i}: tokens differ from the one device's");
         assert_eq!(n[i], Some(12.0));
     }
-    // 3 ranks do not divide the tiny model's 2 K/V heads: one line, no panic.
-    let o = common::lab_quiet(&["parallel", "--device", "cpu", "--model", "synthetic:tiny", "--gpus", "3", "--out", dir.path().join("r3").to_str().unwrap()]);
-    assert!(!o.status.success());
-    assert!(common::output_text(&o).contains("do not divide"), "{}", common::output_text(&o));
+    // 3 ranks do not divide the tiny model's 2 K/V heads, nor can 3 stages share its 2 layers:
+    // one line each, no panic.
+    for (layouts, says) in [("tensor", "do not divide"), ("pipeline", "each stage needs at least one layer")] {
+        let o = common::lab_quiet(&["parallel", "--device", "cpu", "--model", "synthetic:tiny", "--gpus", "3", "--layouts", layouts, "--out", dir.path().join(layouts).to_str().unwrap()]);
+        assert!(!o.status.success());
+        assert!(common::output_text(&o).contains(says), "{}", common::output_text(&o));
+    }
+}
+
+/// A pipeline's model (whole layers per device, a tied table copied to the last) computes what
+/// the one-device model computes, to the bit: the stages only hand the hidden state on.
+#[test]
+fn a_pipeline_of_stages_gives_the_whole_models_logits() {
+    use vram_lab::estimate::parallel::pipeline_split;
+    use vram_lab::model::parallel::pipeline::load_pipeline;
+    use vram_lab::model::weights::Synthetic;
+    let ids = Tensor::new(&[7u32, 70, 700, 7, 77][..], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let run = |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 16).unwrap(), Logits::All).unwrap().remove(0);
+    for tied in [false, true] {
+        let mut cfg = tiny();
+        cfg.tie_word_embeddings = tied;
+        let w = tensors(&cfg, 5).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
+        let whole = Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap();
+        let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, 2).unwrap();
+        let devices = vec![Device::Cpu; 2];
+        let probes: Vec<_> = devices.iter().map(vram_lab::memory::MemoryProbe::new).collect();
+        let piped = load_pipeline(&cfg, Precision::F32, &mut Synthetic::new(cfg.clone(), 5), &devices, &split, &probes).unwrap();
+        assert_eq!(max_abs_diff(&run(&piped), &run(&whole)), 0.0, "tied {tied}");
+        // A tied table is held twice: once for the embedding, once for the head.
+        let table = if tied { (cfg.vocab_size * cfg.hidden_size * 4) as u64 } else { 0 };
+        assert_eq!(piped.weight_bytes(), whole.weight_bytes() + table, "tied {tied}");
+    }
+    // A split that does not cover the layers is one clear error.
+    let cfg = tiny();
+    let devices = vec![Device::Cpu; 2];
+    let e = load_pipeline(&cfg, Precision::F32, &mut Synthetic::new(cfg.clone(), 5), &devices, &[(0, 1), (1, 1)], &[]).err().unwrap();
+    assert!(e.to_string().contains("pipeline"), "{e}");
 }
 
 /// Data parallelism on two CPU threads, one sequence each: after a step of DDP, ZeRO-1 or ZeRO-2
@@ -210,8 +252,8 @@ fn the_train_stage_on_two_cpu_ranks_follows_the_zero_ledger() {
         let df = common::read_csv(&out.join("train/train_ranks.csv"));
         let col = |c: &str| df.column(c).unwrap().as_materialized_series().iter().map(|v| v.to_string().trim_matches('"').to_string()).collect::<Vec<_>>();
         let (item, measured, lab) = (col("item"), col("measured_mib"), col("lab_mib"));
-        assert_eq!(item.len(), 8, "two ranks, four items: {df}");
-        for i in 0..8 {
+        assert_eq!(item.len(), 10, "two ranks, five items: {df}");
+        for i in 0..10 {
             if item[i].contains("peak") {
                 continue; // no peak is read on the CPU (one heap for both ranks)
             }
@@ -226,4 +268,29 @@ fn the_train_stage_on_two_cpu_ranks_follows_the_zero_ledger() {
     // ZeRO-1 and -2 halve the states of DDP.
     assert!((states[2] * 2.0 - states[0]).abs() * 1048576.0 <= 16.0, "{states:?}");
     assert!((states[4] * 2.0 - states[0]).abs() * 1048576.0 <= 16.0, "{states:?}");
+}
+
+/// `vram-lab train --cards` on the CPU: each card plans its own micro-batch (the larger card more),
+/// then the same global batch split evenly, which the formula puts over the smaller card.
+#[test]
+fn unequal_cards_plan_their_micro_batches_and_an_even_split_overflows_the_smaller() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cards");
+    let o = common::lab_quiet(&["train", "--device", "cpu", "--model", "synthetic:tiny", "--cards", "96MiB,48MiB", "--seq", "64", "--checkpointing", "true", "--steps", "1", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    let df = common::read_csv(&out.join("train/train_ranks.csv"));
+    let col = |c: &str| df.column(c).unwrap().as_materialized_series().iter().map(|v| v.to_string().trim_matches('"').to_string()).collect::<Vec<_>>();
+    let (layout, rank, batch, item, note) = (col("layout"), col("rank"), col("micro_batch"), col("item"), col("note"));
+    let at = |l: &str, r: &str| (0..layout.len()).find(|&i| layout[i] == l && rank[i] == r && item[i] == "step peak").unwrap();
+    let (p0, p1, e0, e1) = (at("planned", "0"), at("planned", "1"), at("even", "0"), at("even", "1"));
+    let b = |i: usize| batch[i].parse::<usize>().unwrap();
+    assert!(b(p0) > b(p1) && b(p1) >= 1, "planned {} and {}", b(p0), b(p1));
+    assert_eq!(b(e0), (b(p0) + b(p1)).div_ceil(2));
+    assert_eq!(b(e0), b(e1));
+    assert_eq!(note[p0], "ok");
+    assert_eq!(note[p1], "ok");
+    assert!(note[e1].contains("over the 48mib card"), "{}", note[e1]);
+    // A card that cannot hold one sequence is one clear line.
+    let o = common::lab_quiet(&["train", "--device", "cpu", "--model", "synthetic:tiny", "--cards", "96MiB,1MiB", "--seq", "64", "--out", dir.path().join("tiny-card").to_str().unwrap()]);
+    assert!(!o.status.success() && common::output_text(&o).contains("cannot train one sequence"), "{}", common::output_text(&o));
 }

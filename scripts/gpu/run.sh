@@ -5,6 +5,8 @@
 # A spec "NAME=sh:COMMAND" runs a shell command instead (the PyTorch reference script, say), with
 # $R (the results folder) set, its output in $R/NAME.stdout.txt:
 #   "torch-frag=sh:python3 scripts/reference/pytorch_reference.py frag --card 24084.5 --out \$R/torch-frag.jsonl"
+# TIMEOUT=SECONDS stops each vram-lab command after that long (exit 124): a group of GPUs blocked
+# in a collective that one rank never joins cannot hold the whole call.
 # Expects .gpu/vram-lab.xz (made by scripts/cuda/build-gpu-binary.sh). Runs each command in turn,
 # `--quiet --out $R/NAME` added, in a process session of its own (so the runs outlive a shell that
 # is cut off); waits up to WAIT seconds (default 560) and packs what exists into
@@ -39,7 +41,7 @@ if [ ! -e "$R/started" ]; then
       echo "$cmd > $R/$name.stdout.txt 2>&1; echo \"### $name exit \$?\"" >> "$script"
     else
       echo "echo \"### \$(date -u +%H:%M:%S) $name: vram-lab $args --quiet --out $R/$name\"" >> "$script"
-      echo "/tmp/vram-lab $args --quiet --out $R/$name > $R/$name.stdout.txt 2>&1; echo \"### $name exit \$?\"" >> "$script"
+      echo "${TIMEOUT:+timeout $TIMEOUT }/tmp/vram-lab $args --quiet --out $R/$name > $R/$name.stdout.txt 2>&1; echo \"### $name exit \$?\"" >> "$script"
     fi
   done
   echo "touch $R/done" >> "$script"
@@ -52,7 +54,8 @@ cat "$R/progress.txt"
 [ -e "$R/done" ] || echo "### still running after ${WAIT} s: call again"
 # report.html embeds plotly (MBs each): packed apart, xz-compressed, so the results come back whole.
 tar czf "$OUT/results.tar.gz" --exclude=report.html -C /tmp results
-for f in "$R"/*/report.html; do
+# REPORTS=0 leaves them out (at most 8 files come back from a call; `vram-lab report DIR` renders one again).
+[ "${REPORTS:-1}" = 1 ] && for f in "$R"/*/report.html; do
   [ -e "$f" ] && python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.compress(open(sys.argv[1],'rb').read(), preset=9))" "$f" "$OUT/$(basename "$(dirname "$f")")-report.html.xz"
 done
 ls -la "$OUT"

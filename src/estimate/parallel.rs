@@ -2,7 +2,7 @@
 //! every layer (`model::parallel::shard`: whole heads and MLP columns per rank) and the embedding,
 //! norms and head whole. Pipeline: whole layers per GPU, the first also holding the embedding, the
 //! last the final norm and the head (a tied table is held by both), split so the GPUs' weights
-//! are as even as whole layers allow. Per GPU: weights, KV cache, the forward's transient and
+//! are as even as whole layers allow; a hidden state crosses between stages, no NCCL. Per GPU: weights, KV cache, the forward's transient and
 //! logits, NCCL's buffers and the runtime outside the pool.
 //!
 //! The transient of a tensor-parallel rank is the one-GPU formula on the rank's shape (its heads
@@ -125,7 +125,9 @@ pub fn pipeline(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> 
                 kv_cache: (b - a) as u64 * per_layer_kv,
                 transient: one.transient,
                 logits: if last { one.logits } else { 0 },
-                nccl: nccl_bytes(gpus),
+                // The lab's stages hand one hidden state to the next (through the host), no
+                // collective: no NCCL buffers.
+                nccl: 0,
                 runtime,
             }
         })

@@ -34,6 +34,13 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Device memory taken since `base` that the allocator's pool does not hold: a library's own
+    /// allocations (NCCL's buffers, cuBLAS' workspace). None off a GPU.
+    pub fn outside_pool_since(&self, base: &Snapshot) -> Option<u64> {
+        let used = self.device_used?.saturating_sub(base.device_used?);
+        Some(used.saturating_sub(self.reserved.saturating_sub(base.reserved)))
+    }
+
     /// Reserved but not allocated: what the allocator keeps for reuse.
     pub fn cached(&self) -> u64 {
         self.reserved.saturating_sub(self.allocated)

@@ -4,6 +4,7 @@
 //! ledger of `estimate --tp N`: weights, NCCL's buffers, the KV cache, generation's peak. Then the
 //! whole model on one device: decode beside the group's, and the group's greedy tokens beside its.
 
+pub mod pipeline;
 pub mod ranks;
 pub mod tables;
 
@@ -41,11 +42,27 @@ pub struct ParallelConfig {
     /// Skip the whole model on one device (a model one GPU cannot hold)
     #[arg(long, default_value_t = false)]
     pub no_single: bool,
+    /// How the model is split: tensor (every layer's heads and columns over the GPUs, NCCL) and
+    /// pipeline (whole layers per GPU)
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = ParallelConfig::default().layouts)]
+    #[serde(default = "all_layouts")]
+    pub layouts: Vec<Layout>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    Tensor,
+    Pipeline,
+}
+
+fn all_layouts() -> Vec<Layout> {
+    vec![Layout::Tensor, Layout::Pipeline]
 }
 
 impl Default for ParallelConfig {
     fn default() -> Self {
-        Self { gpus: 2, precision: Precision::Bf16, prompt: 160, new_tokens: 64, no_single: false }
+        Self { gpus: 2, precision: Precision::Bf16, prompt: 160, new_tokens: 64, no_single: false, layouts: all_layouts() }
     }
 }
 
@@ -113,7 +130,9 @@ impl Stage for Parallel {
             c.gpus = n;
         }
         let c = &c;
-        crate::model::parallel::shard::check(&cfg, c.gpus)?;
+        if c.layouts.contains(&Layout::Tensor) {
+            crate::model::parallel::shard::check(&cfg, c.gpus)?;
+        }
         if c.precision.dense_dtype().is_none() {
             return Err(LabError::input(format!("tensor parallelism splits dense weights (bf16, f16, f32), not {}", c.precision)));
         }
@@ -154,6 +173,7 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
         if !c.no_single {
             s.console.step("the whole model on one device");
             let mut row = Row { layout: "one device".into(), device: hw::describe(&s.device), ..single_p.clone() };
+            let mut loop_row = None;
             let before = { s.device.synchronize()?; s.probe.snapshot("before") };
             let run = s.load(c.precision).and_then(|lm| {
                 s.device.synchronize()?;
@@ -162,10 +182,15 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
                 let g = generate(&lm.model, &prompt, &gen)?;
                 s.device.synchronize()?;
                 let done = s.probe.snapshot("generated");
-                Ok((lm.model.weight_bytes(), loaded, done, g))
+                let bytes = lm.model.weight_bytes();
+                // The same model as a group of one: the loop a rank decodes with (candle's ops, a
+                // sum per half-layer that is the identity), so the group's speed has a like beside it.
+                let one = crate::model::parallel::ThreadComm::group(1).remove(0);
+                let looped = generate(&lm.model.into_rank(std::sync::Arc::new(one)), &prompt, &gen)?;
+                Ok((bytes, loaded, done, g, looped))
             });
             match run {
-                Ok((tensor_bytes, loaded, done, g)) => {
+                Ok((tensor_bytes, loaded, done, g, looped)) => {
                     let weights = if cuda { loaded.allocated.saturating_sub(before.allocated) } else { tensor_bytes };
                     row.weights = Some(weights);
                     row.kv_cache = Some(g.kv_cache_bytes);
@@ -175,7 +200,16 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
                     row.ceiling_tok_s = ceiling(read_per_token(&cfg, weights, g.kv_cache_bytes, act), bw.device);
                     row.tokens = g.generated_ids.len();
                     row.outcome = Outcome::OK.into();
-                    s.say(format!("one device: {:.1} tok/s decode, weights {:.1} MiB", g.decode_tok_s(), mib(weights)));
+                    s.say(format!("one device: {:.1} tok/s decode (the ranks' loop: {:.1}), weights {:.1} MiB", g.decode_tok_s(), looped.decode_tok_s(), mib(weights)));
+                    let same = g.generated_ids.iter().zip(&looped.generated_ids).take_while(|(a, b)| a == b).count();
+                    loop_row = Some(Row {
+                        layout: "one device, the ranks' loop".into(),
+                        prefill_tok_s: Some(looped.prefill_tok_s()),
+                        decode_tok_s: Some(looped.decode_tok_s()),
+                        tokens_equal: Some(same),
+                        tokens: looped.generated_ids.len(),
+                        ..row.clone()
+                    });
                     single_tokens = Some(g.generated_ids);
                 }
                 Err(e @ LabError::Oom(_)) => {
@@ -185,6 +219,26 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
                 Err(e) => return Err(e),
             }
             rows.push(row);
+            rows.extend(loop_row);
+        }
+
+        if c.layouts.contains(&Layout::Pipeline) {
+            s.console.step(format!("a pipeline over {} {}", c.gpus, if cuda { "GPUs" } else { "CPU stages" }));
+            let req = pipeline::Request { cfg: &cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen: gen.clone() };
+            let (stages, tokens) = pipeline::run(&req, devs.clone())?;
+            for mut r in stages {
+                r.tokens_equal = single_tokens.as_deref().filter(|_| !tokens.is_empty()).map(|one| one.iter().zip(&tokens).take_while(|(a, b)| a == b).count());
+                if let Some(w) = r.weights {
+                    r.ceiling_tok_s = ceiling(read_per_token(&cfg, w, r.kv_cache.unwrap_or(0), act), bw.device);
+                }
+                s.say(format!("pipeline stage {}: weights {} MiB (ledger {:.1}), {}", r.rank, r.weights.map(|b| format!("{:.1}", mib(b))).unwrap_or_else(|| "—".into()), mib(r.weights_predicted), r.outcome));
+                rows.push(r);
+            }
+        }
+        if !c.layouts.contains(&Layout::Tensor) {
+            out.findings = findings(&rows, c.gpus);
+            out.table(TABLE, table(&rows)?);
+            return Ok(out);
         }
 
         // The group: a thread per rank, joined by NCCL (GPUs) or shared slots (CPU).
@@ -210,7 +264,7 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
                 Err(e) => rows.push(Row { layout: format!("tensor-parallel × {}", c.gpus), rank, outcome: Outcome::from_error(&e).as_str(), ..p.clone() }),
             }
         }
-        for r in rows.iter().filter(|r| r.layout != "one device") {
+        for r in rows.iter().filter(|r| r.layout.starts_with("tensor-parallel")) {
             s.say(format!(
                 "rank {}: weights {} MiB (ledger {:.1}), NCCL {} MiB, {} tok/s, {}",
                 r.rank,
@@ -228,18 +282,28 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
 
 fn findings(rows: &[Row], gpus: usize) -> Vec<Finding> {
     let mut out = Vec::new();
-    let rank0 = rows.iter().find(|r| r.layout != "one device" && r.rank == 0 && r.outcome == Outcome::OK);
+    let rank0 = rows.iter().find(|r| r.layout.starts_with("tensor-parallel") && r.rank == 0 && r.outcome == Outcome::OK);
     let single = rows.iter().find(|r| r.layout == "one device" && r.outcome == Outcome::OK);
+    let looped = rows.iter().find(|r| r.layout.ends_with("the ranks' loop")).and_then(|r| r.decode_tok_s);
     if let Some(r) = rank0 {
         out.push(Finding::new(format!("rank 0 of {gpus}: weights"), "MiB", r.weights.map(mib)).predicted(mib(r.weights_predicted)));
         if let Some(n) = r.nccl {
-            out.push(Finding::new(format!("rank 0 of {gpus}: NCCL's device memory"), "MiB", Some(mib(n))).predicted(mib(r.nccl_predicted)).note("read as the device's used bytes outside candle's pool after the first all-reduce"));
+            out.push(Finding::new(format!("rank 0 of {gpus}: NCCL's device memory"), "MiB", Some(mib(n))).predicted(mib(r.nccl_predicted)).note("the device's used bytes outside candle's pool once the rank joined and summed once (every connection made at the join: NCCL_RUNTIME_CONNECT=0)"));
         }
         let note = match (single, r.tokens_equal) {
-            (Some(s), Some(eq)) => format!("one device: {:.1} tok/s; greedy tokens equal to its for the first {eq} of {}", s.decode_tok_s.unwrap_or_default(), r.tokens),
+            (Some(s), Some(eq)) => format!(
+                "one device: {:.1} tok/s (the ranks' loop on it: {}); greedy tokens equal to its for the first {eq} of {}",
+                s.decode_tok_s.unwrap_or_default(),
+                looped.map(|t| format!("{t:.1} tok/s")).unwrap_or_else(|| "—".into()),
+                r.tokens
+            ),
             _ => String::new(),
         };
         out.push(Finding::new(format!("decode over {gpus} ranks"), "tok/s", r.decode_tok_s).ceiling(r.ceiling_tok_s).note(note));
+    }
+    if let Some(p) = rows.iter().find(|r| r.layout.starts_with("pipeline") && r.outcome == Outcome::OK) {
+        let eq = p.tokens_equal.map(|n| format!("greedy tokens equal to one device's for the first {n} of {}", p.tokens)).unwrap_or_default();
+        out.push(Finding::new(format!("decode, a pipeline over {gpus}"), "tok/s", p.decode_tok_s).note(format!("one thread runs the stages in turn; {eq}")));
     }
     out
 }

@@ -59,10 +59,7 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
     })())?;
     let comm = comm.ok_or_else(|| LabError::other("no communicator"))?;
     let joined = on_device(&probe, &device)?;
-    let nccl = cuda.then(|| {
-        let used = joined.device_used.unwrap_or(0).saturating_sub(base.device_used.unwrap_or(0));
-        used.saturating_sub(joined.reserved.saturating_sub(base.reserved))
-    });
+    let nccl = joined.outside_pool_since(&base).filter(|_| cuda);
     probe.reset_peak();
     let mut model = None;
     plan.group.meet.settle("loading", guarded(&probe, "loading the shard", || {

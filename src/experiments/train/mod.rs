@@ -9,7 +9,9 @@ pub mod tables;
 
 use tables::{memory_table, ranks_table, scale_table, RankRow, MEMORY, RANKS, Row, SCALE};
 use crate::error::{LabError, Result};
+use crate::estimate::parallel::nccl_bytes;
 use crate::estimate::training::{self, articles_activations, step_activations, step_peak, TrainSetup, TrainShape};
+use crate::hw::Card;
 use crate::experiments::kv::random_ids;
 use crate::limits;
 use crate::memory::{guarded, mib};
@@ -41,11 +43,20 @@ pub struct TrainConfig {
     /// ZeRO stage over the ranks: 0 (DDP), 1 (AdamW moments sharded), 2 (and the gradients)
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
     pub zero: u8,
+    /// Unequal cards, one per rank (names or sizes: 24GiB,16GiB), each emulated on its GPU: the
+    /// planner's micro-batch per card is run, then the same global batch split evenly
+    #[arg(long, value_delimiter = ',')]
+    #[serde(default)]
+    pub cards: Vec<String>,
+    /// Each rank's micro-batch (8,4) instead of --batch or the planner's
+    #[arg(long, value_delimiter = ',', value_parser = limits::count(limits::MAX_BATCH))]
+    #[serde(default)]
+    pub batches: Vec<usize>,
 }
 
 impl Default for TrainConfig {
     fn default() -> Self {
-        Self { seq: 1024, batch: 1, checkpointing: vec![false, true], steps: 2, gpus: 1, zero: 0 }
+        Self { seq: 1024, batch: 1, checkpointing: vec![false, true], steps: 2, gpus: 1, zero: 0, cards: vec![], batches: vec![] }
     }
 }
 
@@ -133,37 +144,90 @@ fn too_large(s: &mut Session, cfg: &Qwen2Config, sh: TrainShape, oom: &str) -> R
     Ok(out)
 }
 
-/// The step on `cfg.gpus` data-parallel ranks, each rank's bytes beside the ledger of its ZeRO stage.
+/// The micro-batches of the first layout: --batches, or each card plans its own (None), or --batch
+/// on every rank.
+fn first_layout(cfg: &TrainConfig, ranks: usize, cards: bool) -> Result<(&'static str, Option<Vec<usize>>)> {
+    if !cfg.batches.is_empty() {
+        if cfg.batches.len() != ranks {
+            return Err(LabError::input(format!("--batches gives {} micro-batches for {ranks} ranks", cfg.batches.len())));
+        }
+        return Ok(("given", Some(cfg.batches.clone())));
+    }
+    Ok(if cards { ("planned", None) } else { ("", Some(vec![cfg.batch; ranks])) })
+}
+
+/// The step on data-parallel ranks, each rank's bytes beside the ledger of its ZeRO stage; with
+/// --cards each rank emulates its card, under the planner's micro-batches and under an even split.
 fn data_parallel(s: &mut Session, cfg: &TrainConfig, sh: TrainShape) -> Result<StageOutput> {
     let model_cfg = crate::model::source::open(&s.source, &s.opts)?.cfg;
     let params = model_cfg.param_count() as u64;
     let ckpt = cfg.checkpointing.first().copied().unwrap_or(false);
-    let setup = TrainSetup { zero: cfg.zero, gpus: cfg.gpus as u64, ..TrainSetup::fp32_adam() };
+    let cards = cfg.cards.iter().map(|n| Card::parse(n)).collect::<Result<Vec<_>>>()?;
+    let ranks = if cards.is_empty() { cfg.gpus } else { cards.len() };
+    let setup = TrainSetup { zero: cfg.zero, gpus: ranks as u64, ..TrainSetup::fp32_adam() };
     let ledger = training::ledger(params, &setup);
-    let act = step_activations(&model_cfg, params, sh, ckpt);
-    s.console.step(format!("train: {} ranks × {} × {} tokens, ZeRO-{}, checkpointing {}", cfg.gpus, cfg.batch, cfg.seq, cfg.zero, if ckpt { "on" } else { "off" }));
-    let plan = ranks::Setup { cfg: &model_cfg, source: &s.source, opts: &s.opts, batch: cfg.batch, seq: cfg.seq, checkpoint: ckpt, zero: cfg.zero, steps: cfg.steps };
-    let results = ranks::run_group(&plan, &s.device, cfg.gpus)?;
     let mut rows = Vec::new();
     let mut out = StageOutput::default();
-    for (rank, r) in results.into_iter().enumerate() {
-        let r = match r {
-            Ok(r) => r,
-            Err(e) => {
-                s.say(format!("rank {rank}: {e}"));
-                rows.push(RankRow { rank, device: String::new(), zero: cfg.zero, item: "step", measured: None, lab: 0, note: crate::stage::Outcome::from_error(&e).as_str() });
-                continue;
-            }
+    let mut next = Some(first_layout(cfg, ranks, !cards.is_empty())?);
+    while let Some((layout, given)) = next.take() {
+        s.check_stop()?;
+        let what = given.as_ref().map(|b| format!("micro-batches {b:?}")).unwrap_or_else(|| "micro-batches planned on each card".into());
+        s.console.step(format!("train: {ranks} ranks, {what} × {} tokens{}, ZeRO-{}, checkpointing {}", cfg.seq, if layout.is_empty() { String::new() } else { format!(" ({layout})") }, cfg.zero, if ckpt { "on" } else { "off" }));
+        let plan = ranks::Setup { cfg: &model_cfg, source: &s.source, opts: &s.opts, batches: given.clone(), seq: cfg.seq, checkpoint: ckpt, zero: cfg.zero, steps: cfg.steps, cards: cards.clone() };
+        let mut results = ranks::run_group(&plan, &s.device, ranks)?;
+        // Bad input (a card that holds no sequence) is the run's error, not a rank's outcome.
+        if let Some(i) = results.iter().position(|r| matches!(r, Err(LabError::Input(_)))) {
+            return Err(results.swap_remove(i).err().unwrap_or_else(|| LabError::other("no error")));
+        }
+        let batches: Vec<usize> = match &given {
+            Some(b) => b.clone(),
+            None => results.iter().map(|r| r.as_ref().map(|r| r.batch).unwrap_or(0)).collect(),
         };
-        let z = cfg.zero;
-        let mk = |item, measured, lab, note: &str| RankRow { rank, device: r.device.clone(), zero: z, item, measured, lab, note: note.into() };
-        rows.push(mk("weights", Some(r.weights), ledger.weights, "F32, whole on every rank"));
-        rows.push(mk("optimizer states", Some(r.states), ledger.optimizer, "AdamW's two F32 moments; ZeRO ≥ 1: 8 B × Ψ / N"));
-        rows.push(mk("gradients kept after the step", Some(r.gradients), ledger.gradients, "averaged across ranks; ZeRO-2: 4 B × Ψ / N"));
-        rows.push(mk("step peak above weights + states", r.peak_above_states, act.above_states(), "the backward holds every gradient before the exchange"));
-        s.say(format!("rank {rank}: weights {:.0} MiB, states {:.0} MiB (ledger {:.0}), gradients kept {:.0} MiB (ledger {:.0}), loss {:.3}", mib(r.weights), mib(r.states), mib(ledger.optimizer), mib(r.gradients), mib(ledger.gradients), r.loss));
-        if rank == 0 {
-            out.findings.push(Finding::new(format!("rank 0 of {}: optimizer states, ZeRO-{}", cfg.gpus, cfg.zero), "MiB", Some(mib(r.states))).predicted(mib(ledger.optimizer)));
+        // After the planned layout, the same global batch split evenly.
+        if layout == "planned" && batches.iter().all(|&b| b > 0) {
+            next = Some(("even", Some(vec![batches.iter().sum::<usize>().div_ceil(ranks); ranks])));
+        }
+        let mut oom = Vec::new();
+        for (rank, r) in results.into_iter().enumerate() {
+            let card = cards.get(rank).map(|c| c.name.clone()).unwrap_or_default();
+            let batch = batches[rank];
+            let act = step_activations(&model_cfg, params, TrainShape { batch, seq: sh.seq }, ckpt);
+            let base = RankRow { layout, rank, card: card.clone(), batch, device: String::new(), zero: cfg.zero, item: "step", measured: None, lab: 0, note: String::new() };
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    s.say(format!("rank {rank}{}: {e}", if card.is_empty() { String::new() } else { format!(" ({card}, micro-batch {batch})") }));
+                    if matches!(e, LabError::Oom(_)) {
+                        oom.push(rank);
+                    }
+                    let need = ledger.weights + ledger.optimizer + act.above_states();
+                    rows.push(RankRow { item: "step peak", lab: need, note: crate::stage::Outcome::from_error(&e).as_str(), ..base });
+                    continue;
+                }
+            };
+            let mk = |item, measured, lab, note: &str| RankRow { device: r.device.clone(), item, measured, lab, note: note.into(), ..base.clone() };
+            rows.push(mk("weights", Some(r.weights), ledger.weights, "F32, whole on every rank"));
+            rows.push(mk("optimizer states", Some(r.states), ledger.optimizer, "AdamW's two F32 moments; ZeRO ≥ 1: 8 B × Ψ / N"));
+            rows.push(mk("gradients kept after the step", Some(r.gradients), ledger.gradients, "averaged across ranks; ZeRO-2: 4 B × Ψ / N"));
+            if let Some(n) = r.nccl {
+                rows.push(mk("NCCL's device memory", Some(n), nccl_bytes(ranks), "outside candle's pool, read when the rank joined"));
+            }
+            rows.push(mk("step peak above weights + states", r.peak_above_states, act.above_states(), "the backward holds every gradient before the exchange"));
+            let need = ledger.weights + ledger.optimizer + act.above_states();
+            // The CPU's ranks share one heap: a card per rank is planned, not held, so say where it would not fit.
+            let note = match cards.get(rank).filter(|c| !s.device.is_cuda() && need > c.total_bytes()) {
+                Some(c) => format!("over the {} card by the formula (not held on the CPU)", c.name),
+                None => "ok".into(),
+            };
+            rows.push(mk("step peak", r.peak_above_states.map(|p| r.weights + r.states + p), need, &note));
+            s.say(format!("rank {rank}: micro-batch {batch}, weights {:.0} MiB, states {:.0} MiB (ledger {:.0}), gradients kept {:.0} MiB (ledger {:.0}), loss {:.3}", mib(r.weights), mib(r.states), mib(ledger.optimizer), mib(r.gradients), mib(ledger.gradients), r.loss));
+            if rank == 0 && layout != "even" {
+                out.findings.push(Finding::new(format!("rank 0 of {ranks}: optimizer states, ZeRO-{}", cfg.zero), "MiB", Some(mib(r.states))).predicted(mib(ledger.optimizer)));
+            }
+        }
+        if !cards.is_empty() {
+            let what = if oom.is_empty() { "every card trained its micro-batch".to_string() } else { format!("out of memory on rank {oom:?}") };
+            out.findings.push(Finding::new(format!("{layout} micro-batches {batches:?} on {}", cfg.cards.join(" + ")), "ranks out of memory", Some(oom.len() as f64)).note(what));
         }
     }
     out.table(RANKS, ranks_table(&rows)?);
@@ -186,7 +250,7 @@ impl Stage for Train {
             return Err(LabError::input("train needs --seq ≥ 2, --batch ≥ 1, --steps ≥ 1 and a --checkpointing setting"));
         }
         let sh = TrainShape { batch: cfg.batch, seq: cfg.seq };
-        if cfg.gpus > 1 || cfg.zero > 0 {
+        if cfg.gpus > 1 || cfg.zero > 0 || !cfg.cards.is_empty() || !cfg.batches.is_empty() {
             return data_parallel(s, cfg, sh);
         }
         let opened = crate::model::source::open(&s.source, &s.opts)?;

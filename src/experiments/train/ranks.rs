@@ -5,6 +5,7 @@
 
 use crate::error::{LabError, Result};
 use crate::experiments::kv::random_ids;
+use crate::hw::Card;
 use crate::memory::{guarded, MemoryProbe};
 use crate::model::optim::ParamsAdamW;
 use crate::model::parallel::data::DataParallel;
@@ -26,17 +27,25 @@ pub struct RankStep {
     /// The step's peak above weights and states (forward, backward, exchange, update).
     pub peak_above_states: Option<u64>,
     pub loss: f32,
+    /// This rank's micro-batch (sequences).
+    pub batch: usize,
+    /// Device memory NCCL took when the rank joined (outside candle's pool; None off a GPU).
+    pub nccl: Option<u64>,
 }
 
 pub struct Setup<'a> {
     pub cfg: &'a Qwen2Config,
     pub source: &'a ModelSource,
     pub opts: &'a SourceOptions,
-    pub batch: usize,
+    /// Each rank's micro-batch (sequences), in rank order; None: each rank plans its own from
+    /// what its card has free once the group is formed (`estimate::parallel::micro_batch`).
+    pub batches: Option<Vec<usize>>,
     pub seq: usize,
     pub checkpoint: bool,
     pub zero: u8,
     pub steps: usize,
+    /// The card each rank emulates (empty: every rank its whole device).
+    pub cards: Vec<Card>,
 }
 
 fn held(probe: &MemoryProbe, device: &Device) -> Result<u64> {
@@ -44,11 +53,42 @@ fn held(probe: &MemoryProbe, device: &Device) -> Result<u64> {
     Ok(probe.snapshot("").allocated)
 }
 
+/// The largest micro-batch whose step (weights, states and the step's peak, the lab's formula)
+/// fits what the rank's card has free now, as a planner asks each card (CUDA: cuMemGetInfo,
+/// NCCL's buffers and the context already taken; the CPU: the whole card).
+fn plan_batch(s: &Setup, probe: &MemoryProbe, rank: usize) -> Result<usize> {
+    let free = match (probe.device().is_cuda(), s.cards.get(rank)) {
+        (true, _) => probe.snapshot("plan").device_free,
+        (false, card) => card.map(|c| c.total_bytes()),
+    };
+    let free = free.ok_or_else(|| LabError::input("planning micro-batches needs a card (--cards) or a GPU"))?;
+    match crate::estimate::parallel::micro_batch(s.cfg, s.seq, s.checkpoint, free, 0) {
+        0 => Err(LabError::input(format!("{} free cannot train one sequence of {} tokens of this model", crate::units::fmt_bytes(free), s.seq))),
+        b => Ok(b),
+    }
+}
+
 fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankStep> {
-    let probe = MemoryProbe::new(&device);
+    let mut probe = MemoryProbe::new(&device);
     let cuda = device.is_cuda();
-    let comm = g.meet.settle("joining the group", g.join(rank, &device))?;
+    device.synchronize()?;
+    let unjoined = probe.snapshot("");
+    let comm = g.meet.settle("joining the group", g.join(rank, &device).and_then(|c| {
+        c.all_reduce_sum(&candle_core::Tensor::zeros(1, candle_core::DType::F32, &device)?)?;
+        Ok(c)
+    }))?;
+    device.synchronize()?;
+    let nccl = probe.snapshot("").outside_pool_since(&unjoined).filter(|_| cuda);
+    // The card counts what the process already holds on the device (context, NCCL), as a real one
+    // would. The CPU's ranks share one heap and its one cap: a card per rank is planned, not held.
+    let card = s.cards.get(rank).filter(|_| cuda).map(|c| probe.emulate(c).map(|_| ()));
+    g.meet.settle("emulating the cards", card.unwrap_or(Ok(())))?;
     let base = held(&probe, &device)?;
+    let batch = match &s.batches {
+        Some(b) => b.get(rank).copied().ok_or_else(|| LabError::input(format!("no micro-batch given for rank {rank}"))),
+        None => plan_batch(s, &probe, rank),
+    };
+    let batch = g.meet.settle("planning the micro-batches", batch)?;
     let model = g.meet.settle(
         "loading",
         guarded(&probe, "loading", || {
@@ -62,21 +102,29 @@ fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankSte
     let weights = if cuda { held(&probe, &device)? - base } else { var_bytes };
     let mut dp = g.meet.settle("making the optimizer", DataParallel::new(vars, ParamsAdamW { lr: 1e-5, ..Default::default() }, s.zero, comm))?;
     let states = if cuda { held(&probe, &device)? - base - weights } else { dp.state_elems() as u64 * 8 };
-    let mut out = RankStep { rank, device: crate::hw::describe(&device), weights, states, ..Default::default() };
+    let device_name = match s.cards.get(rank) {
+        Some(c) => format!("{} as {}", crate::hw::describe(&device), c.name),
+        None => crate::hw::describe(&device),
+    };
+    let mut out = RankStep { rank, device: device_name, weights, states, batch, nccl, ..Default::default() };
     for step in 0..s.steps {
         // Each rank its own sequences (the seed by rank), as a sampler gives each its share.
-        let ids = random_ids(s.batch, s.seq + 1, s.cfg.vocab_size, 11 + (step * 1000 + rank) as u64, &device)?;
+        let ids = random_ids(batch, s.seq + 1, s.cfg.vocab_size, 11 + (step * 1000 + rank) as u64, &device)?;
         let (input, target) = train::shift(&ids)?;
         drop(ids);
         let before = held(&probe, &device)?;
         probe.reset_peak();
-        let r = guarded(&probe, "training step", || {
-            let grads = train::gradients(&model, &input, &target, s.checkpoint, &mut || ())?;
+        // Two phases, the ranks meeting between them: a rank whose backward ran out of memory
+        // stops the others before they block in an exchange it will never join.
+        let grads = guarded(&probe, "forward and backward", || Ok(train::gradients(&model, &input, &target, s.checkpoint, &mut || ())?));
+        let grads = g.meet.settle("the forward and backward", grads)?;
+        let r = guarded(&probe, "exchange and update", || {
             let kept = dp.step(grads.grads)?;
             device.synchronize()?;
-            Ok((grads.loss, kept, probe.snapshot("step").peak))
+            Ok((kept, probe.snapshot("step").peak))
         });
-        let (loss, kept, peak) = g.meet.settle("training", r)?;
+        let (kept, peak) = g.meet.settle("the exchange and update", r)?;
+        let loss = grads.loss;
         out.loss = loss;
         out.gradients = kept;
         out.peak_above_states = cuda.then(|| peak.saturating_sub(before));

@@ -38,6 +38,9 @@ pub mod col {
     pub const RANK: &str = "rank";
     pub const DEVICE: &str = "device";
     pub const ZERO: &str = "zero";
+    pub const LAYOUT: &str = "layout";
+    pub const CARD: &str = "card";
+    pub const MICRO_BATCH: &str = "micro_batch";
 }
 
 pub const MEMORY: &str = "train_memory";
@@ -47,8 +50,14 @@ pub const SCALE: &str = "train_scale";
 pub const RANKS: &str = "train_ranks";
 
 /// One rank's item under data parallelism: measured beside the lab's ledger.
+#[derive(Clone)]
 pub struct RankRow {
+    /// "planned" / "even" with unequal cards, "given" with --batches, else empty.
+    pub layout: &'static str,
     pub rank: usize,
+    /// The card the rank emulates (empty: its whole device).
+    pub card: String,
+    pub batch: usize,
     pub device: String,
     pub zero: u8,
     pub item: &'static str,
@@ -60,7 +69,10 @@ pub struct RankRow {
 pub fn ranks_table(rows: &[RankRow]) -> Result<DataFrame> {
     use col::*;
     Ok(df!(
+        LAYOUT => rows.iter().map(|r| r.layout).collect::<Vec<_>>(),
         RANK => rows.iter().map(|r| r.rank as u32).collect::<Vec<_>>(),
+        CARD => rows.iter().map(|r| r.card.clone()).collect::<Vec<_>>(),
+        MICRO_BATCH => rows.iter().map(|r| r.batch as u32).collect::<Vec<_>>(),
         DEVICE => rows.iter().map(|r| r.device.clone()).collect::<Vec<_>>(),
         ZERO => rows.iter().map(|r| r.zero as u32).collect::<Vec<_>>(),
         ITEM => rows.iter().map(|r| r.item).collect::<Vec<_>>(),
@@ -133,10 +145,10 @@ pub fn views() -> Vec<View> {
             name: "ranks",
             table: RANKS,
             caption: "Data-parallel training — every rank's bytes beside the ledger (ZeRO's per-GPU formulas)",
-            columns: &[RANK, DEVICE, ZERO, ITEM, MEASURED_MIB, LAB_MIB, LAB_ERROR_PCT, NOTE],
-            group_by: &[ZERO],
+            columns: &[LAYOUT, RANK, CARD, MICRO_BATCH, DEVICE, ZERO, ITEM, MEASURED_MIB, LAB_MIB, LAB_ERROR_PCT, NOTE],
+            group_by: &[ZERO, LAYOUT],
             chart: None,
-            explain: "With --gpus N every rank holds the whole model and trains on its own micro-batch; the gradients are averaged across ranks. ZeRO-1 keeps each rank's AdamW moments for its share of the weights only (8 B × Ψ / N in F32), ZeRO-2 also only its share's gradients after the exchange (4 B × Ψ / N): the ZeRO paper's per-GPU formulas, in F32. On the CPU the ranks are threads sharing one heap: the tensors' bytes, and no peak. 数据并行:每个 rank 的权重、优化器状态、梯度与峰值,与 ZeRO 的逐卡公式对照。",
+            explain: "With --gpus N every rank holds the whole model and trains on its own micro-batch; the gradients are averaged across ranks. ZeRO-1 keeps each rank's AdamW moments for its share of the weights only (8 B × Ψ / N in F32), ZeRO-2 also only its share's gradients after the exchange (4 B × Ψ / N): the ZeRO paper's per-GPU formulas, in F32. With --cards each rank emulates its card (a ballast outside the pool): the planner's micro-batch per card (`estimate --train --cards`), then the same global batch split evenly, which overflows the smaller card. On the CPU the ranks are threads sharing one heap: the tensors' bytes, and no peak. 数据并行:每个 rank 的权重、优化器状态、梯度与峰值,与 ZeRO 的逐卡公式对照。",
         },
     ]
 }

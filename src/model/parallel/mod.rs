@@ -10,6 +10,7 @@ pub mod data;
 pub mod group;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub mod pipeline;
 pub mod shard;
 
 pub use comm::{AllReduce, Rendezvous, ThreadComm};

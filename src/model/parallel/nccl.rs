@@ -20,8 +20,12 @@ impl GroupId {
         // NVLink multicast (NVLS) buys nothing for the lab's small sums, and on a shared host a
         // program using it can take the GPUs out of service: off unless the user says otherwise.
         // Set before any rank's thread starts.
-        if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
-            std::env::set_var("NCCL_NVLS_ENABLE", "0");
+        // Connections made when a rank joins (NCCL otherwise connects each algorithm at its first
+        // use): all of NCCL's buffers exist once the group is formed, where the lab measures them.
+        for (var, value) in [("NCCL_NVLS_ENABLE", "0"), ("NCCL_RUNTIME_CONNECT", "0")] {
+            if std::env::var_os(var).is_none() {
+                std::env::set_var(var, value);
+            }
         }
         let id = Id::new().map_err(|e| LabError::other(format!("NCCL: no unique id ({e:?}): is libnccl.so.2 on LD_LIBRARY_PATH?")))?;
         Ok(Self(*id.internal()))
@@ -41,7 +45,11 @@ unsafe impl Sync for NcclComm {}
 impl NcclComm {
     /// Joins the group as `rank` of `ranks` on `dev` (blocks until every rank has joined).
     pub fn join(dev: &CudaDevice, rank: usize, ranks: usize, id: GroupId) -> Result<Self> {
-        let comm = Comm::from_rank(dev.cuda_stream(), rank, ranks, Id::uninit(id.0)).map_err(|e| LabError::other(format!("NCCL: rank {rank} of {ranks} could not join ({e:?})")))?;
+        let stream = dev.cuda_stream();
+        // ncclCommInitRank joins on the thread's current device: cudarc does not make the rank's
+        // context current here, and a fresh thread's default is GPU 0 (every rank on one GPU).
+        stream.context().bind_to_thread().map_err(|e| LabError::other(format!("NCCL: rank {rank}: {e:?}")))?;
+        let comm = Comm::from_rank(stream, rank, ranks, Id::uninit(id.0)).map_err(|e| LabError::other(format!("NCCL: rank {rank} of {ranks} could not join ({e:?})")))?;
         Ok(Self { comm })
     }
 }

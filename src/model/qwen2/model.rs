@@ -188,7 +188,8 @@ impl Qwen2 {
     }
 
     pub fn all_on_gpu(&self) -> bool {
-        let gpu = |d: &Device| d.is_cuda();
+        // One GPU: a pipeline's stages on several GPUs run the loop, not the one-stream static step.
+        let gpu = |d: &Device| d.is_cuda() && d.same_device(&self.device);
         gpu(&self.device)
             && gpu(&self.embed.device())
             && !matches!(self.lm_head, Linear::Host(_))
@@ -264,9 +265,9 @@ impl Qwen2 {
         check_elems("the MLP activation", b * s * cfg.intermediate_size)?;
         let offset = cache.len();
         let rope = self.rope(offset, s)?;
-        // The rotary table on the CPU too, in F32 as CPU layers compute, made once per pass when
-        // some layer runs there.
-        let mut host_rope = None;
+        // The rotary table on each other device a layer runs on, made once per pass: on the CPU
+        // in F32 as CPU layers compute, on another GPU (a pipeline stage) in the activation dtype.
+        let mut moved: Vec<(Device, (Tensor, Tensor))> = Vec::new();
         let mut x = self.embed(ids)?;
         if let Some(st) = &self.streamer {
             st.start_pass()?;
@@ -285,15 +286,20 @@ impl Qwen2 {
                 }
             }
             let r = if dev.same_device(&self.device) {
-                &rope
+                rope.clone()
+            } else if let Some((_, r)) = moved.iter().find(|(d, _)| d.same_device(dev)) {
+                r.clone()
             } else {
-                if host_rope.is_none() {
-                    host_rope = Some((rope.0.to_device(dev)?.to_dtype(DType::F32)?, rope.1.to_device(dev)?.to_dtype(DType::F32)?));
-                }
-                host_rope.as_ref().unwrap_or(&rope)
+                let to = |t: &Tensor| -> Result<Tensor> {
+                    let t = t.to_device(dev)?;
+                    Ok(if dev.is_cuda() { t } else { t.to_dtype(DType::F32)? })
+                };
+                let r = (to(&rope.0)?, to(&rope.1)?);
+                moved.push((dev.clone(), r.clone()));
+                r
             };
             let t = std::time::Instant::now();
-            x = layer.host_step_or_forward(x, l, cfg, r, cache, offset, self.attention)?;
+            x = layer.host_step_or_forward(x, l, cfg, &r, cache, offset, self.attention)?;
             if s == 1 && layer.on_host() {
                 crate::model::profile::cpu_layer(t);
             }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Several GPUs of one host in one call: tensor-parallel inference over every GPU (7B, 14B, 32B, each
+# beside the whole model on one GPU), data-parallel training steps (DDP, ZeRO-1, ZeRO-2 of 0.5B and
+# 1.5B) and two unequal cards (24 GiB + 16 GiB emulated: the planner's micro-batches, then an even
+# split). Every rank's bytes beside the ledger; NCCL logs its channels and allocations
+# (NCCL_DEBUG_SUBSYS=INIT,ALLOC) into each command's stdout.
+#   FEATURES=nccl bash scripts/cuda/build-gpu-binary.sh     (here, on the build machine)
+#   bash scripts/gpu/multi_gpu.sh                           (there; results as scripts/gpu/run.sh packs them)
+# ONLY="tp14 ddp" runs only the named commands.
+set -u
+cd "$(dirname "$0")/../.."
+# NVLink multicast stays off on shared hosts (a program using it can take the GPUs out of service).
+export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ALLOC
+N=${GPUS:-$(nvidia-smi -L | wc -l)}
+mkdir -p /tmp/results
+nvidia-smi topo -m > /tmp/results/topo.txt 2>&1
+train() { echo "train --model synthetic:qwen2.5-$1 --gpus $N --zero $2 --seq 512 --checkpointing false"; }
+specs=(
+  "tp14=parallel --model synthetic:qwen2.5-14b --gpus $N"
+  "zero0-1.5b=$(train 1.5b 0)" "zero1-1.5b=$(train 1.5b 1)" "zero2-1.5b=$(train 1.5b 2)"
+  "cards-0.5b=train --model synthetic:qwen2.5-0.5b --cards 24GiB,16GiB --seq 256 --checkpointing true"
+  "tp32=parallel --model synthetic:qwen2.5-32b --gpus $N"
+  "zero0-0.5b=$(train 0.5b 0)" "zero1-0.5b=$(train 0.5b 1)" "zero2-0.5b=$(train 0.5b 2)"
+  "tp7=parallel --model synthetic:qwen2.5-7b --gpus $N"
+)
+picked=()
+for s in "${specs[@]}"; do
+  name=${s%%=*}
+  if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" ${name%%-*} "* || " $ONLY " == *" $name "* ]]; then picked+=("$s"); fi
+done
+REPORTS=0 TIMEOUT=${TIMEOUT:-150} WAIT=${WAIT:-400} bash scripts/gpu/run.sh "${picked[@]}"

@@ -1,0 +1,90 @@
+//! The pipeline layout of the parallel stage: whole layers per GPU (`model::parallel::pipeline`,
+//! split by the estimator's `pipeline_split`), one thread driving the stages in turn; every GPU's
+//! weights and generation peak read from its own device beside `estimate --pp N`'s ledger.
+
+use super::tables::Row;
+use crate::error::Result;
+use crate::estimate::fit::Inference;
+use crate::estimate::parallel::pipeline;
+use crate::hw;
+use crate::memory::{guarded, MemoryProbe};
+use crate::model::attention::AttentionMode;
+use crate::model::parallel::pipeline::load_pipeline;
+use crate::model::parallel::rank_ledger;
+use crate::model::source::{self, ModelSource, SourceOptions};
+use crate::model::{generate, GenerateConfig, Logits, Precision, Qwen2Config};
+use crate::stage::Outcome;
+use candle_core::Device;
+
+/// What the pipeline shares with the tensor-parallel run.
+pub struct Request<'a> {
+    pub cfg: &'a Qwen2Config,
+    pub precision: Precision,
+    pub source: &'a ModelSource,
+    pub opts: &'a SourceOptions,
+    pub prompt: &'a [u32],
+    pub gen: GenerateConfig,
+}
+
+fn snapshots(probes: &[MemoryProbe], devices: &[Device]) -> Result<Vec<crate::memory::Snapshot>> {
+    devices.iter().zip(probes).map(|(d, p)| Ok({ d.synchronize()?; p.snapshot("") })).collect()
+}
+
+/// One row per stage, measured on its device (GPUs; the CPU's stages share one heap: none) beside
+/// the ledger, and the greedy tokens (none after an OOM). The KV cache per stage is the measured
+/// whole cache's share by layers (every layer's is the same size).
+pub fn run(r: &Request, devices: Vec<Device>) -> Result<(Vec<Row>, Vec<u32>)> {
+    let n = devices.len();
+    let layout = format!("pipeline × {n}");
+    let w = Inference { precision: r.precision, seq: r.prompt.len(), batch: 1, logits: Logits::Last, attention: AttentionMode::default(), stored: None };
+    let need = pipeline(r.cfg, &w, n, 0)?;
+    let split: Vec<(usize, usize)> = need.iter().map(|g| g.layers).collect();
+    let layers = r.cfg.num_hidden_layers as u64;
+    let dtype = r.precision.dense_dtype().map(|d| d.size_in_bytes() as u64).unwrap_or(2);
+    let kv_all = rank_ledger(r.cfg, 1, dtype, (r.prompt.len() + r.gen.max_new_tokens) as u64, r.precision.act_dtype().size_in_bytes() as u64)?.kv_cache;
+    let predicted: Vec<Row> = need
+        .iter()
+        .map(|g| {
+            let kv = kv_all * (g.layers.1 - g.layers.0) as u64 / layers;
+            Row { layout: layout.clone(), rank: g.gpu, device: hw::describe(&devices[g.gpu]), weights_predicted: g.weights, kv_predicted: kv, peak_above_predicted: kv + g.transient + g.logits, ..Default::default() }
+        })
+        .collect();
+    let probes: Vec<MemoryProbe> = devices.iter().map(MemoryProbe::new).collect();
+    let cuda = devices[0].is_cuda();
+    let before = snapshots(&probes, &devices)?;
+    let run = guarded(&probes[0], "the pipeline", || {
+        let mut weights = source::open(r.source, r.opts)?.weights;
+        let model = load_pipeline(r.cfg, r.precision, weights.as_mut(), &devices, &split, &probes)?;
+        let loaded = snapshots(&probes, &devices)?;
+        probes.iter().for_each(|p| p.reset_peak());
+        let g = generate(&model, r.prompt, &r.gen)?;
+        let done = snapshots(&probes, &devices)?;
+        Ok((loaded, done, g))
+    });
+    let (loaded, done, g) = match run {
+        Ok(x) => x,
+        Err(e @ crate::error::LabError::Oom(_)) => {
+            let outcome = Outcome::from_error(&e).as_str();
+            return Ok((predicted.into_iter().map(|p| Row { outcome: outcome.clone(), ..p }).collect(), vec![]));
+        }
+        Err(e) => return Err(e),
+    };
+    let rows = predicted
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let share = (split[i].1 - split[i].0) as u64;
+            Row {
+                weights: cuda.then(|| loaded[i].allocated.saturating_sub(before[i].allocated)),
+                kv_cache: Some(g.kv_cache_bytes * share / layers),
+                peak_above_weights: cuda.then(|| done[i].peak.saturating_sub(loaded[i].allocated)),
+                prefill_tok_s: Some(g.prefill_tok_s()),
+                decode_tok_s: Some(g.decode_tok_s()),
+                tokens: g.generated_ids.len(),
+                outcome: Outcome::OK.into(),
+                ..p
+            }
+        })
+        .collect();
+    Ok((rows, g.generated_ids))
+}

@@ -1,0 +1,86 @@
+//! Pipeline placement: whole layers on each device (the split `estimate::parallel::pipeline_split`
+//! makes from the weights), the embedding on the first, the final norm and the head on the last
+//! (a tied table: a copy there). A token's hidden state crosses to the next device between stages
+//! (candle copies it through the host: one hidden-sized vector a token, no collective). One
+//! thread drives the stages in turn, as a pipeline serving one request does: each device waits
+//! while the others compute.
+
+use crate::error::{LabError, Result};
+use crate::memory::MemoryProbe;
+use crate::model::weights::{Weight, WeightSource};
+use crate::model::{Precision, Qwen2, Qwen2Config};
+use candle_core::Device;
+use std::collections::HashMap;
+
+/// The stage (index into `split`) that holds tensor `name`.
+pub fn stage_of(name: &str, split: &[(usize, usize)]) -> Result<usize> {
+    let last = split.len().checked_sub(1).ok_or_else(|| LabError::input("a pipeline of no stages"))?;
+    if name == "model.embed_tokens.weight" {
+        return Ok(0);
+    }
+    if name == "model.norm.weight" || name == "lm_head.weight" {
+        return Ok(last);
+    }
+    let layer = name
+        .strip_prefix("model.layers.")
+        .and_then(|rest| rest.split('.').next())
+        .and_then(|l| l.parse::<usize>().ok())
+        .ok_or_else(|| LabError::input(format!("tensor {name} belongs to no pipeline stage")))?;
+    split.iter().position(|&(a, b)| (a..b).contains(&layer)).ok_or_else(|| LabError::input(format!("layer {layer} is in no pipeline stage")))
+}
+
+/// The model with stage `i`'s tensors loaded straight onto `devices[i]`; the model's own device
+/// (its rotary table, the logits) is the last stage's. `probes[i]` captures an OOM on device `i`.
+pub fn load_pipeline(cfg: &Qwen2Config, precision: Precision, source: &mut dyn WeightSource, devices: &[Device], split: &[(usize, usize)], probes: &[MemoryProbe]) -> Result<Qwen2> {
+    if devices.len() != split.len() || split.last().map(|s| s.1) != Some(cfg.num_hidden_layers) {
+        return Err(LabError::input(format!("{} devices for a pipeline of {} stages over {} layers", devices.len(), split.len(), cfg.num_hidden_layers)));
+    }
+    let last = devices.len() - 1;
+    let mut specs = cfg.tensor_specs();
+    // A tied head is the embedding table: the last stage holds its own copy (drawn again, so equal).
+    if cfg.tie_word_embeddings && last > 0 {
+        if let Some(table) = specs.iter().find(|s| s.name == "model.embed_tokens.weight").cloned() {
+            specs.push(table);
+        }
+    }
+    let mut w = HashMap::new();
+    let mut table_loaded = false;
+    for spec in specs {
+        let table_again = spec.name == "model.embed_tokens.weight" && table_loaded;
+        let stage = if table_again { last } else { stage_of(&spec.name, split)? };
+        match source.load(&spec, precision, &devices[stage]) {
+            Ok(t) => {
+                let name = if table_again { "lm_head.weight".to_string() } else { spec.name.clone() };
+                table_loaded |= spec.name == "model.embed_tokens.weight";
+                w.insert(name, t);
+            }
+            Err(e) => {
+                let during = format!("loading {} (pipeline stage {stage} of {})", spec.name, devices.len());
+                return Err(match probes.get(stage) {
+                    Some(p) => p.capture(e, &during),
+                    None => e.during(during),
+                });
+            }
+        }
+    }
+    let w: HashMap<String, Weight> = w;
+    Qwen2::new(cfg, precision, w, &devices[last])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_by_hand() {
+        // 4 layers over 2 stages: 0..3 and 3..4.
+        let split = [(0, 3), (3, 4)];
+        assert_eq!(stage_of("model.embed_tokens.weight", &split).unwrap(), 0);
+        assert_eq!(stage_of("model.layers.2.mlp.up_proj.weight", &split).unwrap(), 0);
+        assert_eq!(stage_of("model.layers.3.self_attn.q_proj.bias", &split).unwrap(), 1);
+        assert_eq!(stage_of("model.norm.weight", &split).unwrap(), 1);
+        assert_eq!(stage_of("lm_head.weight", &split).unwrap(), 1);
+        assert!(stage_of("model.layers.4.mlp.up_proj.weight", &split).is_err());
+        assert!(stage_of("model.layers.x.mlp.up_proj.weight", &split).is_err());
+    }
+}
