@@ -17,11 +17,14 @@ nvidia-smi topo -m > /tmp/results/topo.txt 2>&1
 train() { echo "train --model synthetic:qwen2.5-$1 --gpus $N --zero $2 --seq 512 --checkpointing false"; }
 specs=(
   "tp14=parallel --model synthetic:qwen2.5-14b --gpus $N"
+  # F32: the layouts' greedy tokens beside one GPU's without BF16's rounding of the partial sums.
+  "tp7f32=parallel --model synthetic:qwen2.5-7b --precision f32 --gpus $N"
+  "tp32=parallel --model synthetic:qwen2.5-32b --gpus $N"
   "zero0-1.5b=$(train 1.5b 0)" "zero1-1.5b=$(train 1.5b 1)" "zero2-1.5b=$(train 1.5b 2)"
   "cards-0.5b=train --model synthetic:qwen2.5-0.5b --cards 24GiB,16GiB --seq 256 --checkpointing true"
-  "tp32=parallel --model synthetic:qwen2.5-32b --gpus $N"
   "zero0-0.5b=$(train 0.5b 0)" "zero1-0.5b=$(train 0.5b 1)" "zero2-0.5b=$(train 0.5b 2)"
-  "tp7=parallel --model synthetic:qwen2.5-7b --gpus $N"
+  # Every NCCL subsystem's log (its buffers per channel and peer): what the ledger's NCCL row counts.
+  "tp7=sh:NCCL_DEBUG_SUBSYS=ALL timeout 150 /tmp/vram-lab parallel --model synthetic:qwen2.5-7b --gpus $N --quiet --out \$R/tp7"
 )
 picked=()
 for s in "${specs[@]}"; do

@@ -13,6 +13,7 @@ use crate::error::{LabError, Result};
 use crate::estimate::bytes::{kv_bytes_per_token, weight_bytes, with_layers};
 use crate::estimate::fit::{self, Inference};
 use crate::estimate::training::{step_peak, TrainShape};
+use crate::estimate::transient::{self, Prefill};
 use crate::model::parallel::shard::{rank_ledger, shard_config};
 use crate::model::Qwen2Config;
 use serde::Serialize;
@@ -113,6 +114,14 @@ pub fn pipeline(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> 
     let tokens = (w.seq * w.batch) as u64;
     let per_layer_kv = kv_bytes_per_token(cfg, act) / cfg.num_hidden_layers as u64 * tokens;
     let one = fit::ledger(cfg, w, 0);
+    // A stage before the last runs layers only: its busiest moment is the layers' (the logits
+    // are the last stage's), counted whole, as no logits stay beside it.
+    let layers_peak = if one.peak_at == "logits" {
+        let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() });
+        p.attention.max(p.o_proj).max(p.mlp)
+    } else {
+        one.transient + one.logits
+    };
     Ok(split
         .iter()
         .enumerate()
@@ -123,7 +132,7 @@ pub fn pipeline(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> 
                 layers: (a, b),
                 weights: (b - a) as u64 * layer + if first { table } else { 0 } + if last { table + norm } else { 0 },
                 kv_cache: (b - a) as u64 * per_layer_kv,
-                transient: one.transient,
+                transient: if last { one.transient } else { layers_peak },
                 logits: if last { one.logits } else { 0 },
                 // The lab's stages hand one hidden state to the next (through the host), no
                 // collective: no NCCL buffers.

@@ -121,32 +121,35 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let (b, s) = (p.batch as u64, p.seq as u64);
     let tokens = b * s;
     let h = cfg.hidden_size as u64 * a;
+    // The query heads' width: the hidden size for a whole model, a tensor-parallel rank's share
+    // of it (`parallel::shard_config`): q, the attention output and its copy are that wide.
+    let qw = (cfg.num_attention_heads * cfg.head_dim()) as u64 * a;
     let kv = (cfg.num_key_value_heads * cfg.head_dim()) as u64 * a;
     let i = cfg.intermediate_size as u64 * a;
     let rope = s * cfg.head_dim() as u64 * a;
     // x, h1, q (transposed), q (rotary); k (transposed), k (rotary), v.
-    let layer = tokens * (4 * h + 3 * kv) + rope;
+    let layer = tokens * (2 * h + 2 * qw + 3 * kv) + rope;
     let attention = layer
         + match p.attention {
             AttentionMode::Bounded { budget } => bounded(cfg, b, s, a, budget as u64).0,
             AttentionMode::Naive | AttentionMode::Differentiable => naive(cfg, b, s, a),
             // The fused kernel's output, [b, s, heads·d]: nothing else.
-            AttentionMode::Flash => tokens * h,
+            AttentionMode::Flash => tokens * qw,
         };
     // The fused kernel writes the output as the projection reads it: no reshaped copy.
-    let copies = if p.attention == AttentionMode::Flash { 0 } else { tokens * h };
+    let copies = if p.attention == AttentionMode::Flash { 0 } else { tokens * qw };
     // A cast product's F32 input and output (2 × the 16-bit bytes) beside its result: candle casts
     // over more rows than its vector path takes.
     let casts = |rows: u64| p.cast && rows > super::workspace::MMVQ_MAX_ROWS;
     let cast = casts(tokens);
     // x, h1, q, q, a, a reshaped, o(a), x + o(a); cast: a, a reshaped, a in F32, o(a) in F32
     // and in 16 bits.
-    let o_proj = layer + copies + tokens * if cast { 6 * h } else { 3 * h };
+    let o_proj = layer + copies + tokens * if cast { 6 * h } else { qw + 2 * h };
     // x + o(a), h1, q, q, a, a reshaped, h2; gate, silu(gate), up, silu(gate) * up; cast, at
     // up's cast back: gate, silu(gate), h2 in F32, up in F32 and in 16 bits.
-    let mlp = layer + tokens * (2 * h + 4 * i) + copies + if cast { tokens * (i + 2 * h) } else { 0 };
+    let mlp = layer + tokens * (qw + h + 4 * i) + copies + if cast { tokens * (i + 2 * h) } else { 0 };
     // Cast: the down projection's input in F32 too (the quantized buffer grows after the cast).
-    let down_proj = layer + tokens * (2 * h + i) + copies + if cast { tokens * 2 * i } else { 0 };
+    let down_proj = layer + tokens * (qw + h + i) + copies + if cast { tokens * 2 * i } else { 0 };
     let logits_kept = b * cfg.vocab_size as u64 * a * if p.logits == Logits::All { s } else { 1 };
     // All logits come in pieces of at most 2^31 elements (candle indexes in 32 bits); with a
     // batch, each piece's rows of the final norm are copied out first, the last piece's copy
@@ -172,14 +175,14 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     // mask, the chunk's output; naive: k and v repeated, three score matrices, the output;
     // fused: the output); then one per tensor of the bytes above.
     let cache = 2 * cfg.num_hidden_layers as u64 * tokens * kv;
-    let layer_share = share(4, tokens * h) + share(3, tokens * kv) + share(2, rope / 2) + share(1, cache);
+    let layer_share = share(2, tokens * h) + share(2, tokens * qw) + share(3, tokens * kv) + share(2, rope / 2) + share(1, cache);
     let heads = cfg.num_attention_heads as u64;
     let attention_share = match p.attention {
         AttentionMode::Bounded { budget } => bounded(cfg, b, s, a, budget as u64).1,
         AttentionMode::Naive | AttentionMode::Differentiable => share(3, tokens * h) + share(3, b * heads * s * s * a),
-        AttentionMode::Flash => share(1, tokens * h),
+        AttentionMode::Flash => share(1, tokens * qw),
     };
-    let copy_share = share(u64::from(copies > 0), tokens * h);
+    let copy_share = share(u64::from(copies > 0), tokens * qw);
     let pieces = if p.logits == Logits::All { s.div_ceil(rows) } else { 1 };
     let piece = logits_kept / pieces;
     let head_share = if at_full > at_last {
@@ -189,9 +192,9 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     };
     let chunked = Chunked {
         attention: layer_share + attention_share,
-        o_proj: layer_share + copy_share + if cast { share(2, tokens * h) + share(2, tokens * 2 * h) } else { share(3, tokens * h) },
-        mlp: layer_share + share(2, tokens * h) + copy_share + if cast { share(3, tokens * i) + share(1, tokens * 2 * i) + share(1, tokens * 2 * h) } else { share(4, tokens * i) },
-        down_proj: layer_share + share(2, tokens * h) + share(1, tokens * i) + copy_share + if cast { share(1, tokens * 2 * i) } else { 0 },
+        o_proj: layer_share + copy_share + if cast { share(2, tokens * h) + share(2, tokens * 2 * h) } else { share(1, tokens * qw) + share(2, tokens * h) },
+        mlp: layer_share + share(1, tokens * qw) + share(1, tokens * h) + copy_share + if cast { share(3, tokens * i) + share(1, tokens * 2 * i) + share(1, tokens * 2 * h) } else { share(4, tokens * i) },
+        down_proj: layer_share + share(1, tokens * qw) + share(1, tokens * h) + share(1, tokens * i) + copy_share + if cast { share(1, tokens * 2 * i) } else { 0 },
         logits: share(2, tokens * h) + share(2, rope / 2) + share(1, cache) + head_share,
     };
     Phases { attention, o_proj, mlp, down_proj, logits, logits_kept, chunked }

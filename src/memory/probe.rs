@@ -26,6 +26,14 @@ impl MemoryProbe {
         &self.device
     }
 
+    /// Runs one kernel and waits for it: a CUDA context reserves memory of its own at its first
+    /// launch, which must not be read as the next library's (NCCL's buffers, say).
+    pub fn warm_up(&self) -> Result<()> {
+        candle_core::Tensor::ones(256, candle_core::DType::F32, &self.device)?.sum_all()?.to_scalar::<f32>()?;
+        self.device.synchronize()?;
+        Ok(())
+    }
+
     /// Makes this device look like `card` until `stop_emulating` or drop.
     pub fn emulate(&mut self, card: &Card) -> Result<&CardEmulation> {
         self.emulation = None; // release a previous ballast before measuring free memory

@@ -36,9 +36,12 @@ pub struct Snapshot {
 impl Snapshot {
     /// Device memory taken since `base` that the allocator's pool does not hold: a library's own
     /// allocations (NCCL's buffers, cuBLAS' workspace). None off a GPU.
+    /// Signed: the pool may have returned memory to the driver meanwhile (its release threshold
+    /// is 0), which lowers `device_used` as much as it lowers `reserved`.
     pub fn outside_pool_since(&self, base: &Snapshot) -> Option<u64> {
-        let used = self.device_used?.saturating_sub(base.device_used?);
-        Some(used.saturating_sub(self.reserved.saturating_sub(base.reserved)))
+        let used = self.device_used? as i128 - base.device_used? as i128;
+        let pool = self.reserved as i128 - base.reserved as i128;
+        Some((used - pool).max(0) as u64)
     }
 
     /// Reserved but not allocated: what the allocator keeps for reuse.

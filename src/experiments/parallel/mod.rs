@@ -201,6 +201,8 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
                     row.tokens = g.generated_ids.len();
                     row.outcome = Outcome::OK.into();
                     s.say(format!("one device: {:.1} tok/s decode (the ranks' loop: {:.1}), weights {:.1} MiB", g.decode_tok_s(), looped.decode_tok_s(), mib(weights)));
+                    // The loop row counts against the fused step; every layout below against the
+                    // loop, the same arithmetic (candle's ops) in another placement.
                     let same = g.generated_ids.iter().zip(&looped.generated_ids).take_while(|(a, b)| a == b).count();
                     loop_row = Some(Row {
                         layout: "one device, the ranks' loop".into(),
@@ -210,7 +212,7 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
                         tokens: looped.generated_ids.len(),
                         ..row.clone()
                     });
-                    single_tokens = Some(g.generated_ids);
+                    single_tokens = Some(looped.generated_ids.clone());
                 }
                 Err(e @ LabError::Oom(_)) => {
                     row.outcome = Outcome::from_error(&e).as_str();

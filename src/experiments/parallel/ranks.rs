@@ -48,6 +48,7 @@ fn on_device(probe: &MemoryProbe, device: &Device) -> Result<crate::memory::Snap
 pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
     let probe = MemoryProbe::new(&device);
     let cuda = device.is_cuda();
+    probe.warm_up()?;
     let base = on_device(&probe, &device)?;
     let mut comm = None;
     plan.group.meet.settle("joining the group", (|| {

@@ -71,7 +71,7 @@ fn plan_batch(s: &Setup, probe: &MemoryProbe, rank: usize) -> Result<usize> {
 fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankStep> {
     let mut probe = MemoryProbe::new(&device);
     let cuda = device.is_cuda();
-    device.synchronize()?;
+    probe.warm_up()?;
     let unjoined = probe.snapshot("");
     let comm = g.meet.settle("joining the group", g.join(rank, &device).and_then(|c| {
         c.all_reduce_sum(&candle_core::Tensor::zeros(1, candle_core::DType::F32, &device)?)?;
