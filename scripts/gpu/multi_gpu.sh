@@ -23,8 +23,9 @@ specs=(
   "zero0-1.5b=$(train 1.5b 0)" "zero1-1.5b=$(train 1.5b 1)" "zero2-1.5b=$(train 1.5b 2)"
   "cards-0.5b=train --model synthetic:qwen2.5-0.5b --cards 24GiB,16GiB --seq 256 --checkpointing true"
   "zero0-0.5b=$(train 0.5b 0)" "zero1-0.5b=$(train 0.5b 1)" "zero2-0.5b=$(train 0.5b 2)"
-  # Every NCCL subsystem's log (its buffers per channel and peer): what the ledger's NCCL row counts.
-  "tp7=sh:NCCL_DEBUG_SUBSYS=ALL timeout 150 /tmp/vram-lab parallel --model synthetic:qwen2.5-7b --gpus $N --quiet --out \$R/tp7"
+  # NCCL_LOG=ALL: every NCCL subsystem's log here (its buffers per channel and peer, what the
+  # ledger's NCCL row counts; 12,000 lines).
+  "tp7=sh:NCCL_DEBUG_SUBSYS=${NCCL_LOG:-INIT,ALLOC} timeout 150 /tmp/vram-lab parallel --model synthetic:qwen2.5-7b --gpus $N --quiet --out \$R/tp7"
 )
 picked=()
 for s in "${specs[@]}"; do

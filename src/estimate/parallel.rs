@@ -18,16 +18,33 @@ use crate::model::parallel::shard::{rank_ledger, shard_config};
 use crate::model::Qwen2Config;
 use serde::Serialize;
 
-/// NCCL's buffer per channel and peer (`NCCL_BUFFSIZE`, 4 MiB by default).
-pub const NCCL_BUFFSIZE: u64 = 4 << 20;
+/// NCCL's device memory on one GPU of a group, as NCCL 2.28 laid it out for two H100s over NVLink
+/// (its INIT, ALLOC and P2P log: data/results/h100x2/2026-11-25-multi-gpu, RUN.md). Every
+/// allocation is a multiple of the 2 MiB granule of CUDA's virtual memory API.
+pub mod nccl {
+    const MIB: u64 = 1 << 20;
+    /// Channels NCCL opened between two NVLink GPUs (12 ring + 12 tree patterns).
+    pub const CHANNELS: u64 = 24;
+    /// Per channel and peer: the protocols' buffers (SIMPLE 4 MiB, LL128 and LL) in one 10 MiB
+    /// shareable allocation, and a 2 MiB one.
+    pub const PER_CHANNEL_PEER: u64 = 12 * MIB;
+    /// Channel structures (32 channels × 3 allocations of the 2 MiB granule) and two at init.
+    pub const STATE: u64 = (32 * 3 + 2) * 2 * MIB;
+    /// One 256 MiB shareable buffer per GPU.
+    pub const SHARED: u64 = 256 * MIB;
+    /// What NCCL's log does not name (its device code and proxy), read as the rest of the 1,120
+    /// MiB each GPU of a fresh process held once its rank had joined.
+    pub const UNLOGGED: u64 = 380 * MIB;
+}
 
-/// Channels NCCL opens to each peer, assumed: its minimum. Not measured yet — no run on several
-/// GPUs exists; the first one sets this and the ledger's NCCL row becomes a measured figure.
-pub const NCCL_CHANNELS_ASSUMED: u64 = 2;
-
-/// NCCL's buffers on one GPU of a group of `gpus`.
+/// NCCL's device memory on one GPU of a group of `gpus` (none alone). Measured at 2 GPUs (1,120
+/// MiB); beyond, the per-peer buffers are assumed to grow with the peers and the channel count
+/// to stay NCCL's choice for two — a run on 4 GPUs tests that.
 pub fn nccl_bytes(gpus: usize) -> u64 {
-    NCCL_BUFFSIZE * NCCL_CHANNELS_ASSUMED * (gpus.max(1) as u64 - 1)
+    match gpus as u64 {
+        0 | 1 => 0,
+        n => nccl::STATE + nccl::SHARED + nccl::UNLOGGED + nccl::CHANNELS * nccl::PER_CHANNEL_PEER * (n - 1),
+    }
 }
 
 /// What one GPU of a group needs.
@@ -232,7 +249,11 @@ mod tests {
         assert!(layers_total.abs_diff(one.weights) <= per_layer, "{layers_total} vs {}", one.weights);
         assert_eq!(pp.iter().map(|g| g.kv_cache).sum::<u64>(), one.kv_cache);
         assert_eq!((pp[0].logits, pp[1].logits), (0, one.logits));
+        // A stage before the last peaks in its layers: the whole model's peak, no logits kept.
+        assert_eq!(pp[0].transient, one.transient + one.logits);
         assert_eq!(nccl_bytes(1), 0);
-        assert_eq!(nccl_bytes(4), 3 * 2 * (4 << 20));
+        // Two H100s over NVLink held 1,120 MiB each (RUN.md); each further peer adds 24 × 12 MiB.
+        assert_eq!(nccl_bytes(2), 1120 << 20);
+        assert_eq!(nccl_bytes(4) - nccl_bytes(2), 2 * 24 * 12 << 20);
     }
 }

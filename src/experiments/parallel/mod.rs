@@ -88,7 +88,7 @@ fn read_per_token(cfg: &Qwen2Config, weights: u64, kv: u64, act: u64) -> u64 {
     weights.saturating_sub(table) + kv
 }
 
-fn rank_row(r: &RankRun, p: &Row, gpus: usize, single: Option<&[u32]>, ceiling_tok_s: Option<f64>) -> Row {
+fn rank_row(r: &RankRun, p: &Row, gpus: usize, ceiling_tok_s: Option<f64>) -> Row {
     Row {
         layout: format!("tensor-parallel × {gpus}"),
         rank: r.rank,
@@ -101,7 +101,6 @@ fn rank_row(r: &RankRun, p: &Row, gpus: usize, single: Option<&[u32]>, ceiling_t
         prefill_tok_s: Some(r.prefill_tok_s),
         decode_tok_s: Some(r.decode_tok_s),
         ceiling_tok_s,
-        tokens_equal: single.map(|s| s.iter().zip(&r.tokens).take_while(|(a, b)| a == b).count()),
         tokens: r.tokens.len(),
         outcome: Outcome::OK.into(),
         ..p.clone()
@@ -154,119 +153,52 @@ impl Stage for Parallel {
     }
 }
 
-/// The one-device run, then the group, into the stage's table and findings.
+/// Greedy tokens equal to `reference`'s, counted from the first.
+fn same_tokens(reference: &[u32], tokens: &[u32]) -> usize {
+    reference.iter().zip(tokens).take_while(|(a, b)| a == b).count()
+}
+
+/// The layouts, then the whole model on one device, into the stage's table and findings. The
+/// group runs first, so each GPU meets NCCL as a fresh process does (the one-device run before it
+/// left the first GPU's driver state changed: 88 MiB less was read there on 2026-11-25).
 fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<StageOutput> {
-        let cfg = cfg.clone();
-        let devs = crate::model::parallel::group::devices(&s.device, c.gpus)?;
-        let cuda = s.device.is_cuda();
-        let bw = s.bandwidths()?;
-        let act = c.precision.act_dtype().size_in_bytes() as u64;
-        let mut rng = rand::rngs::StdRng::seed_from_u64(s.opts.seed);
-        let prompt: Vec<u32> = (0..c.prompt).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect();
-        let gen = GenerateConfig { max_new_tokens: c.new_tokens, ..Default::default() };
-        let mut rows = Vec::new();
-        let mut out = StageOutput::default();
+    let devs = crate::model::parallel::group::devices(&s.device, c.gpus)?;
+    let cuda = s.device.is_cuda();
+    let bw = s.bandwidths()?;
+    let act = c.precision.act_dtype().size_in_bytes() as u64;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(s.opts.seed);
+    let prompt: Vec<u32> = (0..c.prompt).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect();
+    let gen = GenerateConfig { max_new_tokens: c.new_tokens, ..Default::default() };
+    // Each layout's rows and its greedy tokens, beside the one-device loop's once that has run.
+    let mut layouts: Vec<(Vec<Row>, Vec<u32>)> = Vec::new();
 
-        // The whole model on the first device: the tokens every rank must give, and its speed.
-        let single_p = predicted(&cfg, c, 1)?;
-        let mut single_tokens = None;
-        if !c.no_single {
-            s.console.step("the whole model on one device");
-            let mut row = Row { layout: "one device".into(), device: hw::describe(&s.device), ..single_p.clone() };
-            let mut loop_row = None;
-            let before = { s.device.synchronize()?; s.probe.snapshot("before") };
-            let run = s.load(c.precision).and_then(|lm| {
-                s.device.synchronize()?;
-                let loaded = s.probe.snapshot("loaded");
-                s.probe.reset_peak();
-                let g = generate(&lm.model, &prompt, &gen)?;
-                s.device.synchronize()?;
-                let done = s.probe.snapshot("generated");
-                let bytes = lm.model.weight_bytes();
-                // The same model as a group of one: the loop a rank decodes with (candle's ops, a
-                // sum per half-layer that is the identity), so the group's speed has a like beside it.
-                let one = crate::model::parallel::ThreadComm::group(1).remove(0);
-                let looped = generate(&lm.model.into_rank(std::sync::Arc::new(one)), &prompt, &gen)?;
-                Ok((bytes, loaded, done, g, looped))
-            });
-            match run {
-                Ok((tensor_bytes, loaded, done, g, looped)) => {
-                    let weights = if cuda { loaded.allocated.saturating_sub(before.allocated) } else { tensor_bytes };
-                    row.weights = Some(weights);
-                    row.kv_cache = Some(g.kv_cache_bytes);
-                    row.peak_above_weights = cuda.then(|| done.peak.saturating_sub(loaded.allocated));
-                    row.prefill_tok_s = Some(g.prefill_tok_s());
-                    row.decode_tok_s = Some(g.decode_tok_s());
-                    row.ceiling_tok_s = ceiling(read_per_token(&cfg, weights, g.kv_cache_bytes, act), bw.device);
-                    row.tokens = g.generated_ids.len();
-                    row.outcome = Outcome::OK.into();
-                    s.say(format!("one device: {:.1} tok/s decode (the ranks' loop: {:.1}), weights {:.1} MiB", g.decode_tok_s(), looped.decode_tok_s(), mib(weights)));
-                    // The loop row counts against the fused step; every layout below against the
-                    // loop, the same arithmetic (candle's ops) in another placement.
-                    let same = g.generated_ids.iter().zip(&looped.generated_ids).take_while(|(a, b)| a == b).count();
-                    loop_row = Some(Row {
-                        layout: "one device, the ranks' loop".into(),
-                        prefill_tok_s: Some(looped.prefill_tok_s()),
-                        decode_tok_s: Some(looped.decode_tok_s()),
-                        tokens_equal: Some(same),
-                        tokens: looped.generated_ids.len(),
-                        ..row.clone()
-                    });
-                    single_tokens = Some(looped.generated_ids.clone());
-                }
-                Err(e @ LabError::Oom(_)) => {
-                    row.outcome = Outcome::from_error(&e).as_str();
-                    s.say(format!("one device: {e}"));
-                }
-                Err(e) => return Err(e),
-            }
-            rows.push(row);
-            rows.extend(loop_row);
-        }
-
-        if c.layouts.contains(&Layout::Pipeline) {
-            s.console.step(format!("a pipeline over {} {}", c.gpus, if cuda { "GPUs" } else { "CPU stages" }));
-            let req = pipeline::Request { cfg: &cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen: gen.clone() };
-            let (stages, tokens) = pipeline::run(&req, devs.clone())?;
-            for mut r in stages {
-                r.tokens_equal = single_tokens.as_deref().filter(|_| !tokens.is_empty()).map(|one| one.iter().zip(&tokens).take_while(|(a, b)| a == b).count());
-                if let Some(w) = r.weights {
-                    r.ceiling_tok_s = ceiling(read_per_token(&cfg, w, r.kv_cache.unwrap_or(0), act), bw.device);
-                }
-                s.say(format!("pipeline stage {}: weights {} MiB (ledger {:.1}), {}", r.rank, r.weights.map(|b| format!("{:.1}", mib(b))).unwrap_or_else(|| "—".into()), mib(r.weights_predicted), r.outcome));
-                rows.push(r);
-            }
-        }
-        if !c.layouts.contains(&Layout::Tensor) {
-            out.findings = findings(&rows, c.gpus);
-            out.table(TABLE, table(&rows)?);
-            return Ok(out);
-        }
-
-        // The group: a thread per rank, joined by NCCL (GPUs) or shared slots (CPU).
+    if c.layouts.contains(&Layout::Tensor) {
         s.console.step(format!("tensor-parallel over {} {}", c.gpus, if cuda { "GPUs" } else { "CPU threads" }));
-        let mut p = predicted(&cfg, c, c.gpus)?;
+        let mut p = predicted(cfg, c, c.gpus)?;
         if !cuda {
             p.nccl_predicted = 0; // threads exchange tensors in the heap: no NCCL
         }
-        let plan = Plan { cfg: &cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen, group: Group::new(c.gpus, cuda)? };
+        let plan = Plan { cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen: gen.clone(), group: Group::new(c.gpus, cuda)? };
         let results: Vec<Result<RankRun>> = std::thread::scope(|scope| {
-            let hs: Vec<_> = devs.into_iter().enumerate().map(|(rank, dev)| {
+            let hs: Vec<_> = devs.iter().cloned().enumerate().map(|(rank, dev)| {
                 let plan = &plan;
                 scope.spawn(move || run_rank(plan, rank, dev))
             }).collect();
             hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(LabError::other("a rank's thread panicked")))).collect()
         });
+        let mut rows = Vec::new();
+        let mut tokens = Vec::new();
         for (rank, r) in results.into_iter().enumerate() {
             match r {
                 Ok(r) => {
-                    let ceil = ceiling(read_per_token(&cfg, r.weights, r.kv_cache, act), bw.device);
-                    rows.push(rank_row(&r, &p, c.gpus, single_tokens.as_deref(), ceil));
+                    let ceil = ceiling(read_per_token(cfg, r.weights, r.kv_cache, act), bw.device);
+                    rows.push(rank_row(&r, &p, c.gpus, ceil));
+                    tokens = r.tokens;
                 }
                 Err(e) => rows.push(Row { layout: format!("tensor-parallel × {}", c.gpus), rank, outcome: Outcome::from_error(&e).as_str(), ..p.clone() }),
             }
         }
-        for r in rows.iter().filter(|r| r.layout.starts_with("tensor-parallel")) {
+        for r in &rows {
             s.say(format!(
                 "rank {}: weights {} MiB (ledger {:.1}), NCCL {} MiB, {} tok/s, {}",
                 r.rank,
@@ -277,9 +209,86 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
                 r.outcome
             ));
         }
-        out.findings = findings(&rows, c.gpus);
-        out.table(TABLE, table(&rows)?);
-        Ok(out)
+        layouts.push((rows, tokens));
+    }
+
+    if c.layouts.contains(&Layout::Pipeline) {
+        s.console.step(format!("a pipeline over {} {}", c.gpus, if cuda { "GPUs" } else { "CPU stages" }));
+        let req = pipeline::Request { cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen: gen.clone() };
+        let (mut stages, tokens) = pipeline::run(&req, devs.clone())?;
+        for r in &mut stages {
+            if let Some(w) = r.weights {
+                r.ceiling_tok_s = ceiling(read_per_token(cfg, w, r.kv_cache.unwrap_or(0), act), bw.device);
+            }
+            s.say(format!("pipeline stage {}: weights {} MiB (ledger {:.1}), {}", r.rank, r.weights.map(|b| format!("{:.1}", mib(b))).unwrap_or_else(|| "—".into()), mib(r.weights_predicted), r.outcome));
+        }
+        layouts.push((stages, tokens));
+    }
+
+    let (mut rows, reference) = if c.no_single { (Vec::new(), None) } else { one_device(s, cfg, c, &prompt, &gen, act, bw.device)? };
+    // The pipeline's rows first, then the tensor-parallel ranks', each beside the one-device loop.
+    for (mut layout_rows, tokens) in layouts.into_iter().rev() {
+        for r in &mut layout_rows {
+            if r.outcome == Outcome::OK {
+                r.tokens_equal = reference.as_deref().map(|one| same_tokens(one, &tokens));
+            }
+        }
+        rows.extend(layout_rows);
+    }
+    let mut out = StageOutput { findings: findings(&rows, c.gpus), ..Default::default() };
+    out.table(TABLE, table(&rows)?);
+    Ok(out)
+}
+
+/// The whole model on the first device, through the lab's fused step and through the ranks' loop:
+/// their rows and the loop's greedy tokens (the same arithmetic as a rank's, in one place).
+fn one_device(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig, prompt: &[u32], gen: &GenerateConfig, act: u64, read_gbs: f64) -> Result<(Vec<Row>, Option<Vec<u32>>)> {
+    s.console.step("the whole model on one device");
+    let cuda = s.device.is_cuda();
+    let mut row = Row { layout: "one device".into(), device: hw::describe(&s.device), ..predicted(cfg, c, 1)? };
+    let before = { s.device.synchronize()?; s.probe.snapshot("before") };
+    let run = s.load(c.precision).and_then(|lm| {
+        s.device.synchronize()?;
+        let loaded = s.probe.snapshot("loaded");
+        s.probe.reset_peak();
+        let g = generate(&lm.model, prompt, gen)?;
+        s.device.synchronize()?;
+        let done = s.probe.snapshot("generated");
+        let bytes = lm.model.weight_bytes();
+        // The same model as a group of one: the loop a rank decodes with (candle's ops, a sum
+        // per half-layer that is the identity), so the group's speed has a like beside it.
+        let one = crate::model::parallel::ThreadComm::group(1).remove(0);
+        let looped = generate(&lm.model.into_rank(std::sync::Arc::new(one)), prompt, gen)?;
+        Ok((bytes, loaded, done, g, looped))
+    });
+    let (tensor_bytes, loaded, done, g, looped) = match run {
+        Ok(x) => x,
+        Err(e @ LabError::Oom(_)) => {
+            s.say(format!("one device: {e}"));
+            return Ok((vec![Row { outcome: Outcome::from_error(&e).as_str(), ..row }], None));
+        }
+        Err(e) => return Err(e),
+    };
+    let weights = if cuda { loaded.allocated.saturating_sub(before.allocated) } else { tensor_bytes };
+    row.weights = Some(weights);
+    row.kv_cache = Some(g.kv_cache_bytes);
+    row.peak_above_weights = cuda.then(|| done.peak.saturating_sub(loaded.allocated));
+    row.prefill_tok_s = Some(g.prefill_tok_s());
+    row.decode_tok_s = Some(g.decode_tok_s());
+    row.ceiling_tok_s = ceiling(read_per_token(cfg, weights, g.kv_cache_bytes, act), read_gbs);
+    row.tokens = g.generated_ids.len();
+    row.outcome = Outcome::OK.into();
+    s.say(format!("one device: {:.1} tok/s decode (the ranks' loop: {:.1}), weights {:.1} MiB", g.decode_tok_s(), looped.decode_tok_s(), mib(weights)));
+    // The loop row counts against the fused step; the layouts count against the loop.
+    let loop_row = Row {
+        layout: "one device, the ranks' loop".into(),
+        prefill_tok_s: Some(looped.prefill_tok_s()),
+        decode_tok_s: Some(looped.decode_tok_s()),
+        tokens_equal: Some(same_tokens(&g.generated_ids, &looped.generated_ids)),
+        tokens: looped.generated_ids.len(),
+        ..row.clone()
+    };
+    Ok((vec![row, loop_row], Some(looped.generated_ids)))
 }
 
 fn findings(rows: &[Row], gpus: usize) -> Vec<Finding> {
