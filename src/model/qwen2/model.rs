@@ -280,7 +280,7 @@ impl Qwen2 {
             let dev = layer.device();
             if !x.device().same_device(dev) {
                 let t = std::time::Instant::now();
-                x = x.to_device(dev)?;
+                x = moved_to(&x, dev)?;
                 if s == 1 {
                     crate::model::profile::crossing(t);
                 }
@@ -291,7 +291,7 @@ impl Qwen2 {
                 r.clone()
             } else {
                 let to = |t: &Tensor| -> Result<Tensor> {
-                    let t = t.to_device(dev)?;
+                    let t = moved_to(t, dev)?;
                     Ok(if dev.is_cuda() { t } else { t.to_dtype(DType::F32)? })
                 };
                 let r = (to(&rope.0)?, to(&rope.1)?);
@@ -311,7 +311,7 @@ impl Qwen2 {
             x
         } else {
             let t = std::time::Instant::now();
-            let x = x.to_device(&self.device)?;
+            let x = moved_to(&x, &self.device)?;
             if s == 1 {
                 crate::model::profile::crossing(t);
             }
@@ -349,7 +349,7 @@ impl Qwen2 {
 
     /// The token embedding of `ids` ([batch, s]) in the activation dtype.
     pub(crate) fn embed(&self, ids: &Tensor) -> Result<Tensor> {
-        Ok(self.embed.forward(&ids.to_device(&self.embed.device())?)?.to_dtype(self.act_dtype())?)
+        Ok(self.embed.forward(&moved_to(ids, &self.embed.device())?)?.to_dtype(self.act_dtype())?)
     }
 
     /// The dense embedding table (a quantized one has no gradient).
@@ -404,3 +404,21 @@ pub fn last_logits(pieces: &[Tensor]) -> Result<Tensor> {
     Ok(last.narrow(1, rows - 1, 1)?.squeeze(1)?.to_dtype(DType::F32)?)
 }
 
+/// `t` on `dev`. Between two GPUs candle copies on the destination's stream without waiting for
+/// the source's (the lab runs with cudarc's event tracking off, `hw::set_event_tracking`): wait
+/// for the source before the copy, and for the copy before the source's memory can be reused.
+/// Found on two H100s: a pipeline's greedy tokens differed from one GPU's from the first.
+pub(crate) fn moved_to(t: &Tensor, dev: &Device) -> Result<Tensor> {
+    if t.device().same_device(dev) {
+        return Ok(t.clone());
+    }
+    let gpus = t.device().is_cuda() && dev.is_cuda();
+    if gpus {
+        t.device().synchronize()?;
+    }
+    let out = t.to_device(dev)?;
+    if gpus {
+        dev.synchronize()?;
+    }
+    Ok(out)
+}
