@@ -249,30 +249,76 @@ fn nb_05_estimator() -> Out {
     est.plan.show("plan")?;
     cell("05_estimator", 14);
     est.estimate.show("training")?;
-    cell("05_estimator", 17);
+    cell("05_estimator", 18);
     let train_setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-0.5b", None);
     let train: StageRun = train_setup.stage("train")?;
     println!("{}", train.describe());
     train.show("memory")?;
-    cell("05_estimator", 18);
+    cell("05_estimator", 19);
     train.show("scale")?;
-    cell("05_estimator", 21);
+    cell("05_estimator", 22);
     let load_setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", None);
     let load: StageRun = load_setup.stage("load")?;
     println!("{}", load.describe());
     load.show("disk")?;
-    cell("05_estimator", 22);
-    load.show("load")?;
     cell("05_estimator", 23);
+    load.show("load")?;
+    cell("05_estimator", 24);
     load.chart("load", "")?;
-    cell("05_estimator", 26);
-    est.check.findings()?.show("Estimator check — the worst errors");
     cell("05_estimator", 27);
+    est.check.findings()?.show("Estimator check — the worst errors");
+    cell("05_estimator", 28);
     est.check.show("limits")?;
-    cell("05_estimator", 29);
+    cell("05_estimator", 30);
     let answer = 0.0; // your answer, bytes per token
     let cfg = Qwen2Config::preset("qwen2.5-14b")?;
     println!("{}", check_answer("KV bytes per token, 14B BF16", answer, vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64, 0.001));
+    Ok(())
+}
+
+fn nb_06_multi_gpu() -> Out {
+    cell("06_multi_gpu", 2);
+    use vram_lab::prelude::*;
+    cell("06_multi_gpu", 4);
+    // 你的选择 / your choice: a model, a card and a context; tp (tensor parallel) or pp (pipeline).
+    let tp = vram_lab::notebook::estimate_with("synthetic:qwen2.5-32b", "h100", r#"{"tp": 2, "seq": 8192, "precisions": ["bf16"]}"#)?;
+    tp.show("parallel")?;
+    cell("06_multi_gpu", 5);
+    let pp = vram_lab::notebook::estimate_with("synthetic:qwen2.5-32b", "h100", r#"{"pp": 2, "seq": 8192, "precisions": ["bf16"]}"#)?;
+    pp.show("parallel")?;
+    cell("06_multi_gpu", 8);
+    let tp14 = Setup::new(Mode::Replay, "synthetic:qwen2.5-14b", None).stage("parallel")?;
+    println!("{}", tp14.describe());
+    tp14.show("ranks")?;
+    cell("06_multi_gpu", 9);
+    let tp32 = Setup::new(Mode::Replay, "synthetic:qwen2.5-32b", None).stage("parallel")?;
+    tp32.show("ranks")?;
+    cell("06_multi_gpu", 12);
+    let f32 = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", None).stage_with("parallel", r#"{"precision": "f32"}"#)?;
+    f32.show("ranks")?;
+    cell("06_multi_gpu", 15);
+    let ddp = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 0}"#)?;
+    println!("{}", ddp.describe());
+    ddp.show("ranks")?;
+    cell("06_multi_gpu", 16);
+    let zero1 = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 1}"#)?;
+    zero1.show("ranks")?;
+    cell("06_multi_gpu", 17);
+    let zero2 = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 2}"#)?;
+    zero2.show("ranks")?;
+    cell("06_multi_gpu", 20);
+    let setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-0.5b", None);
+    let cards = setup.stage_with("train", setup.unequal_cards())?;
+    cards.show("ranks")?;
+    cell("06_multi_gpu", 23);
+    let answer = 0.0; // your answer, bytes
+    let cfg = Qwen2Config::preset("qwen2.5-14b")?;
+    let ledger = vram_lab::model::parallel::rank_ledger(&cfg, 2, 2, 0, 2)?;
+    println!("{}", check_answer("a rank's weights, 14B BF16 over 2 GPUs", answer, ledger.weights() as f64, 0.001));
+    cell("06_multi_gpu", 25);
+    let answer = 0.0; // your answer, MiB
+    let want = vram_lab::estimate::parallel::nccl_bytes(4) as f64 / 1048576.0;
+    println!("{}", check_answer("NCCL per GPU, 4 GPUs, MiB", answer, want, 0.001));
     Ok(())
 }
 
@@ -285,6 +331,7 @@ fn main() {
         ("03_allocator", nb_03_allocator),
         ("04_offload", nb_04_offload),
         ("05_estimator", nb_05_estimator),
+        ("06_multi_gpu", nb_06_multi_gpu),
     ];
     for (name, run) in all.iter().filter(|(n, _)| wanted.is_empty() || wanted.iter().any(|w| w == n)) {
         if let Err(e) = run() {

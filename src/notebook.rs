@@ -70,6 +70,18 @@ impl Setup {
         self
     }
 
+    /// The unequal-cards run's settings: the articles' 24 GB and 16 GB cards as the committed GPU
+    /// run made them; live on the CPU (the tiny model) 96 and 48 MiB, which its step divides the
+    /// same way in seconds.
+    pub fn unequal_cards(&self) -> &'static str {
+        let cpu = self.mode == Mode::Live && crate::hw::pick(&self.args.device).map(|d| !d.is_cuda()).unwrap_or(true);
+        if cpu {
+            r#"{"cards": ["96MiB", "48MiB"], "seq": 64, "checkpointing": [true]}"#
+        } else {
+            r#"{"cards": ["24GiB", "16GiB"], "seq": 256, "checkpointing": [true]}"#
+        }
+    }
+
     fn model(&self) -> &str {
         self.args.model.as_deref().unwrap_or("")
     }
@@ -90,13 +102,15 @@ impl Setup {
 
     /// The stage `name`, run live or replayed.
     pub fn stage(&self, name: &str) -> Result<StageRun> {
-        self.stage_with(name, serde_json::json!({}))
+        self.stage_with(name, "{}")
     }
 
-    /// The stage `name` with some of its settings (`{"gpus": 2, "zero": 1}`): Live runs the
-    /// default config with them set; Replay opens the newest committed run whose config has them.
-    pub fn stage_with(&self, name: &str, settings: serde_json::Value) -> Result<StageRun> {
+    /// The stage `name` with some of its settings, as JSON (`{"gpus": 2, "zero": 1}`, the
+    /// config's field names): Live runs the default config with them set; Replay opens the
+    /// newest committed run whose config has them.
+    pub fn stage_with(&self, name: &str, settings: &str) -> Result<StageRun> {
         let stage = find(name).ok_or_else(|| LabError::input(format!("no stage `{name}`")))?;
+        let settings: serde_json::Value = serde_json::from_str(settings).map_err(|e| LabError::input(format!("the settings `{settings}` are not JSON: {e}")))?;
         let settings = settings.as_object().cloned().ok_or_else(|| LabError::input("a stage's settings are a JSON object"))?;
         let run = match self.mode {
             Mode::Replay => RunFolder::open(&self.newest_run_with(name, &settings)?)?,
@@ -193,6 +207,25 @@ pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Es
     let run = session.finish(|run| crate::report::html::write(run, &registry()))?;
     let of = |stage: &str| StageRun { run: run.clone(), stage: stage.into() };
     Ok(Estimator { estimate: of("estimate"), plan: of("plan"), check: of("check") })
+}
+
+/// The estimator alone for a model and card with some of its settings as JSON (`{"tp": 2}`, the
+/// fields of `vram-lab estimate`'s flags), computed here whatever the notebook's mode: formulas
+/// only, no GPU and no weights.
+pub fn estimate_with(model: &str, card: &str, settings: &str) -> Result<StageRun> {
+    use crate::experiments::estimate;
+    let args = SessionArgs { device: "cpu".into(), model: Some(model.into()), card: Some(card.into()), silent: true, out: Some(live_run_dir("estimate")), ..Default::default() };
+    let mut session = Session::open(&args, "estimate", false)?;
+    let mut config = serde_json::to_value(estimate::EstimateConfig::default())?;
+    let settings: serde_json::Value = serde_json::from_str(settings).map_err(|e| LabError::input(format!("the settings `{settings}` are not JSON: {e}")))?;
+    match (config.as_object_mut(), settings) {
+        (Some(c), serde_json::Value::Object(s)) => c.extend(s),
+        _ => return Err(LabError::input("the estimator's settings are a JSON object")),
+    }
+    let stage = find("estimate").ok_or_else(|| LabError::other("no stage estimate"))?;
+    crate::stage::run(&mut session, stage.as_ref(), config)?;
+    let run = session.finish(|run| crate::report::html::write(run, &registry()))?;
+    Ok(StageRun { run, stage: "estimate".into() })
 }
 
 /// A fresh folder for a run a notebook makes: target/notebook-runs/<time>-<name>.

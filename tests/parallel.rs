@@ -17,7 +17,11 @@ fn weights(seed: u64) -> HashMap<String, Weight> {
 
 /// Each rank's all-position logits for `prompt`, its greedy tokens and its weight bytes.
 fn run_ranks(ranks: usize, prompt: &[u32]) -> Vec<(Tensor, Vec<u32>, u64)> {
-    let cfg = tiny();
+    run_ranks_of(&tiny(), ranks, prompt)
+}
+
+fn run_ranks_of(cfg: &vram_lab::model::Qwen2Config, ranks: usize, prompt: &[u32]) -> Vec<(Tensor, Vec<u32>, u64)> {
+    let cfg = cfg.clone();
     std::thread::scope(|s| {
         let hs: Vec<_> = ThreadComm::group(ranks)
             .into_iter()
@@ -25,7 +29,8 @@ fn run_ranks(ranks: usize, prompt: &[u32]) -> Vec<(Tensor, Vec<u32>, u64)> {
                 let cfg = cfg.clone();
                 s.spawn(move || {
                     let comm: Arc<dyn AllReduce> = Arc::new(comm);
-                    let model = rank_model(&cfg, Precision::F32, weights(11), &Device::Cpu, comm).unwrap();
+                    let w = tensors(&cfg, 11).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
+                    let model = rank_model(&cfg, Precision::F32, w, &Device::Cpu, comm).unwrap();
                     let mut cache = model.new_cache(1, 64).unwrap();
                     let ids = Tensor::new(prompt, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
                     let logits = model.forward(&ids, &mut cache, Logits::All).unwrap().remove(0);
@@ -56,6 +61,30 @@ fn two_ranks_on_threads_give_the_one_rank_logits_and_tokens() {
         }
         // Every rank holds the same bits: the sum is made in one order on each.
         assert_eq!(max_abs_diff(&out[0].0, &out[ranks - 1].0), 0.0);
+    }
+}
+
+/// Four ranks, one K/V head each (the 4-GPU layout of Qwen2.5-7B's 4 K/V heads), emulated on
+/// threads: the one-rank logits and tokens, and a quarter of every split tensor on each rank.
+#[test]
+fn four_ranks_with_one_kv_head_each_give_the_one_rank_logits() {
+    let mut cfg = tiny();
+    cfg.num_key_value_heads = 4;
+    let prompt = [5u32, 17, 300, 42, 7, 900, 12];
+    let w = tensors(&cfg, 11).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
+    let whole = Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap();
+    let ids = Tensor::new(&prompt[..], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let want = whole.forward(&ids, &mut whole.new_cache(1, 64).unwrap(), Logits::All).unwrap().remove(0);
+    let want_tokens = generate(&whole, &prompt, &GenerateConfig { max_new_tokens: 12, ..Default::default() }).unwrap().generated_ids;
+    let out = run_ranks_of(&cfg, 4, &prompt);
+    let ledger = rank_ledger(&cfg, 4, 4, 0, 4).unwrap();
+    let one = rank_ledger(&cfg, 1, 4, 0, 4).unwrap();
+    assert_eq!(4 * ledger.sharded, one.sharded);
+    for (rank, (logits, tokens, bytes)) in out.iter().enumerate() {
+        let diff = max_abs_diff(logits, &want);
+        assert!(diff <= 1e-5 * max_abs(&want).max(1.0), "rank {rank}: max |Δ| {diff}");
+        assert_eq!(tokens, &want_tokens, "rank {rank}");
+        assert_eq!(*bytes, ledger.weights(), "rank {rank}");
     }
 }
 
@@ -192,8 +221,8 @@ fn data_parallel_steps_equal_one_rank_on_the_whole_batch() {
     // while a sum in place of the mean, or a share never exchanged, moves them by ~1e-3.
     let params = ParamsAdamW { lr: 1e-2, eps: 1e-3, ..Default::default() };
     let model = || train::trainable(Qwen2::new(&cfg, Precision::F32, weights(7), &Device::Cpu).unwrap()).unwrap();
-    let batch = Tensor::new(&[[3u32, 9, 27, 81, 243, 17, 5, 66], [1, 2, 3, 4, 5, 6, 7, 8]], &Device::Cpu).unwrap();
-    // One rank, both sequences.
+    let batch = Tensor::new(&[[3u32, 9, 27, 81, 243, 17, 5, 66], [1, 2, 3, 4, 5, 6, 7, 8], [900, 800, 700, 600, 500, 400, 300, 200], [11, 22, 33, 44, 55, 66, 77, 88]], &Device::Cpu).unwrap();
+    // One rank, all four sequences.
     let whole = model();
     let (input, target) = train::shift(&batch).unwrap();
     let g = train::gradients(&whole, &input, &target, false, &mut || ()).unwrap();
@@ -201,39 +230,42 @@ fn data_parallel_steps_equal_one_rank_on_the_whole_batch() {
     opt.step(&g.grads).unwrap();
     let want: Vec<Tensor> = whole.vars().unwrap().iter().map(|v| v.as_tensor().clone()).collect();
     let total: usize = want.iter().map(|t| t.elem_count()).sum();
-    for zero in [0u8, 1, 2] {
-        let got: Vec<(Vec<Tensor>, usize)> = std::thread::scope(|s| {
-            let hs: Vec<_> = ThreadComm::group(2)
-                .into_iter()
-                .map(|comm| {
-                    let (batch, params, model) = (batch.clone(), params.clone(), &model);
-                    s.spawn(move || {
-                        let rank = comm.rank();
-                        let m = model();
-                        let (input, target) = train::shift(&batch.narrow(0, rank, 1).unwrap()).unwrap();
-                        let g = train::gradients(&m, &input, &target, false, &mut || ()).unwrap();
-                        let mut dp = DataParallel::new(m.vars().unwrap(), params, zero, Arc::new(comm)).unwrap();
-                        dp.step(g.grads).unwrap();
-                        (m.vars().unwrap().iter().map(|v| v.as_tensor().clone()).collect(), dp.state_elems())
+    // Two ranks (two sequences each) and four (one each): the 4-GPU layout emulated on threads.
+    for ranks in [2usize, 4] {
+        for zero in [0u8, 1, 2] {
+            let got: Vec<(Vec<Tensor>, usize)> = std::thread::scope(|s| {
+                let hs: Vec<_> = ThreadComm::group(ranks)
+                    .into_iter()
+                    .map(|comm| {
+                        let (batch, params, model) = (batch.clone(), params.clone(), &model);
+                        s.spawn(move || {
+                            let share = 4 / ranks;
+                            let m = model();
+                            let (input, target) = train::shift(&batch.narrow(0, comm.rank() * share, share).unwrap()).unwrap();
+                            let g = train::gradients(&m, &input, &target, false, &mut || ()).unwrap();
+                            let mut dp = DataParallel::new(m.vars().unwrap(), params, zero, Arc::new(comm)).unwrap();
+                            dp.step(g.grads).unwrap();
+                            (m.vars().unwrap().iter().map(|v| v.as_tensor().clone()).collect(), dp.state_elems())
+                        })
                     })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        for (rank, (w, states)) in got.iter().enumerate() {
-            for (a, b) in w.iter().zip(&want) {
-                let diff = max_abs_diff(a, b);
-                assert!(diff <= 1e-5, "ZeRO-{zero}, rank {rank}: a weight of shape {:?} differs by {diff}", a.shape());
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            for (rank, (w, states)) in got.iter().enumerate() {
+                for (a, b) in w.iter().zip(&want) {
+                    let diff = max_abs_diff(a, b);
+                    assert!(diff <= 1e-5, "{ranks} ranks, ZeRO-{zero}, rank {rank}: a weight of shape {:?} differs by {diff}", a.shape());
+                }
+                if zero == 0 {
+                    assert_eq!(*states, total);
+                }
             }
-            if zero == 0 {
-                assert_eq!(*states, total);
-            } else {
-                assert!(*states < total, "ZeRO-{zero}, rank {rank}: {states} of {total}");
+            if zero > 0 {
+                // Laid end to end and cut in N: each rank's share is Ψ/N, to the element, once.
+                let shares: Vec<usize> = got.iter().map(|g| g.1).collect();
+                let by_hand: Vec<usize> = (0..ranks).map(|r| (r + 1) * total / ranks - r * total / ranks).collect();
+                assert_eq!(shares, by_hand, "{ranks} ranks, ZeRO-{zero}");
             }
-        }
-        if zero > 0 {
-            // Laid end to end and cut in two: each rank's share is half, to the element.
-            assert_eq!((got[0].1, got[1].1), (total / 2, total - total / 2), "ZeRO-{zero}");
         }
     }
     assert!(DataParallel::new(whole.vars().unwrap(), params, 3, Arc::new(ThreadComm::group(1).remove(0))).is_err());

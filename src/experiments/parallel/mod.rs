@@ -8,7 +8,7 @@ pub mod pipeline;
 pub mod ranks;
 pub mod tables;
 
-use ranks::{run_rank, Plan, RankRun};
+use ranks::{run_rank, Plan, RankRun, Request};
 use tables::{table, Row, TABLE};
 use crate::error::{LabError, Result};
 use crate::estimate::fit::Inference;
@@ -25,6 +25,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 pub struct Parallel;
+
 
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 pub struct ParallelConfig {
@@ -178,7 +179,8 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
         if !cuda {
             p.nccl_predicted = 0; // threads exchange tensors in the heap: no NCCL
         }
-        let plan = Plan { cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen: gen.clone(), group: Group::new(c.gpus, cuda)? };
+        let req = Request { cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen: gen.clone() };
+        let plan = Plan { req, group: Group::new(c.gpus, cuda)? };
         let results: Vec<Result<RankRun>> = std::thread::scope(|scope| {
             let hs: Vec<_> = devs.iter().cloned().enumerate().map(|(rank, dev)| {
                 let plan = &plan;
@@ -214,7 +216,7 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
 
     if c.layouts.contains(&Layout::Pipeline) {
         s.console.step(format!("a pipeline over {} {}", c.gpus, if cuda { "GPUs" } else { "CPU stages" }));
-        let req = pipeline::Request { cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen: gen.clone() };
+        let req = Request { cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen: gen.clone() };
         let (mut stages, tokens) = pipeline::run(&req, devs.clone())?;
         for r in &mut stages {
             if let Some(w) = r.weights {

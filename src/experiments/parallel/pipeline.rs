@@ -11,20 +11,11 @@ use crate::memory::{guarded, MemoryProbe};
 use crate::model::attention::AttentionMode;
 use crate::model::parallel::pipeline::load_pipeline;
 use crate::model::parallel::rank_ledger;
-use crate::model::source::{self, ModelSource, SourceOptions};
-use crate::model::{generate, GenerateConfig, Logits, Precision, Qwen2Config};
+use super::ranks::Request;
+use crate::model::source;
+use crate::model::{generate, Logits};
 use crate::stage::Outcome;
 use candle_core::Device;
-
-/// What the pipeline shares with the tensor-parallel run.
-pub struct Request<'a> {
-    pub cfg: &'a Qwen2Config,
-    pub precision: Precision,
-    pub source: &'a ModelSource,
-    pub opts: &'a SourceOptions,
-    pub prompt: &'a [u32],
-    pub gen: GenerateConfig,
-}
 
 fn snapshots(probes: &[MemoryProbe], devices: &[Device]) -> Result<Vec<crate::memory::Snapshot>> {
     devices.iter().zip(probes).map(|(d, p)| Ok({ d.synchronize()?; p.snapshot("") })).collect()

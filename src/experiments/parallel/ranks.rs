@@ -28,14 +28,19 @@ pub struct RankRun {
     pub tokens: Vec<u32>,
 }
 
-/// What every rank shares: the model, the prompt and where the ranks meet.
-pub struct Plan<'a> {
+/// What every layout runs (the ranks of a group, a pipeline's stages): the model and the prompt.
+pub struct Request<'a> {
     pub cfg: &'a Qwen2Config,
     pub precision: Precision,
     pub source: &'a ModelSource,
     pub opts: &'a SourceOptions,
     pub prompt: &'a [u32],
     pub gen: GenerateConfig,
+}
+
+/// What every rank shares: the request (model, prompt) and where the ranks meet.
+pub struct Plan<'a> {
+    pub req: Request<'a>,
     pub group: Group,
 }
 
@@ -54,7 +59,7 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
     plan.group.meet.settle("joining the group", (|| {
         let c = plan.group.join(rank, &device)?;
         // The first sum sets up NCCL's connections and buffers.
-        c.all_reduce_sum(&Tensor::zeros(plan.cfg.hidden_size, plan.precision.act_dtype(), &device)?)?;
+        c.all_reduce_sum(&Tensor::zeros(plan.req.cfg.hidden_size, plan.req.precision.act_dtype(), &device)?)?;
         comm = Some(c);
         Ok(())
     })())?;
@@ -64,14 +69,14 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
     probe.reset_peak();
     let mut model = None;
     plan.group.meet.settle("loading", guarded(&probe, "loading the shard", || {
-        let mut weights = source::open(plan.source, plan.opts)?.weights;
-        model = Some(load_rank(plan.cfg, plan.precision, weights.as_mut(), &device, comm, Some(&probe))?);
+        let mut weights = source::open(plan.req.source, plan.req.opts)?.weights;
+        model = Some(load_rank(plan.req.cfg, plan.req.precision, weights.as_mut(), &device, comm, Some(&probe))?);
         Ok(())
     }))?;
     let model = model.ok_or_else(|| LabError::other("no model"))?;
     let loaded = on_device(&probe, &device)?;
     probe.reset_peak();
-    let g = guarded(&probe, "generating", || generate(&model, plan.prompt, &plan.gen))?;
+    let g = guarded(&probe, "generating", || generate(&model, plan.req.prompt, &plan.req.gen))?;
     let done = on_device(&probe, &device)?;
     Ok(RankRun {
         rank,
