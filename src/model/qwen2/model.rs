@@ -11,6 +11,7 @@ use crate::model::placement::{Home, Placement};
 use crate::model::precision::Precision;
 use crate::model::streamer::Streamer;
 use crate::model::weights::Weight;
+use super::crossing::{moved_to, RopeTables};
 use crate::error::{LabError, Result};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
@@ -264,10 +265,7 @@ impl Qwen2 {
         let cfg = &self.cfg;
         check_elems("the MLP activation", b * s * cfg.intermediate_size)?;
         let offset = cache.len();
-        let rope = self.rope(offset, s)?;
-        // The rotary table on each other device a layer runs on, made once per pass: on the CPU
-        // in F32 as CPU layers compute, on another GPU (a pipeline stage) in the activation dtype.
-        let mut moved: Vec<(Device, (Tensor, Tensor))> = Vec::new();
+        let mut rope = RopeTables::new(self.rope(offset, s)?, &self.device);
         let mut x = self.embed(ids)?;
         if let Some(st) = &self.streamer {
             st.start_pass()?;
@@ -285,19 +283,7 @@ impl Qwen2 {
                     crate::model::profile::crossing(t);
                 }
             }
-            let r = if dev.same_device(&self.device) {
-                rope.clone()
-            } else if let Some((_, r)) = moved.iter().find(|(d, _)| d.same_device(dev)) {
-                r.clone()
-            } else {
-                let to = |t: &Tensor| -> Result<Tensor> {
-                    let t = moved_to(t, dev)?;
-                    Ok(if dev.is_cuda() { t } else { t.to_dtype(DType::F32)? })
-                };
-                let r = (to(&rope.0)?, to(&rope.1)?);
-                moved.push((dev.clone(), r.clone()));
-                r
-            };
+            let r = rope.on(dev)?;
             let t = std::time::Instant::now();
             x = layer.host_step_or_forward(x, l, cfg, &r, cache, offset, self.attention)?;
             if s == 1 && layer.on_host() {
@@ -402,23 +388,4 @@ pub fn last_logits(pieces: &[Tensor]) -> Result<Tensor> {
     let last = pieces.last().ok_or_else(|| LabError::other("forward returned no logits"))?;
     let rows = last.dim(1)?;
     Ok(last.narrow(1, rows - 1, 1)?.squeeze(1)?.to_dtype(DType::F32)?)
-}
-
-/// `t` on `dev`. Between two GPUs candle copies on the destination's stream without waiting for
-/// the source's (the lab runs with cudarc's event tracking off, `hw::set_event_tracking`): wait
-/// for the source before the copy, and for the copy before the source's memory can be reused.
-/// Found on two H100s: a pipeline's greedy tokens differed from one GPU's from the first.
-pub(crate) fn moved_to(t: &Tensor, dev: &Device) -> Result<Tensor> {
-    if t.device().same_device(dev) {
-        return Ok(t.clone());
-    }
-    let gpus = t.device().is_cuda() && dev.is_cuda();
-    if gpus {
-        t.device().synchronize()?;
-    }
-    let out = t.to_device(dev)?;
-    if gpus {
-        dev.synchronize()?;
-    }
-    Ok(out)
 }
