@@ -166,7 +166,13 @@ impl Setup {
             }
             if m.model == self.model() && m.card_name() == self.card() {
                 let config = without_reference(&rec.config);
-                let full = defaults.as_ref().is_some_and(|(g, c)| [g, c].iter().any(|d| d.as_ref().map(&without_reference) == Some(config.clone())));
+                // A setting the run's config lacks was added to the stage after it ran: the run had
+                // its default then.
+                let is_default = |d: &serde_json::Value| {
+                    let d = without_reference(d);
+                    d.as_object().is_some_and(|d| d.iter().all(|(k, v)| config.get(k).unwrap_or(v) == v))
+                };
+                let full = defaults.as_ref().is_some_and(|(g, c)| [g, c].iter().any(|d| d.as_ref().is_some_and(is_default)));
                 let reference = rec.config.get("pytorch").is_some_and(|p| !p.is_null());
                 found.push((full, reference, m.started.clone(), dir));
             }

@@ -44,7 +44,12 @@ impl Rendezvous {
             self.failed.store(true, SeqCst);
         }
         self.barrier.wait();
-        !self.failed.load(SeqCst)
+        let all_ok = !self.failed.load(SeqCst);
+        // Every rank reads this phase's verdict before any can mark the next phase failed: with
+        // one wait, a rank that failed its next phase at once was read by a slower rank as this
+        // phase's failure, which then left while the other waited for it (1 run in 6 on the CPU).
+        self.barrier.wait();
+        all_ok
     }
 
     /// `r`, or when another rank failed in this phase, an error that says so.
@@ -111,6 +116,26 @@ impl AllReduce for ThreadComm {
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    /// A rank that fails the phase after one every rank passed: every rank passes the first and
+    /// fails the second, however the threads are scheduled (with one wait a meeting, a slow rank
+    /// read the next phase's failure as the first's and left the other waiting).
+    #[test]
+    fn a_failure_counts_for_its_own_phase() {
+        for _ in 0..500 {
+            let meet = Rendezvous::new(2);
+            let verdicts: Vec<(bool, bool)> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..2)
+                    .map(|rank| {
+                        let meet = &meet;
+                        s.spawn(move || (meet.meet(true), meet.meet(rank == 0)))
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(verdicts, vec![(true, false), (true, false)]);
+        }
+    }
 
     #[test]
     fn three_threads_sum_to_the_same_bits() {
