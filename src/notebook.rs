@@ -70,16 +70,12 @@ impl Setup {
         self
     }
 
-    /// The unequal-cards run's settings: the articles' 24 GB and 16 GB cards as the committed GPU
-    /// run made them; live on the CPU (the tiny model) 96 and 48 MiB, which its step divides the
-    /// same way in seconds.
+    /// The unequal-cards run's settings: the articles' 24 GB and 16 GB cards, as the committed run;
+    /// live on the CPU (the tiny model) 96 and 48 MiB, which its step divides the same way.
     pub fn unequal_cards(&self) -> &'static str {
         let cpu = self.mode == Mode::Live && crate::hw::pick(&self.args.device).map(|d| !d.is_cuda()).unwrap_or(true);
-        if cpu {
-            r#"{"cards": ["96MiB", "48MiB"], "seq": 64, "checkpointing": [true]}"#
-        } else {
-            r#"{"cards": ["24GiB", "16GiB"], "seq": 256, "checkpointing": [true]}"#
-        }
+        const CPU: &str = r#"{"cards": ["96MiB", "48MiB"], "seq": 64, "checkpointing": [true]}"#;
+        if cpu { CPU } else { r#"{"cards": ["24GiB", "16GiB"], "seq": 256, "checkpointing": [true]}"# }
     }
 
     fn model(&self) -> &str {
@@ -110,20 +106,15 @@ impl Setup {
     /// newest committed run whose config has them.
     pub fn stage_with(&self, name: &str, settings: &str) -> Result<StageRun> {
         let stage = find(name).ok_or_else(|| LabError::input(format!("no stage `{name}`")))?;
-        let settings: serde_json::Value = serde_json::from_str(settings).map_err(|e| LabError::input(format!("the settings `{settings}` are not JSON: {e}")))?;
-        let settings = settings.as_object().cloned().ok_or_else(|| LabError::input("a stage's settings are a JSON object"))?;
+        let settings = settings_of(settings)?;
         let run = match self.mode {
             Mode::Replay => RunFolder::open(&self.newest_run_with(name, &settings)?)?,
             Mode::Live => {
                 let mut args = self.args.clone();
                 args.out = Some(live_run_dir(name));
-                let mut session = Session::open(&args, name, false)?;
-                let mut config = stage.default_config(session.sizes)?;
-                if let Some(c) = config.as_object_mut() {
-                    c.extend(settings);
-                }
-                crate::stage::run(&mut session, stage.as_ref(), config)?;
-                session.finish(|run| crate::report::html::write(run, &registry()))?
+                let session = Session::open(&args, name, false)?;
+                let config = with_settings(stage.default_config(session.sizes)?, settings);
+                run_in(session, vec![(name, config)])?
             }
         };
         let record = run.manifest.stage(name).ok_or_else(|| LabError::other(format!("the run has no stage {name}")))?;
@@ -201,16 +192,11 @@ pub struct Estimator {
 
 pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Estimator> {
     use crate::experiments::{estimate, estimate_check};
-    let args = SessionArgs { device: "cpu".into(), model: Some(model.into()), card: Some(card.into()), silent: true, out: Some(live_run_dir("estimate")), ..Default::default() };
-    let mut session = Session::open(&args, "estimate", false)?;
     let est = estimate::EstimateConfig { seq, batch, train: true, ..Default::default() };
     let plan = estimate::PlanConfig { seq, ..Default::default() };
     let check = estimate_check::CheckConfig { results: results_dir() };
-    for (name, config) in [("estimate", serde_json::to_value(est)?), ("plan", serde_json::to_value(plan)?), ("check", serde_json::to_value(check)?)] {
-        let stage = find(name).ok_or_else(|| LabError::other(format!("no stage {name}")))?;
-        crate::stage::run(&mut session, stage.as_ref(), config)?;
-    }
-    let run = session.finish(|run| crate::report::html::write(run, &registry()))?;
+    let stages = vec![("estimate", serde_json::to_value(est)?), ("plan", serde_json::to_value(plan)?), ("check", serde_json::to_value(check)?)];
+    let run = run_in(formulas_session(model, card)?, stages)?;
     let of = |stage: &str| StageRun { run: run.clone(), stage: stage.into() };
     Ok(Estimator { estimate: of("estimate"), plan: of("plan"), check: of("check") })
 }
@@ -219,19 +205,37 @@ pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Es
 /// fields of `vram-lab estimate`'s flags), computed here whatever the notebook's mode: formulas
 /// only, no GPU and no weights.
 pub fn estimate_with(model: &str, card: &str, settings: &str) -> Result<StageRun> {
-    use crate::experiments::estimate;
+    let config = with_settings(serde_json::to_value(crate::experiments::estimate::EstimateConfig::default())?, settings_of(settings)?);
+    Ok(StageRun { run: run_in(formulas_session(model, card)?, vec![("estimate", config)])?, stage: "estimate".into() })
+}
+
+/// The estimator's session: on the CPU, into a fresh folder (formulas only).
+fn formulas_session(model: &str, card: &str) -> Result<Session> {
     let args = SessionArgs { device: "cpu".into(), model: Some(model.into()), card: Some(card.into()), silent: true, out: Some(live_run_dir("estimate")), ..Default::default() };
-    let mut session = Session::open(&args, "estimate", false)?;
-    let mut config = serde_json::to_value(estimate::EstimateConfig::default())?;
-    let settings: serde_json::Value = serde_json::from_str(settings).map_err(|e| LabError::input(format!("the settings `{settings}` are not JSON: {e}")))?;
-    match (config.as_object_mut(), settings) {
-        (Some(c), serde_json::Value::Object(s)) => c.extend(s),
-        _ => return Err(LabError::input("the estimator's settings are a JSON object")),
+    Session::open(&args, "estimate", false)
+}
+
+/// Runs each stage with its config in `session`, then writes the folder and its report.html.
+fn run_in(mut session: Session, stages: Vec<(&str, serde_json::Value)>) -> Result<RunFolder> {
+    for (name, config) in stages {
+        let stage = find(name).ok_or_else(|| LabError::input(format!("no stage `{name}`")))?;
+        crate::stage::run(&mut session, stage.as_ref(), config)?;
     }
-    let stage = find("estimate").ok_or_else(|| LabError::other("no stage estimate"))?;
-    crate::stage::run(&mut session, stage.as_ref(), config)?;
-    let run = session.finish(|run| crate::report::html::write(run, &registry()))?;
-    Ok(StageRun { run, stage: "estimate".into() })
+    session.finish(|run| crate::report::html::write(run, &registry()))
+}
+
+/// A stage's settings written as a JSON object (`{"gpus": 2}`).
+fn settings_of(text: &str) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| LabError::input(format!("the settings `{text}` are not JSON: {e}")))?;
+    v.as_object().cloned().ok_or_else(|| LabError::input(format!("the settings `{text}` are not a JSON object")))
+}
+
+/// A stage's config with `settings` put over its fields.
+fn with_settings(mut config: serde_json::Value, settings: serde_json::Map<String, serde_json::Value>) -> serde_json::Value {
+    if let Some(c) = config.as_object_mut() {
+        c.extend(settings);
+    }
+    config
 }
 
 /// A fresh folder for a run a notebook makes: target/notebook-runs/<time>-<name>.

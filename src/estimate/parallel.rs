@@ -2,8 +2,9 @@
 //! every layer (`model::parallel::shard`: whole heads and MLP columns per rank) and the embedding,
 //! norms and head whole. Pipeline: whole layers per GPU, the first also holding the embedding, the
 //! last the final norm and the head (a tied table is held by both), split so the GPUs' weights
-//! are as even as whole layers allow; a hidden state crosses between stages, no NCCL. Per GPU: weights, KV cache, the forward's transient and
-//! logits, NCCL's buffers and the runtime outside the pool.
+//! are as even as whole layers allow; a hidden state crosses between stages, no NCCL. Per GPU:
+//! weights, KV cache, the forward's transient and logits, NCCL's own memory and the runtime
+//! outside the pool.
 //!
 //! The transient of a tensor-parallel rank is the one-GPU formula on the rank's shape (its heads
 //! and MLP width, the hidden size whole): it counts q and the attention output at the full hidden

@@ -26,6 +26,12 @@ impl MemoryProbe {
         &self.device
     }
 
+    /// A snapshot once the device has finished what was queued on it.
+    pub fn settled(&self, label: &str) -> Result<Snapshot> {
+        self.device.synchronize()?;
+        Ok(self.snapshot(label))
+    }
+
     /// Runs one kernel and waits for it: a CUDA context reserves memory of its own at its first
     /// launch, which must not be read as the next library's (NCCL's buffers, say).
     pub fn warm_up(&self) -> Result<()> {
@@ -183,6 +189,14 @@ impl MemoryProbe {
             message: message.into(),
             ..Default::default()
         }))
+    }
+
+    /// `err` said to have happened `during`; an OOM captured by `probe` where there is one.
+    pub fn capture_in(probe: Option<&MemoryProbe>, err: LabError, during: &str) -> LabError {
+        match probe {
+            Some(p) => p.capture(err, during),
+            None => err.during(during),
+        }
     }
 
     /// Fills an OOM with the request size, the snapshot and the summary of this moment; other

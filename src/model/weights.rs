@@ -314,11 +314,7 @@ pub fn load_placed(
                 out.insert(spec.name.clone(), w);
             }
             Err(e) => {
-                let during = format!("loading {}", spec.name);
-                return Err(match probe {
-                    Some(p) => p.capture(e, &during),
-                    None => e.during(during),
-                });
+                return Err(MemoryProbe::capture_in(probe, e, &format!("loading {}", spec.name)));
             }
         }
     }

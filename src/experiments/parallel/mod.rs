@@ -17,6 +17,7 @@ use crate::hw;
 use crate::limits;
 use crate::memory::mib;
 use crate::model::attention::AttentionMode;
+use crate::model::parallel::group::on_each;
 use crate::model::parallel::{rank_ledger, Group};
 use crate::model::{self, generate, GenerateConfig, Logits, Precision, Qwen2Config};
 use crate::session::Session;
@@ -181,13 +182,7 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
         }
         let req = Request { cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen: gen.clone() };
         let plan = Plan { req, group: Group::new(c.gpus, cuda)? };
-        let results: Vec<Result<RankRun>> = std::thread::scope(|scope| {
-            let hs: Vec<_> = devs.iter().cloned().enumerate().map(|(rank, dev)| {
-                let plan = &plan;
-                scope.spawn(move || run_rank(plan, rank, dev))
-            }).collect();
-            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(LabError::other("a rank's thread panicked")))).collect()
-        });
+        let results: Vec<Result<RankRun>> = on_each(devs.clone(), |rank, dev| run_rank(&plan, rank, dev));
         let mut rows = Vec::new();
         let mut tokens = Vec::new();
         for (rank, r) in results.into_iter().enumerate() {
@@ -248,14 +243,12 @@ fn one_device(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig, prompt: &[
     s.console.step("the whole model on one device");
     let cuda = s.device.is_cuda();
     let mut row = Row { layout: "one device".into(), device: hw::describe(&s.device), ..predicted(cfg, c, 1)? };
-    let before = { s.device.synchronize()?; s.probe.snapshot("before") };
+    let before = s.probe.settled("before")?;
     let run = s.load(c.precision).and_then(|lm| {
-        s.device.synchronize()?;
-        let loaded = s.probe.snapshot("loaded");
+        let loaded = s.probe.settled("loaded")?;
         s.probe.reset_peak();
         let g = generate(&lm.model, prompt, gen)?;
-        s.device.synchronize()?;
-        let done = s.probe.snapshot("generated");
+        let done = s.probe.settled("generated")?;
         let bytes = lm.model.weight_bytes();
         // The same model as a group of one: the loop a rank decodes with (candle's ops, a sum
         // per half-layer that is the identity), so the group's speed has a like beside it.

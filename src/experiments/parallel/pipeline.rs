@@ -17,8 +17,8 @@ use crate::model::{generate, Logits};
 use crate::stage::Outcome;
 use candle_core::Device;
 
-fn snapshots(probes: &[MemoryProbe], devices: &[Device]) -> Result<Vec<crate::memory::Snapshot>> {
-    devices.iter().zip(probes).map(|(d, p)| Ok({ d.synchronize()?; p.snapshot("") })).collect()
+fn snapshots(probes: &[MemoryProbe]) -> Result<Vec<crate::memory::Snapshot>> {
+    probes.iter().map(|p| p.settled("")).collect()
 }
 
 /// One row per stage, measured on its device (GPUs; the CPU's stages share one heap: none) beside
@@ -42,14 +42,14 @@ pub fn run(r: &Request, devices: Vec<Device>) -> Result<(Vec<Row>, Vec<u32>)> {
         .collect();
     let probes: Vec<MemoryProbe> = devices.iter().map(MemoryProbe::new).collect();
     let cuda = devices[0].is_cuda();
-    let before = snapshots(&probes, &devices)?;
+    let before = snapshots(&probes)?;
     let run = guarded(&probes[0], "the pipeline", || {
         let mut weights = source::open(r.source, r.opts)?.weights;
         let model = load_pipeline(r.cfg, r.precision, weights.as_mut(), &devices, &split, &probes)?;
-        let loaded = snapshots(&probes, &devices)?;
+        let loaded = snapshots(&probes)?;
         probes.iter().for_each(|p| p.reset_peak());
         let g = generate(&model, r.prompt, &r.gen)?;
-        let done = snapshots(&probes, &devices)?;
+        let done = snapshots(&probes)?;
         Ok((loaded, done, g))
     });
     let (loaded, done, g) = match run {

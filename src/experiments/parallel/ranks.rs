@@ -44,17 +44,12 @@ pub struct Plan<'a> {
     pub group: Group,
 }
 
-fn on_device(probe: &MemoryProbe, device: &Device) -> Result<crate::memory::Snapshot> {
-    device.synchronize()?;
-    Ok(probe.snapshot(""))
-}
-
 /// Rank `rank` of `plan.group` on `device`.
 pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
     let probe = MemoryProbe::new(&device);
     let cuda = device.is_cuda();
     probe.warm_up()?;
-    let base = on_device(&probe, &device)?;
+    let base = probe.settled("")?;
     let mut comm = None;
     plan.group.meet.settle("joining the group", (|| {
         let c = plan.group.join(rank, &device)?;
@@ -64,7 +59,7 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
         Ok(())
     })())?;
     let comm = comm.ok_or_else(|| LabError::other("no communicator"))?;
-    let joined = on_device(&probe, &device)?;
+    let joined = probe.settled("")?;
     let nccl = joined.outside_pool_since(&base).filter(|_| cuda);
     probe.reset_peak();
     let mut model = None;
@@ -74,10 +69,10 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
         Ok(())
     }))?;
     let model = model.ok_or_else(|| LabError::other("no model"))?;
-    let loaded = on_device(&probe, &device)?;
+    let loaded = probe.settled("")?;
     probe.reset_peak();
     let g = guarded(&probe, "generating", || generate(&model, plan.req.prompt, &plan.req.gen))?;
-    let done = on_device(&probe, &device)?;
+    let done = probe.settled("")?;
     Ok(RankRun {
         rank,
         device: crate::hw::describe(&device),

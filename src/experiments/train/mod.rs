@@ -192,6 +192,7 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, sh: TrainShape) -> Result<S
             let card = cards.get(rank).map(|c| c.name.clone()).unwrap_or_default();
             let batch = batches[rank];
             let act = step_activations(&model_cfg, params, TrainShape { batch, seq: sh.seq }, ckpt);
+            let need = ledger.weights + ledger.optimizer + act.above_states();
             let base = RankRow { layout, rank, card: card.clone(), batch, device: String::new(), zero: cfg.zero, item: "step", measured: None, lab: 0, note: String::new() };
             let r = match r {
                 Ok(r) => r,
@@ -200,7 +201,6 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, sh: TrainShape) -> Result<S
                     if matches!(e, LabError::Oom(_)) {
                         oom.push(rank);
                     }
-                    let need = ledger.weights + ledger.optimizer + act.above_states();
                     rows.push(RankRow { item: "step peak", lab: need, note: crate::stage::Outcome::from_error(&e).as_str(), ..base });
                     continue;
                 }
@@ -213,7 +213,6 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, sh: TrainShape) -> Result<S
                 rows.push(mk("NCCL's device memory", Some(n), nccl_bytes(ranks), "outside candle's pool, read when the rank joined"));
             }
             rows.push(mk("step peak above weights + states", r.peak_above_states, act.above_states(), "the backward holds every gradient before the exchange"));
-            let need = ledger.weights + ledger.optimizer + act.above_states();
             // The CPU's ranks share one heap: a card per rank is planned, not held, so say where it would not fit.
             let note = match cards.get(rank).filter(|c| !s.device.is_cuda() && need > c.total_bytes()) {
                 Some(c) => format!("over the {} card by the formula (not held on the CPU)", c.name),

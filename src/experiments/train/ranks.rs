@@ -48,11 +48,6 @@ pub struct Setup<'a> {
     pub cards: Vec<Card>,
 }
 
-fn held(probe: &MemoryProbe, device: &Device) -> Result<u64> {
-    device.synchronize()?;
-    Ok(probe.snapshot("").allocated)
-}
-
 /// The largest micro-batch whose step (weights, states and the step's peak, the lab's formula)
 /// fits what the rank's card has free now, as a planner asks each card (CUDA: cuMemGetInfo,
 /// NCCL's buffers and the context already taken; the CPU: the whole card).
@@ -72,18 +67,17 @@ fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankSte
     let mut probe = MemoryProbe::new(&device);
     let cuda = device.is_cuda();
     probe.warm_up()?;
-    let unjoined = probe.snapshot("");
+    let unjoined = probe.settled("")?;
     let comm = g.meet.settle("joining the group", g.join(rank, &device).and_then(|c| {
         c.all_reduce_sum(&candle_core::Tensor::zeros(1, candle_core::DType::F32, &device)?)?;
         Ok(c)
     }))?;
-    device.synchronize()?;
-    let nccl = probe.snapshot("").outside_pool_since(&unjoined).filter(|_| cuda);
+    let nccl = probe.settled("")?.outside_pool_since(&unjoined).filter(|_| cuda);
     // The card counts what the process already holds on the device (context, NCCL), as a real one
     // would. The CPU's ranks share one heap and its one cap: a card per rank is planned, not held.
     let card = s.cards.get(rank).filter(|_| cuda).map(|c| probe.emulate(c).map(|_| ()));
     g.meet.settle("emulating the cards", card.unwrap_or(Ok(())))?;
-    let base = held(&probe, &device)?;
+    let base = probe.settled("")?.allocated;
     let batch = match &s.batches {
         Some(b) => b.get(rank).copied().ok_or_else(|| LabError::input(format!("no micro-batch given for rank {rank}"))),
         None => plan_batch(s, &probe, rank),
@@ -99,9 +93,9 @@ fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankSte
     )?;
     let vars = model.vars()?;
     let var_bytes: u64 = vars.iter().map(|v| v.elem_count() as u64 * 4).sum();
-    let weights = if cuda { held(&probe, &device)? - base } else { var_bytes };
+    let weights = if cuda { probe.settled("")?.allocated - base } else { var_bytes };
     let mut dp = g.meet.settle("making the optimizer", DataParallel::new(vars, ParamsAdamW { lr: 1e-5, ..Default::default() }, s.zero, comm))?;
-    let states = if cuda { held(&probe, &device)? - base - weights } else { dp.state_elems() as u64 * 8 };
+    let states = if cuda { probe.settled("")?.allocated - base - weights } else { dp.state_elems() as u64 * 8 };
     let device_name = match s.cards.get(rank) {
         Some(c) => format!("{} as {}", crate::hw::describe(&device), c.name),
         None => crate::hw::describe(&device),
@@ -112,7 +106,7 @@ fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankSte
         let ids = random_ids(batch, s.seq + 1, s.cfg.vocab_size, 11 + (step * 1000 + rank) as u64, &device)?;
         let (input, target) = train::shift(&ids)?;
         drop(ids);
-        let before = held(&probe, &device)?;
+        let before = probe.settled("")?.allocated;
         probe.reset_peak();
         // Two phases, the ranks meeting between them: a rank whose backward ran out of memory
         // stops the others before they block in an exchange it will never join.
@@ -136,11 +130,5 @@ fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankSte
 pub fn run_group(s: &Setup, first: &Device, ranks: usize) -> Result<Vec<Result<RankStep>>> {
     let devs = group::devices(first, ranks)?;
     let g = Group::new(ranks, first.is_cuda())?;
-    Ok(std::thread::scope(|scope| {
-        let hs: Vec<_> = devs.into_iter().enumerate().map(|(rank, dev)| {
-            let g = &g;
-            scope.spawn(move || run_rank(s, g, rank, dev))
-        }).collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(LabError::other("a rank's thread panicked")))).collect()
-    }))
+    Ok(group::on_each(devs, |rank, dev| run_rank(s, &g, rank, dev)))
 }

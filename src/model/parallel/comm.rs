@@ -47,7 +47,7 @@ impl Rendezvous {
         let all_ok = !self.failed.load(SeqCst);
         // Every rank reads this phase's verdict before any can mark the next phase failed: with
         // one wait, a rank that failed its next phase at once was read by a slower rank as this
-        // phase's failure, which then left while the other waited for it (1 run in 6 on the CPU).
+        // phase's failure, which then left while the other waited for it (a hang, seen on the CPU).
         self.barrier.wait();
         all_ok
     }

@@ -52,6 +52,16 @@ impl Group {
     }
 }
 
+/// `rank(i, device)` for every device on a thread of its own, joined in rank order; a rank whose
+/// thread panicked is an error.
+pub fn on_each<T: Send>(devices: Vec<Device>, rank: impl Fn(usize, Device) -> Result<T> + Sync) -> Vec<Result<T>> {
+    std::thread::scope(|scope| {
+        let rank = &rank;
+        let hs: Vec<_> = devices.into_iter().enumerate().map(|(i, dev)| scope.spawn(move || rank(i, dev))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(LabError::other("a rank's thread panicked")))).collect()
+    })
+}
+
 /// The devices of `ranks` ranks: `first` and the GPUs after it, or the CPU for each.
 pub fn devices(first: &Device, ranks: usize) -> Result<Vec<Device>> {
     match first {

@@ -43,13 +43,7 @@ pub fn load_rank(cfg: &Qwen2Config, precision: Precision, source: &mut dyn Weigh
         let part = source.load(&spec, precision, device).and_then(|whole| shard_tensor(&spec.name, whole, cfg, rank, ranks));
         match part {
             Ok(p) => w.insert(spec.name.clone(), p),
-            Err(e) => {
-                let during = format!("loading {} (rank {rank} of {ranks})", spec.name);
-                return Err(match probe {
-                    Some(p) => p.capture(e, &during),
-                    None => e.during(during),
-                });
-            }
+            Err(e) => return Err(MemoryProbe::capture_in(probe, e, &format!("loading {} (rank {rank} of {ranks})", spec.name))),
         };
     }
     Ok(Qwen2::new(&rank_cfg, precision, w, device)?.into_rank(comm))

@@ -7,7 +7,7 @@
 
 use crate::error::{LabError, Result};
 use crate::memory::MemoryProbe;
-use crate::model::weights::{Weight, WeightSource};
+use crate::model::weights::WeightSource;
 use crate::model::{Precision, Qwen2, Qwen2Config};
 use candle_core::Device;
 use std::collections::HashMap;
@@ -36,34 +36,21 @@ pub fn load_pipeline(cfg: &Qwen2Config, precision: Precision, source: &mut dyn W
         return Err(LabError::input(format!("{} devices for a pipeline of {} stages over {} layers", devices.len(), split.len(), cfg.num_hidden_layers)));
     }
     let last = devices.len() - 1;
-    let mut specs = cfg.tensor_specs();
-    // A tied head is the embedding table: the last stage holds its own copy (drawn again, so equal).
-    if cfg.tie_word_embeddings && last > 0 {
-        if let Some(table) = specs.iter().find(|s| s.name == "model.embed_tokens.weight").cloned() {
-            specs.push(table);
+    // (name held under, tensor, stage) for every tensor; a tied head is the embedding table, so the
+    // last stage holds its own copy of it (drawn again: the same values).
+    let mut plan = Vec::new();
+    for spec in cfg.tensor_specs() {
+        let stage = stage_of(&spec.name, split)?;
+        if spec.name == "model.embed_tokens.weight" && cfg.tie_word_embeddings && last > 0 {
+            plan.push(("lm_head.weight".to_string(), spec.clone(), last));
         }
+        plan.push((spec.name.clone(), spec, stage));
     }
     let mut w = HashMap::new();
-    let mut table_loaded = false;
-    for spec in specs {
-        let table_again = spec.name == "model.embed_tokens.weight" && table_loaded;
-        let stage = if table_again { last } else { stage_of(&spec.name, split)? };
-        match source.load(&spec, precision, &devices[stage]) {
-            Ok(t) => {
-                let name = if table_again { "lm_head.weight".to_string() } else { spec.name.clone() };
-                table_loaded |= spec.name == "model.embed_tokens.weight";
-                w.insert(name, t);
-            }
-            Err(e) => {
-                let during = format!("loading {} (pipeline stage {stage} of {})", spec.name, devices.len());
-                return Err(match probes.get(stage) {
-                    Some(p) => p.capture(e, &during),
-                    None => e.during(during),
-                });
-            }
-        }
+    for (name, spec, stage) in plan {
+        let t = source.load(&spec, precision, &devices[stage]).map_err(|e| MemoryProbe::capture_in(probes.get(stage), e, &format!("loading {name} (pipeline stage {stage} of {})", devices.len())))?;
+        w.insert(name, t);
     }
-    let w: HashMap<String, Weight> = w;
     Qwen2::new(cfg, precision, w, &devices[last])
 }
 
