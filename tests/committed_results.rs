@@ -299,29 +299,40 @@ fn q4_k_m_caches_in_16_bits() {
     assert_eq!(q["prompt_tokens"], "160");
 }
 
-/// PyTorch's training steps measured beside the lab's (data/results/h100/2026-11-24-train): where
-/// its update is the busiest moment (the step's peak above its backward's), the step peaks at
-/// `estimate::training::pytorch_update_peak`, 20 B per parameter, within 2 % (0.5B: +1.0 %, 1.5B and
-/// 3B: +0.1 to +0.3 %); elsewhere above it.
+/// PyTorch's training steps measured beside the lab's (data/results/h100/2026-11-24-train), against
+/// `estimate::training::pytorch_step` (what its forward keeps, its backward's peak, its step's peak
+/// with the update at 20 B per parameter): F32 within 3 % on every item; the BF16-autocast step of
+/// 1.5B (F32 weights, so the same states and update) peaks within 3 % (autocast's smaller
+/// activations are not modelled, so its forward is not compared).
 #[test]
-fn pytorch_steps_peak_at_twenty_bytes_per_parameter_in_their_update() {
+fn pytorch_steps_peak_where_the_estimator_says() {
+    use vram_lab::estimate::training::{ledger, pytorch_step, TrainSetup, TrainShape};
+    use vram_lab::model::Qwen2Config;
     let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h100/2026-11-24-train");
-    let (mut update_bound, mut all) = (0, 0);
-    for f in ["torch-0.5b.jsonl", "torch-1.5b.jsonl", "torch-3b.jsonl", "torch-1.5b-bf16.jsonl"] {
+    let mut seen = 0;
+    for (f, preset) in [("torch-0.5b.jsonl", "qwen2.5-0.5b"), ("torch-1.5b.jsonl", "qwen2.5-1.5b"), ("torch-3b.jsonl", "qwen2.5-3b"), ("torch-1.5b-bf16.jsonl", "qwen2.5-1.5b")] {
+        let cfg = Qwen2Config::preset(preset).unwrap();
         for line in std::fs::read_to_string(run.join(f)).unwrap().lines() {
             let r: serde_json::Value = serde_json::from_str(line).unwrap();
             assert_eq!(r["outcome"], "ok", "{f}: {line}");
             let gib = |k: &str| r[k].as_f64().unwrap() * (1u64 << 30) as f64;
-            let rule = vram_lab::estimate::training::pytorch_update_peak(r["params"].as_u64().unwrap()) as f64;
-            let (step, backward) = (gib("step_peak_gib"), gib("backward_peak_gib"));
-            assert!(step >= 0.99 * rule, "{f}: {line}");
-            if step > backward * 1.001 {
-                assert!((step - rule).abs() <= 0.02 * rule, "{f}: step {step} B, the rule {rule} B");
-                update_bound += 1;
+            let params = r["params"].as_u64().unwrap();
+            assert_eq!(params, cfg.param_count() as u64, "{f}");
+            let sh = TrainShape { batch: r["batch"].as_u64().unwrap() as usize, seq: r["seq"].as_u64().unwrap() as usize };
+            let p = pytorch_step(&cfg, params, sh, r["checkpointing"].as_bool().unwrap());
+            let l = ledger(params, &TrainSetup::fp32_adam());
+            let base = (l.weights + l.optimizer) as f64;
+            let near = |what: &str, measured: f64, predicted: f64| {
+                let err = (predicted - measured) / measured;
+                assert!(err.abs() <= 0.03, "{f} {what}: measured {measured} B, predicted {predicted} B ({:+.2} %)\n{line}", 100.0 * err);
+            };
+            near("step peak", gib("step_peak_gib"), base + p.above_states() as f64);
+            if r["dtype"] == "f32" {
+                near("forward keeps", gib("forward_keeps_gib"), p.forward as f64);
+                near("backward peak", gib("backward_peak_gib"), base + p.peak as f64);
             }
-            all += 1;
+            seen += 1;
         }
     }
-    assert_eq!(all, 8);
-    assert!(update_bound >= 6, "{update_bound}");
+    assert_eq!(seen, 8);
 }

@@ -20,6 +20,9 @@ specs=(
   # F32: the layouts' greedy tokens beside one GPU's without BF16's rounding of the partial sums.
   "tp7f32=parallel --model synthetic:qwen2.5-7b --precision f32 --gpus $N"
   "tp32=parallel --model synthetic:qwen2.5-32b --gpus $N"
+  # 72B in BF16 (about 145 GB): a rank of two holds about 75 GB; one GPU alone runs out of memory
+  # unless it is an H200 — the stage reports either as a value.
+  "tp72=parallel --model synthetic:qwen2.5-72b --gpus $N"
   "zero0-1.5b=$(train 1.5b 0)" "zero1-1.5b=$(train 1.5b 1)" "zero2-1.5b=$(train 1.5b 2)"
   "cards-0.5b=train --model synthetic:qwen2.5-0.5b --cards 24GiB,16GiB --seq 256 --checkpointing true"
   "zero0-0.5b=$(train 0.5b 0)" "zero1-0.5b=$(train 0.5b 1)" "zero2-0.5b=$(train 0.5b 2)"
@@ -27,6 +30,13 @@ specs=(
   # ledger's NCCL row counts; 12,000 lines).
   "tp7=sh:NCCL_DEBUG_SUBSYS=${NCCL_LOG:-INIT,ALLOC} timeout 150 /tmp/vram-lab parallel --model synthetic:qwen2.5-7b --gpus $N --quiet --out \$R/tp7"
 )
+# The GPU test binaries carried in .gpu/ (cargo test --release --features nccl --test gpu_parallel
+# --no-run, xz-compressed): a pipeline over two GPUs equal to one GPU to the bit.
+for t in .gpu/gpu_*.xz; do
+  [ -e "$t" ] || continue
+  b=$(basename "$t" .xz)
+  specs+=("test-$b=sh:python3 -c \"import lzma,shutil; shutil.copyfileobj(lzma.open('$t'), open('/tmp/$b','wb'))\" && chmod +x /tmp/$b && timeout 300 /tmp/$b --test-threads 1 --nocapture")
+done
 picked=()
 for s in "${specs[@]}"; do
   name=${s%%=*}

@@ -246,11 +246,43 @@ pub fn step_activations_updating(cfg: &Qwen2Config, params: u64, sh: TrainShape,
 /// The least a PyTorch step with F32 weights and `torch.optim.AdamW` (its default `foreach`
 /// implementation) peaks at: weights, gradients and the two moments (16 B per parameter), and
 /// during the update one F32 copy of every parameter at once (the multi-tensor ops' results): 20 B
-/// per parameter. The step's peak where the update is its busiest moment (on an H100: 1.5B and 3B
-/// with or without checkpointing, 0.5B with it; `data/results/h100/2026-11-24-train`); a backward
-/// holding more activations peaks above it.
+/// per parameter.
 pub fn pytorch_update_peak(params: u64) -> u64 {
     20 * params
+}
+
+/// What one layer of transformers' Qwen2 keeps for the backward in an F32 step with SDPA, per
+/// token in F32 elements: each RMS norm its input, the normalised rows and the product with the
+/// weight that the next projections save (3 H, two norms); attention its scaled query, K and V
+/// repeated for every query head (SDPA's math path: F32 with grouped K/V heads has no fused
+/// kernel), its softmax (heads × seq) and the output the o projection saves (4 H); the MLP gate,
+/// up, silu and their product (4 I). Rotary and the residual adds save nothing of that size.
+pub fn pytorch_layer_keeps(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+    let (n, h, i) = (sh.tokens(), cfg.hidden_size as u64, cfg.intermediate_size as u64);
+    F32 * (n * (10 * h + 4 * i) + sh.scores(cfg))
+}
+
+/// A PyTorch F32 step (transformers' Qwen2, SDPA, `torch.optim.AdamW`) above weights and states,
+/// the same items as the lab's. Its forward keeps cross-entropy's log-probabilities (V a token),
+/// the final norm's three tensors (3 H) and every layer's `pytorch_layer_keeps` (checkpointed: a
+/// layer's input, H). Its backward peaks at the head (everything kept and two logits-sized
+/// tensors: the log-softmax's gradient and the logits') or at the end, where the embedding's
+/// gradient meets the tied head's (every gradient and two tables); its update at 20 B per
+/// parameter (`pytorch_update_peak`). Counted from what each op saves, no fitted constant; on an
+/// H100 (`data/results/h100/2026-11-24-train`) the forward's keeps of 0.5B, 1.5B and 3B land within
+/// 1.4 % of PyTorch's, its backward peaks within 1 % (`tests/committed_results.rs`).
+pub fn pytorch_step(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bool) -> StepActivations {
+    let (n, h, v, layers) = (sh.tokens(), cfg.hidden_size as u64, cfg.vocab_size as u64, cfg.num_hidden_layers as u64);
+    let logits = F32 * n * v;
+    let per_layer = if checkpoint { F32 * n * h } else { pytorch_layer_keeps(cfg, sh) };
+    let forward = logits + F32 * n * 3 * h + layers * per_layer;
+    let gradients = F32 * params;
+    let table = F32 * h * v;
+    let (head, end) = (forward + 2 * logits, gradients + 2 * table);
+    let (peak, phase) = if head > end { (head, "head backward") } else { (end, "embedding backward") };
+    let l = ledger(params, &TrainSetup::fp32_adam());
+    let optimizer_peak = pytorch_update_peak(params) - l.weights - l.optimizer;
+    StepActivations { forward, gradients, peak, phase, optimizer_peak }
 }
 
 /// The articles' activation estimate: batch × seq × hidden × layers × 4 B ("FP32 for backward
@@ -328,5 +360,25 @@ mod tests {
         // The articles': 64 · 256 · 2 · 4 B, and 35 % of it kept.
         assert_eq!(articles_activations(&cfg, sh, false), 131_072);
         assert_eq!(articles_activations(&cfg, sh, true), 45_875);
+    }
+
+    #[test]
+    fn pytorch_step_of_the_tiny_model_by_hand() {
+        // tiny: H 256, I 512, 4 heads, V 1024, 2 layers; one sequence of 64 tokens.
+        let cfg = Qwen2Config::preset("tiny").unwrap();
+        let sh = TrainShape { batch: 1, seq: 64 };
+        let p = cfg.param_count() as u64;
+        // A layer: 64 · (10 · 256 + 4 · 512) + 4 · 64 · 64 elements.
+        assert_eq!(pytorch_layer_keeps(&cfg, sh), 4 * (64 * 4_608 + 16_384));
+        let plain = pytorch_step(&cfg, p, sh, false);
+        // The log-probabilities (64 · 1024), the final norm (3 · 64 · 256), two layers.
+        assert_eq!(plain.forward, 4 * (65_536 + 49_152) + 2 * pytorch_layer_keeps(&cfg, sh));
+        // The head's two logits-sized tensors beside the gradients and two 1,024 × 256 tables.
+        assert_eq!(plain.peak, (plain.forward + 8 * 65_536).max(4 * p + 8 * 262_144));
+        let ckpt = pytorch_step(&cfg, p, sh, true);
+        assert_eq!(ckpt.forward, 4 * (65_536 + 49_152 + 2 * 64 * 256));
+        // The update: gradients and one F32 copy of every parameter (20 B less weights and states).
+        assert_eq!(plain.optimizer_peak, 8 * p);
+        assert!(ckpt.forward < plain.forward);
     }
 }

@@ -45,8 +45,8 @@ pub fn train_step_table(cfg: &Qwen2Config, sh: training::TrainShape) -> Result<D
     let [off, on] = [false, true].map(|ck| training::step_activations(cfg, params, sh, ck));
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let articles = |ck| l.total() + training::articles_activations(cfg, sh, ck);
-    let torch = training::pytorch_update_peak(params);
-    let rows: [(&str, u64, u64, String); 9] = [
+    let [torch_off, torch_on] = [false, true].map(|ck| training::pytorch_step(cfg, params, sh, ck));
+    let rows: [(&str, u64, u64, String); 11] = [
         ("weights (F32)", l.weights, l.weights, "4 B per parameter".into()),
         ("AdamW states", l.optimizer, l.optimizer, "two F32 moments".into()),
         ("gradients", off.gradients, on.gradients, "4 B per parameter".into()),
@@ -55,7 +55,9 @@ pub fn train_step_table(cfg: &Qwen2Config, sh: training::TrainShape) -> Result<D
         ("AdamW update peak above weights + states", off.optimizer_peak, on.optimizer_peak, "the gradients and 3 tensors the size of the largest weight (the update in place)".into()),
         ("step peak", l.weights + l.optimizer + off.above_states(), l.weights + l.optimizer + on.above_states(), format!("{} × {} tokens; what the card must hold beyond the CUDA runtime", sh.batch, sh.seq)),
         ("the articles' rule", articles(false), articles(true), "16 B per parameter + batch × seq × hidden × layers × 4 B (checkpointing: 35 % of it)".into()),
-        ("PyTorch's step, at least", torch, torch, "F32 weights, torch.optim.AdamW (foreach): 20 B per parameter during its update; more where its backward holds more".into()),
+        ("PyTorch: what the forward keeps", torch_off.forward, torch_on.forward, "transformers' Qwen2 in F32, SDPA: per layer 10 H + 4 I + heads × seq a token; with checkpointing each layer's input".into()),
+        ("PyTorch: backward peak above weights + states", torch_off.peak, torch_on.peak, format!("at the {} / the {}", torch_off.phase, torch_on.phase)),
+        ("PyTorch: step peak", l.weights + l.optimizer + torch_off.above_states(), l.weights + l.optimizer + torch_on.above_states(), "torch.optim.AdamW (foreach) holds one F32 copy of every parameter in its update: 20 B per parameter there".into()),
     ];
     Ok(df!(
         col::ITEM => rows.iter().map(|r| r.0).collect::<Vec<_>>(),
