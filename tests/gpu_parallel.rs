@@ -45,3 +45,100 @@ fn a_pipeline_over_two_gpus_equals_one_gpu() {
         println!("{precision}: logits equal, {} tokens equal", got.len());
     }
 }
+
+/// The same check a step at a time: after the prefill and after each decoding step, the logits and
+/// every layer's K/V cache of a pipeline over two GPUs, and of one whose two stages share the first
+/// GPU, beside the whole model's — so a difference is placed at the step and the layer it starts.
+#[test]
+fn a_pipeline_decodes_step_by_step_as_one_gpu() {
+    let Some((a, b)) = two_gpus() else { return };
+    let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+    let precision = Precision::F32;
+    let whole_w = load_all(&cfg, &mut Synthetic::new(cfg.clone(), 9), precision, &a, None, |_, _| Ok(())).unwrap();
+    let whole = Qwen2::new(&cfg, precision, whole_w, &a).unwrap();
+    let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, 2).unwrap();
+    let prompt: Vec<u32> = (0..96u32).map(|i| (i * 7919) % cfg.vocab_size as u32).collect();
+    let cpu = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_dtype(candle_core::DType::F32).unwrap();
+    let diff = |x: &Tensor, y: &Tensor| (cpu(x) - cpu(y)).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    let mut failures = Vec::new();
+    for (name, devices) in [("GPUs 0 and 1", vec![a.clone(), b.clone()]), ("GPU 0 twice", vec![a.clone(), a.clone()])] {
+        let probes: Vec<_> = devices.iter().map(MemoryProbe::new).collect();
+        let piped = load_pipeline(&cfg, precision, &mut Synthetic::new(cfg.clone(), 9), &devices, &split, &probes).unwrap();
+        let (mut cw, mut cp) = (whole.new_cache(1, 128).unwrap(), piped.new_cache(1, 128).unwrap());
+        let mut ids = prompt.clone();
+        for step in 0..4 {
+            let run = |m: &Qwen2, c: &mut vram_lab::model::KvCache| {
+                let t = Tensor::new(ids.as_slice(), m.device()).unwrap().unsqueeze(0).unwrap();
+                m.forward(&t, c, Logits::Last).unwrap().remove(0)
+            };
+            let (lw, lp) = (run(&whole, &mut cw), run(&piped, &mut cp));
+            let logits = diff(&lw, &lp);
+            let layers: Vec<(usize, f32)> = (0..cfg.num_hidden_layers)
+                .map(|l| {
+                    let (kw, vw) = cw.view(l, cw.len()).unwrap();
+                    let (kp, vp) = cp.view(l, cp.len()).unwrap();
+                    (l, diff(&kw, &kp).max(diff(&vw, &vp)))
+                })
+                .filter(|(_, d)| *d != 0.0)
+                .collect();
+            println!("{name}, step {step} ({} positions): logits differ by {logits}; layers whose cache differs: {layers:?}", ids.len());
+            if logits != 0.0 || !layers.is_empty() {
+                failures.push(format!("{name}, step {step}"));
+            }
+            let next = cpu(&lw).flatten_all().unwrap().argmax(0).unwrap().to_scalar::<u32>().unwrap();
+            ids = vec![next];
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+/// Where the greedy loop over a pipeline parts from the one-GPU loop: `generate` itself twice, and
+/// the same loop with every GPU synchronised after each forward, each beside the whole model.
+#[test]
+fn a_pipelines_greedy_loop_with_and_without_synchronising() {
+    let Some((a, b)) = two_gpus() else { return };
+    let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+    let precision = Precision::F32;
+    let whole_w = load_all(&cfg, &mut Synthetic::new(cfg.clone(), 9), precision, &a, None, |_, _| Ok(())).unwrap();
+    let whole = Qwen2::new(&cfg, precision, whole_w, &a).unwrap().into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0)));
+    let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, 2).unwrap();
+    let devices = vec![a.clone(), b.clone()];
+    let probes: Vec<_> = devices.iter().map(MemoryProbe::new).collect();
+    let piped = load_pipeline(&cfg, precision, &mut Synthetic::new(cfg.clone(), 9), &devices, &split, &probes).unwrap();
+    let prompt: Vec<u32> = (0..96u32).map(|i| (i * 7919) % cfg.vocab_size as u32).collect();
+    let gen = GenerateConfig { max_new_tokens: 16, ..Default::default() };
+    let want = generate(&whole, &prompt, &gen).unwrap().generated_ids;
+    let looped = |m: &Qwen2, sync: bool| -> Vec<u32> {
+        let mut cache = m.new_cache(1, 128).unwrap();
+        let mut ids = prompt.clone();
+        let mut out = Vec::new();
+        while out.len() < 16 {
+            let t = Tensor::new(ids.as_slice(), m.device()).unwrap().unsqueeze(0).unwrap();
+            let logits = m.forward(&t, &mut cache, Logits::Last).unwrap().remove(0);
+            if sync {
+                a.synchronize().unwrap();
+                b.synchronize().unwrap();
+            }
+            let next = vram_lab::model::generate::argmax(&vram_lab::model::qwen2::last_logits(&[logits]).unwrap()).unwrap()[0];
+            out.push(next);
+            ids = vec![next];
+        }
+        out
+    };
+    let mut bad = Vec::new();
+    for (name, got) in [
+        ("generate", generate(&piped, &prompt, &gen).unwrap().generated_ids),
+        ("generate again", generate(&piped, &prompt, &gen).unwrap().generated_ids),
+        ("loop", looped(&piped, false)),
+        ("loop, GPUs synchronised", looped(&piped, true)),
+        ("the whole model's loop", looped(&whole, false)),
+    ] {
+        let same = want.iter().zip(&got).take_while(|(x, y)| x == y).count();
+        println!("{name}: {same} of {} equal: {got:?}", want.len());
+        if same != want.len() {
+            bad.push(name);
+        }
+    }
+    println!("the whole model: {want:?}");
+    assert!(bad.is_empty(), "{bad:?}");
+}
