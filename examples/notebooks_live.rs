@@ -296,26 +296,29 @@ fn nb_06_multi_gpu() -> Out {
     cell("06_multi_gpu", 12);
     let f32 = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", None).stage_with("parallel", r#"{"precision": "f32"}"#)?;
     f32.show("ranks")?;
-    cell("06_multi_gpu", 15);
+    cell("06_multi_gpu", 14);
+    let tp72 = Setup::new(Mode::Replay, "synthetic:qwen2.5-72b", None).stage("parallel")?;
+    tp72.show("ranks")?;
+    cell("06_multi_gpu", 17);
     let ddp = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 0}"#)?;
     println!("{}", ddp.describe());
     ddp.show("ranks")?;
-    cell("06_multi_gpu", 16);
+    cell("06_multi_gpu", 18);
     let zero1 = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 1}"#)?;
     zero1.show("ranks")?;
-    cell("06_multi_gpu", 17);
+    cell("06_multi_gpu", 19);
     let zero2 = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 2}"#)?;
     zero2.show("ranks")?;
-    cell("06_multi_gpu", 20);
+    cell("06_multi_gpu", 22);
     let setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-0.5b", None);
     let cards = setup.stage_with("train", setup.unequal_cards())?;
     cards.show("ranks")?;
-    cell("06_multi_gpu", 23);
+    cell("06_multi_gpu", 25);
     let answer = 0.0; // your answer, bytes
     let cfg = Qwen2Config::preset("qwen2.5-14b")?;
     let ledger = vram_lab::model::parallel::rank_ledger(&cfg, 2, 2, 0, 2)?;
     println!("{}", check_answer("a rank's weights, 14B BF16 over 2 GPUs", answer, ledger.weights() as f64, 0.001));
-    cell("06_multi_gpu", 25);
+    cell("06_multi_gpu", 27);
     let answer = 0.0; // your answer, MiB
     let want = vram_lab::estimate::parallel::nccl_bytes(4) as f64 / 1048576.0;
     println!("{}", check_answer("NCCL per GPU, 4 GPUs, MiB", answer, want, 0.001));
