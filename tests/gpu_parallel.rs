@@ -22,18 +22,31 @@ fn two_gpus() -> Option<(Device, Device)> {
     }
 }
 
+/// The whole model on `dev`, from the seeded synthetic weights every test here uses.
+fn whole(cfg: &Qwen2Config, precision: Precision, dev: &Device) -> Qwen2 {
+    let w = load_all(cfg, &mut Synthetic::new(cfg.clone(), 9), precision, dev, None, |_, _| Ok(())).unwrap();
+    Qwen2::new(cfg, precision, w, dev).unwrap()
+}
+
+/// The same weights as a pipeline of one stage a device, split by the estimator.
+fn piped(cfg: &Qwen2Config, precision: Precision, devices: &[Device]) -> Qwen2 {
+    let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, devices.len()).unwrap();
+    let probes: Vec<_> = devices.iter().map(MemoryProbe::new).collect();
+    load_pipeline(cfg, precision, &mut Synthetic::new(cfg.clone(), 9), devices, &split, &probes).unwrap()
+}
+
+fn prompt(cfg: &Qwen2Config) -> Vec<u32> {
+    (0..96u32).map(|i| (i * 7919) % cfg.vocab_size as u32).collect()
+}
+
 #[test]
 fn a_pipeline_over_two_gpus_equals_one_gpu() {
     let Some((a, b)) = two_gpus() else { return };
     let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
     for precision in [Precision::F32, Precision::Bf16] {
-        let whole_w = load_all(&cfg, &mut Synthetic::new(cfg.clone(), 9), precision, &a, None, |_, _| Ok(())).unwrap();
-        let whole = Qwen2::new(&cfg, precision, whole_w, &a).unwrap();
-        let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, 2).unwrap();
-        let devices = vec![a.clone(), b.clone()];
-        let probes: Vec<_> = devices.iter().map(MemoryProbe::new).collect();
-        let piped = load_pipeline(&cfg, precision, &mut Synthetic::new(cfg.clone(), 9), &devices, &split, &probes).unwrap();
-        let prompt: Vec<u32> = (0..96u32).map(|i| (i * 7919) % cfg.vocab_size as u32).collect();
+        let whole = whole(&cfg, precision, &a);
+        let piped = piped(&cfg, precision, &[a.clone(), b.clone()]);
+        let prompt = prompt(&cfg);
         let ids = Tensor::new(prompt.as_slice(), &a).unwrap().unsqueeze(0).unwrap();
         let run = |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 128).unwrap(), Logits::All).unwrap().remove(0).to_device(&Device::Cpu).unwrap();
         let diff = (run(&piped) - run(&whole)).unwrap().abs().unwrap().max_all().unwrap().to_dtype(candle_core::DType::F32).unwrap().to_scalar::<f32>().unwrap();
@@ -54,16 +67,13 @@ fn a_pipeline_decodes_step_by_step_as_one_gpu() {
     let Some((a, b)) = two_gpus() else { return };
     let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
     let precision = Precision::F32;
-    let whole_w = load_all(&cfg, &mut Synthetic::new(cfg.clone(), 9), precision, &a, None, |_, _| Ok(())).unwrap();
-    let whole = Qwen2::new(&cfg, precision, whole_w, &a).unwrap();
-    let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, 2).unwrap();
-    let prompt: Vec<u32> = (0..96u32).map(|i| (i * 7919) % cfg.vocab_size as u32).collect();
+    let whole = whole(&cfg, precision, &a);
+    let prompt = prompt(&cfg);
     let cpu = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_dtype(candle_core::DType::F32).unwrap();
     let diff = |x: &Tensor, y: &Tensor| (cpu(x) - cpu(y)).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
     let mut failures = Vec::new();
     for (name, devices) in [("GPUs 0 and 1", vec![a.clone(), b.clone()]), ("GPU 0 twice", vec![a.clone(), a.clone()])] {
-        let probes: Vec<_> = devices.iter().map(MemoryProbe::new).collect();
-        let piped = load_pipeline(&cfg, precision, &mut Synthetic::new(cfg.clone(), 9), &devices, &split, &probes).unwrap();
+        let piped = piped(&cfg, precision, &devices);
         let (mut cw, mut cp) = (whole.new_cache(1, 128).unwrap(), piped.new_cache(1, 128).unwrap());
         let mut ids = prompt.clone();
         for step in 0..4 {
@@ -99,13 +109,9 @@ fn a_pipelines_greedy_loop_with_and_without_synchronising() {
     let Some((a, b)) = two_gpus() else { return };
     let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
     let precision = Precision::F32;
-    let whole_w = load_all(&cfg, &mut Synthetic::new(cfg.clone(), 9), precision, &a, None, |_, _| Ok(())).unwrap();
-    let whole = Qwen2::new(&cfg, precision, whole_w, &a).unwrap().into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0)));
-    let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, 2).unwrap();
-    let devices = vec![a.clone(), b.clone()];
-    let probes: Vec<_> = devices.iter().map(MemoryProbe::new).collect();
-    let piped = load_pipeline(&cfg, precision, &mut Synthetic::new(cfg.clone(), 9), &devices, &split, &probes).unwrap();
-    let prompt: Vec<u32> = (0..96u32).map(|i| (i * 7919) % cfg.vocab_size as u32).collect();
+    let whole = whole(&cfg, precision, &a).into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0)));
+    let piped = piped(&cfg, precision, &[a.clone(), b.clone()]);
+    let prompt = prompt(&cfg);
     let gen = GenerateConfig { max_new_tokens: 16, ..Default::default() };
     let want = generate(&whole, &prompt, &gen).unwrap().generated_ids;
     let looped = |m: &Qwen2, sync: bool| -> Vec<u32> {
