@@ -148,3 +148,31 @@ fn a_pipelines_greedy_loop_with_and_without_synchronising() {
     println!("the whole model: {want:?}");
     assert!(bad.is_empty(), "{bad:?}");
 }
+
+/// The greedy loop six times over: the whole model on one GPU, a pipeline over GPUs 0 and 1, and a
+/// pipeline whose two stages share GPU 0 — each run's tokens beside the whole model's first, so a
+/// random difference shows how often, and whether it needs two GPUs.
+#[test]
+fn a_pipelines_tokens_over_repeated_runs() {
+    let Some((a, b)) = two_gpus() else { return };
+    let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+    let precision = Precision::F32;
+    let one = whole(&cfg, precision, &a).into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0)));
+    let two = piped(&cfg, precision, &[a.clone(), b.clone()]);
+    let same = piped(&cfg, precision, &[a.clone(), a.clone()]);
+    let prompt = prompt(&cfg);
+    let gen = GenerateConfig { max_new_tokens: 32, ..Default::default() };
+    let want = generate(&one, &prompt, &gen).unwrap().generated_ids;
+    let mut bad = Vec::new();
+    for (name, m) in [("one GPU", &one), ("GPUs 0 and 1", &two), ("GPU 0 twice", &same)] {
+        let counts: Vec<usize> = (0..6).map(|_| {
+            let got = generate(m, &prompt, &gen).unwrap().generated_ids;
+            want.iter().zip(&got).take_while(|(x, y)| x == y).count()
+        }).collect();
+        println!("{name}: tokens equal to one GPU's in six runs: {counts:?} of {}", want.len());
+        if counts.iter().any(|&c| c != want.len()) {
+            bad.push(name);
+        }
+    }
+    assert!(bad.is_empty(), "{bad:?}");
+}

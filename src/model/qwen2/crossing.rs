@@ -4,23 +4,22 @@
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
 
-/// `t` on `dev`. Between two GPUs candle copies on the destination's stream without waiting for
-/// the source's (the lab runs with cudarc's event tracking off, `hw::set_event_tracking`): wait
-/// for the source before the copy, and for the copy before the source's memory can be reused.
-/// Found on two H100s: a pipeline's greedy tokens differed from one GPU's from the first.
+/// `t` on `dev`. Between two GPUs through host memory: candle's device-to-device copy (cudarc's
+/// `cuMemcpyPeerAsync` on the destination's stream, from the source's stream-ordered pool) gave a
+/// pipeline wrong hidden states at random on two H100s, in 5 of 12 greedy runs, even with both
+/// GPUs synchronised around it; through the host, 12 of 12 equal to one GPU
+/// (`tests/gpu_parallel.rs`, data/results/h100x2/2026-11-25-evening-multi-gpu/development). The
+/// source is synchronised before the read back; the copy up (staged from pageable memory before
+/// it returns) is ordered on the destination's stream before anything that reads it.
 pub(crate) fn moved_to(t: &Tensor, dev: &Device) -> Result<Tensor> {
     if t.device().same_device(dev) {
         return Ok(t.clone());
     }
-    let gpus = t.device().is_cuda() && dev.is_cuda();
-    if gpus {
+    if t.device().is_cuda() && dev.is_cuda() {
         t.device().synchronize()?;
+        return Ok(t.to_device(&Device::Cpu)?.to_device(dev)?);
     }
-    let out = t.to_device(dev)?;
-    if gpus {
-        dev.synchronize()?;
-    }
-    Ok(out)
+    Ok(t.to_device(dev)?)
 }
 
 /// A pass's rotary table on each device a layer runs on, made once per pass: on the CPU in F32
