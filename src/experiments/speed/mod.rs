@@ -303,12 +303,14 @@ impl Stage for Bench {
                 measured?;
             }
         }
-        let gpu = s.device.is_cuda() && report_model;
+        // llama.cpp's earlier figures were measured on an H200: beside this run's only on one (a ratio
+        // to another GPU's figure says nothing); elsewhere `--llama-cpp` brings the same call's.
+        let on_h200 = s.device.is_cuda() && report_model && crate::hw::describe(&s.device).contains("H200");
         let ok_f = |o: &Outcome, v: f64| o.is_ok().then_some(v);
         let dec_tok: Vec<Option<f64>> = decodes.iter().map(|r| ok_f(&r.outcome, r.timing.tok_s())).collect();
         let dec_ceiling: Vec<f64> = decodes.iter().map(|r| r.batch as f64 * estimate::decode_ceiling_tok_s(bw, r.read_bytes)).collect();
         let dec_torch: Vec<Option<f64>> = decodes.iter().map(|r| if r.batch == 1 { pytorch(&records, "decode", r.precision, None) } else { None }).collect();
-        let dec_other: Vec<(Option<f64>, String)> = decodes.iter().map(|r| if r.batch == 1 { other_stack(llama.as_deref(), r.precision, None, gpu) } else { (None, String::new()) }).collect();
+        let dec_other: Vec<(Option<f64>, String)> = decodes.iter().map(|r| if r.batch == 1 { other_stack(llama.as_deref(), r.precision, None, on_h200) } else { (None, String::new()) }).collect();
         let decode_df = df!(
             col::PRECISION => decodes.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
             col::VARIANT => decodes.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
@@ -329,7 +331,7 @@ impl Stage for Bench {
         )?;
         let pre_tok: Vec<Option<f64>> = prefills.iter().map(|r| ok_f(&r.outcome, r.seq as f64 / r.seconds)).collect();
         let pre_torch: Vec<Option<f64>> = prefills.iter().map(|r| pytorch(&records, "prefill", r.precision, Some(r.seq))).collect();
-        let pre_other: Vec<(Option<f64>, String)> = prefills.iter().map(|r| other_stack(llama.as_deref(), r.precision, Some(r.seq), gpu && r.seq <= 512)).collect();
+        let pre_other: Vec<(Option<f64>, String)> = prefills.iter().map(|r| other_stack(llama.as_deref(), r.precision, Some(r.seq), on_h200 && r.seq <= 512)).collect();
         let prefill_df = df!(
             col::PRECISION => prefills.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
             col::VARIANT => prefills.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
