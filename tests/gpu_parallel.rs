@@ -28,6 +28,12 @@ fn whole(cfg: &Qwen2Config, precision: Precision, dev: &Device) -> Qwen2 {
     Qwen2::new(cfg, precision, w, dev).unwrap()
 }
 
+/// The whole model on `dev` decoding through the ranks' loop (a group of one): the arithmetic a
+/// pipeline's stages do, in the same order.
+fn one_gpu_loop(cfg: &Qwen2Config, precision: Precision, dev: &Device) -> Qwen2 {
+    whole(cfg, precision, dev).into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0)))
+}
+
 /// The same weights as a pipeline of one stage a device, split by the estimator.
 fn piped(cfg: &Qwen2Config, precision: Precision, devices: &[Device]) -> Qwen2 {
     let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, devices.len()).unwrap();
@@ -109,7 +115,7 @@ fn a_pipelines_greedy_loop_with_and_without_synchronising() {
     let Some((a, b)) = two_gpus() else { return };
     let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
     let precision = Precision::F32;
-    let whole = whole(&cfg, precision, &a).into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0)));
+    let whole = one_gpu_loop(&cfg, precision, &a);
     let piped = piped(&cfg, precision, &[a.clone(), b.clone()]);
     let prompt = prompt(&cfg);
     let gen = GenerateConfig { max_new_tokens: 16, ..Default::default() };
@@ -157,7 +163,7 @@ fn a_pipelines_tokens_over_repeated_runs() {
     let Some((a, b)) = two_gpus() else { return };
     let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
     let precision = Precision::F32;
-    let one = whole(&cfg, precision, &a).into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0)));
+    let one = one_gpu_loop(&cfg, precision, &a);
     let two = piped(&cfg, precision, &[a.clone(), b.clone()]);
     let same = piped(&cfg, precision, &[a.clone(), a.clone()]);
     let prompt = prompt(&cfg);
