@@ -19,6 +19,34 @@ __device__ __forceinline__ void ldmatrix_t4(unsigned (&r)[4], const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
+// Four 8×8 BF16 tiles of shared memory as they lie (rows = keys): for K, the b fragments of two
+// 16-wide chunks of head dims (b0, b1 of the first chunk, then of the second).
+__device__ __forceinline__ void ldmatrix_4(unsigned (&r)[4], const void* p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+// 16 bytes from global to shared memory without passing through registers (compute 8.0+); `bytes`
+// 0 writes zeros.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int bytes) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// Rows k0.. of a head's k or v (rows D apart) into a tile of shared memory, asynchronously: zeros
+// past the keys the block needs (a masked key's probability is 0, but 0 times a stale value could
+// be NaN).
+template <int D, int BC, int PAD>
+__device__ __forceinline__ void load_tile(unsigned short* tile, const unsigned short* head, int k0, int last) {
+    for (int e = threadIdx.x; e < BC * D / 8; e += blockDim.x) {
+        const int row = e / (D / 8), col = (e % (D / 8)) * 8;
+        const bool in = k0 + row < last;
+        cp_async16(tile + row * PAD + col, head + (long)(in ? k0 + row : 0) * D + col, in ? 16 : 0);
+    }
+    cp_async_commit();
+}
 
 // out [b, s, heads, D] = softmax(q kᵀ / √D, causal) v for q [b, heads, s, D] (contiguous) and
 // k, v [b, kv, t, D] views of the cache (rows D apart, heads `hs` apart, batches `bs` apart);
@@ -53,57 +81,65 @@ __device__ void flash(const unsigned short* __restrict__ q, const unsigned short
         for (int i = 0; i < 4; i++) o[j][i] = 0.f;
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
     const int last = offset + min(q0 + BR, s);  // keys the block needs: 0..last-1
+    // K and V take turns: V's tile loads while the scores are computed from K's, and the next K's
+    // while the output takes V's — each tile's wait overlapped with the other half's products.
+    load_tile<D, BC, PAD>(ks, kh, 0, last);
     for (int k0 = 0; k0 < last; k0 += BC) {
-        __syncthreads();
-        // 64 rows of k and v into shared memory, 16 bytes a load, zeros past the needed keys
-        // (a masked key's probability is 0, but 0 times a stale value could be NaN).
-        for (int e = threadIdx.x; e < BC * D / 8; e += blockDim.x) {
-            const int row = e / (D / 8), col = (e % (D / 8)) * 8;
-            const bool in = k0 + row < last;
-            const uint4 z = make_uint4(0, 0, 0, 0);
-            *(uint4*)(ks + row * PAD + col) = in ? *(const uint4*)(kh + (long)(k0 + row) * D + col) : z;
-            *(uint4*)(vs + row * PAD + col) = in ? *(const uint4*)(vh + (long)(k0 + row) * D + col) : z;
-        }
-        __syncthreads();
-        if (k0 > offset + wq + 15) continue;  // every key of the tile lies after the warp's rows
+        cp_async_wait_all();
+        __syncthreads();  // K's tile is in; every warp is done with the last V tile
+        load_tile<D, BC, PAD>(vs, vh, k0, last);
+        // A warp whose rows all precede the tile only keeps the block's barriers.
+        const bool active = k0 <= offset + wq + 15;
         // Scores of the warp's 16 rows × 64 keys: c fragment j holds keys k0 + 8j + 2 quad (+1).
         float sc[BC / 8][4];
+        if (active) {
 #pragma unroll
-        for (int j = 0; j < BC / 8; j++) {
+            for (int j = 0; j < BC / 8; j++) {
 #pragma unroll
-            for (int i = 0; i < 4; i++) sc[j][i] = 0.f;
-            const unsigned short* kr = ks + (j * 8 + r0) * PAD + quad * 2;
+                for (int i = 0; i < 4; i++) sc[j][i] = 0.f;
+                // Lane t points at key j·8 + t % 8, dims chunk·16 + (t / 8)·8 of two chunks.
+                const unsigned short* kr = ks + (j * 8 + (lane & 7)) * PAD + (lane >> 3) * 8;
 #pragma unroll
-            for (int c = 0; c < D / 16; c++) mma(sc[j], qa[c], *(const unsigned*)(kr + c * 16), *(const unsigned*)(kr + c * 16 + 8));
-        }
-        // Scale (in log2 units: exp2 below), mask the keys after each row, and the rows' running
-        // maxima over the quad of threads that holds a row.
-        const bool edge = k0 + BC - 1 > offset + wq;
-        float mx[2] = {m[0], m[1]};
-#pragma unroll
-        for (int j = 0; j < BC / 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int key = k0 + j * 8 + quad * 2 + (i & 1), row = wq + r0 + (i >> 1) * 8;
-                float x = sc[j][i] * scale_log2;
-                if (edge && key > offset + row) x = NEG_INF;
-                sc[j][i] = x;
-                mx[i >> 1] = fmaxf(mx[i >> 1], x);
+                for (int c = 0; c < D / 16; c += 2) {
+                    unsigned b[4];
+                    ldmatrix_4(b, kr + c * 16);
+                    mma(sc[j], qa[c], b[0], b[1]);
+                    mma(sc[j], qa[c + 1], b[2], b[3]);
+                }
             }
-        float corr[2];
+            // Scale (in log2 units: exp2 below), mask the keys after each row, and the rows' running
+            // maxima over the quad of threads that holds a row.
+            const bool edge = k0 + BC - 1 > offset + wq;
+            float mx[2] = {m[0], m[1]};
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            // Key 0 is in every row's first tile, so the maximum is finite from then on.
-            corr[r] = exp2f(m[r] - mx[r]);
-            m[r] = mx[r];
-            l[r] *= corr[r];
+            for (int j = 0; j < BC / 8; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int key = k0 + j * 8 + quad * 2 + (i & 1), row = wq + r0 + (i >> 1) * 8;
+                    float x = sc[j][i] * scale_log2;
+                    if (edge && key > offset + row) x = NEG_INF;
+                    sc[j][i] = x;
+                    mx[i >> 1] = fmaxf(mx[i >> 1], x);
+                }
+            float corr[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                // Key 0 is in every row's first tile, so the maximum is finite from then on.
+                corr[r] = exp2f(m[r] - mx[r]);
+                m[r] = mx[r];
+                l[r] *= corr[r];
+            }
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) o[j][i] *= corr[i >> 1];
         }
-#pragma unroll
-        for (int j = 0; j < D / 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) o[j][i] *= corr[i >> 1];
+        cp_async_wait_all();
+        __syncthreads();  // V's tile is in; every warp is done with this K tile
+        if (k0 + BC < last) load_tile<D, BC, PAD>(ks, kh, k0 + BC, last);
+        if (!active) continue;
         // P = exp2(S − m) as BF16 a fragments (two c fragments of keys make one of 16), and the
         // output's product with v's rows of the tile.
 #pragma unroll
