@@ -1,10 +1,11 @@
 //! Pure formulas: bytes a model, its KV cache and its logits take (`bytes`), what a prefill needs
 //! and the ways out of an OOM (`need`), the transient and the library workspaces, the fit and the
-//! longest context, what training adds (`training`), the allocator's pool (`pool`), and the
-//! report's card scaled to another model (`scaled`). No
-//! measurement, no experiment. This file only names the parts.
+//! longest context, what training adds (`training`), PyTorch's data-parallel layouts per GPU
+//! (`data_parallel`), the allocator's pool (`pool`), and the report's card scaled to another model
+//! (`scaled`). No measurement, no experiment. This file only names the parts.
 
 pub mod bytes;
+pub mod data_parallel;
 pub mod fit;
 pub mod need;
 pub mod parallel;

@@ -7,8 +7,7 @@
 //! outside the pool.
 //!
 //! The transient of a tensor-parallel rank is the one-GPU formula on the rank's shape (its heads
-//! and MLP width, the hidden size whole): it counts q and the attention output at the full hidden
-//! width where a rank holds its share, so it errs high by those two tensors' shares.
+//! and MLP width, the hidden size whole): q and the attention output at the rank's query width.
 
 use crate::error::{LabError, Result};
 use crate::estimate::bytes::{kv_bytes_per_token, weight_bytes, with_layers};

@@ -11,8 +11,8 @@ pub mod tables;
 pub mod training_tables;
 
 use inputs::{ledger_rows, model_config, workload};
-use tables::{col, CURVE, FIT, LEDGER, PARALLEL, TRAINING, TRAIN_CARDS, TRAIN_STEP};
-use training_tables::{train_cards_table, train_step_table, training_table};
+use tables::{col, CURVE, FIT, LEDGER, PARALLEL, TRAINING, TRAIN_CARDS, TRAIN_DP, TRAIN_STEP};
+use training_tables::{train_cards_table, train_dp_table, train_step_table, training_table};
 use crate::error::Result;
 use crate::estimate::fit::{self, CardFit, Runtime};
 use crate::estimate::parallel;
@@ -152,6 +152,9 @@ impl Stage for Estimate {
         if c.train {
             out.table(TRAINING, training_table(&cfg, c.optimizer, c.zero, c.gpus)?);
             out.table(TRAIN_STEP, train_step_table(&cfg, training::TrainShape { batch: c.batch, seq: c.seq })?);
+            if c.gpus > 1 {
+                out.table(TRAIN_DP, train_dp_table(&cfg, training::TrainShape { batch: c.batch, seq: c.seq }, c.gpus, c.checkpointing)?);
+            }
             if !c.cards.is_empty() {
                 let cards = c.cards.iter().map(|n| Card::parse(n)).collect::<Result<Vec<_>>>()?;
                 let overhead = runtime.bytes() + parallel::nccl_bytes(cards.len());

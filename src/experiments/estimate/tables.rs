@@ -42,6 +42,9 @@ pub mod col {
     pub const EQUAL_MICRO_BATCH: &str = "equal_micro_batch";
     pub const EQUAL_PEAK_GIB: &str = "equal_peak_gib";
     pub const EQUAL_FITS: &str = "equal_fits";
+    pub const DDP_GIB: &str = "ddp_every_gpu_gib";
+    pub const DP_FIRST_GIB: &str = "data_parallel_first_gpu_gib";
+    pub const DP_OTHER_GIB: &str = "data_parallel_other_gpus_gib";
 }
 
 pub const LEDGER: &str = "estimate_ledger";
@@ -55,6 +58,8 @@ pub const TRAINING: &str = "estimate_training";
 pub const TRAIN_STEP: &str = "estimate_train_step";
 
 pub const TRAIN_CARDS: &str = "estimate_train_cards";
+
+pub const TRAIN_DP: &str = "estimate_train_data_parallel";
 
 pub const PLAN: &str = "plan";
 
@@ -135,6 +140,15 @@ pub fn views() -> Vec<View> {
             group_by: &[],
             chart: None,
             explain: "The step `vram-lab train` runs (forward, backward, AdamW in F32), counted tensor by tensor from candle's forward and backward: what the forward keeps for the backward, the backward's busiest moment, the update's, and the peak the card must hold. Checked against the lab's measured steps (`vram-lab check`). The PyTorch rows count transformers' Qwen2 in F32 with SDPA and `torch.optim.AdamW` the same way (within 1.4 % of its steps measured on an H100). 训练一步的激活与峰值,有无梯度检查点;并列 PyTorch 的一步。",
+        },
+        View {
+            name: "train_dp",
+            table: TRAIN_DP,
+            caption: "Estimator — PyTorch's DataParallel beside DDP: what each GPU holds over a step (GiB)",
+            columns: &[ITEM, DDP_GIB, DP_FIRST_GIB, DP_OTHER_GIB, NOTE],
+            group_by: &[],
+            chart: None,
+            explain: "The related articles: DataParallel fills the first GPU, DDP balances. DDP runs a process per GPU, each with the whole model, its gradients and AdamW's moments. DataParallel keeps the module, the summed gradients and the moments on the first GPU, copies the weights to the others at every forward and gathers every replica's logits on the first. Counted as the articles count a step (weights + gradients + states + activations), the activations as PyTorch keeps them (F32, SDPA). Not measured here: the lab's own data-parallel runs are DDP-like (`vram-lab train --gpus N`). DataParallel 第一张卡更满(优化器状态与汇总的 logits),DDP 每张卡一样。",
         },
         View {
             name: "train_cards",

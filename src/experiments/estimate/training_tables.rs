@@ -88,3 +88,27 @@ pub fn train_cards_table(cfg: &Qwen2Config, seq: usize, checkpoint: bool, cards:
         col::NOTE => cards.iter().map(|_| format!("{seq} tokens a sequence; F32 AdamW; checkpointing {}; global batch {global}", if checkpoint { "on" } else { "off" })).collect::<Vec<_>>(),
     )?)
 }
+
+/// PyTorch's DataParallel beside DDP on `gpus` GPUs, each taking `per_gpu`, F32 AdamW
+/// (`estimate::data_parallel`): what each GPU holds over a step.
+pub fn train_dp_table(cfg: &Qwen2Config, per_gpu: training::TrainShape, gpus: u64, checkpoint: bool) -> Result<DataFrame> {
+    let params = cfg.param_count() as u64;
+    let (ddp, first, other) = crate::estimate::data_parallel::layouts(cfg, params, per_gpu, gpus, checkpoint);
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let tokens = format!("{} × {} tokens a GPU, {gpus} GPUs", per_gpu.batch, per_gpu.seq);
+    let rows = [
+        ("weights (F32)", ddp.weights, first.weights, other.weights, "the others: a replica made at every forward".to_string()),
+        ("gradients", ddp.gradients, first.gradients, other.gradients, "the others' are summed into the first GPU's in the backward".into()),
+        ("AdamW states", ddp.states, first.states, other.states, "DataParallel: on the first GPU only".into()),
+        ("what the forward keeps", ddp.activations, first.activations, other.activations, format!("PyTorch's (SDPA, checkpointing {}), {tokens}", if checkpoint { "on" } else { "off" })),
+        ("gathered logits", ddp.gathered, first.gathered, other.gathered, "every replica's outputs on the first GPU".into()),
+        ("total", ddp.total(), first.total(), other.total(), "the first GPU's surplus: the moments and the whole batch's logits".into()),
+    ];
+    Ok(df!(
+        col::ITEM => rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        col::DDP_GIB => rows.iter().map(|r| gib(r.1)).collect::<Vec<_>>(),
+        col::DP_FIRST_GIB => rows.iter().map(|r| gib(r.2)).collect::<Vec<_>>(),
+        col::DP_OTHER_GIB => rows.iter().map(|r| gib(r.3)).collect::<Vec<_>>(),
+        col::NOTE => rows.iter().map(|r| r.4.clone()).collect::<Vec<_>>(),
+    )?)
+}
