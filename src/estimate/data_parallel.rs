@@ -8,7 +8,7 @@
 //!   replica's outputs — the logits of the whole batch — on the first GPU.
 //! The activations are PyTorch's own (`training::pytorch_step`, transformers' Qwen2 with SDPA).
 
-use crate::estimate::training::{pytorch_step, TrainShape};
+use crate::estimate::training::{ledger, pytorch_step, TrainSetup, TrainShape};
 use crate::model::Qwen2Config;
 
 /// One GPU's bytes in one layout.
@@ -32,10 +32,11 @@ impl DpGpu {
 /// (a DDP GPU, DataParallel's first GPU, one of its other GPUs) for `gpus` GPUs each taking
 /// `per_gpu` (its batch and sequence length), `params` parameters.
 pub fn layouts(cfg: &Qwen2Config, params: u64, per_gpu: TrainShape, gpus: u64, checkpoint: bool) -> (DpGpu, DpGpu, DpGpu) {
-    let f32 = 4;
+    let l = ledger(params, &TrainSetup::fp32_adam());
     let activations = pytorch_step(cfg, params, per_gpu, checkpoint).forward;
-    let whole = DpGpu { weights: f32 * params, gradients: f32 * params, states: 2 * f32 * params, activations, gathered: 0 };
-    let logits = f32 * (per_gpu.batch * per_gpu.seq) as u64 * cfg.vocab_size as u64;
+    let whole = DpGpu { weights: l.weights, gradients: l.gradients, states: l.optimizer, activations, gathered: 0 };
+    // A replica's logits in F32.
+    let logits = 4 * (per_gpu.batch * per_gpu.seq) as u64 * cfg.vocab_size as u64;
     let first = DpGpu { gathered: if gpus > 1 { gpus * logits } else { 0 }, ..whole };
     let other = DpGpu { states: 0, ..whole };
     (whole, first, other)

@@ -276,11 +276,11 @@ pub fn pytorch_step(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: 
     let logits = F32 * n * v;
     let per_layer = if checkpoint { F32 * n * h } else { pytorch_layer_keeps(cfg, sh) };
     let forward = logits + F32 * n * 3 * h + layers * per_layer;
-    let gradients = F32 * params;
+    let l = ledger(params, &TrainSetup::fp32_adam());
+    let gradients = l.gradients;
     let table = F32 * h * v;
     let (head, end) = (forward + 2 * logits, gradients + 2 * table);
     let (peak, phase) = if head > end { (head, "head backward") } else { (end, "embedding backward") };
-    let l = ledger(params, &TrainSetup::fp32_adam());
     let optimizer_peak = pytorch_update_peak(params) - l.weights - l.optimizer;
     StepActivations { forward, gradients, peak, phase, optimizer_peak }
 }

@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 
 pub struct Parallel;
 
-
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 pub struct ParallelConfig {
     /// GPUs to split the model over (tensor-parallel ranks; on the CPU, threads)

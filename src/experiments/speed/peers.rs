@@ -1,5 +1,6 @@
 //! The other stacks beside the lab's speed: PyTorch's reference script and llama.cpp's
-//! llama-bench, both run on the same GPU in the same call, or on an H200 llama.cpp's earlier H200 figures.
+//! llama-bench, both run on the same GPU in the same call; on an H200 without them, llama.cpp's
+//! earlier figures from an H200.
 
 use crate::model::Precision;
 use crate::reference;
