@@ -2,7 +2,7 @@
 //! computes on one, to the bit (the hidden state handed on between them, the copy synchronised:
 //! `model::qwen2::crossing`). Built only with `--features cuda`; the GPU machine runs the test
 //! binary (`cargo test --release --features nccl --test gpu_parallel --no-run`, then the binary).
-//! With fewer than two GPUs it says so and passes.
+//! With fewer than two GPUs it says so and passes; with more, one test takes every GPU as a stage.
 #![cfg(feature = "cuda")]
 
 use candle_core::{Device, Tensor};
@@ -62,6 +62,33 @@ fn a_pipeline_over_two_gpus_equals_one_gpu() {
         let got = generate(&piped, &prompt, &gen).unwrap().generated_ids;
         assert_eq!(got, want, "{precision}: greedy tokens");
         println!("{precision}: logits equal, {} tokens equal", got.len());
+    }
+}
+
+/// Every GPU of the host as a stage (4 on a four-GPU machine): three crossings instead of one, the
+/// same logits and greedy tokens as the whole model on one GPU.
+#[test]
+fn a_pipeline_over_every_gpu_equals_one_gpu() {
+    let n = vram_lab::hw::cuda_device_count();
+    if n < 3 {
+        eprintln!("{n} CUDA devices: the two-GPU tests cover them; skipped");
+        return;
+    }
+    let devices: Vec<Device> = (0..n).map(|i| vram_lab::hw::pick(&format!("cuda:{i}")).unwrap()).collect();
+    let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+    for precision in [Precision::F32, Precision::Bf16] {
+        let piped = piped(&cfg, precision, &devices);
+        let whole = whole(&cfg, precision, &devices[0]);
+        let prompt = prompt(&cfg);
+        let ids = Tensor::new(prompt.as_slice(), &devices[0]).unwrap().unsqueeze(0).unwrap();
+        let run = |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 128).unwrap(), Logits::All).unwrap().remove(0).to_device(&Device::Cpu).unwrap();
+        let diff = (run(&piped) - run(&whole)).unwrap().abs().unwrap().max_all().unwrap().to_dtype(candle_core::DType::F32).unwrap().to_scalar::<f32>().unwrap();
+        assert_eq!(diff, 0.0, "{precision}: {n} stages computed something else");
+        let gen = GenerateConfig { max_new_tokens: 32, ..Default::default() };
+        let want = generate(&whole.into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0))), &prompt, &gen).unwrap().generated_ids;
+        let got = generate(&piped, &prompt, &gen).unwrap().generated_ids;
+        assert_eq!(got, want, "{precision}: greedy tokens over {n} GPUs");
+        println!("{precision}: {n} stages, logits equal, {} tokens equal", got.len());
     }
 }
 

@@ -4,6 +4,7 @@
 # 1.5B) and two unequal cards (24 GiB + 16 GiB emulated: the planner's micro-batches, then an even
 # split). Every rank's bytes beside the ledger; NCCL logs its channels and allocations
 # (NCCL_DEBUG_SUBSYS=INIT,ALLOC) into each command's stdout.
+# On more than two GPUs the 7B, 72B and 1.5B runs are made over two of them as well (-g2).
 #   FEATURES=nccl bash scripts/cuda/build-gpu-binary.sh     (here, on the build machine)
 #   bash scripts/gpu/multi_gpu.sh                           (there; results as scripts/gpu/run.sh packs them)
 # ONLY="tp14 ddp" runs only the named commands.
@@ -30,6 +31,17 @@ specs=(
   # ledger's NCCL row counts; 12,000 lines).
   "tp7=sh:NCCL_DEBUG_SUBSYS=${NCCL_LOG:-INIT,ALLOC} timeout 150 /tmp/vram-lab parallel --model synthetic:qwen2.5-7b --gpus $N --quiet --out \$R/tp7"
 )
+# More than two GPUs: the same layouts over two of them too, in the same call, so decode over 1, 2
+# and N GPUs and the ZeRO formulas at 2 and N stand side by side (tokens in F32 equal to one GPU's
+# at every N). Names end in -g2.
+if [ "$N" -gt 2 ]; then
+  specs+=(
+    "tp7f32-g2=parallel --model synthetic:qwen2.5-7b --precision f32 --gpus 2"
+    "tp7-g2=parallel --model synthetic:qwen2.5-7b --gpus 2"
+    "tp72-g2=parallel --model synthetic:qwen2.5-72b --gpus 2 --no-single"
+  )
+  for z in 0 1 2; do specs+=("zero$z-1.5b-g2=$(train 1.5b $z | sed "s/--gpus $N/--gpus 2/")"); done
+fi
 # The GPU test binaries carried in .gpu/ (cargo test --release --features nccl --test gpu_parallel
 # --no-run, xz-compressed): a pipeline over two GPUs equal to one GPU to the bit.
 for t in .gpu/gpu_*.xz; do
