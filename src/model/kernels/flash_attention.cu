@@ -50,13 +50,14 @@ __device__ __forceinline__ void load_tile(unsigned short* tile, const unsigned s
 
 // out [b, s, heads, D] = softmax(q kᵀ / √D, causal) v for q [b, heads, s, D] (contiguous) and
 // k, v [b, kv, t, D] views of the cache (rows D apart, heads `hs` apart, batches `bs` apart);
-// query i sits at position offset + i and sees keys 0..=offset + i. A block takes 64 queries of
-// one head (four warps of 16 rows); the keys pass through shared memory 64 at a time.
-template <int D>
+// query i sits at position offset + i and sees keys 0..=offset + i. A block takes BR queries of
+// one head (BR / 16 warps of 16 rows); the keys pass through shared memory 64 at a time, each tile
+// serving all BR rows.
+template <int D, int BR>
 __device__ void flash(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
                       const unsigned short* __restrict__ v, unsigned short* __restrict__ out,
                       int s, int heads, int kv, long hs, long bs, int offset, float scale_log2) {
-    constexpr int BR = 64, BC = 64, PAD = D + 8;  // 16 bytes of padding: rows fall on different banks
+    constexpr int BC = 64, PAD = D + 8;  // 16 bytes of padding: rows fall on different banks
     __shared__ __align__(16) unsigned short ks[BC * PAD], vs[BC * PAD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, quad = lane & 3, r0 = lane >> 2;
     // The longest tiles first, so the last blocks to start are short.
@@ -180,7 +181,13 @@ __device__ void flash(const unsigned short* __restrict__ q, const unsigned short
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128) vram_lab_flash_bf16_d64(const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* out,
-        int s, int heads, int kv, long hs, long bs, int offset, float scale_log2) { flash<64>(q, k, v, out, s, heads, kv, hs, bs, offset, scale_log2); }
-extern "C" __global__ void __launch_bounds__(128) vram_lab_flash_bf16_d128(const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* out,
-        int s, int heads, int kv, long hs, long bs, int offset, float scale_log2) { flash<128>(q, k, v, out, s, heads, kv, hs, bs, offset, scale_log2); }
+#define FLASH_KERNEL(D, BR)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(BR * 2) vram_lab_flash_bf16_d##D##_r##BR(                       \
+        const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* out, int s,      \
+        int heads, int kv, long hs, long bs, int offset, float scale_log2) {                                        \
+        flash<D, BR>(q, k, v, out, s, heads, kv, hs, bs, offset, scale_log2);                                       \
+    }
+FLASH_KERNEL(64, 64)
+FLASH_KERNEL(128, 64)
+FLASH_KERNEL(64, 128)
+FLASH_KERNEL(128, 128)
