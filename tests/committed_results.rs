@@ -336,3 +336,72 @@ fn pytorch_steps_peak_where_the_estimator_says() {
     }
     assert_eq!(seen, 8);
 }
+
+/// The committed multi-GPU runs, two H100s and four H200s (with the same layouts over two of the
+/// four): every tensor-parallel rank's weights as the ledger says and its peak above them within
+/// 3 %; every GPU's NCCL memory, tensor-parallel and training ranks, within 3 % of
+/// `nccl_bytes(gpus, rank)` as the lab computes it now; every ZeRO rank's AdamW states and kept
+/// gradients equal to `training::ledger` at its N.
+#[test]
+fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
+    use vram_lab::estimate::parallel::nccl_bytes;
+    use vram_lab::estimate::training::{ledger, TrainSetup};
+    use vram_lab::model::Qwen2Config;
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results");
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let near = |what: &str, measured: f64, predicted: f64| {
+        let err = (predicted - measured) / measured;
+        assert!(err.abs() <= 0.03, "{what}: measured {measured:.1} MiB, the ledger {predicted:.1} ({:+.2} %)", 100.0 * err);
+    };
+    let (mut tp, mut nccl, mut zero) = (0, 0, 0);
+    for run in ["h100x2/2026-11-25-evening-multi-gpu", "h200x4/2026-11-26-four-gpus"] {
+        for dir in std::fs::read_dir(data.join(run)).unwrap() {
+            let dir = dir.unwrap().path();
+            let name = dir.file_name().unwrap().to_string_lossy().to_string();
+            let ranks = dir.join("parallel/parallel_ranks.csv");
+            if ranks.exists() {
+                // Only the tensor-parallel rows: the others' quoted layout names hold commas.
+                let text = std::fs::read_to_string(&ranks).unwrap();
+                let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+                for line in text.lines().filter(|l| l.starts_with("tensor-parallel × ")) {
+                    let r: HashMap<String, String> = header.iter().map(|h| h.to_string()).zip(line.split(',').map(str::to_string)).collect();
+                    let gpus: usize = r["layout"].trim_start_matches("tensor-parallel × ").parse().unwrap();
+                    let what = format!("{run}/{name} rank {} of {gpus}", r["rank"]);
+                    assert_eq!(num(&r, "weights_mib"), num(&r, "weights_predicted_mib"), "{what}: weights");
+                    near(&format!("{what}: peak above weights"), num(&r, "peak_above_weights_mib"), num(&r, "peak_above_weights_predicted_mib"));
+                    near(&format!("{what}: NCCL"), num(&r, "nccl_mib"), mib(nccl_bytes(gpus, r["rank"].parse().unwrap())));
+                    tp += 1;
+                    nccl += 1;
+                }
+            }
+            let steps = dir.join("train/train_ranks.csv");
+            if steps.exists() && name.starts_with("zero") {
+                let (_, rows) = csv(&steps);
+                let gpus = rows.iter().filter(|r| r["item"] == "weights").count();
+                let z: u8 = name[4..5].parse().unwrap();
+                let preset = format!("qwen2.5-{}", name.split('-').nth(1).unwrap());
+                let params = Qwen2Config::preset(&preset).unwrap().param_count() as u64;
+                let l = ledger(params, &TrainSetup { zero: z, gpus: gpus as u64, ..TrainSetup::fp32_adam() });
+                for r in &rows {
+                    let what = format!("{run}/{name} rank {} of {gpus}: {}", r["rank"], r["item"]);
+                    match r["item"].as_str() {
+                        "NCCL's device memory" => {
+                            near(&what, num(r, "measured_mib"), mib(nccl_bytes(gpus, r["rank"].parse().unwrap())));
+                            nccl += 1;
+                        }
+                        "optimizer states" => assert_eq!(num(r, "measured_mib"), mib(l.optimizer), "{what}"),
+                        "gradients kept after the step" => {
+                            assert_eq!(num(r, "measured_mib"), mib(l.gradients), "{what}");
+                            zero += 1;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    // Two GPUs: 5 models × 2 ranks, 6 ZeRO runs × 2; four: 5 models × 4 and 3 over two × 2, 6 ZeRO
+    // runs × 4 and 3 over two × 2.
+    let (tp_rows, zero_rows) = (5 * 2 + 5 * 4 + 3 * 2, 6 * 2 + 6 * 4 + 3 * 2);
+    assert_eq!((tp, nccl, zero), (tp_rows, tp_rows + zero_rows, zero_rows));
+}

@@ -18,33 +18,52 @@ use crate::model::parallel::shard::{rank_ledger, shard_config};
 use crate::model::Qwen2Config;
 use serde::Serialize;
 
-/// NCCL's device memory on one GPU of a group, as NCCL 2.28 laid it out for two H100s over NVLink
-/// (its INIT, ALLOC and P2P log: data/results/h100x2/2026-11-25-multi-gpu, RUN.md). Every
-/// allocation is a multiple of the 2 MiB granule of CUDA's virtual memory API.
+/// NCCL's device memory on one GPU of a group, as NCCL 2.28 laid it out over NVLink: on two H100s
+/// (its INIT, ALLOC and P2P log: data/results/h100x2/2026-11-25-multi-gpu, RUN.md) and on four
+/// H200s (data/results/h200x4/2026-11-26-four-gpus, RUN.md). Every allocation is a multiple of the
+/// 2 MiB granule of CUDA's virtual memory API.
 pub mod nccl {
     const MIB: u64 = 1 << 20;
-    /// Channels NCCL opened between two NVLink GPUs (12 ring + 12 tree patterns).
+    /// Channels NCCL opened between NVLink GPUs, two or four of them.
     pub const CHANNELS: u64 = 24;
-    /// Per channel and peer: the protocols' buffers (SIMPLE 4 MiB, LL128 and LL) in one 10 MiB
-    /// shareable allocation, and a 2 MiB one.
-    pub const PER_CHANNEL_PEER: u64 = 12 * MIB;
+    /// Per channel and peer a rank receives from: the protocols' buffers (SIMPLE 4 MiB, LL128 and
+    /// LL) in one 10 MiB shareable allocation.
+    pub const PER_CHANNEL_RECV: u64 = 10 * MIB;
+    /// Per channel and peer a rank sends to: one 2 MiB allocation.
+    pub const PER_CHANNEL_SEND: u64 = 2 * MIB;
     /// Channel structures (32 channels × 3 allocations of the 2 MiB granule) and two at init.
     pub const STATE: u64 = (32 * 3 + 2) * 2 * MIB;
     /// One 256 MiB shareable buffer per GPU.
     pub const SHARED: u64 = 256 * MIB;
     /// What NCCL's log does not name (its device code and proxy), read as the rest of the 1,120
-    /// MiB each GPU of a fresh process held once its rank had joined.
+    /// MiB each GPU of a fresh process held once its rank had joined a group of two.
     pub const UNLOGGED: u64 = 380 * MIB;
+
+    /// The peers `rank` of `gpus` sends to and receives from on each channel: NCCL's ring
+    /// 0 → 1 → … → N−1 → 0 and its tree, on one host a chain 0 − 1 − … − N−1 used both ways. A
+    /// peer met by both is connected once (one connection a channel, peer and direction).
+    pub fn peers(gpus: usize, rank: usize) -> (usize, usize) {
+        let chain: Vec<usize> = [rank.checked_sub(1), (rank + 1 < gpus).then_some(rank + 1)].into_iter().flatten().collect();
+        let distinct = |ring: usize| chain.len() + usize::from(!chain.contains(&ring));
+        (distinct((rank + 1) % gpus), distinct((rank + gpus - 1) % gpus))
+    }
 }
 
-/// NCCL's device memory on one GPU of a group of `gpus` (none alone). Measured at 2 GPUs (1,120
-/// MiB); beyond, the per-peer buffers are assumed to grow with the peers and the channel count
-/// to stay NCCL's choice for two — a run on 4 GPUs tests that.
-pub fn nccl_bytes(gpus: usize) -> u64 {
-    match gpus as u64 {
-        0 | 1 => 0,
-        n => nccl::STATE + nccl::SHARED + nccl::UNLOGGED + nccl::CHANNELS * nccl::PER_CHANNEL_PEER * (n - 1),
+/// NCCL's device memory on GPU `rank` of a group of `gpus` (none alone). The ring and the chain
+/// meet on the same peers at both ends of the chain, so the ends hold less than the middle: on four
+/// GPUs rank 0 sends to one peer and receives from two, rank 3 the other way round, ranks 1 and 2
+/// two each way (measured 1,356, 1,164, 1,404 MiB on four H200s: the ledger's to the MiB).
+pub fn nccl_bytes(gpus: usize, rank: usize) -> u64 {
+    if gpus < 2 {
+        return 0;
     }
+    let (send, recv) = nccl::peers(gpus, rank.min(gpus - 1));
+    nccl::STATE + nccl::SHARED + nccl::UNLOGGED + nccl::CHANNELS * (nccl::PER_CHANNEL_SEND * send as u64 + nccl::PER_CHANNEL_RECV * recv as u64)
+}
+
+/// The most NCCL takes on any GPU of a group of `gpus`: what a plan must leave free on each card.
+pub fn nccl_bytes_most(gpus: usize) -> u64 {
+    (0..gpus).map(|r| nccl_bytes(gpus, r)).max().unwrap_or(0)
 }
 
 /// What one GPU of a group needs.
@@ -85,7 +104,7 @@ pub fn tensor_parallel(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u
             kv_cache: shard.kv_cache,
             transient: one.transient,
             logits: one.logits,
-            nccl: nccl_bytes(gpus),
+            nccl: nccl_bytes(gpus, gpu),
             runtime,
         })
         .collect())
@@ -251,9 +270,24 @@ mod tests {
         assert_eq!((pp[0].logits, pp[1].logits), (0, one.logits));
         // A stage before the last peaks in its layers: the whole model's peak, no logits kept.
         assert_eq!(pp[0].transient, one.transient + one.logits);
-        assert_eq!(nccl_bytes(1), 0);
-        // Two H100s over NVLink held 1,120 MiB each (RUN.md); each further peer adds 24 × 12 MiB.
-        assert_eq!(nccl_bytes(2), 1120 << 20);
-        assert_eq!(nccl_bytes(4) - nccl_bytes(2), 2 * 24 * 12 << 20);
+        assert_eq!(nccl_bytes(1, 0), 0);
+    }
+
+    /// NCCL by hand: two GPUs are each other's only peer (one 10 + 2 MiB pair a channel: 1,120 MiB,
+    /// as two H100s held); on four the ring and chain give rank 0 one send peer and two receive
+    /// peers, ranks 1 and 2 two of each, rank 3 two send peers and one receive peer.
+    #[test]
+    fn nccl_per_rank_by_hand() {
+        let fixed = 98 * 2 + 256 + 380;
+        assert_eq!(nccl_bytes(2, 0), (fixed + 24 * 12) << 20);
+        assert_eq!(nccl_bytes(2, 0), 1120 << 20);
+        assert_eq!(nccl_bytes(2, 1), nccl_bytes(2, 0));
+        let four: Vec<u64> = (0..4).map(|r| nccl_bytes(4, r) >> 20).collect();
+        assert_eq!(four, [fixed + 24 * (2 + 2 * 10), fixed + 24 * (2 * 2 + 2 * 10), fixed + 24 * (2 * 2 + 2 * 10), fixed + 24 * (2 * 2 + 10)]);
+        assert_eq!(nccl_bytes_most(4), nccl_bytes(4, 1));
+        // Three GPUs: the ring's back edge 2 → 0 is the only peer the chain does not give.
+        assert_eq!(nccl::peers(3, 0), (1, 2));
+        assert_eq!(nccl::peers(3, 1), (2, 2));
+        assert_eq!(nccl::peers(3, 2), (2, 1));
     }
 }

@@ -104,6 +104,7 @@ fn rank_row(r: &RankRun, p: &Row, gpus: usize, ceiling_tok_s: Option<f64>) -> Ro
         ceiling_tok_s,
         tokens: r.tokens.len(),
         outcome: Outcome::OK.into(),
+        nccl_predicted: crate::estimate::parallel::nccl_bytes(gpus, r.rank),
         ..p.clone()
     }
 }

@@ -210,7 +210,7 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, sh: TrainShape) -> Result<S
             rows.push(mk("optimizer states", Some(r.states), ledger.optimizer, "AdamW's two F32 moments; ZeRO ≥ 1: 8 B × Ψ / N"));
             rows.push(mk("gradients kept after the step", Some(r.gradients), ledger.gradients, "averaged across ranks; ZeRO-2: 4 B × Ψ / N"));
             if let Some(n) = r.nccl {
-                rows.push(mk("NCCL's device memory", Some(n), nccl_bytes(ranks), "outside candle's pool, read when the rank joined"));
+                rows.push(mk("NCCL's device memory", Some(n), nccl_bytes(ranks, rank), "outside candle's pool, read when the rank joined"));
             }
             rows.push(mk("step peak above weights + states", r.peak_above_states, act.above_states(), "the backward holds every gradient before the exchange"));
             // The CPU's ranks share one heap: a card per rank is planned, not held, so say where it would not fit.
