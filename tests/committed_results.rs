@@ -337,11 +337,11 @@ fn pytorch_steps_peak_where_the_estimator_says() {
     assert_eq!(seen, 8);
 }
 
-/// The committed multi-GPU runs, two H100s and four H200s (with the same layouts over two of the
-/// four): every tensor-parallel rank's weights as the ledger says and its peak above them within
+/// The committed multi-GPU runs, two H100s and four H200s (with the same layouts over two and
+/// three of the four): every tensor-parallel rank's weights as the ledger says and its peak above them within
 /// 3 %; every GPU's NCCL memory, tensor-parallel and training ranks, within 3 % of
 /// `nccl_bytes(gpus, rank)` as the lab computes it now; every ZeRO rank's AdamW states and kept
-/// gradients equal to `training::ledger` at its N.
+/// gradients equal to `training::ledger` at its N (to 100 bytes: three GPUs split unevenly).
 #[test]
 fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
     use vram_lab::estimate::parallel::nccl_bytes;
@@ -354,7 +354,7 @@ fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
         assert!(err.abs() <= 0.03, "{what}: measured {measured:.1} MiB, the ledger {predicted:.1} ({:+.2} %)", 100.0 * err);
     };
     let (mut tp, mut nccl, mut zero) = (0, 0, 0);
-    for run in ["h100x2/2026-11-25-evening-multi-gpu", "h200x4/2026-11-26-four-gpus"] {
+    for run in ["h100x2/2026-11-25-evening-multi-gpu", "h200x4/2026-11-26-four-gpus", "h200x4/2026-11-26-four-gpus/nccl-check"] {
         for dir in std::fs::read_dir(data.join(run)).unwrap() {
             let dir = dir.unwrap().path();
             let name = dir.file_name().unwrap().to_string_lossy().to_string();
@@ -389,9 +389,10 @@ fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
                             near(&what, num(r, "measured_mib"), mib(nccl_bytes(gpus, r["rank"].parse().unwrap())));
                             nccl += 1;
                         }
-                        "optimizer states" => assert_eq!(num(r, "measured_mib"), mib(l.optimizer), "{what}"),
+                        // Equal but for the bytes of a shard that N does not divide (three GPUs).
+                        "optimizer states" => assert!((num(r, "measured_mib") - mib(l.optimizer)).abs() < 1e-4, "{what}: {} MiB, the ledger {}", num(r, "measured_mib"), mib(l.optimizer)),
                         "gradients kept after the step" => {
-                            assert_eq!(num(r, "measured_mib"), mib(l.gradients), "{what}");
+                            assert!((num(r, "measured_mib") - mib(l.gradients)).abs() < 1e-4, "{what}: {} MiB, the ledger {}", num(r, "measured_mib"), mib(l.gradients));
                             zero += 1;
                         }
                         _ => {}
@@ -401,7 +402,7 @@ fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
         }
     }
     // Two GPUs: 5 models × 2 ranks, 6 ZeRO runs × 2; four: 5 models × 4 and 3 over two × 2, 6 ZeRO
-    // runs × 4 and 3 over two × 2.
-    let (tp_rows, zero_rows) = (5 * 2 + 5 * 4 + 3 * 2, 6 * 2 + 6 * 4 + 3 * 2);
+    // runs × 4 and 3 over two × 2; the check: 7B × 4, ZeRO over three × 2 and over four.
+    let (tp_rows, zero_rows) = (5 * 2 + 5 * 4 + 3 * 2 + 4, 6 * 2 + 6 * 4 + 3 * 2 + 3 * 2 + 4);
     assert_eq!((tp, nccl, zero), (tp_rows, tp_rows + zero_rows, zero_rows));
 }

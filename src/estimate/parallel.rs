@@ -19,12 +19,12 @@ use crate::model::Qwen2Config;
 use serde::Serialize;
 
 /// NCCL's device memory on one GPU of a group, as NCCL 2.28 laid it out over NVLink: on two H100s
-/// (its INIT, ALLOC and P2P log: data/results/h100x2/2026-11-25-multi-gpu, RUN.md) and on four
-/// H200s (data/results/h200x4/2026-11-26-four-gpus, RUN.md). Every allocation is a multiple of the
-/// 2 MiB granule of CUDA's virtual memory API.
+/// (its INIT, ALLOC and P2P log: data/results/h100x2/2026-11-25-multi-gpu, RUN.md) and on three
+/// and four H200s (data/results/h200x4/2026-11-26-four-gpus, RUN.md). Every allocation is a
+/// multiple of the 2 MiB granule of CUDA's virtual memory API.
 pub mod nccl {
     const MIB: u64 = 1 << 20;
-    /// Channels NCCL opened between NVLink GPUs, two or four of them.
+    /// Channels NCCL opened between NVLink GPUs, two to four of them.
     pub const CHANNELS: u64 = 24;
     /// Per channel and peer a rank receives from: the protocols' buffers (SIMPLE 4 MiB, LL128 and
     /// LL) in one 10 MiB shareable allocation.
@@ -36,29 +36,51 @@ pub mod nccl {
     /// One 256 MiB shareable buffer per GPU.
     pub const SHARED: u64 = 256 * MIB;
     /// What NCCL's log does not name (its device code and proxy), read as the rest of the 1,120
-    /// MiB each GPU of a fresh process held once its rank had joined a group of two.
+    /// MiB each GPU of a fresh process held once its rank had joined a group of two (H100; 4 MiB
+    /// less on H200s).
     pub const UNLOGGED: u64 = 380 * MIB;
 
-    /// The peers `rank` of `gpus` sends to and receives from on each channel: NCCL's ring
-    /// 0 → 1 → … → N−1 → 0 and its tree, on one host a chain 0 − 1 − … − N−1 used both ways. A
-    /// peer met by both is connected once (one connection a channel, peer and direction).
-    pub fn peers(gpus: usize, rank: usize) -> (usize, usize) {
-        let chain: Vec<usize> = [rank.checked_sub(1), (rank + 1 < gpus).then_some(rank + 1)].into_iter().flatten().collect();
-        let distinct = |ring: usize| chain.len() + usize::from(!chain.contains(&ring));
+    /// The trees NCCL built, with how many channels use each: on one host a tree is a chain of
+    /// the GPUs. Two and four GPUs: 0 − 1 − … on every channel; three: the chain starts at each
+    /// GPU in turn (12, 6 and 6 channels), as NCCL's "Trees" log line showed. Beyond four, one
+    /// chain is assumed (not measured).
+    pub fn chains(gpus: usize) -> Vec<(u64, Vec<usize>)> {
+        let from = |first: usize| (0..gpus).map(|i| (first + i) % gpus).collect();
+        match gpus {
+            3 => vec![(12, from(0)), (6, from(1)), (6, from(2))],
+            _ => vec![(CHANNELS, from(0))],
+        }
+    }
+
+    /// The peers `rank` of `gpus` sends to and receives from on a channel whose tree is `chain`:
+    /// its ring neighbours (0 → 1 → … → N−1 → 0 on every channel) and its chain neighbours, used
+    /// both ways. A peer met by both is connected once (one connection a peer and direction).
+    pub fn peers(gpus: usize, rank: usize, chain: &[usize]) -> (u64, u64) {
+        let at = chain.iter().position(|&g| g == rank).unwrap_or(0);
+        let near: Vec<usize> = [at.checked_sub(1).map(|i| chain[i]), chain.get(at + 1).copied()].into_iter().flatten().collect();
+        let distinct = |ring: usize| (near.len() + usize::from(!near.contains(&ring))) as u64;
         (distinct((rank + 1) % gpus), distinct((rank + gpus - 1) % gpus))
     }
 }
 
-/// NCCL's device memory on GPU `rank` of a group of `gpus` (none alone). The ring and the chain
-/// meet on the same peers at both ends of the chain, so the ends hold less than the middle: on four
-/// GPUs rank 0 sends to one peer and receives from two, rank 3 the other way round, ranks 1 and 2
-/// two each way (measured 1,356, 1,164, 1,404 MiB on four H200s: the ledger's to the MiB).
+/// NCCL's device memory on GPU `rank` of a group of `gpus` (none alone): fixed parts, then per
+/// channel 2 MiB for each peer it sends to and 10 MiB for each it receives from. Where the ring and
+/// the chain meet on the same peer the rank holds less: on four GPUs rank 0 sends to one peer and
+/// receives from two, rank 3 the other way round, ranks 1 and 2 two each way (measured 1,356,
+/// 1,164, 1,404 MiB on four H200s, each 4 MiB under the ledger).
 pub fn nccl_bytes(gpus: usize, rank: usize) -> u64 {
     if gpus < 2 {
         return 0;
     }
-    let (send, recv) = nccl::peers(gpus, rank.min(gpus - 1));
-    nccl::STATE + nccl::SHARED + nccl::UNLOGGED + nccl::CHANNELS * (nccl::PER_CHANNEL_SEND * send as u64 + nccl::PER_CHANNEL_RECV * recv as u64)
+    let rank = rank.min(gpus - 1);
+    let buffers: u64 = nccl::chains(gpus)
+        .iter()
+        .map(|(channels, chain)| {
+            let (send, recv) = nccl::peers(gpus, rank, chain);
+            channels * (nccl::PER_CHANNEL_SEND * send + nccl::PER_CHANNEL_RECV * recv)
+        })
+        .sum();
+    nccl::STATE + nccl::SHARED + nccl::UNLOGGED + buffers
 }
 
 /// The most NCCL takes on any GPU of a group of `gpus`: what a plan must leave free on each card.
@@ -285,9 +307,11 @@ mod tests {
         let four: Vec<u64> = (0..4).map(|r| nccl_bytes(4, r) >> 20).collect();
         assert_eq!(four, [fixed + 24 * (2 + 2 * 10), fixed + 24 * (2 * 2 + 2 * 10), fixed + 24 * (2 * 2 + 2 * 10), fixed + 24 * (2 * 2 + 10)]);
         assert_eq!(nccl_bytes_most(4), nccl_bytes(4, 1));
-        // Three GPUs: the ring's back edge 2 → 0 is the only peer the chain does not give.
-        assert_eq!(nccl::peers(3, 0), (1, 2));
-        assert_eq!(nccl::peers(3, 1), (2, 2));
-        assert_eq!(nccl::peers(3, 2), (2, 1));
+        // Three GPUs, whose chains start at each GPU in turn: rank 0 sends to one peer on the 12
+        // channels of 0 − 1 − 2 and to two on the 12 others (36 × 2 MiB), receives from two, one
+        // and two (42 × 10 MiB): 1,324 MiB (1,320 measured on H200s).
+        assert_eq!(nccl::peers(3, 0, &[1, 2, 0]), (2, 1));
+        let three: Vec<u64> = (0..3).map(|r| nccl_bytes(3, r) >> 20).collect();
+        assert_eq!(three, [fixed + 36 * 2 + 42 * 10, fixed + 42 * 2 + 42 * 10, fixed + 42 * 2 + 36 * 10]);
     }
 }
