@@ -21,6 +21,8 @@ cmd=$1 WORK=$(realpath -m "$2")
 mkdir -p "$WORK"
 
 if [ "$cmd" = build ]; then
+  # The toolkit that scripts/cuda/setup-cuda-build.sh installs, unless nvcc is already on PATH.
+  command -v nvcc >/dev/null || { [ -f /opt/cuda13/env.sh ] && source /opt/cuda13/env.sh; }
   TARBALL=$(realpath "$3") BIN=$(realpath -m "$4")
   SRC=$WORK/llama.cpp
   [ -d "$SRC" ] || tar xJf "$TARBALL" -C "$WORK"
