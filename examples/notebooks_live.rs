@@ -289,45 +289,55 @@ fn nb_06_multi_gpu() -> Out {
     let pp = vram_lab::notebook::estimate_with("synthetic:qwen2.5-32b", "h100", r#"{"pp": 2, "seq": 8192, "precisions": ["bf16"]}"#)?;
     pp.show("parallel")?;
     cell("06_multi_gpu", 8);
-    let tp14 = Setup::new(Mode::Replay, "synthetic:qwen2.5-14b", None).stage("parallel")?;
+    let tp14 = Setup::new(Mode::Replay, "synthetic:qwen2.5-14b", None).before("2026-11-26").stage("parallel")?;
     println!("{}", tp14.describe());
     tp14.show("ranks")?;
     cell("06_multi_gpu", 9);
-    let tp32 = Setup::new(Mode::Replay, "synthetic:qwen2.5-32b", None).stage("parallel")?;
+    let tp32 = Setup::new(Mode::Replay, "synthetic:qwen2.5-32b", None).before("2026-11-26").stage("parallel")?;
     tp32.show("ranks")?;
     cell("06_multi_gpu", 12);
-    let f32 = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", None).stage_with("parallel", r#"{"precision": "f32", "layouts": ["tensor", "pipeline"]}"#)?;
+    let f32 = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", None).before("2026-11-26").stage_with("parallel", r#"{"precision": "f32", "layouts": ["tensor", "pipeline"]}"#)?;
     f32.show("ranks")?;
     cell("06_multi_gpu", 14);
     let pp14 = Setup::new(Mode::Replay, "synthetic:qwen2.5-14b", None).stage_with("parallel", r#"{"layouts": ["pipeline"]}"#)?;
     println!("{}", pp14.describe());
     pp14.show("ranks")?;
     cell("06_multi_gpu", 16);
-    let tp72 = Setup::new(Mode::Replay, "synthetic:qwen2.5-72b", None).stage("parallel")?;
+    let tp72 = Setup::new(Mode::Replay, "synthetic:qwen2.5-72b", None).before("2026-11-26").stage("parallel")?;
     tp72.show("ranks")?;
     cell("06_multi_gpu", 19);
-    let ddp = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 0}"#)?;
+    let ddp = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).before("2026-11-26").stage_with("train", r#"{"gpus": 2, "zero": 0}"#)?;
     println!("{}", ddp.describe());
     ddp.show("ranks")?;
     cell("06_multi_gpu", 20);
-    let zero1 = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 1}"#)?;
+    let zero1 = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).before("2026-11-26").stage_with("train", r#"{"gpus": 2, "zero": 1}"#)?;
     zero1.show("ranks")?;
     cell("06_multi_gpu", 21);
-    let zero2 = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 2}"#)?;
+    let zero2 = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).before("2026-11-26").stage_with("train", r#"{"gpus": 2, "zero": 2}"#)?;
     zero2.show("ranks")?;
     cell("06_multi_gpu", 24);
-    let setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-0.5b", None);
+    let setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-0.5b", None).before("2026-11-26");
     let cards = setup.stage_with("train", setup.unequal_cards())?;
     cards.show("ranks")?;
     cell("06_multi_gpu", 27);
+    let four7 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp7", "parallel")?;
+    println!("{}", four7.run.manifest.command);
+    four7.show("ranks")?;
+    cell("06_multi_gpu", 28);
+    let four72 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp72", "parallel")?;
+    four72.show("ranks")?;
+    cell("06_multi_gpu", 29);
+    let zero2_four = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/zero2-1.5b", "train")?;
+    zero2_four.show("ranks")?;
+    cell("06_multi_gpu", 32);
     let answer = 0.0; // your answer, bytes
     let cfg = Qwen2Config::preset("qwen2.5-14b")?;
     let ledger = vram_lab::model::parallel::rank_ledger(&cfg, 2, 2, 0, 2)?;
     println!("{}", check_answer("a rank's weights, 14B BF16 over 2 GPUs", answer, ledger.weights() as f64, 0.001));
-    cell("06_multi_gpu", 29);
+    cell("06_multi_gpu", 34);
     let answer = 0.0; // your answer, MiB
-    let want = vram_lab::estimate::parallel::nccl_bytes(4) as f64 / 1048576.0;
-    println!("{}", check_answer("NCCL per GPU, 4 GPUs, MiB", answer, want, 0.001));
+    let want = vram_lab::estimate::parallel::nccl_bytes(4, 0) as f64 / 1048576.0;
+    println!("{}", check_answer("NCCL on GPU 0 of 4, MiB", answer, want, 0.001));
     Ok(())
 }
 

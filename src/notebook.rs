@@ -117,11 +117,7 @@ impl Setup {
                 run_in(session, vec![(name, config)])?
             }
         };
-        let record = run.manifest.stage(name).ok_or_else(|| LabError::other(format!("the run has no stage {name}")))?;
-        if record.status != StageStatus::Done {
-            return Err(LabError::other(format!("stage {name} did not finish: {}", record.error.clone().unwrap_or_default())));
-        }
-        Ok(StageRun { run, stage: name.to_string() })
+        finished(run, name)
     }
 
     /// The run folder whose manifest has `stage` done, for this model and card: the newest that
@@ -179,6 +175,20 @@ impl Setup {
             ))
         })
     }
+}
+
+/// One committed run folder under data/results/ (`h200x4/2026-11-26-four-gpus/tp7`), opened as it
+/// is in any mode: a run no kernel here can make live (four GPUs, say) shown beside the others.
+pub fn committed(folder: &str, stage: &str) -> Result<StageRun> {
+    finished(RunFolder::open(&results_dir().join(folder))?, stage)
+}
+
+fn finished(run: RunFolder, name: &str) -> Result<StageRun> {
+    let record = run.manifest.stage(name).ok_or_else(|| LabError::other(format!("the run has no stage {name}")))?;
+    if record.status != StageStatus::Done {
+        return Err(LabError::other(format!("stage {name} did not finish: {}", record.error.clone().unwrap_or_default())));
+    }
+    Ok(StageRun { run, stage: name.to_string() })
 }
 
 /// The estimator, the planner and the check for a model and card, computed here (formulas and
@@ -440,5 +450,13 @@ mod tests {
         s.results = std::env::temp_dir().join("vram-lab-no-results");
         let e = s.stage("anatomy").err().unwrap().to_string();
         assert!(e.contains("no committed run of stage anatomy") && e.contains("qwen2.5-72b"), "{e}");
+    }
+
+    #[test]
+    fn committed_opens_the_folder_named_whatever_the_mode() {
+        let run = committed("h200x4/2026-11-26-four-gpus/tp7", "parallel").unwrap();
+        assert!(run.run.manifest.command.contains("--gpus 4"), "{}", run.run.manifest.command);
+        assert!(committed("h200x4/2026-11-26-four-gpus/tp7", "train").is_err());
+        assert!(committed("h200x4/no-such-run", "parallel").is_err());
     }
 }

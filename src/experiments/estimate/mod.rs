@@ -189,7 +189,7 @@ fn parallel_table(s: &mut Session, cfg: &Qwen2Config, gguf: Option<&Gguf>, c: &E
         found.push(
             Finding::new(format!("{p}: {layout} over {gpus} GPUs, the fullest GPU at {} × {} tokens", c.batch, c.seq), "GiB", None)
                 .predicted(gib(most))
-                .note(format!("NCCL's device memory as measured on two H100s over NVLink (its {} channels; more GPUs: assumed to grow per peer); fits: {}", parallel::nccl::CHANNELS, fits_on.join(", "))),
+                .note(format!("NCCL's device memory per GPU as its log laid it out on two to four NVLink GPUs ({} channels; beyond four, its chains assumed); fits: {}", parallel::nccl::CHANNELS, fits_on.join(", "))),
         );
         rows.extend(needs.into_iter().map(|g| (p.to_string(), g)));
     }

@@ -130,7 +130,7 @@ pub fn views() -> Vec<View> {
             columns: &[LAYOUT, GPU, LAYERS, WEIGHTS_MIB, KV_CACHE_MIB, TRANSIENT_MIB, LOGITS_MIB, NCCL_MIB, RUNTIME_MIB, TOTAL_MIB],
             group_by: &[PRECISION],
             chart: None,
-            explain: "`--tp N`: every GPU holds its share of each layer's heads and MLP (q, k, v, gate, up by rows; o, down by columns: one all-reduce after each) and the embedding, norms and head whole; the K/V heads are split too, so N must divide them. `--pp N`: whole layers per GPU, split so the weights are as even as whole layers allow, the embedding on the first and the head on the last. NCCL's own memory is the layout its log gave on two H100s (1,120 MiB a GPU, measured within 0.2 %); beyond two GPUs its growth with the peers is assumed. 多卡推理:张量并行与流水线,每张卡的权重、KV 缓存、瞬时峰值与 NCCL 缓冲。",
+            explain: "`--tp N`: every GPU holds its share of each layer's heads and MLP (q, k, v, gate, up by rows; o, down by columns: one all-reduce after each) and the embedding, norms and head whole; the K/V heads are split too, so N must divide them. `--pp N`: whole layers per GPU, split so the weights are as even as whole layers allow, the embedding on the first and the head on the last. NCCL's own memory is the layout its log gave: 10 MiB a channel for each peer a GPU receives from, 2 MiB for each it sends to, over its ring and chain (two H100s: 1,120 MiB a GPU; four H200s: 1,164 to 1,404, within 0.4 %); beyond four GPUs NCCL's choice of chains is assumed. 多卡推理:张量并行与流水线,每张卡的权重、KV 缓存、瞬时峰值与 NCCL 缓冲。",
         },
         View {
             name: "train_step",
