@@ -6,10 +6,12 @@
 #     bash scripts/cuda/build-gpu-binary.sh
 #     bash scripts/reference/llama_quantize.sh pack /tmp/llama.cpp.tar.xz
 #     bash scripts/reference/llama_bench.sh build /tmp/llb /tmp/llama.cpp.tar.xz .gpu/llama-bench.xz
+#     cargo test --release --features cuda --test gpu_kernels --no-run   # then xz the binary it names
+#       into .gpu/gpu_kernels.xz (after source /opt/cuda13/env.sh)
 #   there (carry .gpu):
 #     bash scripts/gpu/speed.sh                 # ONLY="bench offload" runs only those
-# About 13 minutes on an H100: past one call's 10, run.sh keeps the commands going; call it again to
-# wait and pack (WAIT seconds each time).
+# About 25 minutes on an H100 (13 without `run`): past one call's 10, run.sh keeps the commands
+# going; call it again to wait and pack (WAIT seconds each time).
 set -u
 cd "$(dirname "$0")/../.."
 L=.gpu/llama-bench.xz
@@ -22,10 +24,16 @@ specs=(
   "bench=bench --precisions bf16,q4_k_m --variants graph,own --pytorch \$R/torch-bench.jsonl --llama-cpp \$R/llama-cpp/llama-bench.jsonl"
   "offload=offload --gpu-budget 5GiB --modes full,split,hybrid --llama-cpp \$R/llama-ngl/llama-bench.jsonl"
   "load=load --precisions bf16 --no-gguf"
+  # The kernel tests (.gpu/gpu_kernels.xz: cargo test --release --features cuda --test gpu_kernels
+  # --no-run), and where the 32k prefill's time goes (ncu: the attention and the products).
+  "kernels=sh:bash scripts/gpu/test_binary.sh .gpu/gpu_kernels.xz"
+  "prefill-profile=sh:OUT=\$R/prefill-profile bash scripts/gpu/profile-prefill.sh && python3 scripts/gpu/ncu_sum.py \$R/prefill-profile/ncu.csv"
+  # The whole lab as a newcomer runs it: every stage, its report.html.
+  "run=run"
 )
 picked=()
 for s in "${specs[@]}"; do
   name=${s%%=*}
   if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $name "* ]]; then picked+=("$s"); fi
 done
-REPORTS=${REPORTS:-0} WAIT=${WAIT:-560} bash scripts/gpu/run.sh "${picked[@]}"
+REPORTS=${REPORTS:-1} WAIT=${WAIT:-560} bash scripts/gpu/run.sh "${picked[@]}"

@@ -1,5 +1,5 @@
 //! Prefill attention in one kernel (`AttentionMode::Flash`, CUDA, BF16): the scores of a tile of
-//! 64 queries against a tile of 64 keys live in registers, are masked, exponentiated and summed
+//! 128 queries against a tile of 64 keys live in registers, are masked, exponentiated and summed
 //! there (the online softmax of FlashAttention-2), and only the output reaches memory. The bounded
 //! path writes each chunk's scores, reads them back for the softmax and again for the product
 //! with V; at 32k tokens that traffic, not arithmetic, set its time. Products use the tensor
@@ -32,14 +32,8 @@ pub fn supported(dev: &CudaDevice) -> bool {
     dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).is_ok_and(|major| major >= 8)
 }
 
-/// Queries a block takes (a warp per 16): 64 or 128; VRAM_LAB_FLASH_ROWS picks one for a
-/// measurement of both in the same call.
-fn rows_per_block() -> usize {
-    match std::env::var("VRAM_LAB_FLASH_ROWS").as_deref() {
-        Ok("128") => 128,
-        _ => 64,
-    }
-}
+/// Queries a block takes, a warp per 16 (eight warps).
+const ROWS: usize = 128;
 
 /// Causal attention of `q` [b, heads, s, d] (contiguous) over `k`, `v` [b, kv, offset + s, d]
 /// (rows contiguous, heads and batches strided as a cache view is), the queries at positions
@@ -64,15 +58,14 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Optio
     if !takes {
         return Ok(None);
     }
-    let rows = rows_per_block();
-    let func: CudaFunction = dev.get_or_load_custom_func(&format!("vram_lab_flash_bf16_d{d}_r{rows}"), "vram_lab_flash", &ptx()?)?.into_cuda_function();
+    let func: CudaFunction = dev.get_or_load_custom_func(&format!("vram_lab_flash_bf16_d{d}_r{ROWS}"), "vram_lab_flash", &ptx()?)?.into_cuda_function();
     let stream = dev.cuda_stream();
     let ptr = |x: &Tensor| crate::memory::cuda_copy::start_ptr(x, &stream);
     let out = crate::memory::cuda_copy::uninit(dev, DType::BF16, vec![b, s, heads * d])?;
     let (pq, pk, pv, po) = (ptr(q)?, ptr(k)?, ptr(v)?, ptr(&out)?);
     let (hs, bs) = (k.stride()[1] as i64, k.stride()[0] as i64);
     let scale_log2 = std::f32::consts::LOG2_E / (d as f32).sqrt();
-    let cfg = LaunchConfig { grid_dim: (s.div_ceil(rows) as u32, heads as u32, b as u32), block_dim: (rows as u32 * 2, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig { grid_dim: (s.div_ceil(ROWS) as u32, heads as u32, b as u32), block_dim: (ROWS as u32 * 2, 1, 1), shared_mem_bytes: 0 };
     let (s_, heads_, kv_, off) = (s as i32, heads as i32, kv as i32, offset as i32);
     let mut l = stream.launch_builder(&func);
     l.arg(&pq).arg(&pk).arg(&pv).arg(&po).arg(&s_).arg(&heads_).arg(&kv_).arg(&hs).arg(&bs).arg(&off).arg(&scale_log2);
