@@ -45,39 +45,13 @@ fn prompt(cfg: &Qwen2Config) -> Vec<u32> {
     (0..96u32).map(|i| (i * 7919) % cfg.vocab_size as u32).collect()
 }
 
-#[test]
-fn a_pipeline_over_two_gpus_equals_one_gpu() {
-    let Some((a, b)) = two_gpus() else { return };
+/// A pipeline with a stage on each of `devices` beside the whole model on the first: logits to the
+/// bit, then 32 greedy tokens, F32 and BF16.
+fn pipeline_equals_one_gpu(devices: &[Device]) {
     let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+    let n = devices.len();
     for precision in [Precision::F32, Precision::Bf16] {
-        let whole = whole(&cfg, precision, &a);
-        let piped = piped(&cfg, precision, &[a.clone(), b.clone()]);
-        let prompt = prompt(&cfg);
-        let ids = Tensor::new(prompt.as_slice(), &a).unwrap().unsqueeze(0).unwrap();
-        let run = |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 128).unwrap(), Logits::All).unwrap().remove(0).to_device(&Device::Cpu).unwrap();
-        let diff = (run(&piped) - run(&whole)).unwrap().abs().unwrap().max_all().unwrap().to_dtype(candle_core::DType::F32).unwrap().to_scalar::<f32>().unwrap();
-        assert_eq!(diff, 0.0, "{precision}: the stages computed something else");
-        let gen = GenerateConfig { max_new_tokens: 32, ..Default::default() };
-        let want = generate(&whole.into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0))), &prompt, &gen).unwrap().generated_ids;
-        let got = generate(&piped, &prompt, &gen).unwrap().generated_ids;
-        assert_eq!(got, want, "{precision}: greedy tokens");
-        println!("{precision}: logits equal, {} tokens equal", got.len());
-    }
-}
-
-/// Every GPU of the host as a stage (4 on a four-GPU machine): three crossings instead of one, the
-/// same logits and greedy tokens as the whole model on one GPU.
-#[test]
-fn a_pipeline_over_every_gpu_equals_one_gpu() {
-    let n = vram_lab::hw::cuda_device_count();
-    if n < 3 {
-        eprintln!("{n} CUDA devices: the two-GPU tests cover them; skipped");
-        return;
-    }
-    let devices: Vec<Device> = (0..n).map(|i| vram_lab::hw::pick(&format!("cuda:{i}")).unwrap()).collect();
-    let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
-    for precision in [Precision::F32, Precision::Bf16] {
-        let piped = piped(&cfg, precision, &devices);
+        let piped = piped(&cfg, precision, devices);
         let whole = whole(&cfg, precision, &devices[0]);
         let prompt = prompt(&cfg);
         let ids = Tensor::new(prompt.as_slice(), &devices[0]).unwrap().unsqueeze(0).unwrap();
@@ -90,6 +64,23 @@ fn a_pipeline_over_every_gpu_equals_one_gpu() {
         assert_eq!(got, want, "{precision}: greedy tokens over {n} GPUs");
         println!("{precision}: {n} stages, logits equal, {} tokens equal", got.len());
     }
+}
+
+#[test]
+fn a_pipeline_over_two_gpus_equals_one_gpu() {
+    let Some((a, b)) = two_gpus() else { return };
+    pipeline_equals_one_gpu(&[a, b]);
+}
+
+/// Every GPU of the host as a stage (4 on a four-GPU machine): three crossings instead of one.
+#[test]
+fn a_pipeline_over_every_gpu_equals_one_gpu() {
+    let n = vram_lab::hw::cuda_device_count();
+    if n < 3 {
+        eprintln!("{n} CUDA devices: the two-GPU tests cover them; skipped");
+        return;
+    }
+    pipeline_equals_one_gpu(&(0..n).map(|i| vram_lab::hw::pick(&format!("cuda:{i}")).unwrap()).collect::<Vec<_>>());
 }
 
 /// The same check a step at a time: after the prefill and after each decoding step, the logits and
