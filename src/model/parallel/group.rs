@@ -20,11 +20,12 @@ pub struct Group {
 }
 
 impl Group {
-    /// A group of `ranks`; on GPUs (`cuda`) joined by NCCL, which needs a build with `nccl` for
-    /// more than one rank.
+    /// A group of `ranks`; on several GPUs (`cuda`) joined by NCCL, which needs a build with
+    /// `nccl`. A group of one has nothing to exchange: no NCCL, whose communicator alone would
+    /// take about 1 GB of the GPU (1,004 MiB on an H100, data/results/h100/2026-11-26-run).
     pub fn new(ranks: usize, cuda: bool) -> Result<Self> {
         #[cfg(feature = "nccl")]
-        let nccl = if cuda { Some(super::nccl::GroupId::new()?) } else { None };
+        let nccl = if cuda && ranks > 1 { Some(super::nccl::GroupId::new()?) } else { None };
         #[cfg(not(feature = "nccl"))]
         let nccl = {
             if cuda && ranks > 1 {
@@ -43,7 +44,7 @@ impl Group {
     pub fn join(&self, rank: usize, device: &Device) -> Result<Arc<dyn AllReduce>> {
         match device {
             #[cfg(feature = "nccl")]
-            Device::Cuda(dev) => {
+            Device::Cuda(dev) if self.ranks() > 1 => {
                 let id = self.nccl.ok_or_else(|| LabError::other("no NCCL id"))?;
                 Ok(Arc::new(super::nccl::NcclComm::join(dev, rank, self.ranks(), id)?))
             }
