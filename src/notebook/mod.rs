@@ -8,15 +8,14 @@ use crate::error::{LabError, Result};
 use crate::experiments::{find, registry};
 use crate::hw::Card;
 use crate::model::Precision;
-use crate::frame::{groups, present_columns};
-use crate::report::chart::draw;
-use crate::report::display::{show_chart, show_tables};
-use crate::report::svg::draw_svg;
 use crate::session::run_folder::{run_folders, Manifest, RunFolder, StageStatus, MANIFEST};
 use crate::report::Table;
 use crate::session::{Session, SessionArgs};
-use crate::stage::{Sizes, View};
+use crate::stage::Sizes;
 use std::path::PathBuf;
+
+mod stage_run;
+pub use stage_run::StageRun;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -258,97 +257,6 @@ fn live_run_dir(name: &str) -> PathBuf {
 /// (data/results/<gpu>/<date>-<what>/<run>/).
 fn device_line(choice: &str) -> String {
     crate::hw::pick(choice).map(|d| crate::hw::describe(&d)).unwrap_or_else(|e| e.to_string())
-}
-
-/// One stage of a run folder, as a notebook shows it. It holds only the folder and the stage's
-/// name (a notebook keeps it across cells); the views come from the registry when asked for.
-#[derive(Debug, Clone)]
-pub struct StageRun {
-    pub run: RunFolder,
-    pub stage: String,
-}
-
-impl StageRun {
-    /// Where the figures come from: the run folder, its GPU, date and command.
-    pub fn describe(&self) -> String {
-        let m = &self.run.manifest;
-        format!(
-            "{} — {} on {}, card {}, {}\n{}",
-            self.run.dir.display(),
-            m.model,
-            m.env.gpu.clone().unwrap_or_else(|| m.env.device.clone()),
-            m.card_name(),
-            m.started,
-            m.command
-        )
-    }
-
-    /// A table of the stage, whole.
-    pub fn table(&self, name: &str) -> Result<Table> {
-        Ok(self.run.table(&self.stage, name)?.into())
-    }
-
-    /// A text the stage wrote (an OOM's memory summary), if it wrote it.
-    pub fn text(&self, name: &str) -> Result<Option<String>> {
-        self.run.text(&self.stage, name)
-    }
-
-    fn view(&self, name: &str) -> Result<View> {
-        let views = find(&self.stage).map(|s| s.views()).unwrap_or_default();
-        views.iter().find(|v| v.name == name).cloned().ok_or_else(|| {
-            let names: Vec<&str> = views.iter().map(|v| v.name).collect();
-            LabError::input(format!("stage {} has no view `{name}`: {}", self.stage, names.join(", ")))
-        })
-    }
-
-    /// The view's table(s) and chart(s), one per group whose label contains `only` ("" for all).
-    fn render(&self, name: &str, only: &str, tables: bool, charts: bool) -> Result<()> {
-        let view = self.view(name)?;
-        let df = self.run.table(&self.stage, view.table)?;
-        let picked: Vec<_> = groups(&df, view.group_by)?.into_iter().filter(|(l, _)| l.contains(only)).collect();
-        if picked.is_empty() {
-            // Say so rather than show an empty cell: e.g. PyTorch's rows exist only in a run given
-            // the reference script's output (the committed GPU runs), not in a Live run.
-            println!("{}: this run has no rows where {only} (model {}, {})", view.name, self.run.manifest.model, self.run.manifest.env.device);
-            return Ok(());
-        }
-        let mut shown = Vec::new();
-        for (label, part) in picked {
-            let caption = if label.is_empty() { view.caption.to_string() } else { format!("{} — {label}", view.caption) };
-            if tables {
-                shown.push((present_columns(&part, view.columns)?, caption));
-            }
-            if let (true, Some(chart)) = (charts, &view.chart) {
-                show_chart(&draw(chart, &part)?, Some(&draw_svg(chart, &part)?), &format!("{}-{name}-{label}", self.stage));
-            }
-        }
-        if !shown.is_empty() {
-            show_tables(&shown);
-        }
-        Ok(())
-    }
-
-    /// Shows a view's table(s), every group.
-    pub fn show(&self, view: &str) -> Result<()> {
-        self.render(view, "", true, false)
-    }
-
-    /// Shows a view's table(s) for the groups whose label contains `only`, e.g. "precision=bf16, logits=all".
-    pub fn show_only(&self, view: &str, only: &str) -> Result<()> {
-        self.render(view, only, true, false)
-    }
-
-    /// Shows a view's chart(s) for the groups whose label contains `only` ("" for all).
-    pub fn chart(&self, view: &str, only: &str) -> Result<()> {
-        self.render(view, only, false, true)
-    }
-
-    /// The stage's findings: measured, predicted, the report's figure, the ceiling.
-    pub fn findings(&self) -> Result<Table> {
-        let mut m = self.run.manifest.clone();
-        m.stages.retain(|s| s.name == self.stage);
-        Ok(crate::session::run_folder::findings_table(&m)?.into())
-    }
 }
 
 /// The device this kernel would use, and its memory summary.
