@@ -51,22 +51,13 @@ pub fn best_of<T>(reps: usize, mut op: impl FnMut() -> Result<T>) -> Result<f64>
 }
 
 /// The CPU reading `bytes` of host memory on all rayon threads, best of `reps` after a warm-up.
-/// Each task reads 4 MiB in one stream into eight sums: with 512 KiB tasks (64 Ki words) the
-/// threads' streams broke every 512 KiB, and a 16-core host read 132 GB/s where the CPU layers'
-/// own kernel read 140-163 (data/results/h100/2026-11-26-run, stage 4a).
+/// Each task reads 4 MiB in one stream: with 512 KiB tasks the threads' streams broke every
+/// 512 KiB, and a 16-core host read 132 GB/s where the CPU layers' own kernel read 140-163
+/// (data/results/h100/2026-11-26-run, stage 4a). One wrapping sum: LLVM vectorises it at any
+/// opt-level above 0 (eight explicit sums ran ten times slower in the tests' opt-level 1).
 pub fn host_read(bytes: usize, reps: usize) -> Transfer {
     let words = vec![1u64; bytes / 8];
-    let lanes = |c: &[u64]| {
-        let mut acc = [0u64; 8];
-        let mut it = c.chunks_exact(8);
-        for x in &mut it {
-            for (a, v) in acc.iter_mut().zip(x) {
-                *a = a.wrapping_add(*v);
-            }
-        }
-        it.remainder().iter().chain(&acc).fold(0u64, |a, &b| a.wrapping_add(b))
-    };
-    let sum = |w: &[u64]| w.par_chunks(1 << 19).map(lanes).reduce(|| 0, u64::wrapping_add);
+    let sum = |w: &[u64]| w.par_chunks(1 << 19).map(|c| c.iter().fold(0u64, |a, &b| a.wrapping_add(b))).reduce(|| 0, u64::wrapping_add);
     let seconds = best_of(reps, || Ok(sum(std::hint::black_box(&words)))).unwrap_or(f64::NAN);
     let bytes = (words.len() * 8) as u64;
     Transfer { test: "host_read", bytes, seconds, counted_bytes: bytes }
