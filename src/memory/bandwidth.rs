@@ -51,10 +51,11 @@ pub fn best_of<T>(reps: usize, mut op: impl FnMut() -> Result<T>) -> Result<f64>
 }
 
 /// The CPU reading `bytes` of host memory on all rayon threads, best of `reps` after a warm-up.
-/// Each task reads 4 MiB in one stream: with 512 KiB tasks the threads' streams broke every
-/// 512 KiB, and a 16-core host read 132 GB/s where the CPU layers' own kernel read 140-163
-/// (data/results/h100/2026-11-26-run, stage 4a). One wrapping sum: LLVM vectorises it at any
-/// opt-level above 0 (eight explicit sums ran ten times slower in the tests' opt-level 1).
+/// Each task reads 4 MiB in one stream (512 KiB before). On the lent GPU hosts the CPU layers' own
+/// kernel reads faster still (106.6 against 116-135 GB/s,
+/// data/results/h100/2026-11-26-speed/development/4-host-read): a ceiling set by this read is a
+/// lower bound there. One wrapping sum: LLVM vectorises it at any opt-level above 0 (eight
+/// explicit sums ran ten times slower in the tests' opt-level 1).
 pub fn host_read(bytes: usize, reps: usize) -> Transfer {
     let words = vec![1u64; bytes / 8];
     let sum = |w: &[u64]| w.par_chunks(1 << 19).map(|c| c.iter().fold(0u64, |a, &b| a.wrapping_add(b))).reduce(|| 0, u64::wrapping_add);
