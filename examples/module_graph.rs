@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, lowest first: a file may import its own layer and the ones below (never a circle).
 pub const LAYERS: &[(&str, &[&str])] = &[
-    ("foundation: units, errors, limits, search, polars helpers", &["units", "error", "limits", "search", "frame"]),
+    ("foundation: units, errors, limits, checked paths, search, polars helpers", &["units", "error", "limits", "paths", "search", "frame"]),
     ("hardware: cards and devices", &["hw"]),
     ("measuring memory", &["memory"]),
     ("the model: config, formats, layers, kernels, decoding", &["model"]),

@@ -20,6 +20,10 @@ pub enum LabError {
     /// A file shorter than its own header says.
     #[error("{path}: truncated: {have} of {need} bytes")]
     Truncated { path: String, have: u64, need: u64 },
+    /// Logits holding NaN or an infinity: generation stops at the step named instead of
+    /// producing ids from them; `weight` names the first weight holding one, where it was found.
+    #[error("the logits of {step} hold NaN or infinity{}: generation stopped", .weight.as_ref().map(|w| format!(" (the weight {w} holds NaN or infinity)")).unwrap_or_default())]
+    NonFinite { step: String, weight: Option<String> },
     /// A model or workload whose byte counts the lab cannot represent.
     #[error("{0}")]
     TooLarge(String),
@@ -101,7 +105,10 @@ impl LabError {
 
     /// The user's mistake (exit code 2), as opposed to the machine's or the lab's.
     pub fn is_input(&self) -> bool {
-        matches!(self, Self::Input(_) | Self::OutOfRange { .. } | Self::TokenOutOfVocab { .. } | Self::Truncated { .. } | Self::TooLarge(_))
+        matches!(
+            self,
+            Self::Input(_) | Self::OutOfRange { .. } | Self::TokenOutOfVocab { .. } | Self::Truncated { .. } | Self::TooLarge(_) | Self::NonFinite { .. }
+        )
     }
 
     pub fn other(e: impl std::fmt::Display) -> Self {

@@ -30,12 +30,13 @@ fn size_mib(s: &str) -> Option<f64> {
     mib.is_finite().then_some(mib)
 }
 
-/// A size in MiB inside (0, 1 PiB]: no card or budget is larger, and its bytes fit u64.
+/// A size in MiB from 1 KiB to 1 PiB: no card or budget is larger, its bytes fit u64, and one
+/// smaller than a KiB holds nothing (a fraction of a byte would pass "above 0" and round to 0).
 fn checked_mib(s: &str, mib: f64) -> Result<f64> {
-    if mib > 0.0 && mib <= crate::limits::MAX_MIB as f64 {
+    if mib >= 1.0 / 1024.0 && mib <= crate::limits::MAX_MIB as f64 {
         Ok(mib)
     } else {
-        Err(LabError::out_of_range(format!("the size `{s}`"), format!("{mib} MiB"), "above 0 and at most 1 PiB"))
+        Err(LabError::out_of_range(format!("the size `{s}`"), format!("{mib} MiB"), "at least 1 KiB and at most 1 PiB"))
     }
 }
 

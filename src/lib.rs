@@ -12,6 +12,7 @@ pub mod experiments;
 pub mod frame;
 pub mod hw;
 pub mod limits;
+pub mod paths;
 pub mod memory;
 pub mod model;
 pub mod notebook;

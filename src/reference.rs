@@ -83,7 +83,9 @@ pub const REPORT_PROMPT_TOKENS: usize = 160;
 /// object per line, run on the same GPU in the same call as the lab: those with `"experiment"`
 /// equal to `experiment`.
 pub fn pytorch_records(path: &std::path::Path, experiment: &str) -> crate::Result<Vec<serde_json::Value>> {
-    let text = std::fs::read_to_string(path).map_err(|e| crate::LabError::input(format!("cannot read PyTorch figures {}: {e}", path.display())))?;
+    // The reference script writes a few hundred lines; a larger file is not its output.
+    let text = crate::paths::read_regular_text(path, 64 << 20)
+        .map_err(|e| crate::LabError::input(format!("cannot read PyTorch figures ({e})")))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let v: serde_json::Value = serde_json::from_str(line).map_err(|e| crate::LabError::input(format!("{} line {}: not JSON ({e})", path.display(), i + 1)))?;

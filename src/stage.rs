@@ -226,6 +226,11 @@ impl<S: Stage> AnyStage for Registered<S> {
                 // clap names each flag's id after its field.
                 let from_user = matches!(matches.value_source(field), Some(clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable));
                 if from_user {
+                    // Each list a stage takes names a row or a column once: a value given twice
+                    // wrote two rows under one name.
+                    if let Some(twice) = value.as_array().and_then(|a| a.iter().enumerate().find(|(i, v)| a[..*i].contains(v))) {
+                        return Err(LabError::input(format!("--{} lists {} twice", field.replace('_', "-"), twice.1)));
+                    }
                     config.insert(field.clone(), value.clone());
                 }
             }

@@ -72,6 +72,15 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
     let out = guarded(&probe, "generating", || {
         model::generate::warmup(&lm.model, &ids)?;
         model::generate(&lm.model, &ids, &cfg)
+    })
+    .or_else(|e| match e {
+        // Which weight made it: the source read again, tensor by tensor, on the CPU.
+        LabError::NonFinite { step, .. } => {
+            let mut opened = model::source::open(&source, &args.source_options())?;
+            let weight = model::weights::first_non_finite(&opened.cfg, opened.weights.as_mut())?;
+            Err(LabError::NonFinite { step, weight })
+        }
+        e => Err(e),
     })?;
     let after = probe.snapshot("after");
     let text = lm.tokenizer.as_ref().and_then(|t| t.decode(&out.generated_ids, true).ok());

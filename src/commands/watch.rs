@@ -14,20 +14,36 @@ pub struct WatchArgs {
     /// The GPU's index, as nvidia-smi numbers them
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
-    #[arg(long, default_value_t = 200)]
+    /// Milliseconds between samples (1 to 3,600,000)
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub interval_ms: u64,
     /// Stop after this many seconds (default: when the process ends; Ctrl-C stops too)
-    #[arg(long)]
+    #[arg(long, value_parser = duration_s)]
     pub duration_s: Option<f64>,
     /// Write the samples here
     #[arg(long)]
     pub csv: Option<PathBuf>,
     /// A jump of the process's memory between two samples above this is flagged, MiB
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(long, default_value_t = 100.0, value_parser = crate::limits::mib_f64)]
     pub threshold_mib: f64,
     /// A command to start and watch (after --)
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// The longest watch: a week.
+const MAX_DURATION_S: f64 = 7.0 * 24.0 * 3600.0;
+
+/// The most samples one watch keeps (about 100 B each): a week at the shortest interval would
+/// fill the host's memory.
+const MAX_SAMPLES: usize = 1_000_000;
+
+fn duration_s(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= MAX_DURATION_S) {
+        return Err(format!("{s} s is outside (0, {MAX_DURATION_S}] (a week)"));
+    }
+    Ok(v)
 }
 
 /// Samples a process's GPU memory (NVML; its RSS where there is no NVML) until it ends, the
@@ -39,6 +55,10 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
     }
     if w.interval_ms == 0 {
         return Err(LabError::input("--interval-ms must be above 0"));
+    }
+    // The samples go to a new file: checked before the command starts, not after it ran.
+    if let Some(path) = w.csv.as_ref().filter(|p| std::fs::symlink_metadata(p).is_ok()) {
+        return Err(LabError::input(format!("{} already exists: --csv writes a new file", path.display())));
     }
     let mut child = match w.command.split_first() {
         Some((prog, rest)) => Some(
@@ -62,6 +82,7 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
     let bar = if args.silent { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new_spinner() };
     let mut samples = Vec::new();
     let mut status = None;
+    let mut truncated = false;
     loop {
         let s = sampler.sample();
         bar.set_message(format!(
@@ -83,6 +104,10 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
             }
         }
         if w.duration_s.is_some_and(|d| samples.last().map(|s| s.t_s).unwrap_or(0.0) >= d) || crate::session::stop_requested() {
+            break;
+        }
+        if samples.len() >= MAX_SAMPLES {
+            truncated = true;
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(w.interval_ms));
@@ -111,7 +136,10 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
             "device_total_mib" => samples.iter().map(|s| s.device_total.map(crate::memory::mib)).collect::<Vec<_>>(),
             "source" => samples.iter().map(|s| format!("{:?}", s.source).to_lowercase()).collect::<Vec<_>>(),
         )?;
-        crate::session::run_folder::write_csv(path, &df)?;
+        use polars::prelude::{CsvWriter, SerWriter};
+        let mut bytes = Vec::new();
+        CsvWriter::new(&mut bytes).finish(&mut df.clone())?;
+        crate::paths::write_new(path, &bytes)?;
     }
     let peak = used.iter().flatten().max().copied();
     let first = used.iter().flatten().next().copied();
@@ -129,6 +157,9 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
     });
     if let Some(st) = status {
         lines.push(format!("the command ended: {st}"));
+    }
+    if truncated {
+        lines.push(format!("stopped after {MAX_SAMPLES} samples, the most one watch keeps"));
     }
     if let Some(path) = &w.csv {
         lines.push(format!("wrote {}", path.display()));

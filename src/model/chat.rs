@@ -5,6 +5,10 @@
 //! as it is, and `generate` says so. No Jinja engine: the ChatML template's one choice that
 //! matters here is its default system message, read from the template's text.
 
+/// The longest chat template read, and the longest default system message looked for.
+const MAX_TEMPLATE: usize = 256 << 10;
+const MAX_SYSTEM: usize = 8 << 10;
+
 /// ChatML with the template's default system message, if it has one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatMl {
@@ -14,15 +18,19 @@ pub struct ChatMl {
 impl ChatMl {
     /// The template's family, if ChatML.
     pub fn from_template(template: &str) -> Option<Self> {
-        if !template.contains("<|im_start|>") || !template.contains("<|im_end|>") {
+        // Real templates are a few KiB (Qwen2.5's 2.5, Qwen3's 4); a larger text is not read.
+        if template.len() > MAX_TEMPLATE || !template.contains("<|im_start|>") || !template.contains("<|im_end|>") {
             return None;
         }
         // Qwen2.5 writes `'<|im_start|>system\nYou are Qwen, … assistant.<|im_end|>\n'` for a
         // conversation that brings no system message of its own; `\n` is escaped in the source.
         let marker = "<|im_start|>system\\n";
         let system = template.match_indices(marker).find_map(|(at, _)| {
+            // The default message ends within a few KiB: each marker looks that far, no further,
+            // so a template of many markers costs linear time.
             let rest = &template[at + marker.len()..];
-            let text = &rest[..rest.find("<|im_end|>")?];
+            let window = &rest[..rest.floor_char_boundary(MAX_SYSTEM)];
+            let text = &window[..window.find("<|im_end|>")?];
             // A system message taken from the conversation (`messages[0]['content']`) is no default.
             (!text.contains("{{") && !text.contains('\'') && !text.is_empty()).then(|| text.to_string())
         });
@@ -39,7 +47,7 @@ impl ChatMl {
 
 /// The chat template of tokenizer_config.json in `dir`, if any.
 pub fn template_in(dir: &std::path::Path) -> Option<String> {
-    let text = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?;
+    let text = crate::paths::read_regular_text(&dir.join("tokenizer_config.json"), 16 << 20).ok()?;
     let json: serde_json::Value = serde_json::from_str(&text).ok()?;
     json.get("chat_template")?.as_str().map(str::to_string)
 }
@@ -59,6 +67,14 @@ mod tests {
             chat.apply("显存是什么?"),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\n显存是什么?<|im_end|>\n<|im_start|>assistant\n"
         );
+    }
+
+    #[test]
+    fn a_long_template_costs_linear_time_or_is_not_read() {
+        let many = format!("<|im_end|>{}", "<|im_start|>system\\n".repeat(12_000));
+        // 12,000 markers each looking 8 KiB ahead at most (it was 12,000 × the rest of the text).
+        assert_eq!(ChatMl::from_template(&many).map(|c| c.system), Some(None));
+        assert_eq!(ChatMl::from_template(&"<|im_start|><|im_end|>".repeat(20_000)), None, "over 256 KiB");
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub fn write_safetensors(cfg: &Qwen2Config, source: &mut dyn WeightSource, dir: 
         return Err(LabError::input(format!("a safetensors checkpoint holds dense tensors, not {precision}")));
     }
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(cfg).map_err(|e| LabError::Other(e.to_string()))?)?;
+    crate::paths::write_new(&dir.join("config.json"), serde_json::to_string_pretty(cfg).map_err(|e| LabError::Other(e.to_string()))?.as_bytes())?;
     // Group the tensors into shards first: the files' names carry the count.
     let specs: Vec<_> = cfg.tensor_specs().into_iter().filter(|s| source.contains(&s.name)).collect();
     let bytes = |s: &super::TensorSpec| (s.elem_count() * precision.dense_dtype().map_or(4, |d| d.size_in_bytes())) as u64;
@@ -55,7 +55,7 @@ pub fn write_safetensors(cfg: &Qwen2Config, source: &mut dyn WeightSource, dir: 
     }
     if n > 1 {
         let index = serde_json::json!({ "metadata": {}, "weight_map": weight_map });
-        std::fs::write(dir.join("model.safetensors.index.json"), index.to_string())?;
+        crate::paths::write_new(&dir.join("model.safetensors.index.json"), index.to_string().as_bytes())?;
     }
     Ok((files, writing))
 }

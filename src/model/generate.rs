@@ -1,7 +1,7 @@
 //! Prefill + decode loop with timings: the token generator behind `vram-lab generate` and the
 //! anatomy stage.
 
-use super::qwen2::{last_logits, Logits, Qwen2};
+use super::qwen2::{check_finite, last_logits, Logits, Qwen2};
 use crate::error::{LabError, Result};
 use crate::limits::{check_count, MAX_NEW_TOKENS, MAX_SEQ};
 use candle_core::Tensor;
@@ -77,8 +77,11 @@ pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on
     let mut sampler = Sampler::new(cfg.seed, cfg.temperature.unwrap_or(1.0), cfg.top_p);
     // Greedy picks the id on the device: one u32 crosses PCIe per token, not the vocabulary's logits.
     let greedy = cfg.temperature.is_none();
+    let mut step = 0usize;
     let mut pick = |pieces: &[Tensor]| -> Result<u32> {
         let logits = last_logits(pieces)?;
+        check_finite(&logits, step)?;
+        step += 1;
         if greedy {
             Ok(argmax(&logits)?[0])
         } else {

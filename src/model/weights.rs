@@ -14,6 +14,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The largest model.safetensors.index.json read (a 405B model's index is about 100 KiB).
+pub const MAX_INDEX_BYTES: u64 = 64 << 20;
+
 /// A loaded weight: dense, or GGUF blocks for candle's quantized matmul.
 #[derive(Debug, Clone)]
 pub enum Weight {
@@ -183,9 +186,11 @@ impl Safetensors {
             return Err(LabError::input("no *.safetensors file found"));
         }
         for f in files {
-            if !f.is_file() {
+            if !f.exists() {
                 return Err(LabError::input(format!("missing weight file {}", f.display())));
             }
+            // Mapped below: a FIFO or a device is refused before it is opened.
+            crate::paths::open_regular(f, u64::MAX, true)?;
         }
         // SAFETY: the files are memory-mapped read-only; the lab never writes them while mapped.
         let st = unsafe { candle_core::safetensors::MmapedSafetensors::multi(files) }
@@ -224,14 +229,21 @@ impl Safetensors {
     /// The shard list: model.safetensors.index.json when present, else every *.safetensors.
     pub fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
         let index = dir.join("model.safetensors.index.json");
-        if index.is_file() {
-            let text = std::fs::read_to_string(&index)?;
+        // Any index there is read (a FIFO or a device is refused, not passed over).
+        if index.exists() || index.is_symlink() {
+            let text = crate::paths::read_regular_text(&index, MAX_INDEX_BYTES)?;
             let json: serde_json::Value = serde_json::from_str(&text)
                 .map_err(|e| LabError::input(format!("{}: {e}", index.display())))?;
             let map = json["weight_map"]
                 .as_object()
                 .ok_or_else(|| LabError::input(format!("{} has no weight_map", index.display())))?;
-            let mut files: Vec<PathBuf> = map.values().filter_map(|v| v.as_str()).map(|f| dir.join(f)).collect();
+            // The index is data: each shard it names is a plain name inside the model folder.
+            let what = format!("{}: the shard", index.display());
+            let mut files: Vec<PathBuf> = map
+                .values()
+                .map(|v| v.as_str().ok_or_else(|| LabError::input(format!("{what} {v} is not a file name"))))
+                .map(|f| crate::paths::inside(dir, &what, f?))
+                .collect::<Result<_>>()?;
             files.sort();
             files.dedup();
             return Ok(files);
@@ -271,6 +283,21 @@ impl WeightSource for Safetensors {
         let names: Vec<_> = self.files.iter().filter_map(|f| f.file_name()).map(|f| f.to_string_lossy()).collect();
         format!("safetensors: {}", names.join(", "))
     }
+}
+
+/// The first tensor of `source` (in module order) that holds a NaN or an infinity, read one at a
+/// time on the CPU in F32: what names the culprit once a generation's logits are not finite.
+pub fn first_non_finite(cfg: &Qwen2Config, source: &mut dyn WeightSource) -> Result<Option<String>> {
+    for spec in cfg.tensor_specs() {
+        if !source.contains(&spec.name) {
+            continue;
+        }
+        let t = source.load(&spec, Precision::F32, &Device::Cpu)?.dense()?.to_dtype(DType::F32)?;
+        if t.flatten_all()?.to_vec1::<f32>()?.iter().any(|v| !v.is_finite()) {
+            return Ok(Some(spec.name.clone()));
+        }
+    }
+    Ok(None)
 }
 
 /// Loads every tensor the config names, in module order. `each` runs after every tensor (progress

@@ -106,7 +106,12 @@ pub fn render(run: &RunFolder, stages: &[Box<dyn AnyStage>]) -> Result<String> {
         }
         let Some(stage) = stage else { continue };
         for view in stage.views() {
-            let Ok(df) = run.table(&rec.name, view.table) else { continue };
+            // A view whose table the stage did not write is left out; a table the manifest names
+            // is read, and a name that is not a file of the folder is an error, not a gap.
+            if !rec.tables.contains_key(view.table) {
+                continue;
+            }
+            let df = run.table(&rec.name, view.table)?;
             for (label, part) in groups(&df, view.group_by)? {
                 let caption = if label.is_empty() { view.caption.to_string() } else { format!("{} — {label}", view.caption) };
                 let _ = write!(body, "<h3>{}</h3>", esc(&caption));
@@ -137,6 +142,6 @@ pub fn render(run: &RunFolder, stages: &[Box<dyn AnyStage>]) -> Result<String> {
 /// Writes `report.html` into the run folder.
 pub fn write(run: &RunFolder, stages: &[Box<dyn AnyStage>]) -> Result<PathBuf> {
     let path = run.dir.join(FILE);
-    std::fs::write(&path, render(run, stages)?)?;
+    crate::paths::replace_own(&path, render(run, stages)?.as_bytes())?;
     Ok(path)
 }

@@ -301,13 +301,15 @@ impl Session {
     /// Writes a stage's tables and texts into `<run>/<stage>/` and names them in its record.
     pub fn write_stage(&mut self, record: &mut StageRecord, tables: &[(String, DataFrame)], texts: &[(String, String)]) -> Result<()> {
         let folder = self.dir.join(&record.name);
-        std::fs::create_dir_all(&folder)?;
+        if !folder.is_dir() {
+            std::fs::create_dir(&folder)?;
+        }
         for (name, df) in tables {
             run_folder::write_csv(&folder.join(format!("{name}.csv")), df)?;
             record.tables.insert(name.clone(), format!("{}/{name}.csv", record.name));
         }
         for (name, text) in texts {
-            std::fs::write(folder.join(name), text)?;
+            crate::paths::replace_own(&folder.join(name), text.as_bytes())?;
             record.texts.insert(name.clone(), format!("{}/{name}", record.name));
         }
         Ok(())
@@ -328,10 +330,7 @@ impl Session {
     }
 
     fn save_manifest(&self) -> Result<()> {
-        let tmp = self.dir.join(format!("{MANIFEST}.tmp"));
-        std::fs::write(&tmp, serde_json::to_string_pretty(&self.manifest)?)?;
-        std::fs::rename(&tmp, self.dir.join(MANIFEST))?;
-        Ok(())
+        crate::paths::replace_own(&self.dir.join(MANIFEST), serde_json::to_string_pretty(&self.manifest)?.as_bytes())
     }
 
     /// Closes the run: the manifest's final status, the summary of findings on the console,
@@ -355,7 +354,7 @@ impl Session {
         let run = RunFolder::open(&self.dir)?;
         let html = render(&run)?;
         self.say(format!("\nwrote {} (open {})", self.dir.display(), html.display()));
-        std::fs::write(self.dir.join("console.txt"), &self.console.text)?;
+        crate::paths::replace_own(&self.dir.join("console.txt"), self.console.text.as_bytes())?;
         Ok(run)
     }
 }
@@ -375,6 +374,18 @@ fn default_out(what: &str) -> PathBuf {
 /// Creates the folder and its manifest in one exclusive step: a second run into the same folder,
 /// or one started at the same time, is refused.
 fn claim(dir: &Path, manifest: &Manifest) -> Result<()> {
+    // A folder of the user's is not written into: only a new or an empty one becomes a run.
+    if let Ok(meta) = std::fs::symlink_metadata(dir) {
+        if meta.file_type().is_dir() && std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) && !dir.join(MANIFEST).exists() {
+            return Err(LabError::input(format!(
+                "{} exists and is not empty: a run goes into a new or empty folder (choose another --out)",
+                dir.display()
+            )));
+        }
+        if !meta.file_type().is_dir() {
+            return Err(LabError::input(format!("{} exists and is not a folder: choose another --out", dir.display())));
+        }
+    }
     std::fs::create_dir_all(dir).map_err(|e| LabError::input(format!("cannot create output folder {}: {e}", dir.display())))?;
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(MANIFEST)).map_err(|e| {
         if e.kind() == std::io::ErrorKind::AlreadyExists {

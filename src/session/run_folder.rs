@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 
 pub const MANIFEST: &str = "manifest.json";
 
+/// The largest manifest or stage text the lab reads back from a run folder (a stage's text is a
+/// memory summary of a few KiB; the largest manifest committed is under 1 MiB).
+pub const MAX_RUN_FILE: u64 = 16 << 20;
+
 /// A headline figure: the measurement beside its prediction, the report's RTX 4090 figure and,
 /// for a throughput, its physical ceiling. The run's summary table is made of these.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -96,8 +100,10 @@ pub struct Manifest {
 impl Manifest {
     pub fn read(dir: &Path) -> Result<Self> {
         let p = dir.join(MANIFEST);
-        let text = std::fs::read_to_string(&p)
-            .map_err(|e| LabError::input(format!("{} is not a vram-lab run folder (no {MANIFEST}: {e})", dir.display())))?;
+        if !p.exists() {
+            return Err(LabError::input(format!("{} is not a vram-lab run folder (no {MANIFEST})", dir.display())));
+        }
+        let text = crate::paths::read_own_text(&p, MAX_RUN_FILE)?;
         serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", p.display())))
     }
 
@@ -133,21 +139,34 @@ impl RunFolder {
         let rel = self.record(stage)?.tables.get(name).ok_or_else(|| {
             LabError::input(format!("stage {stage} of the run in {} has no table {name}", self.dir.display()))
         })?;
-        read_csv(&self.dir.join(rel))
+        let path = self.inside(rel)?;
+        // polars opens the path itself: a link is refused before it does.
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.file_type().is_file()) {
+            return Err(LabError::input(format!("{} is not a regular file", path.display())));
+        }
+        read_csv(&path)
     }
 
+    /// A stage's text file. The manifest names it: the name is checked to lie inside the folder
+    /// and the file to be a regular one of bounded size, so a manifest cannot have the report
+    /// embed /etc/passwd or hang on a FIFO.
     pub fn text(&self, stage: &str, name: &str) -> Result<Option<String>> {
         match self.record(stage)?.texts.get(name) {
-            Some(rel) => Ok(Some(std::fs::read_to_string(self.dir.join(rel))?)),
+            Some(rel) => Ok(Some(crate::paths::read_own_text(&self.inside(rel)?, MAX_RUN_FILE)?)),
             None => Ok(None),
         }
     }
+
+    fn inside(&self, rel: &str) -> Result<PathBuf> {
+        crate::paths::inside(&self.dir, &format!("{}: the file", self.dir.join(MANIFEST).display()), rel)
+    }
 }
 
+/// A table as CSV at `path`, a new file or one the lab wrote before (never through a link).
 pub fn write_csv(path: &Path, df: &DataFrame) -> Result<()> {
-    let mut f = std::fs::File::create(path)?;
-    CsvWriter::new(&mut f).finish(&mut df.clone())?;
-    Ok(())
+    let mut bytes = Vec::new();
+    CsvWriter::new(&mut bytes).finish(&mut df.clone())?;
+    crate::paths::replace_own(path, &bytes)
 }
 
 pub fn read_csv(path: &Path) -> Result<DataFrame> {

@@ -4,16 +4,40 @@
 use super::config::{FragConfig, Layout};
 use super::lockstep::{Lockstep, Reading};
 use super::sequence::{false_oom, report_sequence, step, FalseOom};
-use crate::error::Result;
+use crate::error::{LabError, Result};
+use crate::limits::{MAX_MIB, MAX_REPEATS};
 use crate::estimate::pool::{self, AllocModel};
 use crate::memory::gib;
 use crate::reference::{pytorch_records, report};
 use crate::stage::Finding;
 
+/// The largest byte count a record may hold: 1 PiB, as every size the lab takes.
+const MAX_BYTES: u64 = MAX_MIB << 20;
+
 /// PyTorch's readings from the reference script, with the model of its allocator beside them.
 pub fn pytorch_rows(path: &std::path::Path, cfg: &FragConfig) -> Result<(Vec<Reading>, Vec<FalseOom>, Vec<Finding>)> {
     let recs = pytorch_records(path, "frag")?;
     let u = |v: &serde_json::Value, k: &str| v[k].as_u64();
+    // The file is data: every size the model replays is checked first, so a forged record cannot
+    // divide by a hole of 0 or cut a card of 2^64 bytes into billions of holes.
+    for r in &recs {
+        for k in ["device_free", "device_free_start", "hole", "request"] {
+            if let Some(v) = r.get(k).filter(|v| !v.is_null()) {
+                let ok = v.as_u64().is_some_and(|b| (1..=MAX_BYTES).contains(&b));
+                if !ok {
+                    return Err(LabError::input(format!("{}: {k} = {v} is not a byte count from 1 to 1 PiB", path.display())));
+                }
+            }
+        }
+        if let (Some(free), Some(hole)) = (u(r, "device_free_start"), u(r, "hole")) {
+            if free / hole > MAX_REPEATS as u64 {
+                return Err(LabError::input(format!(
+                    "{}: a hole of {hole} B cuts {free} B into more than {MAX_REPEATS} blocks",
+                    path.display()
+                )));
+            }
+        }
+    }
     let mut steps = Vec::new();
     let mut ooms = Vec::new();
     let mut found = Vec::new();

@@ -3,7 +3,8 @@
 
 use super::config::{FragConfig, Layout};
 use super::lockstep::{Lockstep, Reading};
-use crate::error::Result;
+use crate::error::{LabError, Result};
+use crate::limits::MAX_REPEATS;
 use crate::stage::Outcome;
 
 /// The steps of the report's sequence, as both the lab and the reference script name them.
@@ -67,7 +68,19 @@ pub struct FalseOom {
 /// Fills the card with `hole` blocks (carved out of one freed allocation for `Reused`), frees
 /// every other one, and asks for `request`; then the largest block that still fits.
 pub fn false_oom(ls: &mut Lockstep, layout: Layout, hole: u64, request: u64) -> Result<FalseOom> {
+    if hole == 0 {
+        return Err(LabError::input("the false-OOM trial needs a hole of at least one byte"));
+    }
     let n = ls.free_now().saturating_sub(hole / 2) / hole;
+    // Each hole costs the allocator model a pass over the blocks before it: a card cut into
+    // hundreds of thousands of holes would take minutes (a 64 TiB card in 500 MB holes).
+    if n > MAX_REPEATS as u64 {
+        return Err(LabError::input(format!(
+            "the false-OOM trial would cut {} of free memory into {n} holes of {}, more than {MAX_REPEATS}: pass a larger --hole-mib or a smaller --card",
+            crate::units::fmt_bytes(ls.free_now()),
+            crate::units::fmt_bytes(hole)
+        )));
+    }
     if layout == Layout::Reused {
         let (i, _, _) = ls.alloc(n * hole)?;
         ls.free(i); // no synchronisation: the pool may hand this memory out again at once

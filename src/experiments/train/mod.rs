@@ -14,9 +14,10 @@ use crate::estimate::training::{self, articles_activations, step_activations, st
 use crate::hw::Card;
 use crate::experiments::kv::random_ids;
 use crate::limits;
-use crate::memory::{guarded, mib};
+use crate::memory::{fmt_bytes, guarded, mib};
 use crate::model::optim::{AdamW, ParamsAdamW};
-use crate::model::{train, Precision, Qwen2, Qwen2Config};
+use crate::estimate::fit::Inference;
+use crate::model::{train, AttentionMode, Logits, Precision, Qwen2, Qwen2Config};
 use crate::session::Session;
 use crate::stage::{Finding, Stage, StageOutput, View};
 use serde::{Deserialize, Serialize};
@@ -144,6 +145,19 @@ fn too_large(s: &mut Session, cfg: &Qwen2Config, sh: TrainShape, oom: &str) -> R
     Ok(out)
 }
 
+/// Why a step needing `above` bytes above weights and states on each of `ranks` ranks sharing
+/// this device is not run: more than the device's whole memory (the card, or the host's memory on
+/// the CPU) could never be measured, and asking for it (4 TiB at the --seq and --batch ceilings)
+/// aborts the process instead of failing.
+fn beyond_device(s: &Session, above: u64, ranks: u64) -> Option<String> {
+    let snap = s.probe.snapshot("room");
+    let total = snap.device_total?;
+    let need = above.saturating_mul(ranks).saturating_add(snap.allocated);
+    (need > total).then(|| {
+        format!("not run: the step needs {} by the lab's formula, more than the {} this device has", fmt_bytes(need), fmt_bytes(total))
+    })
+}
+
 /// The micro-batches of the first layout: --batches, or each card plans its own (None), or --batch
 /// on every rank.
 fn first_layout(cfg: &TrainConfig, ranks: usize, cards: bool) -> Result<(&'static str, Option<Vec<usize>>)> {
@@ -168,6 +182,13 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, sh: TrainShape) -> Result<S
     let ledger = training::ledger(params, &setup);
     let mut rows = Vec::new();
     let mut out = StageOutput::default();
+    // On the CPU every rank shares the host's memory; on GPUs each has its own.
+    let sharing = if s.device.is_cuda() { 1 } else { ranks as u64 };
+    let widest = cfg.batches.iter().copied().max().unwrap_or(cfg.batch);
+    let above = step_activations(&model_cfg, params, TrainShape { batch: widest, seq: sh.seq }, ckpt).above_states();
+    if let Some(why) = beyond_device(s, ledger.weights + ledger.optimizer + above, sharing) {
+        return Err(LabError::input(format!("train over {ranks} ranks: {why}")));
+    }
     let mut next = Some(first_layout(cfg, ranks, !cards.is_empty())?);
     while let Some((layout, given)) = next.take() {
         s.check_stop()?;
@@ -249,6 +270,12 @@ impl Stage for Train {
             return Err(LabError::input("train needs --seq ≥ 2, --batch ≥ 1, --steps ≥ 1 and a --checkpointing setting"));
         }
         let sh = TrainShape { batch: cfg.batch, seq: cfg.seq };
+        // The step's formulas multiply batch × heads × seq²: a shape past what the estimator
+        // counts is refused before any of them (it overflowed at the --seq and --batch ceilings).
+        let widest = cfg.batches.iter().copied().max().unwrap_or(cfg.batch).max(cfg.batch);
+        let model_cfg = crate::model::source::open(&s.source, &s.opts)?.cfg;
+        let w = Inference { precision: Precision::F32, seq: cfg.seq, batch: widest, logits: Logits::All, attention: AttentionMode::Differentiable, stored: None };
+        crate::estimate::fit::check(&model_cfg, &w)?;
         if cfg.gpus > 1 || cfg.zero > 0 || !cfg.cards.is_empty() || !cfg.batches.is_empty() {
             return data_parallel(s, cfg, sh);
         }
@@ -274,10 +301,13 @@ impl Stage for Train {
         for &ckpt in &cfg.checkpointing {
             s.check_stop()?;
             s.console.step(format!("train: {} × {} tokens, checkpointing {}", cfg.batch, cfg.seq, if ckpt { "on" } else { "off" }));
-            let (m, oom) = match run_steps(s, &model, &mut opt, cfg, ckpt) {
-                Ok(m) => (Some(m), None),
-                Err(LabError::Oom(o)) => (None, Some(format!("OOM: {}", o.headline()))),
-                Err(e) => return Err(e),
+            let (m, oom) = match beyond_device(s, step_activations(&model_cfg, params, sh, ckpt).above_states(), 1) {
+                Some(why) => (None, Some(why)),
+                None => match run_steps(s, &model, &mut opt, cfg, ckpt) {
+                    Ok(m) => (Some(m), None),
+                    Err(LabError::Oom(o)) => (None, Some(format!("OOM: {}", o.headline()))),
+                    Err(e) => return Err(e),
+                },
             };
             let r = rows_for(&model_cfg, params, sh, ckpt, weights, states, m.as_ref(), oom);
             let peak = r.last().map(|r| (r.measured, r.lab, r.articles)).unwrap_or_default();

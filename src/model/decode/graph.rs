@@ -9,7 +9,7 @@
 
 use super::step::{OwnKernels, Tables};
 use crate::model::kv_cache::KvCache;
-use crate::model::qwen2::{last_logits, Logits, Qwen2};
+use crate::model::qwen2::{check_finite, last_logits, Logits, Qwen2};
 use crate::error::{LabError, Result};
 use candle_core::{DType, Tensor};
 
@@ -37,6 +37,9 @@ impl<'a> StaticDecoder<'a> {
         let (b, s) = prompt.dims2()?;
         let mut cache = model.new_cache(b, capacity)?;
         let logits = last_logits(&model.forward(prompt, &mut cache, Logits::Last)?)?;
+        // Checked once: weights holding NaN or an infinity show in the prefill's logits, and the
+        // captured step stays one launch with no read back.
+        check_finite(&logits, 0)?;
         let ids = logits.argmax_keepdim(candle_core::D::Minus1)?.to_dtype(DType::U32)?;
         let dev = model.device();
         Ok(Self {

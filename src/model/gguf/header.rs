@@ -145,10 +145,36 @@ impl<R: Read> Bounded<R> {
     }
 }
 
+/// ggml's own rule for the data section (gguf.cpp, `gguf_init_from_file_impl`): each tensor
+/// starts at a multiple of the alignment, right after the one before it padded to the alignment,
+/// in header order. A file that breaks it is refused as ggml refuses it, not read at its offsets.
+fn data_layout(tensors: &[TensorInfo], alignment: u64) -> std::result::Result<(), String> {
+    let mut expected: u128 = 0;
+    for t in tensors {
+        let name = t.name.escape_debug();
+        if t.offset % alignment != 0 {
+            return Err(format!("tensor {name} starts at offset {}, not a multiple of the alignment {alignment}", t.offset));
+        }
+        if t.offset as u128 != expected {
+            return Err(format!(
+                "tensor {name} starts at offset {}, where ggml expects {expected} (each tensor right after the one before it)",
+                t.offset
+            ));
+        }
+        let bytes = match (t.ggml_type(), t.bytes()) {
+            (_, Some(b)) => b,
+            (None, None) => return Err(format!("tensor {name} has type id {}, a ggml type the lab does not read", t.type_id)),
+            (Some(ty), None) => return Err(format!("tensor {name}: {} elements do not fill whole {} blocks", t.elems(), ty.name)),
+        };
+        expected = expected.saturating_add(bytes.div_ceil(alignment as u128) * alignment as u128);
+    }
+    Ok(())
+}
+
 impl Header {
     pub fn read(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).map_err(|e| LabError::input(format!("cannot open {}: {e}", path.display())))?;
-        let file_len = file.metadata()?.len();
+        // A regular file only: a FIFO would block the open, a device would read forever.
+        let (file, file_len) = crate::paths::open_regular(path, u64::MAX, true)?;
         Self::parse(BufReader::new(file), file_len, path)
             .map_err(|why| LabError::input(format!("{} is not a readable GGUF file ({why})", path.display())))
     }
@@ -169,6 +195,10 @@ impl Header {
             let key = r.string("a metadata key")?;
             let ty = r.u32(&key)?;
             let v = r.value(ty, 0, &key)?;
+            // ggml refuses a key given twice (gguf.cpp: "duplicate key").
+            if metadata.contains_key(&key) {
+                return Err(format!("metadata key {} is given twice", key.escape_debug()));
+            }
             metadata.insert(key, v);
         }
         let mut tensors = Vec::with_capacity(n_tensors as usize);
@@ -190,10 +220,13 @@ impl Header {
         };
         let header_end = file_len - r.left;
         let data_offset = header_end.div_ceil(alignment) * alignment;
-        // A name given twice (a forged file) answers with its first tensor, as a search would.
+        data_layout(&tensors, alignment)?;
+        // ggml refuses a name given twice (gguf.cpp: "duplicate tensor name").
         let mut index = HashMap::new();
         for (i, t) in tensors.iter().enumerate() {
-            index.entry(t.name.clone()).or_insert(i);
+            if index.insert(t.name.clone(), i).is_some() {
+                return Err(format!("tensor {} is named twice", t.name.escape_debug()));
+            }
         }
         Ok(Self { path: path.to_path_buf(), version, metadata, tensors, index, data_offset, file_len })
     }

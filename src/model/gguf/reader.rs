@@ -33,7 +33,7 @@ impl Gguf {
     pub fn open_header(path: &Path) -> Result<(Self, Option<LabError>)> {
         let header = Header::read(path)?;
         header.check_types()?;
-        let file = std::fs::File::open(path).map_err(|e| LabError::input(format!("cannot open {}: {e}", path.display())))?;
+        let (file, _) = crate::paths::open_regular(path, u64::MAX, true)?;
         let truncated = header.truncated();
         Ok((Self { header, file }, truncated))
     }

@@ -187,8 +187,16 @@ pub fn write_gguf(
 ) -> Result<Vec<Planned>> {
     let tensors = plan(cfg, which);
     let md = metadata(cfg, which, tok)?;
+    // Nothing of the user's is replaced: not a file, a link or a device at `out`.
+    if std::fs::symlink_metadata(out).is_ok() {
+        return Err(LabError::input(format!("{} already exists: the lab writes a new file only (choose another path)", out.display())));
+    }
     let tmp = out.with_extension("gguf.tmp");
-    let file = std::fs::File::create(&tmp).map_err(|e| LabError::input(format!("cannot create {}: {e}", tmp.display())))?;
+    let file = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(&tmp)
+    }
+    .map_err(|e| LabError::input(format!("cannot create {}: {e}", tmp.display())))?;
     let mut w = BufWriter::with_capacity(8 << 20, file);
     write_header(&mut w, &md, &tensors)?;
     for (spec, t) in cfg.tensor_specs().iter().zip(&tensors) {

@@ -40,6 +40,56 @@ fn default_hidden_act() -> String {
     "silu".into()
 }
 
+/// The config.json fields the lab reads or that change nothing it computes (training-only
+/// settings, bookkeeping). Any other field is refused by name: a model that sets something the
+/// lab does not implement would compute or price something else without a word.
+const KNOWN_FIELDS: &[&str] = &[
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "rms_norm_eps", "rope_theta", "max_position_embeddings", "tie_word_embeddings",
+    "hidden_act", "bos_token_id", "eos_token_id", "torch_dtype", "dtype", "head_dim", "model_type",
+    // checked below: only their off or default values are taken
+    "rope_scaling", "rope_parameters", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types",
+    "use_mrope", "quantization_config",
+    // nothing the lab computes depends on these
+    "architectures", "attention_dropout", "initializer_range", "transformers_version", "use_cache",
+    "pad_token_id", "_name_or_path",
+];
+
+/// The first field of `obj` the lab does not implement, as a sentence naming it.
+fn unimplemented_field(obj: &serde_json::Map<String, serde_json::Value>) -> std::result::Result<(), String> {
+    use serde_json::Value;
+    let off = |k: &str| matches!(obj.get(k), None | Some(Value::Null) | Some(Value::Bool(false)));
+    if let Some(k) = obj.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())) {
+        return Err(format!("field `{}` is not one the lab implements for a dense Qwen2 model", k.escape_debug()));
+    }
+    if !off("rope_scaling") {
+        return Err(format!("`rope_scaling` = {} is set: the lab computes plain RoPE (no YaRN, linear, dynamic or llama3 scaling)", obj["rope_scaling"]));
+    }
+    if let Some(p) = obj.get("rope_parameters").filter(|p| !p.is_null()) {
+        let plain = p.as_object().is_some_and(|m| {
+            m.keys().all(|k| k == "rope_theta" || k == "rope_type") && m.get("rope_type").is_none_or(|t| t == "default")
+        });
+        if !plain {
+            return Err(format!("`rope_parameters` = {p} asks for more than plain RoPE (rope_type default and rope_theta): the lab computes plain RoPE"));
+        }
+    }
+    if !off("use_sliding_window") {
+        return Err("`use_sliding_window` is on: the lab computes full attention in every layer (no sliding window)".into());
+    }
+    if let Some(types) = obj.get("layer_types").filter(|t| !t.is_null()) {
+        if !types.as_array().is_some_and(|a| a.iter().all(|t| t == "full_attention")) {
+            return Err("`layer_types` names a layer that is not full_attention: the lab computes full attention in every layer".into());
+        }
+    }
+    if !off("use_mrope") {
+        return Err("`use_mrope` is on: the lab computes one-dimensional RoPE (no multimodal RoPE)".into());
+    }
+    if !off("quantization_config") {
+        return Err("`quantization_config` is set: the lab reads F32, F16 and BF16 checkpoints (GPTQ, AWQ and bitsandbytes weights are not priced or computed; use a GGUF)".into());
+    }
+    Ok(())
+}
+
 /// The presets under data/models, embedded so the binary needs no data folder.
 pub const PRESETS: &[(&str, &str)] = &[
     ("tiny", include_str!("../../../data/models/tiny.json")),
@@ -77,8 +127,8 @@ impl Qwen2Config {
     }
 
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| LabError::input(format!("cannot read {}: {e}", path.display())))?;
+        // A config.json is a few KiB; a larger file is not one.
+        let text = crate::paths::read_regular_text(path, 16 << 20)?;
         Self::from_json(&text, &path.display().to_string())
     }
 
@@ -114,6 +164,7 @@ impl Qwen2Config {
             if let Some(key) = ["num_experts", "num_local_experts", "moe_intermediate_size"].iter().find(|k| obj.contains_key(**k)) {
                 return Err(bad(&format!("`{key}` marks a mixture of experts: the lab computes and prices dense Qwen2 models")));
             }
+            unimplemented_field(obj).map_err(|e| bad(&e))?;
         }
         let cfg: Self = serde_json::from_value(json).map_err(|e| bad(&e))?;
         cfg.validate().map_err(|e| LabError::input(format!("{origin}: {e}")))?;
@@ -141,7 +192,7 @@ impl Qwen2Config {
                 return Err(format!("{name} = {} is above the lab's ceiling of {} (no real model comes near; a model this size cannot be priced)", grouped(value as u64), grouped(max as u64)));
             }
         }
-        if let Some(d) = self.head_dim.filter(|&d| d * self.num_attention_heads != self.hidden_size) {
+        if let Some(d) = self.head_dim.filter(|&d| d.checked_mul(self.num_attention_heads) != Some(self.hidden_size)) {
             // Only a tensor-parallel rank's config (made by the lab, never read) has fewer heads.
             return Err(format!("head_dim {d} × num_attention_heads {} is not hidden_size {}", self.num_attention_heads, self.hidden_size));
         }
