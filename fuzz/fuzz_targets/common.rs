@@ -15,6 +15,7 @@ pub fn scratch() -> PathBuf {
     dir
 }
 
+#[allow(dead_code)]
 pub fn open_and_load(source: &ModelSource) {
     if let Ok(mut opened) = source::open(source, &SourceOptions::default()) {
         for spec in opened.cfg.tensor_specs() {

@@ -1,11 +1,11 @@
 //! Prefill + decode loop with timings: the token generator behind `vram-lab generate` and the
 //! anatomy stage.
 
-use super::qwen2::{check_finite, last_logits, Logits, Qwen2};
+use super::qwen2::{last_logits, Logits, Qwen2};
 use crate::error::{LabError, Result};
 use crate::limits::{check_count, MAX_NEW_TOKENS, MAX_SEQ};
 use candle_core::Tensor;
-use super::sampling::Sampler;
+use super::sampling::{check_finite, Sampler};
 use std::time::Instant;
 
 #[derive(Debug, Clone)]

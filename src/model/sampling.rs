@@ -1,11 +1,28 @@
-//! Sampling the next token: softmax at a temperature, optionally cut to the top-p mass, drawn
-//! with a seeded generator. The same rule as candle-transformers' `LogitsProcessor`, kept here so
-//! the lab does not build candle-transformers (the last 73 s of a cold 2-core build).
+//! The next token's logits checked (`check_finite`) and sampled: softmax at a temperature,
+//! optionally cut to the top-p mass, drawn with a seeded generator. The same rule as
+//! candle-transformers' `LogitsProcessor`, kept here so the lab does not build candle-transformers
+//! (the last 73 s of a cold 2-core build).
 
 use crate::error::{LabError, Result};
 use candle_core::{DType, Tensor};
 use rand::distr::{weighted::WeightedIndex, Distribution};
 use rand::{rngs::StdRng, SeedableRng};
+
+/// `LabError::NonFinite` when `logits` hold a NaN or an infinity (step 0 is the prefill): ids
+/// picked from them would look like any others. One sum on the device, one number read back; the
+/// values are read whole only when the sum is not finite, to tell an overflowing sum apart.
+pub fn check_finite(logits: &Tensor, step: usize) -> Result<()> {
+    let sum = logits.sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()?;
+    if sum.is_finite() {
+        return Ok(());
+    }
+    let values = logits.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+    if values.iter().all(|v| v.is_finite()) {
+        return Ok(());
+    }
+    let step = if step == 0 { "the prefill".to_string() } else { format!("decode step {step}") };
+    Err(LabError::NonFinite { step, weight: None })
+}
 
 pub struct Sampler {
     rng: StdRng,

@@ -1,5 +1,5 @@
 //! Model sources: `synthetic:<preset>`, a local directory (config.json + *.safetensors), a local
-//! `.gguf` file, or a Hugging Face repo id fetched through hf-hub (HF_ENDPOINT, HF_HOME, or
+//! `.gguf` file, or a Hugging Face repo id fetched through `hub` (HF_ENDPOINT, HF_HOME, or
 //! `--cache-dir`). Each resolves to a config, a weight source and, when present, a tokenizer.
 
 use super::chat::{self, ChatMl};
@@ -29,7 +29,7 @@ pub enum ModelSource {
 pub struct SourceOptions {
     /// tokenizer.json to use (else the one beside the model, or a GGUF's own).
     pub tokenizer: Option<PathBuf>,
-    /// Where hf-hub keeps downloads (default: $HF_HOME/hub).
+    /// Where Hub downloads are kept (default: $HF_HUB_CACHE, else $HF_HOME/hub).
     pub cache_dir: Option<PathBuf>,
     pub seed: u64,
 }
@@ -44,12 +44,15 @@ impl ModelSource {
         if let Some((repo, file)) = s.split_once(':').filter(|_| !path.exists()) {
             let looks_like_repo = repo.split('/').count() == 2 && !repo.starts_with('.') && !repo.starts_with('/');
             if looks_like_repo && file.to_ascii_lowercase().ends_with(".gguf") {
+                // Both become paths in the cache: checked before anything is fetched.
+                super::hub::names::repo_id(repo)?;
+                super::hub::names::file("the file name", file)?;
                 return Ok(Self::HubFile { repo: repo.to_string(), file: file.to_string() });
             }
         }
         if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
             if !path.is_file() {
-                return Err(LabError::input(format!("no such GGUF file: {s}")));
+                return Err(LabError::input(format!("no such GGUF file: {}", s.escape_debug())));
             }
             return Ok(Self::Gguf(path.to_path_buf()));
         }
@@ -61,10 +64,12 @@ impl ModelSource {
         }
         let looks_like_repo = s.split('/').count() == 2 && !s.starts_with('.') && !s.starts_with('/');
         if looks_like_repo {
+            super::hub::names::repo_id(s)?;
             return Ok(Self::Hub(s.to_string()));
         }
         Err(LabError::input(format!(
-            "no such model: {s} (use synthetic:<preset>, a directory with config.json, a .gguf file, an org/name repo id or org/name:file.gguf)"
+            "no such model: {} (use synthetic:<preset>, a directory with config.json, a .gguf file, an org/name repo id or org/name:file.gguf)",
+            s.escape_debug()
         )))
     }
 
@@ -88,7 +93,9 @@ impl ModelSource {
 }
 
 fn read_tokenizer(path: &Path) -> Result<Tokenizer> {
-    Tokenizer::from_file(path).map_err(|e| LabError::input(format!("cannot read tokenizer {}: {e}", path.display())))
+    // tokenizer.json is data: a regular file of bounded size (Qwen2.5's is 7 MiB), not a FIFO.
+    let bytes = crate::paths::read_regular(path, 256 << 20)?;
+    Tokenizer::from_bytes(bytes).map_err(|e| LabError::input(format!("cannot read tokenizer {}: {e}", path.display())))
 }
 
 /// The tokenizer given explicitly, or a tokenizer.json found in `dir`.

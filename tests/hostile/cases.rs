@@ -198,8 +198,29 @@ pub fn cases() -> Vec<Case> {
     all.extend(gguf_rules());
     all.extend(run_folders());
     all.extend(writes());
+    all.extend(hub_names());
     all.extend(flag_matrix());
     all
+}
+
+/// Hub names the user gives and HF_ENDPOINT, refused before any request (no server runs here;
+/// the malicious server's cases are tests/hub_hostile.rs).
+fn hub_names() -> Vec<Case> {
+    let gen = |model: &str| format!("generate --prompt-ids 1,2 --max-new-tokens 2 --model {model}");
+    let at = |endpoint: &str| case("hub", &gen("org/name"), "HF_ENDPOINT").env("HF_ENDPOINT", endpoint);
+    vec![
+        case("hub", &gen("org/name:../../x.gguf"), "climbs out"),
+        case("hub", &gen("org/name:/etc/x.gguf"), "relative name"),
+        case("hub", &gen("org/..:x.gguf"), "starting with"),
+        case("hub", &gen("org/-x"), "starting with"),
+        case("hub", &gen("org/x\u{1b}[2J"), "holds a character"),
+        case("hub", &gen("org/x%2F..%2Fy"), "holds a character"),
+        at("http://127.0.0.1:1/\u{7}"),
+        at("javascript:alert(1)"),
+        at("file:///etc"),
+        at("127.0.0.1:8080"),
+        at("http://user@127.0.0.1:1"),
+    ]
 }
 
 /// A JSON value as file bytes.
@@ -365,7 +386,7 @@ fn run_folder() -> Vec<(String, Vec<u8>)> {
         let dir = tmp.path().join("r");
         let o = common::lab_quiet(&["estimate", "--model", "synthetic:tiny", "--out", dir.to_str().unwrap()]);
         assert!(o.status.success(), "{}", common::output_text(&o));
-        super::harness::snapshot(&dir)
+        super::harness::snapshot(&dir, None)
             .into_iter()
             .filter(|(_, seen)| matches!(seen, super::harness::Seen::File(..)))
             .map(|(p, _)| (format!("r/{}", p.display()), std::fs::read(dir.join(&p)).unwrap()))

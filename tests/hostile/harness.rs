@@ -4,8 +4,7 @@
 //! appear only under `out/` (the run folder) — so an attack that writes through a link, replaces a
 //! file or creates one elsewhere fails its case.
 
-use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
+pub use super::snapshot::{snapshot, Seen};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -61,44 +60,6 @@ impl Case {
     }
 }
 
-/// What a path is, as far as a change to it would show: its kind, and its bytes' hash and
-/// length or its link target.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Seen {
-    Dir,
-    File(u64, u64),
-    Link(PathBuf),
-    Other,
-}
-
-/// Every path under `dir`, relative, and what it is (links are not followed).
-pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Seen> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            let meta = std::fs::symlink_metadata(&p).unwrap();
-            let ft = meta.file_type();
-            let seen = if ft.is_symlink() {
-                Seen::Link(std::fs::read_link(&p).unwrap())
-            } else if ft.is_dir() {
-                stack.push(p.clone());
-                Seen::Dir
-            } else if ft.is_file() {
-                let bytes = std::fs::read(&p).unwrap();
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                bytes.hash(&mut h);
-                Seen::File(bytes.len() as u64, h.finish())
-            } else {
-                Seen::Other
-            };
-            out.insert(p.strip_prefix(dir).unwrap().to_path_buf(), seen);
-        }
-    }
-    out
-}
-
 pub struct Outcome {
     pub code: Option<i32>,
     pub stderr: String,
@@ -136,7 +97,7 @@ fn lay_out(root: &Path, c: &Case) {
 pub fn run(c: &Case) -> Outcome {
     let scratch = tempfile::tempdir().unwrap();
     lay_out(scratch.path(), c);
-    let before = snapshot(scratch.path());
+    let before = snapshot(scratch.path(), None);
     let mut cmd = Command::new(binary());
     cmd.args(&c.args).args(["--quiet", "--out", "out"]).current_dir(scratch.path());
     cmd.env("HF_HOME", scratch.path().join("out/hf")).env_remove("HF_ENDPOINT").env_remove("RUST_BACKTRACE").env_remove("HF_TOKEN");
@@ -169,7 +130,7 @@ pub fn run(c: &Case) -> Outcome {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let after = snapshot(scratch.path());
+    let after = snapshot(scratch.path(), None);
     let stray = after.keys().filter(|p| !before.contains_key(*p) && !p.starts_with("out")).cloned().collect();
     let changed = before.iter().filter(|(p, seen)| after.get(*p) != Some(seen)).map(|(p, _)| p.clone()).collect();
     Outcome { code, stderr: err_t.join().unwrap(), stdout: out_t.join().unwrap(), hung, stray, changed }

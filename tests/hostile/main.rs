@@ -13,6 +13,8 @@ mod cases;
 #[path = "../common/mod.rs"]
 mod common;
 mod harness;
+#[path = "../common/snapshot.rs"]
+mod snapshot;
 
 use cases::{cases, tiny_gguf};
 use harness::{case, run, TIME_LIMIT};
@@ -45,7 +47,9 @@ fn hostile_inputs_fail_cleanly() {
     let mut failures = Vec::new();
     for c in &cases {
         let o = run(c);
-        let cmd = c.args.join(" ");
+        // Control characters shown escaped, and the environment a case sets before its command.
+        let env = c.env.iter().map(|(k, v)| format!("{k}={}", v.escape_debug()));
+        let cmd = env.chain(c.args.iter().map(|a| a.escape_debug().to_string())).collect::<Vec<_>>().join(" ");
         let lines: Vec<&str> = o.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
         let line = lines.first().copied().unwrap_or("");
         let mut bad = Vec::new();

@@ -9,7 +9,8 @@
 
 use super::step::{OwnKernels, Tables};
 use crate::model::kv_cache::KvCache;
-use crate::model::qwen2::{check_finite, last_logits, Logits, Qwen2};
+use crate::model::qwen2::{last_logits, Logits, Qwen2};
+use crate::model::sampling::check_finite;
 use crate::error::{LabError, Result};
 use candle_core::{DType, Tensor};
 

@@ -13,4 +13,4 @@ pub mod linear;
 pub mod model;
 pub mod trainable;
 
-pub use model::{check_finite, last_logits, Logits, Qwen2};
+pub use model::{last_logits, Logits, Qwen2};

@@ -384,22 +384,6 @@ impl Qwen2 {
 }
 
 /// The logits of the last position of a forward's output, as a [batch, vocab] F32 tensor.
-/// `LabError::NonFinite` when `logits` hold a NaN or an infinity (step 0 is the prefill): ids
-/// picked from them would look like any others. One sum on the device, one number read back; the
-/// values are read whole only when the sum is not finite, to tell an overflowing sum apart.
-pub fn check_finite(logits: &Tensor, step: usize) -> Result<()> {
-    let sum = logits.sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()?;
-    if sum.is_finite() {
-        return Ok(());
-    }
-    let values = logits.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-    if values.iter().all(|v| v.is_finite()) {
-        return Ok(());
-    }
-    let step = if step == 0 { "the prefill".to_string() } else { format!("decode step {step}") };
-    Err(LabError::NonFinite { step, weight: None })
-}
-
 pub fn last_logits(pieces: &[Tensor]) -> Result<Tensor> {
     let last = pieces.last().ok_or_else(|| LabError::other("forward returned no logits"))?;
     let rows = last.dim(1)?;
