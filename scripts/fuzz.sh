@@ -4,9 +4,10 @@
 # fuzz/seeds/<target> and the committed corpus fuzz/corpus/<target>, works in fuzz/work/<target>
 # (ignored), writes what it finds to fuzz/artifacts/<target> and its log to fuzz/logs/<target>.log;
 # at the end the working corpus is merged (minimised) back into fuzz/corpus/<target> and the log's
-# closing statistics (executions, coverage, features) go to fuzz/logs/summary.md.
+# closing statistics (executions, coverage, features) replace the target's row of fuzz/logs/summary.md.
 #   bash scripts/fuzz.sh                 # build, then every target for an hour
 #   SECONDS_EACH=60 bash scripts/fuzz.sh gguf config
+#   SUMMARY_ONLY=1 bash scripts/fuzz.sh config   # the rows of finished runs again, from their logs
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 each=${SECONDS_EACH:-3600}
@@ -14,11 +15,12 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(gguf safetensors config run_folder hub_names)
 # No sanitizer: the code is safe Rust over mapped files; overflow checks and debug assertions on
 # (-a), so an overflow that a release build would wrap is a crash here.
-RUSTC_BOOTSTRAP=1 cargo fuzz build -s none -a
 max_len() { case "$1" in gguf|safetensors) echo 65536 ;; config) echo 8192 ;; *) echo 16384 ;; esac; }
 mkdir -p logs
 declare -A pid
+[ -n "${SUMMARY_ONLY:-}" ] || RUSTC_BOOTSTRAP=1 cargo fuzz build -s none -a
 for t in "${targets[@]}"; do
+  [ -z "${SUMMARY_ONLY:-}" ] || continue
   mkdir -p "work/$t" "corpus/$t" "artifacts/$t"
   [ -d "seeds/$t" ] && cp -n seeds/"$t"/* "work/$t/" 2>/dev/null || true
   cp -n corpus/"$t"/* "work/$t/" 2>/dev/null || true
@@ -29,27 +31,28 @@ for t in "${targets[@]}"; do
   echo "$t: pid ${pid[$t]}, ${each} s, log fuzz/logs/$t.log"
 done
 status=0
-for t in "${targets[@]}"; do wait "${pid[$t]}" || status=1; done
-{
-  echo "# libFuzzer runs ($(date -u +%Y-%m-%d), $(nproc) cores shared, nice 19, ${each} s a target)"
-  echo
-  echo "| target | seconds | executions | exec/s | coverage (edges) | features | corpus | crashes |"
-  echo "|---|---|---|---|---|---|---|---|"
-  for t in "${targets[@]}"; do
-    log="logs/$t.log"
-    done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
-    execs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" | awk '{print $2}' | tail -1)
-    rate=$(grep -oE 'stat::average_exec_per_sec: [0-9]+' "$log" | awk '{print $2}' | tail -1)
-    cov=$(echo "$done_line" | grep -oE 'cov: [0-9]+' | awk '{print $2}')
-    ft=$(echo "$done_line" | grep -oE 'ft: [0-9]+' | awk '{print $2}')
-    secs=$(grep -oE 'Done [0-9]+ runs in [0-9]+ second' "$log" | awk '{print $5}' | tail -1)
-    crashes=$(find "artifacts/$t" -type f | wc -l)
-    # The working corpus, minimised into the committed one.
-    rm -rf "work/$t.min" && mkdir -p "work/$t.min"
-    "target/x86_64-unknown-linux-gnu/release/$t" -merge=1 -max_len="$(max_len "$t")" "work/$t.min" "work/$t" "corpus/$t" >"logs/$t.merge.log" 2>&1 || true
-    rm -rf "corpus/$t" && mv "work/$t.min" "corpus/$t"
-    echo "| $t | ${secs:-?} | ${execs:-?} | ${rate:-?} | ${cov:-?} | ${ft:-?} | $(find "corpus/$t" -type f | wc -l) files | $crashes |"
-  done
-} >logs/summary.md
-cat logs/summary.md
+for t in "${!pid[@]}"; do wait "${pid[$t]}" || status=1; done
+# One row a target in logs/summary.md: a run of some targets replaces their rows only.
+summary=logs/summary.md
+[ -f "$summary" ] || printf '# libFuzzer runs (%s cores shared, nice 19)\n\n| target | date | seconds | executions | exec/s | coverage (edges) | features | corpus | crashes |\n|---|---|---|---|---|---|---|---|---|\n' "$(nproc)" >"$summary"
+for t in "${targets[@]}"; do
+  log="logs/$t.log"
+  done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
+  # A run that crashed has no closing lines: its fields stay `?` (grep's miss is not an error).
+  field() { grep -oE "$1" "$2" | awk "{print \$$3}" | tail -1 || true; }
+  execs=$(field 'stat::number_of_executed_units:[[:space:]]+[0-9]+' "$log" 2)
+  rate=$(field 'stat::average_exec_per_sec:[[:space:]]+[0-9]+' "$log" 2)
+  secs=$(field 'Done [0-9]+ runs in [0-9]+ second' "$log" 5)
+  cov=$(echo "$done_line" | grep -oE 'cov: [0-9]+' | awk '{print $2}' || true)
+  ft=$(echo "$done_line" | grep -oE 'ft: [0-9]+' | awk '{print $2}' || true)
+  crashes=$(find "artifacts/$t" -type f | wc -l)
+  # The working corpus, minimised into the committed one.
+  rm -rf "work/$t.min" && mkdir -p "work/$t.min"
+  "target/x86_64-unknown-linux-gnu/release/$t" -merge=1 -max_len="$(max_len "$t")" "work/$t.min" "work/$t" "corpus/$t" >"logs/$t.merge.log" 2>&1 || true
+  rm -rf "corpus/$t" && mv "work/$t.min" "corpus/$t"
+  grep -v "^| $t |" "$summary" >"$summary.tmp" || true
+  echo "| $t | $(date -u +%Y-%m-%d) | ${secs:-?} | ${execs:-?} | ${rate:-?} | ${cov:-?} | ${ft:-?} | $(find "corpus/$t" -type f | wc -l) files | $crashes |" >>"$summary.tmp"
+  mv "$summary.tmp" "$summary"
+done
+cat "$summary"
 exit $status

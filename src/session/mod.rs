@@ -376,14 +376,16 @@ fn default_out(what: &str) -> PathBuf {
 fn claim(dir: &Path, manifest: &Manifest) -> Result<()> {
     // A folder of the user's is not written into: only a new or an empty one becomes a run.
     if let Ok(meta) = std::fs::symlink_metadata(dir) {
-        if meta.file_type().is_dir() && std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) && !dir.join(MANIFEST).exists() {
+        if !meta.file_type().is_dir() {
+            return Err(LabError::input(format!("{} exists and is not a folder: choose another --out", dir.display())));
+        }
+        // A folder holding a run is refused below, naming its manifest.
+        let empty = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
+        if !empty && !dir.join(MANIFEST).exists() {
             return Err(LabError::input(format!(
                 "{} exists and is not empty: a run goes into a new or empty folder (choose another --out)",
                 dir.display()
             )));
-        }
-        if !meta.file_type().is_dir() {
-            return Err(LabError::input(format!("{} exists and is not a folder: choose another --out", dir.display())));
         }
     }
     std::fs::create_dir_all(dir).map_err(|e| LabError::input(format!("cannot create output folder {}: {e}", dir.display())))?;

@@ -199,6 +199,7 @@ pub fn cases() -> Vec<Case> {
     all.extend(run_folders());
     all.extend(writes());
     all.extend(hub_names());
+    all.extend(fuzz_finds());
     all.extend(flag_matrix());
     all
 }
@@ -459,6 +460,30 @@ fn writes() -> Vec<Case> {
         case("writes", "watch --duration-s 1 --csv victim.txt", "already exists"),
         case("writes", "watch --duration-s 1 --csv w.csv", "already exists").link("w.csv", VICTIM),
     ]
+}
+
+/// What libFuzzer found in the file parsers (fuzz/regressions/<target>), fixed: each find is a
+/// case of its own, through the command that reads such a file.
+fn fuzz_finds() -> Vec<Case> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    let finds = |target: &str| {
+        let mut files: Vec<_> = std::fs::read_dir(dir.join(target)).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+        files.sort();
+        files.into_iter().map(|p| std::fs::read(p).unwrap()).collect::<Vec<_>>()
+    };
+    let mut out = Vec::new();
+    for bytes in finds("gguf") {
+        out.push(case("fuzz find", "estimate --model m.gguf", "m.gguf").file("m.gguf", bytes.clone()));
+        out.push(case("fuzz find", "generate --model m.gguf --prompt-ids 1 --max-new-tokens 1", "m.gguf").file("m.gguf", bytes));
+    }
+    for bytes in finds("safetensors") {
+        let cfg = std::fs::read(dir.join("../seeds/config/micro.json")).unwrap();
+        out.push(case("fuzz find", "generate --model m --prompt-ids 1 --max-new-tokens 1", "model.safetensors").file("m/config.json", cfg).file("m/model.safetensors", bytes));
+    }
+    for bytes in finds("config") {
+        out.push(case("fuzz find", "estimate --config c.json", "c.json").file("c.json", bytes));
+    }
+    out
 }
 
 /// Every counted flag of the stages with the values no count takes: zero, a negative number,

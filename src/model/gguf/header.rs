@@ -164,7 +164,10 @@ fn data_layout(tensors: &[TensorInfo], alignment: u64) -> std::result::Result<()
         let bytes = match (t.ggml_type(), t.bytes()) {
             (_, Some(b)) => b,
             (None, None) => return Err(format!("tensor {name} has type id {}, a ggml type the lab does not read", t.type_id)),
-            (Some(ty), None) => return Err(format!("tensor {name}: {} elements do not fill whole {} blocks", t.elems(), ty.name)),
+            (Some(ty), None) if t.elems() % ty.block as u128 != 0 => {
+                return Err(format!("tensor {name}: {} elements do not fill whole {} blocks", t.elems(), ty.name))
+            }
+            (Some(_), None) => return Err(format!("tensor {name}: its shape {:?} holds more bytes than the lab can count", t.ne)),
         };
         expected = expected.saturating_add(bytes.div_ceil(alignment as u128) * alignment as u128);
     }

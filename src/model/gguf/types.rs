@@ -65,9 +65,10 @@ impl GgmlType {
     }
 
     /// Bytes of `elems` values, or None when they do not fill whole blocks (ggml refuses such a
-    /// tensor). u128 so that a forged shape cannot overflow.
+    /// tensor) or pass u128 (a forged shape whose element count saturated: the fuzzer's first
+    /// GGUF find, fuzz/regressions/gguf).
     pub fn bytes_of(self, elems: u128) -> Option<u128> {
-        (elems % self.block as u128 == 0).then(|| elems / self.block as u128 * self.bytes as u128)
+        (elems % self.block as u128 == 0).then(|| (elems / self.block as u128).checked_mul(self.bytes as u128))?
     }
 
     /// Bits per value, as llama.cpp's tables print them (Q4_K: 4.5).
