@@ -8,7 +8,7 @@
 #[path = "common/hub_server.rs"]
 mod hub_server;
 
-use hub_server::{fixture, repo_files, Attack, Hub, Repo, COMMIT, COMMIT2, SHARDS};
+use hub_server::{fixture, repo_files, Attack, Hub, Repo, COMMIT, COMMIT2, GENERATE, SHARDS};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Output;
@@ -40,16 +40,6 @@ fn text(o: &Output) -> String {
     )
 }
 
-const GENERATE: [&str; 8] = [
-    "generate",
-    "--precision",
-    "f32",
-    "--prompt-ids",
-    "9,8,7,6",
-    "--max-new-tokens",
-    "2",
-    "--json",
-];
 
 fn generate(endpoint: &str, cache: &Path, model: &str) -> (serde_json::Value, String, Duration) {
     let (o, took) = lab(endpoint, cache, &[&GENERATE[..], &["--model", model]].concat());

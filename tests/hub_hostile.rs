@@ -11,7 +11,7 @@ mod hub_server;
 #[path = "common/snapshot.rs"]
 mod snapshot;
 
-use hub_server::{repo_files, Attack, Hub, Repo, INDEX, SHARDS};
+use hub_server::{repo_files, Attack, Hub, Repo, GENERATE, INDEX, SHARDS};
 use snapshot::snapshot;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -57,25 +57,8 @@ impl Lab {
             cmd.env(k, v);
         }
         let o = cmd
-            .args([
-                "generate",
-                "--precision",
-                "f32",
-                "--prompt-ids",
-                "9,8,7,6",
-                "--max-new-tokens",
-                "1",
-                "--json",
-            ])
-            .args([
-                "--model",
-                model,
-                "--cache-dir",
-                self.cache().to_str().unwrap(),
-                "--device",
-                "cpu",
-                "--quiet",
-            ])
+            .args(GENERATE)
+            .args(["--model", model, "--cache-dir", self.cache().to_str().unwrap(), "--device", "cpu", "--quiet"])
             .output()
             .unwrap();
         (o, t0.elapsed())

@@ -24,7 +24,7 @@ use polars::prelude::DataFrame;
 use run_folder::{Manifest, RunFolder, RunStatus, StageRecord, StageStatus, MANIFEST};
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What every command shares: where to run, on what, and where to write.
@@ -218,7 +218,7 @@ impl Session {
             }
             None => None,
         };
-        claim(&dir, &manifest)?;
+        run_folder::claim(&dir, &manifest)?;
         let mut s = Self {
             probe,
             device,
@@ -371,32 +371,3 @@ fn default_out(what: &str) -> PathBuf {
         .unwrap_or(base)
 }
 
-/// Creates the folder and its manifest in one exclusive step: a second run into the same folder,
-/// or one started at the same time, is refused.
-fn claim(dir: &Path, manifest: &Manifest) -> Result<()> {
-    // A folder of the user's is not written into: only a new or an empty one becomes a run.
-    if let Ok(meta) = std::fs::symlink_metadata(dir) {
-        if !meta.file_type().is_dir() {
-            return Err(LabError::input(format!("{} exists and is not a folder: choose another --out", dir.display())));
-        }
-        // A folder holding a run is refused below, naming its manifest.
-        let empty = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
-        if !empty && !dir.join(MANIFEST).exists() {
-            return Err(LabError::input(format!(
-                "{} exists and is not empty: a run goes into a new or empty folder (choose another --out)",
-                dir.display()
-            )));
-        }
-    }
-    std::fs::create_dir_all(dir).map_err(|e| LabError::input(format!("cannot create output folder {}: {e}", dir.display())))?;
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(MANIFEST)).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AlreadyExists {
-            LabError::input(format!("{} already holds a run (its {MANIFEST}): choose another --out", dir.display()))
-        } else {
-            LabError::input(format!("cannot write {}: {e}", dir.join(MANIFEST).display()))
-        }
-    })?;
-    use std::io::Write;
-    f.write_all(serde_json::to_string_pretty(manifest)?.as_bytes())?;
-    Ok(())
-}

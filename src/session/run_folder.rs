@@ -162,6 +162,36 @@ impl RunFolder {
     }
 }
 
+/// Creates the folder and its manifest in one exclusive step: a second run into the same folder,
+/// or one started at the same time, is refused.
+pub fn claim(dir: &Path, manifest: &Manifest) -> Result<()> {
+    // A folder of the user's is not written into: only a new or an empty one becomes a run.
+    if let Ok(meta) = std::fs::symlink_metadata(dir) {
+        if !meta.file_type().is_dir() {
+            return Err(LabError::input(format!("{} exists and is not a folder: choose another --out", dir.display())));
+        }
+        // A folder holding a run is refused below, naming its manifest.
+        let empty = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
+        if !empty && !dir.join(MANIFEST).exists() {
+            return Err(LabError::input(format!(
+                "{} exists and is not empty: a run goes into a new or empty folder (choose another --out)",
+                dir.display()
+            )));
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| LabError::input(format!("cannot create output folder {}: {e}", dir.display())))?;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(MANIFEST)).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            LabError::input(format!("{} already holds a run (its {MANIFEST}): choose another --out", dir.display()))
+        } else {
+            LabError::input(format!("cannot write {}: {e}", dir.join(MANIFEST).display()))
+        }
+    })?;
+    use std::io::Write;
+    f.write_all(serde_json::to_string_pretty(manifest)?.as_bytes())?;
+    Ok(())
+}
+
 /// A table as CSV at `path`, a new file or one the lab wrote before (never through a link).
 pub fn write_csv(path: &Path, df: &DataFrame) -> Result<()> {
     let mut bytes = Vec::new();

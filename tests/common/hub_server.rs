@@ -19,6 +19,9 @@ pub const COMMIT2: &str = "89abcdef0123456789abcdef0123456789abcdef";
 pub const SHARDS: [&str; 2] = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"];
 pub const INDEX: &str = "model.safetensors.index.json";
 
+/// `generate` of four prompt ids and two new tokens as JSON: what each run against the Hub asks.
+pub const GENERATE: [&str; 8] = ["generate", "--precision", "f32", "--prompt-ids", "9,8,7,6", "--max-new-tokens", "2", "--json"];
+
 /// The lab's binary (VRAM_LAB_BIN, else this build's) pointed at `endpoint` on the CPU, with
 /// nothing from the caller's environment that would send it elsewhere (a proxy, a token, a home
 /// cache) and a download abandoned after 2 s without a byte (60 s by default).
