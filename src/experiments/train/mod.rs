@@ -172,8 +172,7 @@ fn first_layout(cfg: &TrainConfig, ranks: usize, cards: bool) -> Result<(&'stati
 
 /// The step on data-parallel ranks, each rank's bytes beside the ledger of its ZeRO stage; with
 /// --cards each rank emulates its card, under the planner's micro-batches and under an even split.
-fn data_parallel(s: &mut Session, cfg: &TrainConfig, sh: TrainShape) -> Result<StageOutput> {
-    let model_cfg = crate::model::source::open(&s.source, &s.opts)?.cfg;
+fn data_parallel(s: &mut Session, cfg: &TrainConfig, model_cfg: Qwen2Config, sh: TrainShape) -> Result<StageOutput> {
     let params = model_cfg.param_count() as u64;
     let ckpt = cfg.checkpointing.first().copied().unwrap_or(false);
     let cards = cfg.cards.iter().map(|n| Card::parse(n)).collect::<Result<Vec<_>>>()?;
@@ -273,14 +272,13 @@ impl Stage for Train {
         // The step's formulas multiply batch × heads × seq²: a shape past what the estimator
         // counts is refused before any of them (it overflowed at the --seq and --batch ceilings).
         let widest = cfg.batches.iter().copied().max().unwrap_or(cfg.batch).max(cfg.batch);
-        let model_cfg = crate::model::source::open(&s.source, &s.opts)?.cfg;
+        let opened = crate::model::source::open(&s.source, &s.opts)?;
+        let model_cfg = opened.cfg.clone();
         let w = Inference { precision: Precision::F32, seq: cfg.seq, batch: widest, logits: Logits::All, attention: AttentionMode::Differentiable, stored: None };
         crate::estimate::fit::check(&model_cfg, &w)?;
         if cfg.gpus > 1 || cfg.zero > 0 || !cfg.cards.is_empty() || !cfg.batches.is_empty() {
-            return data_parallel(s, cfg, sh);
+            return data_parallel(s, cfg, model_cfg, sh);
         }
-        let opened = crate::model::source::open(&s.source, &s.opts)?;
-        let model_cfg = opened.cfg.clone();
         let lm = match s.load_opened(opened, Precision::F32) {
             Ok(lm) => lm,
             // A model too large to train here (7B on a 24 GB card in `run`) is a result: the
