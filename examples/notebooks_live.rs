@@ -14,26 +14,22 @@ fn nb_00_setup() -> Out {
     cell("00_setup", 3);
     use vram_lab::prelude::*;
     cell("00_setup", 4);
-    // The one choice of this notebook / 本笔记本唯一的选择:
-    //   Mode::Replay — the newest committed GPU run (data/results/, emulating an RTX 4090); no GPU needed
-    //   Mode::Live   — run the stage here, on this kernel's device (CPU: use "synthetic:tiny")
-    let setup: Setup = Setup::new(Mode::Replay, "synthetic:tiny", None);
+    // 本笔记本唯一的选择 / The one choice of this notebook:
+    //   Mode::Replay — 已提交的 GPU 运行 / the committed GPU runs (data/results/, emulating an RTX 4090); no GPU needed
+    //   Mode::Live   — 在本内核的设备上现场运行 / run here, on this kernel's device (on a CPU: the tiny model on a scaled card)
+    let setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090"));
     println!("{}", setup.describe());
     cell("00_setup", 6);
     println!("{}", vram_lab::notebook::device_summary("auto")?);
-    cell("00_setup", 8);
+    cell("00_setup", 9);
     vram_lab::notebook::card_table()?.show("Card presets / 显卡预设")?;
-    cell("00_setup", 10);
+    cell("00_setup", 11);
     vram_lab::notebook::preset_table()?.show("Qwen2.5 presets: weights by precision / 各精度权重大小")?;
-    cell("00_setup", 12);
-    let my_answer_gib = 0.0; // ← 填入你的答案 / your answer
-    let expected = vram_lab::estimate::weight_bytes(&Qwen2Config::preset("qwen2.5-14b")?, Precision::Bf16) as f64 / (1u64 << 30) as f64;
-    println!("{}", check_answer("练习 1 / exercise 1", my_answer_gib, expected, 0.01));
-    cell("00_setup", 14);
-    let my_answer_cards = 0.0; // ← 填入你的答案 / your answer
-    let w = vram_lab::estimate::weight_bytes(&Qwen2Config::preset("qwen2.5-7b")?, Precision::Bf16);
-    let fits = Card::presets().iter().filter(|c| c.total_bytes() > w).count();
-    println!("{}", check_answer("练习 2 / exercise 2", my_answer_cards, fits as f64, 0.0));
+    cell("00_setup", 13);
+    let cfg = Qwen2Config::preset("qwen2.5-14b")?;
+    let lab = vram_lab::estimate::weight_bytes(&cfg, Precision::Bf16) as f64 / (1u64 << 30) as f64;
+    let mine = exercises::attempt(|| 2.0 * exercises::param_count(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings) as f64 / (1u64 << 30) as f64);
+    println!("{} · 实验室 / the lab: {lab:.3} GiB", exercises::verdict("练习 1 / exercise 1: 14B BF16 weights (GiB)", mine, lab, 1e-9));
     Ok(())
 }
 
@@ -44,9 +40,7 @@ fn nb_01_anatomy() -> Out {
     // The one choice of this notebook / 本笔记本唯一的选择:
     //   Mode::Replay — the newest committed GPU run (data/results/, emulating an RTX 4090); no GPU needed
     //   Mode::Live   — run the stage here, on this kernel's device (CPU: use "synthetic:tiny")
-    let setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090"))
-        // The run this notebook's interpretation was written from (drop this line for the newest):
-        .before("2026-11-24T17");
+    let setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090"));
     println!("{}", setup.describe());
     cell("01_anatomy", 5);
     let anatomy: StageRun = setup.stage("anatomy")?;
@@ -55,26 +49,69 @@ fn nb_01_anatomy() -> Out {
     anatomy.show("memory")?;
     cell("01_anatomy", 8);
     anatomy.chart("memory", "")?;
+    cell("01_anatomy", 9);
+    anatomy.say(r#"
+    **解读 · 加载之后.**
+
+    - **BF16 = 参数 × 2 字节.** 预测 {anatomy.predicted_weights_gib[precision=bf16]:3} GiB,加载后 allocated {anatomy.loaded_allocated_gib[precision=bf16]:3} GiB(与预测相差 {anatomy.weights_vs_predicted_pct[precision=bf16]} %):内存池里就是权重本身。报告的 {anatomy.report_allocated_gib[precision=bf16]} GB 是同一个数四舍五入(报告的 "GB" 是 1024³ 字节)。表中 PyTorch 在 H200 上的参考列是 {anatomy.pytorch_h200_allocated_gib[precision=bf16]} GiB,比参数略多:那是 transformers 在参数之外保留的东西,本实验室不去拆分。
+    - **Q4_K_M ≠ bitsandbytes Int4.** 实验室的 Q4 是 llama.cpp 的 Q4_K_M 混合格式,也就是用户下载的 GGUF:大多数矩阵用 Q4_K(每个权重 4.5 bit,含缩放),输出层以及 28 层中 14 层的 `attn_v`、`ffn_down` 用 Q6_K(llama.cpp 的 `use_more_bits`),norm 和 bias 保持 BF16:预测 {anatomy.predicted_weights_gib[precision=q4_k_m]:3} GiB,测得 {anatomy.loaded_allocated_gib[precision=q4_k_m]:3} GiB。它像 llama.cpp 一样用 BF16 计算,所以 KV cache 与 BF16 相同(见下面速度表的 `kv_cache_mib`;`--compute f32` 会让它翻倍)。报告的 Int4 是 bitsandbytes 的 `load_in_4bit`:只量化 Transformer 块里的线性层,embedding 和 lm_head 仍是 BF16,另外每 64 个权重存一个 FP32 缩放 —— 所以报告的 {anatomy.report_allocated_gib[precision=q4_k_m]} GB 比 Q4_K_M 大。
+    - **FP32 本次的结果是 `{anatomy.outcome[precision=f32]}`**:预测需要 {anatomy.predicted_weights_gib[precision=f32]:2} GiB,下面一节看它为什么装不下。
+
+    **Interpretation · after loading.**
+
+    - **BF16 = parameters × 2 bytes.** Predicted {anatomy.predicted_weights_gib[precision=bf16]:3} GiB, allocated after loading {anatomy.loaded_allocated_gib[precision=bf16]:3} GiB ({anatomy.weights_vs_predicted_pct[precision=bf16]} % off the prediction): the pool holds exactly the weights. The report's {anatomy.report_allocated_gib[precision=bf16]} GB is the same number rounded (its "GB" are 1024³ bytes). The table's reference column, PyTorch on an H200, holds {anatomy.pytorch_h200_allocated_gib[precision=bf16]} GiB, a little more than the parameters: what transformers keeps beside them, which this lab does not take apart.
+    - **Q4_K_M ≠ bitsandbytes Int4.** The lab's Q4 is llama.cpp's Q4_K_M mix, as the GGUF files users download hold it: Q4_K (4.5 bits per weight, scales included) for most matrices, Q6_K for the output layer and for `attn_v` and `ffn_down` in 14 of the 28 layers (llama.cpp's `use_more_bits`), norms and biases in BF16: {anatomy.predicted_weights_gib[precision=q4_k_m]:3} GiB predicted, {anatomy.loaded_allocated_gib[precision=q4_k_m]:3} GiB measured. It computes in BF16 as llama.cpp does, so its KV cache is BF16's (`kv_cache_mib` in the speed table below; `--compute f32` doubles it). The report's Int4 is bitsandbytes' `load_in_4bit`: it quantizes only the transformer blocks' linear layers, keeps the embedding and lm_head in BF16 and stores an FP32 scale per 64 weights, so the report's {anatomy.report_allocated_gib[precision=q4_k_m]} GB is more than Q4_K_M's.
+    - **FP32's outcome in this run is `{anatomy.outcome[precision=f32]}`**: it needs {anatomy.predicted_weights_gib[precision=f32]:2} GiB by the prediction; the next section shows why it does not fit.
+    "#)?;
     cell("01_anatomy", 11);
-    anatomy.show("speed")?;
+    anatomy.show("oom")?;
     cell("01_anatomy", 13);
     println!("{}", anatomy.text("oom_summary_f32.txt")?.unwrap_or_else(|| "(F32 fit: no OOM in this run)".into()));
     cell("01_anatomy", 14);
-    anatomy.chart("timeline", "")?;
+    anatomy.say(r#"
+    **解读 · FP32 为什么装不下.** 本次 F32 的结果:`{anatomy.outcome[precision=f32]}`。预测的权重 {anatomy.predicted_weights_gib[precision=f32]:2} GiB,而模拟的卡一共 {anatomy_timeline.device_total_mib[label=f32: oom]:1} MiB,扣除 CUDA 上下文后内存池最多可用 {anatomy_oom.mib[context=f32 load, item=capacity for the pool]:1} MiB。加载在 {anatomy_oom.mib[context=f32 load, item=weights]:1} MiB 权重已经到位时停下:下一次请求 {anatomy_oom.mib[context=f32 load, item=request]:1} MiB,{anatomy_oom.note[context=f32 load, item=request]};失败时池子还能映射的只剩 {anatomy_oom.mib[context=f32 load, item=free at the failure]:1} MiB。这不是缓存造成的假 OOM:池子的容量减去存活的权重,比这次请求还小 —— 就算把其余的全部还回去(notebook 02 的重试所做的),也放不下;摘要最后一行记录了有多少请求靠整理后重试才成功。报告的请求更大,因为它失败在一个整矩阵上;这里按模块顺序加载,失败的是一个 MLP 矩阵(上表的 note 写明是哪一个)。补救:Q4 权重需要 {anatomy_oom.mib[context=f32 load, item=Q4 weights]:1} MiB(装得下:{anatomy_oom.fits[context=f32 load, item=Q4 weights]});或者卸载 —— {anatomy_oom.note[context=f32 load, item=offload]}(装得下:{anatomy_oom.fits[context=f32 load, item=offload]})。没有显存上限时(参考列,PyTorch 在 H200 上)F32 占 {anatomy.pytorch_h200_allocated_gib[precision=f32]} GiB。
+
+    **Interpretation · why F32 does not fit.** F32's outcome in this run: `{anatomy.outcome[precision=f32]}`. The predicted weights are {anatomy.predicted_weights_gib[precision=f32]:2} GiB; the emulated card has {anatomy_timeline.device_total_mib[label=f32: oom]:1} MiB in all, and the pool at most {anatomy_oom.mib[context=f32 load, item=capacity for the pool]:1} MiB of it once the CUDA context is counted. The load stopped with {anatomy_oom.mib[context=f32 load, item=weights]:1} MiB of weights in place: the next request, {anatomy_oom.mib[context=f32 load, item=request]:1} MiB, {anatomy_oom.note[context=f32 load, item=request]}, with {anatomy_oom.mib[context=f32 load, item=free at the failure]:1} MiB left for the pool to map. This is no false OOM from cached blocks: the pool's capacity less the live weights is smaller than the request, so even a pool that gave back everything else (what notebook 02's retry does) could not serve it; the summary's last line counts the requests a retry after a trim rescued. The report's request was larger because it failed on a whole vocabulary-sized matrix; here the layers load in module order and the request that fails is one MLP matrix (the table's note names it). Remedies: Q4 weights need {anatomy_oom.mib[context=f32 load, item=Q4 weights]:1} MiB (fits: {anatomy_oom.fits[context=f32 load, item=Q4 weights]}); or offload — {anatomy_oom.note[context=f32 load, item=offload]} (fits: {anatomy_oom.fits[context=f32 load, item=offload]}). Without the cap (the reference column, PyTorch on an H200) F32 takes {anatomy.pytorch_h200_allocated_gib[precision=f32]} GiB.
+    "#)?;
     cell("01_anatomy", 16);
-    anatomy.findings()?.show("Stage 1 findings")?;
+    anatomy.chart("timeline", "")?;
+    cell("01_anatomy", 17);
+    anatomy.say(r#"
+    **解读 · 生成之后.**
+
+    - **BF16 生成后 allocated 回到权重**:加载后 {anatomy.loaded_allocated_gib[precision=bf16]:3} GiB,生成后 {anatomy.after_allocated_gib[precision=bf16]:3} GiB。{anatomy.prompt_tokens[precision=bf16]} 个提示 token 加 {anatomy.new_tokens[precision=bf16]} 个新 token 的 KV cache({anatomy.kv_cache_mib[precision=bf16]:2} MiB,每个 token 2 × 28 × 4 × 128 × 2 字节)在生成结束时释放。peak 记得它和临时激活,但 peak 是整个过程的最高点:生成后 {anatomy.after_peak_gib[precision=bf16]:3} GiB,加载后已是 {anatomy.loaded_peak_gib[precision=bf16]:3} GiB —— 两者相等时,加载途中的临时张量比生成时的 KV cache 加激活还高。Q4_K_M 的 peak 在生成中从 {anatomy.loaded_peak_gib[precision=q4_k_m]:3} 升到 {anatomy.after_peak_gib[precision=q4_k_m]:3} GiB。
+    - **Q4_K_M 生成后多留了 {anatomy.kv_act_delta_mib[precision=q4_k_m]:1} MiB**,连模型释放后("q4_k_m: cleaned up")仍有 {anatomy_timeline.allocated_mib[label=q4_k_m: cleaned up]:1} MiB:实验室认为这是 candle 的量化矩阵乘保留的工作区(`data/results/h200/2026-11-22-run/RUN.md`)。
+    - **Reserved − allocated** 是分配器为复用而缓存的部分:BF16 加载后 reserved {anatomy.loaded_reserved_gib[precision=bf16]:3} GiB 对 allocated {anatomy.loaded_allocated_gib[precision=bf16]:3} GiB。candle 的流序内存池在下一次同步时把释放的显存还给驱动,所以这个差很小;报告里 PyTorch 的缓存分配器是 {anatomy.report_reserved_gib[precision=bf16]} 对 {anatomy.report_allocated_gib[precision=bf16]} GB。
+
+    **Interpretation · after generating.**
+
+    - **After generating, BF16's allocated is back at the weights**: {anatomy.loaded_allocated_gib[precision=bf16]:3} GiB after loading, {anatomy.after_allocated_gib[precision=bf16]:3} GiB after generating. The KV cache of {anatomy.prompt_tokens[precision=bf16]} prompt and {anatomy.new_tokens[precision=bf16]} new tokens ({anatomy.kv_cache_mib[precision=bf16]:2} MiB, 2 × 28 × 4 × 128 × 2 bytes a token) is freed when generation ends. The peak remembers it with the transient activations, but the peak is the whole run's high-water mark: {anatomy.after_peak_gib[precision=bf16]:3} GiB after generating, already {anatomy.loaded_peak_gib[precision=bf16]:3} GiB after loading — where the two are equal, a transient tensor of the load stood higher than generation's KV cache and activations. Q4_K_M's peak rose while generating, from {anatomy.loaded_peak_gib[precision=q4_k_m]:3} to {anatomy.after_peak_gib[precision=q4_k_m]:3} GiB.
+    - **Q4_K_M ends {anatomy.kv_act_delta_mib[precision=q4_k_m]:1} MiB above its loaded weights**, and {anatomy_timeline.allocated_mib[label=q4_k_m: cleaned up]:1} MiB stay allocated even after the model is dropped ("q4_k_m: cleaned up"): the lab attributes it to the workspace candle's quantized matmul keeps (`data/results/h200/2026-11-22-run/RUN.md`).
+    - **Reserved − allocated** is what the allocator keeps cached for reuse: after loading BF16, {anatomy.loaded_reserved_gib[precision=bf16]:3} GiB reserved for {anatomy.loaded_allocated_gib[precision=bf16]:3} GiB allocated. candle's stream-ordered pool returns freed memory to the driver at the next synchronisation, so the gap stays small; the report's PyTorch caching allocator: {anatomy.report_reserved_gib[precision=bf16]} for {anatomy.report_allocated_gib[precision=bf16]} GB.
+    "#)?;
     cell("01_anatomy", 19);
-    let my_fp32_gib = 0.0; // ← 你的答案 / your answer
-    let expected = vram_lab::estimate::weight_bytes(&Qwen2Config::preset("qwen2.5-7b")?, Precision::F32) as f64 / (1u64 << 30) as f64;
-    println!("{}", check_answer("练习 1 / exercise 1", my_fp32_gib, expected, 0.01));
-    cell("01_anatomy", 21);
-    let my_elements = 0.0; // ← 你的答案 / your answer
+    anatomy.show("speed")?;
+    cell("01_anatomy", 20);
+    anatomy.say(r#"
+    **解读 · 速度.** 解码一个 token 要把每个权重读一遍,所以 tokens/s ≤ 带宽 ÷ 每步读取的字节。本次运行的上限用本次测得的读带宽计算。BF16:{anatomy.decode_tok_s[precision=bf16]:1} tok/s,上限 {anatomy.decode_ceiling_tok_s[precision=bf16]:1};Q4_K_M:{anatomy.decode_tok_s[precision=q4_k_m]:1} tok/s,上限 {anatomy.decode_ceiling_tok_s[precision=q4_k_m]:1}。Q4_K_M 读的字节少,上限更高,但它的内核要边反量化边乘,离上限的距离与 BF16 不同:比较两者实测占上限的比例。实验室用自己的解码循环:每一步录成一个 CUDA graph(每个 token 一次启动),内核是实验室自己写的(`docs/speed.md`,`vram-lab bench`)。报告在 RTX 4090 上用 PyTorch 的 `generate`,它的数字在下面发现表的 `report_rtx4090` 列;练习 2 计算那张卡的上限。
+
+    **Interpretation · speed.** Decoding one token reads every weight once, so tokens/s ≤ bandwidth ÷ the bytes a step reads; this run's ceilings use the read bandwidth measured in this run. BF16: {anatomy.decode_tok_s[precision=bf16]:1} tok/s against a ceiling of {anatomy.decode_ceiling_tok_s[precision=bf16]:1}; Q4_K_M: {anatomy.decode_tok_s[precision=q4_k_m]:1} tok/s against {anatomy.decode_ceiling_tok_s[precision=q4_k_m]:1}. Q4_K_M reads fewer bytes, so its ceiling is higher, but its kernels dequantize while they multiply and sit at another distance from it: compare the two shares of the ceiling. The lab decodes with its own loop: the step captured once as a CUDA graph (one launch per token) in the lab's kernels (`docs/speed.md`, `vram-lab bench`). The report used PyTorch's `generate` on an RTX 4090; its figure is in the findings table's `report_rtx4090` column below, and exercise 2 computes that card's ceiling.
+    "#)?;
+    cell("01_anatomy", 22);
+    anatomy.findings()?.show("Stage 1 findings")?;
+    cell("01_anatomy", 26);
     let cfg = Qwen2Config::preset("qwen2.5-7b")?;
-    println!("{}", check_answer("练习 2 / exercise 2", my_elements, (cfg.vocab_size * cfg.hidden_size) as f64, 0.0));
-    cell("01_anatomy", 23);
-    let my_ceiling = 0.0; // ← 你的答案 / your answer
-    let bytes = vram_lab::estimate::weight_bytes(&Qwen2Config::preset("qwen2.5-7b")?, Precision::Bf16);
-    println!("{}", check_answer("练习 3 / exercise 3", my_ceiling, vram_lab::estimate::decode_ceiling_tok_s(1008.0, bytes), 0.03));
+    let lab = cfg.param_count() as f64;
+    let mine = exercises::attempt(|| exercises::param_count(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings) as f64);
+    println!("{} · 实验室 / the lab: {lab}", exercises::verdict("练习 1 / exercise 1: param_count, 7B", mine, lab, 0.0));
+    cell("01_anatomy", 28);
+    let cfg = Qwen2Config::preset("qwen2.5-7b")?;
+    let weights = vram_lab::estimate::weight_bytes(&cfg, Precision::Bf16);
+    let embedding = (cfg.vocab_size * cfg.hidden_size * 2) as u64; // the BF16 table, vocab × hidden × 2 B
+    let kv = vram_lab::estimate::kv_bytes_per_token(&cfg, 2);
+    let lab = vram_lab::estimate::decode_ceiling_tok_s(1008.0, vram_lab::estimate::decode_read_bytes(&cfg, Precision::Bf16, 0, 1));
+    let mine = exercises::attempt(|| exercises::decode_ceiling_tok_s(1008.0, weights, embedding, cfg.tie_word_embeddings, kv, 0, 1));
+    println!("{} · 实验室 / the lab: {lab:.2} tok/s (带宽 / bandwidth 1008 GB/s)", exercises::verdict("练习 2 / exercise 2: decode_ceiling_tok_s, 7B BF16 on an RTX 4090", mine, lab, 1e-9));
     Ok(())
 }
 
@@ -85,9 +122,7 @@ fn nb_02_kv_cache() -> Out {
     // The one choice of this notebook / 本笔记本唯一的选择:
     //   Mode::Replay — the newest committed GPU run (data/results/, emulating an RTX 4090); no GPU needed
     //   Mode::Live   — run the stage here, on this kernel's device (CPU: use "synthetic:tiny")
-    let setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090"))
-        // The runs this notebook's interpretation was written from (drop this line for the newest):
-        .before("2026-11-23");
+    let setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090"));
     println!("{}", setup.describe());
     cell("02_kv_cache", 4);
     let kv: StageRun = setup.stage("kv")?;
@@ -96,35 +131,92 @@ fn nb_02_kv_cache() -> Out {
     kv.show_only("prefill", "precision=bf16, logits=all, attention=bounded")?;
     cell("02_kv_cache", 7);
     kv.chart("prefill", "precision=bf16, logits=all, attention=bounded")?;
+    cell("02_kv_cache", 8);
+    kv.say(r#"
+    **解读 · prefill 账本.**
+
+    - **报告的公式忽略了分组查询注意力(GQA).** Qwen2.5-7B 有 28 个查询头,但只有 4 个 128 维的 KV 头,所以 BF16 缓存每个 token 是 2 × 28 × 4 × 128 × 2 字节,而不是 2 × 28 × hidden × 2 字节。在 {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=1024]} 个 token 时:测得的 KV {kv_prefill.kv_measured_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:2} MiB,GQA 公式 {kv_prefill.kv_gqa_formula_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB,报告的公式 {kv_prefill.kv_naive_formula_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB。
+    - **报告的 "KV Cache 增量" 大部分是 logits.** `model(input_ids)` 保留每个位置的 logits(词表 × 2 字节):同一长度下 logits {kv_prefill.logits_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB(公式 {kv_prefill.logits_formula_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1})。KV + logits 每 1k token {kv_prefill.growth_per_1k_tokens_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB,就是报告每增加 1k 的增量(第一个单元格)。`other_mib` 为 {kv_prefill.other_mib[precision=bf16, logits=all, attention=bounded, seq=1024]}:留在显存里的正好是 KV + logits。
+    - **peak 高出 held 的部分是临时的**(注意力分数的分块、MLP 激活):{kv_prefill.transient_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB 在 {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=1024]} 个 token,{kv_prefill.transient_mib[precision=bf16, logits=all, attention=bounded, seq=16384]:1} MiB 在 {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=16384]} 个 token,随长度线性增长。
+    - **报告的第一次 OOM 见第一个单元格;本次运行第一次 OOM 在 {kv_limit.first_oom[precision=bf16, logits=all, attention=bounded]}.** 本次在 {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=16384]} 个 token 的结果是 `{kv_prefill.outcome[precision=bf16, logits=all, attention=bounded, seq=16384]}`,held {kv_prefill.held_mib[precision=bf16, logits=all, attention=bounded, seq=16384]:1} MiB,其中 logits {kv_prefill.logits_mib[precision=bf16, logits=all, attention=bounded, seq=16384]:1} MiB。
+
+    **Interpretation · the prefill ledger.**
+
+    - **The report's formula ignores grouped-query attention.** Qwen2.5-7B has 28 query heads but 4 KV heads of 128, so its BF16 cache takes 2 × 28 × 4 × 128 × 2 bytes a token, not 2 × 28 × hidden × 2. At {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=1024]} tokens: measured KV {kv_prefill.kv_measured_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:2} MiB, the GQA formula {kv_prefill.kv_gqa_formula_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB, the report's formula {kv_prefill.kv_naive_formula_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB.
+    - **Most of the report's "KV Cache 增量" is logits.** `model(input_ids)` keeps every position's logits (vocabulary × 2 bytes): {kv_prefill.logits_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB at the same length (formula {kv_prefill.logits_formula_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1}). KV + logits come to {kv_prefill.growth_per_1k_tokens_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB per 1k tokens: the report's growth per added 1k (first cell). `other_mib` is {kv_prefill.other_mib[precision=bf16, logits=all, attention=bounded, seq=1024]}: what stays held is exactly KV + logits.
+    - **The peak above what stays held is transient** (attention scores in chunks, MLP activations): {kv_prefill.transient_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB at {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=1024]} tokens, {kv_prefill.transient_mib[precision=bf16, logits=all, attention=bounded, seq=16384]:1} MiB at {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=16384]}, linear in the length.
+    - **The report's first OOM is in the first cell; this run first ran out at {kv_limit.first_oom[precision=bf16, logits=all, attention=bounded]}.** At {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=16384]} tokens this run's outcome is `{kv_prefill.outcome[precision=bf16, logits=all, attention=bounded, seq=16384]}`, holding {kv_prefill.held_mib[precision=bf16, logits=all, attention=bounded, seq=16384]:1} MiB, {kv_prefill.logits_mib[precision=bf16, logits=all, attention=bounded, seq=16384]:1} MiB of it logits.
+    "#)?;
     cell("02_kv_cache", 10);
     match kv.show("limit") {
         Ok(()) => {}
         Err(_) => println!("no sweep ran out of memory on this device: no limit to bisect"),
     }
-    cell("02_kv_cache", 13);
-    kv.show_only("prefill", "precision=bf16, logits=all, attention=naive")?;
+    cell("02_kv_cache", 11);
+    kv.say(r#"
+    **解读 · 上限与分配器的重试.** 本次运行:BF16、保留全部 logits、分块注意力时,{kv_limit.max_context[precision=bf16, logits=all, attention=bounded]} 个 token 装得下,{kv_limit.first_oom[precision=bf16, logits=all, attention=bounded]} 装不下(二分到 {kv_limit.resolution[precision=bf16, logits=all, attention=bounded]} 个 token,试了 {kv_limit.trials[precision=bf16, logits=all, attention=bounded]} 次)。这一行的 `oom_retry` 是 **{kv_limit.oom_retry[precision=bf16, logits=all, attention=bounded]}**:请求失败时,分配器先同步 stream(已释放的块回到池中),再把池子里没人用的显存还给驱动(trim),然后重试一次。这一列记录的是重试是否开启,不是重试了几次。
+
+    为什么它决定上限:candle 的流序内存池把释放的块一直映射着,直到下一次同步,而一次 prefill 中间没有同步。本次的 prefill 行里,从 {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=20480]} 个 token 起,`reserved_peak_mib` 停在 {kv_prefill.reserved_peak_mib[precision=bf16, logits=all, attention=bounded, seq=20480]:1} MiB(卡上留给池子的全部),而存活的峰值还在涨:{kv_prefill.peak_mib[precision=bf16, logits=all, attention=bounded, seq=20480]:1} → {kv_prefill.peak_mib[precision=bf16, logits=all, attention=bounded, seq=24320]:1} MiB(到 {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=24320]} 个 token)。池子已经满了,没有重试,下一次找不到空间的请求就会失败,尽管池里有没人用的块;有了重试,上限跟着存活的字节走。到了 {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=24576]} 个 token(`{kv_prefill.outcome[precision=bf16, logits=all, attention=bounded, seq=24576]}`),失败的请求要 {kv_prefill.oom_request_mib[precision=bf16, logits=all, attention=bounded, seq=24576]:1} MiB,叠在 {kv_prefill.peak_mib[precision=bf16, logits=all, attention=bounded, seq=24576]:1} MiB 的存活张量上:超过池子的全部,整理之后也放不下 —— 这是真的 OOM。
+
+    **Interpretation · the limit and the allocator's retry.** In this run, BF16 with all logits kept and bounded attention fits {kv_limit.max_context[precision=bf16, logits=all, attention=bounded]} tokens and not {kv_limit.first_oom[precision=bf16, logits=all, attention=bounded]} (bisection to {kv_limit.resolution[precision=bf16, logits=all, attention=bounded]} tokens, {kv_limit.trials[precision=bf16, logits=all, attention=bounded]} trials). This row's `oom_retry` is **{kv_limit.oom_retry[precision=bf16, logits=all, attention=bounded]}**: when a request fails, the allocator synchronises the stream (its freed blocks land in the pool), gives what nothing uses back to the driver (a trim) and retries once. The column records that the retry was on, not how many requests needed it.
+
+    Why it decides the limit: candle's stream-ordered pool keeps freed blocks mapped until the next synchronisation, and a prefill issues none. In this run's prefill rows, from {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=20480]} tokens on `reserved_peak_mib` stays at {kv_prefill.reserved_peak_mib[precision=bf16, logits=all, attention=bounded, seq=20480]:1} MiB (all the card leaves the pool) while the live peak still climbs: {kv_prefill.peak_mib[precision=bf16, logits=all, attention=bounded, seq=20480]:1} → {kv_prefill.peak_mib[precision=bf16, logits=all, attention=bounded, seq=24320]:1} MiB (at {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=24320]} tokens). The pool is full: without the retry the next request that found no room would fail while the pool held blocks nothing uses; with it, the limit follows the live bytes. At {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=24576]} tokens (`{kv_prefill.outcome[precision=bf16, logits=all, attention=bounded, seq=24576]}`) the failed request asked for {kv_prefill.oom_request_mib[precision=bf16, logits=all, attention=bounded, seq=24576]:1} MiB on top of {kv_prefill.peak_mib[precision=bf16, logits=all, attention=bounded, seq=24576]:1} MiB of live tensors: more than the whole pool, trimmed or not — a true OOM.
+    "#)?;
+    cell("02_kv_cache", 12);
+    kv.say(r#"
+    **解读 · 表中的其他行.**
+
+    - **只保留最后一个位置的 logits**(生成时只需要它):上限从 {kv_limit.max_context[precision=bf16, logits=all, attention=bounded]} 升到 {kv_limit.max_context[precision=bf16, logits=last, attention=bounded]}。峰值这时来自 prefill 中 MLP 的激活(每个矩阵 [seq, intermediate]),不再是缓存:在 {kv_prefill.seq[precision=bf16, logits=last, attention=bounded, seq=32768]} 个 token 时 held 只有 {kv_prefill.held_mib[precision=bf16, logits=last, attention=bounded, seq=32768]:1} MiB,临时部分却有 {kv_prefill.transient_mib[precision=bf16, logits=last, attention=bounded, seq=32768]:1} MiB。
+    - **Q4(实验室早先的 `q4` 方案,用 F32 计算):** prefill 之前已分配的显存(`base_mib`:权重,加上之前各阶段留下的)从 {kv_prefill.base_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB 降到 {kv_prefill.base_mib[precision=q4, logits=all, attention=bounded, seq=1024]:1} MiB,但它的缓存和 logits 是 BF16 的两倍({kv_prefill.seq[precision=q4, logits=all, attention=bounded, seq=1024]} 个 token:KV {kv_prefill.kv_measured_mib[precision=q4, logits=all, attention=bounded, seq=1024]:1} 对 {kv_prefill.kv_measured_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB,logits {kv_prefill.logits_mib[precision=q4, logits=all, attention=bounded, seq=1024]:1} 对 {kv_prefill.logits_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB),所以保留全部 logits 时上限是 {kv_limit.max_context[precision=q4, logits=all, attention=bounded]},只比 BF16 多一点;只保留最后的 logits 时是 {kv_limit.max_context[precision=q4, logits=last, attention=bounded]}。
+    - 每一行的 `oom_retry` 都表明重试是否开启:BF16 last {kv_limit.oom_retry[precision=bf16, logits=last, attention=bounded]},Q4 all {kv_limit.oom_retry[precision=q4, logits=all, attention=bounded]}。
+
+    **Interpretation · the table's other rows.**
+
+    - **Only the last position's logits** (what generation needs): the limit moves from {kv_limit.max_context[precision=bf16, logits=all, attention=bounded]} to {kv_limit.max_context[precision=bf16, logits=last, attention=bounded]} tokens. The peak then comes from the MLP's activations during prefill ([seq, intermediate] per matrix), not from the cache: at {kv_prefill.seq[precision=bf16, logits=last, attention=bounded, seq=32768]} tokens only {kv_prefill.held_mib[precision=bf16, logits=last, attention=bounded, seq=32768]:1} MiB stay held, while the transient is {kv_prefill.transient_mib[precision=bf16, logits=last, attention=bounded, seq=32768]:1} MiB.
+    - **Q4 (the lab's earlier `q4` plan, computing in F32):** what is allocated before the prefill (`base_mib`: the weights, and what earlier stages left) goes from {kv_prefill.base_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB down to {kv_prefill.base_mib[precision=q4, logits=all, attention=bounded, seq=1024]:1} MiB, but its cache and logits are twice BF16's (at {kv_prefill.seq[precision=q4, logits=all, attention=bounded, seq=1024]} tokens: KV {kv_prefill.kv_measured_mib[precision=q4, logits=all, attention=bounded, seq=1024]:1} against {kv_prefill.kv_measured_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB, logits {kv_prefill.logits_mib[precision=q4, logits=all, attention=bounded, seq=1024]:1} against {kv_prefill.logits_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB), so with all logits its limit is {kv_limit.max_context[precision=q4, logits=all, attention=bounded]}, barely above BF16's; with the last logits only, {kv_limit.max_context[precision=q4, logits=last, attention=bounded]}.
+    - Every row's `oom_retry` says whether the retry was on: BF16 last {kv_limit.oom_retry[precision=bf16, logits=last, attention=bounded]}, Q4 all {kv_limit.oom_retry[precision=q4, logits=all, attention=bounded]}.
+    "#)?;
     cell("02_kv_cache", 15);
-    kv.show_only("decode", "precision=bf16")?;
+    kv.show_only("prefill", "precision=bf16, logits=all, attention=naive")?;
     cell("02_kv_cache", 16);
-    kv.chart("decode", "precision=bf16")?;
+    kv.say(r#"
+    **解读 · 朴素注意力.** 朴素注意力(BF16、全部 logits)的上限是 {kv_limit.max_context[precision=bf16, logits=all, attention=naive]} 个 token,分块注意力是 {kv_limit.max_context[precision=bf16, logits=all, attention=bounded]}。held 两者相同(都是 KV + logits,例如 {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=4096]} 个 token 时 {kv_prefill.held_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} 对 {kv_prefill.held_mib[precision=bf16, logits=all, attention=bounded, seq=4096]:1} MiB),差别全在临时部分:同一长度下朴素 {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} MiB,分块 {kv_prefill.transient_mib[precision=bf16, logits=all, attention=bounded, seq=4096]:1} MiB;朴素的临时部分从 {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=2048]} 到 {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=4096]} 个 token 由 {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=2048]:1} 涨到 {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} MiB —— 远快于长度的增长:分数矩阵随长度的平方增长。
+
+    **Interpretation · naive attention.** Naive attention (BF16, all logits) fits {kv_limit.max_context[precision=bf16, logits=all, attention=naive]} tokens, bounded attention {kv_limit.max_context[precision=bf16, logits=all, attention=bounded]}. What stays held is the same (KV + logits: at {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=4096]} tokens {kv_prefill.held_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} against {kv_prefill.held_mib[precision=bf16, logits=all, attention=bounded, seq=4096]:1} MiB); the difference is all transient: {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} MiB naive against {kv_prefill.transient_mib[precision=bf16, logits=all, attention=bounded, seq=4096]:1} MiB bounded at that length, and naive's transient goes from {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=2048]:1} MiB at {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=2048]} tokens to {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} MiB at {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=4096]}: far faster than the length, as the score matrix grows with its square.
+    "#)?;
+    cell("02_kv_cache", 18);
+    kv.show_only("decode", "precision=bf16")?;
     cell("02_kv_cache", 19);
+    kv.chart("decode", "precision=bf16")?;
+    cell("02_kv_cache", 20);
+    kv.say(r#"
+    **解读 · 解码.** 预分配的缓存(BF16)从第一步就占 {kv_decode.kv_mib[precision=bf16, cache=preallocated, tokens=256]:1} MiB,allocated 始终是 {kv_decode.allocated_mib[precision=bf16, cache=preallocated, tokens=256]:1} MiB;拼接的缓存从 {kv_decode.kv_mib[precision=bf16, cache=concat, tokens=256]:1} MiB 长到 {kv_decode.kv_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB,最后追上预分配的 {kv_decode.allocated_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB。代价是复制:拼接的 peak 比 allocated 高出 {kv_decode.peak_above_allocated_mib[precision=bf16, cache=concat, tokens=4096]:2} MiB(最后一步,约为一层的 K 或 V),预分配只高 {kv_decode.peak_above_allocated_mib[precision=bf16, cache=preallocated, tokens=4096]:2} MiB;拼接的池子最后 reserved {kv_decode.reserved_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB,预分配 {kv_decode.reserved_mib[precision=bf16, cache=preallocated, tokens=4096]:1} MiB。账本(权重 + 缓存 + 一步的 logits)与测得的 allocated 相差 {kv_decode.ledger_vs_allocated_pct[precision=bf16, cache=concat, tokens=4096]:6} %。
+
+    **Interpretation · decoding.** The preallocated cache (BF16) holds {kv_decode.kv_mib[precision=bf16, cache=preallocated, tokens=256]:1} MiB from the first step, and allocated stays at {kv_decode.allocated_mib[precision=bf16, cache=preallocated, tokens=256]:1} MiB; the concatenating cache grows from {kv_decode.kv_mib[precision=bf16, cache=concat, tokens=256]:1} to {kv_decode.kv_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB and ends level with it at {kv_decode.allocated_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB. The price is the copy: the concatenating cache's peak rises {kv_decode.peak_above_allocated_mib[precision=bf16, cache=concat, tokens=4096]:2} MiB above what it holds at the last step (about one layer's K or V), the preallocated one's {kv_decode.peak_above_allocated_mib[precision=bf16, cache=preallocated, tokens=4096]:2} MiB; the pool ends with {kv_decode.reserved_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB reserved for the concatenating cache, {kv_decode.reserved_mib[precision=bf16, cache=preallocated, tokens=4096]:1} MiB for the preallocated one. The ledger (weights + cache + one step's logits) is {kv_decode.ledger_vs_allocated_pct[precision=bf16, cache=concat, tokens=4096]:6} % off the measured allocated memory.
+    "#)?;
+    cell("02_kv_cache", 22);
     kv.show("batch")?;
-    cell("02_kv_cache", 21);
-    kv.findings()?.show("Stage 2 findings")?;
     cell("02_kv_cache", 23);
-    let my_bytes = 0.0; // ← 你的答案 / your answer
-    let cfg = Qwen2Config::preset("qwen2.5-72b")?;
-    println!("{}", check_answer("练习 1 / exercise 1", my_bytes, vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64, 0.0));
+    kv.say(r#"
+    **解读 · batch.** batch 对缓存和 logits 一样是乘法:BF16 在 batch 1、2、4、8、16 时 held 分别为 {kv_batch.held_mib[precision=bf16, batch=1]:1}、{kv_batch.held_mib[precision=bf16, batch=2]:1}、{kv_batch.held_mib[precision=bf16, batch=4]:1}、{kv_batch.held_mib[precision=bf16, batch=8]:1}、{kv_batch.held_mib[precision=bf16, batch=16]:1} MiB,线性增长,直到卡满:batch 32 的结果是 `{kv_batch.outcome[precision=bf16, batch=32]}`。Q4(F32 计算)每个序列的字节是 BF16 的两倍(batch 1:{kv_batch.held_mib[precision=q4, batch=1]:1} MiB),但权重小得多,batch 32 的结果是 `{kv_batch.outcome[precision=q4, batch=32]}`。
+
+    **Interpretation · batch.** Batch multiplies the cache and the logits alike: BF16 holds {kv_batch.held_mib[precision=bf16, batch=1]:1}, {kv_batch.held_mib[precision=bf16, batch=2]:1}, {kv_batch.held_mib[precision=bf16, batch=4]:1}, {kv_batch.held_mib[precision=bf16, batch=8]:1} and {kv_batch.held_mib[precision=bf16, batch=16]:1} MiB at batch 1, 2, 4, 8 and 16, linear until the card is full: batch 32's outcome is `{kv_batch.outcome[precision=bf16, batch=32]}`. Q4 (computing in F32) takes twice BF16's bytes per sequence ({kv_batch.held_mib[precision=q4, batch=1]:1} MiB at batch 1) but far smaller weights; its batch 32's outcome is `{kv_batch.outcome[precision=q4, batch=32]}`.
+    "#)?;
     cell("02_kv_cache", 25);
-    let my_factor = 0.0; // ← 你的答案 / your answer
+    kv.findings()?.show("Stage 2 findings")?;
+    cell("02_kv_cache", 29);
+    let cfg = Qwen2Config::preset("qwen2.5-72b")?;
+    let lab = vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64;
+    let mine = exercises::attempt(|| exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) as f64);
+    println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 3 / exercise 3: kv_bytes_per_token, 72B BF16", mine, lab, 0.0));
+    cell("02_kv_cache", 31);
     let cfg = Qwen2Config::preset("qwen2.5-7b")?;
-    let f = vram_lab::estimate::naive_kv_bytes_per_token(&cfg, 2) as f64 / vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64;
-    println!("{}", check_answer("练习 2 / exercise 2", my_factor, f, 0.0));
-    cell("02_kv_cache", 27);
-    let my_mib = 0.0; // ← 你的答案 / your answer
-    let cfg = Qwen2Config::preset("qwen2.5-7b")?;
-    let per_token = vram_lab::estimate::kv_bytes_per_token(&cfg, 2) + vram_lab::estimate::logits_bytes_per_token(&cfg, 2);
-    println!("{}", check_answer("练习 3 / exercise 3", my_mib, (1024 * per_token) as f64 / (1u64 << 20) as f64, 0.01));
+    let (capacity, w) = (19u64 << 30, vram_lab::estimate::Workload { precision: Precision::Bf16, seq: 16_384, batch: 1, logits: Logits::All });
+    let lab = vram_lab::estimate::fit::largest(w.seq, |s| vram_lab::estimate::prefill_need(&cfg, &vram_lab::estimate::Workload { seq: s, ..w }, 0.0) <= capacity) as f64;
+    // kv_per_token, not kv: `kv` is this notebook's StageRun, which the cells above use.
+    let (weights, kv_per_token, logits) = (vram_lab::estimate::weight_bytes(&cfg, Precision::Bf16), vram_lab::estimate::kv_bytes_per_token(&cfg, 2), vram_lab::estimate::logits_bytes_per_token(&cfg, 2));
+    let mine = exercises::attempt(|| exercises::longest_context(capacity, weights, kv_per_token, logits, 1, true, 16_384) as f64);
+    println!("{} · 实验室 / the lab: {lab} tokens", exercises::verdict("练习 4 / exercise 4: longest_context, 7B BF16 in 19 GiB", mine, lab, 0.0));
     Ok(())
 }
 
@@ -135,9 +227,7 @@ fn nb_03_allocator() -> Out {
     // The one choice of this notebook / 本笔记本唯一的选择:
     //   Mode::Replay — the newest committed GPU run (data/results/, emulating an RTX 4090); no GPU needed
     //   Mode::Live   — run the stages here, on this kernel's device (CPU: use "synthetic:tiny"; frag then runs the model alone)
-    let setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090"))
-        // The runs this notebook's interpretation was written from (drop this line for the newest):
-        .before("2026-11-22T19");
+    let setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090"));
     println!("{}", setup.describe());
     cell("03_allocator", 4);
     let frag: StageRun = setup.stage("frag")?;
@@ -146,39 +236,102 @@ fn nb_03_allocator() -> Out {
     frag.show_only("steps", "allocator=pytorch")?;
     cell("03_allocator", 7);
     frag.chart("steps", "allocator=pytorch")?;
+    cell("03_allocator", 8);
+    frag.say(r#"
+    **解读 · PyTorch 的序列.** 下面的 PyTorch 数字是本次运行的 PyTorch 行;只有带参考脚本输出的运行才有这些行,没有时每个字段都写明"本次运行没有"。
+
+    - **reserved 增长了,但这不是碎片整理.** PyTorch:十块之后 reserved {frag_steps.reserved_gib[allocator=pytorch, step=blocks_allocated]:2} GiB,释放奇数块后 {frag_steps.reserved_gib[allocator=pytorch, step=odd_freed]:2} GiB,申请之后 {frag_steps.reserved_gib[allocator=pytorch, step=request]:2} GiB(实验室的模型:{frag_steps.model_reserved_gib[allocator=pytorch, step=request]:2} GiB;报告:{frag_steps.report_reserved_gib[allocator=pool, step=request]} GB)。释放的五个洞仍被保留(PyTorch 缓存释放的块),而请求比任何一个洞都大,于是缓存分配器在上面映射一个新段:reserved 增长整整一个请求。报告的两种猜测("直接申请了新的物理页"或"碎片整理")中,是前者。
+    - **报告释放后的 allocated 是它自己的泄漏.** 释放五块之后 PyTorch 持有 {frag_steps.allocated_gib[allocator=pytorch, step=odd_freed]:2} GiB(实验室的模型对每种分配器都是 {frag_steps.model_allocated_gib[allocator=pool, step=odd_freed]:2} GiB):剩下五块。报告的 {frag_steps.report_allocated_gib[allocator=pool, step=odd_freed]} GB 是六块:它的循环 `for i in range(10): t = torch.empty(...)` 结束后,变量 `t` 仍持有第 9 块。参考脚本也原样运行了报告的代码,结果在末尾的发现表里。
+    - **`expandable_segments:True`**:申请之后 reserved {frag_steps.reserved_gib[allocator=pytorch-expandable, step=request]:2} GiB,默认分配器是 {frag_steps.reserved_gib[allocator=pytorch, step=request]:2} GiB。可扩展的段在末端增长,盖住了最后一个洞(第 9 块是奇数块,已经释放),所以比一个新段增长得少(实验室的模型:{frag_steps.model_reserved_gib[allocator=pytorch-expandable, step=request]:2} GiB)。
+
+    **Interpretation · PyTorch's sequence.** The PyTorch figures below are this run's PyTorch rows; only a run given the reference script's output has them, and without them each field says "not in this run".
+
+    - **Reserved grows, and it is not defragmentation.** PyTorch: reserved {frag_steps.reserved_gib[allocator=pytorch, step=blocks_allocated]:2} GiB after the ten blocks, {frag_steps.reserved_gib[allocator=pytorch, step=odd_freed]:2} GiB after the odd ones are freed, {frag_steps.reserved_gib[allocator=pytorch, step=request]:2} GiB after the request (the lab's model: {frag_steps.model_reserved_gib[allocator=pytorch, step=request]:2} GiB; the report: {frag_steps.report_reserved_gib[allocator=pool, step=request]} GB). The five holes stay reserved (PyTorch keeps freed blocks) and the request is larger than any hole, so the caching allocator maps a new segment on top: reserved grows by the whole request. Of the report's two guesses (new physical pages, or defragmentation) it is the first.
+    - **The report's allocated after the frees is its own leak.** With five blocks freed PyTorch holds {frag_steps.allocated_gib[allocator=pytorch, step=odd_freed]:2} GiB (the lab's model gives {frag_steps.model_allocated_gib[allocator=pool, step=odd_freed]:2} GiB under every allocator): five blocks remain. The report's {frag_steps.report_allocated_gib[allocator=pool, step=odd_freed]} GB is six: its loop `for i in range(10): t = torch.empty(...)` leaves `t` holding block 9. The reference script also runs the report's exact code; its figure is in the findings at the end.
+    - **`expandable_segments:True`**: reserved {frag_steps.reserved_gib[allocator=pytorch-expandable, step=request]:2} GiB after the request, against {frag_steps.reserved_gib[allocator=pytorch, step=request]:2} GiB under the default allocator. The expandable segment grows at its end, over the last hole (block 9 is odd, so freed), and so grows by less than a new segment (the lab's model: {frag_steps.model_reserved_gib[allocator=pytorch-expandable, step=request]:2} GiB).
+    "#)?;
     cell("03_allocator", 10);
     frag.show_only("steps", "allocator=caching")?;
     cell("03_allocator", 11);
     frag.chart("steps", "allocator=caching")?;
-    cell("03_allocator", 12);
+    cell("03_allocator", 13);
     frag.show_only("steps", "allocator=pool")?;
-    cell("03_allocator", 15);
+    cell("03_allocator", 14);
+    frag.say(r#"
+    **解读 · CUDA 的内存池.**
+
+    - **阈值最大的池保留了洞,申请时却不必增长.** `caching`:释放奇数块后 reserved {frag_steps.reserved_gib[allocator=caching, step=odd_freed]:2} GiB(和 PyTorch 一样留着洞),申请之后 {frag_steps.reserved_gib[allocator=caching, step=request]:2} GiB;设备空闲显存 {frag_steps.device_free_gib[allocator=caching, step=odd_freed]:2} → {frag_steps.device_free_gib[allocator=caching, step=request]:2} GiB。池子用释放的页、在一段新的虚拟地址后面拼出这次请求,不需要新的物理显存。实验室最初的模型(像 PyTorch 那样的缓存)预测会多出一个请求;测量纠正了它,现在的模型先复用缓存的页:{frag_steps.model_reserved_gib[allocator=caching, step=request]:2} GiB。
+    - **candle 的池会把显存还回去.** `pool`(阈值 0):十块之后 reserved {frag_steps.reserved_gib[allocator=pool, step=blocks_allocated]:2} GiB,释放并同步之后 {frag_steps.reserved_gib[allocator=pool, step=odd_freed]:2} GiB(实验室的模型:{frag_steps.model_reserved_gib[allocator=pool, step=odd_freed]:2} GiB),而 allocated 是 {frag_steps.allocated_gib[allocator=pool, step=odd_freed]:2} GiB:释放的页在同步时回到了驱动。PyTorch 在同一步停在 {frag_steps.reserved_gib[allocator=pytorch, step=odd_freed]:2} GiB(报告:{frag_steps.report_reserved_gib[allocator=pool, step=odd_freed]} GB)。
+    - **最大可分配块**(二分查找,每次试探后释放)就是卡上空闲的量,与洞无关:`pool` 释放后最大块 {frag_steps.largest_block_gib[allocator=pool, step=odd_freed]:2} GiB,设备空闲 {frag_steps.device_free_gib[allocator=pool, step=odd_freed]:2} GiB;`sync` {frag_steps.largest_block_gib[allocator=sync, step=odd_freed]:2} 对 {frag_steps.device_free_gib[allocator=sync, step=odd_freed]:2} GiB;`caching` 的最大块 {frag_steps.largest_block_gib[allocator=caching, step=odd_freed]:2} GiB,约等于设备空闲的 {frag_steps.device_free_gib[allocator=caching, step=odd_freed]:2} GiB 加上它缓存着的页。GPU 显存是分页的:一个块需要足够的空闲页,而不是一段连续的物理地址。
+
+    **Interpretation · CUDA's pool.**
+
+    - **The pool at its maximum threshold keeps the holes, and need not grow for the request.** `caching`: reserved {frag_steps.reserved_gib[allocator=caching, step=odd_freed]:2} GiB after the odd blocks are freed (the holes kept, as PyTorch keeps them), {frag_steps.reserved_gib[allocator=caching, step=request]:2} GiB after the request; the device's free memory {frag_steps.device_free_gib[allocator=caching, step=odd_freed]:2} → {frag_steps.device_free_gib[allocator=caching, step=request]:2} GiB. The pool assembles the request from the freed pages behind a fresh virtual range, with no new physical memory. The lab's first model (a PyTorch-like cache) predicted a whole request more; the measurement corrected it, and the model now reuses cached pages first: {frag_steps.model_reserved_gib[allocator=caching, step=request]:2} GiB.
+    - **candle's pool gives memory back.** `pool` (threshold 0): reserved {frag_steps.reserved_gib[allocator=pool, step=blocks_allocated]:2} GiB after the ten blocks, {frag_steps.reserved_gib[allocator=pool, step=odd_freed]:2} GiB once they are freed and the stream synchronised (the lab's model: {frag_steps.model_reserved_gib[allocator=pool, step=odd_freed]:2} GiB), against {frag_steps.allocated_gib[allocator=pool, step=odd_freed]:2} GiB allocated: the freed pages went back to the driver at the synchronisation. PyTorch stays at {frag_steps.reserved_gib[allocator=pytorch, step=odd_freed]:2} GiB at that step (the report: {frag_steps.report_reserved_gib[allocator=pool, step=odd_freed]} GB).
+    - **The largest allocatable block** (found by bisection, each trial freed) is what is free on the card, whatever the holes: after the frees `pool`'s is {frag_steps.largest_block_gib[allocator=pool, step=odd_freed]:2} GiB with {frag_steps.device_free_gib[allocator=pool, step=odd_freed]:2} GiB free on the device; `sync` {frag_steps.largest_block_gib[allocator=sync, step=odd_freed]:2} against {frag_steps.device_free_gib[allocator=sync, step=odd_freed]:2} GiB; `caching`'s {frag_steps.largest_block_gib[allocator=caching, step=odd_freed]:2} GiB is about the device's free {frag_steps.device_free_gib[allocator=caching, step=odd_freed]:2} GiB plus the pages it keeps cached. GPU memory is paged: a block needs enough free pages, not a contiguous physical range.
+    "#)?;
+    cell("03_allocator", 16);
     frag.show("false_oom")?;
-    cell("03_allocator", 18);
+    cell("03_allocator", 17);
+    frag.say(r#"
+    **解读 · 假 OOM.** 本次每个洞 {frag_false_oom.hole_mib[allocator=sync, layout=fresh]:0} MiB,洞里一共空出 {frag_false_oom.freed_mib[allocator=sync, layout=fresh]:0} MiB,然后申请 {frag_false_oom.request_mib[allocator=sync, layout=fresh]:0} MiB。每种组合的测量结果,括号里是实验室模型的预测 · Each combination's measured outcome, the lab's model in brackets:
+
+    | 分配器 allocator | fresh | reused |
+    |---|---|---|
+    | PyTorch 默认 default | {frag_false_oom.outcome[allocator=pytorch, layout=fresh]} ({frag_false_oom.model_outcome[allocator=pytorch, layout=fresh]}) | {frag_false_oom.outcome[allocator=pytorch, layout=reused]} ({frag_false_oom.model_outcome[allocator=pytorch, layout=reused]}) |
+    | PyTorch `expandable_segments` | {frag_false_oom.outcome[allocator=pytorch-expandable, layout=fresh]} ({frag_false_oom.model_outcome[allocator=pytorch-expandable, layout=fresh]}) | {frag_false_oom.outcome[allocator=pytorch-expandable, layout=reused]} ({frag_false_oom.model_outcome[allocator=pytorch-expandable, layout=reused]}) |
+    | `pool` | {frag_false_oom.outcome[allocator=pool, layout=fresh]} ({frag_false_oom.model_outcome[allocator=pool, layout=fresh]}) | {frag_false_oom.outcome[allocator=pool, layout=reused]} ({frag_false_oom.model_outcome[allocator=pool, layout=reused]}) |
+    | `caching` | {frag_false_oom.outcome[allocator=caching, layout=fresh]} ({frag_false_oom.model_outcome[allocator=caching, layout=fresh]}) | {frag_false_oom.outcome[allocator=caching, layout=reused]} ({frag_false_oom.model_outcome[allocator=caching, layout=reused]}) |
+    | `sync` | {frag_false_oom.outcome[allocator=sync, layout=fresh]} ({frag_false_oom.model_outcome[allocator=sync, layout=fresh]}) | {frag_false_oom.outcome[allocator=sync, layout=reused]} ({frag_false_oom.model_outcome[allocator=sync, layout=reused]}) |
+    | `host-arena`(CPU 运行才有 / CPU runs only) | {frag_false_oom.outcome[allocator=host-arena, layout=fresh]} ({frag_false_oom.model_outcome[allocator=host-arena, layout=fresh]}) | {frag_false_oom.outcome[allocator=host-arena, layout=reused]} ({frag_false_oom.model_outcome[allocator=host-arena, layout=reused]}) |
+
+    PyTorch 的默认分配器在请求失败时会释放完全空闲的段再重试(所以 `fresh` 的洞可以还回去),但它不能释放或重新映射一个仍有存活块的段的一部分:在 `reused` 中洞都在这样的段里,没有一个洞装得下请求 —— 空闲的总量够,却 OOM,这就是"假 OOM"。`expandable_segments:True` 重新映射页,请求就装得下:正是报告的 OOM 信息里建议的办法。CUDA 的内存池在任何阈值下都会重新映射页,`cuMemAlloc`(`sync`)不保留洞:只要空闲的页够,请求就能满足。只有一段连续地址、没有页可以重映射的分配器(CPU 上的 `host-arena`)才会在两种布局下都失败。把每个测量结果和括号里的预测对照。
+
+    **Interpretation · the false OOM.** In this run the holes are {frag_false_oom.hole_mib[allocator=sync, layout=fresh]:0} MiB each, {frag_false_oom.freed_mib[allocator=sync, layout=fresh]:0} MiB in all, and the request {frag_false_oom.request_mib[allocator=sync, layout=fresh]:0} MiB. On a failed request PyTorch's default allocator frees the segments that are wholly free and retries (so `fresh`'s holes can go back), but it cannot release or remap part of a segment that still holds live blocks: in `reused` every hole sits in such a segment, no hole holds the request, and it fails with enough free in total — the false OOM. `expandable_segments:True` remaps the pages and the request fits: the remedy the report's own OOM message suggests. CUDA's pool remaps pages under every threshold, and plain `cuMemAlloc` (`sync`) keeps no holes: with enough free pages the request is met. Only an allocator with one contiguous range and no pages to remap (the CPU's `host-arena`) fails in both layouts. Compare each measured outcome with the model's in brackets.
+    "#)?;
+    cell("03_allocator", 20);
     let leaks: StageRun = setup.stage("leaks")?;
-    leaks.show("summary")?;
-    cell("03_allocator", 19);
-    leaks.show_only("marks", "demo=kv_cache_kept")?;
+    println!("{}", leaks.describe());
     cell("03_allocator", 22);
+    leaks.show("summary")?;
+    cell("03_allocator", 24);
+    leaks.show_only("marks", "demo=kv_cache_kept")?;
+    cell("03_allocator", 25);
+    leaks.say(r#"
+    **解读 · 三种泄漏.**
+
+    - **保留 KV cache**:每个请求 allocated 增长 {leaks_summary.growth_per_step_mib[demo=kv_cache_kept, variant=caches kept]:3} MiB,预测 {leaks_summary.predicted_per_step_mib[demo=kv_cache_kept, variant=caches kept]:3} MiB,正好一个请求的缓存,全部在 `{leaks_summary.main_category[demo=kv_cache_kept, variant=caches kept]}` 类别。判定:{leaks_summary.verdict[demo=kv_cache_kept, variant=caches kept]}({leaks_summary.steps[demo=kv_cache_kept, variant=caches kept]} 步中有 {leaks_summary.flagged_steps[demo=kv_cache_kept, variant=caches kept]} 步超过阈值)。丢弃缓存的运行每步增长 {leaks_summary.growth_per_step_mib[demo=kv_cache_kept, variant=caches dropped]:3} MiB:{leaks_summary.verdict[demo=kv_cache_kept, variant=caches dropped]}。
+    - **可训练的权重**(`Var`,模型停留在训练模式):每次前向增长 {leaks_summary.growth_per_step_mib[demo=autograd_graph_kept, variant=trainable weights]:3} MiB(预测 {leaks_summary.predicted_per_step_mib[demo=autograd_graph_kept, variant=trainable weights]:3}),普通权重 {leaks_summary.growth_per_step_mib[demo=autograd_graph_kept, variant=plain weights]:3} MiB(预测 {leaks_summary.predicted_per_step_mib[demo=autograd_graph_kept, variant=plain weights]:3}:保留下来的那一行 logits)。前向过程中,残差流让每一层的激活都为反向传播而存活(见摘要的 note 里的 peak);保留的输出把它的计算图一直拉到最后的 `rms_norm` —— 那个融合内核不记录反向操作。超过阈值的步数:{leaks_summary.flagged_steps[demo=autograd_graph_kept, variant=trainable weights]};判定:{leaks_summary.verdict[demo=autograd_graph_kept, variant=trainable weights]}。没有一步超过阈值而判定仍是 flagged 时,抓到它的是第二条规则(连续三次增长都高于噪声)。
+    - **过大的 batch**:账本允许的两倍 —— {leaks_summary.verdict[demo=batch_overflow, variant=twice the ledger's batch]}(主要类别 `{leaks_summary.main_category[demo=batch_overflow, variant=twice the ledger's batch]}`);账本给出的 batch —— {leaks_summary.verdict[demo=batch_overflow, variant=the ledger's batch]}。
+    - **看起来像泄漏的 reserved**(`reserved_growth_mib`)只显示、从不标记:保留缓存的运行 reserved 一共增长 {leaks_summary.reserved_growth_mib[demo=kv_cache_kept, variant=caches kept]:1} MiB,可训练权重的运行 {leaks_summary.reserved_growth_mib[demo=autograd_graph_kept, variant=trainable weights]:1} MiB;监视器看的是 allocated。
+
+    **Interpretation · three leaks.**
+
+    - **KV caches kept** grow allocated by {leaks_summary.growth_per_step_mib[demo=kv_cache_kept, variant=caches kept]:3} MiB a request, {leaks_summary.predicted_per_step_mib[demo=kv_cache_kept, variant=caches kept]:3} MiB predicted — exactly one request's cache ({leaks_summary.note[demo=kv_cache_kept, variant=caches kept]}), all of it in the `{leaks_summary.main_category[demo=kv_cache_kept, variant=caches kept]}` category. Verdict: {leaks_summary.verdict[demo=kv_cache_kept, variant=caches kept]} ({leaks_summary.flagged_steps[demo=kv_cache_kept, variant=caches kept]} of {leaks_summary.steps[demo=kv_cache_kept, variant=caches kept]} steps above the threshold). The run that drops its caches grows {leaks_summary.growth_per_step_mib[demo=kv_cache_kept, variant=caches dropped]:3} MiB a step: {leaks_summary.verdict[demo=kv_cache_kept, variant=caches dropped]}.
+    - **Trainable weights** (`Var`s, a model left in training mode) grow {leaks_summary.growth_per_step_mib[demo=autograd_graph_kept, variant=trainable weights]:3} MiB a forward ({leaks_summary.predicted_per_step_mib[demo=autograd_graph_kept, variant=trainable weights]:3} predicted), plain weights {leaks_summary.growth_per_step_mib[demo=autograd_graph_kept, variant=plain weights]:3} MiB ({leaks_summary.predicted_per_step_mib[demo=autograd_graph_kept, variant=plain weights]:3} predicted: the one row of logits kept). {leaks_summary.note[demo=autograd_graph_kept, variant=trainable weights]}. Steps above the threshold: {leaks_summary.flagged_steps[demo=autograd_graph_kept, variant=trainable weights]}; verdict: {leaks_summary.verdict[demo=autograd_graph_kept, variant=trainable weights]}. Where no step crossed the threshold and the verdict still reads flagged, the monitor's second rule caught it: three growths in a row above the noise floor.
+    - **The oversized batch**: twice the ledger's batch — {leaks_summary.verdict[demo=batch_overflow, variant=twice the ledger's batch]} (main category `{leaks_summary.main_category[demo=batch_overflow, variant=twice the ledger's batch]}`; {leaks_summary.note[demo=batch_overflow, variant=twice the ledger's batch]}); the ledger's batch — {leaks_summary.verdict[demo=batch_overflow, variant=the ledger's batch]}.
+    - **Reserved memory that only looks like a leak** (`reserved_growth_mib`) is shown and never flagged: {leaks_summary.reserved_growth_mib[demo=kv_cache_kept, variant=caches kept]:1} MiB over the run that keeps its caches, {leaks_summary.reserved_growth_mib[demo=autograd_graph_kept, variant=trainable weights]:1} MiB over the trainable one; the monitor watches allocated.
+    "#)?;
+    cell("03_allocator", 27);
     match leaks.show("oom") {
         Ok(()) => {}
         Err(_) => println!("no run of this stage ran out of memory on this device"),
     }
-    cell("03_allocator", 25);
-    frag.findings()?.show("Stage 3 findings — allocator")?;
-    cell("03_allocator", 26);
-    leaks.findings()?.show("Stage 3 findings — leaks")?;
     cell("03_allocator", 28);
-    let my_gib = 0.0; // ← 你的答案 / your answer
-    println!("{}", check_answer("练习 1 / exercise 1", my_gib, 6.0 * 500.0 / 1024.0, 0.01));
-    cell("03_allocator", 30);
-    let my_mib = 0.0; // ← 你的答案 / your answer
-    let cfg = Qwen2Config::preset("qwen2.5-7b")?;
-    let bytes = vram_lab::estimate::kv_bytes_per_token(&cfg, 2) * (2048 + 16);
-    println!("{}", check_answer("练习 2 / exercise 2", my_mib, bytes as f64 / (1u64 << 20) as f64, 0.01));
+    leaks.say(r#"
+    **解读 · OOM 诊断.** 失败的请求 {leaks_oom.mib[section=device, item=request]:1} MiB({leaks_oom.note[section=device, item=request]}),而内存池最多能有 {leaks_oom.mib[section=device, item=capacity for the pool]:1} MiB。关键是两行 `need`:这个工作负载分配的字节 {leaks_oom.mib[section=need, item=allocated by this workload]:1} MiB(装得下:{leaks_oom.fits[section=need, item=allocated by this workload]}),池子为它映射的 {leaks_oom.mib[section=need, item=mapped by the pool for it]:1} MiB(装得下:{leaks_oom.fits[section=need, item=mapped by the pool for it]})。一次前向中,流序内存池在两次同步之间释放又分配各种大小的块,映射的比交出去的多;这个倍数在最后一个装得下的大小上测得(见表中这一行的 note)。第一行装得下、第二行装不下时,OOM 来自池子的映射,而不是工作负载;两行都装不下时,工作负载本身就太大,池子让它更糟。补救:更小的 batch({leaks_oom.note[section=remedy, item=smaller batch]},装得下:{leaks_oom.fits[section=remedy, item=smaller batch]}),更短的上下文({leaks_oom.note[section=remedy, item=shorter context]},{leaks_oom.fits[section=remedy, item=shorter context]}),Q4 权重({leaks_oom.fits[section=remedy, item=Q4 weights]}),卸载({leaks_oom.fits[section=remedy, item=offload]})。没有 OOM 的运行(例如在 CPU 上)这里每个字段都写"本次运行没有"。第 2 阶段在长上下文处的 OOM 是同一类(笔记本 02,`vram-lab kv` 的 `oom` 视图)。
+
+    **Interpretation · the OOM diagnosis.** The request that failed was {leaks_oom.mib[section=device, item=request]:1} MiB ({leaks_oom.note[section=device, item=request]}), with at most {leaks_oom.mib[section=device, item=capacity for the pool]:1} MiB for the pool. The two `need` rows are the point: what the workload allocates, {leaks_oom.mib[section=need, item=allocated by this workload]:1} MiB (fits: {leaks_oom.fits[section=need, item=allocated by this workload]}), and what the pool maps for it, {leaks_oom.mib[section=need, item=mapped by the pool for it]:1} MiB (fits: {leaks_oom.fits[section=need, item=mapped by the pool for it]}; {leaks_oom.note[section=need, item=mapped by the pool for it]}). During a forward the stream-ordered pool frees and allocates blocks of many sizes between synchronisations and maps more than it hands out. Where the first fits and the second does not, the OOM is the pool's mapping, not the workload; where neither fits, the workload itself is too large and the pool makes it worse. Remedies: a smaller batch ({leaks_oom.note[section=remedy, item=smaller batch]}, fits: {leaks_oom.fits[section=remedy, item=smaller batch]}), a shorter context ({leaks_oom.note[section=remedy, item=shorter context]}, {leaks_oom.fits[section=remedy, item=shorter context]}), Q4 weights ({leaks_oom.fits[section=remedy, item=Q4 weights]}), offload ({leaks_oom.note[section=remedy, item=offload]}: {leaks_oom.fits[section=remedy, item=offload]}). A run without an OOM (on a CPU, say) reads "not in this run" in every field here. Stage 2's OOM at long contexts is of the same kind (notebook 02, `vram-lab kv`, view `oom`).
+    "#)?;
+    cell("03_allocator", 31);
+    frag.findings()?.show("Stage 3 findings — allocator")?;
     cell("03_allocator", 32);
-    let my_choice = 0.0; // ← 1 或 2 / 1 or 2
-    println!("{}", check_answer("练习 3 / exercise 3", my_choice, 2.0, 0.0));
+    leaks.findings()?.show("Stage 3 findings — leaks")?;
+    cell("03_allocator", 34);
+    let cfg = Qwen2Config::preset("qwen2.5-7b")?;
+    let lab = (vram_lab::estimate::kv_bytes_per_token(&cfg, 2) * (2048 + 16)) as f64 / 1048576.0;
+    let mine = exercises::attempt(|| (exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) * (2048 + 16)) as f64 / 1048576.0);
+    println!("{} · 实验室 / the lab: {lab:.3} MiB", exercises::verdict("练习 3 用于泄漏 / exercise 3 on the leak: MiB per request", mine, lab, 1e-9));
     Ok(())
 }
 
@@ -187,46 +340,94 @@ fn nb_04_offload() -> Out {
     use vram_lab::prelude::*;
     cell("04_offload", 3);
     // The one choice of this notebook / 本笔记本唯一的选择:
-    //   Mode::Replay — the newest committed GPU run (data/results/, an H200 emulating an RTX 4090); no GPU needed
+    //   Mode::Replay — the newest committed GPU run (data/results/, a lent GPU emulating an RTX 4090); no GPU needed
     //   Mode::Live   — run the stages here, on this kernel's device (CPU: "synthetic:tiny"; the "GPU" of each placement is the CPU)
-    let setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090"))
-        // The runs this notebook's interpretation was written from (drop this line for the newest):
-        .before("2026-11-22T19");
+    let setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090"));
     println!("{}", setup.describe());
     cell("04_offload", 5);
     let bw: StageRun = setup.stage("bandwidth")?;
     println!("{}", bw.describe());
-    bw.show("bandwidth")?;
     cell("04_offload", 6);
+    bw.show("bandwidth")?;
+    cell("04_offload", 7);
     bw.chart("bandwidth", "")?;
-    cell("04_offload", 9);
+    cell("04_offload", 8);
+    bw.say(r#"
+    **解读 · 吸管.** 这次带宽运行在 {gpu} 上(模拟的卡:{card})。
+
+    - **GPU 读自己的显存:{bandwidth.gb_s[test=device_read]:0} GB/s**,是厂商标称 {bandwidth.vendor_gb_s[test=device_read]:0} GB/s 的 {bandwidth.pct_of_vendor[test=device_read]:1} %。按这个速度每个 token 读一遍全部 BF16 权重({bandwidth.mib[test=device_read]:0} MiB),batch 1 解码的上限是 {bandwidth.tok_s_if_weights_move_here[test=device_read]:1} tok/s。设备到设备的拷贝把每个字节读一次、写一次,计为 {bandwidth.gb_s[test=d2d]:0} GB/s({bandwidth.pct_of_vendor[test=d2d]:1} %)。
+    - **PCIe,锁页内存:主机→设备 {bandwidth.gb_s[test=h2d_pinned]:1} GB/s**(厂商 {bandwidth.vendor_gb_s[test=h2d_pinned]:0} GB/s 的 {bandwidth.pct_of_vendor[test=h2d_pinned]:1} %),设备→主机 {bandwidth.gb_s[test=d2h_pinned]:1} GB/s。**可分页内存只有 {bandwidth.gb_s[test=h2d_pageable]:1} GB/s**:驱动要先把每一块复制进一个锁页的中转缓冲区。如果每个 token 都把全部权重经 PCIe 搬一遍,锁页的上限是 {bandwidth.tok_s_if_weights_move_here[test=h2d_pinned]:2} tok/s,可分页是 {bandwidth.tok_s_if_weights_move_here[test=h2d_pageable]:2} tok/s。
+    - **CPU 读主机内存:{bandwidth.gb_s[test=host_read]:1} GB/s**({bandwidth.note[test=host_read]}),权重留在原地、由 CPU 读取的上限是 {bandwidth.tok_s_if_weights_move_here[test=host_read]:2} tok/s。它比锁页 PCIe 快时,在权重所在的地方计算一层,比把它搬到 GPU 上更快。实验室的 CPU 内核(`host_gemv`,BF16 矩阵乘向量)在表里有几行,每行一种分块方式:它离这个读带宽有多近,决定了 CPU 上的层能跑多快。
+
+    下面每个 tok/s 都要和这些带宽给出的上限放在一起看;卸载阶段在它自己的运行里重新测量它用到的三个带宽(它的 `bandwidths` 表)。
+
+    **Interpretation · the straws.** This bandwidth run was made on {gpu} (the emulated card: {card}).
+
+    - **The GPU reads its own memory at {bandwidth.gb_s[test=device_read]:0} GB/s**, {bandwidth.pct_of_vendor[test=device_read]:1} % of the vendor's {bandwidth.vendor_gb_s[test=device_read]:0} GB/s. Reading all the BF16 weights ({bandwidth.mib[test=device_read]:0} MiB) once per token at that rate bounds batch-1 decoding at {bandwidth.tok_s_if_weights_move_here[test=device_read]:1} tok/s. A device-to-device copy counts each byte read and written: {bandwidth.gb_s[test=d2d]:0} GB/s ({bandwidth.pct_of_vendor[test=d2d]:1} %).
+    - **PCIe from pinned memory: {bandwidth.gb_s[test=h2d_pinned]:1} GB/s host to device** ({bandwidth.pct_of_vendor[test=h2d_pinned]:1} % of the vendor's {bandwidth.vendor_gb_s[test=h2d_pinned]:0} GB/s), {bandwidth.gb_s[test=d2h_pinned]:1} GB/s device to host. **From pageable memory only {bandwidth.gb_s[test=h2d_pageable]:1} GB/s**: the driver stages every chunk through a pinned bounce buffer. Moving every weight over PCIe once per token allows {bandwidth.tok_s_if_weights_move_here[test=h2d_pinned]:2} tok/s pinned, {bandwidth.tok_s_if_weights_move_here[test=h2d_pageable]:2} tok/s pageable.
+    - **The CPU reads host memory at {bandwidth.gb_s[test=host_read]:1} GB/s** ({bandwidth.note[test=host_read]}): {bandwidth.tok_s_if_weights_move_here[test=host_read]:2} tok/s if the weights stay where they are and the CPU reads them. Where that beats pinned PCIe, computing a layer where its weights live is faster than moving them to the GPU. The lab's CPU kernel (`host_gemv`, a BF16 matrix-vector product) has a row per tiling in the table: how close it comes to this read bandwidth decides how fast the CPU's layers can run.
+
+    Every tok/s below stands beside the ceiling these bandwidths allow; the offload stage measures the three it uses again, in its own run (its `bandwidths` table).
+    "#)?;
+    cell("04_offload", 11);
     let off: StageRun = setup.stage("offload")?;
     println!("{}", off.describe());
-    off.show("modes")?;
-    cell("04_offload", 10);
-    off.chart("modes", "")?;
     cell("04_offload", 12);
+    off.show("modes")?;
+    cell("04_offload", 13);
+    off.chart("modes", "")?;
+    cell("04_offload", 15);
     off.show("bandwidths")?;
-    cell("04_offload", 14);
+    cell("04_offload", 16);
+    off.say(r#"
+    **解读 · 八种放置.** 这次卸载运行在 {gpu} 上;每种方式的上限(`ceiling_tok_s`)都由它自己在上表中测得的带宽算出(GPU 读显存 {offload_bandwidths.gb_s[what=device read (GPU layers)]:0} GB/s,CPU 读内存 {offload_bandwidths.gb_s[what=host read by the CPU (CPU layers)]:1} GB/s,锁页 PCIe 见表中那一行)。
+
+    - **全部在 GPU 上**:{offload.decode_tok_s[mode=full]:1} tok/s,上限 {offload.ceiling_tok_s[mode=full]:1} tok/s 的 {offload.pct_of_ceiling[mode=full]:1} %。报告在 RTX 4090 上是 {offload.report_tok_s[mode=full]} tok/s。
+    - **accelerate 慢,是因为它搬运字节的方式,而不是 PCIe.** PyTorch 的 `device_map="auto"`(GPU 上 5 GiB)在同一次调用中:{offload.decode_tok_s[mode=pytorch accelerate]:2} tok/s(报告:{offload.report_tok_s[mode=streamed]} tok/s;只有带参考脚本输出的运行才有这一行)。它在每一层运行时才从可分页内存拷贝这一层,什么都不重叠。实验室的 **streamed** 搬运完全相同的字节({offload.streamed_layers[mode=streamed]} 层,每个 token {offload.pcie_mib_per_token[mode=streamed]:1} MiB):从锁页内存经一条拷贝流,放进两个轮流使用的 GPU 缓冲区,同时上一层在计算 —— **{offload.decode_tok_s[mode=streamed]:2} tok/s,是锁页 PCIe 上限 {offload.ceiling_tok_s[mode=streamed]:2} tok/s 的 {offload.pct_of_ceiling[mode=streamed]:1} %**,是 accelerate 的 {offload.x_accelerate[mode=streamed]:1} 倍。百分比接近 100 % 就说明吸管是满的:速度就是 PCIe 的速度;accelerate 的那一行(本次运行有它时)说明同一根吸管它用了多少。
+    - **在权重所在的地方计算.** `split` 把 {offload.gpu_layers[mode=split]} 层留在 GPU 上,其余 {offload.cpu_layers[mode=split]} 层在 CPU 上计算(llama.cpp 的 `-ngl`):{offload.decode_tok_s[mode=split]:2} tok/s,上限 {offload.ceiling_tok_s[mode=split]:2}({offload.pct_of_ceiling[mode=split]:1} %)。`hybrid` 在 GPU 上留 {offload.gpu_layers[mode=hybrid]} 层,卸载的层中 {offload.streamed_layers[mode=hybrid]} 层流式传输、{offload.cpu_layers[mode=hybrid]} 层在 CPU 上计算,两根吸管同时在用:{offload.decode_tok_s[mode=hybrid]:2} tok/s,上限 {offload.ceiling_tok_s[mode=hybrid]:2}({offload.pct_of_ceiling[mode=hybrid]:1} %)。三种方式都在同样的预算里(allocated {offload.allocated_gib[mode=split]:2} / {offload.allocated_gib[mode=streamed]:2} / {offload.allocated_gib[mode=hybrid]:2} GiB)。CPU 读内存比 PCIe 快时,split 和 hybrid 的上限都高于 streamed;实测离上限多远,看下一条。
+    - **时间花在哪里(剖析列).** `split` 每个 token {offload.ms_per_token[mode=split]:1} ms,其中 CPU 上的层 {offload.cpu_layers_ms_per_token[mode=split]:1} ms;它们的矩阵乘占 {offload.host_kernel_ms_per_token[mode=split]:1} ms,读权重的速度是 {offload.host_kernel_gb_s[mode=split]:1} GB/s,其余是每层的 norm、旋转位置编码、注意力和激活。`hybrid` 每个 token {offload.ms_per_token[mode=hybrid]:1} ms,CPU 层 {offload.cpu_layers_ms_per_token[mode=hybrid]:1} ms,矩阵乘 {offload.host_kernel_ms_per_token[mode=hybrid]:1} ms({offload.host_kernel_gb_s[mode=hybrid]:1} GB/s)。GPU 与主机之间的交接(`crossings_ms_per_token`)只有 {offload.crossings_ms_per_token[mode=split]:2} 和 {offload.crossings_ms_per_token[mode=hybrid]:2} ms。所以与上限的差距在 CPU 一侧:把内核的 GB/s 和上表中 CPU 读内存的带宽比较 —— 低于它的部分是内核损失的时间;CPU 层的时间里矩阵乘之外的部分,是每层的其他工作。llama.cpp 在它测量的那台 GPU 上的数字见末尾发现表的 note。
+    - **有空间的统一内存根本不是卸载.** managed 的总量低于 GPU 的空闲显存时(实验室拒绝更多),普通的 `managed` 在第一次访问时把每一页迁移到 GPU(GPU 上 {offload.device_used_gib[mode=managed]:1} GiB,第一遍 {offload.first_pass_s[mode=managed]:2} s),之后 {offload.decode_tok_s[mode=managed]:1} tok/s(上限 {offload.ceiling_tok_s[mode=managed]:1});`read-mostly` 和 `prefetch` 结果一样:GPU 上 {offload.device_used_gib[mode=managed-read-mostly]:1} / {offload.device_used_gib[mode=managed-prefetch]:1} GiB,{offload.decode_tok_s[mode=managed-read-mostly]:1} / {offload.decode_tok_s[mode=managed-prefetch]:1} tok/s。只有 **preferred location CPU** 让权重留在主机内存(GPU 上 {offload.device_used_gib[mode=managed-prefer-cpu]:3} GiB),每个 token 经 PCIe 读一遍全部权重({offload.pcie_mib_per_token[mode=managed-prefer-cpu]:1} MiB):{offload.decode_tok_s[mode=managed-prefer-cpu]:2} tok/s,是锁页拷贝给出的上限 {offload.ceiling_tok_s[mode=managed-prefer-cpu]:2} tok/s 的 {offload.pct_of_ceiling[mode=managed-prefer-cpu]:1} %(超过 100 % 表示通过映射读取比拷贝引擎测得的锁页速度还快)。文章在 24 GB 卡上的数字(managed {offload.article_tok_s[mode=managed]}、preferred location CPU {offload.article_tok_s[mode=managed-prefer-cpu]}、read-mostly {offload.article_tok_s[mode=managed-read-mostly]} tok/s)是超额订阅的结果,下一节在纸面上预测它。
+
+    **Interpretation · eight placements.** This offload run was made on {gpu}; every mode's ceiling (`ceiling_tok_s`) comes from the bandwidths it measured itself, in the table above (the GPU reading its memory at {offload_bandwidths.gb_s[what=device read (GPU layers)]:0} GB/s, the CPU reading host memory at {offload_bandwidths.gb_s[what=host read by the CPU (CPU layers)]:1} GB/s, pinned PCIe in its row).
+
+    - **All on the GPU**: {offload.decode_tok_s[mode=full]:1} tok/s, {offload.pct_of_ceiling[mode=full]:1} % of its {offload.ceiling_tok_s[mode=full]:1} tok/s ceiling. The report had {offload.report_tok_s[mode=full]} tok/s on the RTX 4090.
+    - **accelerate is slow because of how it moves the bytes, not because of PCIe.** PyTorch's `device_map="auto"` with 5 GiB on the GPU, in the same call: {offload.decode_tok_s[mode=pytorch accelerate]:2} tok/s (the report: {offload.report_tok_s[mode=streamed]} tok/s; only a run given the reference script's output has this row). It copies each offloaded layer from pageable memory when the layer runs, with nothing overlapped. The lab's **streamed** mode moves exactly the same bytes ({offload.streamed_layers[mode=streamed]} layers, {offload.pcie_mib_per_token[mode=streamed]:1} MiB per token) from pinned memory on a copy stream into two GPU buffers used in turn, while the previous layer computes: **{offload.decode_tok_s[mode=streamed]:2} tok/s, {offload.pct_of_ceiling[mode=streamed]:1} % of the {offload.ceiling_tok_s[mode=streamed]:2} tok/s pinned-PCIe ceiling**, {offload.x_accelerate[mode=streamed]:1} × accelerate. A percentage near 100 says the straw is full: the speed is PCIe's own, and accelerate's row (where this run has it) shows how much of the same straw it uses.
+    - **Computing where the weights live.** `split` keeps {offload.gpu_layers[mode=split]} layers on the GPU and computes the other {offload.cpu_layers[mode=split]} on the CPU (llama.cpp's `-ngl`): {offload.decode_tok_s[mode=split]:2} tok/s, ceiling {offload.ceiling_tok_s[mode=split]:2} ({offload.pct_of_ceiling[mode=split]:1} %). `hybrid` keeps {offload.gpu_layers[mode=hybrid]} on the GPU, streams {offload.streamed_layers[mode=hybrid]} of the offloaded layers and computes {offload.cpu_layers[mode=hybrid]} on the CPU, both straws busy: {offload.decode_tok_s[mode=hybrid]:2} tok/s, ceiling {offload.ceiling_tok_s[mode=hybrid]:2} ({offload.pct_of_ceiling[mode=hybrid]:1} %). All three stay inside the same budget (allocated {offload.allocated_gib[mode=split]:2} / {offload.allocated_gib[mode=streamed]:2} / {offload.allocated_gib[mode=hybrid]:2} GiB). Where the CPU reads host memory faster than PCIe copies, split's and hybrid's ceilings stand above streamed's; how far the measurements fall below them is the next point.
+    - **Where the time goes (the profile columns).** `split` takes {offload.ms_per_token[mode=split]:1} ms a token, {offload.cpu_layers_ms_per_token[mode=split]:1} ms of it in the CPU layers; their matrix products take {offload.host_kernel_ms_per_token[mode=split]:1} ms, reading the weights at {offload.host_kernel_gb_s[mode=split]:1} GB/s, and the rest is each layer's norms, rotary embedding, attention and activations. `hybrid`: {offload.ms_per_token[mode=hybrid]:1} ms a token, {offload.cpu_layers_ms_per_token[mode=hybrid]:1} ms in the CPU layers, {offload.host_kernel_ms_per_token[mode=hybrid]:1} ms of matrix products ({offload.host_kernel_gb_s[mode=hybrid]:1} GB/s). The hand-overs between GPU and host (`crossings_ms_per_token`) take only {offload.crossings_ms_per_token[mode=split]:2} and {offload.crossings_ms_per_token[mode=hybrid]:2} ms. The gap to the ceiling is on the CPU side: set the kernel's GB/s beside the host-read bandwidth in the table above — whatever it falls short is time the kernel loses — and the CPU layers' time beyond their matrix products is each layer's other work. llama.cpp's figure, on the GPU it was measured on, is in the findings' note at the end.
+    - **Unified memory with room is no offload at all.** With the managed total below what the GPU has free (the lab refuses more), plain `managed` migrates every page to the GPU on first touch ({offload.device_used_gib[mode=managed]:1} GiB on the GPU, a first pass of {offload.first_pass_s[mode=managed]:2} s), then decodes at {offload.decode_tok_s[mode=managed]:1} tok/s (ceiling {offload.ceiling_tok_s[mode=managed]:1}); `read-mostly` and `prefetch` end the same way: {offload.device_used_gib[mode=managed-read-mostly]:1} / {offload.device_used_gib[mode=managed-prefetch]:1} GiB on the GPU, {offload.decode_tok_s[mode=managed-read-mostly]:1} / {offload.decode_tok_s[mode=managed-prefetch]:1} tok/s. Only **preferred location CPU** keeps the weights in host memory ({offload.device_used_gib[mode=managed-prefer-cpu]:3} GiB on the GPU) and reads every weight over PCIe each token ({offload.pcie_mib_per_token[mode=managed-prefer-cpu]:1} MiB): {offload.decode_tok_s[mode=managed-prefer-cpu]:2} tok/s, {offload.pct_of_ceiling[mode=managed-prefer-cpu]:1} % of the {offload.ceiling_tok_s[mode=managed-prefer-cpu]:2} tok/s that pinned copies allow (above 100 % means reading through the mapping beat the copy engine's measured pinned rate). The article's figures on its 24 GB card (managed {offload.article_tok_s[mode=managed]}, preferred location CPU {offload.article_tok_s[mode=managed-prefer-cpu]}, read-mostly {offload.article_tok_s[mode=managed-read-mostly]} tok/s) come from oversubscription, predicted on paper in the next section.
+    "#)?;
+    cell("04_offload", 19);
     off.show("predict")?;
-    cell("04_offload", 17);
+    cell("04_offload", 20);
+    off.say(r#"
+    **解读 · 纸面上的超额订阅**(Qwen2.5-14B,{offload_predict.model_gib[case=managed]:1} GiB,在 {offload_predict.card[case=managed]} 上)。
+
+    - **preferred location CPU**:预测 {offload_predict.predicted_tok_s[case=managed-prefer-cpu]:2} tok/s,文章 {offload_predict.article_tok_s[case=managed-prefer-cpu]} tok/s。这个预测最简单:每个 token 经 PCIe 把整个模型读一遍。
+    - **普通 managed 和 read-mostly**:预测 {offload_predict.predicted_tok_s[case=managed]:2} / {offload_predict.predicted_tok_s[case=managed-read-mostly]:2} tok/s,文章 {offload_predict.article_tok_s[case=managed]} / {offload_predict.article_tok_s[case=managed-read-mostly]} tok/s。预测的依据:{offload_predict.basis[case=managed]}。预测低于文章的数字时,说明驱动在 token 之间留在显存里的工作集比循环扫描所允许的多。能给出答案的测量需要超额订阅,实验室只在自己的工作站上运行它(`--oversubscribe`)。
+    - **实验室的放置根本不需要超额订阅**:在真实的 RTX 4090 上,hybrid 的上限 {offload_predict.predicted_tok_s[case=vram-lab hybrid (ceiling)]:1} tok/s({offload_predict.basis[case=vram-lab hybrid (ceiling)]}),split {offload_predict.predicted_tok_s[case=vram-lab split (ceiling)]:1},streamed {offload_predict.predicted_tok_s[case=vram-lab streamed (ceiling)]:1} tok/s —— 与上面统一内存的预测对照。下面把同一个 14B 模型真实地运行一次。
+
+    **Interpretation · oversubscription on paper** (Qwen2.5-14B, {offload_predict.model_gib[case=managed]:1} GiB, on the {offload_predict.card[case=managed]}).
+
+    - **Preferred location CPU**: {offload_predict.predicted_tok_s[case=managed-prefer-cpu]:2} tok/s predicted, {offload_predict.article_tok_s[case=managed-prefer-cpu]} tok/s in the article. This prediction is the simplest: every token reads the whole model over PCIe.
+    - **Plain managed and read-mostly**: {offload_predict.predicted_tok_s[case=managed]:2} / {offload_predict.predicted_tok_s[case=managed-read-mostly]:2} tok/s predicted, {offload_predict.article_tok_s[case=managed]} / {offload_predict.article_tok_s[case=managed-read-mostly]} tok/s in the article. The prediction's basis: {offload_predict.basis[case=managed]}. Where it falls below the article's figures, the driver keeps more of the working set resident across tokens than a cyclic scan would allow. The measurement that would settle it needs oversubscription, which the lab runs only on one's own workstation (`--oversubscribe`).
+    - **The lab's placements need no oversubscription at all**: on a real RTX 4090 hybrid's ceiling is {offload_predict.predicted_tok_s[case=vram-lab hybrid (ceiling)]:1} tok/s ({offload_predict.basis[case=vram-lab hybrid (ceiling)]}), split's {offload_predict.predicted_tok_s[case=vram-lab split (ceiling)]:1}, streamed's {offload_predict.predicted_tok_s[case=vram-lab streamed (ceiling)]:1} tok/s — set them beside the unified modes' predictions above. Below, the same 14B model runs for real.
+    "#)?;
+    cell("04_offload", 22);
     let setup14: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-14b", Some("rtx4090"));
     let off14: StageRun = setup14.stage("offload")?;
     println!("{}", off14.describe());
-    off14.show("modes")?;
-    cell("04_offload", 20);
-    bw.findings()?.show("Stage 4a findings — bandwidth")?;
-    cell("04_offload", 21);
-    off.findings()?.show("Stage 4b findings — offload")?;
     cell("04_offload", 23);
-    let my_tok_s = 0.0; // ← 你的答案 / your answer
-    println!("{}", check_answer("练习 1 / exercise 1", my_tok_s, 55.5e9 / (22.0 * 466_115_584.0), 0.02));
-    cell("04_offload", 25);
-    let my_layers = 0.0; // ← 你的答案 / your answer
-    println!("{}", check_answer("练习 2 / exercise 2", my_layers, (22.0 * 55.5 / (55.5 + 119.0) as f64).round(), 0.0));
+    off14.show("modes")?;
+    cell("04_offload", 24);
+    off14.say(r#"
+    **解读 · 更大的模型,真实运行.** 这次运行:{model},在 {gpu} 上。全部放在 GPU 上(`full`,{offload.gpu_layers[mode=full]} 层)的结果是 `{offload.outcome[mode=full]}` —— 是 `oom` 时整个模型放不下,记录下来,接着运行下一种方式。预算 {offload.gpu_budget_gib[mode=split]} GiB 时:`split` 把 {offload.gpu_layers[mode=split]} 层留在 GPU、{offload.cpu_layers[mode=split]} 层在 CPU 上计算,{offload.decode_tok_s[mode=split]:2} tok/s(上限 {offload.ceiling_tok_s[mode=split]:2},{offload.pct_of_ceiling[mode=split]:1} %);`streamed` 留 {offload.gpu_layers[mode=streamed]} 层、流式传输 {offload.streamed_layers[mode=streamed]} 层,{offload.decode_tok_s[mode=streamed]:2} tok/s,是 PCIe 上限 {offload.ceiling_tok_s[mode=streamed]:2} 的 {offload.pct_of_ceiling[mode=streamed]:1} %;**`hybrid` 流式传输 {offload.streamed_layers[mode=hybrid]} 层、在 CPU 上计算 {offload.cpu_layers[mode=hybrid]} 层:{offload.decode_tok_s[mode=hybrid]:2} tok/s(上限 {offload.ceiling_tok_s[mode=hybrid]:2},{offload.pct_of_ceiling[mode=hybrid]:1} %)**。文章用统一内存对它 27 GB 的模型得到 managed {offload_predict.article_tok_s[case=managed]}、read-mostly {offload_predict.article_tok_s[case=managed-read-mostly]}、preferred location CPU {offload_predict.article_tok_s[case=managed-prefer-cpu]} tok/s,而这里的几种方式都不需要超额订阅。这台机器的 PCIe 和主机内存不是 4090 主机的;在真实的 RTX 4090 上,上一节的纸面预测给出各放置方式的上限。
+
+    **Interpretation · a larger model, run for real.** This run: {model} on {gpu}. All of it on the GPU (`full`, {offload.gpu_layers[mode=full]} layers) gives `{offload.outcome[mode=full]}` — where that is `oom` the whole model does not fit; it is recorded and the next mode runs. With a {offload.gpu_budget_gib[mode=split]} GiB budget, `split` keeps {offload.gpu_layers[mode=split]} layers on the GPU and computes {offload.cpu_layers[mode=split]} on the CPU: {offload.decode_tok_s[mode=split]:2} tok/s (ceiling {offload.ceiling_tok_s[mode=split]:2}, {offload.pct_of_ceiling[mode=split]:1} %); `streamed` keeps {offload.gpu_layers[mode=streamed]} and streams {offload.streamed_layers[mode=streamed]}: {offload.decode_tok_s[mode=streamed]:2} tok/s, {offload.pct_of_ceiling[mode=streamed]:1} % of its {offload.ceiling_tok_s[mode=streamed]:2} tok/s PCIe ceiling; **`hybrid` streams {offload.streamed_layers[mode=hybrid]} and computes {offload.cpu_layers[mode=hybrid]} on the CPU: {offload.decode_tok_s[mode=hybrid]:2} tok/s (ceiling {offload.ceiling_tok_s[mode=hybrid]:2}, {offload.pct_of_ceiling[mode=hybrid]:1} %)**. The article's unified memory gave managed {offload_predict.article_tok_s[case=managed]}, read-mostly {offload_predict.article_tok_s[case=managed-read-mostly]}, preferred location CPU {offload_predict.article_tok_s[case=managed-prefer-cpu]} tok/s for its 27 GB model, and none of this needs oversubscription. This machine's PCIe and host memory are not a 4090 host's; on a real RTX 4090 the previous section's paper predictions give each placement's ceiling.
+    "#)?;
+    cell("04_offload", 26);
+    bw.findings()?.show("Stage 4a findings — bandwidth")?;
     cell("04_offload", 27);
-    let my_choice = 0.0; // ← 1, 2 或 3 / 1, 2 or 3
-    println!("{}", check_answer("练习 3 / exercise 3", my_choice, 2.0, 0.0));
+    off.findings()?.show("Stage 4b findings — offload")?;
     Ok(())
 }
 
@@ -234,110 +435,598 @@ fn nb_05_estimator() -> Out {
     cell("05_estimator", 2);
     use vram_lab::prelude::*;
     cell("05_estimator", 3);
+    // 回放 Replay：观察 5、6 展示已提交的 GPU 运行；现场 Live：在本内核的设备上运行它们。估算器的单元两种模式都在这里计算。
+    // Replay: observations 5 and 6 show committed GPU runs; Live runs them on this kernel's device. The estimator's cells
+    // compute here in either mode.
+    let setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090"));
+    println!("{}", setup.describe());
+    cell("05_estimator", 4);
     // 你的选择 / your choice: a model (synthetic:<preset> or a directory with config.json), a card
     // (rtx4090, rtx3090, a4000, l40s, a100-40g, a100-80g, h100, h200, or a size such as 24GiB), a context and a batch.
     let (model, card, seq, batch) = ("synthetic:qwen2.5-7b", "rtx4090", 8192usize, 1usize);
     let est = vram_lab::notebook::estimator(model, card, seq, batch)?;
     println!("{}", est.estimate.describe());
-    cell("05_estimator", 5);
+    cell("05_estimator", 6);
     est.estimate.show("ledger")?;
-    cell("05_estimator", 8);
-    est.estimate.show("fit")?;
+    cell("05_estimator", 7);
+    est.estimate.say(r#"
+    **解读.**
+    - **权重**由配置的张量清单算出：{estimate_ledger.formula[precision=bf16, item=weights]}，即 {estimate_ledger.mib[precision=bf16, item=weights]:0} MiB。
+      Q4 是 llama.cpp 的 Q4_K_M 逐张量混合（Q4_K 块及其缩放；输出层和一半层的 attn_v、ffn_down 用 Q6_K），每个权重不到 5 bit：{estimate_ledger.mib[precision=q4_k_m, item=weights]:0} MiB。
+    - **KV 缓存**考虑了分组查询注意力：{estimate_ledger.formula[precision=bf16, item=kv_cache]}。
+      文章的公式（2 × 层数 × 隐藏维度）把每个查询头都当作一个 KV 头：7B 有 28 个查询头、4 个 KV 头，多算了 7 倍。
+    - **瞬时峰值**是预填充最忙的时刻高出常驻部分的字节，按实验室自己的前向计数：经过 MLP 时每个 token 留着 7 个隐藏维度大小的张量、
+      3 个 K/V 大小的张量和旋转位置编码表，`silu(gate) * up` 又持有 4 个中间维度大小的张量。BF16 为 {estimate_ledger.mib[precision=bf16, item=transient]:0} MiB，
+      F32 每个值 4 字节，正好两倍：{estimate_ledger.mib[precision=f32, item=transient]:0} MiB。
+    - **Q4_K_M 以 BF16 计算**：激活、KV 缓存和 logits 都是 BF16，所以它的 KV 缓存与 BF16 相同（{estimate_ledger.mib[precision=q4_k_m, item=kv_cache]:0} 对 {estimate_ledger.mib[precision=bf16, item=kv_cache]:0} MiB）。
+      它的瞬时峰值却高于 BF16（{estimate_ledger.mib[precision=q4_k_m, item=transient]:0} 对 {estimate_ledger.mib[precision=bf16, item=transient]:0} MiB）：
+      candle 的量化矩阵乘在超过 8 行时把输入转成 F32、输出也是 F32，再转回 BF16，这些 F32 副本在乘法期间与结果并存。
+      另有一行 workspace（{estimate_ledger.mib[precision=q4_k_m, item=workspace]:0} MiB）：量化乘法把输入行以 Q8_1 存放的缓冲区。
+    - **运行时**：CUDA 上下文、cuBLAS 和内存池之外的内核，{estimate_ledger.mib[precision=bf16, item=runtime]:0} MiB（`data/runtime.json`，在 H200 上实测）。
+
+    **Interpretation.**
+    - **Weights** come from the config's tensor list: {estimate_ledger.formula[precision=bf16, item=weights]}, {estimate_ledger.mib[precision=bf16, item=weights]:0} MiB.
+      Q4 is llama.cpp's Q4_K_M mix per tensor (Q4_K blocks with their scales; Q6_K for the output layer and half the layers'
+      attn_v and ffn_down), under 5 bits a weight: {estimate_ledger.mib[precision=q4_k_m, item=weights]:0} MiB.
+    - **KV cache** with grouped-query attention: {estimate_ledger.formula[precision=bf16, item=kv_cache]}.
+      The articles' formula (2 × layers × hidden) counts every query head as a K/V head: 7B has 28 query heads and 4 K/V heads,
+      so it counts 7 times too much.
+    - **Transient**: the prefill's busiest moment above what stays, counted from the lab's forward. Through the MLP each token
+      keeps 7 hidden-sized tensors, 3 K/V-sized ones and the rotary table, and `silu(gate) * up` holds 4 intermediate-sized
+      ones: {estimate_ledger.mib[precision=bf16, item=transient]:0} MiB in BF16, exactly twice in F32 (4 bytes a value):
+      {estimate_ledger.mib[precision=f32, item=transient]:0} MiB.
+    - **Q4_K_M computes in BF16**: its activations, KV cache and logits are BF16, so its cache is BF16's
+      ({estimate_ledger.mib[precision=q4_k_m, item=kv_cache]:0} against {estimate_ledger.mib[precision=bf16, item=kv_cache]:0} MiB).
+      Its transient is larger than BF16's ({estimate_ledger.mib[precision=q4_k_m, item=transient]:0} against
+      {estimate_ledger.mib[precision=bf16, item=transient]:0} MiB): over more than 8 rows candle's quantized matmul casts its
+      input to F32 and returns F32, cast back to BF16, and those F32 copies sit beside the result while it runs. One more row,
+      workspace ({estimate_ledger.mib[precision=q4_k_m, item=workspace]:0} MiB): the buffer where the quantized product keeps its
+      input rows as Q8_1.
+    - **Runtime**: the CUDA context, cuBLAS and kernels outside the allocator's pool, {estimate_ledger.mib[precision=bf16, item=runtime]:0} MiB,
+      measured on an H200 (`data/runtime.json`).
+    "#)?;
     cell("05_estimator", 9);
+    est.estimate.show("fit")?;
+    cell("05_estimator", 10);
     est.estimate.chart("curve", "")?;
-    cell("05_estimator", 12);
+    cell("05_estimator", 11);
+    est.estimate.say(r#"
+    **解读.** 一种精度的曲线与某张卡的容量线相交处就是它的最长上下文（表中的 max_context，以模型的最长位置封顶）。
+    解码上限 = 显卡带宽 ÷ 批量为 1 时每个 token 要读的字节（全部权重加上到目前为止的缓存）：带宽 {estimate_fit.bandwidth_gb_s[precision=bf16, card=rtx4090]:0} GB/s 的
+    RTX 4090 以 BF16 解码 {model}，在这个上下文下不可能快于 {estimate_fit.decode_ceiling_tok_s[precision=bf16, card=rtx4090]:1} tok/s，无论软件怎么写；
+    Q4_K_M 读的字节少，上限是 {estimate_fit.decode_ceiling_tok_s[precision=q4_k_m, card=rtx4090]:1} tok/s。F32 在这张卡上需要 {estimate_fit.need_mib[precision=f32, card=rtx4090]:0} MiB，
+    而卡只有 {estimate_fit.card_mib[precision=f32, card=rtx4090]:0} MiB。阶段 1 在 GPU 上测量实验室离这个上限有多近。
+
+    **Interpretation.** Where a precision's line crosses a card's capacity is its longest context (max_context in the table,
+    capped at the model's longest position). The decode ceiling is the card's bandwidth ÷ the bytes batch-1 decoding reads a
+    token (every weight and the cache so far): an RTX 4090 ({estimate_fit.bandwidth_gb_s[precision=bf16, card=rtx4090]:0} GB/s)
+    cannot decode {model} in BF16 at this context faster than {estimate_fit.decode_ceiling_tok_s[precision=bf16, card=rtx4090]:1} tok/s,
+    whatever the software; Q4_K_M reads fewer bytes: {estimate_fit.decode_ceiling_tok_s[precision=q4_k_m, card=rtx4090]:1} tok/s.
+    F32 needs {estimate_fit.need_mib[precision=f32, card=rtx4090]:0} MiB there, on a card of {estimate_fit.card_mib[precision=f32, card=rtx4090]:0} MiB.
+    Stage 1 measures how close the lab comes on a GPU.
+    "#)?;
+    cell("05_estimator", 13);
     est.plan.show("plan")?;
     cell("05_estimator", 14);
-    est.estimate.show("training")?;
+    est.plan.say(r#"
+    **解读.** 对 {card}，规划器选 **{plan.precision[rank=best]}**：放得下这个上下文的最精确的精度（F32 > BF16 > Q4），
+    余量 {plan.headroom_mib[rank=best]:0} MiB，最长上下文 {plan.max_context[rank=best]}，这个上下文下最大批量 {plan.max_batch[rank=best]}，
+    解码上限 {plan.decode_ceiling_tok_s[rank=best]:1} tok/s。F32 需要 {plan.need_mib[precision=f32]:0} MiB（余量 {plan.headroom_mib[precision=f32]:0} MiB，负数就是放不下）；
+    Q4_K_M 只需 {plan.need_mib[precision=q4_k_m]:0} MiB，解码上限 {plan.decode_ceiling_tok_s[precision=q4_k_m]:1} tok/s——更快，但精度更低。
+
+    **Interpretation.** For {card} the planner picks **{plan.precision[rank=best]}**: the most precise that fits the context
+    wanted (F32 > BF16 > Q4), with {plan.headroom_mib[rank=best]:0} MiB to spare, a longest context of {plan.max_context[rank=best]},
+    a largest batch of {plan.max_batch[rank=best]} at this context and a decode ceiling of {plan.decode_ceiling_tok_s[rank=best]:1} tok/s.
+    F32 needs {plan.need_mib[precision=f32]:0} MiB (headroom {plan.headroom_mib[precision=f32]:0} MiB: negative means it does not fit); Q4_K_M needs {plan.need_mib[precision=q4_k_m]:0} MiB
+    and could decode at up to {plan.decode_ceiling_tok_s[precision=q4_k_m]:1} tok/s — faster, and less precise.
+    "#)?;
     cell("05_estimator", 17);
+    est.estimate.show("training")?;
+    cell("05_estimator", 18);
+    est.estimate.say(r#"
+    **解读.** 文章的 112 GB 是 16 B × 7e9：F32 权重（4）、梯度（4）和 Adam 的两个矩（8）。同一规则用于 Qwen2.5-7B 的全部参数，
+    得 {estimate_training.gib_per_gpu[item=total, note=16 B × 7615616512 parameters; the articles' 112 GB is 16 B × 7e9]:1} GiB。
+    混合精度在这里什么也没省：BF16 权重和梯度（2 + 2）加上 F32 主副本（4）和 F32 的矩（8），又是每参数 16 B；它省的是激活和时间。
+    ZeRO 把优化器状态（第 1 级）、梯度（第 2 级）、权重（第 3 级）依次分到各 GPU 上。文章漏掉的是激活：下面这一步把它们算出来。
+
+    **Interpretation.** The articles' 112 GB is 16 B × 7e9: F32 weights (4), gradients (4) and Adam's two moments (8). The
+    same rule over all of Qwen2.5-7B's parameters gives
+    {estimate_training.gib_per_gpu[item=total, note=16 B × 7615616512 parameters; the articles' 112 GB is 16 B × 7e9]:1} GiB.
+    Mixed precision saves nothing here: BF16 weights and gradients (2 + 2) plus an F32 master copy (4) and F32 moments (8) are
+    again 16 B a parameter; what it saves is activations and time. ZeRO divides the optimizer states (stage 1), then the
+    gradients (2), then the weights (3) across GPUs. What the articles leave out is the activations: the step below counts them.
+    "#)?;
+    cell("05_estimator", 20);
+    let params = Qwen2Config::preset("qwen2.5-7b")?.param_count() as u64;
+    // zero_setup, not setup: `setup` is this notebook's Setup (and `train_setup` the training stage's, below).
+    let zero_setup = vram_lab::estimate::training::TrainSetup { weight_bytes: 2, master_f32: true, optimizer: vram_lab::estimate::training::Optimizer::Adamw, zero: 2, gpus: 8 };
+    let lab = vram_lab::estimate::training::ledger(params, &zero_setup).total() as f64;
+    let mine = exercises::attempt(|| exercises::train_state_bytes(params, 2, true, 4, 2, 8) as f64);
+    println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 5 / exercise 5: train_state_bytes, 7B mixed BF16, ZeRO-2 on 8 GPUs", mine, lab, 0.0));
+    cell("05_estimator", 22);
     est.estimate.show("train_step")?;
-    cell("05_estimator", 21);
-    let train_setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-0.5b", None);
+    cell("05_estimator", 23);
+    est.estimate.say(r#"
+    **解读.**
+    - **在这个上下文下，激活远超文章的规则。** 规则（每参数 16 B，加上 batch × seq × hidden × layers × 4 B）给出 {estimate_train_step.without_checkpointing_gib[item=the articles' rule]:1} GiB；
+      PyTorch 的 F32 一步不开检查点需要 {estimate_train_step.without_checkpointing_gib[item=PyTorch: step peak]:1} GiB，开了 {estimate_train_step.with_checkpointing_gib[item=PyTorch: step peak]:1} GiB；
+      实验室的 candle 一步分别是 {estimate_train_step.without_checkpointing_gib[item=step peak]:0} 和 {estimate_train_step.with_checkpointing_gib[item=step peak]:1} GiB
+      （candle 朴素的可微注意力每层留着 6 个分数矩阵，直到反向传播）。
+    - **PyTorch 的显存去了哪里**：它的前向每个 token、每层留着 10 H + 4 I + heads × seq 个 F32 值。最后一项是 SDPA 数学路径的 softmax
+      （F32 加分组 K/V 头没有融合内核），它随上下文增长，几千个 token 时就超过其余各项之和。开检查点后每层只留输入，一步的峰值落在优化器更新：
+      每个参数同时有一份 F32 副本，每参数 20 B。
+
+    **Interpretation.**
+    - **At this context the activations dwarf the articles' rule.** The rule (16 B a parameter plus batch × seq × hidden ×
+      layers × 4 B) says {estimate_train_step.without_checkpointing_gib[item=the articles' rule]:1} GiB; PyTorch's F32 step needs
+      {estimate_train_step.without_checkpointing_gib[item=PyTorch: step peak]:1} GiB without checkpointing and
+      {estimate_train_step.with_checkpointing_gib[item=PyTorch: step peak]:1} with it; the lab's candle step
+      {estimate_train_step.without_checkpointing_gib[item=step peak]:0} and {estimate_train_step.with_checkpointing_gib[item=step peak]:1}
+      (candle's naive differentiable attention keeps six score matrices a layer until the backward).
+    - **Where PyTorch's go**: its forward keeps 10 H + 4 I + heads × seq F32 values a token and layer. The last term is the
+      softmax of SDPA's math path (F32 with grouped K/V heads has no fused kernel); it grows with the context and at a few
+      thousand tokens outweighs the rest together. With checkpointing a layer keeps its input only, and the step's peak is
+      the optimizer's update: one F32 copy of every parameter at once, 20 B a parameter.
+    "#)?;
+    cell("05_estimator", 26);
+    let cfg = Qwen2Config::preset("qwen2.5-0.5b")?;
+    let params = cfg.param_count() as u64;
+    let states = vram_lab::estimate::training::ledger(params, &vram_lab::estimate::training::TrainSetup::fp32_adam());
+    let sh = vram_lab::estimate::training::TrainShape { batch: 1, seq: 1024 };
+    let lab = (states.weights + states.optimizer + vram_lab::estimate::training::pytorch_step(&cfg, params, sh, false).above_states()) as f64;
+    let mine = exercises::attempt(|| exercises::pytorch_step_peak(params, cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_attention_heads as u64, cfg.vocab_size as u64, 1, 1024, false) as f64);
+    println!("{} · 实验室 / the lab: {:.1} GiB", exercises::verdict("练习 6 / exercise 6: pytorch_step_peak, 0.5B, 1,024 tokens", mine, lab, 0.0), lab / (1u64 << 30) as f64);
+    cell("05_estimator", 29);
+    let train_setup: Setup = Setup::new(setup.mode, "synthetic:qwen2.5-0.5b", None);
     let train: StageRun = train_setup.stage("train")?;
     println!("{}", train.describe());
     train.show("memory")?;
-    cell("05_estimator", 22);
+    cell("05_estimator", 30);
     train.show("scale")?;
-    cell("05_estimator", 25);
-    let load_setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", None);
+    cell("05_estimator", 31);
+    train.say(r#"
+    **解读.**
+    - **权重、AdamW 状态和梯度正是文章的每参数 4 + 8 + 4 B，一字节不差**：{train_memory.measured_mib[checkpointing=false, item=weights]:1}、
+      {train_memory.measured_mib[checkpointing=false, item=optimizer states]:1} 和 {train_memory.measured_mib[checkpointing=false, item=gradients]:1} MiB
+      （文章公式的误差：{train_memory.articles_error_pct[checkpointing=false, item=weights]:1} %）。
+    - **激活是文章失败的地方。** 它的规则（batch × seq × hidden × layers × 4 B）给出 {train_memory.articles_mib[checkpointing=false, item=kept by the forward]:0} MiB；
+      candle 在反向结束前留着 {train_memory.measured_mib[checkpointing=false, item=kept by the forward]:0} MiB，因为每个算子都保留它的输入：
+      每层每个 token 21.5 个隐藏维度大小的张量、10.5 个 K/V 大小的、4 个中间维度大小的，以及可微注意力的 6 个分数矩阵。
+      实验室的公式逐字节数到了它们：一步的峰值实测 {train_memory.measured_mib[checkpointing=false, item=step peak]:0} MiB，公式 {train_memory.lab_mib[checkpointing=false, item=step peak]:0} MiB
+      （{train_memory.lab_error_pct[checkpointing=false, item=step peak]:2} %）。
+    - **梯度检查点**只留每层的输入（{train_memory.measured_mib[checkpointing=true, item=kept by the forward]:0} MiB），反向时一次重算一层：
+      峰值降到 {train_memory.measured_mib[checkpointing=true, item=step peak]:0} MiB（公式 {train_memory.lab_mib[checkpointing=true, item=step peak]:0}），
+      这时由输出层的反向决定——整个词表上的交叉熵。实验室的 AdamW 原地更新（3 个与最大权重同样大的临时张量）：
+      更新时高出权重和状态 {train_memory.measured_mib[checkpointing=true, item=AdamW update peak above weights + states]:0} MiB。
+    - **7B**：文章的 {train_scale.gb[note=weights 4 + gradients 4 + Adam 8 B per parameter; no activations]:0} GB（16 B × 7e9）用于 Qwen2.5-7B 的全部参数是
+      {train_scale.gb[note=the same 16 B per parameter]:1} GB；实验室对 1,024 个 token 一步真实 F32 训练的估算，不开检查点是
+      {train_scale.gb[note=weights + states + the peak above them]:1} GB，开检查点见上表最后一行：一张 80 GB 的卡放不下，也不是文章说的那个数。
+
+    **Interpretation.**
+    - **Weights, AdamW states and gradients are the articles' 4 + 8 + 4 B a parameter, to the byte**:
+      {train_memory.measured_mib[checkpointing=false, item=weights]:1}, {train_memory.measured_mib[checkpointing=false, item=optimizer states]:1}
+      and {train_memory.measured_mib[checkpointing=false, item=gradients]:1} MiB (the articles' error:
+      {train_memory.articles_error_pct[checkpointing=false, item=weights]:1} %).
+    - **Activations are where the articles fail.** Their rule (batch × seq × hidden × layers × 4 B) gives
+      {train_memory.articles_mib[checkpointing=false, item=kept by the forward]:0} MiB; candle keeps
+      {train_memory.measured_mib[checkpointing=false, item=kept by the forward]:0} MiB until the backward ends, because every op
+      holds its inputs: per layer and token 21.5 hidden-sized tensors, 10.5 K/V-sized, 4 intermediate-sized, and six score
+      matrices of the differentiable attention. The lab's formula counts them to the byte: the step peak is
+      {train_memory.measured_mib[checkpointing=false, item=step peak]:0} MiB measured against
+      {train_memory.lab_mib[checkpointing=false, item=step peak]:0} predicted ({train_memory.lab_error_pct[checkpointing=false, item=step peak]:2} %).
+    - **Checkpointing** keeps only each layer's input ({train_memory.measured_mib[checkpointing=true, item=kept by the forward]:0} MiB)
+      and recomputes one layer at a time: the peak falls to {train_memory.measured_mib[checkpointing=true, item=step peak]:0} MiB
+      ({train_memory.lab_mib[checkpointing=true, item=step peak]:0} predicted), set now by the head's backward — cross-entropy
+      over the whole vocabulary. The lab's AdamW updates in place (3 temporaries the size of the largest weight):
+      {train_memory.measured_mib[checkpointing=true, item=AdamW update peak above weights + states]:0} MiB above the weights and states.
+    - **7B**: the articles' {train_scale.gb[note=weights 4 + gradients 4 + Adam 8 B per parameter; no activations]:0} GB
+      (16 B × 7e9) is {train_scale.gb[note=the same 16 B per parameter]:1} GB for Qwen2.5-7B's parameters, and the lab's
+      estimate of a real F32 step at 1,024 tokens is {train_scale.gb[note=weights + states + the peak above them]:1} GB without
+      checkpointing (with it: the table's last row) — no single 80 GB card, and not the articles' figure either.
+    "#)?;
+    cell("05_estimator", 34);
+    let load_setup: Setup = Setup::new(setup.mode, "synthetic:qwen2.5-7b", None);
     let load: StageRun = load_setup.stage("load")?;
     println!("{}", load.describe());
     load.show("disk")?;
-    cell("05_estimator", 26);
+    cell("05_estimator", 35);
     load.show("load")?;
-    cell("05_estimator", 27);
+    cell("05_estimator", 36);
     load.chart("load", "")?;
-    cell("05_estimator", 30);
+    cell("05_estimator", 37);
+    load.say(r#"
+    **解读.**
+    - **冷启动时，磁盘占 BF16 加载的大头**：{load_time.file_mib[checkpoint=safetensors bf16, precision=bf16, cache=cold]:0} MiB 以
+      {load_disk.gb_s[checkpoint=safetensors bf16, op=read cold]:2} GB/s 读入，用了 {load_time.read_s[checkpoint=safetensors bf16, precision=bf16, cache=cold]:1} s，
+      整个加载 {load_time.load_s[checkpoint=safetensors bf16, precision=bf16, cache=cold]:1} s（磁盘占 {load_time.disk_share_pct[checkpoint=safetensors bf16, precision=bf16, cache=cold]:0} %）。
+      热启动（文件在页缓存中）读只要 {load_time.read_s[checkpoint=safetensors bf16, precision=bf16, cache=warm]:1} s，加载 {load_time.load_s[checkpoint=safetensors bf16, precision=bf16, cache=warm]:1} s：
+      其余是加载器自己的工作——逐个张量从映射中拷出再送到 GPU。磁盘慢十倍，读就慢十倍：等待由磁盘决定，不是 GPU。
+    - **边加载边量化是慢路径**：从 BF16 safetensors 加载成 Q4，冷启动 {load_time.load_s[checkpoint=safetensors bf16, precision=q4, cache=cold]:0} s、
+      热启动 {load_time.load_s[checkpoint=safetensors bf16, precision=q4, cache=warm]:0} s，因为每个权重都在 CPU 上量化成 Q4_K。
+      同样的权重从 GGUF 加载：冷 {load_time.load_s[checkpoint=gguf q4, precision=q4, cache=cold]:1} s、热 {load_time.load_s[checkpoint=gguf q4, precision=q4, cache=warm]:1} s。
+      量化一次（`vram-lab quantize --to model.gguf`），之后加载 GGUF。
+    - 页缓存确实清掉了：每次冷读之前 `resident_before_pct` 都是 {load_time.resident_before_pct[checkpoint=safetensors bf16, precision=bf16, cache=cold]:0}
+      （用 posix_fadvise，不需要 root）。加载时间 = 读磁盘 + 转换 + 拷贝到显卡；冷启动时磁盘占大头，量化要提前做好。
+
+    **Interpretation.**
+    - **Cold, the disk is most of a BF16 load**: {load_time.file_mib[checkpoint=safetensors bf16, precision=bf16, cache=cold]:0} MiB
+      read at {load_disk.gb_s[checkpoint=safetensors bf16, op=read cold]:2} GB/s take {load_time.read_s[checkpoint=safetensors bf16, precision=bf16, cache=cold]:1} s
+      of the {load_time.load_s[checkpoint=safetensors bf16, precision=bf16, cache=cold]:1} s load
+      ({load_time.disk_share_pct[checkpoint=safetensors bf16, precision=bf16, cache=cold]:0} %). Warm (the files in the page cache)
+      the read is {load_time.read_s[checkpoint=safetensors bf16, precision=bf16, cache=warm]:1} s and the load
+      {load_time.load_s[checkpoint=safetensors bf16, precision=bf16, cache=warm]:1} s: the rest is the loader's own work, copying
+      each tensor out of the mapping and to the GPU one at a time. A disk ten times slower makes the read ten times longer:
+      the disk, not the GPU, sets the wait.
+    - **Quantizing while loading is the slow path**: Q4 from the BF16 safetensors takes
+      {load_time.load_s[checkpoint=safetensors bf16, precision=q4, cache=cold]:0} s cold and
+      {load_time.load_s[checkpoint=safetensors bf16, precision=q4, cache=warm]:0} s warm, because every weight is quantized to
+      Q4_K on the CPU. The same weights from a GGUF load in {load_time.load_s[checkpoint=gguf q4, precision=q4, cache=cold]:1} s
+      cold, {load_time.load_s[checkpoint=gguf q4, precision=q4, cache=warm]:1} s warm. Quantize once
+      (`vram-lab quantize --to model.gguf`) and load the GGUF.
+    - The page cache was really dropped: `resident_before_pct` is
+      {load_time.resident_before_pct[checkpoint=safetensors bf16, precision=bf16, cache=cold]:0} before every cold read
+      (posix_fadvise, no root needed).
+    "#)?;
+    cell("05_estimator", 40);
     est.check.findings()?.show("Estimator check — the worst errors");
-    cell("05_estimator", 31);
+    cell("05_estimator", 41);
     est.check.show("limits")?;
-    cell("05_estimator", 33);
-    let answer = 0.0; // your answer, bytes per token
+    cell("05_estimator", 42);
+    est.check.say(r#"
+    **解读.**
+    - 上面的发现表数出了已提交的预填充、批量步骤和加载的个数，以及已分配和峰值的最大误差：BF16 与 Q4 都在很小的误差内。
+      Q4 在账本里多一行 workspace（观察 1）：candle 的量化矩阵乘把输入行以 Q8_1 存在一个只增不减的缓冲区里，所以一个 Q4 服务会一直占着它最长提示的缓冲区。
+    - 最长上下文是账本上跑的 KV 阶段自己的二分搜索。CUDA 的内存池以 32 MiB 的分块映射显存，修剪之后仍保留活跃分配碰到的每个分块：
+      账本为每个活跃分配的分块加上测得的余量（观察 1 中 pool 一行的公式）。允许一次失败的请求在修剪内存池之后重试（PyTorch 也这样做），
+      二分结果与账本的搜索相符：RTX 4090 上 BF16 的 7B {check_limits.max_context[file=h100/2026-11-26-run/run/kv/kv_limit.csv, precision=bf16, logits=all, attention=bounded]}
+      对账本 {check_limits.predicted_max_context[file=h100/2026-11-26-run/run/kv/kv_limit.csv, precision=bf16, logits=all, attention=bounded]}；
+      3B {check_limits.max_context[file=h200/2026-11-23-limits/3b/kv/kv_limit.csv, precision=bf16]} 对 {check_limits.predicted_max_context[file=h200/2026-11-23-limits/3b/kv/kv_limit.csv, precision=bf16]}；
+      A4000 上 Q4 {check_limits.max_context[file=h200/2026-11-23-limits/a4000/kv/kv_limit.csv, precision=q4, logits=all]} 对 {check_limits.predicted_max_context[file=h200/2026-11-23-limits/a4000/kv/kv_limit.csv, precision=q4, logits=all]}。
+      只有 A4000 上 BF16 的短边差了一个二分步长：{check_limits.max_context[file=h200/2026-11-23-limits/a4000/kv/kv_limit.csv, precision=bf16, logits=last]}
+      对 {check_limits.predicted_max_context[file=h200/2026-11-23-limits/a4000/kv/kv_limit.csv, precision=bf16, logits=last]}（{check_limits.context_err_pct[file=h200/2026-11-23-limits/a4000/kv/kv_limit.csv, precision=bf16, logits=last]:1} %）。
+    - 没有重试的早期运行远远提前停下（`oom_retry` 为 false）：例如 {check_limits.max_context[file=h200/2026-11-22-run/run/kv/kv_limit.csv, precision=bf16, logits=all, attention=bounded]}
+      对账本 {check_limits.predicted_max_context[file=h200/2026-11-22-run/run/kv/kv_limit.csv, precision=bf16, logits=all, attention=bounded]}——
+      candle 的内存池已经映射了整张卡，释放的几个 GB 没有还回去。
+
+    **Interpretation.**
+    - The findings above count the committed prefill and batch steps and loads, and give the worst errors of allocated and
+      peak: small, BF16 and Q4 alike. Q4 needs one more line in the ledger, workspace (observation 1): candle's quantized
+      matmul keeps its input rows as Q8_1 in a buffer that only grows, so a Q4 server holds the buffer of its longest prompt
+      for good.
+    - The longest context is the KV stage's own bisection, run on the ledger. CUDA's pool maps memory in 32 MiB chunks and,
+      after a trim, keeps every chunk a live allocation touches: the ledger adds a measured slack per chunk of live
+      allocations (the pool row's formula, observation 1). With a failed request retried after the pool is trimmed (as
+      PyTorch does) the bisections land on the ledger's search: 7B BF16 on an RTX 4090
+      {check_limits.max_context[file=h100/2026-11-26-run/run/kv/kv_limit.csv, precision=bf16, logits=all, attention=bounded]}
+      against {check_limits.predicted_max_context[file=h100/2026-11-26-run/run/kv/kv_limit.csv, precision=bf16, logits=all, attention=bounded]};
+      3B {check_limits.max_context[file=h200/2026-11-23-limits/3b/kv/kv_limit.csv, precision=bf16]} against
+      {check_limits.predicted_max_context[file=h200/2026-11-23-limits/3b/kv/kv_limit.csv, precision=bf16]}; Q4 on an A4000
+      {check_limits.max_context[file=h200/2026-11-23-limits/a4000/kv/kv_limit.csv, precision=q4, logits=all]} against
+      {check_limits.predicted_max_context[file=h200/2026-11-23-limits/a4000/kv/kv_limit.csv, precision=q4, logits=all]}.
+      Only the A4000's short BF16 edge is one bisection step off:
+      {check_limits.max_context[file=h200/2026-11-23-limits/a4000/kv/kv_limit.csv, precision=bf16, logits=last]} against
+      {check_limits.predicted_max_context[file=h200/2026-11-23-limits/a4000/kv/kv_limit.csv, precision=bf16, logits=last]}
+      ({check_limits.context_err_pct[file=h200/2026-11-23-limits/a4000/kv/kv_limit.csv, precision=bf16, logits=last]:1} %).
+    - Runs before the retry (`oom_retry` false) stopped far short, e.g.
+      {check_limits.max_context[file=h200/2026-11-22-run/run/kv/kv_limit.csv, precision=bf16, logits=all, attention=bounded]}
+      against {check_limits.predicted_max_context[file=h200/2026-11-22-run/run/kv/kv_limit.csv, precision=bf16, logits=all, attention=bounded]}:
+      candle's pool had mapped the whole card, with gigabytes freed but not given back.
+    "#)?;
+    cell("05_estimator", 46);
     let cfg = Qwen2Config::preset("qwen2.5-14b")?;
-    println!("{}", check_answer("KV bytes per token, 14B BF16", answer, vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64, 0.001));
+    let lab = vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64;
+    let mine = exercises::attempt(|| exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) as f64);
+    println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 3 / exercise 3: kv_bytes_per_token, 14B BF16", mine, lab, 0.0));
     Ok(())
 }
 
 fn nb_06_multi_gpu() -> Out {
     cell("06_multi_gpu", 2);
     use vram_lab::prelude::*;
-    cell("06_multi_gpu", 4);
+    cell("06_multi_gpu", 3);
+    // 回放 Replay：已提交的多卡运行；现场 Live：在本内核的设备上运行（CPU 上用线程充当 rank）。下面每个单元沿用这个模式。
+    // Replay: the committed multi-GPU runs; Live: run here (on a CPU, threads as ranks). Every cell below takes this mode.
+    let setup: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-14b", None);
+    println!("{}", setup.describe());
+    cell("06_multi_gpu", 5);
     // 你的选择 / your choice: a model, a card and a context; tp (tensor parallel) or pp (pipeline).
     let tp = vram_lab::notebook::estimate_with("synthetic:qwen2.5-32b", "h100", r#"{"tp": 2, "seq": 8192, "precisions": ["bf16"]}"#)?;
     tp.show("parallel")?;
-    cell("06_multi_gpu", 5);
+    cell("06_multi_gpu", 6);
     let pp = vram_lab::notebook::estimate_with("synthetic:qwen2.5-32b", "h100", r#"{"pp": 2, "seq": 8192, "precisions": ["bf16"]}"#)?;
     pp.show("parallel")?;
+    cell("06_multi_gpu", 7);
+    tp.say(r#"
+    **解读.**
+    - {model} 的 BF16 权重是 {estimate_ledger.mib[precision=bf16, item=weights]:0} MiB：一张 {card} 放得下，但留给上下文的余地很少；两张卡就宽裕了。
+    - **张量并行的每张卡持有多于一半的权重**：{estimate_parallel.weights_mib[layout=tp, gpu=0]:0} MiB——嵌入表、归一化和输出层在每张卡上都是完整的一份；
+      它的 KV 缓存是一半（{estimate_parallel.kv_cache_mib[layout=tp, gpu=0]:0} MiB，一半的 K/V 头）。
+    - **NCCL 自己每张卡 {estimate_parallel.nccl_mib[layout=tp, gpu=0]:0} MiB**（账本的值，在两张 H100 上实测过，见下面的说明）。在 24 GB 的卡上这大约是 5 %。
+
+    **Interpretation.**
+    - {model} in BF16 is {estimate_ledger.mib[precision=bf16, item=weights]:0} MiB of weights: one {card} holds it with
+      little room for context; two hold it with room to spare.
+    - **A tensor-parallel GPU holds more than half** of the weights, {estimate_parallel.weights_mib[layout=tp, gpu=0]:0} MiB:
+      the embedding table, the norms and the output head are whole on every GPU; its KV cache is half
+      ({estimate_parallel.kv_cache_mib[layout=tp, gpu=0]:0} MiB: half the K/V heads).
+    - **NCCL's own memory is {estimate_parallel.nccl_mib[layout=tp, gpu=0]:0} MiB a GPU** (the ledger's, measured on two H100s:
+      see the note below). On a 24 GB card that is 5 %.
+    "#)?;
     cell("06_multi_gpu", 8);
-    let tp14 = Setup::new(Mode::Replay, "synthetic:qwen2.5-14b", None).before("2026-11-26").stage("parallel")?;
+    pp.say(r#"
+    **解读.** **流水线的每个阶段按整层切分，约持有一半**：第 0 阶段（层 {estimate_parallel.layers[layout=pp, gpu=0]}）{estimate_parallel.weights_mib[layout=pp, gpu=0]:0} MiB，
+    第 1 阶段（层 {estimate_parallel.layers[layout=pp, gpu=1]}）{estimate_parallel.weights_mib[layout=pp, gpu=1]:0} MiB；第一个阶段放嵌入，最后一个放输出层，没有 NCCL（{estimate_parallel.nccl_mib[layout=pp, gpu=0]:0} MiB）。
+
+    **Interpretation.** **A pipeline stage holds about half**, split by whole layers: stage 0 (layers
+    {estimate_parallel.layers[layout=pp, gpu=0]}) {estimate_parallel.weights_mib[layout=pp, gpu=0]:0} MiB, stage 1 (layers
+    {estimate_parallel.layers[layout=pp, gpu=1]}) {estimate_parallel.weights_mib[layout=pp, gpu=1]:0} MiB; the first holds the
+    embedding, the last the head, and neither NCCL ({estimate_parallel.nccl_mib[layout=pp, gpu=0]:0} MiB).
+    "#)?;
+    cell("06_multi_gpu", 11);
+    let tp14 = setup.stage("parallel")?;
     println!("{}", tp14.describe());
     tp14.show("ranks")?;
-    cell("06_multi_gpu", 9);
-    let tp32 = Setup::new(Mode::Replay, "synthetic:qwen2.5-32b", None).before("2026-11-26").stage("parallel")?;
-    tp32.show("ranks")?;
     cell("06_multi_gpu", 12);
-    let f32 = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", None).before("2026-11-26").stage_with("parallel", r#"{"precision": "f32", "layouts": ["tensor", "pipeline"]}"#)?;
-    f32.show("ranks")?;
+    tp14.say(r#"
+    **解读.**
+    - **每个字节都在账本说的地方**（{gpu}）：权重 {parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB（账本 {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 2, rank=0]:0}），
+      KV 缓存 {parallel_ranks.kv_cache_mib[layout=tensor-parallel × 2, rank=0]:0} MiB（账本 {parallel_ranks.kv_cache_predicted_mib[layout=tensor-parallel × 2, rank=0]:0}），
+      权重之上的峰值误差 {parallel_ranks.peak_above_weights_error_pct[layout=tensor-parallel × 2, rank=0]:4} %，NCCL {parallel_ranks.nccl_mib[layout=tensor-parallel × 2, rank=0]:0} 和 {parallel_ranks.nccl_mib[layout=tensor-parallel × 2, rank=1]:0} MiB（账本 {parallel_ranks.nccl_predicted_mib[layout=tensor-parallel × 2, rank=0]:0}）。
+    - **两张卡解码并不比整个模型放在一张卡上快**：张量并行 {parallel_ranks.decode_tok_s[layout=tensor-parallel × 2, rank=0]:1} tok/s，一张卡融合的解码步 {parallel_ranks.decode_tok_s[layout=one device]:1} tok/s，
+      尽管每张卡只读一半权重（上限 {parallel_ranks.decode_ceiling_tok_s[layout=tensor-parallel × 2, rank=0]:0} tok/s，一张卡 {parallel_ranks.decode_ceiling_tok_s[layout=one device]:0}）。
+      一个 rank 用 candle 的算子解码，每层还要做两次 NCCL all-reduce，一次启动一个内核：表中 "one device, the ranks' loop" 一行就是这个循环在一张卡上的速度，和张量并行的 rank 相近，远低于融合的解码步。
+      张量并行减半的是字节，不是启动次数。
+    - **流水线的两个阶段各持有一半**（{parallel_ranks.weights_mib[layout=pipeline × 2, rank=0]:0} 和 {parallel_ranks.weights_mib[layout=pipeline × 2, rank=1]:0} MiB），在一个线程上依次运行：一个请求同一时刻只让一张卡忙，
+      所以它以一张卡上那个循环的速度解码（{parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1} tok/s）。流水线不会改变任何加法的顺序，它的贪心输出必须与单卡循环完全相同：
+      这次运行中是 {parallel_ranks.tokens_equal_to_one_device[layout=pipeline × 2, rank=0]} / {parallel_ranks.tokens[layout=pipeline × 2, rank=0]}。少于全部就是缺陷——
+      两张 H100 的那次运行里，GPU 之间拷贝隐藏状态时偶尔读到错误的数据；当晚已修复（隐藏状态改经主机内存），观察 3a 是修复后的运行。
+
+    **Interpretation.**
+    - **Every byte is where the ledger puts it** ({gpu}): weights {parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB (ledger
+      {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 2, rank=0]:0}), KV cache {parallel_ranks.kv_cache_mib[layout=tensor-parallel × 2, rank=0]:0} MiB (ledger
+      {parallel_ranks.kv_cache_predicted_mib[layout=tensor-parallel × 2, rank=0]:0}), the peak above the weights off by
+      {parallel_ranks.peak_above_weights_error_pct[layout=tensor-parallel × 2, rank=0]:4} %, NCCL {parallel_ranks.nccl_mib[layout=tensor-parallel × 2, rank=0]:0} and
+      {parallel_ranks.nccl_mib[layout=tensor-parallel × 2, rank=1]:0} MiB (ledger {parallel_ranks.nccl_predicted_mib[layout=tensor-parallel × 2, rank=0]:0}).
+    - **Two GPUs do not decode faster than the whole model on one**: tensor-parallel {parallel_ranks.decode_tok_s[layout=tensor-parallel × 2, rank=0]:1} tok/s,
+      one GPU's fused step {parallel_ranks.decode_tok_s[layout=one device]:1}, although each GPU reads half the weights (its
+      ceiling {parallel_ranks.decode_ceiling_tok_s[layout=tensor-parallel × 2, rank=0]:0} tok/s, one GPU's {parallel_ranks.decode_ceiling_tok_s[layout=one device]:0}).
+      A rank decodes with candle's ops plus two NCCL all-reduces a layer, one launch at a time: the row "one device, the
+      ranks' loop" is that loop on one GPU, close to the ranks and far below the fused step. Tensor parallelism halves the
+      bytes, not the launches.
+    - **The pipeline's stages hold half each** ({parallel_ranks.weights_mib[layout=pipeline × 2, rank=0]:0} and
+      {parallel_ranks.weights_mib[layout=pipeline × 2, rank=1]:0} MiB) and run one after the other on one thread: one request keeps one GPU
+      busy at a time, so it decodes at the one-GPU loop's speed ({parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1} tok/s). A
+      pipeline adds nothing in another order, so its greedy tokens must equal the loop's: in this run
+      {parallel_ranks.tokens_equal_to_one_device[layout=pipeline × 2, rank=0]} of {parallel_ranks.tokens[layout=pipeline × 2, rank=0]}. Fewer is a bug — in
+      the two-H100 run the copy of the hidden state between the GPUs read wrong data at times; fixed the same night (the
+      state now crosses through host memory), and observation 3a shows the run after the fix.
+    "#)?;
+    cell("06_multi_gpu", 13);
+    let tp32 = Setup::new(setup.mode, "synthetic:qwen2.5-32b", None).stage("parallel")?;
+    println!("{}", tp32.describe());
+    tp32.show("ranks")?;
     cell("06_multi_gpu", 14);
-    let pp14 = Setup::new(Mode::Replay, "synthetic:qwen2.5-14b", None).stage_with("parallel", r#"{"layouts": ["pipeline"]}"#)?;
+    tp32.say(r#"
+    **解读.** 到 32B 时字节的分量更重：张量并行 {parallel_ranks.decode_tok_s[layout=tensor-parallel × 2, rank=0]:1} tok/s，一张卡融合的解码步 {parallel_ranks.decode_tok_s[layout=one device]:1} tok/s，
+    流水线 {parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1} tok/s。对照 "one device, the ranks' loop" 一行：同一个循环，张量并行的 rank 只读一半字节，这次比单卡循环快了。
+    每个 rank 的权重仍与账本一致（{parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB，账本 {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 2, rank=0]:0}）。
+
+    **Interpretation.** At 32B the bytes weigh more: tensor-parallel {parallel_ranks.decode_tok_s[layout=tensor-parallel × 2, rank=0]:1} tok/s, one
+    GPU's fused step {parallel_ranks.decode_tok_s[layout=one device]:1}, the pipeline {parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1}.
+    Against the row "one device, the ranks' loop" — the same loop — the ranks, reading half the bytes each, are now faster.
+    Each rank's weights still equal the ledger ({parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB, ledger
+    {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 2, rank=0]:0}).
+    "#)?;
+    cell("06_multi_gpu", 17);
+    let f32 = Setup::new(setup.mode, "synthetic:qwen2.5-7b", None).stage_with("parallel", r#"{"precision": "f32", "layouts": ["tensor", "pipeline"]}"#)?;
+    println!("{}", f32.describe());
+    f32.show("ranks")?;
+    cell("06_multi_gpu", 18);
+    f32.say(r#"
+    **解读.** F32 下，张量并行的两个 rank 给出单卡循环的 {parallel_ranks.tokens_equal_to_one_device[layout=tensor-parallel × 2, rank=0]} / {parallel_ranks.tokens[layout=tensor-parallel × 2, rank=0]} 个 token，
+    流水线也是 {parallel_ranks.tokens_equal_to_one_device[layout=pipeline × 2, rank=0]} / {parallel_ranks.tokens[layout=pipeline × 2, rank=0]}。BF16 下（观察 2）各 rank 只在一部分 token 上一致：
+    它们的部分和按另一种顺序相加并舍入到 BF16，而合成模型下一个 token 的 logits 几乎是平的（随机种子生成的权重），一次舍入就可能改变贪心的选择。
+    一张卡上融合的解码步和循环在 BF16 下也以同样的方式分歧。训练过的模型 logits 尖锐得多，余量大得多。流水线不改变任何加法的顺序，所以 BF16 下也必须给出循环的 token。
+
+    **Interpretation.** In F32 the two tensor-parallel ranks give the one-GPU loop's
+    {parallel_ranks.tokens_equal_to_one_device[layout=tensor-parallel × 2, rank=0]} tokens of {parallel_ranks.tokens[layout=tensor-parallel × 2, rank=0]}, and the pipeline
+    {parallel_ranks.tokens_equal_to_one_device[layout=pipeline × 2, rank=0]} of {parallel_ranks.tokens[layout=pipeline × 2, rank=0]}. In BF16 (observation 2)
+    the ranks agree for part of the tokens only: their partial sums are added in another order and rounded to BF16, and a
+    synthetic model's next-token logits are nearly flat (seeded random weights), so one rounding can change the greedy pick.
+    The fused step and the loop on one GPU differ the same way in BF16. A trained model's peaked logits leave far more
+    margin. A pipeline adds nothing in another order, so it must give the loop's tokens exactly, in BF16 too.
+    "#)?;
+    cell("06_multi_gpu", 20);
+    let pp14 = setup.stage_with("parallel", r#"{"layouts": ["pipeline"]}"#)?;
     println!("{}", pp14.describe());
     pp14.show("ranks")?;
-    cell("06_multi_gpu", 16);
-    let tp72 = Setup::new(Mode::Replay, "synthetic:qwen2.5-72b", None).before("2026-11-26").stage("parallel")?;
+    cell("06_multi_gpu", 21);
+    pp14.say(r#"
+    **解读.** 两个阶段的贪心输出与单卡循环一致：{parallel_ranks.tokens_equal_to_one_device[layout=pipeline × 2, rank=0]} / {parallel_ranks.tokens[layout=pipeline × 2, rank=0]}；
+    显存账本不变（每个阶段 {parallel_ranks.weights_mib[layout=pipeline × 2, rank=0]:0} MiB 权重，账本 {parallel_ranks.weights_predicted_mib[layout=pipeline × 2, rank=0]:0}）；
+    经主机中转几乎不花时间：{parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1} tok/s（观察 2 里用 GPU 直接拷贝的流水线行可以对照），每个 token 只有一行隐藏状态经过主机两次。
+
+    **Interpretation.** Both stages' greedy tokens equal the one-GPU loop's,
+    {parallel_ranks.tokens_equal_to_one_device[layout=pipeline × 2, rank=0]} of {parallel_ranks.tokens[layout=pipeline × 2, rank=0]}; the bytes are as before
+    ({parallel_ranks.weights_mib[layout=pipeline × 2, rank=0]:0} MiB of weights a stage, ledger {parallel_ranks.weights_predicted_mib[layout=pipeline × 2, rank=0]:0});
+    decoding through the host costs little, {parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1} tok/s (compare the pipeline rows
+    of observation 2, with the peer copy): one hidden row crosses twice a token.
+    "#)?;
+    cell("06_multi_gpu", 23);
+    let tp72 = Setup::new(setup.mode, "synthetic:qwen2.5-72b", None).stage("parallel")?;
+    println!("{}", tp72.describe());
     tp72.show("ranks")?;
-    cell("06_multi_gpu", 19);
-    let ddp = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).before("2026-11-26").stage_with("train", r#"{"gpus": 2, "zero": 0}"#)?;
+    cell("06_multi_gpu", 24);
+    tp72.say(r#"
+    **解读.** 整个 72B 放在一张 {gpu} 上：结果是 **{parallel_ranks.outcome[layout=one device]}**（要装下 {parallel_ranks.weights_predicted_mib[layout=one device]:0} MiB 的权重；oom 时这一行记为 oom，阶段继续）。
+    两张卡两种切法都放得下，每个字节都如账本所说：张量并行的 rank {parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB（嵌入和输出层每张卡完整一份），流水线的阶段 {parallel_ranks.weights_mib[layout=pipeline × 2, rank=0]:0} MiB。
+    张量并行的 rank 解码 {parallel_ranks.decode_tok_s[layout=tensor-parallel × 2, rank=0]:1} tok/s（上限 {parallel_ranks.decode_ceiling_tok_s[layout=tensor-parallel × 2, rank=0]:1}），流水线 {parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1} tok/s：
+    在这里张量并行减半的读取占了上风。流水线阶段的权重更少（没有重复的嵌入和输出层），也没有 NCCL（张量并行的 rank 上是 {parallel_ranks.nccl_mib[layout=tensor-parallel × 2, rank=0]:0} MiB）：
+    一个对两张卡的张量并行来说刚好太大的模型，用流水线可能还放得下。
+
+    **Interpretation.** The whole of 72B on one {gpu}: **{parallel_ranks.outcome[layout=one device]}**
+    ({parallel_ranks.weights_predicted_mib[layout=one device]:0} MiB of weights to hold; an oom is recorded as the row's
+    outcome and the stage goes on). Two GPUs hold it either way, each byte as the ledger says: a tensor-parallel rank
+    {parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB (the embedding and the head whole on each), a pipeline stage
+    {parallel_ranks.weights_mib[layout=pipeline × 2, rank=0]:0} MiB. The ranks decode at {parallel_ranks.decode_tok_s[layout=tensor-parallel × 2, rank=0]:1} tok/s (their
+    ceiling {parallel_ranks.decode_ceiling_tok_s[layout=tensor-parallel × 2, rank=0]:1}), the pipeline at {parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1}:
+    here tensor parallelism's halved reads win. A pipeline stage holds less weights (no replicated embedding and head) and no
+    NCCL ({parallel_ranks.nccl_mib[layout=tensor-parallel × 2, rank=0]:0} MiB on a tensor-parallel rank): a model just too large for tensor
+    parallelism on two cards may still fit as a pipeline.
+    "#)?;
+    cell("06_multi_gpu", 26);
+    let ddp = Setup::new(setup.mode, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 0}"#)?;
     println!("{}", ddp.describe());
     ddp.show("ranks")?;
-    cell("06_multi_gpu", 20);
-    let zero1 = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).before("2026-11-26").stage_with("train", r#"{"gpus": 2, "zero": 1}"#)?;
-    zero1.show("ranks")?;
-    cell("06_multi_gpu", 21);
-    let zero2 = Setup::new(Mode::Replay, "synthetic:qwen2.5-1.5b", None).before("2026-11-26").stage_with("train", r#"{"gpus": 2, "zero": 2}"#)?;
-    zero2.show("ranks")?;
-    cell("06_multi_gpu", 24);
-    let setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-0.5b", None).before("2026-11-26");
-    let cards = setup.stage_with("train", setup.unequal_cards())?;
-    cards.show("ranks")?;
     cell("06_multi_gpu", 27);
-    let four7 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp7", "parallel")?;
-    println!("{}", four7.run.manifest.command);
-    four7.show("ranks")?;
+    ddp.say(r#"
+    **解读.** DDP（{gpu}）：每张卡都持有完整的权重 {train_ranks.measured_mib[rank=0, item=weights]:1} MiB、AdamW 状态 {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB
+    和梯度 {train_ranks.measured_mib[rank=0, item=gradients kept after the step]:1} MiB——F32 下每参数 4 + 8 + 4 B，即 ZeRO 论文的 16Ψ，一字节不差（误差 {train_ranks.lab_error_pct[rank=0, item=weights]:1} %）。
+    一步的峰值 {train_ranks.measured_mib[rank=0, item=step peak]:0} MiB（账本 {train_ranks.lab_mib[rank=0, item=step peak]:0}）。NCCL 每张卡 {train_ranks.measured_mib[rank=0, item=NCCL's device memory]:0} MiB（账本 {train_ranks.lab_mib[rank=0, item=NCCL's device memory]:0}）：
+    一个把卡用到最后 1 GiB 的微调，一加上 NCCL 就会失败。
+
+    **Interpretation.** DDP ({gpu}): every GPU holds the whole weights {train_ranks.measured_mib[rank=0, item=weights]:1} MiB, AdamW
+    states {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB and gradients
+    {train_ranks.measured_mib[rank=0, item=gradients kept after the step]:1} MiB — 4 + 8 + 4 B a parameter in F32, the ZeRO
+    paper's 16Ψ, to the byte (error {train_ranks.lab_error_pct[rank=0, item=weights]:1} %). The step peaks at
+    {train_ranks.measured_mib[rank=0, item=step peak]:0} MiB (ledger {train_ranks.lab_mib[rank=0, item=step peak]:0}). NCCL took
+    {train_ranks.measured_mib[rank=0, item=NCCL's device memory]:0} MiB on each GPU (ledger
+    {train_ranks.lab_mib[rank=0, item=NCCL's device memory]:0}): a fine-tune sized to the last GiB of a card fails once NCCL joins.
+    "#)?;
     cell("06_multi_gpu", 28);
-    let four72 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp72", "parallel")?;
-    four72.show("ranks")?;
+    let zero1 = Setup::new(setup.mode, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 1}"#)?;
+    println!("{}", zero1.describe());
+    zero1.show("ranks")?;
     cell("06_multi_gpu", 29);
-    let zero2_four = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/zero2-1.5b", "train")?;
-    zero2_four.show("ranks")?;
-    cell("06_multi_gpu", 32);
-    let answer = 0.0; // your answer, bytes
-    let cfg = Qwen2Config::preset("qwen2.5-14b")?;
-    let ledger = vram_lab::model::parallel::rank_ledger(&cfg, 2, 2, 0, 2)?;
-    println!("{}", check_answer("a rank's weights, 14B BF16 over 2 GPUs", answer, ledger.weights() as f64, 0.001));
+    zero1.say(r#"
+    **解读.** ZeRO-1：AdamW 状态只剩每张卡自己那一半的 {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB（8Ψ/N），权重和梯度不变；
+    一步的峰值降到 {train_ranks.measured_mib[rank=0, item=step peak]:0} MiB（账本 {train_ranks.lab_mib[rank=0, item=step peak]:0}）。
+
+    **Interpretation.** ZeRO-1: the AdamW states shrink to each GPU's half, {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB
+    (8Ψ/N), weights and gradients unchanged; the step peaks at {train_ranks.measured_mib[rank=0, item=step peak]:0} MiB (ledger
+    {train_ranks.lab_mib[rank=0, item=step peak]:0}).
+    "#)?;
+    cell("06_multi_gpu", 30);
+    let zero2 = Setup::new(setup.mode, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 2}"#)?;
+    println!("{}", zero2.describe());
+    zero2.show("ranks")?;
+    cell("06_multi_gpu", 31);
+    zero2.say(r#"
+    **解读.**
+    - **ZeRO 论文的逐卡模型状态，一字节不差**，F32 下（权重 4 B、梯度 4 B、AdamW 8 B 每参数，Ψ 个参数，N = 2）：DDP 16Ψ；ZeRO-1 8Ψ + 8Ψ/N；ZeRO-2 4Ψ + 12Ψ/N——
+      这里每张卡保留的梯度只有 {train_ranks.measured_mib[rank=0, item=gradients kept after the step]:1} MiB（4Ψ/N）。论文自己的数字（4Ψ + 12Ψ/N、2Ψ + 14Ψ/N，也就是
+      DeepSpeed 的 `estimate_zero2_model_states_mem_needs_all_live` 打印的）是混合精度的：2 B 的权重和梯度，12 B 的 F32 主副本和矩。
+    - **ZeRO-2 没有降低这一步的峰值**（{train_ranks.measured_mib[rank=0, item=step peak]:0} MiB，与上面 ZeRO-1 的相同）：candle 的反向一次返回所有梯度，
+      所以交换之前每张卡都持有全部梯度；节省只在交换之后才出现。DeepSpeed 在反向进行时分桶 reduce-scatter 梯度——这才让第 2 级降低峰值。
+
+    **Interpretation.**
+    - **The ZeRO paper's per-GPU model states, to the byte**, in F32 (4 B weights, 4 B gradients, 8 B AdamW a parameter, Ψ
+      parameters, N = 2): DDP 16Ψ; ZeRO-1 8Ψ + 8Ψ/N; ZeRO-2 4Ψ + 12Ψ/N — each GPU keeps only
+      {train_ranks.measured_mib[rank=0, item=gradients kept after the step]:1} MiB of gradients here (4Ψ/N). The paper's own
+      figures (4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, what DeepSpeed's `estimate_zero2_model_states_mem_needs_all_live` prints) are for mixed
+      precision: 2 B weights and gradients, 12 B of F32 master weights and moments.
+    - **ZeRO-2 does not lower this step's peak** ({train_ranks.measured_mib[rank=0, item=step peak]:0} MiB, as ZeRO-1's above):
+      candle's backward returns every gradient at once, so each GPU holds them all before the exchange; the saving shows only
+      after it. DeepSpeed reduce-scatters gradients in buckets while the backward runs — that is what makes stage 2 lower the peak.
+    "#)?;
     cell("06_multi_gpu", 34);
-    let answer = 0.0; // your answer, MiB
-    let want = vram_lab::estimate::parallel::nccl_bytes(4, 0) as f64 / 1048576.0;
-    println!("{}", check_answer("NCCL on GPU 0 of 4, MiB", answer, want, 0.001));
+    let cards_setup = Setup::new(setup.mode, "synthetic:qwen2.5-0.5b", None);
+    let cards = cards_setup.stage_with("train", cards_setup.unequal_cards())?;
+    println!("{}", cards.describe());
+    cards.show("ranks")?;
+    cell("06_multi_gpu", 35);
+    cards.say(r#"
+    **解读.** 文章的 24 GB 和 16 GB 卡分到 8 和 4 条；按实验室的训练步公式（开梯度检查点），{train_ranks.card[layout=planned, rank=0, item=step peak]} 的卡放 {train_ranks.micro_batch[layout=planned, rank=0, item=step peak]} 条序列，
+    {train_ranks.card[layout=planned, rank=1, item=step peak]} 的卡放 {train_ranks.micro_batch[layout=planned, rank=1, item=step peak]} 条——都放得下，每个峰值都在账本的 {train_ranks.lab_error_pct[layout=planned, rank=0, item=step peak]:2} % 以内
+    （{train_ranks.measured_mib[layout=planned, rank=0, item=step peak]:0} MiB 对账本 {train_ranks.lab_mib[layout=planned, rank=0, item=step peak]:0}；{train_ranks.measured_mib[layout=planned, rank=1, item=step peak]:0} 对 {train_ranks.lab_mib[layout=planned, rank=1, item=step peak]:0}）。
+    平均分成 {train_ranks.micro_batch[layout=even, rank=0]} 和 {train_ranks.micro_batch[layout=even, rank=1]} 时，{train_ranks.card[layout=even, rank=1]} 的卡：{train_ranks.note[layout=even, rank=1, item=step peak]}；
+    {train_ranks.card[layout=even, rank=0]} 的卡：{train_ranks.note[layout=even, rank=0, item=step peak]}——各 rank 在每个阶段之后碰头，所以它随之停下，而不是在一次永远不会来的交换里等下去。
+
+    **Interpretation.** The articles' 24 GB and 16 GB cards get 8 and 4; by the lab's step formula (with checkpointing) the
+    {train_ranks.card[layout=planned, rank=0, item=step peak]} card takes {train_ranks.micro_batch[layout=planned, rank=0, item=step peak]}
+    sequences and the {train_ranks.card[layout=planned, rank=1, item=step peak]} card
+    {train_ranks.micro_batch[layout=planned, rank=1, item=step peak]} — both fit, each peak within
+    {train_ranks.lab_error_pct[layout=planned, rank=0, item=step peak]:2} % of the ledger
+    ({train_ranks.measured_mib[layout=planned, rank=0, item=step peak]:0} MiB against {train_ranks.lab_mib[layout=planned, rank=0, item=step peak]:0};
+    {train_ranks.measured_mib[layout=planned, rank=1, item=step peak]:0} against {train_ranks.lab_mib[layout=planned, rank=1, item=step peak]:0}).
+    Split evenly, {train_ranks.micro_batch[layout=even, rank=0]} and {train_ranks.micro_batch[layout=even, rank=1]}, the
+    {train_ranks.card[layout=even, rank=1]} card: {train_ranks.note[layout=even, rank=1, item=step peak]}; the
+    {train_ranks.card[layout=even, rank=0]} card: {train_ranks.note[layout=even, rank=0, item=step peak]} — the ranks meet after each phase,
+    so it stops with it instead of waiting in an exchange that will never come.
+    "#)?;
+    cell("06_multi_gpu", 37);
+    let four7 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp7", "parallel")?;
+    println!("{}", four7.describe());
+    four7.show("ranks")?;
+    cell("06_multi_gpu", 38);
+    four7.say(r#"
+    **解读.**
+    - **N = 4 时每个 rank 的字节仍与账本一致**：7B 的 rank 每张卡一个 K/V 头，权重 {parallel_ranks.weights_mib[layout=tensor-parallel × 4, rank=0]:1} MiB（账本 {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 4, rank=0]:1}），
+      权重之上的峰值误差 {parallel_ranks.peak_above_weights_error_pct[layout=tensor-parallel × 4, rank=0]:3} %。
+    - **NCCL 各卡不同**（nccl 列）：{parallel_ranks.nccl_mib[layout=tensor-parallel × 4, rank=0]:0}、{parallel_ranks.nccl_mib[layout=tensor-parallel × 4, rank=1]:0}、{parallel_ranks.nccl_mib[layout=tensor-parallel × 4, rank=2]:0} 和 {parallel_ranks.nccl_mib[layout=tensor-parallel × 4, rank=3]:0} MiB。
+      NCCL 的日志说明了原因：一张卡为它接收的每个对端每个通道持有 10 MiB，为发送的每个对端 2 MiB，连接沿着它的环（0 → 1 → 2 → 3 → 0）和它的树——
+      在一台主机上就是链 0 − 1 − 2 − 3；环和链遇到同一个对端时只连接一次。GPU 0 从 3 和 1 接收，只向 1 发送；GPU 3 反过来；GPU 1 和 2 双向各连两个对端。
+      这次运行的 predicted 列是第一版账本（每多一个对端，每张卡加 24 × 12 MiB）：每张卡 {parallel_ranks.nccl_predicted_mib[layout=tensor-parallel × 4, rank=0]:0} MiB，多算了。
+    - **四张卡解码远慢于一张卡**（两张卡的数字见下面的说明）：四张卡的 rank {parallel_ranks.decode_tok_s[layout=tensor-parallel × 4, rank=0]:1} tok/s，一张卡融合的解码步 {parallel_ranks.decode_tok_s[layout=one device]:1} tok/s。
+      每个 rank 只读四分之一的字节，但它用 candle 的算子解码，每层两次 NCCL all-reduce 并等待完成——决定一步快慢的是启动和同步，不是字节；四个 rank 互相等待得比两个更多。
+
+    **Interpretation.**
+    - **Every rank's bytes equal the ledger at N = 4**: a 7B rank, one K/V head each, {parallel_ranks.weights_mib[layout=tensor-parallel × 4, rank=0]:1} MiB
+      of weights (ledger {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 4, rank=0]:1}), the peak above the weights off by
+      {parallel_ranks.peak_above_weights_error_pct[layout=tensor-parallel × 4, rank=0]:3} %.
+    - **NCCL differs per GPU** (the nccl column): {parallel_ranks.nccl_mib[layout=tensor-parallel × 4, rank=0]:0}, {parallel_ranks.nccl_mib[layout=tensor-parallel × 4, rank=1]:0},
+      {parallel_ranks.nccl_mib[layout=tensor-parallel × 4, rank=2]:0} and {parallel_ranks.nccl_mib[layout=tensor-parallel × 4, rank=3]:0} MiB. NCCL's log says why: a GPU holds
+      10 MiB a channel for each peer it receives from and 2 MiB for each it sends to, over its ring (0 → 1 → 2 → 3 → 0) and
+      its tree, which on one host is the chain 0 − 1 − 2 − 3; a peer met by both is connected once. GPU 0 receives from 3 and
+      1 and sends only to 1; GPU 3 the reverse; GPUs 1 and 2 meet two peers each way. This run's predicted column is the
+      first ledger (each further peer 24 × 12 MiB on every GPU): {parallel_ranks.nccl_predicted_mib[layout=tensor-parallel × 4, rank=0]:0} MiB a GPU,
+      too much.
+    - **Four GPUs decode far slower than one** (two GPUs' figure: the note below): a rank over four {parallel_ranks.decode_tok_s[layout=tensor-parallel × 4, rank=0]:1} tok/s, one GPU's
+      fused step {parallel_ranks.decode_tok_s[layout=one device]:1}. Each rank reads a quarter of the bytes, but decodes with
+      candle's ops and two NCCL all-reduces a layer, waited for — launches and synchronisations, not bytes, set the step, and
+      four ranks wait on each other more than two.
+    "#)?;
+    cell("06_multi_gpu", 39);
+    let four72 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp72", "parallel")?;
+    println!("{}", four72.describe());
+    four72.show("ranks")?;
+    cell("06_multi_gpu", 40);
+    four72.say(r#"
+    **解读.** 72B 在一张 H200 上放得下（{parallel_ranks.outcome[layout=one device]}，{parallel_ranks.weights_mib[layout=one device]:0} MiB 权重），解码 {parallel_ranks.decode_tok_s[layout=one device]:1} tok/s；
+    分到四张卡，每个 rank {parallel_ranks.weights_mib[layout=tensor-parallel × 4, rank=0]:0} MiB（账本 {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 4, rank=0]:0}），解码 {parallel_ranks.decode_tok_s[layout=tensor-parallel × 4, rank=0]:1} tok/s。
+    只有 72B 这样字节足够多的模型能从多张卡得到好处。
+
+    **Interpretation.** 72B fits one H200 ({parallel_ranks.outcome[layout=one device]}, {parallel_ranks.weights_mib[layout=one device]:0} MiB
+    of weights) and decodes there at {parallel_ranks.decode_tok_s[layout=one device]:1} tok/s; over four, a rank holds
+    {parallel_ranks.weights_mib[layout=tensor-parallel × 4, rank=0]:0} MiB (ledger {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 4, rank=0]:0}) and decodes at
+    {parallel_ranks.decode_tok_s[layout=tensor-parallel × 4, rank=0]:1} tok/s. Only a model with this many bytes gains from more GPUs.
+    "#)?;
+    cell("06_multi_gpu", 41);
+    let zero2_four = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/zero2-1.5b", "train")?;
+    println!("{}", zero2_four.describe());
+    zero2_four.show("ranks")?;
+    cell("06_multi_gpu", 42);
+    zero2_four.say(r#"
+    **解读.** N = 4 时的 ZeRO-2：每张卡 AdamW 状态 {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB（8Ψ/N），保留的梯度 {train_ranks.measured_mib[rank=0, item=gradients kept after the step]:1} MiB（4Ψ/N），
+    权重完整 {train_ranks.measured_mib[rank=0, item=weights]:1} MiB——正是论文的 F32 形式 4Ψ + 12Ψ/N，一字节不差。一步的峰值 {train_ranks.measured_mib[rank=0, item=step peak]:0} MiB（账本 {train_ranks.lab_mib[rank=0, item=step peak]:0}）。
+    NCCL 这里同样各卡不同：{train_ranks.measured_mib[rank=0, item=NCCL's device memory]:0}、{train_ranks.measured_mib[rank=1, item=NCCL's device memory]:0}、{train_ranks.measured_mib[rank=2, item=NCCL's device memory]:0} 和 {train_ranks.measured_mib[rank=3, item=NCCL's device memory]:0} MiB。
+
+    **Interpretation.** ZeRO-2 at N = 4: AdamW's states {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB a GPU (8Ψ/N),
+    the kept gradients {train_ranks.measured_mib[rank=0, item=gradients kept after the step]:1} MiB (4Ψ/N), the weights whole,
+    {train_ranks.measured_mib[rank=0, item=weights]:1} MiB — the paper's F32 form 4Ψ + 12Ψ/N, to the byte. The step peaks at
+    {train_ranks.measured_mib[rank=0, item=step peak]:0} MiB (ledger {train_ranks.lab_mib[rank=0, item=step peak]:0}). NCCL differs
+    per GPU here too: {train_ranks.measured_mib[rank=0, item=NCCL's device memory]:0}, {train_ranks.measured_mib[rank=1, item=NCCL's device memory]:0},
+    {train_ranks.measured_mib[rank=2, item=NCCL's device memory]:0} and {train_ranks.measured_mib[rank=3, item=NCCL's device memory]:0} MiB.
+    "#)?;
+    cell("06_multi_gpu", 46);
+    let cfg = Qwen2Config::preset("qwen2.5-14b")?;
+    let lab = vram_lab::model::parallel::rank_ledger(&cfg, 2, 2, 0, 2)?.weights() as f64;
+    let mine = exercises::attempt(|| exercises::tp_rank_weight_bytes(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings, 2, 2) as f64);
+    println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 7 / exercise 7: tp_rank_weight_bytes, 14B BF16 over 2 GPUs", mine, lab, 0.0));
+    cell("06_multi_gpu", 48);
+    let lab = vram_lab::estimate::parallel::nccl_bytes(4, 0) as f64;
+    let mine = exercises::attempt(|| exercises::nccl_bytes(4, 0) as f64);
+    println!("{} · 实验室 / the lab: {} MiB", exercises::verdict("练习 8 / exercise 8: nccl_bytes, GPU 0 of 4", mine, lab, 0.0), lab / 1048576.0);
     Ok(())
 }
 

@@ -47,7 +47,7 @@ def strip_volatile(nb):
 
 def execute(path, env, out_path):
     # Each execution sees only its own settings: a live run's model must not leak into a replay.
-    for k in [k for k in os.environ if k.startswith("VRAM_LAB_NOTEBOOK_")]:
+    for k in [k for k in os.environ if k.startswith("VRAM_LAB_NOTEBOOK_") or k == "VRAM_LAB_BIN"]:
         del os.environ[k]
     os.environ.update(env)
     nb = nbformat.read(path, as_version=4)
@@ -121,7 +121,9 @@ def main():
         if bare:
             sys.exit(1)
         live = {"VRAM_LAB_NOTEBOOK_MODE": "live", "VRAM_LAB_NOTEBOOK_MODEL": "synthetic:tiny", "VRAM_LAB_NOTEBOOK_CARD": "none",
-                "VRAM_LAB_NOTEBOOK_DEVICE": "cpu"}
+                "VRAM_LAB_NOTEBOOK_DEVICE": "cpu",
+                # Live runs the command itself (src/notebook/live.rs): the binary the main job built.
+                "VRAM_LAB_BIN": str(TARGET / "debug" / "vram-lab")}
         # Replay is checked by `cargo test` (tests/notebook_program.rs runs the notebooks' code as a
         # program over the committed runs): an evcxr kernel costs about a minute per notebook.
         runs = [(nb, live, TARGET / "notebooks-ci" / "live" / nb.name) for nb in notebooks]

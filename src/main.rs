@@ -73,10 +73,14 @@ fn run_stages(args: &SessionArgs, what: &str, stages: Vec<(Box<dyn AnyStage>, Op
     }
     let mut configs = Vec::new();
     for (stage, flags) in &stages {
-        let config = args.apply_compute(match flags {
+        let mut config = args.apply_compute(match flags {
             Some(m) => stage.config_from(m, session.sizes)?,
             None => stage.default_config(session.sizes)?,
         })?;
+        // A notebook's Live run names its settings as the config's fields (notebook/live.rs).
+        if let Some(settings) = flags.and_then(|m| m.get_one::<String>("settings")) {
+            config = vram_lab::stage::with_settings(config, settings)?;
+        }
         configs.push((stage.name().to_string(), config));
     }
     // What the committed runs on this GPU, model and card took, before anything starts.
@@ -153,7 +157,8 @@ fn stage_names() -> String {
 fn main() {
     vram_lab::frame::console_setup();
     vram_lab::session::stop_on_ctrl_c();
-    let command = registry().iter().fold(Cli::command(), |c, s| c.subcommand(s.command()));
+    let settings = clap::Arg::new("settings").long("settings").hide(true).help("the stage's config fields as a JSON object (a notebook's Live run)");
+    let command = registry().iter().fold(Cli::command(), |c, s| c.subcommand(s.command().arg(settings.clone())));
     let matches = match command.try_get_matches() {
         Ok(m) => m,
         // --help and --version print and exit 0; a bad flag or value is one line and exit 2.

@@ -63,26 +63,50 @@ pub struct ChartSpec {
     pub series: &'static [Series],
     /// One copy of every series per value of this column, named "value: series".
     pub split_by: Option<&'static str>,
-    /// Only the rows where this column holds this value.
-    pub only: Option<(&'static str, &'static str)>,
+    /// Only the rows where this column holds one of these values; one ending in `*` takes every
+    /// value it begins (`"tensor-parallel*"`: a group of any size).
+    pub only: Option<(&'static str, &'static [&'static str])>,
+    /// Bars whose x label repeats (four runs of one kernel) are told apart by this column: each
+    /// label adds the part of the column's value the rows with that label do not share.
+    pub variant: Option<&'static str>,
+    /// A mark on every row where a column holds a value (an OOM), above its highest bar or point.
+    pub flag: Option<Flag>,
     pub x_axis: Axis,
     pub y_log: bool,
-    /// Horizontal lines across the chart, (name, y): each card's capacity.
+    /// Horizontal reference lines, (name, y): each card's capacity. Each is labelled at its right
+    /// end in a grey of its own, and the y axis follows the data, not the lines: a line above
+    /// every value is left out.
     pub lines: Option<fn() -> Vec<(String, f64)>>,
 }
 
 impl ChartSpec {
     /// Grouped bars over a label column: start a spec from this.
-    pub const BARS: ChartSpec =
-        ChartSpec { title: "", kind: ChartKind::Bars, x: "", x_title: "", y_title: "", series: &[], split_by: None, only: None, x_axis: Axis::Linear, y_log: false, lines: None };
+    pub const BARS: ChartSpec = ChartSpec {
+        title: "", kind: ChartKind::Bars, x: "", x_title: "", y_title: "", series: &[], split_by: None, only: None,
+        variant: None, flag: None, x_axis: Axis::Linear, y_log: false, lines: None,
+    };
     /// Lines over a column.
     pub const LINES: ChartSpec = ChartSpec { kind: ChartKind::Lines, ..Self::BARS };
+    /// Stacked bars over a label column (see `ChartKind::Stacked`).
+    pub const STACKED: ChartSpec = ChartSpec { kind: ChartKind::Stacked, ..Self::BARS };
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ChartKind {
     Bars,
     Lines,
+    /// Each x's series stacked into one bar. Series given a `stack` name make one bar per name
+    /// beside each other at every x ("rank 0 · measured", "rank 0 · ledger"); series of the same
+    /// name in several stacks share a colour, the stacks after the first drawn paler.
+    Stacked,
+}
+
+/// Marks the rows where `column` holds `value` with `text` (`{column}`s filled from the row).
+#[derive(Clone, Copy, Debug)]
+pub struct Flag {
+    pub column: &'static str,
+    pub value: &'static str,
+    pub text: &'static str,
 }
 
 /// How the x axis of a line chart is scaled.
@@ -101,6 +125,8 @@ pub struct Series {
     pub name: &'static str,
     pub y: &'static [(&'static str, f64)],
     pub style: Style,
+    /// The stack it belongs to in a stacked chart ("measured", "ledger"); "" for one stack.
+    pub stack: &'static str,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -113,7 +139,17 @@ pub enum Style {
 impl Series {
     /// One column, as the chart's kind draws it (bars, or lines with markers).
     pub const fn column(name: &'static str, y: &'static [(&'static str, f64)]) -> Self {
-        Self { name, y, style: Style::LinesMarkers }
+        Self { name, y, style: Style::LinesMarkers, stack: "" }
+    }
+
+    /// A line drawn as `style` says (lines alone for a formula, markers alone for scattered peaks).
+    pub const fn styled(name: &'static str, y: &'static [(&'static str, f64)], style: Style) -> Self {
+        Self { name, y, style, stack: "" }
+    }
+
+    /// One part of the bar named `stack` in a stacked chart.
+    pub const fn stacked(stack: &'static str, name: &'static str, y: &'static [(&'static str, f64)]) -> Self {
+        Self { name, y, style: Style::LinesMarkers, stack }
     }
 }
 
@@ -177,6 +213,11 @@ pub trait Stage {
     }
     fn run(session: &mut Session, cfg: &Self::Config) -> Result<StageOutput>;
     fn views() -> Vec<View>;
+    /// The model the stage ran, named in its report header: the run's, unless the config names
+    /// another (`load --model`); None for a stage that runs no model (`check` reads CSVs).
+    fn model(_cfg: &Self::Config, run_model: &str) -> Option<String> {
+        Some(run_model.to_string())
+    }
 }
 
 /// A stage as the registry holds it: configs as JSON, so a manifest can record and replay them.
@@ -192,6 +233,8 @@ pub trait AnyStage {
     fn config_from(&self, matches: &clap::ArgMatches, sizes: Sizes) -> Result<serde_json::Value>;
     fn default_config(&self, sizes: Sizes) -> Result<serde_json::Value>;
     fn run(&self, session: &mut Session, config: &serde_json::Value) -> Result<StageOutput>;
+    /// The model a recorded config ran (`Stage::model`); the run's where the config no longer reads.
+    fn model(&self, config: &serde_json::Value, run_model: &str) -> Option<String>;
 }
 
 struct Registered<S>(PhantomData<S>);
@@ -245,11 +288,34 @@ impl<S: Stage> AnyStage for Registered<S> {
             Sizes::Scaled(scale) => S::scaled_config(scale),
         })?)
     }
+    fn model(&self, config: &serde_json::Value, run_model: &str) -> Option<String> {
+        match serde_json::from_value::<S::Config>(config.clone()) {
+            Ok(cfg) => S::model(&cfg, run_model),
+            Err(_) => Some(run_model.to_string()),
+        }
+    }
     fn run(&self, session: &mut Session, config: &serde_json::Value) -> Result<StageOutput> {
         let cfg: S::Config = serde_json::from_value(config.clone())
             .map_err(|e| LabError::input(format!("config of stage {}: {e}", S::NAME)))?;
         S::run(session, &cfg)
     }
+}
+
+/// A stage's config with `settings` (a JSON object of its fields, `{"gpus": 2}`) put over it; a
+/// name the config does not have is refused, never ignored.
+pub fn with_settings(mut config: serde_json::Value, settings: &str) -> Result<serde_json::Value> {
+    let given: serde_json::Value = serde_json::from_str(settings).map_err(|e| LabError::input(format!("the settings `{settings}` are not JSON: {e}")))?;
+    let given = given.as_object().ok_or_else(|| LabError::input(format!("the settings `{settings}` are not a JSON object")))?;
+    if let Some(c) = config.as_object_mut() {
+        for (k, v) in given {
+            if !c.contains_key(k) {
+                let known: Vec<&str> = c.keys().map(String::as_str).collect();
+                return Err(LabError::input(format!("the stage has no setting `{k}`: {}", known.join(", "))));
+            }
+            c.insert(k.clone(), v.clone());
+        }
+    }
+    Ok(config)
 }
 
 /// Runs one stage in `session`: writes its tables and texts into `<run>/<stage>/`, prints its

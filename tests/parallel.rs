@@ -159,6 +159,8 @@ fn the_parallel_stage_on_two_cpu_ranks() {
     // are whole on each), and half the cache.
     assert!(w[4].unwrap() > w[0].unwrap() / 2.0 && w[4].unwrap() < w[0].unwrap());
     assert_eq!(kv[4].unwrap() * 2.0, kv[0].unwrap());
+    // Threads exchange tensors in the heap: no NCCL measured, none in the ledger either.
+    assert!(f("nccl_predicted_mib").iter().all(|v| *v == Some(0.0)), "a CPU rank's ledger holds no NCCL: {df}");
     // The pipeline's stages hold the layers once between them, the tied table on both ends, and
     // the cache once: no weights are read off the CPU's one heap, the ledger's stand.
     assert!(w[2].is_none() && w[3].is_none());

@@ -9,6 +9,8 @@ cd "$(dirname "$0")/../.."
 source /opt/cuda13/env.sh
 cargo build --release --features "${FEATURES:-cuda}"
 mkdir -p .gpu
+# The commit the notebooks' first output names (the GPU machine's copy has no git).
+git rev-parse --short HEAD > .gpu/commit 2>/dev/null || echo unknown > .gpu/commit
 # -9e: the repository and the binaries travel together under a 64 MiB limit.
 xz -T0 -9e -c target/release/vram-lab > .gpu/vram-lab.xz
 ls -la .gpu/vram-lab.xz

@@ -1,8 +1,8 @@
 //! What the notebooks call. One `Setup` at the top (mode, model, card), then one call per stage
-//! that returns a `StageRun`: Live runs the stage through a `Session` into a run folder, as
-//! `vram-lab` does; Replay opens the newest committed run folder under data/results/ whose
+//! that returns a `StageRun`: Live runs `vram-lab <stage>` into a run folder (live.rs: the very
+//! command, hooks and all); Replay opens the newest committed run folder under data/results/ whose
 //! manifest has the stage for that model and card. Either way the notebook reads the same folder
-//! through its manifest and shows the stage's declared views.
+//! through its manifest, shows the stage's declared views and fills its prose from it (prose.rs).
 
 use crate::error::{LabError, Result};
 use crate::experiments::{find, registry};
@@ -14,7 +14,12 @@ use crate::session::{Session, SessionArgs};
 use crate::stage::Sizes;
 use std::path::PathBuf;
 
+mod live;
+mod prose;
 mod stage_run;
+pub use live::Lab;
+use live::lab_root;
+pub use prose::MISSING;
 pub use stage_run::StageRun;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +40,10 @@ pub struct Setup {
     /// Replay only runs started before this time (RFC 3339, or a prefix such as a date): the
     /// runs a notebook's interpretation was written from, when newer ones exist.
     pub before: Option<String>,
+    /// Live: the binary and the device it sees, found at the first call that needs them.
+    lab: std::sync::OnceLock<std::result::Result<Lab, String>>,
+    /// Whether the model and card came from the environment (kept on CPU too).
+    chosen: bool,
 }
 
 impl Setup {
@@ -49,6 +58,7 @@ impl Setup {
             Some("replay") => Mode::Replay,
             _ => mode,
         };
+        let chosen = var("VRAM_LAB_NOTEBOOK_MODEL").is_some() || var("VRAM_LAB_NOTEBOOK_CARD").is_some();
         let card = match var("VRAM_LAB_NOTEBOOK_CARD") {
             Some(c) => Some(c),
             None => Some(card.unwrap_or("none").to_string()),
@@ -60,7 +70,7 @@ impl Setup {
             silent: true,
             ..Default::default()
         };
-        Self { mode, args, results: results_dir(), before: None }
+        Self { mode, args, results: results_dir(), before: None, lab: Default::default(), chosen }
     }
 
     /// Replays the newest run started before `time` (e.g. "2026-11-23"), not the newest of all.
@@ -72,9 +82,28 @@ impl Setup {
     /// The unequal-cards run's settings: the articles' 24 GB and 16 GB cards, as the committed run;
     /// live on the CPU (the tiny model) 96 and 48 MiB, which its step divides the same way.
     pub fn unequal_cards(&self) -> &'static str {
-        let cpu = self.mode == Mode::Live && crate::hw::pick(&self.args.device).map(|d| !d.is_cuda()).unwrap_or(true);
+        let cpu = self.mode == Mode::Live && self.live_lab().map(|l| !l.is_cuda()).unwrap_or(true);
         const CPU: &str = r#"{"cards": ["96MiB", "48MiB"], "seq": 64, "checkpointing": [true]}"#;
         if cpu { CPU } else { r#"{"cards": ["24GiB", "16GiB"], "seq": 256, "checkpointing": [true]}"# }
+    }
+
+    /// The binary a Live run uses (built on first use) and its device.
+    pub fn live_lab(&self) -> Result<&Lab> {
+        self.lab.get_or_init(|| Lab::find(&self.args.device).map_err(|e| e.to_string())).as_ref().map_err(|e| LabError::other(e.clone()))
+    }
+
+    /// The session flags a Live run of `stage` passes: the notebook's model and card on a GPU; on
+    /// the CPU the command's own defaults (the tiny model on the scaled card: the report's story in
+    /// minutes) unless the environment chose them.
+    /// Training and several ranks run without a card there: a 2-rank step of the tiny model needs
+    /// more than the scaled card (80 MiB against 15 MiB, measured).
+    fn live_args(&self, stage: &str) -> Result<SessionArgs> {
+        let mut args = self.args.clone();
+        if !self.live_lab()?.is_cuda() && !self.chosen {
+            args.model = None;
+            args.card = (!matches!(stage, "train" | "parallel")).then(|| "scaled".into());
+        }
+        Ok(args)
     }
 
     fn model(&self) -> &str {
@@ -85,12 +114,27 @@ impl Setup {
         self.args.card.as_deref().unwrap_or("none")
     }
 
+    /// Where this notebook's outputs come from: mode, device, date, the lab's commit.
     pub fn describe(&self) -> String {
+        let today = chrono::Utc::now().format("%Y-%m-%d");
+        let commit = live::commit();
         match self.mode {
-            Mode::Live => format!("live: {} on {} ({}), card {}", self.model(), self.args.device, device_line(&self.args.device), self.card()),
+            Mode::Live => {
+                let (device, model, card) = match (self.live_lab(), self.live_args("anatomy")) {
+                    (Ok(lab), Ok(a)) => (lab.device.clone(), a.model.unwrap_or_else(|| "the CPU default".into()), a.card.unwrap_or_else(|| "none".into())),
+                    (Err(e), _) | (_, Err(e)) => (format!("unavailable: {e}"), self.model().into(), self.card().into()),
+                };
+                format!(
+                    "输出来源 Outputs: Live 现场运行 — `vram-lab` run here on {device}, {today}, commit {commit}\n模型 model {model}, 显卡 card {card}"
+                )
+            }
             Mode::Replay => {
                 let before = self.before.as_ref().map(|t| format!(" started before {t}")).unwrap_or_default();
-                format!("replay: the newest committed run of {} on card {}{before} under {}", self.model(), self.card(), self.results.display())
+                format!(
+                    "输出来源 Outputs: Replay 回放 — committed GPU runs of {} on card {}{before} (data/results/; each stage below names its run, GPU and date), commit {commit}, {today}",
+                    self.model(),
+                    self.card()
+                )
             }
         }
     }
@@ -109,11 +153,9 @@ impl Setup {
         let run = match self.mode {
             Mode::Replay => RunFolder::open(&self.newest_run_with(name, &settings)?)?,
             Mode::Live => {
-                let mut args = self.args.clone();
-                args.out = Some(live_run_dir(name));
-                let session = Session::open(&args, name, false)?;
-                let config = with_settings(stage.default_config(session.sizes)?, settings);
-                run_in(session, vec![(name, config)])?
+                let out = live_run_dir(name);
+                self.live_lab()?.run_stage(&self.live_args(stage.name())?, stage.name(), &serde_json::Value::Object(settings).to_string(), &out)?;
+                RunFolder::open(&out)?
             }
         };
         finished(run, name)
@@ -214,7 +256,7 @@ pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Es
 /// fields of `vram-lab estimate`'s flags), computed here whatever the notebook's mode: formulas
 /// only, no GPU and no weights.
 pub fn estimate_with(model: &str, card: &str, settings: &str) -> Result<StageRun> {
-    let config = with_settings(serde_json::to_value(crate::experiments::estimate::EstimateConfig::default())?, settings_of(settings)?);
+    let config = crate::stage::with_settings(serde_json::to_value(crate::experiments::estimate::EstimateConfig::default())?, settings)?;
     Ok(StageRun { run: run_in(formulas_session(model, card)?, vec![("estimate", config)])?, stage: "estimate".into() })
 }
 
@@ -239,24 +281,11 @@ fn settings_of(text: &str) -> Result<serde_json::Map<String, serde_json::Value>>
     v.as_object().cloned().ok_or_else(|| LabError::input(format!("the settings `{text}` are not a JSON object")))
 }
 
-/// A stage's config with `settings` put over its fields.
-fn with_settings(mut config: serde_json::Value, settings: serde_json::Map<String, serde_json::Value>) -> serde_json::Value {
-    if let Some(c) = config.as_object_mut() {
-        c.extend(settings);
-    }
-    config
-}
 
 /// A fresh folder for a run a notebook makes: target/notebook-runs/<time>-<name>.
 fn live_run_dir(name: &str) -> PathBuf {
     let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S%3f");
     lab_root().join("target/notebook-runs").join(format!("{stamp}-{name}"))
-}
-
-/// Folders holding a manifest.json, up to `depth` levels below `dir`
-/// (data/results/<gpu>/<date>-<what>/<run>/).
-fn device_line(choice: &str) -> String {
-    crate::hw::pick(choice).map(|d| crate::hw::describe(&d)).unwrap_or_else(|e| e.to_string())
 }
 
 /// The device this kernel would use, and its memory summary.
@@ -297,11 +326,6 @@ pub fn results_dir() -> PathBuf {
     lab_root().join("data/results")
 }
 
-/// The lab's folder: `VRAM_LAB_HOME` when set (a notebook compiled here and run as a program on
-/// another machine, `scripts/notebook_program.py`), else the crate's own.
-fn lab_root() -> PathBuf {
-    std::env::var_os("VRAM_LAB_HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
 
 /// A self-check for exercises: compares an answer with the expected value, within `rel_tol`.
 pub fn check_answer(name: &str, answer: f64, expected: f64, rel_tol: f64) -> String {

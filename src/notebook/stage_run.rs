@@ -20,17 +20,30 @@ pub struct StageRun {
 }
 
 impl StageRun {
-    /// Where the figures come from: the run folder, its GPU, date and command.
+    /// Where the figures come from: the run folder (relative to the lab), its GPU, date and
+    /// command (the program's name without the folder it ran from).
     pub fn describe(&self) -> String {
         let m = &self.run.manifest;
+        let root = super::live::lab_root();
+        let dir = self.run.dir.strip_prefix(&root).unwrap_or(&self.run.dir).display().to_string();
+        let dir = dir.strip_prefix("notebooks/../").unwrap_or(&dir).to_string();
+        // A machine's folders (the binary's, a runner's --out) shown by their last name only.
+        let command: Vec<String> = m
+            .command
+            .split(' ')
+            .enumerate()
+            .map(|(i, t)| match std::path::Path::new(t).file_name() {
+                Some(f) if t.starts_with('/') || i == 0 => format!("{}{}", if i == 0 { "" } else { "…/" }, f.to_string_lossy()),
+                _ => t.to_string(),
+            })
+            .collect();
         format!(
-            "{} — {} on {}, card {}, {}\n{}",
-            self.run.dir.display(),
+            "运行 run: {dir}\n{} on {}, card {}, {}\n命令 command: {}",
             m.model,
             m.env.gpu.clone().unwrap_or_else(|| m.env.device.clone()),
             m.card_name(),
             m.started,
-            m.command
+            command.join(" ")
         )
     }
 

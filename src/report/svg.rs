@@ -3,7 +3,7 @@
 //! JavaScript) and nbconvert show the figure. Text stays `<text>`: the viewer's fonts draw it,
 //! Chinese included.
 
-use super::chart::{prepare, Prepared};
+use super::prepare::{line_style, prepare, Prepared, FLAG_COLOUR, PALETTE};
 use crate::error::{LabError, Result};
 use crate::stage::{Axis, ChartKind, ChartSpec, Style};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
@@ -14,19 +14,9 @@ use polars::prelude::DataFrame;
 const WIDTH: u32 = 860;
 const HEIGHT: u32 = 480;
 
-/// plotly's default colours, so the static picture and the interactive one match.
-const COLOURS: [RGBColor; 10] = [
-    RGBColor(0x1f, 0x77, 0xb4),
-    RGBColor(0xff, 0x7f, 0x0e),
-    RGBColor(0x2c, 0xa0, 0x2c),
-    RGBColor(0xd6, 0x27, 0x28),
-    RGBColor(0x94, 0x67, 0xbd),
-    RGBColor(0x8c, 0x56, 0x4b),
-    RGBColor(0xe3, 0x77, 0xc2),
-    RGBColor(0x7f, 0x7f, 0x7f),
-    RGBColor(0xbc, 0xbd, 0x22),
-    RGBColor(0x17, 0xbe, 0xcf),
-];
+fn rgb((r, g, b): (u8, u8, u8)) -> RGBColor {
+    RGBColor(r, g, b)
+}
 
 /// The chart `spec` declares, over `df`, as an SVG document.
 pub fn draw_svg(spec: &ChartSpec, df: &DataFrame) -> Result<String> {
@@ -74,7 +64,7 @@ fn x_range(p: &Prepared, log_x: bool) -> (f64, f64) {
 }
 
 fn y_range(p: &Prepared, log: bool) -> (f64, f64) {
-    let ys = p.traces.iter().flat_map(|t| t.y.iter().copied()).chain(p.lines.iter().map(|(_, y)| *y)).filter(|v| v.is_finite() && (!log || *v > 0.0));
+    let ys = p.ys().into_iter().chain(p.lines.iter().map(|(_, y)| *y)).filter(|v| !log || *v > 0.0);
     let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
     if !lo.is_finite() {
         return if log { (0.1, 10.0) } else { (0.0, 1.0) };
@@ -84,6 +74,7 @@ fn y_range(p: &Prepared, log: bool) -> (f64, f64) {
         (lo / 2.0, hi * 60.0)
     } else {
         let lo = lo.min(0.0);
+        let hi = p.y_top.unwrap_or(hi).max(hi);
         (lo, if hi > lo { hi + (hi - lo) * 0.5 } else { lo + 1.0 })
     }
 }
@@ -100,6 +91,7 @@ where
     let mut chart = ChartBuilder::on(root)
         .caption(&p.title, ("sans-serif", 22))
         .margin(12)
+        .margin_right(if p.lines.is_empty() { 12 } else { 110 })
         .x_label_area_size(if p.categories.len() > 6 { 190 } else { 44 })
         .y_label_area_size(64)
         .build_cartesian_2d(x, y)
@@ -141,35 +133,68 @@ where
             root.draw(&Text::new(c.clone(), (px, py + 8), style.clone())).map_err(err)?;
         }
     }
-    let bars = spec.kind == ChartKind::Bars;
     let n = p.traces.len().max(1) as f64;
     // Bars rise from 0, or from the axis' foot on a log scale.
     let base = if spec.y_log { chart.y_range().start } else { chart.y_range().start.max(0.0) };
+    // A stacked chart's running ends per category: (below 0, above 0).
+    let mut ends: Vec<(f64, f64)> = vec![(0.0, 0.0); p.categories.len()];
     for (k, t) in p.traces.iter().enumerate() {
-        let colour = COLOURS[k % COLOURS.len()];
+        let full = rgb(PALETTE[t.colour % PALETTE.len()]);
+        let colour = if t.faint { full.mix(0.45) } else { full.mix(1.0) };
         let points: Vec<(f64, f64)> = t.x.iter().copied().zip(t.y.iter().copied()).filter(|(a, b)| a.is_finite() && b.is_finite()).collect();
-        let series = if bars {
-            // Grouped: the categories' width split among the traces.
-            let w = 0.8 / n;
-            let left = -0.4 + k as f64 * w;
-            chart.draw_series(points.iter().map(|&(x, y)| Rectangle::new([(x + left, base), (x + left + w, y)], colour.filled()))).map_err(err)?
-        } else {
-            if t.style != Style::Markers {
-                chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(2))).map_err(err)?;
+        let series = match spec.kind {
+            ChartKind::Stacked => {
+                let mut boxes = Vec::new();
+                for &(x, y) in &points {
+                    let Some(e) = ends.get_mut(x as usize) else { continue };
+                    let (from, to) = if y >= 0.0 { (e.1, e.1 + y) } else { (e.0, e.0 + y) };
+                    if y >= 0.0 { e.1 = to } else { e.0 = to }
+                    boxes.push(Rectangle::new([(x - 0.35, from), (x + 0.35, to)], colour.filled()));
+                }
+                chart.draw_series(boxes).map_err(err)?
             }
-            let shown = if t.style == Style::Lines { Vec::new() } else { points };
-            chart.draw_series(shown.into_iter().map(|pt| Circle::new(pt, 3, colour.filled()))).map_err(err)?
+            ChartKind::Bars => {
+                // Grouped: the categories' width split among the traces.
+                let w = 0.8 / n;
+                let left = -0.4 + k as f64 * w;
+                chart.draw_series(points.iter().map(|&(x, y)| Rectangle::new([(x + left, base), (x + left + w, y)], colour.filled()))).map_err(err)?
+            }
+            ChartKind::Lines => {
+                if t.style != Style::Markers {
+                    chart.draw_series(LineSeries::new(points.clone(), colour.stroke_width(2))).map_err(err)?;
+                }
+                let shown = if t.style == Style::Lines { Vec::new() } else { points };
+                chart.draw_series(shown.into_iter().map(|pt| Circle::new(pt, 3, colour.filled()))).map_err(err)?
+            }
         };
-        series.label(t.name.clone()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+        if t.legend {
+            series.label(t.name.clone()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], full.filled()));
+        }
     }
+    // Reference lines in greys, each named at its right end (not in the legend).
     let (lo, hi) = (chart.x_range().start, chart.x_range().end);
+    let (y_lo, y_hi) = (chart.y_range().start, chart.y_range().end);
+    let label_ys = p.line_label_ys((y_hi - y_lo) * 0.035);
     for (j, (name, yv)) in p.lines.iter().enumerate() {
-        let colour = COLOURS[(p.traces.len() + j) % COLOURS.len()];
-        chart
-            .draw_series(LineSeries::new(vec![(lo, *yv), (hi, *yv)], colour.stroke_width(1)))
-            .map_err(err)?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], colour.stroke_width(2)));
+        let (grey, dashed) = line_style(j);
+        let style = rgb(grey).stroke_width(2);
+        if dashed {
+            chart.draw_series(DashedLineSeries::new(vec![(lo, *yv), (hi, *yv)], 8, 5, style)).map_err(err)?;
+        } else {
+            chart.draw_series(LineSeries::new(vec![(lo, *yv), (hi, *yv)], style)).map_err(err)?;
+        }
+        let (px, py) = chart.backend_coord(&(hi, label_ys[j]));
+        let grey = rgb(grey);
+        let text = TextStyle::from(("sans-serif", 13).into_font()).color(&grey).pos(Pos::new(HPos::Left, VPos::Center));
+        root.draw(&Text::new(name.clone(), (px + 6, py), text)).map_err(err)?;
+    }
+    // Flagged rows (an OOM): a red cross where the row's highest value is, and what happened.
+    for f in &p.flags {
+        let (px, py) = chart.backend_coord(&(f.x, f.y));
+        let red = rgb(FLAG_COLOUR);
+        root.draw(&Cross::new((px, py - 10), 7, red.stroke_width(3))).map_err(err)?;
+        let text = TextStyle::from(("sans-serif", 14).into_font()).color(&red).pos(Pos::new(HPos::Center, VPos::Bottom));
+        root.draw(&Text::new(f.text.clone(), (px, py - 20), text)).map_err(err)?;
     }
     chart
         .configure_series_labels()

@@ -4,7 +4,7 @@
 //! cell, so a DataFrame whose schema one cell cached cannot find its columns in the next. A Table
 //! therefore keeps the columns and builds a fresh DataFrame for every use.
 
-use crate::error::Result;
+use crate::error::{LabError, Result};
 use polars::prelude::{Column, DataFrame};
 
 #[derive(Debug, Clone)]
@@ -42,6 +42,20 @@ impl Table {
     /// Shows only the columns named, in that order.
     pub fn show_columns(&self, cols: &[&str], caption: &str) -> Result<()> {
         super::display::show_columns(&self.df()?, cols, caption)
+    }
+
+    /// Draws the chart of `stage`'s view `view` over this table, one per group of the view: rows
+    /// of several runs put together (`vstack`) make one figure, e.g. decode over 1, 2 and 4 GPUs.
+    pub fn chart(&self, stage: &str, view: &str) -> Result<()> {
+        let found = crate::experiments::find(stage).ok_or_else(|| LabError::input(format!("no stage `{stage}`")))?;
+        let views = found.views();
+        let v = views.iter().find(|v| v.name == view).ok_or_else(|| LabError::input(format!("stage {stage} has no view `{view}`")))?;
+        let spec = v.chart.ok_or_else(|| LabError::input(format!("the view {stage}/{view} has no chart")))?;
+        for (label, part) in crate::frame::groups(&self.df()?, v.group_by)? {
+            let plot = super::chart::draw(&spec, &part)?;
+            super::display::show_chart(&plot, Some(&super::svg::draw_svg(&spec, &part)?), &format!("{stage}-{view}-{label}"));
+        }
+        Ok(())
     }
 }
 

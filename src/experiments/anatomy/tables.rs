@@ -1,7 +1,7 @@
 //! The anatomy stage's tables: their columns, the CSVs' names, the views and charts the report draws.
 
 use crate::experiments::oom;
-use crate::stage::{ChartSpec, Series, Style, View};
+use crate::stage::{ChartSpec, Flag, Series, Style, View};
 
 /// Column names of the stage's tables.
 pub mod col {
@@ -51,6 +51,8 @@ const MEMORY_CHART: ChartSpec = ChartSpec {
         Series::column("peak during generation (this run)", &[(col::AFTER_PEAK_GIB, 1.0)]),
         Series::column("allocated, report (RTX 4090, PyTorch)", &[(col::REPORT_ALLOCATED_GIB, 1.0)]),
     ],
+    // A precision that ran out of memory has only its prediction to draw: the mark says why.
+    flag: Some(Flag { column: col::OUTCOME, value: "oom", text: "OOM 显存不足 ({oom_request_mib} MiB asked)" }),
     ..ChartSpec::BARS
 };
 
@@ -61,9 +63,9 @@ const TIMELINE_CHART: ChartSpec = ChartSpec {
     x_title: "snapshot",
     y_title: "MiB",
     series: &[
-        Series { name: "allocated", y: &[("allocated_mib", 1.0)], style: Style::LinesMarkers },
-        Series { name: "reserved", y: &[("reserved_mib", 1.0)], style: Style::LinesMarkers },
-        Series { name: "peak", y: &[("peak_mib", 1.0)], style: Style::LinesMarkers },
+        Series::styled("allocated", &[("allocated_mib", 1.0)], Style::LinesMarkers),
+        Series::styled("reserved", &[("reserved_mib", 1.0)], Style::LinesMarkers),
+        Series::styled("peak", &[("peak_mib", 1.0)], Style::LinesMarkers),
     ],
     ..ChartSpec::LINES
 };
@@ -79,7 +81,7 @@ pub fn views() -> Vec<View> {
             columns: &[PRECISION, OUTCOME, PREDICTED_WEIGHTS_GIB, LOADED_ALLOCATED_GIB, WEIGHTS_VS_PREDICTED_PCT, LOADED_RESERVED_GIB, LOADED_PEAK_GIB, AFTER_ALLOCATED_GIB, AFTER_PEAK_GIB, REPORT_ALLOCATED_GIB, REPORT_RESERVED_GIB, PYTORCH_H200_ALLOCATED_GIB],
             group_by: &[],
             chart: Some(MEMORY_CHART),
-            explain: "BF16 = 参数 × 2 字节: the pool holds exactly the predicted bytes. Reserved − allocated is what the allocator keeps for reuse; candle's stream-ordered pool returns freed memory at the next synchronisation, so it stays small. FP32 needs 28.37 GiB, more than the card's 23.52: the load stops, the request that failed is recorded, the next precision runs.",
+            explain: "BF16 权重 = 参数 × 2 字节,内存池里正好是预测的字节数;Q4_K_M 的权重是 GGUF 块(约 4.9 位/权重),以 BF16 计算,KV cache 和 logits 与 BF16 相同。reserved − allocated 是分配器留作复用的部分。F32 需要 28.37 GiB,超过这张卡的 23.52 GiB:加载中途 OOM(图中的红叉),失败的请求被记录下来,下一个精度照常运行。<br>BF16 weights are parameters × 2 bytes: the pool holds exactly the predicted bytes. Q4_K_M holds GGUF blocks (about 4.9 bits a weight) and computes in BF16, so its KV cache and logits are BF16's (the lab's Q4 before 2026-11-23 and `q4_k_m-f32` compute in F32). Reserved − allocated is what the allocator keeps for reuse; candle's stream-ordered pool returns freed memory at the next synchronisation, so it stays small. F32 needs 28.37 GiB, more than the card's 23.52: the load stops (the red cross on the chart), the request that failed is recorded, the next precision runs.",
         },
         View {
             name: "speed",

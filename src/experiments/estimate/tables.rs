@@ -112,7 +112,7 @@ pub fn views() -> Vec<View> {
             columns: &[PRECISION, SEQ, NEED_GIB],
             group_by: &[],
             chart: Some(CURVE_CHART),
-            explain: "The ledger's total for each context, against each card's capacity: where a line crosses a card is its longest context. 显存随上下文增长,与各卡容量的交点即最长上下文。",
+            explain: "每种精度的账本总量随上下文增长;曲线与某张卡的容量线(灰线,卡名标在右端)相交处,就是那张卡的最长上下文。纵轴只画到最大需求稍上方:容量更大的卡能放下图中每一个上下文,不再画出。<br>The ledger's total for each context, against each card's capacity (the grey lines, each card named at its right end): where a curve crosses a card is that card's longest context. The y axis stops a little above the largest need; a card larger than that holds every context shown and is left out.",
         },
         View {
             name: "training",

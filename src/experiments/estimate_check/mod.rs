@@ -6,11 +6,12 @@
 
 pub mod checks;
 pub mod runs;
+pub mod summary;
 pub mod tables;
 
 use checks::{limits_of, steps_of, LimitCheck, StepCheck};
 use runs::kv_folders;
-use tables::{LIMITS, PREFILL};
+use tables::{LIMITS, PREFILL, SUMMARY};
 use crate::error::Result;
 use crate::model::Logits;
 use crate::session::Session;
@@ -40,7 +41,7 @@ impl Stage for Check {
     const NAME: &'static str = "check";
     const TITLE: &'static str = "Estimator check — 估算 vs 实测: every committed measurement of stages 1–2";
     const ABOUT: &'static str = "The estimator beside every committed GPU measurement of stages 1–2 (weights, allocated, peak, transient, the bisected longest context), with the error";
-    const INTRO: &'static str = "Each formula of the estimator against what the GPU runs committed under data/results measured: weights after loading, what a prefill leaves allocated (KV cache, logits and, for Q4, candle's quantized-matmul buffer), its peak (the transient counted tensor by tensor), and the longest context the bisection found. 估算器逐项对照已提交的 GPU 实测,并给出误差。";
+    const INTRO: &'static str = "估算器的每个公式逐项对照 data/results 下已提交的 GPU 实测:加载后的权重、一次预填充留下的已分配显存(KV cache、logits,Q4 还有 candle 量化矩阵乘的常驻缓冲)、它的峰值(逐个张量计算的瞬时部分),以及二分法找到的最长上下文,并给出误差。先看汇总,逐行明细折叠在下面。<br>Each formula of the estimator against what the GPU runs committed under data/results measured: weights after loading, what a prefill leaves allocated (KV cache, logits and, for Q4, candle's quantized-matmul buffer), its peak (the transient counted tensor by tensor), and the longest context the bisection found. The summary comes first; the rows, file by file, are folded below it.";
     type Config = CheckConfig;
 
     fn run(s: &mut Session, c: &CheckConfig) -> Result<StageOutput> {
@@ -74,6 +75,7 @@ impl Stage for Check {
             s.say(format!("longest context with the OOM retry: {within} of {} bisections within 2 % of the ledger's search, {within_step} more within one bisection step", retried.len()));
             out.findings.push(Finding::new("longest context, OOM retried: bisections within 2 % of the ledger's search", "count", Some(within as f64)).note(format!("of {}; {within_step} more within one bisection step", retried.len())));
         }
+        out.table(SUMMARY, summary::table(&wt, &st, &lim)?);
         // The loads as rows of the same table: seq 0, allocated = the weights.
         let mut rows: Vec<StepCheck> = wt
             .iter()
@@ -121,5 +123,9 @@ impl Stage for Check {
 
     fn views() -> Vec<View> {
         tables::views()
+    }
+
+    fn model(_cfg: &CheckConfig, _run_model: &str) -> Option<String> {
+        None
     }
 }

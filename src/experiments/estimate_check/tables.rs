@@ -23,7 +23,16 @@ pub mod col {
     pub const PREDICTED_MAX_CONTEXT: &str = "predicted_max_context";
     pub const CONTEXT_ERR_PCT: &str = "context_err_pct";
     pub const OOM_RETRY: &str = "oom_retry";
+    pub const CHECK: &str = "check";
+    pub const CHECKS: &str = "checks";
+    pub const WITHIN: &str = "within_tolerance";
+    pub const TOLERANCE: &str = "tolerance";
+    pub const WORST_ERR_PCT: &str = "worst_err_pct";
+    pub const WORST_CASE: &str = "worst_case";
+    pub const NOTE: &str = "note";
 }
+
+pub const SUMMARY: &str = "check_summary";
 
 pub const PREFILL: &str = "check_prefill";
 
@@ -33,6 +42,15 @@ pub const LIMITS: &str = "check_limits";
 pub fn views() -> Vec<View> {
     use col::*;
     vec![
+        View {
+            name: "summary",
+            table: SUMMARY,
+            caption: "Estimator check — the summary: how many checks, how many within tolerance, the worst miss",
+            columns: &[CHECK, CHECKS, WITHIN, TOLERANCE, WORST_ERR_PCT, WORST_CASE, NOTE],
+            group_by: &[],
+            chart: None,
+            explain: "每一类检查:做了多少次、多少次落在容差内、最差的一次差多少以及是哪一次。字节类(权重、已分配、峰值)的容差是 3 %;最长上下文是 2 % 或一个二分步长(取较大者)。加入 OOM 重试之前的运行按设计会偏离:那时撞到显卡上限的是内存池映射的内存,而不是活跃的字节。下面是逐行明细。<br>Each kind of check: how many were made, how many landed within the tolerance, and the worst miss with the case it came from. The bytes (weights, allocated, peak) are held to 3 %; a longest context to 2 % or one bisection step, whichever is coarser. The runs before the OOM retry miss by design: the pool's mapped memory, not the live bytes, hit the card. Every row follows below.",
+        },
         View {
             name: "prefill",
             table: PREFILL,

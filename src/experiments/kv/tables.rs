@@ -161,13 +161,13 @@ const PREFILL_CHART: ChartSpec = ChartSpec {
     x: col::SEQ,
     x_title: "sequence length (log scale)",
     y_title: "MiB",
-    only: Some((col::OUTCOME, Outcome::OK)),
+    only: Some((col::OUTCOME, &[Outcome::OK])),
     x_axis: Axis::LogDoublings,
     series: &[
-        Series { name: "measured: held after prefill, above the weights", y: &[(col::HELD_MIB, 1.0)], style: Style::LinesMarkers },
-        Series { name: "GQA formula: KV + logits", y: &[(col::KV_GQA_FORMULA_MIB, 1.0), (col::LOGITS_FORMULA_MIB, 1.0)], style: Style::Lines },
-        Series { name: "report's formula 2·L·H·S·B + logits", y: &[(col::KV_NAIVE_FORMULA_MIB, 1.0), (col::LOGITS_FORMULA_MIB, 1.0)], style: Style::Lines },
-        Series { name: "peak during the prefill, above the weights", y: &[(col::PEAK_MIB, 1.0), (col::BASE_MIB, -1.0)], style: Style::Markers },
+        Series::styled("measured: held after prefill, above the weights", &[(col::HELD_MIB, 1.0)], Style::LinesMarkers),
+        Series::styled("GQA formula: KV + logits", &[(col::KV_GQA_FORMULA_MIB, 1.0), (col::LOGITS_FORMULA_MIB, 1.0)], Style::Lines),
+        Series::styled("report's formula 2·L·H·S·B + logits", &[(col::KV_NAIVE_FORMULA_MIB, 1.0), (col::LOGITS_FORMULA_MIB, 1.0)], Style::Lines),
+        Series::styled("peak during the prefill, above the weights", &[(col::PEAK_MIB, 1.0), (col::BASE_MIB, -1.0)], Style::Markers),
     ],
     ..ChartSpec::LINES
 };
@@ -180,8 +180,8 @@ const DECODE_CHART: ChartSpec = ChartSpec {
     y_title: "MiB",
     split_by: Some(col::CACHE),
     series: &[
-        Series { name: "allocated", y: &[(col::ALLOCATED_MIB, 1.0)], style: Style::LinesMarkers },
-        Series { name: "peak", y: &[(col::PEAK_MIB, 1.0)], style: Style::Markers },
+        Series::styled("allocated", &[(col::ALLOCATED_MIB, 1.0)], Style::LinesMarkers),
+        Series::styled("peak", &[(col::PEAK_MIB, 1.0)], Style::Markers),
     ],
     ..ChartSpec::LINES
 };
@@ -206,7 +206,7 @@ pub fn views() -> Vec<View> {
             columns: &[CARD, PRECISION, LOGITS, ATTENTION, BATCH, MAX_CONTEXT, FIRST_OOM, RESOLUTION, TRIALS, OOM_RETRY],
             group_by: &[],
             chart: None,
-            explain: "Without every position's logits (what generation needs) the limit moves from about 24k to about 33.5k tokens on an RTX 4090: the peak then comes from the MLP's activations during prefill, not the cache. Q4 frees about 10 GiB of weights but computes in F32, so its cache and logits are twice BF16's. oom_retry: a failed request was retried once after the pool gave back what nothing uses, as PyTorch retries after releasing its cache; without it candle's pool, which keeps freed blocks until a synchronisation, stops at about 16k. 失败的分配在整理内存池后重试一次(与 PyTorch 相同)。",
+            explain: "只保留最后一个位置的 logits(生成只需要它)时,RTX 4090 上的极限从约 24k 升到约 33.5k token:峰值改由预填充时 MLP 的激活决定,而不是 cache。Q4_K_M 省下约 10 GiB 权重,以 BF16 计算,KV cache 与 logits 和 BF16 一样大;2026-11-23 之前的 Q4 和 q4_k_m-f32 以 F32 计算,是 BF16 的两倍。oom_retry:失败的分配在整理内存池后重试一次(与 PyTorch 相同);不重试时 candle 的内存池在约 16k 处停下。<br>Without every position's logits (what generation needs) the limit moves from about 24k to about 33.5k tokens on an RTX 4090: the peak then comes from the MLP's activations during prefill, not the cache. Q4_K_M frees about 10 GiB of weights and computes in BF16, so its cache and logits are BF16's; the lab's Q4 of the runs before 2026-11-23 and `q4_k_m-f32` compute in F32, twice BF16's. oom_retry: a failed request was retried once after the pool gave back what nothing uses, as PyTorch retries after releasing its cache; without it candle's pool, which keeps freed blocks until a synchronisation, stops at about 16k.",
         },
         View {
             name: "decode",

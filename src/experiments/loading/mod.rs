@@ -282,13 +282,17 @@ impl Stage for Loading {
             out.findings.push(Finding::new(format!("{}: cold read", r.checkpoint), "GB/s", Some(r.time.gbs())).note(format!("{:.0} % cached before", 100.0 * r.resident.unwrap_or(f64::NAN))));
         }
         for r in loads.iter().filter(|r| ok(r)) {
-            out.findings.push(Finding::new(format!("{} → {} load, {}", r.checkpoint, r.precision, r.cache), "s", Some(r.load_s)).predicted(r.floor_s()).note("predicted: the floor, file read + host→device copy"));
+            out.findings.push(Finding::new(format!("{} → {} load, {}", r.checkpoint, r.precision, r.cache), "s", Some(r.load_s)).floor(r.floor_s()).note("floor: file read + host→device copy, one after the other"));
         }
         Ok(out)
     }
 
     fn views() -> Vec<View> {
         tables::views()
+    }
+
+    fn model(cfg: &LoadConfig, run_model: &str) -> Option<String> {
+        Some(cfg.model.clone().unwrap_or_else(|| run_model.to_string()))
     }
 }
 

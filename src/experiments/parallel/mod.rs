@@ -104,7 +104,8 @@ fn rank_row(r: &RankRun, p: &Row, gpus: usize, ceiling_tok_s: Option<f64>) -> Ro
         ceiling_tok_s,
         tokens: r.tokens.len(),
         outcome: Outcome::OK.into(),
-        nccl_predicted: crate::estimate::parallel::nccl_bytes(gpus, r.rank),
+        // Per rank, as NCCL connects its peers; none where the ranks are threads (`p` says 0).
+        nccl_predicted: if p.nccl_predicted > 0 { crate::estimate::parallel::nccl_bytes(gpus, r.rank) } else { 0 },
         ..p.clone()
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::memory::mib;
-use crate::stage::View;
+use crate::stage::{ChartSpec, Series, View};
 use polars::prelude::*;
 
 /// One rank (or the one-device run): measured and predicted, bytes.
@@ -89,15 +89,70 @@ pub fn table(rows: &[Row]) -> Result<DataFrame> {
     )?)
 }
 
+/// Each GPU's bytes as one stacked bar, beside the ledger's: weights, the KV cache, what the
+/// generation's peak adds above them (activations, logits) and NCCL's buffers outside the pool.
+const PER_GPU_CHART: ChartSpec = ChartSpec {
+    title: "每张卡的显存 Every GPU's memory — {layout}: measured beside the ledger",
+    x: "rank {rank}",
+    x_title: "GPU (rank): measured, then the ledger",
+    y_title: "MiB",
+    series: &[
+        Series::stacked("measured", "weights", &[(col::WEIGHTS_MIB, 1.0)]),
+        Series::stacked("measured", "KV cache", &[(col::KV_MIB, 1.0)]),
+        Series::stacked("measured", "transient (peak above weights − KV cache)", &[(col::PEAK_ABOVE_MIB, 1.0), (col::KV_MIB, -1.0)]),
+        Series::stacked("measured", "NCCL", &[(col::NCCL_MIB, 1.0)]),
+        Series::stacked("ledger", "weights", &[(col::WEIGHTS_PREDICTED_MIB, 1.0)]),
+        Series::stacked("ledger", "KV cache", &[(col::KV_PREDICTED_MIB, 1.0)]),
+        Series::stacked("ledger", "transient (peak above weights − KV cache)", &[(col::PEAK_ABOVE_PREDICTED_MIB, 1.0), (col::KV_PREDICTED_MIB, -1.0)]),
+        Series::stacked("ledger", "NCCL", &[(col::NCCL_PREDICTED_MIB, 1.0)]),
+    ],
+    ..ChartSpec::STACKED
+};
+
+/// Decode on one GPU and over the tensor-parallel group, each beside its ceiling. The pipeline is
+/// left out: its stages run in turn, so a stage's own ceiling is not the pipeline's.
+const DECODE_CHART: ChartSpec = ChartSpec {
+    title: "解码速度 Decode on one GPU and over N, beside the ceiling",
+    x: col::LAYOUT,
+    x_title: "layout (a group's ranks decode together: its first rank shown)",
+    y_title: "tok/s",
+    only: Some((col::LAYOUT, &["one device*", "tensor-parallel*"])),
+    series: &[
+        Series::column("decode, measured", &[(col::DECODE_TOK_S, 1.0)]),
+        Series::column("ceiling: a rank's bytes ÷ the measured read bandwidth", &[(col::CEILING_TOK_S, 1.0)]),
+    ],
+    ..ChartSpec::BARS
+};
+
 pub fn views() -> Vec<View> {
     use col::*;
-    vec![View {
-        name: "ranks",
-        table: TABLE,
-        caption: "Tensor parallelism — every rank's bytes, measured beside the ledger, and decode beside one device",
-        columns: &[LAYOUT, RANK, DEVICE, WEIGHTS_MIB, WEIGHTS_PREDICTED_MIB, WEIGHTS_ERROR_PCT, NCCL_MIB, NCCL_PREDICTED_MIB, KV_MIB, KV_PREDICTED_MIB, PEAK_ABOVE_MIB, PEAK_ABOVE_PREDICTED_MIB, PEAK_ABOVE_ERROR_PCT, LOAD_PEAK_MIB, PREFILL_TOK_S, DECODE_TOK_S, CEILING_TOK_S, TOKENS_EQUAL, TOKENS, OUTCOME],
-        group_by: &[],
-        chart: None,
-        explain: "Each rank holds its heads of q/k/v and its columns of gate/up (rows of o and down), the embedding, norms and head whole, and its K/V heads' share of the cache; one all-reduce after attention and one after the MLP join the ranks. NCCL's own memory (its communicator and channel buffers) is outside candle's pool: read as the device's used bytes that the pool does not explain. A rank decodes with candle's ops and an all-reduce per half-layer; the one-device row runs the lab's fused step, and the row below it the ranks' loop on one device. Greedy tokens are counted against that loop (the same arithmetic; the loop row against the fused step): in BF16 a sum made in another order rounds differently, and a synthetic model's logits are nearly flat, so a rounding can change the greedy pick — F32 shows the layouts agree. A pipeline's stages run in turn on one thread: each GPU waits while the others compute. On the CPU the ranks are threads sharing one heap: weights are the tensors' bytes, and no peak is read. 每个 rank 持有自己的注意力头和 MLP 列;嵌入、归一化和输出层每个 rank 都有完整一份。NCCL 自身的显存在 candle 的内存池之外。",
-    }]
+    vec![
+        View {
+            name: "ranks",
+            table: TABLE,
+            caption: "Tensor parallelism — every rank's bytes, measured beside the ledger, and decode beside one device",
+            columns: &[LAYOUT, RANK, DEVICE, WEIGHTS_MIB, WEIGHTS_PREDICTED_MIB, WEIGHTS_ERROR_PCT, NCCL_MIB, NCCL_PREDICTED_MIB, KV_MIB, KV_PREDICTED_MIB, PEAK_ABOVE_MIB, PEAK_ABOVE_PREDICTED_MIB, PEAK_ABOVE_ERROR_PCT, LOAD_PEAK_MIB, PREFILL_TOK_S, DECODE_TOK_S, CEILING_TOK_S, TOKENS_EQUAL, TOKENS, OUTCOME],
+            group_by: &[],
+            chart: None,
+            explain: "Each rank holds its heads of q/k/v and its columns of gate/up (rows of o and down), the embedding, norms and head whole, and its K/V heads' share of the cache; one all-reduce after attention and one after the MLP join the ranks. NCCL's own memory (its communicator and channel buffers) is outside candle's pool: read as the device's used bytes that the pool does not explain. A rank decodes with candle's ops and an all-reduce per half-layer; the one-device row runs the lab's fused step, and the row below it the ranks' loop on one device. Greedy tokens are counted against that loop (the same arithmetic; the loop row against the fused step): in BF16 a sum made in another order rounds differently, and a synthetic model's logits are nearly flat, so a rounding can change the greedy pick — F32 shows the layouts agree. A pipeline's stages run in turn on one thread: each GPU waits while the others compute. On the CPU the ranks are threads sharing one heap: weights are the tensors' bytes, and no peak is read. 每个 rank 持有自己的注意力头和 MLP 列;嵌入、归一化和输出层每个 rank 都有完整一份。NCCL 自身的显存在 candle 的内存池之外。",
+        },
+        View {
+            name: "per_gpu",
+            table: TABLE,
+            caption: "Every GPU's bytes, stacked: weights, KV cache, transient, NCCL — measured beside the ledger (MiB)",
+            columns: &[RANK, DEVICE, WEIGHTS_MIB, WEIGHTS_PREDICTED_MIB, KV_MIB, KV_PREDICTED_MIB, PEAK_ABOVE_MIB, PEAK_ABOVE_PREDICTED_MIB, NCCL_MIB, NCCL_PREDICTED_MIB, OUTCOME],
+            group_by: &[LAYOUT],
+            chart: Some(PER_GPU_CHART),
+            explain: "每张卡一根柱:权重、KV cache、生成峰值在权重之上多出的瞬时部分(激活与 logits)、NCCL 的缓冲(在 candle 内存池之外);右边浅色的柱是估算器逐卡账本的同一分解。张量并行的每张卡都持有完整的嵌入和输出层,所以权重多于总量的 1/N;NCCL 在各卡上不同,取决于它连接几个对端。<br>One bar per GPU: the weights, the KV cache, what generation's peak adds above the weights besides the cache (activations, logits), and NCCL's buffers outside candle's pool; the paler bar beside it is the ledger's same split (`estimate --tp N`). A tensor-parallel GPU holds the embedding and the head whole, so more than 1/N of the weights; NCCL differs per GPU with the peers it connects to. The KV cache and the transient are a few MiB against GiB of weights: read them in the table.",
+        },
+        View {
+            name: "decode",
+            table: TABLE,
+            caption: "Decode over 1, 2 or 4 GPUs beside its ceiling (tok/s)",
+            columns: &[LAYOUT, RANK, DEVICE, PREFILL_TOK_S, DECODE_TOK_S, CEILING_TOK_S, TOKENS_EQUAL, TOKENS, OUTCOME],
+            group_by: &[],
+            chart: Some(DECODE_CHART),
+            explain: "上限 = 每个 token 读取的字节 ÷ 实测读带宽:N 张卡各读 1/N 的权重,上限约为 N 倍;实测却没有随卡数上升——每层两次 all-reduce 与逐个启动的算子决定了每步的时间,而不是字节。流水线不在图中:各阶段轮流运行,速度见表。<br>The ceiling is the bytes a token reads ÷ the read bandwidth measured: N GPUs each read about 1/N of the weights, so N times the ceiling; the measured decode does not follow — two all-reduces a layer and candle's ops launched one at a time set a step, not the bytes. \"one device, the ranks' loop\" is that same loop on one GPU, the fair baseline. The pipeline is left out of the chart (its stages run in turn: a stage's own ceiling is not the pipeline's); its decode is in the table. Two run folders drawn as one (`h200x4/2026-11-26-four-gpus/tp7-g2` and `tp7`) give 1, 2 and 4 GPUs.",
+        },
+    ]
 }

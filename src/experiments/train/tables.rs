@@ -4,7 +4,7 @@ use crate::error::Result;
 use crate::estimate::training::{self, step_peak, TrainSetup, TrainShape};
 use crate::memory::mib;
 use crate::model::Qwen2Config;
-use crate::stage::View;
+use crate::stage::{ChartSpec, Series, View};
 use polars::prelude::*;
 
 /// One row: an item measured, the lab's formula, the articles' where they have one.
@@ -119,6 +119,22 @@ pub fn scale_table(sh: TrainShape) -> Result<DataFrame> {
     )?)
 }
 
+/// The items of a rank that add up to what its device held at the step's peak.
+const PER_GPU_ITEMS: &[&str] = &["weights", "optimizer states", "step peak above weights + states", "NCCL's device memory"];
+
+/// Each rank's training step as one stacked bar beside the ledger's: weights, AdamW's states, the
+/// step's peak above them (gradients and activations) and NCCL's buffers outside the pool.
+const PER_GPU_CHART: ChartSpec = ChartSpec {
+    title: "每张卡的训练显存 Every GPU's training step: measured beside the ledger",
+    x: "rank {rank}",
+    x_title: "GPU (rank): measured, then the ledger",
+    y_title: "MiB",
+    split_by: Some(col::ITEM),
+    only: Some((col::ITEM, PER_GPU_ITEMS)),
+    series: &[Series::stacked("measured", "", &[(col::MEASURED_MIB, 1.0)]), Series::stacked("ledger", "", &[(col::LAB_MIB, 1.0)])],
+    ..ChartSpec::STACKED
+};
+
 /// The stage's views: what the console, report.html and the notebooks show, in order.
 pub fn views() -> Vec<View> {
     use col::*;
@@ -149,6 +165,15 @@ pub fn views() -> Vec<View> {
             group_by: &[ZERO, LAYOUT],
             chart: None,
             explain: "With --gpus N every rank holds the whole model and trains on its own micro-batch; the gradients are averaged across ranks. ZeRO-1 keeps each rank's AdamW moments for its share of the weights only (8 B × Ψ / N in F32), ZeRO-2 also only its share's gradients after the exchange (4 B × Ψ / N): the ZeRO paper's per-GPU formulas, in F32. With --cards each rank emulates its card (a ballast outside the pool): the planner's micro-batch per card (`estimate --train --cards`), then the same global batch split evenly, which overflows the smaller card. On the CPU the ranks are threads sharing one heap: the tensors' bytes, and no peak. 数据并行:每个 rank 的权重、优化器状态、梯度与峰值,与 ZeRO 的逐卡公式对照。",
+        },
+        View {
+            name: "per_gpu",
+            table: RANKS,
+            caption: "Data-parallel training — every GPU's step peak, stacked, beside the ledger (MiB)",
+            columns: &[RANK, CARD, MICRO_BATCH, ITEM, MEASURED_MIB, LAB_MIB, LAB_ERROR_PCT],
+            group_by: &[ZERO, LAYOUT],
+            chart: Some(PER_GPU_CHART),
+            explain: "每张卡一根柱,高度是训练一步的峰值加上 NCCL:权重、AdamW 的两个矩(ZeRO-1/2 只保留本卡那一份)、峰值在两者之上多出的部分(梯度与激活)、NCCL 的缓冲(在内存池之外);右边浅色的柱是账本的同一分解。<br>One bar per GPU, as high as the step's peak plus NCCL: the weights, AdamW's two moments (ZeRO-1 and 2 keep this GPU's share only), what the peak adds above them (the gradients and the activations) and NCCL's buffers outside the pool; the paler bar beside it is the ledger's same split. Under ZeRO-2 the peak does not drop: candle's backward returns every gradient at once, before the exchange.",
         },
     ]
 }
