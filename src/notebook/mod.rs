@@ -327,29 +327,9 @@ pub fn results_dir() -> PathBuf {
 }
 
 
-/// A self-check for exercises: compares an answer with the expected value, within `rel_tol`.
-pub fn check_answer(name: &str, answer: f64, expected: f64, rel_tol: f64) -> String {
-    if answer == 0.0 || answer.is_nan() {
-        return format!("{name}: not answered yet — fill in your value above / 还没有作答");
-    }
-    let err = (answer - expected).abs() / expected.abs().max(f64::MIN_POSITIVE);
-    if err <= rel_tol {
-        format!("{name}: ✅ correct ({answer}) / 正确")
-    } else {
-        format!("{name}: ❌ {answer} is off by {:.1}% — try again / 再想想", err * 100.0)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn self_check_says_each_case() {
-        assert!(check_answer("q", 0.0, 14.19, 0.01).contains("not answered"));
-        assert!(check_answer("q", 14.2, 14.19, 0.01).contains("✅"));
-        assert!(check_answer("q", 16.0, 14.19, 0.01).contains("❌"));
-    }
 
     #[test]
     fn replay_opens_the_committed_full_run() {
