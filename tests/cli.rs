@@ -461,3 +461,16 @@ fn estimate_prices_each_gpu_of_a_tensor_parallel_and_a_pipeline_plan() {
     let (o, _) = run(&["--tp", "3"], "tp3");
     assert!(!o.status.success() && text(&o).contains("do not divide the model's 4 key/value heads"), "{}", text(&o));
 }
+
+/// A notebook's Live run passes its settings as the stage's config fields (`--settings`, hidden):
+/// they reach the run's config, and a name the stage does not have is refused by name.
+#[test]
+fn stage_settings_reach_the_config_and_unknown_ones_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let o = lab(&["--device", "cpu", "--model", "synthetic:qwen2.5-7b", "--card", "rtx4090", "--out", out.to_str().unwrap(), "estimate", "--settings", r#"{"seq": 2048}"#]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(manifest(&out)["stages"][0]["config"]["seq"], 2048);
+    fails_with(&["--device", "cpu", "--out", tmp.path().join("bad").to_str().unwrap(), "estimate", "--settings", r#"{"nope": 1}"#], "no setting `nope`");
+    fails_with(&["--device", "cpu", "--out", tmp.path().join("bad2").to_str().unwrap(), "estimate", "--settings", "[1]"], "not a JSON object");
+}

@@ -68,6 +68,13 @@ impl StageRun {
     /// The view's table(s) and chart(s), one per group whose label contains `only` ("" for all).
     fn render(&self, name: &str, only: &str, tables: bool, charts: bool) -> Result<()> {
         let view = self.view(name)?;
+        // A table only some runs write (the F32 OOM's, on a card it does not fit): say so, as
+        // for a group with no rows below, rather than fail the cell.
+        let wrote = self.run.manifest.stage(&self.stage).is_some_and(|s| s.tables.contains_key(view.table));
+        if !wrote {
+            println!("{}: this run wrote no table {} (model {}, {}, card {})", view.name, view.table, self.run.manifest.model, self.run.manifest.env.device, self.run.manifest.card_name());
+            return Ok(());
+        }
         let df = self.run.table(&self.stage, view.table)?;
         let picked: Vec<_> = groups(&df, view.group_by)?.into_iter().filter(|(l, _)| l.contains(only)).collect();
         if picked.is_empty() {
