@@ -766,7 +766,9 @@ fn nb_06_multi_gpu() -> Out {
     let tp14 = setup.stage("parallel")?;
     println!("{}", tp14.describe());
     tp14.show("ranks")?;
-    cell("06_multi_gpu", 12);
+    cell("06_multi_gpu", 13);
+    tp14.chart("per_gpu", "tensor")?;
+    cell("06_multi_gpu", 14);
     tp14.say(r#"
     **解读.**
     - **每个字节都在账本说的地方**（{gpu}）：权重 {parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB（账本 {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 2, rank=0]:0}），
@@ -801,11 +803,11 @@ fn nb_06_multi_gpu() -> Out {
       the two-H100 run the copy of the hidden state between the GPUs read wrong data at times; fixed the same night (the
       state now crosses through host memory), and observation 3a shows the run after the fix.
     "#)?;
-    cell("06_multi_gpu", 13);
+    cell("06_multi_gpu", 15);
     let tp32 = Setup::new(setup.mode, "synthetic:qwen2.5-32b", None).stage("parallel")?;
     println!("{}", tp32.describe());
     tp32.show("ranks")?;
-    cell("06_multi_gpu", 14);
+    cell("06_multi_gpu", 16);
     tp32.say(r#"
     **解读.** 到 32B 时字节的分量更重：张量并行 {parallel_ranks.decode_tok_s[layout=tensor-parallel × 2, rank=0]:1} tok/s，一张卡融合的解码步 {parallel_ranks.decode_tok_s[layout=one device]:1} tok/s，
     流水线 {parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1} tok/s。对照 "one device, the ranks' loop" 一行：同一个循环，张量并行的 rank 只读一半字节，这次比单卡循环快了。
@@ -817,11 +819,11 @@ fn nb_06_multi_gpu() -> Out {
     Each rank's weights still equal the ledger ({parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB, ledger
     {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 2, rank=0]:0}).
     "#)?;
-    cell("06_multi_gpu", 17);
+    cell("06_multi_gpu", 19);
     let f32 = Setup::new(setup.mode, "synthetic:qwen2.5-7b", None).stage_with("parallel", r#"{"precision": "f32", "layouts": ["tensor", "pipeline"]}"#)?;
     println!("{}", f32.describe());
     f32.show("ranks")?;
-    cell("06_multi_gpu", 18);
+    cell("06_multi_gpu", 20);
     f32.say(r#"
     **解读.** F32 下，张量并行的两个 rank 给出单卡循环的 {parallel_ranks.tokens_equal_to_one_device[layout=tensor-parallel × 2, rank=0]} / {parallel_ranks.tokens[layout=tensor-parallel × 2, rank=0]} 个 token，
     流水线也是 {parallel_ranks.tokens_equal_to_one_device[layout=pipeline × 2, rank=0]} / {parallel_ranks.tokens[layout=pipeline × 2, rank=0]}。BF16 下（观察 2）各 rank 只在一部分 token 上一致：
@@ -836,11 +838,11 @@ fn nb_06_multi_gpu() -> Out {
     The fused step and the loop on one GPU differ the same way in BF16. A trained model's peaked logits leave far more
     margin. A pipeline adds nothing in another order, so it must give the loop's tokens exactly, in BF16 too.
     "#)?;
-    cell("06_multi_gpu", 20);
+    cell("06_multi_gpu", 22);
     let pp14 = setup.stage_with("parallel", r#"{"layouts": ["pipeline"]}"#)?;
     println!("{}", pp14.describe());
     pp14.show("ranks")?;
-    cell("06_multi_gpu", 21);
+    cell("06_multi_gpu", 23);
     pp14.say(r#"
     **解读.** 两个阶段的贪心输出与单卡循环一致：{parallel_ranks.tokens_equal_to_one_device[layout=pipeline × 2, rank=0]} / {parallel_ranks.tokens[layout=pipeline × 2, rank=0]}；
     显存账本不变（每个阶段 {parallel_ranks.weights_mib[layout=pipeline × 2, rank=0]:0} MiB 权重，账本 {parallel_ranks.weights_predicted_mib[layout=pipeline × 2, rank=0]:0}）；
@@ -852,11 +854,13 @@ fn nb_06_multi_gpu() -> Out {
     decoding through the host costs little, {parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1} tok/s (compare the pipeline rows
     of observation 2, with the peer copy): one hidden row crosses twice a token.
     "#)?;
-    cell("06_multi_gpu", 23);
+    cell("06_multi_gpu", 25);
     let tp72 = Setup::new(setup.mode, "synthetic:qwen2.5-72b", None).stage("parallel")?;
     println!("{}", tp72.describe());
     tp72.show("ranks")?;
-    cell("06_multi_gpu", 24);
+    cell("06_multi_gpu", 27);
+    tp72.chart("decode", "")?;
+    cell("06_multi_gpu", 28);
     tp72.say(r#"
     **解读.** 整个 72B 放在一张 {gpu} 上：结果是 **{parallel_ranks.outcome[layout=one device]}**（要装下 {parallel_ranks.weights_predicted_mib[layout=one device]:0} MiB 的权重；oom 时这一行记为 oom，阶段继续）。
     两张卡两种切法都放得下，每个字节都如账本所说：张量并行的 rank {parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB（嵌入和输出层每张卡完整一份），流水线的阶段 {parallel_ranks.weights_mib[layout=pipeline × 2, rank=0]:0} MiB。
@@ -874,11 +878,11 @@ fn nb_06_multi_gpu() -> Out {
     NCCL ({parallel_ranks.nccl_mib[layout=tensor-parallel × 2, rank=0]:0} MiB on a tensor-parallel rank): a model just too large for tensor
     parallelism on two cards may still fit as a pipeline.
     "#)?;
-    cell("06_multi_gpu", 26);
+    cell("06_multi_gpu", 30);
     let ddp = Setup::new(setup.mode, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 0}"#)?;
     println!("{}", ddp.describe());
     ddp.show("ranks")?;
-    cell("06_multi_gpu", 27);
+    cell("06_multi_gpu", 31);
     ddp.say(r#"
     **解读.** DDP（{gpu}）：每张卡都持有完整的权重 {train_ranks.measured_mib[rank=0, item=weights]:1} MiB、AdamW 状态 {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB
     和梯度 {train_ranks.measured_mib[rank=0, item=gradients kept after the step]:1} MiB——F32 下每参数 4 + 8 + 4 B，即 ZeRO 论文的 16Ψ，一字节不差（误差 {train_ranks.lab_error_pct[rank=0, item=weights]:1} %）。
@@ -893,11 +897,11 @@ fn nb_06_multi_gpu() -> Out {
     {train_ranks.measured_mib[rank=0, item=NCCL's device memory]:0} MiB on each GPU (ledger
     {train_ranks.lab_mib[rank=0, item=NCCL's device memory]:0}): a fine-tune sized to the last GiB of a card fails once NCCL joins.
     "#)?;
-    cell("06_multi_gpu", 28);
+    cell("06_multi_gpu", 32);
     let zero1 = Setup::new(setup.mode, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 1}"#)?;
     println!("{}", zero1.describe());
     zero1.show("ranks")?;
-    cell("06_multi_gpu", 29);
+    cell("06_multi_gpu", 33);
     zero1.say(r#"
     **解读.** ZeRO-1：AdamW 状态只剩每张卡自己那一半的 {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB（8Ψ/N），权重和梯度不变；
     一步的峰值降到 {train_ranks.measured_mib[rank=0, item=step peak]:0} MiB（账本 {train_ranks.lab_mib[rank=0, item=step peak]:0}）。
@@ -906,11 +910,11 @@ fn nb_06_multi_gpu() -> Out {
     (8Ψ/N), weights and gradients unchanged; the step peaks at {train_ranks.measured_mib[rank=0, item=step peak]:0} MiB (ledger
     {train_ranks.lab_mib[rank=0, item=step peak]:0}).
     "#)?;
-    cell("06_multi_gpu", 30);
+    cell("06_multi_gpu", 34);
     let zero2 = Setup::new(setup.mode, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 2}"#)?;
     println!("{}", zero2.describe());
     zero2.show("ranks")?;
-    cell("06_multi_gpu", 31);
+    cell("06_multi_gpu", 35);
     zero2.say(r#"
     **解读.**
     - **ZeRO 论文的逐卡模型状态，一字节不差**，F32 下（权重 4 B、梯度 4 B、AdamW 8 B 每参数，Ψ 个参数，N = 2）：DDP 16Ψ；ZeRO-1 8Ψ + 8Ψ/N；ZeRO-2 4Ψ + 12Ψ/N——
@@ -929,12 +933,12 @@ fn nb_06_multi_gpu() -> Out {
       candle's backward returns every gradient at once, so each GPU holds them all before the exchange; the saving shows only
       after it. DeepSpeed reduce-scatters gradients in buckets while the backward runs — that is what makes stage 2 lower the peak.
     "#)?;
-    cell("06_multi_gpu", 34);
+    cell("06_multi_gpu", 38);
     let cards_setup = Setup::new(setup.mode, "synthetic:qwen2.5-0.5b", None);
     let cards = cards_setup.stage_with("train", cards_setup.unequal_cards())?;
     println!("{}", cards.describe());
     cards.show("ranks")?;
-    cell("06_multi_gpu", 35);
+    cell("06_multi_gpu", 39);
     cards.say(r#"
     **解读.** 文章的 24 GB 和 16 GB 卡分到 8 和 4 条；按实验室的训练步公式（开梯度检查点），{train_ranks.card[layout=planned, rank=0, item=step peak]} 的卡放 {train_ranks.micro_batch[layout=planned, rank=0, item=step peak]} 条序列，
     {train_ranks.card[layout=planned, rank=1, item=step peak]} 的卡放 {train_ranks.micro_batch[layout=planned, rank=1, item=step peak]} 条——都放得下，每个峰值都在账本的 {train_ranks.lab_error_pct[layout=planned, rank=0, item=step peak]:2} % 以内
@@ -954,11 +958,16 @@ fn nb_06_multi_gpu() -> Out {
     {train_ranks.card[layout=even, rank=0]} card: {train_ranks.note[layout=even, rank=0, item=step peak]} — the ranks meet after each phase,
     so it stops with it instead of waiting in an exchange that will never come.
     "#)?;
-    cell("06_multi_gpu", 37);
+    cell("06_multi_gpu", 41);
     let four7 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp7", "parallel")?;
     println!("{}", four7.describe());
     four7.show("ranks")?;
-    cell("06_multi_gpu", 38);
+    cell("06_multi_gpu", 42);
+    four7.chart("per_gpu", "tensor")?;
+    cell("06_multi_gpu", 44);
+    let two7 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp7-g2", "parallel")?;
+    two7.table("parallel_ranks")?.vstack(&four7.table("parallel_ranks")?)?.chart("parallel", "decode")?;
+    cell("06_multi_gpu", 45);
     four7.say(r#"
     **解读.**
     - **N = 4 时每个 rank 的字节仍与账本一致**：7B 的 rank 每张卡一个 K/V 头，权重 {parallel_ranks.weights_mib[layout=tensor-parallel × 4, rank=0]:1} MiB（账本 {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 4, rank=0]:1}），
@@ -986,11 +995,11 @@ fn nb_06_multi_gpu() -> Out {
       candle's ops and two NCCL all-reduces a layer, waited for — launches and synchronisations, not bytes, set the step, and
       four ranks wait on each other more than two.
     "#)?;
-    cell("06_multi_gpu", 39);
+    cell("06_multi_gpu", 46);
     let four72 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp72", "parallel")?;
     println!("{}", four72.describe());
     four72.show("ranks")?;
-    cell("06_multi_gpu", 40);
+    cell("06_multi_gpu", 47);
     four72.say(r#"
     **解读.** 72B 在一张 H200 上放得下（{parallel_ranks.outcome[layout=one device]}，{parallel_ranks.weights_mib[layout=one device]:0} MiB 权重），解码 {parallel_ranks.decode_tok_s[layout=one device]:1} tok/s；
     分到四张卡，每个 rank {parallel_ranks.weights_mib[layout=tensor-parallel × 4, rank=0]:0} MiB（账本 {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 4, rank=0]:0}），解码 {parallel_ranks.decode_tok_s[layout=tensor-parallel × 4, rank=0]:1} tok/s。
@@ -1001,11 +1010,13 @@ fn nb_06_multi_gpu() -> Out {
     {parallel_ranks.weights_mib[layout=tensor-parallel × 4, rank=0]:0} MiB (ledger {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 4, rank=0]:0}) and decodes at
     {parallel_ranks.decode_tok_s[layout=tensor-parallel × 4, rank=0]:1} tok/s. Only a model with this many bytes gains from more GPUs.
     "#)?;
-    cell("06_multi_gpu", 41);
+    cell("06_multi_gpu", 48);
     let zero2_four = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/zero2-1.5b", "train")?;
     println!("{}", zero2_four.describe());
     zero2_four.show("ranks")?;
-    cell("06_multi_gpu", 42);
+    cell("06_multi_gpu", 49);
+    zero2_four.chart("per_gpu", "")?;
+    cell("06_multi_gpu", 50);
     zero2_four.say(r#"
     **解读.** N = 4 时的 ZeRO-2：每张卡 AdamW 状态 {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB（8Ψ/N），保留的梯度 {train_ranks.measured_mib[rank=0, item=gradients kept after the step]:1} MiB（4Ψ/N），
     权重完整 {train_ranks.measured_mib[rank=0, item=weights]:1} MiB——正是论文的 F32 形式 4Ψ + 12Ψ/N，一字节不差。一步的峰值 {train_ranks.measured_mib[rank=0, item=step peak]:0} MiB（账本 {train_ranks.lab_mib[rank=0, item=step peak]:0}）。
@@ -1018,12 +1029,12 @@ fn nb_06_multi_gpu() -> Out {
     per GPU here too: {train_ranks.measured_mib[rank=0, item=NCCL's device memory]:0}, {train_ranks.measured_mib[rank=1, item=NCCL's device memory]:0},
     {train_ranks.measured_mib[rank=2, item=NCCL's device memory]:0} and {train_ranks.measured_mib[rank=3, item=NCCL's device memory]:0} MiB.
     "#)?;
-    cell("06_multi_gpu", 46);
+    cell("06_multi_gpu", 54);
     let cfg = Qwen2Config::preset("qwen2.5-14b")?;
     let lab = vram_lab::model::parallel::rank_ledger(&cfg, 2, 2, 0, 2)?.weights() as f64;
     let mine = exercises::attempt(|| exercises::tp_rank_weight_bytes(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings, 2, 2) as f64);
     println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 7 / exercise 7: tp_rank_weight_bytes, 14B BF16 over 2 GPUs", mine, lab, 0.0));
-    cell("06_multi_gpu", 48);
+    cell("06_multi_gpu", 56);
     let lab = vram_lab::estimate::parallel::nccl_bytes(4, 0) as f64;
     let mine = exercises::attempt(|| exercises::nccl_bytes(4, 0) as f64);
     println!("{} · 实验室 / the lab: {} MiB", exercises::verdict("练习 8 / exercise 8: nccl_bytes, GPU 0 of 4", mine, lab, 0.0), lab / 1048576.0);
