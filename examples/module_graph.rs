@@ -147,8 +147,10 @@ impl Graph {
     /// docs/module-graph.md: the layers with their files, and a Mermaid picture of
     /// the imports between top-level modules (a file's imports are listed under it).
     pub fn page(&self) -> String {
-        let mut s = String::from("# Module graph\n\nGenerated from the `use` lines of `src/` by `cargo run --example module_graph -- --write`; \
-            `tests/layers.rs` fails when this page is stale, when a file imports a higher layer, or when files import each other in a circle.\n\n");
+        let mut s = String::from(
+            "# Module graph\n\nGenerated from the `use` lines of `src/` by `cargo run --example module_graph -- --write`; \
+            `tests/layers.rs` fails when this page is stale, when a file imports a higher layer, or when files import each other in a circle.\n\n",
+        );
         s += "The layers' modules and which import which (a file's own imports are in its row below):\n\n```mermaid\nflowchart BT\n";
         let mut top_edges = BTreeSet::new();
         for (from, tos) in &self.edges {

@@ -147,10 +147,7 @@ pub fn cause(e: &candle_core::Error) -> String {
 impl From<candle_core::Error> for LabError {
     fn from(e: candle_core::Error) -> Self {
         if candle_is_oom(&e) {
-            LabError::Oom(Box::new(OomReport {
-                message: "CUDA_ERROR_OUT_OF_MEMORY".into(),
-                ..Default::default()
-            }))
+            LabError::Oom(Box::new(OomReport { message: "CUDA_ERROR_OUT_OF_MEMORY".into(), ..Default::default() }))
         } else {
             LabError::Candle(e)
         }

@@ -46,7 +46,16 @@ pub fn rounded(df: &DataFrame) -> Result<DataFrame> {
             let out: Float64Chunked = f
                 .f64()?
                 .iter()
-                .map(|v| v.map(|x| if x.is_finite() { let s = 10f64.powi(decimals(x)); (x * s).round() / s } else { x }))
+                .map(|v| {
+                    v.map(|x| {
+                        if x.is_finite() {
+                            let s = 10f64.powi(decimals(x));
+                            (x * s).round() / s
+                        } else {
+                            x
+                        }
+                    })
+                })
                 .collect();
             Ok(out.with_name(c.name().clone()).into_column())
         })
@@ -63,11 +72,7 @@ pub fn groups(df: &DataFrame, by: &[&str]) -> Result<Vec<(String, DataFrame)>> {
     }
     let cols: Vec<Column> = by.iter().map(|c| df.column(c).and_then(|c| c.cast(&DataType::String))).collect::<PolarsResult<_>>()?;
     let key = |row: usize| -> String {
-        by.iter()
-            .zip(&cols)
-            .map(|(name, c)| format!("{name}={}", c.str().ok().and_then(|s| s.get(row)).unwrap_or("")))
-            .collect::<Vec<_>>()
-            .join(", ")
+        by.iter().zip(&cols).map(|(name, c)| format!("{name}={}", c.str().ok().and_then(|s| s.get(row)).unwrap_or(""))).collect::<Vec<_>>().join(", ")
     };
     let keys: Vec<String> = (0..df.height()).map(key).collect();
     let mut order: Vec<String> = Vec::new();

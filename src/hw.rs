@@ -101,14 +101,16 @@ pub fn pick(choice: &str) -> Result<Device> {
         }
         c if c == "cuda" || c.starts_with("cuda:") => {
             if !cfg!(feature = "cuda") {
-                return Err(LabError::Unsupported(
-                    "this build has no CUDA: rebuild with `cargo build --release --features cuda`".into(),
-                ));
+                return Err(LabError::Unsupported("this build has no CUDA: rebuild with `cargo build --release --features cuda`".into()));
             }
-            let ordinal = c.strip_prefix("cuda:").map(|n| n.parse::<usize>()).transpose()
+            let ordinal = c
+                .strip_prefix("cuda:")
+                .map(|n| n.parse::<usize>())
+                .transpose()
                 .map_err(|_| LabError::input(format!("bad device `{c}`: use cuda:N")))?
                 .unwrap_or(0);
-            let device = Device::new_cuda(ordinal).map_err(|e| LabError::Unsupported(format!("no usable CUDA device {ordinal}: {}", crate::error::cause(&e))))?;
+            let device =
+                Device::new_cuda(ordinal).map_err(|e| LabError::Unsupported(format!("no usable CUDA device {ordinal}: {}", crate::error::cause(&e))))?;
             set_event_tracking(&device, false);
             Ok(device)
         }

@@ -5,17 +5,17 @@
 //! stages; `estimate` holds pure formulas; `experiments` hold one report stage each, on the
 //! contract of `stage`; a `session::Session` runs them.
 
-pub mod error;
 pub mod commands;
+pub mod error;
 pub mod estimate;
 pub mod experiments;
 pub mod frame;
 pub mod hw;
 pub mod limits;
-pub mod paths;
 pub mod memory;
 pub mod model;
 pub mod notebook;
+pub mod paths;
 pub mod reference;
 pub mod report;
 pub mod search;
@@ -33,7 +33,7 @@ pub mod prelude {
     pub use crate::memory::{CardEmulation, MemoryProbe, Snapshot, Timeline};
     pub use crate::model::{Logits, ModelSource, Precision, Qwen2Config, SourceOptions};
     pub use crate::notebook::{Mode, Setup, StageRun};
-    pub use crate::report::Table;
     pub use crate::report::display::{show_chart, show_columns, show_table};
+    pub use crate::report::Table;
     pub use candle_core::Device;
 }

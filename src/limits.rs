@@ -78,7 +78,6 @@ pub fn check_count(what: &str, value: usize, max: usize) -> Result<usize> {
 mod tests {
     use super::*;
 
-
     #[test]
     fn counts_outside_their_range_are_named() {
         assert_eq!(check_count("--batch", 3, 4).unwrap(), 3);

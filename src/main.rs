@@ -3,6 +3,7 @@
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::{Path, PathBuf};
+use vram_lab::commands;
 use vram_lab::error::{LabError, Result};
 use vram_lab::experiments::{self, registry};
 use vram_lab::memory::host::CountingAlloc;
@@ -11,7 +12,6 @@ use vram_lab::report::html;
 use vram_lab::session::run_folder::{RunFolder, RunStatus};
 use vram_lab::session::{expected, Session, SessionArgs};
 use vram_lab::stage::{AnyStage, Sizes};
-use vram_lab::commands;
 
 // Heap bytes counted, so CPU runs report allocated / peak exactly and can emulate a card.
 #[global_allocator]

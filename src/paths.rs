@@ -55,22 +55,14 @@ pub fn inside(dir: &Path, what: &str, name: &str) -> Result<PathBuf> {
 /// the lab made; a model folder in the Hub cache is made of them). Returns the file and its size.
 pub fn open_regular(path: &Path, max: u64, follow: bool) -> Result<(File, u64)> {
     let flags = libc::O_NONBLOCK | if follow { 0 } else { libc::O_NOFOLLOW };
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)
-        .map_err(|e| LabError::input(format!("cannot open {}: {}", path.display(), why(&e))))?;
+    let f =
+        OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| LabError::input(format!("cannot open {}: {}", path.display(), why(&e))))?;
     let meta = f.metadata()?;
     if !meta.is_file() {
         return Err(LabError::input(format!("{} is not a regular file", path.display())));
     }
     if meta.len() > max {
-        return Err(LabError::input(format!(
-            "{} holds {} bytes, more than the {} the lab reads from such a file",
-            path.display(),
-            meta.len(),
-            max
-        )));
+        return Err(LabError::input(format!("{} holds {} bytes, more than the {} the lab reads from such a file", path.display(), meta.len(), max)));
     }
     Ok((f, meta.len()))
 }

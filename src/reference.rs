@@ -84,11 +84,11 @@ pub const REPORT_PROMPT_TOKENS: usize = 160;
 /// equal to `experiment`.
 pub fn pytorch_records(path: &std::path::Path, experiment: &str) -> crate::Result<Vec<serde_json::Value>> {
     // The reference script writes a few hundred lines; a larger file is not its output.
-    let text = crate::paths::read_regular_text(path, 64 << 20)
-        .map_err(|e| crate::LabError::input(format!("cannot read PyTorch figures ({e})")))?;
+    let text = crate::paths::read_regular_text(path, 64 << 20).map_err(|e| crate::LabError::input(format!("cannot read PyTorch figures ({e})")))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| crate::LabError::input(format!("{} line {}: not JSON ({e})", path.display(), i + 1)))?;
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| crate::LabError::input(format!("{} line {}: not JSON ({e})", path.display(), i + 1)))?;
         if v["experiment"] == experiment {
             out.push(v);
         }
@@ -116,13 +116,18 @@ pub fn llamacpp_records(path: &std::path::Path) -> crate::Result<Vec<LlamaBench>
     let text = std::fs::read_to_string(path).map_err(|e| crate::LabError::input(format!("cannot read llama-bench figures {}: {e}", path.display())))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| l.trim_start().starts_with('{')) {
-        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| crate::LabError::input(format!("{} line {}: not JSON ({e})", path.display(), i + 1)))?;
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| crate::LabError::input(format!("{} line {}: not JSON ({e})", path.display(), i + 1)))?;
         let Some(tok_s) = v["avg_ts"].as_f64() else { continue };
         let file = v["model_filename"].as_str().unwrap_or("");
         let stem = std::path::Path::new(file).file_stem().and_then(|s| s.to_str()).unwrap_or("");
         let num = |k: &str| v[k].as_u64().or_else(|| v[k].as_i64().map(|n| n.max(0) as u64)).unwrap_or(0);
         let commit = v["build_commit"].as_str().unwrap_or("?");
-        let fa = v["flash_attn"].as_i64().map(|f| f.to_string()).or_else(|| v["flash_attn"].as_bool().map(|b| u8::from(b).to_string())).unwrap_or_else(|| "?".into());
+        let fa = v["flash_attn"]
+            .as_i64()
+            .map(|f| f.to_string())
+            .or_else(|| v["flash_attn"].as_bool().map(|b| u8::from(b).to_string()))
+            .unwrap_or_else(|| "?".into());
         out.push(LlamaBench {
             precision: crate::model::Precision::parse(stem).ok(),
             n_prompt: num("n_prompt"),

@@ -82,8 +82,19 @@ pub struct ChartSpec {
 impl ChartSpec {
     /// Grouped bars over a label column: start a spec from this.
     pub const BARS: ChartSpec = ChartSpec {
-        title: "", kind: ChartKind::Bars, x: "", x_title: "", y_title: "", series: &[], split_by: None, only: None,
-        variant: None, flag: None, x_axis: Axis::Linear, y_log: false, lines: None,
+        title: "",
+        kind: ChartKind::Bars,
+        x: "",
+        x_title: "",
+        y_title: "",
+        series: &[],
+        split_by: None,
+        only: None,
+        variant: None,
+        flag: None,
+        x_axis: Axis::Linear,
+        y_log: false,
+        lines: None,
     };
     /// Lines over a column.
     pub const LINES: ChartSpec = ChartSpec { kind: ChartKind::Lines, ..Self::BARS };
@@ -295,8 +306,7 @@ impl<S: Stage> AnyStage for Registered<S> {
         }
     }
     fn run(&self, session: &mut Session, config: &serde_json::Value) -> Result<StageOutput> {
-        let cfg: S::Config = serde_json::from_value(config.clone())
-            .map_err(|e| LabError::input(format!("config of stage {}: {e}", S::NAME)))?;
+        let cfg: S::Config = serde_json::from_value(config.clone()).map_err(|e| LabError::input(format!("config of stage {}: {e}", S::NAME)))?;
         S::run(session, &cfg)
     }
 }

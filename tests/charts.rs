@@ -217,7 +217,9 @@ fn each_host_kernel_variant_is_its_own_bar() {
 
 #[test]
 fn a_notebook_draws_a_view_over_two_runs_put_together() {
-    let table = |f: &str| -> vram_lab::report::Table { RunFolder::open(&results().join("h200x4/2026-11-26-four-gpus").join(f)).unwrap().table("parallel", "parallel_ranks").unwrap().into() };
+    let table = |f: &str| -> vram_lab::report::Table {
+        RunFolder::open(&results().join("h200x4/2026-11-26-four-gpus").join(f)).unwrap().table("parallel", "parallel_ranks").unwrap().into()
+    };
     let both = table("tp7-g2").vstack(&table("tp7")).unwrap();
     let written = std::env::temp_dir().join("vram-lab-parallel-decode-.svg");
     let _ = std::fs::remove_file(&written);

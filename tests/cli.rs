@@ -117,7 +117,11 @@ fn bench_records_a_precision_that_does_not_load() {
 fn bench_reads_llama_bench_from_the_same_call() {
     let tmp = tempfile::tempdir().unwrap();
     let jsonl = tmp.path().join("llama-bench.jsonl");
-    let line = |n_prompt: u32, n_gen: u32, ts: f64| format!(r#"{{"build_commit": "abc1234", "model_filename": "/w/bf16.gguf", "n_prompt": {n_prompt}, "n_gen": {n_gen}, "n_gpu_layers": 99, "flash_attn": 1, "avg_ts": {ts}}}"#);
+    let line = |n_prompt: u32, n_gen: u32, ts: f64| {
+        format!(
+            r#"{{"build_commit": "abc1234", "model_filename": "/w/bf16.gguf", "n_prompt": {n_prompt}, "n_gen": {n_gen}, "n_gpu_layers": 99, "flash_attn": 1, "avg_ts": {ts}}}"#
+        )
+    };
     std::fs::write(&jsonl, [line(0, 8, 123.5), line(64, 0, 4567.0)].join("\n")).unwrap();
     let out = tmp.path().join("run");
     let o = lab(&["bench", "--precisions", "bf16,f32", "--variants", "fused", "--llama-cpp", jsonl.to_str().unwrap(), "--out", out.to_str().unwrap()]);
@@ -145,7 +149,11 @@ fn bench_reads_llama_bench_from_the_same_call() {
 fn offload_reads_llama_bench_ngl_rows() {
     let tmp = tempfile::tempdir().unwrap();
     let jsonl = tmp.path().join("llama-bench.jsonl");
-    let line = |ngl: u32, n_prompt: u32, n_gen: u32, ts: f64| format!(r#"{{"build_commit": "abc1234", "model_filename": "/w/bf16.gguf", "n_prompt": {n_prompt}, "n_gen": {n_gen}, "n_gpu_layers": {ngl}, "flash_attn": 1, "avg_ts": {ts}}}"#);
+    let line = |ngl: u32, n_prompt: u32, n_gen: u32, ts: f64| {
+        format!(
+            r#"{{"build_commit": "abc1234", "model_filename": "/w/bf16.gguf", "n_prompt": {n_prompt}, "n_gen": {n_gen}, "n_gpu_layers": {ngl}, "flash_attn": 1, "avg_ts": {ts}}}"#
+        )
+    };
     std::fs::write(&jsonl, [line(1, 0, 32, 14.5), line(99, 0, 32, 200.0), line(1, 64, 0, 900.0)].join("\n")).unwrap();
     let out = tmp.path().join("run");
     let o = lab(&["offload", "--modes", "full,split", "--new-tokens", "2", "--llama-cpp", jsonl.to_str().unwrap(), "--out", out.to_str().unwrap()]);
@@ -229,8 +237,27 @@ fn kv_sweeps_ledger_and_limit_on_a_controlled_capacity() {
     let out = tmp.path().join("kv");
     // 24 MiB of heap: the tiny model's prefill with all logits kept stops fitting near 600 tokens.
     let o = lab(&[
-        "kv", "--card", "24MiB", "--precisions", "bf16", "--sweeps", "prefill,decode,batch", "--logits", "all", "--max", "4096",
-        "--resolution", "64", "--decode-to", "512", "--seq", "256", "--max-batch", "64", "--out", out.to_str().unwrap(),
+        "kv",
+        "--card",
+        "24MiB",
+        "--precisions",
+        "bf16",
+        "--sweeps",
+        "prefill,decode,batch",
+        "--logits",
+        "all",
+        "--max",
+        "4096",
+        "--resolution",
+        "64",
+        "--decode-to",
+        "512",
+        "--seq",
+        "256",
+        "--max-batch",
+        "64",
+        "--out",
+        out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let out = out.join("kv");
@@ -304,7 +331,8 @@ fn run_writes_one_folder_with_manifest_and_report() {
     assert!(m["env"]["versions"]["candle-core"].as_str().unwrap().starts_with("0.11"));
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("Stage 1 — anatomy") && html.contains("Stage 2 — the KV cache"));
-    for caption in ["Stage 2 — prefill ledger (MiB) — precision=bf16, logits=all", "Stage 2 — a long decode", "Stage 2 — batch sweep", "Memory timeline"] {
+    for caption in ["Stage 2 — prefill ledger (MiB) — precision=bf16, logits=all", "Stage 2 — a long decode", "Stage 2 — batch sweep", "Memory timeline"]
+    {
         assert!(html.contains(caption), "report.html lacks `{caption}`");
     }
     assert!(html.contains("Plotly.newPlot"), "charts are in the page");
@@ -388,7 +416,9 @@ fn compute_f32_doubles_the_q4_k_m_cache() {
         let o = lab(&args);
         assert!(o.status.success(), "{}", text(&o));
         let rows = csv(&out, "estimate/estimate_ledger.csv");
-        let get = |p: &str, item: &str| -> f64 { rows.iter().find(|r| r["precision"] == p && r["item"] == item).unwrap_or_else(|| panic!("{p} {item}"))["mib"].parse().unwrap() };
+        let get = |p: &str, item: &str| -> f64 {
+            rows.iter().find(|r| r["precision"] == p && r["item"] == item).unwrap_or_else(|| panic!("{p} {item}"))["mib"].parse().unwrap()
+        };
         let q = if compute == Some("f32") { "q4_k_m-f32" } else { "q4_k_m" };
         (manifest(&out)["stages"][0]["config"]["precisions"].clone(), get(q, "kv_cache"), get(q, "weights"), get("bf16", "kv_cache"))
     };
@@ -410,7 +440,19 @@ fn compute_f32_doubles_the_q4_k_m_cache() {
 fn estimate_gives_unequal_cards_their_micro_batches() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("cards");
-    let o = lab(&["estimate", "--model", "synthetic:qwen2.5-0.5b", "--train", "--seq", "512", "--checkpointing", "--cards", "24GiB,16GiB", "--out", out.to_str().unwrap()]);
+    let o = lab(&[
+        "estimate",
+        "--model",
+        "synthetic:qwen2.5-0.5b",
+        "--train",
+        "--seq",
+        "512",
+        "--checkpointing",
+        "--cards",
+        "24GiB,16GiB",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let rows = csv(&out, "estimate/estimate_train_cards.csv");
     assert_eq!(rows.len(), 2, "{rows:?}");
@@ -422,7 +464,18 @@ fn estimate_gives_unequal_cards_their_micro_batches() {
     }
     assert_eq!((rows[0]["equal_fits"].as_str(), rows[1]["equal_fits"].as_str()), ("true", "false"), "{rows:?}");
     // An absurd card at the longest context: bounded, no overflow.
-    let o = lab(&["estimate", "--model", "synthetic:qwen2.5-0.5b", "--train", "--seq", "16777216", "--cards", "1000000GiB", "--out", tmp.path().join("huge").to_str().unwrap()]);
+    let o = lab(&[
+        "estimate",
+        "--model",
+        "synthetic:qwen2.5-0.5b",
+        "--train",
+        "--seq",
+        "16777216",
+        "--cards",
+        "1000000GiB",
+        "--out",
+        tmp.path().join("huge").to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     // A card that is no card: one line.
     let o = lab(&["estimate", "--model", "synthetic:qwen2.5-0.5b", "--train", "--cards", "24GiB,nonsense", "--out", tmp.path().join("bad").to_str().unwrap()]);
@@ -440,7 +493,8 @@ fn estimate_prices_each_gpu_of_a_tensor_parallel_and_a_pipeline_plan() {
     };
     let (o, one) = run(&[], "one");
     assert!(o.status.success(), "{}", text(&o));
-    let single: f64 = csv(&one, "estimate/estimate_ledger.csv").iter().find(|r| r["precision"] == "bf16" && r["item"] == "kv_cache").unwrap()["mib"].parse().unwrap();
+    let single: f64 =
+        csv(&one, "estimate/estimate_ledger.csv").iter().find(|r| r["precision"] == "bf16" && r["item"] == "kv_cache").unwrap()["mib"].parse().unwrap();
     let (o, tp) = run(&["--tp", "2"], "tp");
     assert!(o.status.success(), "{}", text(&o));
     let rows = csv(&tp, "estimate/estimate_parallel.csv");
@@ -468,7 +522,19 @@ fn estimate_prices_each_gpu_of_a_tensor_parallel_and_a_pipeline_plan() {
 fn stage_settings_reach_the_config_and_unknown_ones_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let o = lab(&["--device", "cpu", "--model", "synthetic:qwen2.5-7b", "--card", "rtx4090", "--out", out.to_str().unwrap(), "estimate", "--settings", r#"{"seq": 2048}"#]);
+    let o = lab(&[
+        "--device",
+        "cpu",
+        "--model",
+        "synthetic:qwen2.5-7b",
+        "--card",
+        "rtx4090",
+        "--out",
+        out.to_str().unwrap(),
+        "estimate",
+        "--settings",
+        r#"{"seq": 2048}"#,
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(manifest(&out)["stages"][0]["config"]["seq"], 2048);
     fails_with(&["--device", "cpu", "--out", tmp.path().join("bad").to_str().unwrap(), "estimate", "--settings", r#"{"nope": 1}"#], "no setting `nope`");

@@ -282,7 +282,10 @@ fn q4_k_m_caches_in_16_bits() {
     let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h100/2026-11-24-q4_k_m");
     let per_token = |folder: &str, precision: &str| -> Vec<f64> {
         let (_, rows) = csv(&run.join(folder).join("kv/kv_prefill.csv"));
-        rows.iter().filter(|r| r["precision"] == precision && r["outcome"] == "ok").map(|r| num(r, "kv_measured_mib") * (1u64 << 20) as f64 / num(r, "seq")).collect()
+        rows.iter()
+            .filter(|r| r["precision"] == precision && r["outcome"] == "ok")
+            .map(|r| num(r, "kv_measured_mib") * (1u64 << 20) as f64 / num(r, "seq"))
+            .collect()
     };
     for (folder, precision, bytes) in [("stage2", "q4_k_m", 57_344.0), ("stage2-f32", "q4_k_m-f32", 114_688.0)] {
         let seen = per_token(folder, precision);
@@ -310,7 +313,12 @@ fn pytorch_steps_peak_where_the_estimator_says() {
     use vram_lab::model::Qwen2Config;
     let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h100/2026-11-24-train");
     let mut seen = 0;
-    for (f, preset) in [("torch-0.5b.jsonl", "qwen2.5-0.5b"), ("torch-1.5b.jsonl", "qwen2.5-1.5b"), ("torch-3b.jsonl", "qwen2.5-3b"), ("torch-1.5b-bf16.jsonl", "qwen2.5-1.5b")] {
+    for (f, preset) in [
+        ("torch-0.5b.jsonl", "qwen2.5-0.5b"),
+        ("torch-1.5b.jsonl", "qwen2.5-1.5b"),
+        ("torch-3b.jsonl", "qwen2.5-3b"),
+        ("torch-1.5b-bf16.jsonl", "qwen2.5-1.5b"),
+    ] {
         let cfg = Qwen2Config::preset(preset).unwrap();
         for line in std::fs::read_to_string(run.join(f)).unwrap().lines() {
             let r: serde_json::Value = serde_json::from_str(line).unwrap();
@@ -390,9 +398,19 @@ fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
                             nccl += 1;
                         }
                         // Equal but for the bytes of a shard that N does not divide (three GPUs).
-                        "optimizer states" => assert!((num(r, "measured_mib") - mib(l.optimizer)).abs() < 1e-4, "{what}: {} MiB, the ledger {}", num(r, "measured_mib"), mib(l.optimizer)),
+                        "optimizer states" => assert!(
+                            (num(r, "measured_mib") - mib(l.optimizer)).abs() < 1e-4,
+                            "{what}: {} MiB, the ledger {}",
+                            num(r, "measured_mib"),
+                            mib(l.optimizer)
+                        ),
                         "gradients kept after the step" => {
-                            assert!((num(r, "measured_mib") - mib(l.gradients)).abs() < 1e-4, "{what}: {} MiB, the ledger {}", num(r, "measured_mib"), mib(l.gradients));
+                            assert!(
+                                (num(r, "measured_mib") - mib(l.gradients)).abs() < 1e-4,
+                                "{what}: {} MiB, the ledger {}",
+                                num(r, "measured_mib"),
+                                mib(l.gradients)
+                            );
                             zero += 1;
                         }
                         _ => {}

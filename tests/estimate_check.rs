@@ -20,7 +20,16 @@ fn transient_of_every_committed_step() {
     assert!(st.len() >= 150, "only {} steps found", st.len());
     for s in &st {
         let measured = s.peak_mib - s.allocated_mib;
-        assert!((measured - s.predicted_transient_mib).abs() <= 0.001 * s.peak_mib, "{} {} {} {} × {}: measured {measured:.2} MiB, formula {:.2}", s.file, s.precision, s.attention, s.batch, s.seq, s.predicted_transient_mib);
+        assert!(
+            (measured - s.predicted_transient_mib).abs() <= 0.001 * s.peak_mib,
+            "{} {} {} {} × {}: measured {measured:.2} MiB, formula {:.2}",
+            s.file,
+            s.precision,
+            s.attention,
+            s.batch,
+            s.seq,
+            s.predicted_transient_mib
+        );
     }
     // The three moments that can be the peak all occur among them.
     for at in ["attention", "mlp", "logits"] {
@@ -41,7 +50,17 @@ fn allocated_and_peak_within_3_percent() {
         assert!(st.iter().filter(|s| s.precision == p).count() >= n, "{p}");
     }
     for s in &st {
-        assert!(s.allocated_err_pct().abs() <= 3.0 && s.peak_err_pct().abs() <= 3.0, "{} {} {} {} × {}: allocated {:+.2} %, peak {:+.2} %", s.file, s.precision, s.logits.name(), s.batch, s.seq, s.allocated_err_pct(), s.peak_err_pct());
+        assert!(
+            s.allocated_err_pct().abs() <= 3.0 && s.peak_err_pct().abs() <= 3.0,
+            "{} {} {} {} × {}: allocated {:+.2} %, peak {:+.2} %",
+            s.file,
+            s.precision,
+            s.logits.name(),
+            s.batch,
+            s.seq,
+            s.allocated_err_pct(),
+            s.peak_err_pct()
+        );
     }
     let w = weights(results()).unwrap();
     assert!(w.len() >= 4);
@@ -63,7 +82,16 @@ fn longest_context_within_2_percent() {
     let l = limits(results()).unwrap();
     assert!(l.len() >= 10);
     for x in l.iter().filter(|x| !x.retried) {
-        assert!(x.predicted_max_context >= x.max_context, "{} {} {} {}: measured {}, ledger {}", x.file, x.precision, x.logits.name(), x.attention, x.max_context, x.predicted_max_context);
+        assert!(
+            x.predicted_max_context >= x.max_context,
+            "{} {} {} {}: measured {}, ledger {}",
+            x.file,
+            x.precision,
+            x.logits.name(),
+            x.attention,
+            x.max_context,
+            x.predicted_max_context
+        );
     }
     let retried: Vec<_> = l.iter().filter(|x| x.retried).collect();
     assert!(retried.len() >= 18, "only {} runs with the retry", retried.len());
@@ -73,7 +101,17 @@ fn longest_context_within_2_percent() {
     assert!(retried.iter().any(|x| x.card == "a4000") && retried.iter().any(|x| x.file.contains("/3b/")));
     for x in &retried {
         let step = 100.0 * x.resolution as f64 / x.max_context as f64;
-        assert!(x.err_pct().abs() <= 2.0f64.max(step), "{} {} {} {}: measured {}, ledger {} ({:+.2} %)", x.file, x.precision, x.logits.name(), x.attention, x.max_context, x.predicted_max_context, x.err_pct());
+        assert!(
+            x.err_pct().abs() <= 2.0f64.max(step),
+            "{} {} {} {}: measured {}, ledger {} ({:+.2} %)",
+            x.file,
+            x.precision,
+            x.logits.name(),
+            x.attention,
+            x.max_context,
+            x.predicted_max_context,
+            x.err_pct()
+        );
     }
 }
 
@@ -100,7 +138,17 @@ fn pool_keeps_the_chunks_live_allocations_touch() {
                 let (batch, seq): (usize, usize) = (w[1].parse().unwrap(), w[3].parse().unwrap());
                 let logits = Logits::from_str(w[4], true).unwrap();
                 assert_eq!(w[6], "bounded");
-                let p = phases(&cfg, &Prefill { seq, batch, act_bytes: precision.act_dtype().size_in_bytes(), logits, attention: AttentionMode::default(), cast: precision.casts_products() });
+                let p = phases(
+                    &cfg,
+                    &Prefill {
+                        seq,
+                        batch,
+                        act_bytes: precision.act_dtype().size_in_bytes(),
+                        logits,
+                        attention: AttentionMode::default(),
+                        cast: precision.casts_products(),
+                    },
+                );
                 let c = p.chunked;
                 // Q4 keeps candle's quantized-matmul buffers beside them, this prefill's size. The
                 // retry happens where the pool runs out: at the busiest moment (a trim at an
@@ -142,7 +190,23 @@ fn transient_on_cpu_equals_the_formula() {
     for precision in [Precision::F32, Precision::Q4KM] {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("kv");
-        let o = common::lab_quiet(&["kv", "--device", "cpu", "--model", "synthetic:qwen2.5-0.5b", "--precisions", precision.name(), "--sweeps", "prefill", "--logits", "last", "--lengths", "128,256", "--out", out.to_str().unwrap()]);
+        let o = common::lab_quiet(&[
+            "kv",
+            "--device",
+            "cpu",
+            "--model",
+            "synthetic:qwen2.5-0.5b",
+            "--precisions",
+            precision.name(),
+            "--sweeps",
+            "prefill",
+            "--logits",
+            "last",
+            "--lengths",
+            "128,256",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
         assert!(o.status.success(), "{}", common::output_text(&o));
         let df = common::read_csv(&out.join("kv/kv_prefill.csv"));
         let cfg = vram_lab::model::Qwen2Config::preset("qwen2.5-0.5b").unwrap();
@@ -151,7 +215,17 @@ fn transient_on_cpu_equals_the_formula() {
         assert_eq!(seqs.len(), 2);
         for (seq, measured) in seqs.i64().unwrap().iter().zip(tr.f64().unwrap().iter()) {
             let (seq, measured) = (seq.unwrap() as usize, measured.unwrap());
-            let p = phases(&cfg, &Prefill { seq, batch: 1, act_bytes: precision.act_dtype().size_in_bytes(), logits: Logits::Last, attention: AttentionMode::default(), cast: precision.casts_products() });
+            let p = phases(
+                &cfg,
+                &Prefill {
+                    seq,
+                    batch: 1,
+                    act_bytes: precision.act_dtype().size_in_bytes(),
+                    logits: Logits::Last,
+                    attention: AttentionMode::default(),
+                    cast: precision.casts_products(),
+                },
+            );
             assert_eq!(p.peak_at(), "mlp");
             let predicted = p.transient() as f64 / (1 << 20) as f64;
             assert!((measured - predicted).abs() < 0.01, "{precision} {seq} tokens: measured {measured:.3} MiB, formula {predicted:.3}");

@@ -104,7 +104,9 @@ fn estimate_prices_a_header_only_file_by_its_tensors() {
     let (g, truncated) = Gguf::open_header(&path).unwrap();
     assert!(truncated.is_some());
     let c = g.config().unwrap();
-    let dims = |c: &Qwen2Config| (c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.tie_word_embeddings);
+    let dims = |c: &Qwen2Config| {
+        (c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.tie_word_embeddings)
+    };
     assert_eq!(dims(&c), dims(&cfg));
     assert_eq!(g.loaded_bytes(&cfg, Precision::Q4), 4_677_120_000);
 
@@ -131,7 +133,15 @@ fn written_files_read_back() {
     // for F16, half a step of 1/127 for Q8_0; the signed 6- and 4-bit types clamp the end
     // opposite their largest value, a whole step of 1/32 and 1/8 (a layout read wrongly errs by
     // 100 % and more).
-    for (ftype, tol) in [(FileType::F32, 0.0), (FileType::Bf16, 4e-3), (FileType::F16, 5e-4), (FileType::Q8_0, 4e-3), (FileType::Q6K, 1.0 / 32.0), (FileType::Q4_0, 0.125), (FileType::Q4KM, 0.125)] {
+    for (ftype, tol) in [
+        (FileType::F32, 0.0),
+        (FileType::Bf16, 4e-3),
+        (FileType::F16, 5e-4),
+        (FileType::Q8_0, 4e-3),
+        (FileType::Q6K, 1.0 / 32.0),
+        (FileType::Q4_0, 0.125),
+        (FileType::Q4KM, 0.125),
+    ] {
         let path = tmp.path().join(format!("tiny-{ftype}.gguf"));
         let o = common::lab_quiet(&["quantize", "--model", "synthetic:tiny", "--type", &ftype.cli_name(), "--to", path.to_str().unwrap()]);
         assert!(o.status.success(), "{ftype}: {}", common::output_text(&o));
@@ -187,9 +197,21 @@ fn iq_types_are_priced_not_computed() {
 }
 
 const STRINGS: [&str; 15] = [
-    "显存管理是高性能计算的核心,", "Hello world", "The KV cache grows with every token.", "  leading spaces", "tabs\tand\nnewlines\r\n",
-    "emoji 🚀🔥 and 中文混合 text", "fn main() { println!(\"{}\", 1 + 2); }", "<|endoftext|>", "a<|endoftext|>b", "don't we'll I'M",
-    "1234567890 3.14159 1e-6", "ÀÉÎÕÜ ñ ß", "", " ", "\n\n\n",
+    "显存管理是高性能计算的核心,",
+    "Hello world",
+    "The KV cache grows with every token.",
+    "  leading spaces",
+    "tabs\tand\nnewlines\r\n",
+    "emoji 🚀🔥 and 中文混合 text",
+    "fn main() { println!(\"{}\", 1 + 2); }",
+    "<|endoftext|>",
+    "a<|endoftext|>b",
+    "don't we'll I'M",
+    "1234567890 3.14159 1e-6",
+    "ÀÉÎÕÜ ñ ß",
+    "",
+    " ",
+    "\n\n\n",
 ];
 
 /// A model directory's tokenizer.json written into a GGUF's metadata (as llama.cpp's converter
@@ -209,7 +231,12 @@ fn tokenizer_travels_inside_the_file() {
     assert_eq!(h.str("tokenizer.ggml.model"), Some("gpt2"));
     let built = tokenizer::from_header(&h).unwrap().expect("a tokenizer in the metadata");
     let mut n = 0;
-    for s in STRINGS.iter().map(|s| s.to_string()).chain(["x".repeat(300)]).chain((0..200).map(|i| format!("{} {i} 显存{} tok{}", STRINGS[i % STRINGS.len()], i * 7919, i % 13))) {
+    for s in STRINGS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["x".repeat(300)])
+        .chain((0..200).map(|i| format!("{} {i} 显存{} tok{}", STRINGS[i % STRINGS.len()], i * 7919, i % 13)))
+    {
         let a = original.encode(s.as_str(), false).unwrap().get_ids().to_vec();
         let b = built.encode(s.as_str(), false).unwrap().get_ids().to_vec();
         assert_eq!(a, b, "{s:?}");
@@ -238,7 +265,9 @@ fn tokenizer_travels_inside_the_file() {
 /// Qwen2.5 preset tokenizes with it.
 #[test]
 fn shipped_qwen25_tokenizer_equals_the_real_one() {
-    let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen2.5-tokenizer-ids.json")).unwrap()).unwrap();
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen2.5-tokenizer-ids.json")).unwrap())
+            .unwrap();
     let cases: Vec<(String, Vec<u32>)> = fixture["cases"]
         .as_array()
         .unwrap()

@@ -62,8 +62,8 @@ fn the_generate_command_refuses_then_runs() {
     if gpu().is_none() {
         return;
     }
-    use vram_lab::session::SessionArgs;
     use vram_lab::commands::{generate, GenerateArgs};
+    use vram_lab::session::SessionArgs;
     let args = SessionArgs { device: "cuda".into(), model: Some("synthetic:qwen2.5-0.5b".into()), ..Default::default() };
     let g = |ids: Vec<u32>| GenerateArgs {
         precision: Precision::Bf16,

@@ -102,7 +102,12 @@ fn quantized_gemv_equals_dequantized_products() {
                 let tb = bias.narrow(0, 0, 1 + n / 3).unwrap();
                 let biases = Tensor::cat(&[&to_f32(&bias), &to_f32(&tb), &Tensor::zeros(n, DType::F32, &dev).unwrap()], 0).unwrap();
                 let want = product(&normed, &stacked).broadcast_add(&biases).unwrap();
-                check("three parts, mixed types, norm", &[(&q4, Some(&bias)), (&q4b, Some(&tb)), (&q6, None)], Fused { norm: Some((&g, 1e-6)), ..Default::default() }, want);
+                check(
+                    "three parts, mixed types, norm",
+                    &[(&q4, Some(&bias)), (&q4b, Some(&tb)), (&q6, None)],
+                    Fused { norm: Some((&g, 1e-6)), ..Default::default() },
+                    want,
+                );
                 let glu = candle_nn::ops::silu(&product(&normed, &w4)).unwrap().mul(&product(&normed, &w6)).unwrap();
                 check("norm+glu", &[(&q4, None), (&q6, None)], Fused { glu: true, norm: Some((&g, 1e-6)), ..Default::default() }, glu);
             }
@@ -236,7 +241,10 @@ fn attention_and_argmax_equal_candles() {
                 assert_eq!(row[i as usize], max, "{dtype:?} argmax b {b}");
             }
             let at = vocab - 7;
-            let planted = Tensor::zeros((b, 1, vocab), dtype, &dev).unwrap().slice_assign(&[0..b, 0..1, at..at + 1], &Tensor::ones((b, 1, 1), dtype, &dev).unwrap()).unwrap();
+            let planted = Tensor::zeros((b, 1, vocab), dtype, &dev)
+                .unwrap()
+                .slice_assign(&[0..b, 0..1, at..at + 1], &Tensor::ones((b, 1, 1), dtype, &dev).unwrap())
+                .unwrap();
             let got = k.argmax(&planted).unwrap().expect("taken").flatten_all().unwrap().to_vec1::<u32>().unwrap();
             assert_eq!(got, vec![at as u32; b], "{dtype:?} planted argmax");
         }

@@ -56,10 +56,12 @@ fn pipeline_equals_one_gpu(devices: &[Device]) {
         let prompt = prompt(&cfg);
         let ids = Tensor::new(prompt.as_slice(), &devices[0]).unwrap().unsqueeze(0).unwrap();
         let run = |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 128).unwrap(), Logits::All).unwrap().remove(0).to_device(&Device::Cpu).unwrap();
-        let diff = (run(&piped) - run(&whole)).unwrap().abs().unwrap().max_all().unwrap().to_dtype(candle_core::DType::F32).unwrap().to_scalar::<f32>().unwrap();
+        let diff =
+            (run(&piped) - run(&whole)).unwrap().abs().unwrap().max_all().unwrap().to_dtype(candle_core::DType::F32).unwrap().to_scalar::<f32>().unwrap();
         assert_eq!(diff, 0.0, "{precision}: {n} stages computed something else");
         let gen = GenerateConfig { max_new_tokens: 32, ..Default::default() };
-        let want = generate(&whole.into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0))), &prompt, &gen).unwrap().generated_ids;
+        let want =
+            generate(&whole.into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0))), &prompt, &gen).unwrap().generated_ids;
         let got = generate(&piped, &prompt, &gen).unwrap().generated_ids;
         assert_eq!(got, want, "{precision}: greedy tokens over {n} GPUs");
         println!("{precision}: {n} stages, logits equal, {} tokens equal", got.len());
@@ -189,10 +191,12 @@ fn a_pipelines_tokens_over_repeated_runs() {
     let want = generate(&one, &prompt, &gen).unwrap().generated_ids;
     let mut bad = Vec::new();
     for (name, m) in [("one GPU", &one), ("GPUs 0 and 1", &two), ("GPU 0 twice", &same)] {
-        let counts: Vec<usize> = (0..6).map(|_| {
-            let got = generate(m, &prompt, &gen).unwrap().generated_ids;
-            want.iter().zip(&got).take_while(|(x, y)| x == y).count()
-        }).collect();
+        let counts: Vec<usize> = (0..6)
+            .map(|_| {
+                let got = generate(m, &prompt, &gen).unwrap().generated_ids;
+                want.iter().zip(&got).take_while(|(x, y)| x == y).count()
+            })
+            .collect();
         println!("{name}: tokens equal to one GPU's in six runs: {counts:?} of {}", want.len());
         if counts.iter().any(|&c| c != want.len()) {
             bad.push(name);

@@ -10,8 +10,7 @@ use vram_lab::model::{self, source, GenerateConfig, ModelSource, Precision, Sour
 #[test]
 fn greedy_tokens_match_transformers() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny-qwen2");
-    let expected: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
     let ids = |k: &str| -> Vec<u32> { expected[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect() };
 
     let src = ModelSource::parse(dir.to_str().unwrap()).unwrap();
@@ -57,7 +56,21 @@ fn generate_applies_the_chatml_template_unless_raw() {
     let encode = |s: &str| -> Vec<u64> { tok.encode(s, false).unwrap().get_ids().iter().map(|&i| i as u64).collect() };
     let run = |extra: &[&str]| -> serde_json::Value {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_vram-lab"))
-            .args(["generate", "--model", tmp.path().to_str().unwrap(), "--precision", "f32", "--prompt", "hello", "--max-new-tokens", "1", "--json", "--quiet", "--device", "cpu"])
+            .args([
+                "generate",
+                "--model",
+                tmp.path().to_str().unwrap(),
+                "--precision",
+                "f32",
+                "--prompt",
+                "hello",
+                "--max-new-tokens",
+                "1",
+                "--json",
+                "--quiet",
+                "--device",
+                "cpu",
+            ])
             .args(extra)
             .output()
             .unwrap();

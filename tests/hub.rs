@@ -20,26 +20,15 @@ fn lab(endpoint: &str, cache: &Path, args: &[&str]) -> (Output, Duration) {
     let o = hub_server::lab_at(endpoint, &cache.join("hf-home"))
         .current_dir(cache)
         .args(args)
-        .args([
-            "--cache-dir",
-            cache.join("hf").to_str().unwrap(),
-            "--device",
-            "cpu",
-            "--quiet",
-        ])
+        .args(["--cache-dir", cache.join("hf").to_str().unwrap(), "--device", "cpu", "--quiet"])
         .output()
         .unwrap();
     (o, t0.elapsed())
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
-
 
 fn generate(endpoint: &str, cache: &Path, model: &str) -> (serde_json::Value, String, Duration) {
     let (o, took) = lab(endpoint, cache, &[&GENERATE[..], &["--model", model]].concat());
@@ -68,26 +57,11 @@ fn hub_download_cache_and_failures() {
     let files = repo_files();
     let mut repos = BTreeMap::new();
     repos.insert("org/tiny".to_string(), Repo::new(files.clone()));
-    repos.insert(
-        "org/files-only".to_string(),
-        Repo {
-            api: false,
-            ..Repo::new(files.clone())
-        },
-    );
-    repos.insert(
-        "org/stall".to_string(),
-        Repo::new(files.clone()).attack(SHARDS[1], Attack::Stall),
-    );
+    repos.insert("org/files-only".to_string(), Repo { api: false, ..Repo::new(files.clone()) });
+    repos.insert("org/stall".to_string(), Repo::new(files.clone()).attack(SHARDS[1], Attack::Stall));
     let mut broken = files.clone();
     broken.remove(SHARDS[1]);
-    repos.insert(
-        "org/broken".to_string(),
-        Repo {
-            withheld: vec![SHARDS[1].to_string()],
-            ..Repo::new(broken)
-        },
-    );
+    repos.insert("org/broken".to_string(), Repo { withheld: vec![SHARDS[1].to_string()], ..Repo::new(broken) });
     let hub = Hub::start(repos);
     let endpoint = hub.addr.clone();
 
@@ -97,15 +71,9 @@ fn hub_download_cache_and_failures() {
     let (got, _, took) = generate(&endpoint, tmp.path(), "org/tiny");
     eprintln!("first run (download + load + generate): {took:?}");
     for k in ["prompt_ids", "generated_ids", "text"] {
-        assert_eq!(
-            got[k], want[k],
-            "{k} differs between the hub download and the fixture directory"
-        );
+        assert_eq!(got[k], want[k], "{k} differs between the hub download and the fixture directory");
     }
-    assert!(
-        want["text"].is_string(),
-        "the tokenizer should have come with the model"
-    );
+    assert!(want["text"].is_string(), "the tokenizer should have come with the model");
     assert_eq!(got["model"], "hub:org/tiny");
 
     // hf-hub's cache layout (huggingface-cli shares it): one snapshot holding every file of the repo, refs/main naming it.
@@ -113,19 +81,11 @@ fn hub_download_cache_and_failures() {
     assert_eq!(std::fs::read_to_string(repo_cache.join("refs/main")).unwrap(), COMMIT);
     let snapshot = repo_cache.join("snapshots").join(COMMIT);
     for (name, bytes) in &files {
-        assert_eq!(
-            &std::fs::read(snapshot.join(name)).unwrap(),
-            bytes,
-            "{name} in the cache differs from the server's"
-        );
+        assert_eq!(&std::fs::read(snapshot.join(name)).unwrap(), bytes, "{name} in the cache differs from the server's");
     }
     let fetched = |log: &[String]| log.iter().filter(|p| p.contains("/resolve/")).count();
     let first = hub.requests();
-    assert_eq!(
-        fetched(&first),
-        files.len(),
-        "one request per file, no probe: {first:?}"
-    );
+    assert_eq!(fetched(&first), files.len(), "one request per file, no probe: {first:?}");
 
     // Again with the server up: only the repo probe goes out, every file comes from the cache.
     let (again, _, _) = generate(&endpoint, tmp.path(), "org/tiny");
@@ -136,36 +96,16 @@ fn hub_download_cache_and_failures() {
     // A mirror without the repo API: config.json says the repo is there, the index its shards.
     let (files_only, _, _) = generate(&endpoint, tmp.path(), "org/files-only");
     assert_eq!(files_only["generated_ids"], want["generated_ids"]);
-    assert!(tmp
-        .path()
-        .join("hf/models--org--files-only/snapshots")
-        .join(COMMIT)
-        .join(SHARDS[1])
-        .is_file());
+    assert!(tmp.path().join("hf/models--org--files-only/snapshots").join(COMMIT).join(SHARDS[1]).is_file());
 
     // A shard the index names that the server does not serve.
-    let t = fails_fast(
-        &endpoint,
-        tmp.path(),
-        "org/broken",
-        &["hub: cannot fetch", SHARDS[1], "org/broken", &endpoint, "404"],
-    );
+    let t = fails_fast(&endpoint, tmp.path(), "org/broken", &["hub: cannot fetch", SHARDS[1], "org/broken", &endpoint, "404"]);
     eprintln!("shard missing on the server: {t:?}");
     // A shard whose download stops halfway: abandoned after 2 s without a byte.
-    let t = fails_fast(
-        &endpoint,
-        tmp.path(),
-        "org/stall",
-        &["hub: cannot fetch", SHARDS[1], "org/stall", "nothing received for 2 s"],
-    );
+    let t = fails_fast(&endpoint, tmp.path(), "org/stall", &["hub: cannot fetch", SHARDS[1], "org/stall", "nothing received for 2 s"]);
     eprintln!("download stalled halfway (2 s limit): {t:?}");
     // A repo the server does not have.
-    let t = fails_fast(
-        &endpoint,
-        tmp.path(),
-        "org/absent",
-        &["hub: no model repo org/absent at", &endpoint, "404"],
-    );
+    let t = fails_fast(&endpoint, tmp.path(), "org/absent", &["hub: no model repo org/absent at", &endpoint, "404"]);
     eprintln!("missing repo (404): {t:?}");
 
     drop(hub);
@@ -174,45 +114,23 @@ fn hub_download_cache_and_failures() {
     eprintln!("offline run from the cache: {took:?}");
     assert_eq!(offline["generated_ids"], want["generated_ids"]);
     assert_eq!(offline["text"], want["text"]);
-    assert!(
-        stderr.contains(&format!("hub: {endpoint} unreachable; loading org/tiny from the cache")),
-        "{stderr}"
-    );
+    assert!(stderr.contains(&format!("hub: {endpoint} unreachable; loading org/tiny from the cache")), "{stderr}");
     // No server and half a download (org/broken stopped at its second shard): not loaded.
-    fails_fast(
-        &endpoint,
-        tmp.path(),
-        "org/broken",
-        &["hub: cannot reach", &endpoint, "org/broken", "no complete copy"],
-    );
+    fails_fast(&endpoint, tmp.path(), "org/broken", &["hub: cannot reach", &endpoint, "org/broken", "no complete copy"]);
     // No server and nothing cached: connection refused is one line naming endpoint and repo.
-    let t = fails_fast(
-        &endpoint,
-        tmp.path(),
-        "org/other",
-        &["hub: cannot reach", &endpoint, "org/other", "no complete copy"],
-    );
+    let t = fails_fast(&endpoint, tmp.path(), "org/other", &["hub: cannot reach", &endpoint, "org/other", "no complete copy"]);
     eprintln!("no server, nothing cached: {t:?}");
 
     // The repo moved on upstream: the new commit is fetched whole into its own snapshot, and
     // refs/main follows it, so no run mixes files of two commits.
     let mut repos = BTreeMap::new();
-    repos.insert(
-        "org/tiny".to_string(),
-        Repo {
-            commit: COMMIT2.into(),
-            ..Repo::new(files.clone())
-        },
-    );
+    repos.insert("org/tiny".to_string(), Repo { commit: COMMIT2.into(), ..Repo::new(files.clone()) });
     let hub = Hub::start(repos);
     let (moved, _, _) = generate(&hub.addr, tmp.path(), "org/tiny");
     assert_eq!(moved["generated_ids"], want["generated_ids"]);
     assert_eq!(std::fs::read_to_string(repo_cache.join("refs/main")).unwrap(), COMMIT2);
     for name in files.keys() {
-        assert!(
-            repo_cache.join("snapshots").join(COMMIT2).join(name).is_file(),
-            "{name} missing from the new snapshot"
-        );
+        assert!(repo_cache.join("snapshots").join(COMMIT2).join(name).is_file(), "{name} missing from the new snapshot");
     }
 }
 
@@ -224,19 +142,8 @@ fn hub_download_cache_and_failures() {
 fn hub_gguf_file() {
     let tmp = tempfile::tempdir().unwrap();
     let local = tmp.path().join("tiny-q8_0.gguf");
-    let (o, _) = lab(
-        "http://127.0.0.1:9",
-        tmp.path(),
-        &[
-            "quantize",
-            "--model",
-            fixture().to_str().unwrap(),
-            "--type",
-            "q8_0",
-            "--to",
-            local.to_str().unwrap(),
-        ],
-    );
+    let (o, _) =
+        lab("http://127.0.0.1:9", tmp.path(), &["quantize", "--model", fixture().to_str().unwrap(), "--type", "q8_0", "--to", local.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     let mut files = BTreeMap::new();
     files.insert("tiny-q8_0.gguf".to_string(), std::fs::read(&local).unwrap());
@@ -251,18 +158,9 @@ fn hub_gguf_file() {
     assert_eq!(got["generated_ids"], want["generated_ids"]);
     // No tokenizer.json anywhere near: the text is decoded by the file's own tokenizer.
     assert!(got["text"].is_string() && got["text"] == want["text"], "{got}");
-    let cached = tmp
-        .path()
-        .join("hf/models--org--tiny-gguf/snapshots")
-        .join(COMMIT)
-        .join("tiny-q8_0.gguf");
+    let cached = tmp.path().join("hf/models--org--tiny-gguf/snapshots").join(COMMIT).join("tiny-q8_0.gguf");
     assert_eq!(std::fs::read(&cached).unwrap(), std::fs::read(&local).unwrap());
-    let t = fails_fast(
-        &endpoint,
-        tmp.path(),
-        "org/tiny-gguf:absent.gguf",
-        &["hub: cannot fetch absent.gguf of org/tiny-gguf at", &endpoint, "404"],
-    );
+    let t = fails_fast(&endpoint, tmp.path(), "org/tiny-gguf:absent.gguf", &["hub: cannot fetch absent.gguf of org/tiny-gguf at", &endpoint, "404"]);
     eprintln!("file missing on the server: {t:?}");
 
     drop(hub);
@@ -271,15 +169,7 @@ fn hub_gguf_file() {
     let (o, _) = lab(
         &endpoint,
         tmp.path(),
-        &[
-            "estimate",
-            "--model",
-            "org/tiny-gguf:tiny-q8_0.gguf",
-            "--precisions",
-            "q4",
-            "--out",
-            tmp.path().join("est").to_str().unwrap(),
-        ],
+        &["estimate", "--model", "org/tiny-gguf:tiny-q8_0.gguf", "--precisions", "q4", "--out", tmp.path().join("est").to_str().unwrap()],
     );
     assert!(o.status.success(), "{}", text(&o));
     assert!(tmp.path().join("est/estimate/estimate_ledger.csv").is_file());

@@ -56,11 +56,7 @@ impl Lab {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let o = cmd
-            .args(GENERATE)
-            .args(["--model", model, "--cache-dir", self.cache().to_str().unwrap(), "--device", "cpu", "--quiet"])
-            .output()
-            .unwrap();
+        let o = cmd.args(GENERATE).args(["--model", model, "--cache-dir", self.cache().to_str().unwrap(), "--device", "cpu", "--quiet"]).output().unwrap();
         (o, t0.elapsed())
     }
 
@@ -74,36 +70,21 @@ impl Lab {
         assert!(!all.contains("panicked"), "{model:?} panicked:\n{all}");
         assert_eq!(o.status.code(), Some(2), "{model:?} should fail as bad input:\n{all}");
         let lines: Vec<&str> = err.lines().collect();
-        assert!(
-            lines.len() == 1 && lines[0].starts_with("error: ") && out.is_empty(),
-            "{model:?}: one error line:\n{all}"
-        );
+        assert!(lines.len() == 1 && lines[0].starts_with("error: ") && out.is_empty(), "{model:?}: one error line:\n{all}");
         for n in needles {
             assert!(lines[0].contains(n), "{model:?}: expected `{n}` in:\n{all}");
         }
-        assert!(
-            !lines[0].chars().any(|c| c.is_control()),
-            "{model:?}: raw control characters:\n{all:?}"
-        );
+        assert!(!lines[0].chars().any(|c| c.is_control()), "{model:?}: raw control characters:\n{all:?}");
         assert!(took < Duration::from_secs(8), "{model:?} took {took:?}:\n{all}");
-        assert_eq!(
-            snapshot(self.root(), Some(&self.cache())),
-            before,
-            "{model:?} changed something outside the cache:\n{all}"
-        );
-        assert_eq!(
-            std::fs::read_to_string(self.root().join("victim.txt")).unwrap(),
-            "precious"
-        );
+        assert_eq!(snapshot(self.root(), Some(&self.cache())), before, "{model:?} changed something outside the cache:\n{all}");
+        assert_eq!(std::fs::read_to_string(self.root().join("victim.txt")).unwrap(), "precious");
         eprintln!("[{took:.1?}] {model}: {}", lines[0]);
         lines[0].to_string()
     }
 }
 
 fn index_with(map: serde_json::Value) -> Vec<u8> {
-    serde_json::json!({"metadata": {}, "weight_map": map})
-        .to_string()
-        .into_bytes()
+    serde_json::json!({"metadata": {}, "weight_map": map}).to_string().into_bytes()
 }
 
 /// Hostile headers and index entries: etags, commits and shard names that would climb out.
@@ -126,107 +107,38 @@ fn hostile_names_from_the_server() {
     add("commit-climb-out", on_config(Attack::Commit("../../../outside".into())));
     add("commit-abs", on_config(Attack::Commit(lab.path("outside"))));
     add("commit-short", on_config(Attack::Commit("0123abc".into())));
-    add(
-        "commit-upper",
-        on_config(Attack::Commit("0123456789ABCDEF0123456789ABCDEF01234567".into())),
-    );
-    add(
-        "sha-climb",
-        Repo {
-            sha: Some("../../../outside".into()),
-            ..Repo::new(files.clone())
-        },
-    );
-    add(
-        "linked-etag",
-        Repo::new(files.clone()).attack(SHARDS[0], Attack::LinkedEtag("\"../../../../victim.txt\"".into())),
-    );
+    add("commit-upper", on_config(Attack::Commit("0123456789ABCDEF0123456789ABCDEF01234567".into())));
+    add("sha-climb", Repo { sha: Some("../../../outside".into()), ..Repo::new(files.clone()) });
+    add("linked-etag", Repo::new(files.clone()).attack(SHARDS[0], Attack::LinkedEtag("\"../../../../victim.txt\"".into())));
     let with_index = |map: serde_json::Value| {
         let mut f = files.clone();
         f.insert(INDEX.into(), index_with(map));
         Repo::new(f)
     };
-    add(
-        "index-climb",
-        with_index(serde_json::json!({"a": "../../../x.safetensors"})),
-    );
-    add(
-        "index-climb-out",
-        with_index(serde_json::json!({"a": "../../../../victim.safetensors"})),
-    );
-    add(
-        "index-abs",
-        with_index(serde_json::json!({"a": lab.path("victim.safetensors")})),
-    );
-    add(
-        "index-backslash",
-        with_index(serde_json::json!({"a": "..\\..\\victim.safetensors"})),
-    );
+    add("index-climb", with_index(serde_json::json!({"a": "../../../x.safetensors"})));
+    add("index-climb-out", with_index(serde_json::json!({"a": "../../../../victim.safetensors"})));
+    add("index-abs", with_index(serde_json::json!({"a": lab.path("victim.safetensors")})));
+    add("index-backslash", with_index(serde_json::json!({"a": "..\\..\\victim.safetensors"})));
     add("index-empty", with_index(serde_json::json!({"a": ""})));
     add("index-number", with_index(serde_json::json!({"a": 5})));
-    let many: serde_json::Map<String, serde_json::Value> = (0..10_000)
-        .map(|i| (format!("t{i}"), format!("model-{i:05}.safetensors").into()))
-        .collect();
+    let many: serde_json::Map<String, serde_json::Value> = (0..10_000).map(|i| (format!("t{i}"), format!("model-{i:05}.safetensors").into())).collect();
     add("index-many", with_index(serde_json::Value::Object(many)));
     let hub = Hub::start(repos);
     let e = hub.addr.as_str();
 
-    lab.refused(
-        e,
-        "org/etag-abs",
-        &[],
-        &["ETag", "is not a blob name", "config.json", "org/etag-abs"],
-    );
-    lab.refused(
-        e,
-        "org/etag-climb",
-        &[],
-        &["ETag `\\\"../../../victim.txt\\\"` is not a blob name"],
-    );
+    lab.refused(e, "org/etag-abs", &[], &["ETag", "is not a blob name", "config.json", "org/etag-abs"]);
+    lab.refused(e, "org/etag-climb", &[], &["ETag `\\\"../../../victim.txt\\\"` is not a blob name"]);
     lab.refused(e, "org/etag-nul", &[], &["config.json", "org/etag-nul"]);
     lab.refused(e, "org/etag-newline", &[], &["config.json", "org/etag-newline"]);
     lab.refused(e, "org/etag-weak-climb", &[], &["is not a blob name"]);
-    lab.refused(
-        e,
-        "org/commit-climb",
-        &[],
-        &[
-            "hub: the server's X-Repo-Commit `../../x` is not a commit id",
-            "config.json",
-        ],
-    );
-    lab.refused(
-        e,
-        "org/commit-climb-out",
-        &[],
-        &["X-Repo-Commit `../../../outside` is not a commit id"],
-    );
+    lab.refused(e, "org/commit-climb", &[], &["hub: the server's X-Repo-Commit `../../x` is not a commit id", "config.json"]);
+    lab.refused(e, "org/commit-climb-out", &[], &["X-Repo-Commit `../../../outside` is not a commit id"]);
     lab.refused(e, "org/commit-abs", &[], &["X-Repo-Commit", "is not a commit id"]);
-    lab.refused(
-        e,
-        "org/commit-short",
-        &[],
-        &["X-Repo-Commit `0123abc` is not a commit id"],
-    );
+    lab.refused(e, "org/commit-short", &[], &["X-Repo-Commit `0123abc` is not a commit id"]);
     lab.refused(e, "org/commit-upper", &[], &["is not a commit id"]);
-    lab.refused(
-        e,
-        "org/sha-climb",
-        &[],
-        &["repo info's sha `../../../outside` is not a commit id"],
-    );
-    lab.refused(
-        e,
-        "org/linked-etag",
-        &[],
-        &["X-Linked-Etag", "is not a blob name", SHARDS[0]],
-    );
-    lab.refused(
-        e,
-        "org/index-climb",
-        &[],
-        &[INDEX, "`../../../x.safetensors` climbs out"],
-    );
+    lab.refused(e, "org/sha-climb", &[], &["repo info's sha `../../../outside` is not a commit id"]);
+    lab.refused(e, "org/linked-etag", &[], &["X-Linked-Etag", "is not a blob name", SHARDS[0]]);
+    lab.refused(e, "org/index-climb", &[], &[INDEX, "`../../../x.safetensors` climbs out"]);
     lab.refused(e, "org/index-climb-out", &[], &[INDEX, "climbs out"]);
     lab.refused(e, "org/index-abs", &[], &[INDEX, "is not a relative name"]);
     lab.refused(e, "org/index-backslash", &[], &[INDEX, "is not a relative name"]);
@@ -235,12 +147,7 @@ fn hostile_names_from_the_server() {
     lab.refused(e, "org/index-many", &[], &[INDEX, "names more than 1024 shard files"]);
     // Refused names are never asked for: no shard of the hostile indexes was requested.
     let asked = hub.requests();
-    assert!(
-        !asked
-            .iter()
-            .any(|p| p.contains("..") || p.contains("victim") || (p.ends_with(".safetensors") && !p.contains("-of-"))),
-        "{asked:?}"
-    );
+    assert!(!asked.iter().any(|p| p.contains("..") || p.contains("victim") || (p.ends_with(".safetensors") && !p.contains("-of-"))), "{asked:?}");
 }
 
 /// Names the user gives and endpoints: refused before any request.
@@ -249,18 +156,8 @@ fn hostile_names_from_the_user() {
     let lab = Lab::new();
     let hub = Hub::start(BTreeMap::new());
     let e = hub.addr.as_str();
-    lab.refused(
-        e,
-        "org/name:../../x.gguf",
-        &[],
-        &["the file name `../../x.gguf` climbs out"],
-    );
-    lab.refused(
-        e,
-        &format!("org/name:{}", lab.path("victim.gguf")),
-        &[],
-        &["the file name"],
-    );
+    lab.refused(e, "org/name:../../x.gguf", &[], &["the file name `../../x.gguf` climbs out"]);
+    lab.refused(e, &format!("org/name:{}", lab.path("victim.gguf")), &[], &["the file name"]);
     lab.refused(e, "org/../x", &[], &["no such model: org/../x"]);
     lab.refused(e, "org/..", &[], &["the repo id `org/..`"]);
     lab.refused(e, "../x", &[], &["no such model"]);
@@ -268,13 +165,7 @@ fn hostile_names_from_the_user() {
     lab.refused(e, "org/x\u{1b}[2J", &[], &["the repo id `org/x\\u{1b}[2J`"]);
     lab.refused(e, "org/-x", &[], &["the repo id `org/-x`"]);
     assert!(hub.requests().is_empty(), "{:?}", hub.requests());
-    for bad in [
-        "http://127.0.0.1:1/\u{7}\n",
-        "javascript:alert(1)",
-        "127.0.0.1:8080",
-        "file:///etc",
-        "http://user@host:1",
-    ] {
+    for bad in ["http://127.0.0.1:1/\u{7}\n", "javascript:alert(1)", "127.0.0.1:8080", "file:///etc", "http://user@host:1"] {
         lab.refused(bad, "org/x", &[], &["HF_ENDPOINT `"]);
     }
 }
@@ -290,62 +181,27 @@ fn hostile_redirects() {
     let other = Hub::start(other_repos);
     let on_config = |a: Attack| Repo::new(files.clone()).attack("config.json", a);
     let mut repos = BTreeMap::new();
-    repos.insert(
-        "org/file".into(),
-        on_config(Attack::Redirect(format!("file://{}", lab.path("victim.txt")))),
-    );
-    repos.insert(
-        "org/ftp".into(),
-        on_config(Attack::Redirect("ftp://127.0.0.1/x".into())),
-    );
-    repos.insert(
-        "org/js".into(),
-        on_config(Attack::Redirect("javascript:alert(1)".into())),
-    );
+    repos.insert("org/file".into(), on_config(Attack::Redirect(format!("file://{}", lab.path("victim.txt")))));
+    repos.insert("org/ftp".into(), on_config(Attack::Redirect("ftp://127.0.0.1/x".into())));
+    repos.insert("org/js".into(), on_config(Attack::Redirect("javascript:alert(1)".into())));
     repos.insert("org/loop".into(), on_config(Attack::RedirectLoop));
-    repos.insert(
-        "org/token".into(),
-        on_config(Attack::Redirect(format!("{}/cdn/org/token/config.json", other.addr))),
-    );
+    repos.insert("org/token".into(), on_config(Attack::Redirect(format!("{}/cdn/org/token/config.json", other.addr))));
     let hub = Hub::start(repos);
     let e = hub.addr.as_str();
-    lab.refused(
-        e,
-        "org/file",
-        &[],
-        &[
-            "config.json",
-            "a redirect to `file://",
-            "is not an http:// or https:// URL",
-        ],
-    );
+    lab.refused(e, "org/file", &[], &["config.json", "a redirect to `file://", "is not an http:// or https:// URL"]);
     lab.refused(e, "org/ftp", &[], &["a redirect to `ftp://127.0.0.1/x` is not an http"]);
     lab.refused(e, "org/js", &[], &["a redirect to `javascript:alert(1)`"]);
     lab.refused(e, "org/loop", &[], &["config.json", "more than 5 redirects"]);
-    assert_eq!(
-        hub.requests()
-            .iter()
-            .filter(|p| p.ends_with("org/loop/resolve/main/config.json"))
-            .count(),
-        6
-    );
+    assert_eq!(hub.requests().iter().filter(|p| p.ends_with("org/loop/resolve/main/config.json")).count(), 6);
 
     let (o, _) = lab.run(e, "org/token", &[("HF_TOKEN", "hf_secret")]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let bearer = Some("Bearer hf_secret".to_string());
     let own = hub.seen();
-    assert!(
-        own.iter()
-            .filter(|s| s.path.contains("org/token"))
-            .all(|s| s.authorization == bearer),
-        "{own:?}"
-    );
+    assert!(own.iter().filter(|s| s.path.contains("org/token")).all(|s| s.authorization == bearer), "{own:?}");
     let seen = other.seen();
     assert!(seen.iter().any(|s| s.path == "/cdn/org/token/config.json"), "{seen:?}");
-    assert!(
-        seen.iter().all(|s| s.authorization.is_none()),
-        "the token went to another host: {seen:?}"
-    );
+    assert!(seen.iter().all(|s| s.authorization.is_none()), "the token went to another host: {seen:?}");
 }
 
 /// Lengths that lie and bodies that trickle, stall or stop: bounded in bytes and time.
@@ -361,96 +217,34 @@ fn hostile_bodies() {
     repos.insert("org/longer".into(), on_config(Attack::Longer));
     repos.insert("org/longer-chunked".into(), on_config(Attack::LongerChunked));
     repos.insert("org/shorter".into(), on_config(Attack::Shorter));
-    repos.insert(
-        "org/stall".into(),
-        Repo::new(files.clone()).attack(SHARDS[1], Attack::Stall),
-    );
-    repos.insert(
-        "org/huge-shard".into(),
-        Repo::new(files.clone()).attack(SHARDS[0], Attack::Announce(u64::MAX / 2)),
-    );
+    repos.insert("org/stall".into(), Repo::new(files.clone()).attack(SHARDS[1], Attack::Stall));
+    repos.insert("org/huge-shard".into(), Repo::new(files.clone()).attack(SHARDS[0], Attack::Announce(u64::MAX / 2)));
     let hub = Hub::start(repos);
     let e = hub.addr.as_str();
     let t0 = Instant::now();
-    lab.refused(
-        e,
-        "org/huge",
-        &[],
-        &[
-            "config.json",
-            "org/huge",
-            e,
-            "announces 10737418240 bytes, over the 67108864 bytes a metadata file may have",
-        ],
-    );
+    lab.refused(e, "org/huge", &[], &["config.json", "org/huge", e, "announces 10737418240 bytes, over the 67108864 bytes a metadata file may have"]);
     assert!(t0.elapsed() < Duration::from_secs(2), "refused before reading");
     lab.refused(e, "org/huge-shard", &[], &[SHARDS[0], "free in the cache's filesystem"]);
     let t0 = Instant::now();
-    lab.refused(
-        e,
-        "org/trickle",
-        &[],
-        &[
-            "config.json",
-            "org/trickle",
-            "not finished within 4 s (VRAM_LAB_HUB_FILE_S)",
-        ],
-    );
-    assert!(
-        t0.elapsed() >= Duration::from_secs(4),
-        "stopped by the wall limit, not sooner"
-    );
-    lab.refused(
-        e,
-        "org/header-trickle",
-        &[],
-        &["config.json", "not finished within 4 s"],
-    );
+    lab.refused(e, "org/trickle", &[], &["config.json", "org/trickle", "not finished within 4 s (VRAM_LAB_HUB_FILE_S)"]);
+    assert!(t0.elapsed() >= Duration::from_secs(4), "stopped by the wall limit, not sooner");
+    lab.refused(e, "org/header-trickle", &[], &["config.json", "not finished within 4 s"]);
     lab.refused(e, "org/longer", &[], &["config.json", "are not JSON"]);
-    lab.refused(
-        e,
-        "org/longer-chunked",
-        &[],
-        &[
-            "config.json",
-            "the body runs past 10 bytes (its Content-Length); cut and refused",
-        ],
-    );
+    lab.refused(e, "org/longer-chunked", &[], &["config.json", "the body runs past 10 bytes (its Content-Length); cut and refused"]);
     lab.refused(e, "org/shorter", &[], &["config.json", "the body stopped after"]);
-    lab.refused(
-        e,
-        "org/stall",
-        &[],
-        &[SHARDS[1], "org/stall", "nothing received for 2 s"],
-    );
+    lab.refused(e, "org/stall", &[], &[SHARDS[1], "org/stall", "nothing received for 2 s"]);
     // Nothing half-written became a blob or a snapshot entry.
     let cut = lab.cache().join("models--org--longer/snapshots");
-    assert!(
-        !cut.exists()
-            || std::fs::read_dir(&cut)
-                .unwrap()
-                .flatten()
-                .all(|d| !d.path().join("config.json").exists())
-    );
+    assert!(!cut.exists() || std::fs::read_dir(&cut).unwrap().flatten().all(|d| !d.path().join("config.json").exists()));
 }
 
 /// The sibling list is only compared: hostile names there are never fetched, and the repo loads.
 #[test]
 fn hostile_sibling_names_are_not_fetched() {
     let lab = Lab::new();
-    let listed = [
-        "../../../victim.txt",
-        "/etc/passwd",
-        "..\\x",
-        "../model.safetensors.index.json",
-        "a\nb",
-        "",
-    ];
+    let listed = ["../../../victim.txt", "/etc/passwd", "..\\x", "../model.safetensors.index.json", "a\nb", ""];
     let mut repos = BTreeMap::new();
-    let repo = Repo {
-        listed_extra: listed.iter().map(|s| s.to_string()).collect(),
-        ..Repo::new(repo_files())
-    };
+    let repo = Repo { listed_extra: listed.iter().map(|s| s.to_string()).collect(), ..Repo::new(repo_files()) };
     repos.insert("org/siblings".to_string(), repo);
     let hub = Hub::start(repos);
     let before = snapshot(lab.root(), Some(&lab.cache()));
@@ -458,12 +252,7 @@ fn hostile_sibling_names_are_not_fetched() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(snapshot(lab.root(), Some(&lab.cache())), before);
     let asked = hub.requests();
-    assert!(
-        !asked
-            .iter()
-            .any(|p| p.contains("..") || p.contains("victim") || p.contains("passwd")),
-        "{asked:?}"
-    );
+    assert!(!asked.iter().any(|p| p.contains("..") || p.contains("victim") || p.contains("passwd")), "{asked:?}");
 }
 
 /// A symlink planted in the cache (the repo folder, its blobs, a snapshot) is refused, not
@@ -482,31 +271,10 @@ fn symlinks_planted_in_the_cache_are_refused() {
     std::fs::create_dir(cache.join("models--org--planted-blobs")).unwrap();
     std::os::unix::fs::symlink(&outside, cache.join("models--org--planted-blobs/blobs")).unwrap();
     std::fs::create_dir_all(cache.join("models--org--planted-snapshot/snapshots")).unwrap();
-    let snap = cache
-        .join("models--org--planted-snapshot/snapshots")
-        .join(hub_server::COMMIT);
+    let snap = cache.join("models--org--planted-snapshot/snapshots").join(hub_server::COMMIT);
     std::os::unix::fs::symlink(&outside, snap).unwrap();
-    lab.refused(
-        &hub.addr,
-        "org/planted",
-        &[],
-        &[
-            "models--org--planted",
-            "is not a folder (a link or a file)",
-            "config.json",
-        ],
-    );
-    lab.refused(
-        &hub.addr,
-        "org/planted-blobs",
-        &[],
-        &["models--org--planted-blobs/blobs", "is not a folder"],
-    );
+    lab.refused(&hub.addr, "org/planted", &[], &["models--org--planted", "is not a folder (a link or a file)", "config.json"]);
+    lab.refused(&hub.addr, "org/planted-blobs", &[], &["models--org--planted-blobs/blobs", "is not a folder"]);
     lab.refused(&hub.addr, "org/planted-snapshot", &[], &["is not a folder"]);
-    assert_eq!(
-        std::fs::read_dir(&outside).unwrap().count(),
-        1,
-        "only keep.txt in {}",
-        outside.display()
-    );
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "only keep.txt in {}", outside.display());
 }

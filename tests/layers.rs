@@ -41,7 +41,11 @@ fn the_reader_finds_imports_and_skips_comments_strings_and_tests() {
     std::fs::create_dir_all(dir.join("memory")).unwrap();
     std::fs::create_dir_all(dir.join("model")).unwrap();
     std::fs::write(dir.join("lib.rs"), "pub mod error; pub mod memory; pub mod model;").unwrap();
-    std::fs::write(dir.join("error.rs"), "// use crate::model::Foo;\nconst S: &str = \"crate::memory::x\"; const C: char = '\"';\n#[cfg(test)]\nmod tests { use crate::model::Foo; }\n").unwrap();
+    std::fs::write(
+        dir.join("error.rs"),
+        "// use crate::model::Foo;\nconst S: &str = \"crate::memory::x\"; const C: char = '\"';\n#[cfg(test)]\nmod tests { use crate::model::Foo; }\n",
+    )
+    .unwrap();
     std::fs::write(dir.join("memory/mod.rs"), "pub mod probe;\npub use probe::Probe;\n").unwrap();
     std::fs::write(dir.join("memory/probe.rs"), "use crate::error::E;\npub struct Probe;").unwrap();
     std::fs::write(dir.join("model/mod.rs"), "pub mod a;\npub mod b;\n").unwrap();
@@ -79,7 +83,8 @@ fn no_file_above_400_lines_without_its_reason() {
 #[test]
 fn cuda_kernels_live_in_cu_files() {
     let g = graph();
-    let inline: Vec<String> = g.files.values().filter(|p| std::fs::read_to_string(p).unwrap().contains("__global__")).map(|p| p.display().to_string()).collect();
+    let inline: Vec<String> =
+        g.files.values().filter(|p| std::fs::read_to_string(p).unwrap().contains("__global__")).map(|p| p.display().to_string()).collect();
     assert!(inline.is_empty(), "CUDA source inside Rust files: {inline:?}");
     let cu: Vec<_> = walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src")).into_iter().filter(|p| p.extension().is_some_and(|e| e == "cu")).collect();
     assert!(cu.len() >= 3, "decode.cu, flash_attention.cu and read.cu: {cu:?}");

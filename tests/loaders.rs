@@ -176,7 +176,17 @@ fn load_stage_times_a_written_checkpoint_and_a_real_one_in_place() {
     assert_eq!(std::fs::read_dir(&disk).unwrap().count(), 0);
     let d = common::read_csv(&out.join("load/load_disk.csv"));
     let ops: Vec<String> = column(&d, "checkpoint").iter().zip(column(&d, "op")).map(|(c, o)| format!("{c}: {o}")).collect();
-    assert_eq!(ops, ["safetensors bf16: write (synced)", "safetensors bf16: read cold", "safetensors bf16: read warm", "gguf q4_k_m: quantize + write (synced)", "gguf q4_k_m: read cold", "gguf q4_k_m: read warm"]);
+    assert_eq!(
+        ops,
+        [
+            "safetensors bf16: write (synced)",
+            "safetensors bf16: read cold",
+            "safetensors bf16: read warm",
+            "gguf q4_k_m: quantize + write (synced)",
+            "gguf q4_k_m: read cold",
+            "gguf q4_k_m: read warm"
+        ]
+    );
     // Every read returns the bytes written.
     let mib: Vec<f64> = column(&d, "file_mib").iter().map(|v| v.parse().unwrap()).collect();
     assert_eq!(mib[0], mib[1]);
@@ -187,8 +197,19 @@ fn load_stage_times_a_written_checkpoint_and_a_real_one_in_place() {
     // The safetensors files hold the BF16 weights and a header of a few KiB.
     assert!(mib[0] >= bf16 && mib[0] < bf16 + 0.1, "{} MiB on disk for {bf16} MiB of weights", mib[0]);
     let t = common::read_csv(&out.join("load/load_time.csv"));
-    let loads: Vec<String> = column(&t, "checkpoint").iter().zip(column(&t, "precision")).zip(column(&t, "cache")).map(|((c, p), k)| format!("{c} {p} {k}")).collect();
-    assert_eq!(loads, ["safetensors bf16 bf16 cold", "safetensors bf16 bf16 warm", "safetensors bf16 q4_k_m cold", "safetensors bf16 q4_k_m warm", "gguf q4_k_m q4_k_m cold", "gguf q4_k_m q4_k_m warm"]);
+    let loads: Vec<String> =
+        column(&t, "checkpoint").iter().zip(column(&t, "precision")).zip(column(&t, "cache")).map(|((c, p), k)| format!("{c} {p} {k}")).collect();
+    assert_eq!(
+        loads,
+        [
+            "safetensors bf16 bf16 cold",
+            "safetensors bf16 bf16 warm",
+            "safetensors bf16 q4_k_m cold",
+            "safetensors bf16 q4_k_m warm",
+            "gguf q4_k_m q4_k_m cold",
+            "gguf q4_k_m q4_k_m warm"
+        ]
+    );
     assert!(column(&t, "outcome").iter().all(|o| o == "ok"));
     let q4 = vram_lab::estimate::weight_bytes(&cfg, Precision::Q4KM) as f64 / (1 << 20) as f64;
     let device: Vec<f64> = column(&t, "device_mib").iter().map(|v| v.parse().unwrap()).collect();

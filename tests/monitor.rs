@@ -42,4 +42,3 @@ fn a_deliberate_leak_is_flagged_with_its_size() {
         drop(kept);
     }
 }
-

@@ -142,7 +142,8 @@ fn drift(path: &Path) -> Vec<String> {
 }
 
 fn notebooks() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("notebooks")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "ipynb")).collect();
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(root().join("notebooks")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "ipynb")).collect();
     v.sort();
     v
 }
@@ -151,10 +152,13 @@ fn notebooks() -> Vec<PathBuf> {
 fn every_figure_in_a_notebooks_prose_is_one_of_its_outputs() {
     let nbs = notebooks();
     assert_eq!(nbs.len(), 7, "{nbs:?}");
-    let bad: Vec<String> = nbs.iter().filter_map(|p| {
-        let d = drift(p);
-        (!d.is_empty()).then(|| format!("{}: {}", p.file_name().unwrap().to_string_lossy(), d.join(", ")))
-    }).collect();
+    let bad: Vec<String> = nbs
+        .iter()
+        .filter_map(|p| {
+            let d = drift(p);
+            (!d.is_empty()).then(|| format!("{}: {}", p.file_name().unwrap().to_string_lossy(), d.join(", ")))
+        })
+        .collect();
     assert!(bad.is_empty(), "figures in the prose that no output shows:\n{}", bad.join("\n"));
 }
 

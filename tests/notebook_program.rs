@@ -9,7 +9,8 @@ use std::path::Path;
 fn the_notebook_program_holds_every_code_cell() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let program = std::fs::read_to_string(root.join("examples/notebooks_live.rs")).unwrap();
-    let mut notebooks: Vec<_> = std::fs::read_dir(root.join("notebooks")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "ipynb")).collect();
+    let mut notebooks: Vec<_> =
+        std::fs::read_dir(root.join("notebooks")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "ipynb")).collect();
     notebooks.sort();
     assert!(notebooks.len() >= 6);
     let mut at = 0;
@@ -26,7 +27,9 @@ fn the_notebook_program_holds_every_code_cell() {
                 continue;
             }
             for line in kept {
-                let found = program[at..].find(line.trim()).unwrap_or_else(|| panic!("{stem}: `{line}` is not in the program (stale): run python3 scripts/notebook_program.py write"));
+                let found = program[at..]
+                    .find(line.trim())
+                    .unwrap_or_else(|| panic!("{stem}: `{line}` is not in the program (stale): run python3 scripts/notebook_program.py write"));
                 at += found;
             }
         }
@@ -43,10 +46,14 @@ fn every_notebook_replays_as_a_program() {
     let exe = std::env::current_exe().unwrap();
     let program = exe.parent().and_then(Path::parent).unwrap().join("examples").join("notebooks_live");
     assert!(program.is_file(), "{} is missing: plain `cargo test` builds the examples", program.display());
-    let mut names: Vec<String> = std::fs::read_dir(root.join("notebooks")).unwrap().flatten().filter_map(|e| {
-        let p = e.path();
-        (p.extension().is_some_and(|x| x == "ipynb")).then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
-    }).collect();
+    let mut names: Vec<String> = std::fs::read_dir(root.join("notebooks"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            (p.extension().is_some_and(|x| x == "ipynb")).then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+        })
+        .collect();
     names.sort();
     for nb in &names {
         let o = std::process::Command::new(&program)

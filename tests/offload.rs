@@ -35,7 +35,6 @@ fn logits(model: &Qwen2, ids: &[u32]) -> Tensor {
     last_logits(&model.forward(&t.narrow(1, ids.len() - 1, 1).unwrap(), &mut cache, Logits::Last).unwrap()).unwrap()
 }
 
-
 #[test]
 fn every_placement_gives_the_full_models_tokens() {
     use Home::*;

@@ -119,7 +119,9 @@ fn a_rank_loaded_tensor_by_tensor_equals_a_rank_cut_from_the_whole() {
                 s.spawn(move || {
                     let mut source = Synthetic::new(cfg.clone(), 3);
                     let loaded = load_rank(&cfg, Precision::F32, &mut source, &Device::Cpu, Arc::new(a), None).unwrap();
-                    let whole = vram_lab::model::weights::load_all(&cfg, &mut Synthetic::new(cfg.clone(), 3), Precision::F32, &Device::Cpu, None, |_, _| Ok(())).unwrap();
+                    let whole =
+                        vram_lab::model::weights::load_all(&cfg, &mut Synthetic::new(cfg.clone(), 3), Precision::F32, &Device::Cpu, None, |_, _| Ok(()))
+                            .unwrap();
                     let cut = rank_model(&cfg, Precision::F32, whole, &Device::Cpu, Arc::new(b)).unwrap();
                     assert_eq!(loaded.weight_bytes(), cut.weight_bytes());
                     let run = |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 16).unwrap(), Logits::All).unwrap().remove(0);
@@ -173,7 +175,19 @@ fn the_parallel_stage_on_two_cpu_ranks() {
     // 3 ranks do not divide the tiny model's 2 K/V heads, nor can 3 stages share its 2 layers:
     // one line each, no panic.
     for (layouts, says) in [("tensor", "do not divide"), ("pipeline", "each stage needs at least one layer")] {
-        let o = common::lab_quiet(&["parallel", "--device", "cpu", "--model", "synthetic:tiny", "--gpus", "3", "--layouts", layouts, "--out", dir.path().join(layouts).to_str().unwrap()]);
+        let o = common::lab_quiet(&[
+            "parallel",
+            "--device",
+            "cpu",
+            "--model",
+            "synthetic:tiny",
+            "--gpus",
+            "3",
+            "--layouts",
+            layouts,
+            "--out",
+            dir.path().join(layouts).to_str().unwrap(),
+        ]);
         assert!(!o.status.success());
         assert!(common::output_text(&o).contains(says), "{}", common::output_text(&o));
     }
@@ -223,7 +237,11 @@ fn data_parallel_steps_equal_one_rank_on_the_whole_batch() {
     // while a sum in place of the mean, or a share never exchanged, moves them by ~1e-3.
     let params = ParamsAdamW { lr: 1e-2, eps: 1e-3, ..Default::default() };
     let model = || train::trainable(Qwen2::new(&cfg, Precision::F32, weights(7), &Device::Cpu).unwrap()).unwrap();
-    let batch = Tensor::new(&[[3u32, 9, 27, 81, 243, 17, 5, 66], [1, 2, 3, 4, 5, 6, 7, 8], [900, 800, 700, 600, 500, 400, 300, 200], [11, 22, 33, 44, 55, 66, 77, 88]], &Device::Cpu).unwrap();
+    let batch = Tensor::new(
+        &[[3u32, 9, 27, 81, 243, 17, 5, 66], [1, 2, 3, 4, 5, 6, 7, 8], [900, 800, 700, 600, 500, 400, 300, 200], [11, 22, 33, 44, 55, 66, 77, 88]],
+        &Device::Cpu,
+    )
+    .unwrap();
     // One rank, all four sequences.
     let whole = model();
     let (input, target) = train::shift(&batch).unwrap();
@@ -281,7 +299,23 @@ fn the_train_stage_on_two_cpu_ranks_follows_the_zero_ledger() {
     let mut states = vec![];
     for zero in ["0", "1", "2"] {
         let out = dir.path().join(format!("z{zero}"));
-        let o = common::lab_quiet(&["train", "--device", "cpu", "--model", "synthetic:tiny", "--gpus", "2", "--zero", zero, "--seq", "16", "--steps", "1", "--out", out.to_str().unwrap()]);
+        let o = common::lab_quiet(&[
+            "train",
+            "--device",
+            "cpu",
+            "--model",
+            "synthetic:tiny",
+            "--gpus",
+            "2",
+            "--zero",
+            zero,
+            "--seq",
+            "16",
+            "--steps",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
         assert!(o.status.success(), "{}", common::output_text(&o));
         let df = common::read_csv(&out.join("train/train_ranks.csv"));
         let col = |c: &str| df.column(c).unwrap().as_materialized_series().iter().map(|v| v.to_string().trim_matches('"').to_string()).collect::<Vec<_>>();
@@ -310,7 +344,23 @@ fn the_train_stage_on_two_cpu_ranks_follows_the_zero_ledger() {
 fn unequal_cards_plan_their_micro_batches_and_an_even_split_overflows_the_smaller() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cards");
-    let o = common::lab_quiet(&["train", "--device", "cpu", "--model", "synthetic:tiny", "--cards", "96MiB,48MiB", "--seq", "64", "--checkpointing", "true", "--steps", "1", "--out", out.to_str().unwrap()]);
+    let o = common::lab_quiet(&[
+        "train",
+        "--device",
+        "cpu",
+        "--model",
+        "synthetic:tiny",
+        "--cards",
+        "96MiB,48MiB",
+        "--seq",
+        "64",
+        "--checkpointing",
+        "true",
+        "--steps",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", common::output_text(&o));
     let df = common::read_csv(&out.join("train/train_ranks.csv"));
     let col = |c: &str| df.column(c).unwrap().as_materialized_series().iter().map(|v| v.to_string().trim_matches('"').to_string()).collect::<Vec<_>>();
@@ -325,6 +375,18 @@ fn unequal_cards_plan_their_micro_batches_and_an_even_split_overflows_the_smalle
     assert_eq!(note[p1], "ok");
     assert!(note[e1].contains("over the 48mib card"), "{}", note[e1]);
     // A card that cannot hold one sequence is one clear line.
-    let o = common::lab_quiet(&["train", "--device", "cpu", "--model", "synthetic:tiny", "--cards", "96MiB,1MiB", "--seq", "64", "--out", dir.path().join("tiny-card").to_str().unwrap()]);
+    let o = common::lab_quiet(&[
+        "train",
+        "--device",
+        "cpu",
+        "--model",
+        "synthetic:tiny",
+        "--cards",
+        "96MiB,1MiB",
+        "--seq",
+        "64",
+        "--out",
+        dir.path().join("tiny-card").to_str().unwrap(),
+    ]);
     assert!(!o.status.success() && common::output_text(&o).contains("cannot train one sequence"), "{}", common::output_text(&o));
 }

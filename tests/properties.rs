@@ -5,10 +5,10 @@
 //! budget never fits less. Outside the ceilings a config is refused with a line naming the field.
 
 use proptest::prelude::*;
-use vram_lab::estimate::pool::{self, AllocModel};
-use vram_lab::memory::policy::Policy;
 use vram_lab::estimate::fit::{self, Inference};
+use vram_lab::estimate::pool::{self, AllocModel};
 use vram_lab::limits::*;
+use vram_lab::memory::policy::Policy;
 use vram_lab::model::attention::AttentionMode;
 use vram_lab::model::placement::{Bandwidths, PartBytes, Placement, Strategy as Place};
 use vram_lab::model::{Logits, Precision, Qwen2Config};
@@ -40,7 +40,14 @@ fn workload() -> impl Strategy<Value = Inference> {
     let precision = prop_oneof![Just(Precision::F32), Just(Precision::Bf16), Just(Precision::Q4)];
     let logits = prop_oneof![Just(Logits::Last), Just(Logits::All)];
     let attention = prop_oneof![Just(AttentionMode::default()), Just(AttentionMode::Naive), Just(AttentionMode::Flash)];
-    (precision, upto(MAX_SEQ), upto(MAX_BATCH), logits, attention).prop_map(|(precision, seq, batch, logits, attention)| Inference { precision, seq, batch, logits, attention, stored: None })
+    (precision, upto(MAX_SEQ), upto(MAX_BATCH), logits, attention).prop_map(|(precision, seq, batch, logits, attention)| Inference {
+        precision,
+        seq,
+        batch,
+        logits,
+        attention,
+        stored: None,
+    })
 }
 
 const RUNTIME: u64 = 700 << 20;

@@ -42,10 +42,8 @@ fn every_chart_of_the_report_renders_in_chromium() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let o = Command::new(env!("CARGO_BIN_EXE_vram-lab"))
-        .args(["anatomy", "--quiet", "--max-new-tokens", "8", "--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let o =
+        Command::new(env!("CARGO_BIN_EXE_vram-lab")).args(["anatomy", "--quiet", "--max-new-tokens", "8", "--out", out.to_str().unwrap()]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let dom = dump_dom(&browser, &out.join("report.html"));
     let at = dom.find("id=\"vram-lab-render-check\"").unwrap_or_else(|| panic!("no render check in:\n{}", &dom[..dom.len().min(2000)]));

@@ -38,7 +38,7 @@ fn frag_on_cpu_runs_the_model_of_each_policy_and_measures_the_host_arena() {
     let arena_request = (0..alloc.len()).find(|&i| alloc[i] == "host-arena" && step[i] == "request").unwrap();
     // Block 9's hole joins the free end: the 2 GiB starts at 4,500 MiB and the range ends at 6,548.
     assert!((measured[arena_request].unwrap() - 6548.0 / 1024.0).abs() < 1e-3, "{:?}", measured[arena_request]);
-    assert!((reserved[arena_request] .unwrap() - 6548.0 / 1024.0).abs() < 1e-3);
+    assert!((reserved[arena_request].unwrap() - 6548.0 / 1024.0).abs() < 1e-3);
     let ooms = read(&out.join("frag/frag_false_oom.csv"));
     assert_eq!(ooms.height(), 8);
     let outcome = strs(&ooms, "outcome");
@@ -102,8 +102,17 @@ fn watch_follows_a_command_to_csv() {
     let tmp = tempfile::tempdir().unwrap();
     let csv = tmp.path().join("w.csv");
     let o = lab(&[
-        "watch", "--interval-ms", "40", "--threshold-mib", "50", "--csv", csv.to_str().unwrap(), "--",
-        "python3", "-c", "import time; time.sleep(0.3); x = bytearray(160 << 20); time.sleep(0.6)",
+        "watch",
+        "--interval-ms",
+        "40",
+        "--threshold-mib",
+        "50",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--",
+        "python3",
+        "-c",
+        "import time; time.sleep(0.3); x = bytearray(160 << 20); time.sleep(0.6)",
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let df = read(&csv);

@@ -6,9 +6,9 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
-use vram_lab::model::optim::{AdamW, ParamsAdamW, UPDATE_COPIES};
 use vram_lab::estimate::training::{graph, ledger, step_activations, TrainSetup, TrainShape};
 use vram_lab::memory::host::{self, CountingAlloc};
+use vram_lab::model::optim::{AdamW, ParamsAdamW, UPDATE_COPIES};
 use vram_lab::model::weights::Weight;
 use vram_lab::model::weights::{load_all, Synthetic};
 use vram_lab::model::{train, AttentionMode, CacheKind, Logits, Precision, Qwen2};
@@ -75,7 +75,11 @@ fn a_training_step_holds_what_the_ledger_says() {
     assert_ne!(vars[0].as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap(), w0);
     let largest = vars.iter().map(|v| v.elem_count() as u64).max().unwrap() * 4;
     let update = host::peak() - held;
-    assert!(update >= UPDATE_COPIES * largest && update < UPDATE_COPIES * largest + (1 << 16), "the update held {update} B above the gradients, the ledger {} B", UPDATE_COPIES * largest);
+    assert!(
+        update >= UPDATE_COPIES * largest && update < UPDATE_COPIES * largest + (1 << 16),
+        "the update held {update} B above the gradients, the ledger {} B",
+        UPDATE_COPIES * largest
+    );
 }
 
 /// What the forward keeps for the backward, as `estimate::training::graph` counts it: equal to the

@@ -81,10 +81,7 @@ pub fn verdict(name: &str, student: Option<f64>, lab: f64, rel_tol: f64) -> Stri
     if answer == lab || err <= rel_tol {
         format!("{name}: ✅ 正确 / correct ({answer})")
     } else if answer.is_finite() {
-        format!(
-            "{name}: ❌ {answer} 差了 / is off by {:.3}% — 再想想 / try again",
-            err * 100.0
-        )
+        format!("{name}: ❌ {answer} 差了 / is off by {:.3}% — 再想想 / try again", err * 100.0)
     } else {
         format!("{name}: ❌ {answer} — 再想想 / try again")
     }

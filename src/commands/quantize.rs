@@ -2,12 +2,12 @@
 
 use crate::error::Result;
 use crate::hw::{self};
-use crate::units::grouped;
 use crate::memory::fmt_bytes;
 use crate::model::gguf::recipe::FileType;
 use crate::model::gguf::writer::{self, Plan};
 use crate::model::{self, ModelSource};
 use crate::session::{default_model, SessionArgs};
+use crate::units::grouped;
 use std::path::Path;
 
 /// Writes a GGUF of the session's model to `to` with llama.cpp's recipe `ftype` (and the model's

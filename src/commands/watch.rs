@@ -61,9 +61,7 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
         return Err(LabError::input(format!("{} already exists: --csv writes a new file", path.display())));
     }
     let mut child = match w.command.split_first() {
-        Some((prog, rest)) => Some(
-            std::process::Command::new(prog).args(rest).spawn().map_err(|e| LabError::input(format!("cannot start `{prog}`: {e}")))?,
-        ),
+        Some((prog, rest)) => Some(std::process::Command::new(prog).args(rest).spawn().map_err(|e| LabError::input(format!("cannot start `{prog}`: {e}")))?),
         None => None,
     };
     let pid = w.pid.or(child.as_ref().map(|c| c.id()));
@@ -121,12 +119,8 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
     }
     let used: Vec<Option<u64>> = samples.iter().map(|s| s.process_used.or(if pid.is_none() { s.device_used } else { None })).collect();
     let threshold = (w.threshold_mib * crate::memory::MIB) as i64;
-    let jumps: Vec<(f64, i64)> = samples
-        .windows(2)
-        .zip(used.windows(2))
-        .filter_map(|(s, u)| Some((s[1].t_s, u[1]? as i64 - u[0]? as i64)))
-        .filter(|(_, d)| *d > threshold)
-        .collect();
+    let jumps: Vec<(f64, i64)> =
+        samples.windows(2).zip(used.windows(2)).filter_map(|(s, u)| Some((s[1].t_s, u[1]? as i64 - u[0]? as i64))).filter(|(_, d)| *d > threshold).collect();
     if let Some(path) = &w.csv {
         let df = polars::df!(
             "t_s" => samples.iter().map(|s| s.t_s).collect::<Vec<_>>(),

@@ -1,8 +1,8 @@
 //! Bytes of the weights, the KV cache and the logits, and the decode ceiling they imply.
 
-use crate::model::qwen2::config::{Qwen2Config, TensorSpec};
 use crate::model::gguf::recipe::use_more_bits;
 use crate::model::precision::Precision;
+use crate::model::qwen2::config::{Qwen2Config, TensorSpec};
 
 /// Weight bytes of `cfg` in `precision`, tensor by tensor (each as `Precision::held` holds it).
 pub fn weight_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {

@@ -2,15 +2,15 @@
 //! and `transient.rs` summed with the runtime's fixed overhead, and inverted for the largest
 //! batch and context. Pure: cards and overheads come in as data.
 
-use super::transient::{self, Prefill};
 use super::bytes::{kv_bytes_per_token, weight_bytes};
+use super::transient::{self, Prefill};
 use super::workspace;
-use crate::memory::policy::POOL_SLACK;
 use crate::error::{LabError, Result};
-use crate::units::grouped;
 use crate::limits::{check_count, MAX_BATCH, MAX_SEQ, MAX_TERM_BYTES};
+use crate::memory::policy::POOL_SLACK;
 use crate::model::attention::AttentionMode;
 use crate::model::{Logits, Precision, Qwen2Config};
+use crate::units::grouped;
 use serde::{Deserialize, Serialize};
 
 const RUNTIME_JSON: &str = include_str!("../../data/runtime.json");
@@ -113,7 +113,10 @@ pub fn ledger(cfg: &Qwen2Config, w: &Inference, runtime: u64) -> Ledger {
 /// old and the new buffer at once, in the first layer's down projection.
 pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -> Ledger {
     let act = w.precision.act_dtype().size_in_bytes();
-    let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() });
+    let p = transient::phases(
+        cfg,
+        &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() },
+    );
     let tokens = (w.seq * w.batch) as u64;
     let kept = workspace::held(cfg, w.precision, seen.max(tokens));
     let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - kept;
@@ -122,7 +125,8 @@ pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -
     // grows, the down projection holds the new, the old and the fixup buffer.
     let kept_share = transient::chunk_share(workspace::held_parts(cfg, w.precision, seen.max(tokens)));
     let growing = transient::chunk_share(workspace::at_growth_parts(cfg, w.precision, seen, tokens));
-    let with_slack = (p.peak_with(POOL_SLACK) + transient::pool_slack(kept_share, POOL_SLACK)).max(growth + transient::pool_slack(p.chunked.down_proj + growing, POOL_SLACK));
+    let with_slack = (p.peak_with(POOL_SLACK) + transient::pool_slack(kept_share, POOL_SLACK))
+        .max(growth + transient::pool_slack(p.chunked.down_proj + growing, POOL_SLACK));
     Ledger {
         weights: w.weights(cfg),
         workspace: kept,

@@ -16,7 +16,9 @@ pub mod training;
 pub mod transient;
 pub mod workspace;
 
-pub use bytes::{decode_ceiling_tok_s, decode_read_bytes, kv_bytes_per_token, logits_bytes_per_token, naive_kv_bytes_per_token, sum_over_tensors, weight_bytes, with_layers};
+pub use bytes::{
+    decode_ceiling_tok_s, decode_read_bytes, kv_bytes_per_token, logits_bytes_per_token, naive_kv_bytes_per_token, sum_over_tensors, weight_bytes, with_layers,
+};
 pub use need::{mapped_need, prefill_need, remedies, Remedy, Workload};
 
 #[cfg(test)]
@@ -114,13 +116,13 @@ mod tests {
     #[test]
     fn kv_per_token_every_preset() {
         let want = [
-            ("qwen2.5-0.5b", 12_288u64, 7.0),   // 24 layers × 2 KV heads × 64
-            ("qwen2.5-1.5b", 28_672, 6.0),      // 28 × 2 × 128
-            ("qwen2.5-3b", 36_864, 8.0),        // 36 × 2 × 128
-            ("qwen2.5-7b", 57_344, 7.0),        // 28 × 4 × 128
-            ("qwen2.5-14b", 196_608, 5.0),      // 48 × 8 × 128
-            ("qwen2.5-32b", 262_144, 5.0),      // 64 × 8 × 128
-            ("qwen2.5-72b", 327_680, 8.0),      // 80 × 8 × 128
+            ("qwen2.5-0.5b", 12_288u64, 7.0), // 24 layers × 2 KV heads × 64
+            ("qwen2.5-1.5b", 28_672, 6.0),    // 28 × 2 × 128
+            ("qwen2.5-3b", 36_864, 8.0),      // 36 × 2 × 128
+            ("qwen2.5-7b", 57_344, 7.0),      // 28 × 4 × 128
+            ("qwen2.5-14b", 196_608, 5.0),    // 48 × 8 × 128
+            ("qwen2.5-32b", 262_144, 5.0),    // 64 × 8 × 128
+            ("qwen2.5-72b", 327_680, 8.0),    // 80 × 8 × 128
         ];
         for (name, bytes, ratio) in want {
             let cfg = Qwen2Config::preset(name).unwrap();

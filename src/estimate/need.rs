@@ -24,7 +24,10 @@ pub fn prefill_need(cfg: &Qwen2Config, w: &Workload, transient_per_token: f64) -
         Logits::All => tokens,
         Logits::Last => w.batch as u64,
     };
-    weight_bytes(cfg, w.precision) + kv_bytes_per_token(cfg, act) * tokens + logits_bytes_per_token(cfg, act) * logit_rows + (transient_per_token * tokens as f64) as u64
+    weight_bytes(cfg, w.precision)
+        + kv_bytes_per_token(cfg, act) * tokens
+        + logits_bytes_per_token(cfg, act) * logit_rows
+        + (transient_per_token * tokens as f64) as u64
 }
 
 /// What the allocator must map for `w`: the weights, and the rest times `pool_factor`, the ratio
@@ -64,7 +67,9 @@ pub fn remedies(cfg: &Qwen2Config, w: &Workload, capacity: u64, transient_per_to
     }
     if !w.precision.is_quantized() {
         let n = need(&Workload { precision: Precision::Q4KM, ..*w });
-        out.push(Remedy { what: "Q4 weights", change: format!("{} → q4_k_m (llama.cpp's mix, computing in BF16)", w.precision), need: n, fits: n <= capacity });
+        out.push(Remedy {
+            what: "Q4 weights", change: format!("{} → q4_k_m (llama.cpp's mix, computing in BF16)", w.precision), need: n, fits: n <= capacity
+        });
     }
     // Offload: each layer's weights moved to the host frees its share of the weights.
     let total = need(w);
@@ -75,7 +80,12 @@ pub fn remedies(cfg: &Qwen2Config, w: &Workload, capacity: u64, transient_per_to
     out.push(if layers <= n {
         Remedy { what: "offload", change: format!("{layers} of {n} layers' weights in host memory"), need: total - per_layer * layers as u64, fits: true }
     } else {
-        Remedy { what: "offload", change: format!("not enough: all {n} layers' weights would leave {} too many", over.saturating_sub(per_layer * n as u64)), need: total - per_layer * n as u64, fits: false }
+        Remedy {
+            what: "offload",
+            change: format!("not enough: all {n} layers' weights would leave {} too many", over.saturating_sub(per_layer * n as u64)),
+            need: total - per_layer * n as u64,
+            fits: false,
+        }
     });
     out
 }

@@ -175,7 +175,10 @@ pub fn pipeline(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> 
     // A stage before the last runs layers only: its busiest moment is the layers' (the logits
     // are the last stage's), counted whole, as no logits stay beside it.
     let layers_peak = if one.peak_at == "logits" {
-        let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() });
+        let p = transient::phases(
+            cfg,
+            &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() },
+        );
         p.attention.max(p.o_proj).max(p.mlp)
     } else {
         one.transient + one.logits

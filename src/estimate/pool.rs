@@ -26,15 +26,28 @@ use crate::memory::policy::{round_up, Policy, GRANULE};
 /// What each policy does, as switches of the model.
 pub fn behaviour(policy: Policy) -> Behaviour {
     match policy {
-        Policy::Pool => Behaviour { caches_frees: true, release_at_sync: true, release_on_failure: false, remap_pages: true, reuse_pages_first: true, one_range: false },
-        Policy::Caching => Behaviour { caches_frees: true, release_at_sync: false, release_on_failure: false, remap_pages: true, reuse_pages_first: true, one_range: false },
-        Policy::Sync => Behaviour { caches_frees: false, release_at_sync: false, release_on_failure: false, remap_pages: false, reuse_pages_first: false, one_range: false },
+        Policy::Pool => {
+            Behaviour { caches_frees: true, release_at_sync: true, release_on_failure: false, remap_pages: true, reuse_pages_first: true, one_range: false }
+        }
+        Policy::Caching => {
+            Behaviour { caches_frees: true, release_at_sync: false, release_on_failure: false, remap_pages: true, reuse_pages_first: true, one_range: false }
+        }
+        Policy::Sync => {
+            Behaviour { caches_frees: false, release_at_sync: false, release_on_failure: false, remap_pages: false, reuse_pages_first: false, one_range: false }
+        }
     }
 }
 
 /// PyTorch's allocator, for the predictions beside the reference script's figures.
 pub fn torch(expandable_segments: bool) -> Behaviour {
-    Behaviour { caches_frees: true, release_at_sync: false, release_on_failure: true, remap_pages: expandable_segments, reuse_pages_first: false, one_range: false }
+    Behaviour {
+        caches_frees: true,
+        release_at_sync: false,
+        release_on_failure: true,
+        remap_pages: expandable_segments,
+        reuse_pages_first: false,
+        one_range: false,
+    }
 }
 
 /// One fixed range of addresses cut by a heap (`memory::host_arena` on CPU): no page is ever
@@ -103,11 +116,8 @@ pub struct ModelOom {
 
 impl AllocModel {
     pub fn new(behaviour: Behaviour, capacity: u64) -> Self {
-        let segments = if behaviour.one_range {
-            vec![Segment { blocks: vec![Block { offset: 0, size: capacity / GRANULE * GRANULE, owner: None }] }]
-        } else {
-            Vec::new()
-        };
+        let segments =
+            if behaviour.one_range { vec![Segment { blocks: vec![Block { offset: 0, size: capacity / GRANULE * GRANULE, owner: None }] }] } else { Vec::new() };
         Self { behaviour, capacity, segments, live: BTreeMap::new(), next_handle: 1 }
     }
 

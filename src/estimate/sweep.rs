@@ -2,9 +2,9 @@
 //! matters for Q4 (candle's quantized matmul keeps the buffer of the longest, `workspace`), and
 //! the longest context a bisection finds is the ledger's edge on the bisection's own grid.
 
+use super::bytes::{kv_bytes_per_token, weight_bytes};
 use super::fit::{ledger_after, Inference};
 use super::transient::{self, Prefill};
-use super::bytes::{kv_bytes_per_token, weight_bytes};
 use super::workspace;
 use crate::memory::policy::POOL_SLACK;
 use crate::model::Qwen2Config;
@@ -15,7 +15,10 @@ use crate::search::bisect;
 /// the old. A prefill that fitted did.
 pub fn reaches_growth(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64, capacity: u64) -> bool {
     let act = w.precision.act_dtype().size_in_bytes();
-    let p = transient::phases(cfg, &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() });
+    let p = transient::phases(
+        cfg,
+        &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() },
+    );
     let tokens = (w.seq * w.batch) as u64;
     let held = workspace::held(cfg, w.precision, seen);
     let base = weight_bytes(cfg, w.precision) + held + kv_bytes_per_token(cfg, act) * tokens + runtime;

@@ -289,7 +289,11 @@ pub fn pytorch_step(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: 
 /// pass"), and checkpointing saving 65 % of it.
 pub fn articles_activations(cfg: &Qwen2Config, sh: TrainShape, checkpoint: bool) -> u64 {
     let full = F32 * sh.tokens() * (cfg.hidden_size * cfg.num_hidden_layers) as u64;
-    if checkpoint { full * 35 / 100 } else { full }
+    if checkpoint {
+        full * 35 / 100
+    } else {
+        full
+    }
 }
 
 #[cfg(test)]

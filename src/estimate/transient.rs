@@ -193,8 +193,17 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let chunked = Chunked {
         attention: layer_share + attention_share,
         o_proj: layer_share + copy_share + if cast { share(2, tokens * h) + share(2, tokens * 2 * h) } else { share(1, tokens * qw) + share(2, tokens * h) },
-        mlp: layer_share + share(1, tokens * qw) + share(1, tokens * h) + copy_share + if cast { share(3, tokens * i) + share(1, tokens * 2 * i) + share(1, tokens * 2 * h) } else { share(4, tokens * i) },
-        down_proj: layer_share + share(1, tokens * qw) + share(1, tokens * h) + share(1, tokens * i) + copy_share + if cast { share(1, tokens * 2 * i) } else { 0 },
+        mlp: layer_share
+            + share(1, tokens * qw)
+            + share(1, tokens * h)
+            + copy_share
+            + if cast { share(3, tokens * i) + share(1, tokens * 2 * i) + share(1, tokens * 2 * h) } else { share(4, tokens * i) },
+        down_proj: layer_share
+            + share(1, tokens * qw)
+            + share(1, tokens * h)
+            + share(1, tokens * i)
+            + copy_share
+            + if cast { share(1, tokens * 2 * i) } else { 0 },
         logits: share(2, tokens * h) + share(2, rope / 2) + share(1, cache) + head_share,
     };
     Phases { attention, o_proj, mlp, down_proj, logits, logits_kept, chunked }
@@ -307,7 +316,10 @@ mod tests {
     #[test]
     fn chunks_bound_the_scores() {
         let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
-        let at = |budget| phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Bounded { budget }, cast: false }).attention;
+        let at = |budget| {
+            phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Bounded { budget }, cast: false })
+                .attention
+        };
         assert!(at(64 << 20) < at(256 << 20));
         assert!(at(256 << 20) < at(1 << 30));
         let naive = phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Naive, cast: false }).attention;

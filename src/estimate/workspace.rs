@@ -10,8 +10,8 @@
 //! Qwen2.5-7B: the widest quantized row is down_proj's 18,944 values, 148 blocks of 144 B:
 //! 21,312 B per prefill token, as the committed Q4 runs' base grew.
 
-use crate::model::qwen2::config::Qwen2Config;
 use crate::model::precision::{Held, Precision};
+use crate::model::qwen2::config::Qwen2Config;
 use candle_core::quantized::GgmlDType;
 
 /// candle pads a quantized row to 512 values (`MATRIX_ROW_PADDING`).

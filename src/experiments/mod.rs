@@ -19,7 +19,21 @@ use crate::stage::{register, AnyStage};
 
 /// Every stage, in the report's order. Adding a stage: its module, and one line here.
 pub fn registry() -> Vec<Box<dyn AnyStage>> {
-    vec![register::<anatomy::Anatomy>(), register::<loading::Loading>(), register::<kv::KvCache>(), register::<frag::Frag>(), register::<leaks::Leaks>(), register::<bandwidth::Bandwidth>(), register::<offload::Offload>(), register::<speed::Bench>(), register::<estimate::Estimate>(), register::<estimate::Plan>(), register::<train::Train>(), register::<parallel::Parallel>(), register::<estimate_check::Check>()]
+    vec![
+        register::<anatomy::Anatomy>(),
+        register::<loading::Loading>(),
+        register::<kv::KvCache>(),
+        register::<frag::Frag>(),
+        register::<leaks::Leaks>(),
+        register::<bandwidth::Bandwidth>(),
+        register::<offload::Offload>(),
+        register::<speed::Bench>(),
+        register::<estimate::Estimate>(),
+        register::<estimate::Plan>(),
+        register::<train::Train>(),
+        register::<parallel::Parallel>(),
+        register::<estimate_check::Check>(),
+    ]
 }
 
 /// The stage called `name`.

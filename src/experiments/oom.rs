@@ -71,16 +71,29 @@ pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Confi
     let cap = snap.and_then(|s| s.pool_capacity());
     rows.push(row(context, "device", "capacity for the pool", cap, "the card less the CUDA context and modules outside the pool"));
     if let (Some(cap), Some(snap)) = (cap, snap) {
-        rows.push(row(context, "device", "free at the failure", Some(cap.saturating_sub(snap.reserved_peak)), "capacity less what the pool had mapped at its busiest"));
+        rows.push(row(
+            context,
+            "device",
+            "free at the failure",
+            Some(cap.saturating_sub(snap.reserved_peak)),
+            "capacity less what the pool had mapped at its busiest",
+        ));
     }
     rows.push(row(context, "device", "largest free block now", s.probe.largest_free_block(), "after the failed step's tensors were freed (bisection)"));
     let others = s.probe.other_processes();
     let other_bytes: u64 = others.iter().map(|(_, b)| b).sum();
     let pids: Vec<String> = others.iter().map(|(p, _)| p.to_string()).collect();
-    rows.push(row(context, "device", "other processes", Some(other_bytes), if pids.is_empty() { "none".to_string() } else { format!("pids {}", pids.join(", ")) }));
+    rows.push(row(
+        context,
+        "device",
+        "other processes",
+        Some(other_bytes),
+        if pids.is_empty() { "none".to_string() } else { format!("pids {}", pids.join(", ")) },
+    ));
     if let Some(cap) = cap {
         let need = estimate::prefill_need(cfg, w, transient_per_token);
-        let mut r = row(context, "need", "allocated by this workload", Some(need), format!("weights + KV + logits + transient {transient_per_token:.0} B/token"));
+        let mut r =
+            row(context, "need", "allocated by this workload", Some(need), format!("weights + KV + logits + transient {transient_per_token:.0} B/token"));
         r.fits = if need <= cap { "yes" } else { "no" }.into();
         rows.push(r);
         let mapped = estimate::mapped_need(cfg, w, transient_per_token, m.pool_factor);

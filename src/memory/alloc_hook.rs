@@ -184,7 +184,9 @@ fn pool_now() -> (String, String) {
     #[cfg(feature = "cuda")]
     if let Some(pool) = current_pool() {
         use candle_core::cuda_backend::cudarc::driver::sys::CUmemPool_attribute::*;
-        if let (Ok(reserved), Ok(used)) = (super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)) {
+        if let (Ok(reserved), Ok(used)) =
+            (super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT))
+        {
             return (reserved.to_string(), used.to_string());
         }
     }
@@ -258,11 +260,7 @@ pub fn counts() -> Option<AllocCounts> {
     if !active() {
         return None;
     }
-    let (live, largest) = LIVE
-        .lock()
-        .ok()
-        .and_then(|l| l.as_ref().map(|m| (m.len() as u64, m.values().copied().max().unwrap_or(0))))
-        .unwrap_or((0, 0));
+    let (live, largest) = LIVE.lock().ok().and_then(|l| l.as_ref().map(|m| (m.len() as u64, m.values().copied().max().unwrap_or(0)))).unwrap_or((0, 0));
     Some(AllocCounts {
         allocs: ALLOCS.load(Relaxed),
         alloc_bytes: ALLOC_BYTES.load(Relaxed),

@@ -88,7 +88,7 @@ pub fn mem_info(dev: &CudaDevice) -> Result<(u64, u64)> {
 }
 
 /// The device's ordinal (cuda:N).
-pub use crate::hw::{gpu_ordinal as ordinal, cuda_name as name};
+pub use crate::hw::{cuda_name as name, gpu_ordinal as ordinal};
 
 pub fn compute_capability(dev: &CudaDevice) -> Option<(i32, i32)> {
     context(dev).compute_capability().ok()
@@ -180,5 +180,3 @@ pub fn largest_free_block(dev: &CudaDevice) -> Result<u64> {
     })?;
     Ok(lo)
 }
-
-

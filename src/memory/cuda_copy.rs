@@ -24,9 +24,8 @@ impl Pinned {
         let ctx = super::cuda::context(dev);
         // SAFETY: the bytes are written before any read (`fill` or a device→host copy).
         // Flags 0: cached, not write-combined, so the CPU may read it too.
-        let slice = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes.max(1), 0) }.map_err(|e| {
-            LabError::other(format!("pinning {} of host memory: {e:?}", super::fmt_bytes(bytes as u64)))
-        })?;
+        let slice = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes.max(1), 0) }
+            .map_err(|e| LabError::other(format!("pinning {} of host memory: {e:?}", super::fmt_bytes(bytes as u64))))?;
         Ok(Self { slice })
     }
 

@@ -8,8 +8,8 @@
 
 use super::cuda::{check, context, default_pool, mem_info, pool_attr as pool_u64};
 use super::DeviceAllocator;
-use crate::memory::policy::{round_up, Policy};
 use crate::error::{LabError, OomReport, Result};
+use crate::memory::policy::{round_up, Policy};
 use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaContext};
 use candle_core::cuda_backend::CudaDevice;
 use std::collections::BTreeMap;
@@ -62,7 +62,6 @@ impl DeviceArena {
 }
 
 impl DeviceAllocator for DeviceArena {
-
     /// A new block of `bytes`; a refusal is an OOM value carrying the request.
     fn alloc(&mut self, bytes: u64) -> Result<u64> {
         self.ctx.bind_to_thread().map_err(LabError::other)?;
@@ -80,9 +79,11 @@ impl DeviceAllocator for DeviceArena {
                 self.live.insert(h, (p, bytes));
                 Ok(h)
             }
-            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
-                Err(LabError::Oom(Box::new(OomReport { request_bytes: Some(bytes), message: format!("{:?} ({})", e.0, self.policy.name()), ..Default::default() })))
-            }
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(LabError::Oom(Box::new(OomReport {
+                request_bytes: Some(bytes),
+                message: format!("{:?} ({})", e.0, self.policy.name()),
+                ..Default::default()
+            }))),
             Err(e) => Err(LabError::other(format!("allocating {bytes} B ({}): {e:?}", self.policy.name()))),
         }
     }

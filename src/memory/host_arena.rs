@@ -45,7 +45,11 @@ impl HostArena {
             libc::mmap(std::ptr::null_mut(), span, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
         };
         if raw == libc::MAP_FAILED {
-            return Err(LabError::other(format!("reserving {} of address space for the host arena: {}", crate::units::fmt_bytes(span as u64), std::io::Error::last_os_error())));
+            return Err(LabError::other(format!(
+                "reserving {} of address space for the host arena: {}",
+                crate::units::fmt_bytes(span as u64),
+                std::io::Error::last_os_error()
+            )));
         }
         let mapped = raw as usize;
         let start = mapped.div_ceil(GRANULE as usize) * GRANULE as usize;

@@ -11,12 +11,10 @@ pub mod cuda;
 pub mod cuda_copy;
 #[cfg(feature = "cuda")]
 pub mod device_arena;
-#[cfg(feature = "cuda")]
-pub mod unified;
 pub mod disk;
 pub mod emulation;
-pub mod host_arena;
 pub mod host;
+pub mod host_arena;
 pub mod monitor;
 pub mod nvml;
 pub mod policy;
@@ -24,6 +22,8 @@ pub mod probe;
 pub mod snapshot;
 pub mod summary;
 pub mod timeline;
+#[cfg(feature = "cuda")]
+pub mod unified;
 
 pub use crate::units::{fmt_bytes, gib, mib, GIB, MIB};
 pub use allocator::DeviceAllocator;

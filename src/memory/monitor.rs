@@ -180,7 +180,19 @@ mod tests {
     use super::*;
 
     fn mark(label: &str, allocated: u64, reserved: u64, kv: u64) -> Mark {
-        let snapshot = Snapshot { label: label.into(), t_s: 0.0, allocated, reserved, peak: allocated, reserved_peak: reserved, device_used: None, device_free: None, device_total: None, process_used: None, ballast: 0 };
+        let snapshot = Snapshot {
+            label: label.into(),
+            t_s: 0.0,
+            allocated,
+            reserved,
+            peak: allocated,
+            reserved_peak: reserved,
+            device_used: None,
+            device_free: None,
+            device_total: None,
+            process_used: None,
+            ballast: 0,
+        };
         Mark { label: label.into(), snapshot, held: Held::of(&[(Category::Weights, 1000), (Category::KvCache, kv)]) }
     }
 

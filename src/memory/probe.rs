@@ -1,9 +1,9 @@
 //! The probe: reads memory on one device (CUDA pool and driver, or the CPU heap) into snapshots,
 //! holds the card emulation, and turns an OOM into a captured report.
 
-use super::{alloc_hook, host, summary, CardEmulation, Snapshot};
 #[cfg(feature = "cuda")]
 use super::cuda;
+use super::{alloc_hook, host, summary, CardEmulation, Snapshot};
 use crate::error::{LabError, OomReport, Result};
 use crate::hw::Card;
 use crate::units::fmt_bytes;
@@ -184,11 +184,7 @@ impl MemoryProbe {
     }
 
     fn oom_report(&self, bytes: u64, message: &str) -> LabError {
-        LabError::Oom(Box::new(OomReport {
-            request_bytes: Some(bytes),
-            message: message.into(),
-            ..Default::default()
-        }))
+        LabError::Oom(Box::new(OomReport { request_bytes: Some(bytes), message: message.into(), ..Default::default() }))
     }
 
     /// `err` said to have happened `during`; an OOM captured by `probe` where there is one.

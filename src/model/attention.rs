@@ -13,7 +13,9 @@ use candle_core::Tensor;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum AttentionMode {
     /// Query chunks whose scores (activation dtype) stay under `budget` bytes.
-    Bounded { budget: usize },
+    Bounded {
+        budget: usize,
+    },
     Naive,
     /// The lab's fused kernel where it runs (`Qwen2::flash_runs`), else `Bounded` (default budget).
     Flash,
@@ -51,9 +53,7 @@ impl AttentionMode {
 /// candle's kernels count elements in 32 bits: refuse a tensor they would index past.
 pub fn check_elems(what: &str, elems: usize) -> Result<()> {
     if elems > i32::MAX as usize {
-        return Err(LabError::Unsupported(format!(
-            "{what} would have {elems} elements, more than candle's 32-bit kernel indexing allows (2^31 - 1)"
-        )));
+        return Err(LabError::Unsupported(format!("{what} would have {elems} elements, more than candle's 32-bit kernel indexing allows (2^31 - 1)")));
     }
     Ok(())
 }

@@ -2,8 +2,8 @@
 //! their index), one shard at a time, so a 7B checkpoint never sits in host memory whole. The
 //! loading stage writes the synthetic model this way to time reading it back.
 
-use super::qwen2::config::Qwen2Config;
 use super::precision::Precision;
+use super::qwen2::config::Qwen2Config;
 use super::weights::WeightSource;
 use crate::error::{LabError, Result};
 use candle_core::{Device, Tensor};
@@ -81,7 +81,14 @@ mod tests {
         for spec in &specs {
             let a = back.load(spec, Precision::Bf16, &Device::Cpu).unwrap().dense().unwrap();
             let b = again.load(spec, Precision::Bf16, &Device::Cpu).unwrap().dense().unwrap();
-            let diff = (a.to_dtype(candle_core::DType::F32).unwrap() - b.to_dtype(candle_core::DType::F32).unwrap()).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+            let diff = (a.to_dtype(candle_core::DType::F32).unwrap() - b.to_dtype(candle_core::DType::F32).unwrap())
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
             assert_eq!(diff, 0.0, "{}", spec.name);
             total += (spec.elem_count() * 2) as u64;
         }

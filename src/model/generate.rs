@@ -2,10 +2,10 @@
 //! anatomy stage.
 
 use super::qwen2::{last_logits, Logits, Qwen2};
+use super::sampling::{check_finite, Sampler};
 use crate::error::{LabError, Result};
 use crate::limits::{check_count, MAX_NEW_TOKENS, MAX_SEQ};
 use candle_core::Tensor;
-use super::sampling::{check_finite, Sampler};
 use std::time::Instant;
 
 #[derive(Debug, Clone)]
@@ -109,15 +109,7 @@ pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on
     }
     device.synchronize()?;
     let decode_s = t1.elapsed().as_secs_f64();
-    Ok(Generation {
-        prompt_ids: prompt.to_vec(),
-        generated_ids: out,
-        prefill_s,
-        decode_s,
-        kv_cache_bytes: cache.bytes(),
-        capture_s: 0.0,
-        capture_steps: 0,
-    })
+    Ok(Generation { prompt_ids: prompt.to_vec(), generated_ids: out, prefill_s, decode_s, kv_cache_bytes: cache.bytes(), capture_s: 0.0, capture_steps: 0 })
 }
 
 /// What a generation asks for, checked on the host before any kernel runs: a non-empty prompt of

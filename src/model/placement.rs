@@ -236,7 +236,13 @@ impl Placement {
         let t = self.traffic(parts);
         let ms = |bytes: u64, gbs: f64| bytes as f64 / (gbs * 1e9) * 1e3;
         let (dev, host, copy) = (ms(t.device, bw.device), ms(t.host, bw.host), ms(t.pcie, bw.pcie));
-        let what = if copy > dev + host { "PCIe copies" } else if host > dev { "host reads (CPU layers)" } else { "GPU reads" };
+        let what = if copy > dev + host {
+            "PCIe copies"
+        } else if host > dev {
+            "host reads (CPU layers)"
+        } else {
+            "GPU reads"
+        };
         format!("{what}: GPU reads {dev:.1} ms + host reads {host:.1} ms, copies {copy:.1} ms alongside")
     }
 }

@@ -1,8 +1,8 @@
 //! Precisions the lab loads a model in, and their plans: which tensor gets which GGUF block type
 //! (the lab's Q4 plan, or llama.cpp's Q4_K_M recipe), and the dtype the model computes in.
 
-use super::qwen2::config::{Qwen2Config, TensorSpec};
 use super::gguf::recipe::{self, FileType, ModelClass};
+use super::qwen2::config::{Qwen2Config, TensorSpec};
 use crate::error::{LabError, Result};
 use candle_core::quantized::GgmlDType;
 use candle_core::DType;

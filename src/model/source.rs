@@ -3,10 +3,10 @@
 //! `--cache-dir`). Each resolves to a config, a weight source and, when present, a tokenizer.
 
 use super::chat::{self, ChatMl};
-use super::qwen2::config::Qwen2Config;
-use super::precision::Precision;
-use super::qwen2::Qwen2;
 use super::gguf::Gguf;
+use super::precision::Precision;
+use super::qwen2::config::Qwen2Config;
+use super::qwen2::Qwen2;
 use super::weights::{self, Safetensors, Synthetic, WeightSource};
 use crate::error::{LabError, Result};
 use crate::memory::MemoryProbe;
@@ -22,7 +22,10 @@ pub enum ModelSource {
     Gguf(PathBuf),
     Hub(String),
     /// One GGUF file of a Hub repo, `org/name:file.gguf` (GGUF repos hold several quantizations).
-    HubFile { repo: String, file: String },
+    HubFile {
+        repo: String,
+        file: String,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -200,11 +203,5 @@ pub fn load_opened(
     })?;
     let model = Qwen2::new(&opened.cfg, precision, weights, device)?;
     device.synchronize()?;
-    Ok(LoadedModel {
-        model,
-        tokenizer: opened.tokenizer,
-        chat: opened.chat,
-        load_s: t0.elapsed().as_secs_f64(),
-        describe: opened.weights.describe(),
-    })
+    Ok(LoadedModel { model, tokenizer: opened.tokenizer, chat: opened.chat, load_s: t0.elapsed().as_secs_f64(), describe: opened.weights.describe() })
 }

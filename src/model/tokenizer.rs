@@ -110,9 +110,28 @@ const QWEN25_MERGES_GZ: &[u8] = include_bytes!("../../data/tokenizer/qwen2.5-mer
 /// Qwen2.5's added tokens from id 151,643: the first 14 special, the tool and fill-in-the-middle
 /// tokens not (as its tokenizer.json has them).
 pub const QWEN25_ADDED: [&str; 22] = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>",
-    "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
-    "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
 ];
 pub const QWEN25_FIRST_ADDED: u32 = 151_643;
 
@@ -133,11 +152,8 @@ pub fn qwen25() -> Result<Tokenizer> {
     if vocab.len() as u32 != QWEN25_FIRST_ADDED {
         return Err(LabError::other(format!("the shipped Qwen2.5 merges give {} tokens, not {QWEN25_FIRST_ADDED}", vocab.len())));
     }
-    let added: Vec<Added> = QWEN25_ADDED
-        .iter()
-        .enumerate()
-        .map(|(i, c)| Added { id: QWEN25_FIRST_ADDED + i as u32, content: c.to_string(), special: i < 14 })
-        .collect();
+    let added: Vec<Added> =
+        QWEN25_ADDED.iter().enumerate().map(|(i, c)| Added { id: QWEN25_FIRST_ADDED + i as u32, content: c.to_string(), special: i < 14 }).collect();
     build(vocab, merges, &added, Pre::Qwen2)
 }
 

@@ -31,8 +31,8 @@ pub fn index(files: &[PathBuf]) -> Result<HashMap<String, Entry>> {
         let file = File::open(path)?;
         // SAFETY: mapped read-only for the header's parse only; the lab never writes the file.
         let map = unsafe { memmap2::Mmap::map(&file) }?;
-        let (n, meta) = safetensors::SafeTensors::read_metadata(&map)
-            .map_err(|e| LabError::input(format!("{}: not a readable safetensors file ({e})", path.display())))?;
+        let (n, meta) =
+            safetensors::SafeTensors::read_metadata(&map).map_err(|e| LabError::input(format!("{}: not a readable safetensors file ({e})", path.display())))?;
         let data = 8 + n as u64;
         for (name, info) in meta.tensors() {
             let dtype = match info.dtype {

@@ -2,8 +2,8 @@
 //! `gguf`. Each source hands out one tensor at a time, already on the target device in the
 //! requested precision, so nothing larger than one tensor is ever staged.
 
-use super::qwen2::config::{Qwen2Config, TensorSpec};
 use super::precision::{Held, Precision};
+use super::qwen2::config::{Qwen2Config, TensorSpec};
 use crate::error::{cause, LabError, Result};
 use crate::memory::MemoryProbe;
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -232,11 +232,8 @@ impl Safetensors {
         // Any index there is read (a FIFO or a device is refused, not passed over).
         if index.exists() || index.is_symlink() {
             let text = crate::paths::read_regular_text(&index, MAX_INDEX_BYTES)?;
-            let json: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| LabError::input(format!("{}: {e}", index.display())))?;
-            let map = json["weight_map"]
-                .as_object()
-                .ok_or_else(|| LabError::input(format!("{} has no weight_map", index.display())))?;
+            let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", index.display())))?;
+            let map = json["weight_map"].as_object().ok_or_else(|| LabError::input(format!("{} has no weight_map", index.display())))?;
             // The index is data: each shard it names is a plain name inside the model folder.
             let what = format!("{}: the shard", index.display());
             let mut files: Vec<PathBuf> = map
@@ -248,10 +245,8 @@ impl Safetensors {
             files.dedup();
             return Ok(files);
         }
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-            .collect();
+        let mut files: Vec<PathBuf> =
+            std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect();
         files.sort();
         Ok(files)
     }
@@ -263,10 +258,7 @@ impl WeightSource for Safetensors {
         if let Some(w) = self.staged(spec, precision, device)? {
             return Ok(w);
         }
-        let t = self
-            .st
-            .load(&spec.name, &Device::Cpu)
-            .map_err(|e| LabError::input(format!("cannot read tensor {} ({})", spec.name, cause(&e))))?;
+        let t = self.st.load(&spec.name, &Device::Cpu).map_err(|e| LabError::input(format!("cannot read tensor {} ({})", spec.name, cause(&e))))?;
         // Integer or FP8 weights carry scales the lab does not apply: refuse, not reinterpret.
         if !matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16) {
             return Err(LabError::input(format!("tensor {} is stored as {:?}; the lab reads F32, F16 and BF16 weights", spec.name, t.dtype())));

@@ -8,8 +8,8 @@ use crate::error::{LabError, Result};
 use crate::experiments::{find, registry};
 use crate::hw::Card;
 use crate::model::Precision;
-use crate::session::run_folder::{run_folders, Manifest, RunFolder, StageStatus, MANIFEST};
 use crate::report::Table;
+use crate::session::run_folder::{run_folders, Manifest, RunFolder, StageStatus, MANIFEST};
 use crate::session::{Session, SessionArgs};
 use crate::stage::Sizes;
 use std::path::PathBuf;
@@ -17,8 +17,8 @@ use std::path::PathBuf;
 mod live;
 mod prose;
 mod stage_run;
-pub use live::Lab;
 use live::lab_root;
+pub use live::Lab;
 pub use prose::MISSING;
 pub use stage_run::StageRun;
 
@@ -84,7 +84,11 @@ impl Setup {
     pub fn unequal_cards(&self) -> &'static str {
         let cpu = self.mode == Mode::Live && self.live_lab().map(|l| !l.is_cuda()).unwrap_or(true);
         const CPU: &str = r#"{"cards": ["96MiB", "48MiB"], "seq": 64, "checkpointing": [true]}"#;
-        if cpu { CPU } else { r#"{"cards": ["24GiB", "16GiB"], "seq": 256, "checkpointing": [true]}"# }
+        if cpu {
+            CPU
+        } else {
+            r#"{"cards": ["24GiB", "16GiB"], "seq": 256, "checkpointing": [true]}"#
+        }
     }
 
     /// The binary a Live run uses (built on first use) and its device.
@@ -124,9 +128,7 @@ impl Setup {
                     (Ok(lab), Ok(a)) => (lab.device.clone(), a.model.unwrap_or_else(|| "the CPU default".into()), a.card.unwrap_or_else(|| "none".into())),
                     (Err(e), _) | (_, Err(e)) => (format!("unavailable: {e}"), self.model().into(), self.card().into()),
                 };
-                format!(
-                    "输出来源 Outputs: Live 现场运行 — `vram-lab` run here on {device}, {today}, commit {commit}\n模型 model {model}, 显卡 card {card}"
-                )
+                format!("输出来源 Outputs: Live 现场运行 — `vram-lab` run here on {device}, {today}, commit {commit}\n模型 model {model}, 显卡 card {card}")
             }
             Mode::Replay => {
                 let before = self.before.as_ref().map(|t| format!(" started before {t}")).unwrap_or_default();
@@ -262,7 +264,14 @@ pub fn estimate_with(model: &str, card: &str, settings: &str) -> Result<StageRun
 
 /// The estimator's session: on the CPU, into a fresh folder (formulas only).
 fn formulas_session(model: &str, card: &str) -> Result<Session> {
-    let args = SessionArgs { device: "cpu".into(), model: Some(model.into()), card: Some(card.into()), silent: true, out: Some(live_run_dir("estimate")), ..Default::default() };
+    let args = SessionArgs {
+        device: "cpu".into(),
+        model: Some(model.into()),
+        card: Some(card.into()),
+        silent: true,
+        out: Some(live_run_dir("estimate")),
+        ..Default::default()
+    };
     Session::open(&args, "estimate", false)
 }
 
@@ -280,7 +289,6 @@ fn settings_of(text: &str) -> Result<serde_json::Map<String, serde_json::Value>>
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| LabError::input(format!("the settings `{text}` are not JSON: {e}")))?;
     v.as_object().cloned().ok_or_else(|| LabError::input(format!("the settings `{text}` are not a JSON object")))
 }
-
 
 /// A fresh folder for a run a notebook makes: target/notebook-runs/<time>-<name>.
 fn live_run_dir(name: &str) -> PathBuf {
@@ -325,7 +333,6 @@ pub fn preset_table() -> Result<Table> {
 pub fn results_dir() -> PathBuf {
     lab_root().join("data/results")
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -69,11 +69,7 @@ impl StageRun {
             None => (spec, ""),
         };
         let (table, column) = path.trim().split_once('.').ok_or_else(|| bad(spec, "not `table.column[filters]` nor a manifest field"))?;
-        let df = if table.trim() == "findings" {
-            self.findings().and_then(|t| t.df())
-        } else {
-            self.run.table(&self.stage, table.trim())
-        };
+        let df = if table.trim() == "findings" { self.findings().and_then(|t| t.df()) } else { self.run.table(&self.stage, table.trim()) };
         let Ok(df) = df else { return Ok(MISSING.into()) };
         let col = df.column(column.trim()).map_err(|_| bad(spec, &format!("table {table} has no column {column}")))?;
         let mut mask = BooleanChunked::full("m".into(), true, df.height());
@@ -138,7 +134,13 @@ fn show(v: AnyValue, decimals: Option<usize>) -> String {
     }
     match v.extract::<f64>() {
         Some(x) if x.is_finite() => {
-            let d = decimals.unwrap_or(if x.fract() == 0.0 { 0 } else if x.abs() >= 100.0 { 1 } else { 2 });
+            let d = decimals.unwrap_or(if x.fract() == 0.0 {
+                0
+            } else if x.abs() >= 100.0 {
+                1
+            } else {
+                2
+            });
             grouped(&format!("{x:.d$}"))
         }
         Some(x) => x.to_string(),

@@ -72,7 +72,14 @@ impl StageRun {
         // for a group with no rows below, rather than fail the cell.
         let wrote = self.run.manifest.stage(&self.stage).is_some_and(|s| s.tables.contains_key(view.table));
         if !wrote {
-            println!("{}: this run wrote no table {} (model {}, {}, card {})", view.name, view.table, self.run.manifest.model, self.run.manifest.env.device, self.run.manifest.card_name());
+            println!(
+                "{}: this run wrote no table {} (model {}, {}, card {})",
+                view.name,
+                view.table,
+                self.run.manifest.model,
+                self.run.manifest.env.device,
+                self.run.manifest.card_name()
+            );
             return Ok(());
         }
         let df = self.run.table(&self.stage, view.table)?;

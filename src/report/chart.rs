@@ -9,8 +9,8 @@ use plotly::layout::{Annotation, Axis as PAxis, AxisType, BarMode, CategoryOrder
 use plotly::{Bar, Plot, Scatter};
 use polars::prelude::*;
 
-pub use super::prepare::{prepare, Mark, Prepared, Trace};
 use super::prepare::{hex, line_style, FLAG_COLOUR, PALETTE};
+pub use super::prepare::{prepare, Mark, Prepared, Trace};
 
 /// The chart `spec` declares, over `df` (one group of a view's table), as a plotly figure.
 pub fn draw(spec: &ChartSpec, df: &DataFrame) -> Result<Plot> {
@@ -24,10 +24,12 @@ pub fn draw(spec: &ChartSpec, df: &DataFrame) -> Result<Plot> {
                 let bar = Bar::new(t.labels.clone(), t.y.clone()).name(&t.name).marker(marker).legend_group(&t.name).show_legend(t.legend);
                 plot.add_trace(if t.faint { bar.opacity(0.45) } else { bar });
             }
-            ChartKind::Lines if p.numeric_x() => {
-                plot.add_trace(Scatter::new(t.x.clone(), t.y.clone()).mode(mode(t.style)).name(&t.name).marker(marker).line(plotly::common::Line::new().color(colour)))
-            }
-            ChartKind::Lines => plot.add_trace(Scatter::new(t.labels.clone(), t.y.clone()).mode(mode(t.style)).name(&t.name).marker(marker).line(plotly::common::Line::new().color(colour))),
+            ChartKind::Lines if p.numeric_x() => plot.add_trace(
+                Scatter::new(t.x.clone(), t.y.clone()).mode(mode(t.style)).name(&t.name).marker(marker).line(plotly::common::Line::new().color(colour)),
+            ),
+            ChartKind::Lines => plot.add_trace(
+                Scatter::new(t.labels.clone(), t.y.clone()).mode(mode(t.style)).name(&t.name).marker(marker).line(plotly::common::Line::new().color(colour)),
+            ),
         }
     }
     if !p.flags.is_empty() {
@@ -37,10 +39,26 @@ pub fn draw(spec: &ChartSpec, df: &DataFrame) -> Result<Plot> {
         let ys: Vec<f64> = p.flags.iter().map(|f| f.y).collect();
         if p.numeric_x() {
             let xs: Vec<f64> = p.flags.iter().map(|f| f.x).collect();
-            plot.add_trace(Scatter::new(xs, ys).mode(Mode::MarkersText).text_array(texts).text_position(Position::TopCenter).marker(marker).name("flag").show_legend(false));
+            plot.add_trace(
+                Scatter::new(xs, ys)
+                    .mode(Mode::MarkersText)
+                    .text_array(texts)
+                    .text_position(Position::TopCenter)
+                    .marker(marker)
+                    .name("flag")
+                    .show_legend(false),
+            );
         } else {
             let xs: Vec<String> = p.flags.iter().map(|f| f.label.clone()).collect();
-            plot.add_trace(Scatter::new(xs, ys).mode(Mode::MarkersText).text_array(texts).text_position(Position::TopCenter).marker(marker).name("flag").show_legend(false));
+            plot.add_trace(
+                Scatter::new(xs, ys)
+                    .mode(Mode::MarkersText)
+                    .text_array(texts)
+                    .text_position(Position::TopCenter)
+                    .marker(marker)
+                    .name("flag")
+                    .show_legend(false),
+            );
         }
     }
     let mut x_axis = PAxis::new().title(Title::with_text(spec.x_title));
@@ -73,8 +91,28 @@ pub fn draw(spec: &ChartSpec, df: &DataFrame) -> Result<Plot> {
         for (j, (name, y)) in p.lines.iter().enumerate() {
             let (grey, dashed) = line_style(j);
             let dash = if dashed { DashType::Dash } else { DashType::Solid };
-            shapes.push(Shape::new().shape_type(ShapeType::Line).x_ref("paper").x0(0.0).x1(1.0).y_ref("y").y0(*y).y1(*y).line(ShapeLine::new().color(hex(grey)).width(1.5).dash(dash)));
-            notes.push(Annotation::new().x_ref("paper").x(1.0).x_anchor(Anchor::Left).y_ref("y").y(label_ys[j]).text(name).show_arrow(false).font(Font::new().size(12).color(hex(grey))));
+            shapes.push(
+                Shape::new()
+                    .shape_type(ShapeType::Line)
+                    .x_ref("paper")
+                    .x0(0.0)
+                    .x1(1.0)
+                    .y_ref("y")
+                    .y0(*y)
+                    .y1(*y)
+                    .line(ShapeLine::new().color(hex(grey)).width(1.5).dash(dash)),
+            );
+            notes.push(
+                Annotation::new()
+                    .x_ref("paper")
+                    .x(1.0)
+                    .x_anchor(Anchor::Left)
+                    .y_ref("y")
+                    .y(label_ys[j])
+                    .text(name)
+                    .show_arrow(false)
+                    .font(Font::new().size(12).color(hex(grey))),
+            );
         }
         // The labels take the right margin, so the legend goes above the plot.
         layout = layout

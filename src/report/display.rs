@@ -30,7 +30,9 @@ fn cell(col: &Column, row: usize) -> String {
 pub fn html_table(df: &DataFrame, caption: &str) -> String {
     let df = crate::frame::rounded(df).unwrap_or_else(|_| df.clone());
     let cols = df.columns();
-    let mut h = String::from("<div class=\"table-scroll\" style=\"overflow-x:auto;max-width:100%\"><table class=\"vram-lab\" style=\"border-collapse:collapse;font-size:12px\">");
+    let mut h = String::from(
+        "<div class=\"table-scroll\" style=\"overflow-x:auto;max-width:100%\"><table class=\"vram-lab\" style=\"border-collapse:collapse;font-size:12px\">",
+    );
     if !caption.is_empty() {
         h += &format!("<caption style=\"text-align:left;font-weight:bold\">{}</caption>", escape(caption));
     }

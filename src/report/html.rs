@@ -6,9 +6,9 @@
 
 use super::chart::draw;
 use super::display::html_table;
+use crate::error::Result;
 use crate::frame::{groups, present_columns};
 use crate::session::run_folder::{findings_table, Manifest, RunFolder, StageStatus};
-use crate::error::Result;
 use crate::stage::AnyStage;
 use std::fmt::Write;
 use std::path::PathBuf;

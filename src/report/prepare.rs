@@ -9,8 +9,18 @@ use crate::stage::{Axis, ChartKind, ChartSpec, Series, Style};
 use polars::prelude::*;
 
 /// plotly's default colours, for the series in both renderers.
-pub const PALETTE: [(u8, u8, u8); 10] =
-    [(0x1f, 0x77, 0xb4), (0xff, 0x7f, 0x0e), (0x2c, 0xa0, 0x2c), (0xd6, 0x27, 0x28), (0x94, 0x67, 0xbd), (0x8c, 0x56, 0x4b), (0xe3, 0x77, 0xc2), (0x7f, 0x7f, 0x7f), (0xbc, 0xbd, 0x22), (0x17, 0xbe, 0xcf)];
+pub const PALETTE: [(u8, u8, u8); 10] = [
+    (0x1f, 0x77, 0xb4),
+    (0xff, 0x7f, 0x0e),
+    (0x2c, 0xa0, 0x2c),
+    (0xd6, 0x27, 0x28),
+    (0x94, 0x67, 0xbd),
+    (0x8c, 0x56, 0x4b),
+    (0xe3, 0x77, 0xc2),
+    (0x7f, 0x7f, 0x7f),
+    (0xbc, 0xbd, 0x22),
+    (0x17, 0xbe, 0xcf),
+];
 
 /// Reference lines take greys, never a series' colour: four shades, then the same dashed.
 pub const GREYS: [(u8, u8, u8); 4] = [(0x30, 0x30, 0x30), (0x5c, 0x5c, 0x5c), (0x84, 0x84, 0x84), (0xa8, 0xa8, 0xa8)];
@@ -147,10 +157,12 @@ pub fn stack_ends(traces: &[Trace]) -> Vec<(f64, f64)> {
 /// The rows of `df` where `col` holds one of `values`.
 fn only_rows(df: &DataFrame, col: &str, values: &[&str]) -> Result<DataFrame> {
     let held = strings(df, col)?;
-    let takes = |v: &str| values.iter().any(|w| match w.strip_suffix('*') {
-        Some(start) => v.starts_with(start),
-        None => v == *w,
-    });
+    let takes = |v: &str| {
+        values.iter().any(|w| match w.strip_suffix('*') {
+            Some(start) => v.starts_with(start),
+            None => v == *w,
+        })
+    };
     let mask: BooleanChunked = held.iter().map(|v| takes(v)).collect();
     Ok(df.filter(&mask)?)
 }
@@ -173,7 +185,11 @@ fn told_apart(labels: &[String], variants: &[String]) -> Vec<String> {
             }
             let cut = first[..shared].rfind([',', ' ']).map(|c| c + 1).unwrap_or(0);
             let rest = variants[i].get(cut..).unwrap_or("").trim();
-            if rest.is_empty() { l.clone() } else { format!("{l} {rest}") }
+            if rest.is_empty() {
+                l.clone()
+            } else {
+                format!("{l} {rest}")
+            }
         })
         .collect()
 }

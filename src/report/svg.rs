@@ -148,7 +148,11 @@ where
                 for &(x, y) in &points {
                     let Some(e) = ends.get_mut(x as usize) else { continue };
                     let (from, to) = if y >= 0.0 { (e.1, e.1 + y) } else { (e.0, e.0 + y) };
-                    if y >= 0.0 { e.1 = to } else { e.0 = to }
+                    if y >= 0.0 {
+                        e.1 = to
+                    } else {
+                        e.0 = to
+                    }
                     boxes.push(Rectangle::new([(x - 0.35, from), (x + 0.35, to)], colour.filled()));
                 }
                 chart.draw_series(boxes).map_err(err)?
@@ -245,7 +249,8 @@ mod tests {
         assert!(svg.matches("<rect").count() >= 4, "the background and three bars (one value missing): {svg}");
         assert!(svg.contains("\npredicted\n") && svg.contains("\nmeasured\n"), "a legend");
 
-        const LINES: ChartSpec = ChartSpec { x: "seq", y_title: "MiB", series: &[Series::column("held", &[("mib", 1.0)])], x_axis: Axis::LogDoublings, ..ChartSpec::LINES };
+        const LINES: ChartSpec =
+            ChartSpec { x: "seq", y_title: "MiB", series: &[Series::column("held", &[("mib", 1.0)])], x_axis: Axis::LogDoublings, ..ChartSpec::LINES };
         let df = df!("seq" => [1024i64, 1536, 2048, 4096], "mib" => [56.0, 84.0, 112.0, 224.0]).unwrap();
         let svg = draw_svg(&LINES, &df).unwrap();
         assert!(svg.contains("<polyline"), "a line: {svg}");

@@ -33,4 +33,3 @@ pub fn warm(source: &ModelSource, opts: &SourceOptions, probe: &MemoryProbe) -> 
     model::generate::generate_with(&lm.model, &[1, 2, 3, 4], &cfg, |_| ())?;
     Ok(())
 }
-

@@ -26,7 +26,9 @@ pub fn expected(results: &Path, this: &Manifest, stages: &[(String, serde_json::
         .iter()
         .map(|(name, config)| {
             let newest = |same: bool| {
-                runs.iter().find_map(|r| r.manifest.stages.iter().find(|s| s.name == *name && s.status == StageStatus::Done && (!same || s.config == *config)).map(|s| (r, s)))
+                runs.iter().find_map(|r| {
+                    r.manifest.stages.iter().find(|s| s.name == *name && s.status == StageStatus::Done && (!same || s.config == *config)).map(|s| (r, s))
+                })
             };
             let ((run, rec), same) = newest(true).map(|x| (x, true)).or_else(|| newest(false).map(|x| (x, false)))?;
             Some(Expected { stage: name.clone(), seconds: rec.seconds, same_config: same, from: run.dir.clone() })
@@ -140,7 +142,11 @@ mod tests {
         let stages = vec![("anatomy".to_string(), default.clone()), ("kv".to_string(), default.clone()), ("frag".to_string(), default)];
         let e = expected(dir.path(), &this, &stages);
         assert_eq!(e[0].as_ref().map(|e| (e.seconds, e.same_config)), Some((55.0, true)), "the newest run on this GPU");
-        assert_eq!(e[1].as_ref().map(|e| (e.seconds, e.same_config)), Some((400.0, true)), "the newest with the same config before a newer one with other flags");
+        assert_eq!(
+            e[1].as_ref().map(|e| (e.seconds, e.same_config)),
+            Some((400.0, true)),
+            "the newest with the same config before a newer one with other flags"
+        );
         assert!(e[2].is_none());
         let line = describe(&e, &stages, Some("H200")).unwrap();
         assert!(line.contains("anatomy 55 s") && line.contains("kv 6.7 min") && line.contains("frag ?") && line.contains("7.6 min in all"), "{line}");

@@ -14,15 +14,15 @@ pub use console::Console;
 
 use crate::error::{LabError, Result};
 use crate::estimate::scaled::{scaled_card, Scale, Sizes, SCALED};
+use crate::frame::console_columns;
 use crate::hw::{self, Card};
 use crate::memory::{guarded, MemoryProbe};
 use crate::model::precision::Compute;
 use crate::model::{self, LoadedModel, ModelSource, Precision, SourceOptions};
-use crate::frame::console_columns;
+use candle_core::Device;
 use env::Env;
 use polars::prelude::DataFrame;
 use run_folder::{Manifest, RunFolder, RunStatus, StageRecord, StageStatus, MANIFEST};
-use candle_core::Device;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -277,9 +277,8 @@ impl Session {
     pub fn load_opened(&mut self, opened: model::source::OpenedSource, precision: Precision) -> Result<LoadedModel> {
         self.console.step(format!("loading in {precision}"));
         let pb = self.console.bar(0, &format!("load {precision}"), "tensors");
-        let loaded = guarded(&self.probe, &format!("loading in {precision}"), || {
-            model::source::load_opened(opened, precision, &self.device, &self.probe, Some(&pb))
-        });
+        let loaded =
+            guarded(&self.probe, &format!("loading in {precision}"), || model::source::load_opened(opened, precision, &self.device, &self.probe, Some(&pb)));
         pb.finish_and_clear();
         loaded
     }
@@ -366,8 +365,5 @@ fn now() -> String {
 /// out/<date-time>-<what>, with a suffix if that name is taken.
 fn default_out(what: &str) -> PathBuf {
     let base = PathBuf::from("out").join(format!("{}-{what}", chrono::Utc::now().format("%Y-%m-%d-%H%M%S")));
-    (1..).map(|i| if i == 1 { base.clone() } else { PathBuf::from(format!("{}-{i}", base.display())) })
-        .find(|p| !p.exists())
-        .unwrap_or(base)
+    (1..).map(|i| if i == 1 { base.clone() } else { PathBuf::from(format!("{}-{i}", base.display())) }).find(|p| !p.exists()).unwrap_or(base)
 }
-

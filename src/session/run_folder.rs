@@ -136,16 +136,16 @@ impl RunFolder {
     }
 
     fn record(&self, stage: &str) -> Result<&StageRecord> {
-        self.manifest
-            .stage(stage)
-            .ok_or_else(|| LabError::input(format!("the run in {} has no stage {stage}", self.dir.display())))
+        self.manifest.stage(stage).ok_or_else(|| LabError::input(format!("the run in {} has no stage {stage}", self.dir.display())))
     }
 
     /// A stage's table, read back from its CSV.
     pub fn table(&self, stage: &str, name: &str) -> Result<DataFrame> {
-        let rel = self.record(stage)?.tables.get(name).ok_or_else(|| {
-            LabError::input(format!("stage {stage} of the run in {} has no table {name}", self.dir.display()))
-        })?;
+        let rel = self
+            .record(stage)?
+            .tables
+            .get(name)
+            .ok_or_else(|| LabError::input(format!("stage {stage} of the run in {} has no table {name}", self.dir.display())))?;
         let path = self.inside(rel)?;
         // polars opens the path itself: a link is refused before it does.
         if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.file_type().is_file()) {
@@ -180,10 +180,7 @@ pub fn claim(dir: &Path, manifest: &Manifest) -> Result<()> {
         // A folder holding a run is refused below, naming its manifest.
         let empty = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
         if !empty && !dir.join(MANIFEST).exists() {
-            return Err(LabError::input(format!(
-                "{} exists and is not empty: a run goes into a new or empty folder (choose another --out)",
-                dir.display()
-            )));
+            return Err(LabError::input(format!("{} exists and is not empty: a run goes into a new or empty folder (choose another --out)", dir.display())));
         }
     }
     std::fs::create_dir_all(dir).map_err(|e| LabError::input(format!("cannot create output folder {}: {e}", dir.display())))?;
@@ -234,7 +231,18 @@ pub fn findings_table(manifest: &Manifest) -> Result<DataFrame> {
             let largest = [f.measured, f.predicted, f.floor, f.report, f.ceiling].into_iter().flatten().map(f64::abs).fold(0.0, f64::max);
             let (unit, k) = crate::units::fitting(&f.unit, largest);
             let scale = |v: Option<f64>| v.map(|v| v * k);
-            (stage, Finding { unit, measured: scale(f.measured), predicted: scale(f.predicted), floor: scale(f.floor), report: scale(f.report), ceiling: scale(f.ceiling), ..f.clone() })
+            (
+                stage,
+                Finding {
+                    unit,
+                    measured: scale(f.measured),
+                    predicted: scale(f.predicted),
+                    floor: scale(f.floor),
+                    report: scale(f.report),
+                    ceiling: scale(f.ceiling),
+                    ..f.clone()
+                },
+            )
         })
         .collect();
     let rows: Vec<(&str, &Finding)> = fitted.iter().map(|(s, f)| (*s, f)).collect();

@@ -79,10 +79,7 @@ pub fn repo_files() -> BTreeMap<String, Vec<u8>> {
     for f in ["config.json", "generation_config.json", "tokenizer.json"] {
         files.insert(f.to_string(), std::fs::read(dir.join(f)).unwrap());
     }
-    files.insert(
-        "tokenizer_config.json".into(),
-        br#"{"tokenizer_class": "Qwen2Tokenizer", "model_max_length": 32768}"#.to_vec(),
-    );
+    files.insert("tokenizer_config.json".into(), br#"{"tokenizer_class": "Qwen2Tokenizer", "model_max_length": 32768}"#.to_vec());
     let (shards, index) = shard(&dir.join("model.safetensors"));
     files.extend(shards);
     files.insert(INDEX.into(), index);
@@ -135,15 +132,7 @@ pub struct Repo {
 
 impl Repo {
     pub fn new(files: BTreeMap<String, Vec<u8>>) -> Self {
-        Self {
-            files,
-            withheld: vec![],
-            api: true,
-            commit: COMMIT.into(),
-            listed_extra: vec![],
-            sha: None,
-            attacks: BTreeMap::new(),
-        }
+        Self { files, withheld: vec![], api: true, commit: COMMIT.into(), listed_extra: vec![], sha: None, attacks: BTreeMap::new() }
     }
 
     pub fn attack(mut self, file: &str, attack: Attack) -> Self {
@@ -188,12 +177,7 @@ impl Hub {
                 }
             }
         });
-        Self {
-            addr,
-            log,
-            stop,
-            thread: Some(thread),
-        }
+        Self { addr, log, stop, thread: Some(thread) }
     }
 
     pub fn requests(&self) -> Vec<String> {
@@ -218,9 +202,7 @@ impl Drop for Hub {
 
 /// A stand-in for the Hub's etag (a content hash): FNV-1a, enough to name distinct blobs.
 pub fn etag(bytes: &[u8]) -> String {
-    let h = bytes.iter().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ *b as u64).wrapping_mul(0x100000001b3)
-    });
+    let h = bytes.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3));
     format!("{h:016x}{:08x}", bytes.len())
 }
 
@@ -253,19 +235,12 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
             k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
         })
     };
-    let range_start: Option<usize> = header("range")
-        .and_then(|r| r.strip_prefix("bytes=").map(str::to_string))
-        .and_then(|r| r.split('-').next().and_then(|a| a.trim().parse().ok()));
-    log.lock().unwrap().push(Seen {
-        path: path.clone(),
-        authorization: header("authorization"),
-    });
+    let range_start: Option<usize> =
+        header("range").and_then(|r| r.strip_prefix("bytes=").map(str::to_string)).and_then(|r| r.split('-').next().and_then(|a| a.trim().parse().ok()));
+    log.lock().unwrap().push(Seen { path: path.clone(), authorization: header("authorization") });
 
     let mut reply = |status: &str, headers: &[(&str, String)], body: &[u8]| {
-        let mut head = format!(
-            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
-            body.len()
-        );
+        let mut head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -280,20 +255,10 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         let repo = rest.strip_suffix("/revision/main").unwrap_or(rest);
         return match repos.get(repo) {
             Some(r) if r.api => {
-                let siblings: Vec<_> = r
-                    .files
-                    .keys()
-                    .chain(&r.withheld)
-                    .chain(&r.listed_extra)
-                    .map(|f| serde_json::json!({"rfilename": f}))
-                    .collect();
+                let siblings: Vec<_> = r.files.keys().chain(&r.withheld).chain(&r.listed_extra).map(|f| serde_json::json!({"rfilename": f})).collect();
                 let sha = r.sha.clone().unwrap_or_else(|| r.commit.clone());
                 let info = serde_json::json!({"id": repo, "sha": sha, "siblings": siblings});
-                reply(
-                    "200 OK",
-                    &[("Content-Type", "application/json".into())],
-                    info.to_string().as_bytes(),
-                )
+                reply("200 OK", &[("Content-Type", "application/json".into())], info.to_string().as_bytes())
             }
             _ => reply("404 Not Found", &[], not_found),
         };
@@ -306,28 +271,15 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         [org, name, "resolve", "main", file] => (false, format!("{org}/{name}"), file.to_string()),
         _ => return reply("404 Not Found", &[], b"no such route"),
     };
-    let Some((r, body)) = repos
-        .get(&repo)
-        .filter(|r| !r.withheld.contains(&file))
-        .and_then(|r| Some((r, r.files.get(&file)?)))
-    else {
-        return reply(
-            "404 Not Found",
-            &[("X-Error-Code", "EntryNotFound".into())],
-            b"Entry not found",
-        );
+    let Some((r, body)) = repos.get(&repo).filter(|r| !r.withheld.contains(&file)).and_then(|r| Some((r, r.files.get(&file)?))) else {
+        return reply("404 Not Found", &[("X-Error-Code", "EntryNotFound".into())], b"Entry not found");
     };
     let attack = r.attacks.get(&file).cloned();
     let tag = format!("\"{}\"", etag(body));
     let commit = r.commit.clone();
     if !cdn {
         let redirect = |location: String, linked: String| {
-            vec![
-                ("Location", location),
-                ("X-Repo-Commit", commit.clone()),
-                ("X-Linked-Etag", linked),
-                ("ETag", "\"pointer\"".into()),
-            ]
+            vec![("Location", location), ("X-Repo-Commit", commit.clone()), ("X-Linked-Etag", linked), ("ETag", "\"pointer\"".into())]
         };
         let cdn_url = format!("{base}/cdn/{repo}/{file}");
         match &attack {
@@ -342,8 +294,7 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         s.write_all(head.as_bytes())?;
         s.write_all(bytes)
     };
-    let ok_head =
-        |len: String| format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nETag: {tag}\r\nX-Repo-Commit: {commit}\r\n");
+    let ok_head = |len: String| format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nETag: {tag}\r\nX-Repo-Commit: {commit}\r\n");
     match &attack {
         Some(Attack::Announce(n)) => {
             raw(s, ok_head(n.to_string()) + "\r\n", b"{")?;
@@ -360,13 +311,7 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
             trickle(s, b"a", 30);
             return Ok(());
         }
-        Some(Attack::Longer) => {
-            return raw(
-                s,
-                ok_head((body.len() / 2).to_string()) + "Connection: close\r\n\r\n",
-                body,
-            )
-        }
+        Some(Attack::Longer) => return raw(s, ok_head((body.len() / 2).to_string()) + "Connection: close\r\n\r\n", body),
         Some(Attack::LongerChunked) => {
             let head = ok_head("10".into()) + "Transfer-Encoding: chunked\r\n\r\n";
             let mut chunked = format!("{:x}\r\n", body.len()).into_bytes();
@@ -374,13 +319,7 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
             chunked.extend_from_slice(b"\r\n0\r\n\r\n");
             return raw(s, head, &chunked);
         }
-        Some(Attack::Shorter) => {
-            return raw(
-                s,
-                ok_head(body.len().to_string()) + "Connection: close\r\n\r\n",
-                &body[..body.len() / 2],
-            )
-        }
+        Some(Attack::Shorter) => return raw(s, ok_head(body.len().to_string()) + "Connection: close\r\n\r\n", &body[..body.len() / 2]),
         Some(Attack::Stall) => {
             raw(s, ok_head(body.len().to_string()) + "\r\n", &body[..body.len() / 2])?;
             std::thread::sleep(Duration::from_secs(10));
@@ -388,11 +327,7 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         }
         _ => {}
     }
-    let mut headers = vec![
-        ("ETag", tag),
-        ("X-Repo-Commit", r.commit.to_string()),
-        ("Accept-Ranges", "bytes".into()),
-    ];
+    let mut headers = vec![("ETag", tag), ("X-Repo-Commit", r.commit.to_string()), ("Accept-Ranges", "bytes".into())];
     match &attack {
         Some(Attack::ETag(e)) => headers[0].1 = e.clone(),
         Some(Attack::Commit(c)) => headers[1].1 = c.clone(),

@@ -15,10 +15,7 @@ pub fn tiny() -> Qwen2Config {
 /// Every tensor of the synthetic tiny model, dense F32 on CPU, by HF name.
 pub fn tensors(cfg: &Qwen2Config, seed: u64) -> HashMap<String, Tensor> {
     let mut src = Synthetic::new(cfg.clone(), seed);
-    cfg.tensor_specs()
-        .iter()
-        .map(|s| (s.name.clone(), src.load(s, Precision::F32, &Device::Cpu).unwrap().dense().unwrap()))
-        .collect()
+    cfg.tensor_specs().iter().map(|s| (s.name.clone(), src.load(s, Precision::F32, &Device::Cpu).unwrap().dense().unwrap())).collect()
 }
 
 /// A model directory as transformers saves one: config.json + safetensors (optionally sharded

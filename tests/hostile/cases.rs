@@ -6,7 +6,6 @@ use super::common;
 use super::harness::{case, Case, VICTIM};
 use std::path::Path;
 
-
 pub fn tiny_json() -> serde_json::Value {
     serde_json::to_value(common::tiny()).unwrap()
 }
@@ -150,16 +149,27 @@ fn original() -> Vec<Case> {
         case("safetensors", gen_dir, "model.safetensors").files(with(model_dir("m"), "m/model.safetensors", |b| patched(b, 0, &u64::MAX.to_le_bytes()))),
         case("safetensors", gen_dir, "model.safetensors").files(with(model_dir("m"), "m/model.safetensors", |b| patched(b, 8, b"!!!!"))),
         case("safetensors", gen_dir, "model.safetensors").files(with(model_dir("m"), "m/model.safetensors", |b| b[..b.len() / 2].to_vec())),
-        case("safetensors", gen_dir, "lm_head.weight").files(with(model_dir("m"), "m/model.safetensors", edit_header(|h| h["lm_head.weight"]["dtype"] = "I32".into()))),
-        case("safetensors", gen_dir, "model.norm.weight").files(with(model_dir("m"), "m/model.safetensors", edit_header(|h| h["model.norm.weight"]["shape"] = serde_json::json!([64, 4])))),
-        case("safetensors", gen_dir, "model.norm.weight").files(with(model_dir("m"), "m/model.safetensors", edit_header(|h| {
-            let t = h.as_object_mut().unwrap().remove("model.norm.weight").unwrap();
-            h["model.norm.weight_renamed"] = t;
-        }))),
-        case("safetensors", gen_dir, "missing.safetensors").files(model_dir("m")).file(
-            "m/model.safetensors.index.json",
-            serde_json::to_vec(&serde_json::json!({"weight_map": {"lm_head.weight": "missing.safetensors"}})).unwrap(),
-        ),
+        case("safetensors", gen_dir, "lm_head.weight").files(with(
+            model_dir("m"),
+            "m/model.safetensors",
+            edit_header(|h| h["lm_head.weight"]["dtype"] = "I32".into()),
+        )),
+        case("safetensors", gen_dir, "model.norm.weight").files(with(
+            model_dir("m"),
+            "m/model.safetensors",
+            edit_header(|h| h["model.norm.weight"]["shape"] = serde_json::json!([64, 4])),
+        )),
+        case("safetensors", gen_dir, "model.norm.weight").files(with(
+            model_dir("m"),
+            "m/model.safetensors",
+            edit_header(|h| {
+                let t = h.as_object_mut().unwrap().remove("model.norm.weight").unwrap();
+                h["model.norm.weight_renamed"] = t;
+            }),
+        )),
+        case("safetensors", gen_dir, "missing.safetensors")
+            .files(model_dir("m"))
+            .file("m/model.safetensors.index.json", serde_json::to_vec(&serde_json::json!({"weight_map": {"lm_head.weight": "missing.safetensors"}})).unwrap()),
         // GGUF files, through `estimate` (the header) and `generate` (the tensors).
         case("gguf", "estimate --model m.gguf", "m.gguf").file("m.gguf", vec![]),
         case("gguf", "estimate --model m.gguf", "m.gguf").file("m.gguf", patched(gguf.clone(), 0, b"GGML")),
@@ -187,7 +197,6 @@ fn original() -> Vec<Case> {
         case("hub", "estimate --model org/name --cache-dir out/hf", "org/name").env("HF_ENDPOINT", "http://127.0.0.1:9"),
     ]
 }
-
 
 /// Every case: the original table, then the cases of the hardening (bounds, paths, files).
 pub fn cases() -> Vec<Case> {
@@ -284,10 +293,12 @@ fn configs() -> Vec<Case> {
     let mut padded = tiny_json().to_string().into_bytes();
     padded.extend(std::iter::repeat_n(b' ', 17 << 20));
     vec![
-        case("config.json", est, "rope_scaling").file("c.json", cfg("rope_scaling", serde_json::json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}))),
+        case("config.json", est, "rope_scaling")
+            .file("c.json", cfg("rope_scaling", serde_json::json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}))),
         case("config.json", est, "rope_scaling").file("c.json", cfg("rope_scaling", serde_json::json!({"rope_type": "llama3", "factor": 8.0}))),
         case("config.json", est, "rope_scaling").file("c.json", cfg("rope_scaling", serde_json::json!({"type": "linear", "factor": 2.0}))),
-        case("config.json", est, "rope_parameters").file("c.json", cfg("rope_parameters", serde_json::json!({"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6}))),
+        case("config.json", est, "rope_parameters")
+            .file("c.json", cfg("rope_parameters", serde_json::json!({"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6}))),
         case("config.json", est, "use_sliding_window").file("c.json", cfg("use_sliding_window", true.into())),
         case("config.json", est, "layer_types").file("c.json", cfg("layer_types", serde_json::json!(["sliding_attention", "full_attention"]))),
         case("config.json", est, "partial_rotary_factor").file("c.json", cfg("partial_rotary_factor", 0.5.into())),
@@ -326,7 +337,10 @@ fn model_folders() -> Vec<Case> {
         case("model folder", gen, "not a file name").files(model_dir("m")).file("m/model.safetensors.index.json", index(5.into())),
         case("model folder", gen, "not a regular file").files(model_dir("m")).fifo("m/model.safetensors.index.json"),
         case("model folder", gen, "more than").files(model_dir("m")).file("m/model.safetensors.index.json", vec![b' '; 65 << 20]),
-        case("model folder", gen, "not a regular file").files(model_dir("m")).file("m/model.safetensors.index.json", index("z.safetensors".into())).link("m/z.safetensors", "/dev/zero"),
+        case("model folder", gen, "not a regular file")
+            .files(model_dir("m"))
+            .file("m/model.safetensors.index.json", index("z.safetensors".into()))
+            .link("m/z.safetensors", "/dev/zero"),
         case("model folder", gen, "not a regular file").file("m/config.json", json(tiny_json())).fifo("m/model.safetensors"),
         case("model folder", gen, "has no config.json").files(model_dir("m").into_iter().filter(|(p, _)| p != "m/config.json").collect()).fifo("m/config.json"),
         case("model folder", "generate --model m --tokenizer t.json --prompt hi --max-new-tokens 2", "not a regular file").files(model_dir("m")).fifo("t.json"),
@@ -478,7 +492,11 @@ fn fuzz_finds() -> Vec<Case> {
     }
     for bytes in finds("safetensors") {
         let cfg = std::fs::read(dir.join("../seeds/config/micro.json")).unwrap();
-        out.push(case("fuzz find", "generate --model m --prompt-ids 1 --max-new-tokens 1", "model.safetensors").file("m/config.json", cfg).file("m/model.safetensors", bytes));
+        out.push(
+            case("fuzz find", "generate --model m --prompt-ids 1 --max-new-tokens 1", "model.safetensors")
+                .file("m/config.json", cfg)
+                .file("m/model.safetensors", bytes),
+        );
     }
     for bytes in finds("config") {
         out.push(case("fuzz find", "estimate --config c.json", "c.json").file("c.json", bytes));

@@ -14,10 +14,7 @@ pub struct Rng(u64);
 
 impl Rng {
     pub fn new(salt: u64) -> Self {
-        let seed = std::env::var("EXERCISES_SEED")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(SEED);
+        let seed = std::env::var("EXERCISES_SEED").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(SEED);
         Rng(seed ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15))
     }
     pub fn next(&mut self) -> u64 {
@@ -42,9 +39,7 @@ impl Rng {
 /// A model the lab can price: heads of a usual size, K/V heads dividing the query heads, an MLP a
 /// multiple of 64 wide, any vocabulary and depth, tied or not.
 pub fn random_config(rng: &mut Rng) -> Qwen2Config {
-    let heads = rng.pick(&[
-        1u64, 2, 3, 4, 6, 7, 8, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64,
-    ]);
+    let heads = rng.pick(&[1u64, 2, 3, 4, 6, 7, 8, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64]);
     let divisors: Vec<u64> = (1..=heads).filter(|d| heads.is_multiple_of(*d)).collect();
     let kv_heads = rng.pick(&divisors);
     let head_dim = rng.pick(&[32u64, 64, 80, 96, 128, 256]);
@@ -67,12 +62,7 @@ pub fn random_config(rng: &mut Rng) -> Qwen2Config {
 /// The lab's presets, then `RANDOM_MODELS` random ones.
 pub fn models(salt: u64, random: usize) -> Vec<(String, Qwen2Config)> {
     let mut rng = Rng::new(salt);
-    let presets = PRESETS.iter().map(|(name, _)| {
-        (
-            name.to_string(),
-            Qwen2Config::preset(name).expect("a preset"),
-        )
-    });
+    let presets = PRESETS.iter().map(|(name, _)| (name.to_string(), Qwen2Config::preset(name).expect("a preset")));
     let drawn = (0..random).map(|i| (format!("random model {i}"), random_config(&mut rng)));
     presets.chain(drawn).collect()
 }
@@ -89,11 +79,7 @@ pub struct Shape {
 }
 
 pub fn shape(cfg: &Qwen2Config) -> Shape {
-    assert_eq!(
-        cfg.head_dim(),
-        cfg.hidden_size / cfg.num_attention_heads,
-        "the grader's models keep head_dim = hidden / heads"
-    );
+    assert_eq!(cfg.head_dim(), cfg.hidden_size / cfg.num_attention_heads, "the grader's models keep head_dim = hidden / heads");
     Shape {
         vocab: cfg.vocab_size as u64,
         hidden: cfg.hidden_size as u64,
@@ -105,13 +91,7 @@ pub fn shape(cfg: &Qwen2Config) -> Shape {
     }
 }
 
-pub const PRECISIONS: [Precision; 5] = [
-    Precision::Bf16,
-    Precision::F32,
-    Precision::F16,
-    Precision::Q4KM,
-    Precision::Q4,
-];
+pub const PRECISIONS: [Precision; 5] = [Precision::Bf16, Precision::F32, Precision::F16, Precision::Q4KM, Precision::Q4];
 
 pub fn act_bytes(p: Precision) -> u64 {
     p.act_dtype().size_in_bytes() as u64
@@ -120,22 +100,8 @@ pub fn act_bytes(p: Precision) -> u64 {
 /// The hidden models vary what the formulas read, so a formula that ignores an input cannot pass
 /// by luck.
 pub fn assert_varied(all: &[(String, Qwen2Config)]) {
-    let distinct = |f: fn(&Qwen2Config) -> usize| {
-        all.iter()
-            .map(|(_, c)| f(c))
-            .collect::<std::collections::BTreeSet<_>>()
-            .len()
-    };
-    assert!(
-        distinct(|c| c.num_hidden_layers) > 40
-            && distinct(|c| c.num_key_value_heads) > 5
-            && distinct(|c| c.hidden_size) > 20
-    );
-    assert!(
-        all.iter().any(|(_, c)| c.tie_word_embeddings)
-            && all.iter().any(|(_, c)| !c.tie_word_embeddings)
-    );
-    assert!(all
-        .iter()
-        .any(|(_, c)| c.num_key_value_heads < c.num_attention_heads));
+    let distinct = |f: fn(&Qwen2Config) -> usize| all.iter().map(|(_, c)| f(c)).collect::<std::collections::BTreeSet<_>>().len();
+    assert!(distinct(|c| c.num_hidden_layers) > 40 && distinct(|c| c.num_key_value_heads) > 5 && distinct(|c| c.hidden_size) > 20);
+    assert!(all.iter().any(|(_, c)| c.tie_word_embeddings) && all.iter().any(|(_, c)| !c.tie_word_embeddings));
+    assert!(all.iter().any(|(_, c)| c.num_key_value_heads < c.num_attention_heads));
 }

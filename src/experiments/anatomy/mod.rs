@@ -4,7 +4,6 @@
 
 pub mod tables;
 
-use tables::{col, OOM_TABLE, TABLE, TIMELINE_TABLE};
 use crate::error::{LabError, Result};
 use crate::estimate::{self, Workload};
 use crate::experiments::oom;
@@ -16,6 +15,7 @@ use crate::session::Session;
 use crate::stage::{Finding, Outcome, Scale, Stage, StageOutput, View};
 use polars::prelude::*;
 use serde::{Deserialize, Serialize};
+use tables::{col, OOM_TABLE, TABLE, TIMELINE_TABLE};
 
 pub struct Anatomy;
 
@@ -157,7 +157,8 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
         // What a step reads (the weights but an untied embedding table, plus the cache at the
         // mean context): the speed stage's ceiling.
         // (A GGUF's own types: the plan's bytes moved by the difference.)
-        let bytes_per_token = (estimate::decode_read_bytes(&model_cfg, p, sc.prompt_tokens + sc.new_tokens / 2, 1) + sc.predicted_weights).saturating_sub(planned);
+        let bytes_per_token =
+            (estimate::decode_read_bytes(&model_cfg, p, sc.prompt_tokens + sc.new_tokens / 2, 1) + sc.predicted_weights).saturating_sub(planned);
         sc.decode_ceiling_tok_s = bandwidths.map(|bw| estimate::decode_ceiling_tok_s(bw.device, bytes_per_token));
         let snap = s.probe.snapshot(&format!("{p}: after generating {}", sc.new_tokens));
         s.say(format!(
@@ -255,7 +256,12 @@ impl AnatomyResult {
             let Ok(p) = Precision::parse(&sc.precision) else { continue };
             let weights = sc.init.as_ref().zip(sc.loaded.as_ref()).map(|(i, l)| l.delta_allocated(i) as f64 / crate::memory::GIB);
             let report = report_figures(p, self.report_model).0.map(|r| r.0);
-            out.push(Finding::new(format!("{p} weights after loading"), "GiB", weights).predicted(gib(sc.predicted_weights)).report(report).note(sc.outcome.as_str()));
+            out.push(
+                Finding::new(format!("{p} weights after loading"), "GiB", weights)
+                    .predicted(gib(sc.predicted_weights))
+                    .report(report)
+                    .note(sc.outcome.as_str()),
+            );
             if sc.outcome.is_ok() {
                 let report_tok_s = (self.report_model && p == Precision::Bf16).then_some(report::BF16_DECODE_TOK_S);
                 out.push(
@@ -282,15 +288,11 @@ impl AnatomyResult {
         let predicted: Vec<f64> = sc.iter().map(|s| gib(s.predicted_weights)).collect();
         let loaded_alloc = g(&|s| s.loaded.as_ref().map(|x| x.allocated));
         // What loading added: on CUDA the pool starts empty, on CPU the heap holds the runtime too.
-        let weights = sc
-            .iter()
-            .map(|s| s.init.as_ref().zip(s.loaded.as_ref()).map(|(i, l)| l.delta_allocated(i) as f64 / crate::memory::GIB))
-            .collect::<Vec<_>>();
+        let weights =
+            sc.iter().map(|s| s.init.as_ref().zip(s.loaded.as_ref()).map(|(i, l)| l.delta_allocated(i) as f64 / crate::memory::GIB)).collect::<Vec<_>>();
         let err: Vec<Option<f64>> = weights.iter().zip(&predicted).map(|(m, p)| pct_err(*m, *p)).collect();
-        let delta = sc
-            .iter()
-            .map(|s| s.loaded.as_ref().zip(s.after.as_ref()).map(|(l, a)| a.delta_allocated(l) as f64 / crate::memory::MIB))
-            .collect::<Vec<_>>();
+        let delta =
+            sc.iter().map(|s| s.loaded.as_ref().zip(s.after.as_ref()).map(|(l, a)| a.delta_allocated(l) as f64 / crate::memory::MIB)).collect::<Vec<_>>();
         Ok(df!(
             col::PRECISION => sc.iter().map(|s| s.precision.clone()).collect::<Vec<_>>(),
             col::OUTCOME => sc.iter().map(|s| s.outcome.as_str()).collect::<Vec<_>>(),
@@ -322,4 +324,3 @@ impl AnatomyResult {
         )?)
     }
 }
-

@@ -6,7 +6,6 @@
 
 pub mod tables;
 
-use tables::{col, TABLE};
 use crate::error::Result;
 use crate::memory::bandwidth::{self, Transfer};
 use crate::model::{self, Precision};
@@ -15,6 +14,7 @@ use crate::stage::{Finding, Stage, StageOutput, View};
 use crate::{estimate, hw, limits};
 use polars::prelude::*;
 use serde::{Deserialize, Serialize};
+use tables::{col, TABLE};
 
 pub struct Bandwidth;
 
@@ -74,7 +74,11 @@ impl Stage for Bandwidth {
         // failure), not return an error: refuse it first.
         if let Some((_, available)) = crate::memory::host::meminfo() {
             if (cfg.host_mib as u64) << 20 > available / 2 {
-                return Err(crate::error::LabError::out_of_range("--host-mib", cfg.host_mib, format!("1 to {} (half the host's available memory)", available / 2 >> 20)));
+                return Err(crate::error::LabError::out_of_range(
+                    "--host-mib",
+                    cfg.host_mib,
+                    format!("1 to {} (half the host's available memory)", available / 2 >> 20),
+                ));
             }
         }
         s.console.step("host read");
@@ -130,7 +134,12 @@ impl Stage for Bandwidth {
         let mut out = StageOutput::default();
         out.table(TABLE, df);
         let find = |test: &str| rows.iter().find(|(t, _)| t.test == test).map(|(t, _)| t.gbs());
-        for (test, label) in [("device_read", "device read bandwidth"), ("h2d_pinned", "host→device, pinned"), ("h2d_pageable", "host→device, pageable"), ("host_read", "host-memory read by the CPU")] {
+        for (test, label) in [
+            ("device_read", "device read bandwidth"),
+            ("h2d_pinned", "host→device, pinned"),
+            ("h2d_pageable", "host→device, pageable"),
+            ("host_read", "host-memory read by the CPU"),
+        ] {
             if let Some(g) = find(test) {
                 out.findings.push(Finding::new(label, "GB/s", Some(g)).ceiling(vendor(test)).note(what(test)));
             }
@@ -162,4 +171,3 @@ pub fn host_gemv(rows: usize, cols: usize, reps: usize, tuning: crate::model::ho
     let bytes = (rows * cols * 2) as u64;
     Ok(Transfer { test: "host_gemv", bytes, seconds, counted_bytes: bytes })
 }
-

@@ -2,8 +2,8 @@
 //! GGUF's header), the workload, and the ledger's rows.
 
 use crate::error::Result;
-use crate::estimate::fit::{self, Inference, Runtime};
 use crate::estimate;
+use crate::estimate::fit::{self, Inference, Runtime};
 use crate::model::attention::AttentionMode;
 use crate::model::gguf::Gguf;
 use crate::model::{self, Logits, Precision, Qwen2Config};
@@ -46,12 +46,19 @@ pub fn ledger_rows(cfg: &Qwen2Config, w: &Inference, runtime: &Runtime, gguf: Op
             format!("the file's tensors as stored, each by its type: {} B", by.join(", "))
         }
         _ if w.precision == Precision::Q4 => "Q4_K blocks per tensor, Q6_K for the output layer (the lab's plan, `ggml_dtype_for`)".into(),
-        _ if w.precision.is_quantized() => "llama.cpp's Q4_K_M mix per tensor (Q6_K for the output layer and the `use_more_bits` layers' attn_v and ffn_down), vectors in the compute dtype".into(),
+        _ if w.precision.is_quantized() => {
+            "llama.cpp's Q4_K_M mix per tensor (Q6_K for the output layer and the `use_more_bits` layers' attn_v and ffn_down), vectors in the compute dtype"
+                .into()
+        }
         _ => format!("{} parameters × {act} B", cfg.param_count()),
     };
     let mut rows = vec![("weights", l.weights, weights)];
     if l.workspace > 0 {
-        rows.push(("workspace", l.workspace, format!("candle's quantized matmul keeps its inputs as Q8_1 for the longest prefill ({tokens} tokens), and a 16 MiB fixup buffer")));
+        rows.push((
+            "workspace",
+            l.workspace,
+            format!("candle's quantized matmul keeps its inputs as Q8_1 for the longest prefill ({tokens} tokens), and a 16 MiB fixup buffer"),
+        ));
     }
     rows.extend([
         ("kv_cache", l.kv_cache, format!("{} B/token (2 × {} layers × {} KV heads × {} × {act} B) × {tokens} tokens", estimate::kv_bytes_per_token(cfg, act), cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim())),

@@ -10,9 +10,6 @@ pub mod plan;
 pub mod tables;
 pub mod training_tables;
 
-use inputs::{ledger_rows, model_config, workload};
-use tables::{col, CURVE, FIT, LEDGER, PARALLEL, TRAINING, TRAIN_CARDS, TRAIN_DP, TRAIN_STEP};
-use training_tables::{train_cards_table, train_dp_table, train_step_table, training_table};
 use crate::error::Result;
 use crate::estimate::fit::{self, CardFit, Runtime};
 use crate::estimate::parallel;
@@ -22,6 +19,9 @@ use crate::limits;
 use crate::memory::{gib, mib};
 use crate::model::gguf::Gguf;
 use crate::model::{Logits, Precision, Qwen2Config};
+use inputs::{ledger_rows, model_config, workload};
+use tables::{col, CURVE, FIT, LEDGER, PARALLEL, TRAINING, TRAIN_CARDS, TRAIN_DP, TRAIN_STEP};
+use training_tables::{train_cards_table, train_dp_table, train_step_table, training_table};
 
 pub use plan::{Plan, PlanConfig};
 
@@ -83,14 +83,29 @@ const MAX_PARALLEL: usize = 64;
 
 impl Default for EstimateConfig {
     fn default() -> Self {
-        Self { precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32], seq: 4096, batch: 1, logits: Logits::Last, config: None, train: false, optimizer: Optimizer::Adamw, zero: 0, gpus: 1, cards: vec![], checkpointing: false, tp: None, pp: None }
+        Self {
+            precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32],
+            seq: 4096,
+            batch: 1,
+            logits: Logits::Last,
+            config: None,
+            train: false,
+            optimizer: Optimizer::Adamw,
+            zero: 0,
+            gpus: 1,
+            cards: vec![],
+            checkpointing: false,
+            tp: None,
+            pp: None,
+        }
     }
 }
 
 impl Stage for Estimate {
     const NAME: &'static str = "estimate";
     const TITLE: &'static str = "Estimator — 显存估算: ledger and fit table";
-    const ABOUT: &'static str = "The byte ledger of a workload and whether it fits each card: headroom, longest context, largest batch, decode ceiling (no GPU needed)";
+    const ABOUT: &'static str =
+        "The byte ledger of a workload and whether it fits each card: headroom, longest context, largest batch, decode ceiling (no GPU needed)";
     const INTRO: &'static str = "The articles size a model with parameters × 2 B, a KV formula without grouped-query attention (7× too high for Qwen2.5-7B), and activations = batch × seq × hidden × layers × 4 B. The lab's formulas count what its forward pass holds, tensor by tensor, and each is checked against every GPU run committed (`vram-lab check`). 估算器:逐项字节账本,以及在每张卡上能否装下、余量、最长上下文、最大批量和解码上限。";
     type Config = EstimateConfig;
 
@@ -120,12 +135,24 @@ impl Stage for Estimate {
             while seq <= cfg.max_position_embeddings {
                 curve.0.push(p.to_string());
                 curve.1.push(seq as u64);
-                curve.2.push(fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), p, seq, c.batch, c.logits), runtime.bytes()).device() as f64 / (1u64 << 30) as f64);
+                curve
+                    .2
+                    .push(fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), p, seq, c.batch, c.logits), runtime.bytes()).device() as f64 / (1u64 << 30) as f64);
                 seq *= 2;
             }
             let fits_on: Vec<&str> = fits.iter().filter(|(q, _, f)| *q == p && f.fits()).map(|(_, card, _)| card.name.as_str()).collect();
-            s.say(format!("{p}: needs {:.2} GiB at {} × {} tokens; fits {}", need as f64 / (1u64 << 30) as f64, c.batch, c.seq, if fits_on.is_empty() { "no preset card".to_string() } else { fits_on.join(", ") }));
-            out.findings.push(Finding::new(format!("{p}: memory for {} × {} tokens", c.batch, c.seq), "GiB", None).predicted(need as f64 / (1u64 << 30) as f64).note(format!("fits: {}", fits_on.join(", "))));
+            s.say(format!(
+                "{p}: needs {:.2} GiB at {} × {} tokens; fits {}",
+                need as f64 / (1u64 << 30) as f64,
+                c.batch,
+                c.seq,
+                if fits_on.is_empty() { "no preset card".to_string() } else { fits_on.join(", ") }
+            ));
+            out.findings.push(
+                Finding::new(format!("{p}: memory for {} × {} tokens", c.batch, c.seq), "GiB", None)
+                    .predicted(need as f64 / (1u64 << 30) as f64)
+                    .note(format!("fits: {}", fits_on.join(", "))),
+            );
         }
         out.table(LEDGER, df!(col::PRECISION => lp, col::ITEM => li, col::MIB => lm, col::FORMULA => lf)?);
         out.table(
@@ -170,7 +197,15 @@ impl Stage for Estimate {
 }
 
 /// Per GPU, for each precision the layout can hold: `tp` splits dense weights only.
-fn parallel_table(s: &mut Session, cfg: &Qwen2Config, gguf: Option<&Gguf>, c: &EstimateConfig, layout: &str, gpus: usize, runtime: u64) -> Result<(DataFrame, Vec<Finding>)> {
+fn parallel_table(
+    s: &mut Session,
+    cfg: &Qwen2Config,
+    gguf: Option<&Gguf>,
+    c: &EstimateConfig,
+    layout: &str,
+    gpus: usize,
+    runtime: u64,
+) -> Result<(DataFrame, Vec<Finding>)> {
     let mut rows: Vec<(String, parallel::GpuNeed)> = vec![];
     let mut found = vec![];
     for &p in &c.precisions {
@@ -185,11 +220,19 @@ fn parallel_table(s: &mut Session, cfg: &Qwen2Config, gguf: Option<&Gguf>, c: &E
         };
         let most = needs.iter().map(|g| g.total()).max().unwrap_or(0);
         let fits_on: Vec<String> = Card::presets().into_iter().filter(|card| card.total_bytes() >= most).map(|card| card.name).collect();
-        s.say(format!("{p}, {layout} over {gpus} GPUs: the fullest GPU needs {:.2} GiB; fits {}", gib(most), if fits_on.is_empty() { "no preset card".into() } else { fits_on.join(", ") }));
+        s.say(format!(
+            "{p}, {layout} over {gpus} GPUs: the fullest GPU needs {:.2} GiB; fits {}",
+            gib(most),
+            if fits_on.is_empty() { "no preset card".into() } else { fits_on.join(", ") }
+        ));
         found.push(
-            Finding::new(format!("{p}: {layout} over {gpus} GPUs, the fullest GPU at {} × {} tokens", c.batch, c.seq), "GiB", None)
-                .predicted(gib(most))
-                .note(format!("NCCL's device memory per GPU as its log laid it out on two to four NVLink GPUs ({} channels; beyond four, its chains assumed); fits: {}", parallel::nccl::CHANNELS, fits_on.join(", "))),
+            Finding::new(format!("{p}: {layout} over {gpus} GPUs, the fullest GPU at {} × {} tokens", c.batch, c.seq), "GiB", None).predicted(gib(most)).note(
+                format!(
+                    "NCCL's device memory per GPU as its log laid it out on two to four NVLink GPUs ({} channels; beyond four, its chains assumed); fits: {}",
+                    parallel::nccl::CHANNELS,
+                    fits_on.join(", ")
+                ),
+            ),
         );
         rows.extend(needs.into_iter().map(|g| (p.to_string(), g)));
     }

@@ -2,8 +2,8 @@
 //! wanted and the decode ceiling; the best choice first.
 
 use super::inputs::{model_config, workload};
-use super::tables::{col, PLAN};
 use super::tables;
+use super::tables::{col, PLAN};
 use crate::error::Result;
 use crate::estimate::fit::{self, CardFit, Runtime};
 use crate::hw::Card;
@@ -37,7 +37,8 @@ impl Default for PlanConfig {
 impl Stage for Plan {
     const NAME: &'static str = "plan";
     const TITLE: &'static str = "Planner — 部署规划: the best precision, context and batch for a card";
-    const ABOUT: &'static str = "For one card: per precision, the longest context, the largest batch at the context wanted, and the decode ceiling; the best choice first";
+    const ABOUT: &'static str =
+        "For one card: per precision, the longest context, the largest batch at the context wanted, and the decode ceiling; the best choice first";
     const INTRO: &'static str = "The estimator inverted: given a card, which precision keeps the context wanted with the most headroom and the fastest decoding? Higher precision is preferred when it fits; Q4 otherwise. 给定一张卡,选精度、上下文和批量。";
     type Config = PlanConfig;
 
@@ -51,20 +52,32 @@ impl Stage for Plan {
         let runtime = Runtime::assumed();
         let cap = card.total_bytes();
         fit::check(&cfg, &workload(&cfg, None, Precision::F32, c.seq, 1, Logits::Last))?;
-        let rows: Vec<(Precision, CardFit)> =
-            [Precision::F32, Precision::Bf16, Precision::Q4KM].into_iter().map(|p| (p, fit::on_card(&cfg, &workload(&cfg, gguf.as_ref(), p, c.seq, 1, Logits::Last), runtime.bytes(), cap, card.bandwidth_gbs))).collect();
+        let rows: Vec<(Precision, CardFit)> = [Precision::F32, Precision::Bf16, Precision::Q4KM]
+            .into_iter()
+            .map(|p| (p, fit::on_card(&cfg, &workload(&cfg, gguf.as_ref(), p, c.seq, 1, Logits::Last), runtime.bytes(), cap, card.bandwidth_gbs)))
+            .collect();
         // The best: the most precise that fits the context wanted (F32 > BF16 > Q4), else the one
         // with the longest context.
-        let best = rows.iter().position(|r| r.1.fits()).unwrap_or_else(|| rows.iter().enumerate().max_by_key(|(_, r)| r.1.max_context).map(|(i, _)| i).unwrap_or(0));
+        let best =
+            rows.iter().position(|r| r.1.fits()).unwrap_or_else(|| rows.iter().enumerate().max_by_key(|(_, r)| r.1.max_context).map(|(i, _)| i).unwrap_or(0));
         let mut out = StageOutput::default();
         let (p, f) = rows[best];
         let (need, ctx, batch, ceiling) = (f.need, f.max_context, f.max_batch, f.decode_ceiling_tok_s);
         let verdict = if need <= cap {
-            format!("{p}: {} tokens fit with {:.2} GiB to spare; up to {ctx} tokens at batch 1, {batch} sequences of {} tokens; decode ceiling {}", c.seq, (cap - need) as f64 / (1u64 << 30) as f64, c.seq, ceiling.map(|t| format!("{t:.1} tok/s")).unwrap_or_else(|| "unknown (no bandwidth for this card)".into()))
+            format!(
+                "{p}: {} tokens fit with {:.2} GiB to spare; up to {ctx} tokens at batch 1, {batch} sequences of {} tokens; decode ceiling {}",
+                c.seq,
+                (cap - need) as f64 / (1u64 << 30) as f64,
+                c.seq,
+                ceiling.map(|t| format!("{t:.1} tok/s")).unwrap_or_else(|| "unknown (no bandwidth for this card)".into())
+            )
         } else if ctx > 0 {
             format!("{} tokens fit in no precision; {p} reaches {ctx} tokens", c.seq)
         } else {
-            format!("the model fits this card in no precision (Q4 needs {:.2} GiB at 1 token)", fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), Precision::Q4KM, 1, 1, Logits::Last), runtime.bytes()).device() as f64 / (1u64 << 30) as f64)
+            format!(
+                "the model fits this card in no precision (Q4 needs {:.2} GiB at 1 token)",
+                fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), Precision::Q4KM, 1, 1, Logits::Last), runtime.bytes()).device() as f64 / (1u64 << 30) as f64
+            )
         };
         s.say(format!("{}: {verdict}", card.label));
         out.findings.push(Finding::new(format!("plan for {}", card.label), "tok/s", None).ceiling(ceiling).note(verdict));

@@ -52,12 +52,32 @@ pub fn train_step_table(cfg: &Qwen2Config, sh: training::TrainShape) -> Result<D
         ("gradients", off.gradients, on.gradients, "4 B per parameter".into()),
         ("what the forward keeps", off.forward, on.forward, "candle's graph; with checkpointing each layer's input".into()),
         ("backward peak above weights + states", off.peak, on.peak, format!("at the {} / the {}", off.phase, on.phase)),
-        ("AdamW update peak above weights + states", off.optimizer_peak, on.optimizer_peak, "the gradients and 3 tensors the size of the largest weight (the update in place)".into()),
-        ("step peak", l.weights + l.optimizer + off.above_states(), l.weights + l.optimizer + on.above_states(), format!("{} × {} tokens; what the card must hold beyond the CUDA runtime", sh.batch, sh.seq)),
+        (
+            "AdamW update peak above weights + states",
+            off.optimizer_peak,
+            on.optimizer_peak,
+            "the gradients and 3 tensors the size of the largest weight (the update in place)".into(),
+        ),
+        (
+            "step peak",
+            l.weights + l.optimizer + off.above_states(),
+            l.weights + l.optimizer + on.above_states(),
+            format!("{} × {} tokens; what the card must hold beyond the CUDA runtime", sh.batch, sh.seq),
+        ),
         ("the articles' rule", articles(false), articles(true), "16 B per parameter + batch × seq × hidden × layers × 4 B (checkpointing: 35 % of it)".into()),
-        ("PyTorch: what the forward keeps", torch_off.forward, torch_on.forward, "transformers' Qwen2 in F32, SDPA: per layer 10 H + 4 I + heads × seq a token; with checkpointing each layer's input".into()),
+        (
+            "PyTorch: what the forward keeps",
+            torch_off.forward,
+            torch_on.forward,
+            "transformers' Qwen2 in F32, SDPA: per layer 10 H + 4 I + heads × seq a token; with checkpointing each layer's input".into(),
+        ),
         ("PyTorch: backward peak above weights + states", torch_off.peak, torch_on.peak, format!("at the {} / the {}", torch_off.phase, torch_on.phase)),
-        ("PyTorch: step peak", l.weights + l.optimizer + torch_off.above_states(), l.weights + l.optimizer + torch_on.above_states(), "torch.optim.AdamW (foreach) holds one F32 copy of every parameter in its update: 20 B per parameter there".into()),
+        (
+            "PyTorch: step peak",
+            l.weights + l.optimizer + torch_off.above_states(),
+            l.weights + l.optimizer + torch_on.above_states(),
+            "torch.optim.AdamW (foreach) holds one F32 copy of every parameter in its update: 20 B per parameter there".into(),
+        ),
     ];
     Ok(df!(
         col::ITEM => rows.iter().map(|r| r.0).collect::<Vec<_>>(),
@@ -100,7 +120,13 @@ pub fn train_dp_table(cfg: &Qwen2Config, per_gpu: training::TrainShape, gpus: u6
         ("weights (F32)", ddp.weights, first.weights, other.weights, "the others: a replica made at every forward".to_string()),
         ("gradients", ddp.gradients, first.gradients, other.gradients, "the others' are summed into the first GPU's in the backward".into()),
         ("AdamW states", ddp.states, first.states, other.states, "DataParallel: on the first GPU only".into()),
-        ("what the forward keeps", ddp.activations, first.activations, other.activations, format!("PyTorch's (SDPA, checkpointing {}), {tokens}", if checkpoint { "on" } else { "off" })),
+        (
+            "what the forward keeps",
+            ddp.activations,
+            first.activations,
+            other.activations,
+            format!("PyTorch's (SDPA, checkpointing {}), {tokens}", if checkpoint { "on" } else { "off" }),
+        ),
         ("gathered logits", ddp.gathered, first.gathered, other.gathered, "every replica's outputs on the first GPU".into()),
         ("total", ddp.total(), first.total(), other.total(), "the first GPU's surplus: the moments and the whole batch's logits".into()),
     ];

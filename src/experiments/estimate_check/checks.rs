@@ -133,7 +133,18 @@ pub fn limits_of(folders: &[Folder]) -> Vec<LimitCheck> {
         for l in &f.limits {
             let w = f.attempts[l.first].w;
             let (predicted, _) = sweep::longest_context(&f.cfg, &w, runtime, card.total_bytes(), &l.doubling, l.resolution, f.seen[l.first]);
-            out.push(LimitCheck { file: f.limit_file.clone(), card: card.name.clone(), precision: w.precision, logits: w.logits, attention: w.attention.name().to_string(), batch: w.batch, max_context: l.max_context, predicted_max_context: predicted, retried: l.retried, resolution: l.resolution });
+            out.push(LimitCheck {
+                file: f.limit_file.clone(),
+                card: card.name.clone(),
+                precision: w.precision,
+                logits: w.logits,
+                attention: w.attention.name().to_string(),
+                batch: w.batch,
+                max_context: l.max_context,
+                predicted_max_context: predicted,
+                retried: l.retried,
+                resolution: l.resolution,
+            });
         }
     }
     out

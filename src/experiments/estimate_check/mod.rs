@@ -9,16 +9,16 @@ pub mod runs;
 pub mod summary;
 pub mod tables;
 
-use checks::{limits_of, steps_of, LimitCheck, StepCheck};
-use runs::kv_folders;
-use tables::{LIMITS, PREFILL, SUMMARY};
 use crate::error::Result;
 use crate::model::Logits;
 use crate::session::Session;
 use crate::stage::{Finding, Stage, StageOutput, View};
+use checks::{limits_of, steps_of, LimitCheck, StepCheck};
 use polars::prelude::*;
+use runs::kv_folders;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use tables::{LIMITS, PREFILL, SUMMARY};
 
 pub use checks::{limits, steps, weights};
 
@@ -58,28 +58,66 @@ impl Stage for Check {
         let worst_alloc = worst(st.iter().map(|x| x.allocated_err_pct()).chain(wt.iter().map(|w| 100.0 * (w.3 - w.2) / w.2)).collect());
         let worst_peak = worst(st.iter().map(|x| x.peak_err_pct()).collect());
         s.say(format!("{} steps and {} loads: allocated within {worst_alloc:.2} %, peak within {worst_peak:.2} %", st.len(), wt.len()));
-        out.findings.push(Finding::new("allocated: the worst error of the estimate", "%", Some(worst_alloc)).note(format!("{} prefill/batch steps and {} loads committed", st.len(), wt.len())));
+        out.findings.push(Finding::new("allocated: the worst error of the estimate", "%", Some(worst_alloc)).note(format!(
+            "{} prefill/batch steps and {} loads committed",
+            st.len(),
+            wt.len()
+        )));
         out.findings.push(Finding::new("peak: the worst error of the estimate", "%", Some(worst_peak)));
         for retried in [true, false] {
             let Some(l) = lim.iter().filter(|l| l.retried == retried).max_by(|a, b| a.err_pct().abs().total_cmp(&b.err_pct().abs())) else { continue };
-            let what = if retried { "longest context, OOM retried after a trim: the worst error" } else { "longest context, runs before the retry: the worst error" };
-            let why = if retried { "the ledger counts the pool's 32 MiB chunks: a measured slack per chunk of live allocations" } else { "the pool's mapped memory, not the live bytes, hit the card" };
+            let what =
+                if retried { "longest context, OOM retried after a trim: the worst error" } else { "longest context, runs before the retry: the worst error" };
+            let why = if retried {
+                "the ledger counts the pool's 32 MiB chunks: a measured slack per chunk of live allocations"
+            } else {
+                "the pool's mapped memory, not the live bytes, hit the card"
+            };
             let step = 100.0 * l.resolution as f64 / l.max_context as f64;
-            out.findings.push(Finding::new(what, "%", Some(l.err_pct())).note(format!("{} {} {} on {}: measured {}, the ledger's search {} (one bisection step is {step:.1} % there); {why}", l.precision, l.logits.name(), l.attention, l.card, l.max_context, l.predicted_max_context)));
+            out.findings.push(Finding::new(what, "%", Some(l.err_pct())).note(format!(
+                "{} {} {} on {}: measured {}, the ledger's search {} (one bisection step is {step:.1} % there); {why}",
+                l.precision,
+                l.logits.name(),
+                l.attention,
+                l.card,
+                l.max_context,
+                l.predicted_max_context
+            )));
         }
         // How many land within 2 %: the bar for the runs with the retry.
         let retried: Vec<&LimitCheck> = lim.iter().filter(|l| l.retried).collect();
         if !retried.is_empty() {
             let within = retried.iter().filter(|l| l.err_pct().abs() <= 2.0).count();
-            let within_step = retried.iter().filter(|l| l.err_pct().abs() > 2.0 && l.err_pct().abs() <= 100.0 * l.resolution as f64 / l.max_context as f64 + 1e-9).count();
-            s.say(format!("longest context with the OOM retry: {within} of {} bisections within 2 % of the ledger's search, {within_step} more within one bisection step", retried.len()));
-            out.findings.push(Finding::new("longest context, OOM retried: bisections within 2 % of the ledger's search", "count", Some(within as f64)).note(format!("of {}; {within_step} more within one bisection step", retried.len())));
+            let within_step =
+                retried.iter().filter(|l| l.err_pct().abs() > 2.0 && l.err_pct().abs() <= 100.0 * l.resolution as f64 / l.max_context as f64 + 1e-9).count();
+            s.say(format!(
+                "longest context with the OOM retry: {within} of {} bisections within 2 % of the ledger's search, {within_step} more within one bisection step",
+                retried.len()
+            ));
+            out.findings.push(
+                Finding::new("longest context, OOM retried: bisections within 2 % of the ledger's search", "count", Some(within as f64))
+                    .note(format!("of {}; {within_step} more within one bisection step", retried.len())),
+            );
         }
         out.table(SUMMARY, summary::table(&wt, &st, &lim)?);
         // The loads as rows of the same table: seq 0, allocated = the weights.
         let mut rows: Vec<StepCheck> = wt
             .iter()
-            .map(|(file, p, measured, predicted)| StepCheck { file: file.clone(), precision: *p, logits: Logits::Last, attention: "load".into(), seq: 0, batch: 0, allocated_mib: *measured, predicted_allocated_mib: *predicted, peak_mib: *measured, predicted_peak_mib: *predicted, transient_mib: 0.0, predicted_transient_mib: 0.0, peak_at: "load" })
+            .map(|(file, p, measured, predicted)| StepCheck {
+                file: file.clone(),
+                precision: *p,
+                logits: Logits::Last,
+                attention: "load".into(),
+                seq: 0,
+                batch: 0,
+                allocated_mib: *measured,
+                predicted_allocated_mib: *predicted,
+                peak_mib: *measured,
+                predicted_peak_mib: *predicted,
+                transient_mib: 0.0,
+                predicted_transient_mib: 0.0,
+                peak_at: "load",
+            })
             .collect();
         rows.extend(st);
         use tables::col::*;

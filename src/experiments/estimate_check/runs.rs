@@ -134,7 +134,14 @@ fn read_attempts(f: &Path, root: &Path) -> Result<Vec<Vec<Attempt>>> {
     let mut groups: Vec<(String, Vec<Attempt>)> = Vec::new();
     for r in 0..n {
         let Some(logits) = lg[r] else { continue };
-        let w = Inference { precision: Precision::parse(&prec[r])?, seq: seq[r] as usize, batch: batch[r] as usize, logits, attention: AttentionMode::parse(&att[r])?, stored: None };
+        let w = Inference {
+            precision: Precision::parse(&prec[r])?,
+            seq: seq[r] as usize,
+            batch: batch[r] as usize,
+            logits,
+            attention: AttentionMode::parse(&att[r])?,
+            stored: None,
+        };
         let key = format!("{}/{}/{}", prec[r], logits.name(), att[r]);
         let a = Attempt { file: relative(f, root), w, ok: outcome[r] == "ok", measured: (base[r] + held[r], peak[r], transient[r]) };
         match groups.iter_mut().find(|(k, _)| *k == key) {
@@ -194,7 +201,8 @@ fn kv_folder(dir: &Path, root: &Path) -> Result<Folder> {
     let mut limit_rows: Vec<((String, String, String, usize), (usize, usize, bool))> = Vec::new();
     if limit_file.is_file() {
         let df = read_csv(&limit_file)?;
-        let (prec, lg, batch, max, res) = (strings(&df, "precision")?, strings(&df, "logits")?, floats(&df, "batch")?, floats(&df, "max_context")?, floats(&df, "resolution")?);
+        let (prec, lg, batch, max, res) =
+            (strings(&df, "precision")?, strings(&df, "logits")?, floats(&df, "batch")?, floats(&df, "max_context")?, floats(&df, "resolution")?);
         // Older folders ran one attention each, named in their prefill sweep.
         let att = match strings(&df, "attention") {
             Ok(v) => v,

@@ -30,7 +30,20 @@ fn lines(weights: &[(String, Precision, f64, f64)], steps: &[StepCheck], limits:
             .filter(|l| l.retried == retried)
             .map(|l| {
                 let step = 100.0 * l.resolution as f64 / l.max_context as f64;
-                (l.err_pct(), CONTEXT_TOLERANCE_PCT.max(step), format!("{}: {} {} {} on {}, measured {} tokens, ledger {}", l.file, l.precision, l.logits.name(), l.attention, l.card, l.max_context, l.predicted_max_context))
+                (
+                    l.err_pct(),
+                    CONTEXT_TOLERANCE_PCT.max(step),
+                    format!(
+                        "{}: {} {} {} on {}, measured {} tokens, ledger {}",
+                        l.file,
+                        l.precision,
+                        l.logits.name(),
+                        l.attention,
+                        l.card,
+                        l.max_context,
+                        l.predicted_max_context
+                    ),
+                )
             })
             .collect()
     };

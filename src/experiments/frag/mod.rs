@@ -11,20 +11,20 @@ pub mod pytorch;
 pub mod sequence;
 pub mod tables;
 
-use lockstep::{Lockstep, Reading};
-use pytorch::pytorch_rows;
-use sequence::{false_oom, report_sequence, step, FalseOom};
-use tables::{dash, false_oom_line, false_oom_table, reading_line, steps_table, FALSE_OOM_TABLE, STEPS_TABLE};
 use crate::error::{LabError, Result};
 use crate::estimate::pool::{self, AllocModel, Behaviour};
 use crate::estimate::scaled::SCALED;
 use crate::hw::Card;
-use crate::memory::policy::Policy;
 use crate::memory::host_arena::HostArena;
+use crate::memory::policy::Policy;
 use crate::memory::{gib, mib, DeviceAllocator};
 use crate::reference::report;
 use crate::session::Session;
 use crate::stage::{Finding, Stage, StageOutput, View};
+use lockstep::{Lockstep, Reading};
+use pytorch::pytorch_rows;
+use sequence::{false_oom, report_sequence, step, FalseOom};
+use tables::{dash, false_oom_line, false_oom_table, reading_line, steps_table, FALSE_OOM_TABLE, STEPS_TABLE};
 
 pub use config::{FragConfig, Layout};
 
@@ -173,13 +173,17 @@ fn findings(steps: &[Reading], ooms: &[FalseOom], cfg: &FragConfig) -> Vec<Findi
 impl Stage for Frag {
     const NAME: &'static str = "frag";
     const TITLE: &'static str = "Stage 3 — the allocator: fragmentation and false OOM / 显存碎片化与假 OOM";
-    const ABOUT: &'static str = "Stage 3: the report's fragmentation sequence and a false OOM under three allocator policies, beside the lab's allocator model and PyTorch";
+    const ABOUT: &'static str =
+        "Stage 3: the report's fragmentation sequence and a false OOM under three allocator policies, beside the lab's allocator model and PyTorch";
     const INTRO: &'static str = "报告第三阶段:申请 10 × 500 MB,释放奇数块,再申请 2 GB。PyTorch 的 caching allocator 打印 4.88 / 4.88 → 2.93 / 4.88 → reserved 6.88 GB。<br>The report's stage 3 allocates ten 500 MB blocks, frees the odd ones and asks for 2 GB; PyTorch's caching allocator printed allocated / reserved 4.88 / 4.88 → 2.93 / 4.88 GB, then reserved 6.88 GB. candle allocates from CUDA's stream-ordered pool with release threshold 0, which returns freed memory at the next synchronisation and can remap cached pages: the same sequence tells another story. Each step runs under three policies — the pool as candle uses it, the same pool with its threshold at the maximum (a caching allocator, like PyTorch's), plain cuMemAlloc — and, in step, on the lab's allocator model, whose figures stand beside the measured ones. Then the false OOM: a card full of blocks, every other one freed, one request larger than any hole but smaller than the holes together.";
     type Config = FragConfig;
 
     fn run(s: &mut Session, cfg: &FragConfig) -> Result<StageOutput> {
         if cfg.hole_request_mib <= cfg.hole_mib {
-            return Err(LabError::input(format!("--hole-request-mib ({}) must be larger than --hole-mib ({}): a request that fits in a hole is no false OOM", cfg.hole_request_mib, cfg.hole_mib)));
+            return Err(LabError::input(format!(
+                "--hole-request-mib ({}) must be larger than --hole-mib ({}): a request that fits in a hole is no false OOM",
+                cfg.hole_request_mib, cfg.hole_mib
+            )));
         }
         if cfg.hole_mib == 0 || cfg.block_mib == 0 {
             return Err(LabError::input("block sizes must be above 0 MiB"));
@@ -220,13 +224,13 @@ impl Stage for Frag {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::lockstep::Lockstep;
     use super::pytorch::pytorch_rows;
     use super::sequence::{false_oom, report_sequence};
     use super::tables::{col, steps_table};
-    use crate::stage::Outcome;
+    use super::*;
     use crate::estimate::pool::Behaviour;
+    use crate::stage::Outcome;
 
     fn model_only(b: Behaviour, cap: u64) -> Lockstep<'static> {
         Lockstep { name: "m".into(), device: None, model: AllocModel::new(b, cap), probe: None, blocks: Vec::new() }
@@ -271,7 +275,12 @@ mod tests {
         let path = dir.path().join("torch.jsonl");
         let gib = 1u64 << 30;
         let mut lines = vec![];
-        for (st, a, r) in [(step::START, 0, 0), (step::BLOCKS, 5000u64 << 20, 5000u64 << 20), (step::ODD_FREED, 3000 << 20, 5000 << 20), (step::REQUEST, 5048 << 20, 7048 << 20)] {
+        for (st, a, r) in [
+            (step::START, 0, 0),
+            (step::BLOCKS, 5000u64 << 20, 5000u64 << 20),
+            (step::ODD_FREED, 3000 << 20, 5000 << 20),
+            (step::REQUEST, 5048 << 20, 7048 << 20),
+        ] {
             lines.push(serde_json::json!({"experiment": "frag", "kind": "step", "allocator": "pytorch", "step": st, "allocated": a, "reserved": r, "device_free": 20 * gib}).to_string());
         }
         lines.push(serde_json::json!({"experiment": "frag", "kind": "false_oom", "allocator": "pytorch", "layout": "reused", "outcome": "oom", "device_free_start": 24 * gib, "hole": 512u64 << 20, "request": 2 * gib}).to_string());

@@ -5,8 +5,8 @@ use super::config::{FragConfig, Layout};
 use super::lockstep::{Lockstep, Reading};
 use super::sequence::{false_oom, report_sequence, step, FalseOom};
 use crate::error::{LabError, Result};
-use crate::limits::{MAX_MIB, MAX_REPEATS};
 use crate::estimate::pool::{self, AllocModel};
+use crate::limits::{MAX_MIB, MAX_REPEATS};
 use crate::memory::gib;
 use crate::reference::{pytorch_records, report};
 use crate::stage::Finding;
@@ -31,10 +31,7 @@ pub fn pytorch_rows(path: &std::path::Path, cfg: &FragConfig) -> Result<(Vec<Rea
         }
         if let (Some(free), Some(hole)) = (u(r, "device_free_start"), u(r, "hole")) {
             if free / hole > MAX_REPEATS as u64 {
-                return Err(LabError::input(format!(
-                    "{}: a hole of {hole} B cuts {free} B into more than {MAX_REPEATS} blocks",
-                    path.display()
-                )));
+                return Err(LabError::input(format!("{}: a hole of {hole} B cuts {free} B into more than {MAX_REPEATS} blocks", path.display())));
             }
         }
     }
@@ -45,10 +42,14 @@ pub fn pytorch_rows(path: &std::path::Path, cfg: &FragConfig) -> Result<(Vec<Rea
     for r in recs.iter().filter(|r| r["kind"] == "report_script") {
         let kept = (cfg.blocks as u64).div_ceil(2) + u64::from(cfg.blocks % 2 == 0);
         found.push(
-            Finding::new(format!("allocated after freeing the odd blocks, the report's own script ({})", r["allocator"].as_str().unwrap_or("pytorch")), "GiB", u(r, "allocated").map(gib))
-                .predicted(gib(kept * (cfg.block_mib << 20)))
-                .report((cfg.blocks == 10 && cfg.block_mib == 500).then_some(report::FRAG_ODD_FREED.0))
-                .note(format!("{kept} blocks: `for i in range(10): t = torch.empty(...)` leaves `t` holding block {}", cfg.blocks.saturating_sub(1))),
+            Finding::new(
+                format!("allocated after freeing the odd blocks, the report's own script ({})", r["allocator"].as_str().unwrap_or("pytorch")),
+                "GiB",
+                u(r, "allocated").map(gib),
+            )
+            .predicted(gib(kept * (cfg.block_mib << 20)))
+            .report((cfg.blocks == 10 && cfg.block_mib == 500).then_some(report::FRAG_ODD_FREED.0))
+            .note(format!("{kept} blocks: `for i in range(10): t = torch.empty(...)` leaves `t` holding block {}", cfg.blocks.saturating_sub(1))),
         );
     }
     let allocators: Vec<String> = {
@@ -62,7 +63,13 @@ pub fn pytorch_rows(path: &std::path::Path, cfg: &FragConfig) -> Result<(Vec<Rea
         let seq: Vec<&&serde_json::Value> = mine.iter().filter(|r| r["kind"] == "step").collect();
         let Some(start) = seq.first() else { continue };
         // Replay the same sequence on the model of PyTorch's allocator.
-        let mut ls = Lockstep { name: name.clone(), device: None, model: AllocModel::new(behaviour, u(start, "device_free").unwrap_or(0)), probe: None, blocks: Vec::new() };
+        let mut ls = Lockstep {
+            name: name.clone(),
+            device: None,
+            model: AllocModel::new(behaviour, u(start, "device_free").unwrap_or(0)),
+            probe: None,
+            blocks: Vec::new(),
+        };
         let model_rows = report_sequence(&mut ls, cfg)?;
         for r in seq {
             let key = r["step"].as_str().unwrap_or_default();
@@ -81,7 +88,13 @@ pub fn pytorch_rows(path: &std::path::Path, cfg: &FragConfig) -> Result<(Vec<Rea
         }
         for r in mine.iter().filter(|r| r["kind"] == "false_oom") {
             let layout = if r["layout"] == "reused" { Layout::Reused } else { Layout::Fresh };
-            let mut ls = Lockstep { name: name.clone(), device: None, model: AllocModel::new(behaviour, u(r, "device_free_start").unwrap_or(0)), probe: None, blocks: Vec::new() };
+            let mut ls = Lockstep {
+                name: name.clone(),
+                device: None,
+                model: AllocModel::new(behaviour, u(r, "device_free_start").unwrap_or(0)),
+                probe: None,
+                blocks: Vec::new(),
+            };
             let m = false_oom(&mut ls, layout, u(r, "hole").unwrap_or(cfg.hole_mib << 20), u(r, "request").unwrap_or(cfg.hole_request_mib << 20))?;
             ooms.push(FalseOom {
                 outcome: r["outcome"].as_str().unwrap_or_default().into(),

@@ -61,7 +61,11 @@ pub fn reading_line(r: &Reading) -> String {
         gib(r.model_reserved),
         opt_gib(r.largest_block),
         gib(r.model_largest),
-        if r.outcome.is_empty() && r.model_outcome.is_empty() { String::new() } else { format!(" — request {} (model {})", dash(&r.outcome), r.model_outcome) }
+        if r.outcome.is_empty() && r.model_outcome.is_empty() {
+            String::new()
+        } else {
+            format!(" — request {} (model {})", dash(&r.outcome), r.model_outcome)
+        }
     )
 }
 

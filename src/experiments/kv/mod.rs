@@ -9,10 +9,6 @@ pub mod limit;
 pub mod sweep;
 pub mod tables;
 
-use decode::{decode_sweep, ledger_pct, DecodePoint};
-use limit::{find_limit, ContextLimit};
-use sweep::{batch_sweep, doubling, prefill_sweep};
-use tables::{decode_table, limit_table, prefill_table, BATCH_TABLE, DECODE_TABLE, LIMIT_TABLE, OOM_TABLE, PREFILL_TABLE};
 use crate::error::{LabError, Result};
 use crate::estimate;
 use crate::experiments::oom;
@@ -22,7 +18,11 @@ use crate::model::{AttentionMode, CacheKind, Logits, Precision, Qwen2};
 use crate::reference::report;
 use crate::session::Session;
 use crate::stage::{Finding, Scale, Stage, StageOutput, View};
+use decode::{decode_sweep, ledger_pct, DecodePoint};
+use limit::{find_limit, ContextLimit};
 use serde::{Deserialize, Serialize};
+use sweep::{batch_sweep, doubling, prefill_sweep};
+use tables::{decode_table, limit_table, prefill_table, BATCH_TABLE, DECODE_TABLE, LIMIT_TABLE, OOM_TABLE, PREFILL_TABLE};
 
 pub use sweep::{random_ids, step, PrefillStep};
 
@@ -204,16 +204,30 @@ impl KvResults {
                 );
             }
             for l in self.limits.iter().filter(|l| l.precision == name) {
-                let report_seq = (self.report_model && p == Precision::Bf16 && l.logits == Logits::All && l.attention == "bounded").then_some(report::KV_FIRST_OOM_SEQ);
+                let report_seq =
+                    (self.report_model && p == Precision::Bf16 && l.logits == Logits::All && l.attention == "bounded").then_some(report::KV_FIRST_OOM_SEQ);
                 out.push(
-                    Finding::new(format!("{p} first length that runs out of memory, {} logits, {} attention", l.logits.name(), l.attention), "tokens", Some(l.first_oom as f64))
-                        .report(report_seq)
-                        .note(format!("longest that fits: {} tokens (bisection to {})", l.max_ok, l.resolution)),
+                    Finding::new(
+                        format!("{p} first length that runs out of memory, {} logits, {} attention", l.logits.name(), l.attention),
+                        "tokens",
+                        Some(l.first_oom as f64),
+                    )
+                    .report(report_seq)
+                    .note(format!("longest that fits: {} tokens (bisection to {})", l.max_ok, l.resolution)),
                 );
             }
-            let worst = self.decode.iter().filter(|d| d.precision == name).filter_map(ledger_pct).fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| if v.abs() > m.abs() { v } else { m })));
+            let worst = self
+                .decode
+                .iter()
+                .filter(|d| d.precision == name)
+                .filter_map(ledger_pct)
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| if v.abs() > m.abs() { v } else { m })));
             if let Some(w) = worst {
-                out.push(Finding::new(format!("{p} decode: ledger vs allocated, worst"), "%", Some(w)).predicted(0.0).note("weights + cache + one step's logits against the allocator's count"));
+                out.push(
+                    Finding::new(format!("{p} decode: ledger vs allocated, worst"), "%", Some(w))
+                        .predicted(0.0)
+                        .note("weights + cache + one step's logits against the allocator's count"),
+                );
             }
         }
         out
@@ -235,7 +249,13 @@ impl Stage for KvCache {
     /// The report's sweep in BF16 with all logits kept (the report's), bisected to 1,024 tokens,
     /// and the batch sweep: the last-logits, Q4_K_M, decode and stock-attention sweeps are `--full`'s.
     fn quick_config() -> KvConfig {
-        KvConfig { precisions: vec![Precision::Bf16], logits: vec![Logits::All], sweeps: vec![Sweep::Prefill, Sweep::Batch], resolution: 1024, ..Default::default() }
+        KvConfig {
+            precisions: vec![Precision::Bf16],
+            logits: vec![Logits::All],
+            sweeps: vec![Sweep::Prefill, Sweep::Batch],
+            resolution: 1024,
+            ..Default::default()
+        }
     }
 
     /// The report's sweep in the model's tokens: the same share of the card per step. The decode
@@ -287,8 +307,8 @@ impl Stage for KvCache {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::tables::col;
+    use super::*;
 
     #[test]
     fn doubling_lengths() {

@@ -96,7 +96,12 @@ pub fn step(s: &Session, model: &Qwen2, seq: usize, batch: usize, logits: Logits
     s.probe.clear_pending();
     s.probe.empty_cache();
     s.probe.reset_peak();
-    crate::memory::alloc_hook::trace_mark(&format!("prefill {} {batch} x {seq} {} logits {} attention", model.precision, logits.name(), model.attention.name()));
+    crate::memory::alloc_hook::trace_mark(&format!(
+        "prefill {} {batch} x {seq} {} logits {} attention",
+        model.precision,
+        logits.name(),
+        model.attention.name()
+    ));
     st.base = s.probe.snapshot("before").allocated;
     let t0 = Instant::now();
     let out = guarded(&s.probe, &format!("prefill of {batch} × {seq} tokens"), || {
@@ -167,7 +172,13 @@ pub fn warm_up(model: &Qwen2) {
 
 /// Steps over `sizes` (a length at a fixed batch, or a batch at a fixed length) until the first
 /// one that does not fit.
-fn sweep(s: &mut Session, model: &Qwen2, sizes: impl Iterator<Item = (usize, usize)>, logits: Logits, diagnoses: &mut Vec<oom::Row>) -> Result<Vec<PrefillStep>> {
+fn sweep(
+    s: &mut Session,
+    model: &Qwen2,
+    sizes: impl Iterator<Item = (usize, usize)>,
+    logits: Logits,
+    diagnoses: &mut Vec<oom::Row>,
+) -> Result<Vec<PrefillStep>> {
     warm_up(model);
     let sizes: Vec<(usize, usize)> = sizes.collect();
     let pb = s.console.bar(sizes.len() as u64, &format!("{} sweep", model.precision), "steps");

@@ -179,10 +179,7 @@ const DECODE_CHART: ChartSpec = ChartSpec {
     x_title: "tokens in cache",
     y_title: "MiB",
     split_by: Some(col::CACHE),
-    series: &[
-        Series::styled("allocated", &[(col::ALLOCATED_MIB, 1.0)], Style::LinesMarkers),
-        Series::styled("peak", &[(col::PEAK_MIB, 1.0)], Style::Markers),
-    ],
+    series: &[Series::styled("allocated", &[(col::ALLOCATED_MIB, 1.0)], Style::LinesMarkers), Series::styled("peak", &[(col::PEAK_MIB, 1.0)], Style::Markers)],
     ..ChartSpec::LINES
 };
 

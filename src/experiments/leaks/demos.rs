@@ -155,8 +155,8 @@ pub fn batch_pair(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, diagnoses: 
 fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, diagnoses: &mut Vec<oom::Row>) -> Result<Vec<Run>> {
     s.console.step(format!("leaks: batches of 1 and {PROBE} sequences of {} tokens, measured", cfg.seq));
     let _ = prefill(s, model, 1, cfg.seq.min(16)); // runtime workspaces into the base
-    // What the device had to give for `b` sequences: on a GPU what the pool mapped (it maps more
-    // than it hands out during a forward: stage 2's OOMs come from that), on CPU the heap's peak.
+                                                   // What the device had to give for `b` sequences: on a GPU what the pool mapped (it maps more
+                                                   // than it hands out during a forward: stage 2's OOMs come from that), on CPU the heap's peak.
     let probe = |s: &Session, b: usize| -> Result<(u64, crate::memory::Snapshot, crate::memory::Snapshot)> {
         s.probe.clear_pending();
         s.probe.empty_cache();
@@ -190,7 +190,13 @@ fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, d
         s.console.step(format!("leaks: prefill batch {batch} × {}", cfg.seq));
         let mut run = Run::new(Demo::Batch, variant, over, cfg);
         run.predicted_per_step = None;
-        run.note = format!("batch {batch} × {} tokens; the ledger: {} for the first sequence, {} for each one more, {} free for the pool", cfg.seq, fmt_bytes(one_need), fmt_bytes(per_seq), fmt_bytes(free));
+        run.note = format!(
+            "batch {batch} × {} tokens; the ledger: {} for the first sequence, {} for each one more, {} free for the pool",
+            cfg.seq,
+            fmt_bytes(one_need),
+            fmt_bytes(per_seq),
+            fmt_bytes(free)
+        );
         s.probe.clear_pending();
         s.probe.reset_peak();
         run.mark(s, "start", Held::of(&[(Category::Weights, weights)]), Outcome::Ok);

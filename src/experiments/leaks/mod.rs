@@ -14,14 +14,14 @@ pub mod config;
 pub mod demos;
 pub mod tables;
 
-use demos::{autograd_pair, batch_pair, kv_pair, Run};
-use tables::{marks_table, summary_table, verdict, MARKS_TABLE, OOM_TABLE, SUMMARY_TABLE};
 use crate::error::{LabError, Result};
 use crate::experiments::oom;
 use crate::memory::{fmt_bytes, mib};
 use crate::model::Precision;
 use crate::session::Session;
 use crate::stage::{Finding, Scale, Stage, StageOutput, View};
+use demos::{autograd_pair, batch_pair, kv_pair, Run};
+use tables::{marks_table, summary_table, verdict, MARKS_TABLE, OOM_TABLE, SUMMARY_TABLE};
 
 pub use config::{Demo, LeaksConfig};
 
@@ -46,7 +46,16 @@ impl Stage for Leaks {
     type Config = LeaksConfig;
 
     fn cpu_config() -> LeaksConfig {
-        LeaksConfig { precision: Precision::F32, prompt: 256, new_tokens: 8, seq: 128, threshold_mib: 0.1, noise_mib: 0.01, batch_room_mib: 48.0, ..Default::default() }
+        LeaksConfig {
+            precision: Precision::F32,
+            prompt: 256,
+            new_tokens: 8,
+            seq: 128,
+            threshold_mib: 0.1,
+            noise_mib: 0.01,
+            batch_room_mib: 48.0,
+            ..Default::default()
+        }
     }
 
     /// The report's lengths scaled to the model's tokens, in BF16 as the report.

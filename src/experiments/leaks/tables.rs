@@ -44,7 +44,8 @@ pub fn marks_table(runs: &[Run]) -> Result<DataFrame> {
     let mut mark = Vec::new();
     let mut outcome = Vec::new();
     let mut peak = Vec::new();
-    let (mut alloc, mut res, mut growth, mut rgrowth, mut kv, mut lg, mut unattr, mut flagged) = (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut alloc, mut res, mut growth, mut rgrowth, mut kv, mut lg, mut unattr, mut flagged) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for r in runs {
         let g = r.monitor.growth();
         for (i, m) in r.monitor.marks.iter().enumerate() {

@@ -6,7 +6,6 @@
 
 pub mod tables;
 
-use tables::{col, DISK_TABLE, TIME_TABLE};
 use crate::error::{LabError, Result};
 use crate::memory::disk::{self, ReadTime};
 use crate::model::{self, checkpoint, ModelSource, Precision, Qwen2Config};
@@ -16,6 +15,7 @@ use crate::{estimate, limits};
 use polars::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use tables::{col, DISK_TABLE, TIME_TABLE};
 
 pub struct Loading;
 
@@ -100,7 +100,13 @@ fn checkpoints(s: &mut Session, source: &ModelSource, cfg: &Qwen2Config, c: &Loa
             let mut opened = model::source::open(source, &s.opts)?;
             let (files, seconds) = checkpoint::write_safetensors(cfg, opened.weights.as_mut(), &st_dir, Precision::Bf16, c.shard_mib << 20)?;
             let written = ReadTime { bytes: disk::size(&files)?, seconds };
-            out.push(Checkpoint { kind: "safetensors bf16", files, source: ModelSource::Dir(st_dir), precisions: dense, written: Some((written, "write (synced)")) });
+            out.push(Checkpoint {
+                kind: "safetensors bf16",
+                files,
+                source: ModelSource::Dir(st_dir),
+                precisions: dense,
+                written: Some((written, "write (synced)")),
+            });
             if !c.no_gguf {
                 s.console.step("writing the Q4_K_M GGUF");
                 let path = dir.join("model-q4_k_m.gguf");
@@ -113,7 +119,13 @@ fn checkpoints(s: &mut Session, source: &ModelSource, cfg: &Qwen2Config, c: &Loa
                 let files = vec![path.clone()];
                 // Quantizing dominates this time: it is the GGUF's cost of making, not of the disk.
                 let written = ReadTime { bytes: disk::size(&files)?, seconds: t0.elapsed().as_secs_f64() };
-                out.push(Checkpoint { kind: "gguf q4_k_m", files, source: ModelSource::Gguf(path), precisions: vec![Precision::Q4KM], written: Some((written, "quantize + write (synced)")) });
+                out.push(Checkpoint {
+                    kind: "gguf q4_k_m",
+                    files,
+                    source: ModelSource::Gguf(path),
+                    precisions: vec![Precision::Q4KM],
+                    written: Some((written, "quantize + write (synced)")),
+                });
             }
             Ok(out)
         }
@@ -126,7 +138,9 @@ fn checkpoints(s: &mut Session, source: &ModelSource, cfg: &Qwen2Config, c: &Loa
             };
             Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4KM], written: None }])
         }
-        ModelSource::Gguf(f) => Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4KM], written: None }]),
+        ModelSource::Gguf(f) => {
+            Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4KM], written: None }])
+        }
     }
 }
 
@@ -190,7 +204,18 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, ck: &Checkpoint, disk_rows: &mut 
             };
             s.say(format!("{} → {p} ({cache}): {} in {load_s:.2} s", ck.kind, outcome.as_str()));
             let copy_s = h2d.map_or(0.0, |g| device_bytes as f64 / (g * 1e9));
-            loads.push(LoadRow { checkpoint: ck.kind, precision: p, cache, outcome: outcome.clone(), resident, file_bytes, device_bytes, load_s, read_s: read_s[i], copy_s });
+            loads.push(LoadRow {
+                checkpoint: ck.kind,
+                precision: p,
+                cache,
+                outcome: outcome.clone(),
+                resident,
+                file_bytes,
+                device_bytes,
+                load_s,
+                read_s: read_s[i],
+                copy_s,
+            });
             if !outcome.is_ok() {
                 break;
             }
@@ -279,10 +304,17 @@ impl Stage for Loading {
         out.table(DISK_TABLE, disk_df);
         out.table(TIME_TABLE, time_df);
         for r in disk_rows.iter().filter(|r| r.op == "read cold") {
-            out.findings.push(Finding::new(format!("{}: cold read", r.checkpoint), "GB/s", Some(r.time.gbs())).note(format!("{:.0} % cached before", 100.0 * r.resident.unwrap_or(f64::NAN))));
+            out.findings.push(
+                Finding::new(format!("{}: cold read", r.checkpoint), "GB/s", Some(r.time.gbs()))
+                    .note(format!("{:.0} % cached before", 100.0 * r.resident.unwrap_or(f64::NAN))),
+            );
         }
         for r in loads.iter().filter(|r| ok(r)) {
-            out.findings.push(Finding::new(format!("{} → {} load, {}", r.checkpoint, r.precision, r.cache), "s", Some(r.load_s)).floor(r.floor_s()).note("floor: file read + host→device copy, one after the other"));
+            out.findings.push(
+                Finding::new(format!("{} → {} load, {}", r.checkpoint, r.precision, r.cache), "s", Some(r.load_s))
+                    .floor(r.floor_s())
+                    .note("floor: file read + host→device copy, one after the other"),
+            );
         }
         Ok(out)
     }
@@ -306,4 +338,3 @@ fn note(r: &LoadRow) -> String {
         _ => String::new(),
     }
 }
-

@@ -2,8 +2,8 @@
 //! memory), the budget, the prompt and the tokens to decode.
 
 use crate::limits;
-use crate::model::Precision;
 use crate::model::placement::Strategy;
+use crate::model::Precision;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -89,7 +89,16 @@ pub struct OffloadConfig {
 impl Default for OffloadConfig {
     fn default() -> Self {
         Self {
-            modes: vec![Mode::Full, Mode::Split, Mode::Streamed, Mode::Hybrid, Mode::Managed, Mode::ManagedPreferCpu, Mode::ManagedReadMostly, Mode::ManagedPrefetch],
+            modes: vec![
+                Mode::Full,
+                Mode::Split,
+                Mode::Streamed,
+                Mode::Hybrid,
+                Mode::Managed,
+                Mode::ManagedPreferCpu,
+                Mode::ManagedReadMostly,
+                Mode::ManagedPrefetch,
+            ],
             gpu_budget: "5GiB".into(),
             reserve_mib: 512.0,
             precision: Precision::Bf16,

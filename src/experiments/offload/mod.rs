@@ -18,16 +18,16 @@ pub mod prediction;
 pub mod pytorch;
 pub mod tables;
 
-use modes::{run_managed, run_placed, Row};
-use prediction::predict;
-use pytorch::{llamacpp_rows, pytorch_rows};
-use tables::{bandwidths_table, predict_table, table, BANDWIDTHS_TABLE, PREDICT_TABLE, TABLE};
 use crate::error::Result;
 use crate::hw::{self, Card};
 use crate::model::{self, Precision, Qwen2Config};
 use crate::reference;
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Scale, Stage, StageOutput, View};
+use modes::{run_managed, run_placed, Row};
+use prediction::predict;
+use pytorch::{llamacpp_rows, pytorch_rows};
+use tables::{bandwidths_table, predict_table, table, BANDWIDTHS_TABLE, PREDICT_TABLE, TABLE};
 
 pub use config::{Mode, OffloadConfig};
 
@@ -48,9 +48,15 @@ fn findings(rows: &[Row], report_model: bool) -> Vec<Finding> {
                 .note("ceiling: the streamed bytes over the pinned PCIe bandwidth measured in this run"),
         );
     }
-    let best = rows.iter().filter(|r| r.outcome.is_ok() && r.run_by == "vram-lab" && r.mode != "full" && r.budget.is_some()).max_by(|a, b| a.tok_s.partial_cmp(&b.tok_s).unwrap_or(std::cmp::Ordering::Equal));
+    let best = rows
+        .iter()
+        .filter(|r| r.outcome.is_ok() && r.run_by == "vram-lab" && r.mode != "full" && r.budget.is_some())
+        .max_by(|a, b| a.tok_s.partial_cmp(&b.tok_s).unwrap_or(std::cmp::Ordering::Equal));
     if let Some(r) = best {
-        let llama = rows.iter().filter(|r| r.run_by.starts_with("llama.cpp") && r.tok_s.is_some()).max_by(|a, b| a.tok_s.partial_cmp(&b.tok_s).unwrap_or(std::cmp::Ordering::Equal));
+        let llama = rows
+            .iter()
+            .filter(|r| r.run_by.starts_with("llama.cpp") && r.tok_s.is_some())
+            .max_by(|a, b| a.tok_s.partial_cmp(&b.tok_s).unwrap_or(std::cmp::Ordering::Equal));
         let note = match llama {
             Some(l) => format!("{} (same GPU, same call): {:.2} tok/s", l.mode, l.tok_s.unwrap_or_default()),
             None => format!("llama.cpp -ngl 10 on an H200: {} tok/s", reference::LLAMACPP_H200_NGL10_TOK_S),
@@ -154,4 +160,3 @@ impl Stage for Offload {
         tables::views()
     }
 }
-

@@ -2,13 +2,13 @@
 //! budget, decoded, its memory and speed in one row.
 
 use super::config::{Mode, OffloadConfig};
-use rand::{Rng, SeedableRng};
 use crate::error::{LabError, Result};
 use crate::memory::{fmt_bytes, Snapshot};
 use crate::model::placement::{Bandwidths, Home, PartBytes, Placement, Strategy};
 use crate::model::{self, generate, GenerateConfig, Qwen2};
 use crate::session::Session;
 use crate::stage::Outcome;
+use rand::{Rng, SeedableRng};
 
 /// One mode's result.
 #[derive(Debug, Clone, Default)]
@@ -112,7 +112,15 @@ pub fn run_placed(s: &mut Session, cfg: &OffloadConfig, strategy: Strategy, bw: 
     let result = (|| -> Result<()> {
         let device = s.device.clone();
         let weights = crate::memory::guarded(&s.probe, "loading the placed weights", || {
-            model::weights::load_placed(&mcfg, opened.weights.as_mut(), cfg.precision, &device, |n| placement.device_of(n, &device), Some(&s.probe), |_, _| s.probe.check())
+            model::weights::load_placed(
+                &mcfg,
+                opened.weights.as_mut(),
+                cfg.precision,
+                &device,
+                |n| placement.device_of(n, &device),
+                Some(&s.probe),
+                |_, _| s.probe.check(),
+            )
         })?;
         let model = crate::memory::guarded(&s.probe, "placing the model", || Qwen2::new_placed(&mcfg, cfg.precision, weights, &device, &placement))?;
         generate_in(s, &model, cfg, &mut row, &before)
@@ -134,7 +142,11 @@ pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwi
     row.host_bytes = Some(weight_bytes);
     let prefer_cpu = mode == Mode::ManagedPreferCpu;
     row.pcie_per_token = Some(if prefer_cpu { weight_bytes } else { 0 });
-    row.ceiling = Some(if prefer_cpu { crate::estimate::decode_ceiling_tok_s(bw.pcie, weight_bytes) } else { crate::estimate::decode_ceiling_tok_s(bw.device, weight_bytes) });
+    row.ceiling = Some(if prefer_cpu {
+        crate::estimate::decode_ceiling_tok_s(bw.pcie, weight_bytes)
+    } else {
+        crate::estimate::decode_ceiling_tok_s(bw.device, weight_bytes)
+    });
     s.probe.empty_cache();
     s.probe.reset_peak();
     let before = s.probe.snapshot("before");

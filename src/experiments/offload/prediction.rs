@@ -47,7 +47,11 @@ pub fn predict(rows: &[Row], bw: &Bandwidths, own: Option<&Card>, model: &Qwen2C
         "managed",
         fault_bw.and_then(|f| tok(2.0 * excess as f64 / (f * 1e9 * pcie_bw / bw.pcie) + resident as f64 / (dev_bw * 1e9))),
         Some(a::MANAGED.1),
-        format!("{} resident; each token evicts and faults back the other {} at the fault-driven rate measured here, scaled to the card's PCIe", fmt_bytes(resident), fmt_bytes(excess)),
+        format!(
+            "{} resident; each token evicts and faults back the other {} at the fault-driven rate measured here, scaled to the card's PCIe",
+            fmt_bytes(resident),
+            fmt_bytes(excess)
+        ),
     );
     push(
         "managed-prefer-cpu",
@@ -70,7 +74,13 @@ pub fn predict(rows: &[Row], bw: &Bandwidths, own: Option<&Card>, model: &Qwen2C
                 &format!("vram-lab {} (ceiling)", strategy.name()),
                 Some(p.ceiling_tok_s(&parts, &card_bw)),
                 None,
-                format!("{} layers on the GPU, {} on the CPU, {} streamed; this host's {:.0} GB/s", p.count(Home::Gpu), p.count(Home::Cpu), p.count(Home::Streamed), bw.host),
+                format!(
+                    "{} layers on the GPU, {} on the CPU, {} streamed; this host's {:.0} GB/s",
+                    p.count(Home::Gpu),
+                    p.count(Home::Cpu),
+                    p.count(Home::Streamed),
+                    bw.host
+                ),
             );
         }
     }

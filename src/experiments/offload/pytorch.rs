@@ -15,17 +15,15 @@ pub fn pytorch_rows(path: &std::path::Path) -> Result<Vec<Row>> {
             "full_gpu" => ("pytorch full", "transformers generate, the model on the GPU".to_string()),
             "accelerate" => (
                 "pytorch accelerate",
-                format!("device_map=auto, max_memory {} on the GPU; {} GiB of weights in host RAM", r["gpu_budget"].as_str().unwrap_or("?"), r["offloaded_gib"]),
+                format!(
+                    "device_map=auto, max_memory {} on the GPU; {} GiB of weights in host RAM",
+                    r["gpu_budget"].as_str().unwrap_or("?"),
+                    r["offloaded_gib"]
+                ),
             ),
             _ => continue,
         };
-        rows.push(Row {
-            mode: mode.into(),
-            run_by: "PyTorch (same GPU, same call)".into(),
-            tok_s: r["tok_s"].as_f64(),
-            note,
-            ..Default::default()
-        });
+        rows.push(Row { mode: mode.into(), run_by: "PyTorch (same GPU, same call)".into(), tok_s: r["tok_s"].as_f64(), note, ..Default::default() });
     }
     Ok(rows)
 }

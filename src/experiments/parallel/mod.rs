@@ -8,8 +8,6 @@ pub mod pipeline;
 pub mod ranks;
 pub mod tables;
 
-use ranks::{run_rank, Plan, RankRun, Request};
-use tables::{table, Row, TABLE};
 use crate::error::{LabError, Result};
 use crate::estimate::fit::Inference;
 use crate::estimate::parallel::tensor_parallel;
@@ -23,7 +21,9 @@ use crate::model::{self, generate, GenerateConfig, Logits, Precision, Qwen2Confi
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
 use rand::{Rng, SeedableRng};
+use ranks::{run_rank, Plan, RankRun, Request};
 use serde::{Deserialize, Serialize};
+use tables::{table, Row, TABLE};
 
 pub struct Parallel;
 
@@ -74,7 +74,13 @@ fn predicted(cfg: &Qwen2Config, c: &ParallelConfig, gpus: usize) -> Result<Row> 
     // generate holds a cache for the prompt and every new token.
     let dtype = c.precision.dense_dtype().map(|d| d.size_in_bytes() as u64).unwrap_or(2);
     let kv = rank_ledger(cfg, gpus, dtype, (c.prompt + c.new_tokens) as u64, c.precision.act_dtype().size_in_bytes() as u64)?.kv_cache;
-    Ok(Row { weights_predicted: need.weights, nccl_predicted: need.nccl, kv_predicted: kv, peak_above_predicted: kv + need.transient + need.logits, ..Default::default() })
+    Ok(Row {
+        weights_predicted: need.weights,
+        nccl_predicted: need.nccl,
+        kv_predicted: kv,
+        peak_above_predicted: kv + need.transient + need.logits,
+        ..Default::default()
+    })
 }
 
 /// Decode's ceiling on a device reading `bytes` a token at `read_gbs`.
@@ -113,7 +119,8 @@ fn rank_row(r: &RankRun, p: &Row, gpus: usize, ceiling_tok_s: Option<f64>) -> Ro
 impl Stage for Parallel {
     const NAME: &'static str = "parallel";
     const TITLE: &'static str = "Several GPUs — tensor parallelism / 多 GPU 张量并行";
-    const ABOUT: &'static str = "The model split over N GPUs (tensor parallel, NCCL): every GPU's bytes measured beside the ledger, decode and greedy tokens beside one GPU";
+    const ABOUT: &'static str =
+        "The model split over N GPUs (tensor parallel, NCCL): every GPU's bytes measured beside the ledger, decode and greedy tokens beside one GPU";
     const INTRO: &'static str = "相关文章讲到单卡放不下时的多卡方案。这里把模型按 Megatron 方式切到 N 张卡上(每张卡持有自己的注意力头和 MLP 列,每层两次 all-reduce,NCCL 负责通信),逐卡测量权重、NCCL 缓冲、KV cache 和生成时的峰值,与估算器的逐卡账本并列;再与单卡运行比较解码速度和贪心输出。<br>The related articles turn to several cards when one cannot hold the model. Here the model is split over N GPUs the way Megatron splits it (each GPU holds its attention heads and MLP columns; two all-reduces a layer, over NCCL), and every GPU's weights, NCCL buffers, KV cache and generation peak are read from that GPU beside the estimator's per-GPU ledger (`estimate --tp N`); then decode speed and the greedy tokens beside the whole model on one GPU. On the CPU the ranks are threads exchanging tensors.";
     type Config = ParallelConfig;
 
@@ -218,7 +225,13 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
             if let Some(w) = r.weights {
                 r.ceiling_tok_s = ceiling(read_per_token(cfg, w, r.kv_cache.unwrap_or(0), act), bw.device);
             }
-            s.say(format!("pipeline stage {}: weights {} MiB (ledger {:.1}), {}", r.rank, r.weights.map(|b| format!("{:.1}", mib(b))).unwrap_or_else(|| "—".into()), mib(r.weights_predicted), r.outcome));
+            s.say(format!(
+                "pipeline stage {}: weights {} MiB (ledger {:.1}), {}",
+                r.rank,
+                r.weights.map(|b| format!("{:.1}", mib(b))).unwrap_or_else(|| "—".into()),
+                mib(r.weights_predicted),
+                r.outcome
+            ));
         }
         layouts.push((stages, tokens));
     }
@@ -240,7 +253,15 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
 
 /// The whole model on the first device, through the lab's fused step and through the ranks' loop:
 /// their rows and the loop's greedy tokens (the same arithmetic as a rank's, in one place).
-fn one_device(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig, prompt: &[u32], gen: &GenerateConfig, act: u64, read_gbs: f64) -> Result<(Vec<Row>, Option<Vec<u32>>)> {
+fn one_device(
+    s: &mut Session,
+    cfg: &Qwen2Config,
+    c: &ParallelConfig,
+    prompt: &[u32],
+    gen: &GenerateConfig,
+    act: u64,
+    read_gbs: f64,
+) -> Result<(Vec<Row>, Option<Vec<u32>>)> {
     s.console.step("the whole model on one device");
     let cuda = s.device.is_cuda();
     let mut row = Row { layout: "one device".into(), device: hw::describe(&s.device), ..predicted(cfg, c, 1)? };

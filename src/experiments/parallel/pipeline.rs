@@ -2,6 +2,7 @@
 //! split by the estimator's `pipeline_split`), one thread driving the stages in turn; every GPU's
 //! weights and generation peak read from its own device beside `estimate --pp N`'s ledger.
 
+use super::ranks::Request;
 use super::tables::Row;
 use crate::error::Result;
 use crate::estimate::fit::Inference;
@@ -11,7 +12,6 @@ use crate::memory::{guarded, MemoryProbe};
 use crate::model::attention::AttentionMode;
 use crate::model::parallel::pipeline::load_pipeline;
 use crate::model::parallel::rank_ledger;
-use super::ranks::Request;
 use crate::model::source;
 use crate::model::{generate, Logits};
 use crate::stage::Outcome;
@@ -37,7 +37,15 @@ pub fn run(r: &Request, devices: Vec<Device>) -> Result<(Vec<Row>, Vec<u32>)> {
         .iter()
         .map(|g| {
             let kv = kv_all * (g.layers.1 - g.layers.0) as u64 / layers;
-            Row { layout: layout.clone(), rank: g.gpu, device: hw::describe(&devices[g.gpu]), weights_predicted: g.weights, kv_predicted: kv, peak_above_predicted: kv + g.transient + g.logits, ..Default::default() }
+            Row {
+                layout: layout.clone(),
+                rank: g.gpu,
+                device: hw::describe(&devices[g.gpu]),
+                weights_predicted: g.weights,
+                kv_predicted: kv,
+                peak_above_predicted: kv + g.transient + g.logits,
+                ..Default::default()
+            }
         })
         .collect();
     let probes: Vec<MemoryProbe> = devices.iter().map(MemoryProbe::new).collect();

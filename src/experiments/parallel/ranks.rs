@@ -51,23 +51,29 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
     probe.warm_up()?;
     let base = probe.settled("")?;
     let mut comm = None;
-    plan.group.meet.settle("joining the group", (|| {
-        let c = plan.group.join(rank, &device)?;
-        // The first sum sets up NCCL's connections and buffers.
-        c.all_reduce_sum(&Tensor::zeros(plan.req.cfg.hidden_size, plan.req.precision.act_dtype(), &device)?)?;
-        comm = Some(c);
-        Ok(())
-    })())?;
+    plan.group.meet.settle(
+        "joining the group",
+        (|| {
+            let c = plan.group.join(rank, &device)?;
+            // The first sum sets up NCCL's connections and buffers.
+            c.all_reduce_sum(&Tensor::zeros(plan.req.cfg.hidden_size, plan.req.precision.act_dtype(), &device)?)?;
+            comm = Some(c);
+            Ok(())
+        })(),
+    )?;
     let comm = comm.ok_or_else(|| LabError::other("no communicator"))?;
     let joined = probe.settled("")?;
     let nccl = joined.outside_pool_since(&base).filter(|_| cuda);
     probe.reset_peak();
     let mut model = None;
-    plan.group.meet.settle("loading", guarded(&probe, "loading the shard", || {
-        let mut weights = source::open(plan.req.source, plan.req.opts)?.weights;
-        model = Some(load_rank(plan.req.cfg, plan.req.precision, weights.as_mut(), &device, comm, Some(&probe))?);
-        Ok(())
-    }))?;
+    plan.group.meet.settle(
+        "loading",
+        guarded(&probe, "loading the shard", || {
+            let mut weights = source::open(plan.req.source, plan.req.opts)?.weights;
+            model = Some(load_rank(plan.req.cfg, plan.req.precision, weights.as_mut(), &device, comm, Some(&probe))?);
+            Ok(())
+        }),
+    )?;
     let model = model.ok_or_else(|| LabError::other("no model"))?;
     let loaded = probe.settled("")?;
     probe.reset_peak();

@@ -7,8 +7,6 @@
 mod peers;
 pub mod tables;
 
-use peers::{other_stack, pytorch};
-use tables::{col, DECODE_TABLE, PREFILL_TABLE};
 use crate::error::{LabError, Result};
 use crate::estimate::{self, fit};
 use crate::model::decode::OwnKernels;
@@ -17,9 +15,11 @@ use crate::model::{AttentionMode, Logits, Precision, Qwen2};
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
 use crate::{limits, reference};
+use peers::{other_stack, pytorch};
 use polars::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use tables::{col, DECODE_TABLE, PREFILL_TABLE};
 
 pub struct Bench;
 
@@ -169,7 +169,17 @@ fn outcome_of<T>(r: Result<T>) -> Result<(Outcome, Option<T>)> {
 #[allow(clippy::too_many_arguments)]
 /// `seen`: the longest prefill this process ran so far (candle's quantized-matmul buffer only grows,
 /// and it outlives the models).
-fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Precision, v: Variant, seen: &mut u64, decodes: &mut Vec<DecodeRow>, prefills: &mut Vec<PrefillRow>) -> Result<()> {
+fn bench_model(
+    s: &mut Session,
+    c: &BenchConfig,
+    model: &Qwen2,
+    base: u64,
+    p: Precision,
+    v: Variant,
+    seen: &mut u64,
+    decodes: &mut Vec<DecodeRow>,
+    prefills: &mut Vec<PrefillRow>,
+) -> Result<()> {
     let cfg = model.cfg.clone();
     // Warm-up: kernels loaded, cuBLAS handles made, the pool grown once.
     generate::time_decode(model, 1, 8, 2, 0)?;
@@ -199,9 +209,16 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
                 None => break,
             }
         }
-        let row = DecodeRow { precision: p, variant: v, batch: b, outcome, read_bytes: estimate::decode_read_bytes(&cfg, p, c.mean_context(), b), timing: pooled };
+        let row =
+            DecodeRow { precision: p, variant: v, batch: b, outcome, read_bytes: estimate::decode_read_bytes(&cfg, p, c.mean_context(), b), timing: pooled };
         s.say(match &row.outcome {
-            Outcome::Ok => format!("{p} {} batch {b}: {:.1} tok/s, {:.2} ms/step ({:.2} ms to issue)", v.name(), row.timing.tok_s(), 1e3 * row.timing.step_median_s(), 1e3 * row.timing.issue_median_s()),
+            Outcome::Ok => format!(
+                "{p} {} batch {b}: {:.1} tok/s, {:.2} ms/step ({:.2} ms to issue)",
+                v.name(),
+                row.timing.tok_s(),
+                1e3 * row.timing.step_median_s(),
+                1e3 * row.timing.issue_median_s()
+            ),
             other => format!("{p} {} batch {b}: {}", v.name(), other.as_str()),
         });
         decodes.push(row);
@@ -236,7 +253,13 @@ fn bench_model(s: &mut Session, c: &BenchConfig, model: &Qwen2, base: u64, p: Pr
         }
         let ledger_peak = ledger.peak();
         let seconds = generate::median(&times);
-        s.say(format!("{p} {} prefill {seq}: {:.0} tok/s, peak {:.0} MiB (ledger {:.0})", v.name(), seq as f64 / seconds, crate::memory::mib(peak), crate::memory::mib(ledger_peak)));
+        s.say(format!(
+            "{p} {} prefill {seq}: {:.0} tok/s, peak {:.0} MiB (ledger {:.0})",
+            v.name(),
+            seq as f64 / seconds,
+            crate::memory::mib(peak),
+            crate::memory::mib(ledger_peak)
+        ));
         prefills.push(PrefillRow { precision: p, variant: v, seq, outcome, seconds, peak, ledger_peak });
     }
     Ok(())
@@ -252,7 +275,13 @@ impl Stage for Bench {
     /// Three loops (the plain one, the CUDA graph, the lab's own kernels), 64 new tokens, the
     /// 512-token prefill, two repeats: the other loops and the 32k prefill are `--full`'s.
     fn quick_config() -> BenchConfig {
-        BenchConfig { prompt_lens: vec![512], repeats: 2, new_tokens: 64, variants: vec![Variant::Separate, Variant::Graph, Variant::Own], ..Default::default() }
+        BenchConfig {
+            prompt_lens: vec![512],
+            repeats: 2,
+            new_tokens: 64,
+            variants: vec![Variant::Separate, Variant::Graph, Variant::Own],
+            ..Default::default()
+        }
     }
 
     fn cpu_config() -> BenchConfig {
@@ -310,7 +339,8 @@ impl Stage for Bench {
         let dec_tok: Vec<Option<f64>> = decodes.iter().map(|r| ok_f(&r.outcome, r.timing.tok_s())).collect();
         let dec_ceiling: Vec<f64> = decodes.iter().map(|r| r.batch as f64 * estimate::decode_ceiling_tok_s(bw, r.read_bytes)).collect();
         let dec_torch: Vec<Option<f64>> = decodes.iter().map(|r| if r.batch == 1 { pytorch(&records, "decode", r.precision, None) } else { None }).collect();
-        let dec_other: Vec<(Option<f64>, String)> = decodes.iter().map(|r| if r.batch == 1 { other_stack(llama.as_deref(), r.precision, None, on_h200) } else { (None, String::new()) }).collect();
+        let dec_other: Vec<(Option<f64>, String)> =
+            decodes.iter().map(|r| if r.batch == 1 { other_stack(llama.as_deref(), r.precision, None, on_h200) } else { (None, String::new()) }).collect();
         let decode_df = df!(
             col::PRECISION => decodes.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
             col::VARIANT => decodes.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
@@ -331,7 +361,8 @@ impl Stage for Bench {
         )?;
         let pre_tok: Vec<Option<f64>> = prefills.iter().map(|r| ok_f(&r.outcome, r.seq as f64 / r.seconds)).collect();
         let pre_torch: Vec<Option<f64>> = prefills.iter().map(|r| pytorch(&records, "prefill", r.precision, Some(r.seq))).collect();
-        let pre_other: Vec<(Option<f64>, String)> = prefills.iter().map(|r| other_stack(llama.as_deref(), r.precision, Some(r.seq), on_h200 && r.seq <= 512)).collect();
+        let pre_other: Vec<(Option<f64>, String)> =
+            prefills.iter().map(|r| other_stack(llama.as_deref(), r.precision, Some(r.seq), on_h200 && r.seq <= 512)).collect();
         let prefill_df = df!(
             col::PRECISION => prefills.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
             col::VARIANT => prefills.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
@@ -362,7 +393,11 @@ impl Stage for Bench {
             );
         }
         for (i, r) in prefills.iter().enumerate() {
-            out.findings.push(Finding::new(format!("{} prefill of {}, {}", r.precision, r.seq, r.variant.name()), "tok/s", pre_tok[i]).note(format!("peak {:.0} MiB, ledger {:.0} MiB", crate::memory::mib(r.peak), crate::memory::mib(r.ledger_peak))));
+            out.findings.push(Finding::new(format!("{} prefill of {}, {}", r.precision, r.seq, r.variant.name()), "tok/s", pre_tok[i]).note(format!(
+                "peak {:.0} MiB, ledger {:.0} MiB",
+                crate::memory::mib(r.peak),
+                crate::memory::mib(r.ledger_peak)
+            )));
         }
         out.table(DECODE_TABLE, decode_df);
         out.table(PREFILL_TABLE, prefill_df);
@@ -373,4 +408,3 @@ impl Stage for Bench {
         tables::views()
     }
 }
-

@@ -20,13 +20,18 @@ pub(super) fn pytorch(records: &[serde_json::Value], case: &str, precision: Prec
 pub(super) fn other_stack(llama: Option<&[reference::LlamaBench]>, precision: Precision, seq: Option<usize>, quoted: bool) -> (Option<f64>, String) {
     if let Some(records) = llama {
         let same = |r: &&reference::LlamaBench| {
-            r.precision == Some(precision) && r.n_gpu_layers >= 99 && match seq {
-                None => r.n_prompt == 0 && r.n_gen > 0,
-                Some(s) => r.n_gen == 0 && r.n_prompt == s as u64,
-            }
+            r.precision == Some(precision)
+                && r.n_gpu_layers >= 99
+                && match seq {
+                    None => r.n_prompt == 0 && r.n_gen > 0,
+                    Some(s) => r.n_gen == 0 && r.n_prompt == s as u64,
+                }
         };
         return match records.iter().find(same) {
-            Some(r) => (Some(r.tok_s), format!("{} {}, same GPU, same call", r.label, if seq.is_some() { format!("pp{}", r.n_prompt) } else { format!("tg{}", r.n_gen) })),
+            Some(r) => (
+                Some(r.tok_s),
+                format!("{} {}, same GPU, same call", r.label, if seq.is_some() { format!("pp{}", r.n_prompt) } else { format!("tg{}", r.n_gen) }),
+            ),
             None => (None, String::new()),
         };
     }
@@ -36,8 +41,12 @@ pub(super) fn other_stack(llama: Option<&[reference::LlamaBench]>, precision: Pr
     use reference::{candle_h200, llamacpp_h200};
     let decode = seq.is_none();
     match (precision, decode) {
-        (Precision::Bf16, true) => (Some(llamacpp_h200::BF16_DECODE_TOK_S), format!("llama.cpp BF16, H200 (candle-transformers: {:.1})", candle_h200::BF16_DECODE_TOK_S)),
-        (p, true) if p.is_quantized() => (Some(llamacpp_h200::Q4KM_DECODE_TOK_S), format!("llama.cpp Q4_K_M, H200 (candle-transformers Q4_K: {:.1})", candle_h200::Q4K_DECODE_TOK_S)),
+        (Precision::Bf16, true) => {
+            (Some(llamacpp_h200::BF16_DECODE_TOK_S), format!("llama.cpp BF16, H200 (candle-transformers: {:.1})", candle_h200::BF16_DECODE_TOK_S))
+        }
+        (p, true) if p.is_quantized() => {
+            (Some(llamacpp_h200::Q4KM_DECODE_TOK_S), format!("llama.cpp Q4_K_M, H200 (candle-transformers Q4_K: {:.1})", candle_h200::Q4K_DECODE_TOK_S))
+        }
         (Precision::Bf16, false) => (Some(llamacpp_h200::BF16_PREFILL_160_TOK_S), "llama.cpp BF16 prefill of 160 tokens, H200".into()),
         _ => (None, String::new()),
     }

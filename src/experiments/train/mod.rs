@@ -7,20 +7,20 @@
 pub mod ranks;
 pub mod tables;
 
-use tables::{memory_table, ranks_table, scale_table, RankRow, MEMORY, RANKS, Row, SCALE};
 use crate::error::{LabError, Result};
+use crate::estimate::fit::Inference;
 use crate::estimate::parallel::nccl_bytes;
 use crate::estimate::training::{self, articles_activations, step_activations, step_peak, TrainSetup, TrainShape};
-use crate::hw::Card;
 use crate::experiments::kv::random_ids;
+use crate::hw::Card;
 use crate::limits;
 use crate::memory::{fmt_bytes, guarded, mib};
 use crate::model::optim::{AdamW, ParamsAdamW};
-use crate::estimate::fit::Inference;
 use crate::model::{train, AttentionMode, Logits, Precision, Qwen2, Qwen2Config};
 use crate::session::Session;
 use crate::stage::{Finding, Stage, StageOutput, View};
 use serde::{Deserialize, Serialize};
+use tables::{memory_table, ranks_table, scale_table, RankRow, Row, MEMORY, RANKS, SCALE};
 
 pub struct Train;
 
@@ -111,7 +111,16 @@ fn run_steps(s: &Session, model: &Qwen2, opt: &mut AdamW, cfg: &TrainConfig, che
     Ok(m)
 }
 
-fn rows_for(model_cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bool, weights: u64, states: u64, m: Option<&Measured>, oom: Option<String>) -> Vec<Row> {
+fn rows_for(
+    model_cfg: &Qwen2Config,
+    params: u64,
+    sh: TrainShape,
+    checkpoint: bool,
+    weights: u64,
+    states: u64,
+    m: Option<&Measured>,
+    oom: Option<String>,
+) -> Vec<Row> {
     let lab = step_activations(model_cfg, params, sh, checkpoint);
     let ledger = training::ledger(params, &TrainSetup::fp32_adam());
     let art = articles_activations(model_cfg, sh, checkpoint);
@@ -132,7 +141,9 @@ fn rows_for(model_cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bo
 fn too_large(s: &mut Session, cfg: &Qwen2Config, sh: TrainShape, oom: &str) -> Result<StageOutput> {
     let p = cfg.param_count() as u64;
     let mut out = StageOutput::default();
-    s.say(format!("the model does not fit in F32 for training ({oom}); the formula's need is reported instead (smaller presets train: --model synthetic:qwen2.5-0.5b)"));
+    s.say(format!(
+        "the model does not fit in F32 for training ({oom}); the formula's need is reported instead (smaller presets train: --model synthetic:qwen2.5-0.5b)"
+    ));
     for ckpt in [false, true] {
         let need = step_peak(cfg, p, sh, ckpt);
         out.findings.push(
@@ -153,9 +164,7 @@ fn beyond_device(s: &Session, above: u64, ranks: u64) -> Option<String> {
     let snap = s.probe.snapshot("room");
     let total = snap.device_total?;
     let need = above.saturating_mul(ranks).saturating_add(snap.allocated);
-    (need > total).then(|| {
-        format!("not run: the step needs {} by the lab's formula, more than the {} this device has", fmt_bytes(need), fmt_bytes(total))
-    })
+    (need > total).then(|| format!("not run: the step needs {} by the lab's formula, more than the {} this device has", fmt_bytes(need), fmt_bytes(total)))
 }
 
 /// The micro-batches of the first layout: --batches, or each card plans its own (None), or --batch
@@ -192,8 +201,24 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, model_cfg: Qwen2Config, sh:
     while let Some((layout, given)) = next.take() {
         s.check_stop()?;
         let what = given.as_ref().map(|b| format!("micro-batches {b:?}")).unwrap_or_else(|| "micro-batches planned on each card".into());
-        s.console.step(format!("train: {ranks} ranks, {what} × {} tokens{}, ZeRO-{}, checkpointing {}", cfg.seq, if layout.is_empty() { String::new() } else { format!(" ({layout})") }, cfg.zero, if ckpt { "on" } else { "off" }));
-        let plan = ranks::Setup { cfg: &model_cfg, source: &s.source, opts: &s.opts, batches: given.clone(), seq: cfg.seq, checkpoint: ckpt, zero: cfg.zero, steps: cfg.steps, cards: cards.clone() };
+        s.console.step(format!(
+            "train: {ranks} ranks, {what} × {} tokens{}, ZeRO-{}, checkpointing {}",
+            cfg.seq,
+            if layout.is_empty() { String::new() } else { format!(" ({layout})") },
+            cfg.zero,
+            if ckpt { "on" } else { "off" }
+        ));
+        let plan = ranks::Setup {
+            cfg: &model_cfg,
+            source: &s.source,
+            opts: &s.opts,
+            batches: given.clone(),
+            seq: cfg.seq,
+            checkpoint: ckpt,
+            zero: cfg.zero,
+            steps: cfg.steps,
+            cards: cards.clone(),
+        };
         let mut results = ranks::run_group(&plan, &s.device, ranks)?;
         // Bad input (a card that holds no sequence) is the run's error, not a rank's outcome.
         if let Some(i) = results.iter().position(|r| matches!(r, Err(LabError::Input(_)))) {
@@ -213,7 +238,18 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, model_cfg: Qwen2Config, sh:
             let batch = batches[rank];
             let act = step_activations(&model_cfg, params, TrainShape { batch, seq: sh.seq }, ckpt);
             let need = ledger.weights + ledger.optimizer + act.above_states();
-            let base = RankRow { layout, rank, card: card.clone(), batch, device: String::new(), zero: cfg.zero, item: "step", measured: None, lab: 0, note: String::new() };
+            let base = RankRow {
+                layout,
+                rank,
+                card: card.clone(),
+                batch,
+                device: String::new(),
+                zero: cfg.zero,
+                item: "step",
+                measured: None,
+                lab: 0,
+                note: String::new(),
+            };
             let r = match r {
                 Ok(r) => r,
                 Err(e) => {
@@ -239,14 +275,28 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, model_cfg: Qwen2Config, sh:
                 None => "ok".into(),
             };
             rows.push(mk("step peak", r.peak_above_states.map(|p| r.weights + r.states + p), need, &note));
-            s.say(format!("rank {rank}: micro-batch {batch}, weights {:.0} MiB, states {:.0} MiB (ledger {:.0}), gradients kept {:.0} MiB (ledger {:.0}), loss {:.3}", mib(r.weights), mib(r.states), mib(ledger.optimizer), mib(r.gradients), mib(ledger.gradients), r.loss));
+            s.say(format!(
+                "rank {rank}: micro-batch {batch}, weights {:.0} MiB, states {:.0} MiB (ledger {:.0}), gradients kept {:.0} MiB (ledger {:.0}), loss {:.3}",
+                mib(r.weights),
+                mib(r.states),
+                mib(ledger.optimizer),
+                mib(r.gradients),
+                mib(ledger.gradients),
+                r.loss
+            ));
             if rank == 0 && layout != "even" {
-                out.findings.push(Finding::new(format!("rank 0 of {ranks}: optimizer states, ZeRO-{}", cfg.zero), "MiB", Some(mib(r.states))).predicted(mib(ledger.optimizer)));
+                out.findings.push(
+                    Finding::new(format!("rank 0 of {ranks}: optimizer states, ZeRO-{}", cfg.zero), "MiB", Some(mib(r.states)))
+                        .predicted(mib(ledger.optimizer)),
+                );
             }
         }
         if !cards.is_empty() {
             let what = if oom.is_empty() { "every card trained its micro-batch".to_string() } else { format!("out of memory on rank {oom:?}") };
-            out.findings.push(Finding::new(format!("{layout} micro-batches {batches:?} on {}", cfg.cards.join(" + ")), "ranks out of memory", Some(oom.len() as f64)).note(what));
+            out.findings.push(
+                Finding::new(format!("{layout} micro-batches {batches:?} on {}", cfg.cards.join(" + ")), "ranks out of memory", Some(oom.len() as f64))
+                    .note(what),
+            );
         }
     }
     out.table(RANKS, ranks_table(&rows)?);
@@ -256,7 +306,8 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, model_cfg: Qwen2Config, sh:
 impl Stage for Train {
     const NAME: &'static str = "train";
     const TITLE: &'static str = "Estimator — a real training step / 训练显存实测";
-    const ABOUT: &'static str = "A training step in candle (forward, backward, AdamW) in F32, with and without gradient checkpointing, beside the lab's formula and the articles'";
+    const ABOUT: &'static str =
+        "A training step in candle (forward, backward, AdamW) in F32, with and without gradient checkpointing, beside the lab's formula and the articles'";
     const INTRO: &'static str = "相关文章给出训练显存公式:FP32 训练每参数 16 B(权重 4 + 梯度 4 + Adam 8),7B 模型需 112 GB;激活值 = batch × seq × hidden × layers × 4 B;梯度检查点节省 60–70% 激活。这里在 candle 中真实执行一步训练(前向、反向、AdamW),逐项测量权重、优化器状态、梯度、前向保留的张量和峰值,与实验室公式及文章公式并列。<br>The related articles size training with formulas: 16 B per parameter in FP32 (4 weights + 4 gradients + 8 Adam), so 112 GB for a 7B model; activations = batch × seq × hidden × layers × 4 B; gradient checkpointing saves 60–70 % of activations. This stage runs a real training step in candle (forward, backward, AdamW update) on the lab's Qwen2 in F32, with and without checkpointing, and measures the weights, the optimizer states, the gradients, what the forward keeps for the backward and the step's peak, each beside the lab's formula (counted tensor by tensor from candle's forward and backward) and the articles'.";
     type Config = TrainConfig;
 
@@ -274,7 +325,8 @@ impl Stage for Train {
         let widest = cfg.batches.iter().copied().max().unwrap_or(cfg.batch).max(cfg.batch);
         let opened = crate::model::source::open(&s.source, &s.opts)?;
         let model_cfg = opened.cfg.clone();
-        let w = Inference { precision: Precision::F32, seq: cfg.seq, batch: widest, logits: Logits::All, attention: AttentionMode::Differentiable, stored: None };
+        let w =
+            Inference { precision: Precision::F32, seq: cfg.seq, batch: widest, logits: Logits::All, attention: AttentionMode::Differentiable, stored: None };
         crate::estimate::fit::check(&model_cfg, &w)?;
         if cfg.gpus > 1 || cfg.zero > 0 || !cfg.cards.is_empty() || !cfg.batches.is_empty() {
             return data_parallel(s, cfg, model_cfg, sh);

@@ -68,10 +68,13 @@ fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankSte
     let cuda = device.is_cuda();
     probe.warm_up()?;
     let unjoined = probe.settled("")?;
-    let comm = g.meet.settle("joining the group", g.join(rank, &device).and_then(|c| {
-        c.all_reduce_sum(&candle_core::Tensor::zeros(1, candle_core::DType::F32, &device)?)?;
-        Ok(c)
-    }))?;
+    let comm = g.meet.settle(
+        "joining the group",
+        g.join(rank, &device).and_then(|c| {
+            c.all_reduce_sum(&candle_core::Tensor::zeros(1, candle_core::DType::F32, &device)?)?;
+            Ok(c)
+        }),
+    )?;
     let nccl = probe.settled("")?.outside_pool_since(&unjoined).filter(|_| cuda);
     // The card counts what the process already holds on the device (context, NCCL), as a real one
     // would. The CPU's ranks share one heap and its one cap: a card per rank is planned, not held.

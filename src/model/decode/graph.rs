@@ -8,10 +8,10 @@
 //! warm-up step (`enable_cuda_graph_htod_cache`) and its allocations are stream-ordered.
 
 use super::step::{OwnKernels, Tables};
+use crate::error::{LabError, Result};
 use crate::model::kv_cache::KvCache;
 use crate::model::qwen2::{last_logits, Logits, Qwen2};
 use crate::model::sampling::check_finite;
-use crate::error::{LabError, Result};
 use candle_core::{DType, Tensor};
 
 /// A decoder whose state (ids, position, cache) is in device memory; `step` runs one token, and

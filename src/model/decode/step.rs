@@ -4,8 +4,8 @@
 //! captured decoder (`graph.rs`) owns them.
 
 use crate::error::{LabError, Result};
-use crate::model::qwen2::config::Qwen2Config;
 use crate::model::kernels::{Fused, Part};
+use crate::model::qwen2::config::Qwen2Config;
 use candle_core::{DType, Device, Tensor};
 
 /// What the static step reads for every position of the cache's capacity.

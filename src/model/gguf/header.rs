@@ -156,10 +156,7 @@ fn data_layout(tensors: &[TensorInfo], alignment: u64) -> std::result::Result<()
             return Err(format!("tensor {name} starts at offset {}, not a multiple of the alignment {alignment}", t.offset));
         }
         if t.offset as u128 != expected {
-            return Err(format!(
-                "tensor {name} starts at offset {}, where ggml expects {expected} (each tensor right after the one before it)",
-                t.offset
-            ));
+            return Err(format!("tensor {name} starts at offset {}, where ggml expects {expected} (each tensor right after the one before it)", t.offset));
         }
         let bytes = match (t.ggml_type(), t.bytes()) {
             (_, Some(b)) => b,
@@ -178,8 +175,7 @@ impl Header {
     pub fn read(path: &Path) -> Result<Self> {
         // A regular file only: a FIFO would block the open, a device would read forever.
         let (file, file_len) = crate::paths::open_regular(path, u64::MAX, true)?;
-        Self::parse(BufReader::new(file), file_len, path)
-            .map_err(|why| LabError::input(format!("{} is not a readable GGUF file ({why})", path.display())))
+        Self::parse(BufReader::new(file), file_len, path).map_err(|why| LabError::input(format!("{} is not a readable GGUF file ({why})", path.display())))
     }
 
     fn parse(r: impl Read, file_len: u64, path: &Path) -> std::result::Result<Self, String> {
@@ -255,9 +251,18 @@ impl Header {
     /// Every tensor's type is in ggml's table and fills whole blocks.
     pub fn check_types(&self) -> Result<()> {
         for t in &self.tensors {
-            let ty = t.ggml_type().ok_or_else(|| LabError::input(format!("{}: tensor {} has ggml type id {}, which ggml does not define", self.path.display(), t.name, t.type_id)))?;
+            let ty = t.ggml_type().ok_or_else(|| {
+                LabError::input(format!("{}: tensor {} has ggml type id {}, which ggml does not define", self.path.display(), t.name, t.type_id))
+            })?;
             if ty.bytes_of(t.elems()).is_none() {
-                return Err(LabError::input(format!("{}: tensor {} has {} values, not whole {} blocks of {}", self.path.display(), t.name, t.elems(), ty.name, ty.block)));
+                return Err(LabError::input(format!(
+                    "{}: tensor {} has {} values, not whole {} blocks of {}",
+                    self.path.display(),
+                    t.name,
+                    t.elems(),
+                    ty.name,
+                    ty.block
+                )));
             }
         }
         Ok(())

@@ -3,8 +3,8 @@
 use super::header::Header;
 use super::names::gguf_name;
 use crate::error::{cause, LabError, Result};
-use crate::model::qwen2::config::{Qwen2Config, TensorSpec};
 use crate::model::precision::Precision;
+use crate::model::qwen2::config::{Qwen2Config, TensorSpec};
 use crate::model::weights::{check_shape, Weight, WeightSource};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::Device;

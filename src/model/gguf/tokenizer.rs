@@ -4,8 +4,8 @@
 
 use crate::error::{LabError, Result};
 use crate::model::qwen2::config::Qwen2Config;
-use candle_core::quantized::gguf_file::Value;
 use crate::model::tokenizer::{build, Added, Pre};
+use candle_core::quantized::gguf_file::Value;
 use serde_json::{json, Value as Json};
 use std::collections::HashMap;
 use tokenizers::Tokenizer;
@@ -27,7 +27,8 @@ pub fn from_header(h: &Header) -> Result<Option<Tokenizer>> {
         return Err(LabError::input(format!("{path}: tokenizer.ggml.model `{model}`: the lab builds byte-level BPE (gpt2) tokenizers")));
     }
     let pre_name = h.str("tokenizer.ggml.pre").unwrap_or("default");
-    let pre = Pre::from_gguf(pre_name).ok_or_else(|| LabError::input(format!("{path}: tokenizer.ggml.pre `{pre_name}`: the lab builds qwen2 and gpt-2 pre-tokenizers")))?;
+    let pre = Pre::from_gguf(pre_name)
+        .ok_or_else(|| LabError::input(format!("{path}: tokenizer.ggml.pre `{pre_name}`: the lab builds qwen2 and gpt-2 pre-tokenizers")))?;
     let bad = |what: &str| LabError::input(format!("{path}: tokenizer.ggml.{what} is missing or not an array of the right kind"));
     let tokens = h.strings("tokenizer.ggml.tokens").ok_or_else(|| bad("tokens"))?;
     let merges = h.strings("tokenizer.ggml.merges").ok_or_else(|| bad("merges"))?;
@@ -55,7 +56,8 @@ pub fn from_header(h: &Header) -> Result<Option<Tokenizer>> {
 /// (`[PADn]` where the tokenizer has none), token types, merges as "a b" strings, special ids.
 pub fn to_metadata(tok: &Tokenizer, cfg: &Qwen2Config) -> Result<Vec<(String, Value)>> {
     let spec: Json = serde_json::from_str(&tok.to_string(false).map_err(|e| LabError::other(format!("tokenizer: {e}")))?)?;
-    let pre = Pre::from_json(&spec["pre_tokenizer"]).ok_or_else(|| LabError::input("the tokenizer's pre-tokenizer is neither Qwen2's nor GPT-2's: the lab cannot name it for a GGUF file"))?;
+    let pre = Pre::from_json(&spec["pre_tokenizer"])
+        .ok_or_else(|| LabError::input("the tokenizer's pre-tokenizer is neither Qwen2's nor GPT-2's: the lab cannot name it for a GGUF file"))?;
     if spec["model"]["type"] != "BPE" {
         return Err(LabError::input("the tokenizer is not BPE: the lab writes byte-level BPE tokenizers into GGUF files"));
     }

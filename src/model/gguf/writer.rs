@@ -7,9 +7,9 @@ use super::recipe::{self, FileType, ModelClass};
 use super::types::GgmlType;
 use super::{gguf_tensors, tokenizer};
 use crate::error::{LabError, Result};
-use crate::model::qwen2::config::Qwen2Config;
 use crate::model::precision::{ggml_dtype_for, Precision};
 use crate::model::quantize::quantize_rows;
+use crate::model::qwen2::config::Qwen2Config;
 use crate::model::weights::WeightSource;
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::QTensor;
@@ -171,7 +171,11 @@ pub fn write_header(w: &mut (impl Write + Seek), md: &[(String, Value)], tensors
 /// One tensor's values in `ty`, as the bytes the file stores.
 fn encode(dense: &candle_core::Tensor, ty: GgmlType) -> Result<Vec<u8>> {
     let q = ty.candle().ok_or_else(|| LabError::input(format!("the lab cannot write {ty} blocks")))?;
-    let qt = if dense.rank() == 2 && ty.is_block_quantized() { quantize_rows(dense, q, &Device::Cpu)? } else { QTensor::quantize(&dense.to_dtype(candle_core::DType::F32)?, q)? };
+    let qt = if dense.rank() == 2 && ty.is_block_quantized() {
+        quantize_rows(dense, q, &Device::Cpu)?
+    } else {
+        QTensor::quantize(&dense.to_dtype(candle_core::DType::F32)?, q)?
+    };
     Ok(qt.data()?.into_owned())
 }
 

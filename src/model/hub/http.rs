@@ -73,14 +73,7 @@ impl Client {
             .user_agent(concat!("vram-lab/", env!("CARGO_PKG_VERSION")))
             .build();
         let origin = names::origin(&endpoint).unwrap_or_default();
-        Self {
-            agent,
-            endpoint,
-            origin,
-            token,
-            stall,
-            file_s,
-        }
+        Self { agent, endpoint, origin, token, stall, file_s }
     }
 
     /// GET `url`, following redirects by hand; `deadline` bounds the whole request when given.
@@ -90,17 +83,10 @@ impl Client {
         for hop in 0..=MAX_REDIRECTS {
             let mut req = self.agent.get(&url).set("Accept-Encoding", "identity");
             if let Some(d) = deadline {
-                req = req.timeout(
-                    d.saturating_duration_since(Instant::now())
-                        .max(Duration::from_millis(1)),
-                );
+                req = req.timeout(d.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)));
             }
             // The token goes to the endpoint's own host only, never after a redirect elsewhere.
-            if let Some(t) = self
-                .token
-                .as_ref()
-                .filter(|_| names::origin(&url).as_deref() == Some(self.origin.as_str()))
-            {
+            if let Some(t) = self.token.as_ref().filter(|_| names::origin(&url).as_deref() == Some(self.origin.as_str())) {
                 req = req.set("Authorization", &format!("Bearer {t}"));
             }
             let resp = match req.call() {
@@ -144,10 +130,7 @@ impl Client {
         let url = format!("{}/api/models/{repo}/revision/main", self.endpoint);
         let (resp, _) = self.get(&url, Some(Instant::now() + timeout))?;
         let mut body = Vec::new();
-        resp.into_reader()
-            .take(MAX_INFO + 1)
-            .read_to_end(&mut body)
-            .map_err(|e| Fail::Net(format!("the repo info was cut short: {e}")))?;
+        resp.into_reader().take(MAX_INFO + 1).read_to_end(&mut body).map_err(|e| Fail::Net(format!("the repo info was cut short: {e}")))?;
         if body.len() as u64 > MAX_INFO {
             return Err(Fail::Why(format!("the repo info is over {} MiB", MAX_INFO >> 20)));
         }
@@ -165,10 +148,7 @@ impl Client {
     fn wall_msg(&self, limit: Duration) -> String {
         match self.file_s {
             Some(_) => format!("not finished within {} s (VRAM_LAB_HUB_FILE_S)", limit.as_secs()),
-            None => format!(
-                "not finished within {} s (120 s + its size at 512 KiB/s)",
-                limit.as_secs()
-            ),
+            None => format!("not finished within {} s (120 s + its size at 512 KiB/s)", limit.as_secs()),
         }
     }
 
@@ -190,11 +170,7 @@ impl Client {
             let _ = tx.send(r);
         });
         // Weights get a bar (drawn only on a terminal); metadata files are small.
-        let bar = if json {
-            indicatif::ProgressBar::hidden()
-        } else {
-            indicatif::ProgressBar::new(0)
-        };
+        let bar = if json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(0) };
         if !json {
             bar.set_message(file.to_string());
             if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} {bytes}/{total_bytes} {bytes_per_sec}") {
@@ -211,10 +187,7 @@ impl Client {
                     return Err(Fail::Why("the download thread stopped".into()));
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    let (announced, got) = (
-                        shared.announced.load(Ordering::SeqCst),
-                        shared.got.load(Ordering::SeqCst),
-                    );
+                    let (announced, got) = (shared.announced.load(Ordering::SeqCst), shared.got.load(Ordering::SeqCst));
                     if !json {
                         bar.set_length(announced);
                         bar.set_position(got);
@@ -234,31 +207,16 @@ impl Client {
         }
     }
 
-    fn worker(
-        &self,
-        url: &str,
-        cache: &RepoCache,
-        budget: Budget,
-        json: bool,
-        shared: &Shared,
-        t0: Instant,
-    ) -> Result<Got, Fail> {
+    fn worker(&self, url: &str, cache: &RepoCache, budget: Budget, json: bool, shared: &Shared, t0: Instant) -> Result<Got, Fail> {
         let (resp, meta) = self.get(url, None)?;
-        let raw = meta
-            .commit
-            .ok_or_else(|| Fail::Why("the server sent no X-Repo-Commit".into()))?;
+        let raw = meta.commit.ok_or_else(|| Fail::Why("the server sent no X-Repo-Commit".into()))?;
         let commit = names::commit("X-Repo-Commit", &raw).map_err(|e| Fail::Refused(e.to_string()))?;
         let (header, raw) = meta.etag.ok_or_else(|| Fail::Why("the server sent no ETag".into()))?;
         let etag = names::etag(header, &raw).map_err(|e| Fail::Refused(e.to_string()))?;
         let announced = resp.header("Content-Length").and_then(|v| v.trim().parse::<u64>().ok());
-        let encoded = resp
-            .header("Content-Encoding")
-            .is_some_and(|e| !e.trim().eq_ignore_ascii_case("identity"));
+        let encoded = resp.header("Content-Encoding").is_some_and(|e| !e.trim().eq_ignore_ascii_case("identity"));
         if let Some(n) = announced.filter(|n| *n > budget.bytes) {
-            return Err(Fail::Why(format!(
-                "it announces {n} bytes, over the {} bytes {}",
-                budget.bytes, budget.what
-            )));
+            return Err(Fail::Why(format!("it announces {n} bytes, over the {} bytes {}", budget.bytes, budget.what)));
         }
         // The Content-Length bounds the body too (a decoded body has no such bound but the budget).
         let (limit, limit_what) = match announced.filter(|_| !encoded) {
@@ -280,17 +238,11 @@ impl Client {
             }
             let n = match reader.read(&mut buf) {
                 Ok(n) => n,
-                Err(e)
-                    if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock)
-                        || e.to_string().contains("timed out") =>
-                {
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock) || e.to_string().contains("timed out") => {
                     return Err(Fail::Why(format!("nothing received for {} s", self.stall.as_secs())));
                 }
                 Err(e) => {
-                    let why = format!(
-                        "the body stopped after {got} of {} bytes: {e}",
-                        announced.map_or("?".into(), |n| n.to_string())
-                    );
+                    let why = format!("the body stopped after {got} of {} bytes: {e}", announced.map_or("?".into(), |n| n.to_string()));
                     return Err(Fail::Why(why));
                 }
             };
@@ -299,13 +251,10 @@ impl Client {
             }
             got += n as u64;
             if got > limit {
-                return Err(Fail::Why(format!(
-                    "the body runs past {limit} bytes ({limit_what}); cut and refused"
-                )));
+                return Err(Fail::Why(format!("the body runs past {limit} bytes ({limit_what}); cut and refused")));
             }
             let chunk = buf.get(..n).unwrap_or_default();
-            out.write_all(chunk)
-                .map_err(|e| Fail::Why(format!("cannot write {}: {e}", temp.display())))?;
+            out.write_all(chunk).map_err(|e| Fail::Why(format!("cannot write {}: {e}", temp.display())))?;
             shared.got.store(got, Ordering::SeqCst);
             let wall = self.wall(announced.unwrap_or(0), got);
             if t0.elapsed() > wall {
@@ -315,9 +264,7 @@ impl Client {
         if let Some(n) = announced.filter(|n| !encoded && got < *n) {
             return Err(Fail::Why(format!("the body stopped after {got} of {n} bytes")));
         }
-        out.flush()
-            .and_then(|_| out.sync_all())
-            .map_err(|e| Fail::Why(format!("cannot write {}: {e}", temp.display())))?;
+        out.flush().and_then(|_| out.sync_all()).map_err(|e| Fail::Why(format!("cannot write {}: {e}", temp.display())))?;
         drop(out);
         if json {
             let text = crate::paths::read_regular(&temp, budget.bytes).map_err(why)?;

@@ -36,11 +36,7 @@ pub fn default_cache_dir() -> PathBuf {
 
 fn hf_home() -> PathBuf {
     let set = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    set("HF_HOME").unwrap_or_else(|| {
-        set("HOME")
-            .unwrap_or_else(|| PathBuf::from("/"))
-            .join(".cache/huggingface")
-    })
+    set("HF_HOME").unwrap_or_else(|| set("HOME").unwrap_or_else(|| PathBuf::from("/")).join(".cache/huggingface"))
 }
 
 /// How long the repo probe may take: a dead or silent endpoint costs seconds, and the probe tells
@@ -73,10 +69,7 @@ struct Run {
 }
 
 fn env_secs(key: &str) -> Option<u64> {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|s| *s > 0)
+    std::env::var(key).ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|s| *s > 0)
 }
 
 /// HF_TOKEN, else the token file huggingface-cli writes ($HF_HOME/token).
@@ -90,9 +83,7 @@ fn token() -> Result<Option<String>> {
     };
     let t = t.trim().to_string();
     if !t.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(LabError::input(
-            "hub: HF_TOKEN holds characters an HTTP header cannot carry",
-        ));
+        return Err(LabError::input("hub: HF_TOKEN holds characters an HTTP header cannot carry"));
     }
     Ok(Some(t))
 }
@@ -104,26 +95,15 @@ impl Run {
         let endpoint = names::endpoint(&hub.endpoint)?;
         let stall = Duration::from_secs(env_secs("VRAM_LAB_HUB_STALL_S").unwrap_or(HUB_STALL_S));
         let client = Client::new(endpoint.clone(), token()?, stall, env_secs("VRAM_LAB_HUB_FILE_S"));
-        Ok(Self {
-            repo: repo.to_string(),
-            at: format!("{repo} at {endpoint}"),
-            endpoint,
-            cache: RepoCache::new(&hub.cache_dir, repo),
-            client,
-            commit: None,
-        })
+        Ok(Self { repo: repo.to_string(), at: format!("{repo} at {endpoint}"), endpoint, cache: RepoCache::new(&hub.cache_dir, repo), client, commit: None })
     }
 
     fn fail(&self, file: &str, f: Fail) -> LabError {
         let (at, cache) = (&self.at, self.cache.root.display());
         let file = file.escape_debug();
         match f {
-            Fail::Status(code) => {
-                LabError::input(format!("hub: cannot fetch {file} of {at} into {cache} (HTTP {code})"))
-            }
-            Fail::Net(why) | Fail::Why(why) => {
-                LabError::input(format!("hub: cannot fetch {file} of {at} into {cache} ({why})"))
-            }
+            Fail::Status(code) => LabError::input(format!("hub: cannot fetch {file} of {at} into {cache} (HTTP {code})")),
+            Fail::Net(why) | Fail::Why(why) => LabError::input(format!("hub: cannot fetch {file} of {at} into {cache} ({why})")),
             Fail::Refused(msg) => LabError::input(format!("{msg} (fetching {file} of {at})")),
         }
     }
@@ -132,15 +112,9 @@ impl Run {
     fn budget(&self, file: &str) -> Budget {
         let free = cache::free_space(&self.cache.root).unwrap_or(u64::MAX);
         if is_metadata(file) && free >= MAX_METADATA {
-            Budget {
-                bytes: MAX_METADATA,
-                what: "a metadata file may have",
-            }
+            Budget { bytes: MAX_METADATA, what: "a metadata file may have" }
         } else {
-            Budget {
-                bytes: free,
-                what: "free in the cache's filesystem",
-            }
+            Budget { bytes: free, what: "free in the cache's filesystem" }
         }
     }
 
@@ -154,15 +128,8 @@ impl Run {
                 return Ok(path);
             }
         }
-        std::fs::create_dir_all(&self.cache.root)
-            .map_err(|e| Fail::Why(format!("cannot create the cache {}: {e}", self.cache.root.display())))?;
-        let got = self.client.download(
-            &self.repo,
-            file,
-            &self.cache,
-            self.budget(file),
-            file.ends_with(".json"),
-        )?;
+        std::fs::create_dir_all(&self.cache.root).map_err(|e| Fail::Why(format!("cannot create the cache {}: {e}", self.cache.root.display())))?;
+        let got = self.client.download(&self.repo, file, &self.cache, self.budget(file), file.ends_with(".json"))?;
         if let Some(c) = self.commit.as_ref().filter(|c| **c != got.commit) {
             return Err(Fail::Why(format!(
                 "the server's X-Repo-Commit {} is not the repo's commit {c}: the repo moved during the download; run again",
@@ -197,25 +164,15 @@ fn shards_of(index: &Path, at: &str) -> Result<Vec<String>> {
     let text = crate::paths::read_regular_text(index, MAX_METADATA)?;
     let bad = |why: String| LabError::input(format!("hub: {HUB_INDEX} of {at} {why}"));
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("is not JSON ({e})")))?;
-    let map = json
-        .get("weight_map")
-        .and_then(|m| m.as_object())
-        .ok_or_else(|| bad("has no weight_map".into()))?;
+    let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| bad("has no weight_map".into()))?;
     let mut shards = std::collections::BTreeSet::new();
     for (tensor, v) in map {
         let Some(name) = v.as_str() else {
-            return Err(bad(format!(
-                "maps `{}` to {}, not a file name",
-                tensor.escape_debug(),
-                v.to_string().escape_debug()
-            )));
+            return Err(bad(format!("maps `{}` to {}, not a file name", tensor.escape_debug(), v.to_string().escape_debug())));
         };
         names::file("the shard", name).map_err(|e| LabError::input(format!("{e} (in {HUB_INDEX} of {at})")))?;
         if !name.ends_with(".safetensors") {
-            return Err(bad(format!(
-                "names the shard `{}`, not a .safetensors file",
-                name.escape_debug()
-            )));
+            return Err(bad(format!("names the shard `{}`, not a .safetensors file", name.escape_debug())));
         }
         shards.insert(name.to_string());
         if shards.len() > MAX_SHARDS {
@@ -248,12 +205,7 @@ pub fn fetch_from_hub(repo: &str, cache_dir: Option<&Path>) -> Result<PathBuf> {
         Err(Fail::Status(code @ (401 | 404))) => match run.get("config.json") {
             Ok(_) => serde_json::Value::Null,
             Err(f @ Fail::Refused(_)) => return Err(run.fail("config.json", f)),
-            Err(_) => {
-                return Err(LabError::input(format!(
-                    "hub: no model repo {} (HTTP {code}); check the id (a gated repo needs HF_TOKEN)",
-                    run.at
-                )))
-            }
+            Err(_) => return Err(LabError::input(format!("hub: no model repo {} (HTTP {code}); check the id (a gated repo needs HF_TOKEN)", run.at))),
         },
         Err(Fail::Refused(msg)) => return Err(LabError::input(msg)),
         Err(Fail::Status(code)) => return from_hub_cache(&run, &format!("HTTP {code}")),
@@ -264,11 +216,10 @@ pub fn fetch_from_hub(repo: &str, cache_dir: Option<&Path>) -> Result<PathBuf> {
         run.commit = Some(sha);
     }
     // Listed names are only compared, never made into paths.
-    let listed: Option<Vec<String>> = info.get("siblings").and_then(|s| s.as_array()).map(|s| {
-        s.iter()
-            .filter_map(|f| f.get("rfilename").and_then(|n| n.as_str()).map(String::from))
-            .collect()
-    });
+    let listed: Option<Vec<String>> = info
+        .get("siblings")
+        .and_then(|s| s.as_array())
+        .map(|s| s.iter().filter_map(|f| f.get("rfilename").and_then(|n| n.as_str()).map(String::from)).collect());
     let has = |f: &str| listed.as_ref().is_none_or(|l| l.iter().any(|x| x == f));
 
     run.fetch("config.json")?;
@@ -294,10 +245,7 @@ pub fn fetch_from_hub(repo: &str, cache_dir: Option<&Path>) -> Result<PathBuf> {
     } else if has("model.safetensors") {
         run.fetch("model.safetensors")?;
     } else {
-        return Err(LabError::input(format!(
-            "hub: {} holds no safetensors weights (for a GGUF repo, name the file: {repo}:<file>.gguf)",
-            run.at
-        )));
+        return Err(LabError::input(format!("hub: {} holds no safetensors weights (for a GGUF repo, name the file: {repo}:<file>.gguf)", run.at)));
     }
     Ok(run.snapshot_dir())
 }
@@ -306,13 +254,8 @@ pub fn fetch_from_hub(repo: &str, cache_dir: Option<&Path>) -> Result<PathBuf> {
 /// config.json and every weight file, so a half-finished download is not loaded as a model.
 fn from_hub_cache(run: &Run, why: &str) -> Result<PathBuf> {
     let c = &run.cache;
-    let dir = c
-        .main_ref()
-        .filter(|commit| c.cached(commit, Path::new("config.json")).is_some())
-        .and_then(|commit| c.snapshot(&commit));
-    let complete = dir.filter(|d| {
-        super::weights::Safetensors::files_in(d).is_ok_and(|f| !f.is_empty() && f.iter().all(|p| p.is_file()))
-    });
+    let dir = c.main_ref().filter(|commit| c.cached(commit, Path::new("config.json")).is_some()).and_then(|commit| c.snapshot(&commit));
+    let complete = dir.filter(|d| super::weights::Safetensors::files_in(d).is_ok_and(|f| !f.is_empty() && f.iter().all(|p| p.is_file())));
     match complete {
         Some(dir) => {
             eprintln!("hub: {} unreachable; loading {} from the cache {}", run.endpoint, run.repo, dir.display());

@@ -13,12 +13,12 @@
 //! BF16 values are handled as raw 16-bit patterns (no header needed): widened to F32, computed,
 //! rounded to nearest even once.
 
+use super::fused::{Fused, Part, Weights};
+use super::quant_gemv::QuantKernels;
+use super::target::Target;
 use crate::error::{LabError, Result};
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
-use super::target::Target;
-use super::fused::{Fused, Part, Weights};
-use super::quant_gemv::QuantKernels;
 use candle_core::{DType, Tensor};
 
 const SOURCE: &str = include_str!("decode.cu");
@@ -47,7 +47,8 @@ fn gemv_split(loads: usize, n: usize) -> usize {
 /// Every `gemv` entry point of a dtype, in the order `DecodeKernels::gemv` indexes them:
 /// (rows of x, row group, norm, warps per row).
 fn gemv_variants() -> impl Iterator<Item = (usize, usize, bool, usize)> {
-    (1..=GEMV_MAX_BATCH).flat_map(|b| (1..=2).flat_map(move |g| [false, true].into_iter().flat_map(move |n| GEMV_SPLITS.into_iter().map(move |s| (b, g, n, s)))))
+    (1..=GEMV_MAX_BATCH)
+        .flat_map(|b| (1..=2).flat_map(move |g| [false, true].into_iter().flat_map(move |n| GEMV_SPLITS.into_iter().map(move |s| (b, g, n, s)))))
 }
 
 fn gemv_name(dtype: &str, (b, g, norm, split): (usize, usize, bool, usize)) -> String {
@@ -113,7 +114,8 @@ impl DecodeKernels {
     pub fn qkv_store(&self, y: &Tensor, cos: &Tensor, sin: &Tensor, pos: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize, scale: f32) -> Result<()> {
         let (b, kv, cap, d) = kc.dims4()?;
         let stream = self.target.dev.cuda_stream();
-        let (py, pc, ps, pp, pk, pv) = (self.target.ptr(y)?, self.target.ptr(cos)?, self.target.ptr(sin)?, self.target.ptr(pos)?, self.target.ptr(kc)?, self.target.ptr(vc)?);
+        let (py, pc, ps, pp, pk, pv) =
+            (self.target.ptr(y)?, self.target.ptr(cos)?, self.target.ptr(sin)?, self.target.ptr(pos)?, self.target.ptr(kc)?, self.target.ptr(vc)?);
         let pairs = (b * (heads + 2 * kv) * d / 2) as u32;
         let cfg = LaunchConfig { grid_dim: (pairs.div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (b, heads, kv, d, cap) = (b as i32, heads as i32, kv as i32, d as i32, cap as i32);
@@ -251,5 +253,4 @@ impl DecodeKernels {
         unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(ids))
     }
-
 }

@@ -5,10 +5,10 @@
 pub mod decode;
 #[cfg(feature = "cuda")]
 pub mod flash_attention;
+pub mod fused;
 #[cfg(feature = "cuda")]
 pub mod quant_gemv;
 #[cfg(feature = "cuda")]
 pub mod target;
-pub mod fused;
 
 pub use fused::{Fused, Part, Weights};

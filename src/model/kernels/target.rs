@@ -26,7 +26,11 @@ impl Target {
 
     /// The dtype as the kernels' names spell it.
     pub fn name(&self) -> &'static str {
-        if self.dtype == DType::BF16 { "bf16" } else { "f32" }
+        if self.dtype == DType::BF16 {
+            "bf16"
+        } else {
+            "f32"
+        }
     }
 
     /// The entry point `f` of `module` (compiled from `ptx` the first time; candle caches it).

@@ -35,7 +35,14 @@ pub fn rank_model(cfg: &Qwen2Config, precision: Precision, weights: HashMap<Stri
 /// Rank `comm.rank()`'s model read from `source` tensor by tensor, each cut to the rank's part as
 /// it arrives: a rank never holds more than its shard and one whole tensor, so a model loads on
 /// GPUs that could not hold it whole. An OOM is captured by `probe` (the rank's device).
-pub fn load_rank(cfg: &Qwen2Config, precision: Precision, source: &mut dyn WeightSource, device: &Device, comm: Arc<dyn AllReduce>, probe: Option<&MemoryProbe>) -> Result<Qwen2> {
+pub fn load_rank(
+    cfg: &Qwen2Config,
+    precision: Precision,
+    source: &mut dyn WeightSource,
+    device: &Device,
+    comm: Arc<dyn AllReduce>,
+    probe: Option<&MemoryProbe>,
+) -> Result<Qwen2> {
     let (rank, ranks) = (comm.rank(), comm.ranks());
     let rank_cfg = shard_config(cfg, ranks)?;
     let mut w = HashMap::new();

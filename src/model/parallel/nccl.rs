@@ -49,7 +49,8 @@ impl NcclComm {
         // ncclCommInitRank joins on the thread's current device: cudarc does not make the rank's
         // context current here, and a fresh thread's default is GPU 0 (every rank on one GPU).
         stream.context().bind_to_thread().map_err(|e| LabError::other(format!("NCCL: rank {rank}: {e:?}")))?;
-        let comm = Comm::from_rank(stream, rank, ranks, Id::uninit(id.0)).map_err(|e| LabError::other(format!("NCCL: rank {rank} of {ranks} could not join ({e:?})")))?;
+        let comm = Comm::from_rank(stream, rank, ranks, Id::uninit(id.0))
+            .map_err(|e| LabError::other(format!("NCCL: rank {rank} of {ranks} could not join ({e:?})")))?;
         Ok(Self { comm })
     }
 }

@@ -31,7 +31,14 @@ pub fn stage_of(name: &str, split: &[(usize, usize)]) -> Result<usize> {
 
 /// The model with stage `i`'s tensors loaded straight onto `devices[i]`; the model's own device
 /// (its rotary table, the logits) is the last stage's. `probes[i]` captures an OOM on device `i`.
-pub fn load_pipeline(cfg: &Qwen2Config, precision: Precision, source: &mut dyn WeightSource, devices: &[Device], split: &[(usize, usize)], probes: &[MemoryProbe]) -> Result<Qwen2> {
+pub fn load_pipeline(
+    cfg: &Qwen2Config,
+    precision: Precision,
+    source: &mut dyn WeightSource,
+    devices: &[Device],
+    split: &[(usize, usize)],
+    probes: &[MemoryProbe],
+) -> Result<Qwen2> {
     if devices.len() != split.len() || split.last().map(|s| s.1) != Some(cfg.num_hidden_layers) {
         return Err(LabError::input(format!("{} devices for a pipeline of {} stages over {} layers", devices.len(), split.len(), cfg.num_hidden_layers)));
     }
@@ -48,7 +55,9 @@ pub fn load_pipeline(cfg: &Qwen2Config, precision: Precision, source: &mut dyn W
     }
     let mut w = HashMap::new();
     for (name, spec, stage) in plan {
-        let t = source.load(&spec, precision, &devices[stage]).map_err(|e| MemoryProbe::capture_in(probes.get(stage), e, &format!("loading {name} (pipeline stage {stage} of {})", devices.len())))?;
+        let t = source
+            .load(&spec, precision, &devices[stage])
+            .map_err(|e| MemoryProbe::capture_in(probes.get(stage), e, &format!("loading {name} (pipeline stage {stage} of {})", devices.len())))?;
         w.insert(name, t);
     }
     Qwen2::new(cfg, precision, w, &devices[last])

@@ -25,7 +25,8 @@ pub fn check(cfg: &Qwen2Config, ranks: usize) -> Result<()> {
     if ranks == 0 {
         return Err(LabError::input("tensor parallelism needs at least one rank"));
     }
-    for (what, n) in [("key/value heads", cfg.num_key_value_heads), ("attention heads", cfg.num_attention_heads), ("intermediate_size", cfg.intermediate_size)] {
+    for (what, n) in [("key/value heads", cfg.num_key_value_heads), ("attention heads", cfg.num_attention_heads), ("intermediate_size", cfg.intermediate_size)]
+    {
         if n % ranks != 0 {
             return Err(LabError::input(format!("{ranks} tensor-parallel ranks do not divide the model's {n} {what}")));
         }

@@ -44,15 +44,40 @@ fn default_hidden_act() -> String {
 /// settings, bookkeeping). Any other field is refused by name: a model that sets something the
 /// lab does not implement would compute or price something else without a word.
 const KNOWN_FIELDS: &[&str] = &[
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "rms_norm_eps", "rope_theta", "max_position_embeddings", "tie_word_embeddings",
-    "hidden_act", "bos_token_id", "eos_token_id", "torch_dtype", "dtype", "head_dim", "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "rms_norm_eps",
+    "rope_theta",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "hidden_act",
+    "bos_token_id",
+    "eos_token_id",
+    "torch_dtype",
+    "dtype",
+    "head_dim",
+    "model_type",
     // checked below: only their off or default values are taken
-    "rope_scaling", "rope_parameters", "use_sliding_window", "sliding_window", "max_window_layers", "layer_types",
-    "use_mrope", "quantization_config",
+    "rope_scaling",
+    "rope_parameters",
+    "use_sliding_window",
+    "sliding_window",
+    "max_window_layers",
+    "layer_types",
+    "use_mrope",
+    "quantization_config",
     // nothing the lab computes depends on these
-    "architectures", "attention_dropout", "initializer_range", "transformers_version", "use_cache",
-    "pad_token_id", "_name_or_path",
+    "architectures",
+    "attention_dropout",
+    "initializer_range",
+    "transformers_version",
+    "use_cache",
+    "pad_token_id",
+    "_name_or_path",
 ];
 
 /// The first field of `obj` the lab does not implement, as a sentence naming it.
@@ -66,9 +91,7 @@ fn unimplemented_field(obj: &serde_json::Map<String, serde_json::Value>) -> std:
         return Err(format!("`rope_scaling` = {} is set: the lab computes plain RoPE (no YaRN, linear, dynamic or llama3 scaling)", obj["rope_scaling"]));
     }
     if let Some(p) = obj.get("rope_parameters").filter(|p| !p.is_null()) {
-        let plain = p.as_object().is_some_and(|m| {
-            m.keys().all(|k| k == "rope_theta" || k == "rope_type") && m.get("rope_type").is_none_or(|t| t == "default")
-        });
+        let plain = p.as_object().is_some_and(|m| m.keys().all(|k| k == "rope_theta" || k == "rope_type") && m.get("rope_type").is_none_or(|t| t == "default"));
         if !plain {
             return Err(format!("`rope_parameters` = {p} asks for more than plain RoPE (rope_type default and rope_theta): the lab computes plain RoPE"));
         }
@@ -151,7 +174,9 @@ impl Qwen2Config {
         }
         if let Some(obj) = json.as_object() {
             // serde's own message for `-4` names no field: say which one.
-            for key in ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "max_position_embeddings"] {
+            for key in
+                ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "max_position_embeddings"]
+            {
                 if let Some(v) = obj.get(key).filter(|v| !v.is_u64()) {
                     return Err(bad(&format!("{key} = {v} must be a whole number above 0")));
                 }
@@ -172,8 +197,8 @@ impl Qwen2Config {
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
-        use crate::units::grouped;
         use crate::limits::{MAX_HEADS, MAX_HIDDEN, MAX_INTERMEDIATE, MAX_LAYERS, MAX_SEQ, MAX_VOCAB};
+        use crate::units::grouped;
         // Ceilings far above any real model keep every byte count inside u64 (limits.rs).
         let counts = [
             ("vocab_size", self.vocab_size, MAX_VOCAB),
@@ -189,7 +214,11 @@ impl Qwen2Config {
                 return Err(format!("{name} must be positive"));
             }
             if value > max {
-                return Err(format!("{name} = {} is above the lab's ceiling of {} (no real model comes near; a model this size cannot be priced)", grouped(value as u64), grouped(max as u64)));
+                return Err(format!(
+                    "{name} = {} is above the lab's ceiling of {} (no real model comes near; a model this size cannot be priced)",
+                    grouped(value as u64),
+                    grouped(max as u64)
+                ));
             }
         }
         if let Some(d) = self.head_dim.filter(|&d| d.checked_mul(self.num_attention_heads) != Some(self.hidden_size)) {

@@ -39,7 +39,16 @@ fn vec_f32(t: &Tensor) -> Result<Vec<f32>> {
 impl Layer {
     /// `host_step` where it applies (not for training), else `forward`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn host_step_or_forward(&self, x: Tensor, l: usize, cfg: &Qwen2Config, rope: &(Tensor, Tensor), cache: &mut KvCache, offset: usize, mode: AttentionMode) -> Result<Tensor> {
+    pub(crate) fn host_step_or_forward(
+        &self,
+        x: Tensor,
+        l: usize,
+        cfg: &Qwen2Config,
+        rope: &(Tensor, Tensor),
+        cache: &mut KvCache,
+        offset: usize,
+        mode: AttentionMode,
+    ) -> Result<Tensor> {
         if mode != AttentionMode::Differentiable {
             if let Some(y) = self.host_step(&x, l, cfg, rope, cache, offset)? {
                 return Ok(y);
@@ -51,7 +60,15 @@ impl Layer {
     /// The decoding step of a CPU layer, or None where it does not apply (not a CPU layer, a batch
     /// or several positions, a tensor-parallel rank, products not stacked): the caller runs
     /// `forward`. `rope`: the position's tables, [1, d / 2].
-    pub(crate) fn host_step(&self, x: &Tensor, l: usize, cfg: &Qwen2Config, rope: &(Tensor, Tensor), cache: &mut KvCache, offset: usize) -> Result<Option<Tensor>> {
+    pub(crate) fn host_step(
+        &self,
+        x: &Tensor,
+        l: usize,
+        cfg: &Qwen2Config,
+        rope: &(Tensor, Tensor),
+        cache: &mut KvCache,
+        offset: usize,
+    ) -> Result<Option<Tensor>> {
         let (b, s, hidden) = x.dims3()?;
         let Some((Linear::Host(qkv), Linear::Host(gate_up))) = self.fused.as_ref() else { return Ok(None) };
         let (Linear::Host(o), Linear::Host(down)) = (&self.o, &self.down) else { return Ok(None) };
@@ -95,9 +112,23 @@ mod tests {
         let dev = Device::Cpu;
         let mut src = Synthetic::new(cfg.clone(), 3);
         let specs: Vec<_> = cfg.tensor_specs().into_iter().filter(|s| s.name.starts_with("model.layers.0.")).collect();
-        let mut t: std::collections::HashMap<String, Tensor> = specs.iter().map(|s| (s.name.clone(), src.load(s, Precision::F32, &dev).unwrap().dense().unwrap())).collect();
+        let mut t: std::collections::HashMap<String, Tensor> =
+            specs.iter().map(|s| (s.name.clone(), src.load(s, Precision::F32, &dev).unwrap().dense().unwrap())).collect();
         let mut take = |n: &str| t.remove(&format!("model.layers.0.{n}")).unwrap();
-        let order = ["self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias", "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight"];
+        let order = [
+            "self_attn.q_proj.weight",
+            "self_attn.q_proj.bias",
+            "self_attn.k_proj.weight",
+            "self_attn.k_proj.bias",
+            "self_attn.v_proj.weight",
+            "self_attn.v_proj.bias",
+            "self_attn.o_proj.weight",
+            "mlp.gate_proj.weight",
+            "mlp.up_proj.weight",
+            "mlp.down_proj.weight",
+            "input_layernorm.weight",
+            "post_attention_layernorm.weight",
+        ];
         let layer = Layer::from_tensors(order.iter().map(|n| take(n)).collect()).unwrap().to_host().unwrap();
         let d = cfg.head_dim();
         let steps = 5;

@@ -2,15 +2,15 @@
 //! its forward pass (prefill and cached decoding), the static decoding step's fused path, and
 //! moving or stacking its weights. The model (`model.rs`) holds the layers.
 
-use crate::model::attention::{attend, AttentionMode};
 use super::config::Qwen2Config;
-use crate::model::decode::StepInputs;
-use crate::model::kernels::{Fused, Part};
-use crate::model::host_linear::HostLinear;
-use crate::model::kv_cache::KvCache;
-use crate::model::parallel::comm::RankComm;
 use super::linear::Linear;
 use crate::error::{LabError, Result};
+use crate::model::attention::{attend, AttentionMode};
+use crate::model::decode::StepInputs;
+use crate::model::host_linear::HostLinear;
+use crate::model::kernels::{Fused, Part};
+use crate::model::kv_cache::KvCache;
+use crate::model::parallel::comm::RankComm;
 use candle_core::{DType, Device, Tensor};
 
 #[derive(Debug, Clone)]
@@ -53,8 +53,7 @@ impl Layer {
 
     /// The inverse of `tensors`.
     pub(crate) fn from_tensors(t: Vec<Tensor>) -> Result<Self> {
-        let [qw, qb, kw, kb, vw, vb, ow, gw, uw, dw, ln1, ln2]: [Tensor; 12] =
-            t.try_into().map_err(|_| LabError::other("a layer has 12 dense tensors"))?;
+        let [qw, qb, kw, kb, vw, vb, ow, gw, uw, dw, ln1, ln2]: [Tensor; 12] = t.try_into().map_err(|_| LabError::other("a layer has 12 dense tensors"))?;
         let lin = |w, b| Linear::Dense(candle_nn::Linear::new(w, b));
         Ok(Self {
             q: lin(qw, Some(qb)),
@@ -106,7 +105,19 @@ impl Layer {
         let dense = |w: Tensor, b: Option<Tensor>| -> Result<Linear> { Ok(Linear::Dense(candle_nn::Linear::new(w, b))) };
         let (qkv, [q, k, v]) = stack([&self.q, &self.k, &self.v], &dev, dense)?;
         let (gate_up, [gate, up]) = stack([&self.gate, &self.up], &dev, dense)?;
-        Ok(Self { q, k, v, o: self.o.clone(), gate, up, down: self.down.clone(), ln1: self.ln1.clone(), ln2: self.ln2.clone(), fused: Some((qkv, gate_up)), reduce: self.reduce.clone() })
+        Ok(Self {
+            q,
+            k,
+            v,
+            o: self.o.clone(),
+            gate,
+            up,
+            down: self.down.clone(),
+            ln1: self.ln1.clone(),
+            ln2: self.ln2.clone(),
+            fused: Some((qkv, gate_up)),
+            reduce: self.reduce.clone(),
+        })
     }
 
     /// One decoding step whose position lives in device memory (see `graph.rs`): the lab's
@@ -195,7 +206,16 @@ impl Layer {
     /// (the residual, both norms' outputs, q before and after rotary, k before and after rotary,
     /// v's projection, the attention output and its reshaped copy), as stages 1–2 measured it.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn forward(&self, x: Tensor, l: usize, cfg: &Qwen2Config, rope: &(Tensor, Tensor), cache: &mut KvCache, offset: usize, mode: AttentionMode) -> Result<Tensor> {
+    pub(crate) fn forward(
+        &self,
+        x: Tensor,
+        l: usize,
+        cfg: &Qwen2Config,
+        rope: &(Tensor, Tensor),
+        cache: &mut KvCache,
+        offset: usize,
+        mode: AttentionMode,
+    ) -> Result<Tensor> {
         let (b, s, _) = x.dims3()?;
         let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
         let act = x.dtype();
@@ -303,7 +323,11 @@ pub(super) fn parts<'a, const N: usize>(lins: [&'a Linear; N]) -> Option<Vec<Par
 
 /// `parts`' weights stacked by rows on `device` (biases too, zeros for a part without one), made
 /// into one linear by `make`, and each part as a view of its rows.
-pub(super) fn stack<const N: usize>(parts: [&Linear; N], device: &Device, make: impl Fn(Tensor, Option<Tensor>) -> Result<Linear>) -> Result<(Linear, [Linear; N])> {
+pub(super) fn stack<const N: usize>(
+    parts: [&Linear; N],
+    device: &Device,
+    make: impl Fn(Tensor, Option<Tensor>) -> Result<Linear>,
+) -> Result<(Linear, [Linear; N])> {
     let mut ws = Vec::with_capacity(N);
     let mut bs = Vec::with_capacity(N);
     let mut has_bias = Vec::with_capacity(N);
@@ -340,10 +364,5 @@ pub(super) fn into_dtype(x: Tensor, dtype: DType) -> Result<Tensor> {
 
 /// RMS norm: candle's fused kernel, or (for a training step) the composed ops it has a backward for.
 pub(super) fn norm(x: &Tensor, w: &Tensor, eps: f64, mode: AttentionMode) -> Result<Tensor> {
-    Ok(if mode == AttentionMode::Differentiable {
-        candle_nn::ops::rms_norm_slow(x, w, eps as f32)?
-    } else {
-        candle_nn::ops::rms_norm(x, w, eps as f32)?
-    })
+    Ok(if mode == AttentionMode::Differentiable { candle_nn::ops::rms_norm_slow(x, w, eps as f32)? } else { candle_nn::ops::rms_norm(x, w, eps as f32)? })
 }
-

@@ -3,21 +3,21 @@
 //! written in place, attention is bounded (see attention.rs), RoPE angles are computed in F32, and
 //! a prompt may be fed in any split of prefix and continuation. The layers are `layer.rs`.
 
-use crate::model::attention::{check_elems, AttentionMode};
 use super::config::Qwen2Config;
+use super::crossing::{moved_to, RopeTables};
+use super::embedding::Embedding;
+use super::layer::{norm, normed_step, parts, Layer, StepOut};
+use super::linear::Linear;
+use crate::error::{LabError, Result};
+use crate::model::attention::{check_elems, AttentionMode};
 use crate::model::decode::StepInputs;
 use crate::model::kv_cache::{CacheKind, KvCache};
 use crate::model::placement::{Home, Placement};
 use crate::model::precision::Precision;
 use crate::model::streamer::Streamer;
 use crate::model::weights::Weight;
-use super::crossing::{moved_to, RopeTables};
-use crate::error::{LabError, Result};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
-use super::embedding::Embedding;
-use super::layer::{norm, normed_step, parts, Layer, StepOut};
-use super::linear::Linear;
 
 /// A layer resident on its device, or the index of a streamed one in the model's `Streamer`.
 #[derive(Debug, Clone)]
@@ -203,7 +203,10 @@ impl Qwen2 {
     pub fn flash_runs(&self) -> bool {
         #[cfg(feature = "cuda")]
         if let Device::Cuda(dev) = &self.device {
-            return self.all_on_gpu() && self.act_dtype() == DType::BF16 && crate::model::kernels::flash_attention::HEAD_DIMS.contains(&self.cfg.head_dim()) && crate::model::kernels::flash_attention::supported(dev);
+            return self.all_on_gpu()
+                && self.act_dtype() == DType::BF16
+                && crate::model::kernels::flash_attention::HEAD_DIMS.contains(&self.cfg.head_dim())
+                && crate::model::kernels::flash_attention::supported(dev);
         }
         false
     }
