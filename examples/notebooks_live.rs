@@ -10,6 +10,7 @@ fn cell(notebook: &str, index: usize) {
     println!("\n@@vram-lab-cell {notebook} {index}@@");
 }
 
+#[rustfmt::skip]
 fn nb_00_setup() -> Out {
     cell("00_setup", 3);
     use vram_lab::prelude::*;
@@ -28,22 +29,12 @@ fn nb_00_setup() -> Out {
     cell("00_setup", 13);
     let cfg = Qwen2Config::preset("qwen2.5-14b")?;
     let lab = vram_lab::estimate::weight_bytes(&cfg, Precision::Bf16) as f64 / (1u64 << 30) as f64;
-    let mine = exercises::attempt(|| {
-        2.0 * exercises::param_count(
-            cfg.vocab_size as u64,
-            cfg.hidden_size as u64,
-            cfg.intermediate_size as u64,
-            cfg.num_hidden_layers as u64,
-            cfg.num_attention_heads as u64,
-            cfg.num_key_value_heads as u64,
-            cfg.tie_word_embeddings,
-        ) as f64
-            / (1u64 << 30) as f64
-    });
+    let mine = exercises::attempt(|| 2.0 * exercises::param_count(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings) as f64 / (1u64 << 30) as f64);
     println!("{} · 实验室 / the lab: {lab:.3} GiB", exercises::verdict("练习 1 / exercise 1: 14B BF16 weights (GiB)", mine, lab, 1e-9));
     Ok(())
 }
 
+#[rustfmt::skip]
 fn nb_01_anatomy() -> Out {
     cell("01_anatomy", 2);
     use vram_lab::prelude::*;
@@ -113,17 +104,7 @@ fn nb_01_anatomy() -> Out {
     cell("01_anatomy", 26);
     let cfg = Qwen2Config::preset("qwen2.5-7b")?;
     let lab = cfg.param_count() as f64;
-    let mine = exercises::attempt(|| {
-        exercises::param_count(
-            cfg.vocab_size as u64,
-            cfg.hidden_size as u64,
-            cfg.intermediate_size as u64,
-            cfg.num_hidden_layers as u64,
-            cfg.num_attention_heads as u64,
-            cfg.num_key_value_heads as u64,
-            cfg.tie_word_embeddings,
-        ) as f64
-    });
+    let mine = exercises::attempt(|| exercises::param_count(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings) as f64);
     println!("{} · 实验室 / the lab: {lab}", exercises::verdict("练习 1 / exercise 1: param_count, 7B", mine, lab, 0.0));
     cell("01_anatomy", 28);
     let cfg = Qwen2Config::preset("qwen2.5-7b")?;
@@ -132,13 +113,11 @@ fn nb_01_anatomy() -> Out {
     let kv = vram_lab::estimate::kv_bytes_per_token(&cfg, 2);
     let lab = vram_lab::estimate::decode_ceiling_tok_s(1008.0, vram_lab::estimate::decode_read_bytes(&cfg, Precision::Bf16, 0, 1));
     let mine = exercises::attempt(|| exercises::decode_ceiling_tok_s(1008.0, weights, embedding, cfg.tie_word_embeddings, kv, 0, 1));
-    println!(
-        "{} · 实验室 / the lab: {lab:.2} tok/s (带宽 / bandwidth 1008 GB/s)",
-        exercises::verdict("练习 2 / exercise 2: decode_ceiling_tok_s, 7B BF16 on an RTX 4090", mine, lab, 1e-9)
-    );
+    println!("{} · 实验室 / the lab: {lab:.2} tok/s (带宽 / bandwidth 1008 GB/s)", exercises::verdict("练习 2 / exercise 2: decode_ceiling_tok_s, 7B BF16 on an RTX 4090", mine, lab, 1e-9));
     Ok(())
 }
 
+#[rustfmt::skip]
 fn nb_02_kv_cache() -> Out {
     cell("02_kv_cache", 2);
     use vram_lab::prelude::*;
@@ -231,28 +210,20 @@ fn nb_02_kv_cache() -> Out {
     cell("02_kv_cache", 29);
     let cfg = Qwen2Config::preset("qwen2.5-72b")?;
     let lab = vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64;
-    let mine = exercises::attempt(|| {
-        exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2)
-            as f64
-    });
+    let mine = exercises::attempt(|| exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) as f64);
     println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 3 / exercise 3: kv_bytes_per_token, 72B BF16", mine, lab, 0.0));
     cell("02_kv_cache", 31);
     let cfg = Qwen2Config::preset("qwen2.5-7b")?;
     let (capacity, w) = (19u64 << 30, vram_lab::estimate::Workload { precision: Precision::Bf16, seq: 16_384, batch: 1, logits: Logits::All });
-    let lab =
-        vram_lab::estimate::fit::largest(w.seq, |s| vram_lab::estimate::prefill_need(&cfg, &vram_lab::estimate::Workload { seq: s, ..w }, 0.0) <= capacity)
-            as f64;
+    let lab = vram_lab::estimate::fit::largest(w.seq, |s| vram_lab::estimate::prefill_need(&cfg, &vram_lab::estimate::Workload { seq: s, ..w }, 0.0) <= capacity) as f64;
     // kv_per_token, not kv: `kv` is this notebook's StageRun, which the cells above use.
-    let (weights, kv_per_token, logits) = (
-        vram_lab::estimate::weight_bytes(&cfg, Precision::Bf16),
-        vram_lab::estimate::kv_bytes_per_token(&cfg, 2),
-        vram_lab::estimate::logits_bytes_per_token(&cfg, 2),
-    );
+    let (weights, kv_per_token, logits) = (vram_lab::estimate::weight_bytes(&cfg, Precision::Bf16), vram_lab::estimate::kv_bytes_per_token(&cfg, 2), vram_lab::estimate::logits_bytes_per_token(&cfg, 2));
     let mine = exercises::attempt(|| exercises::longest_context(capacity, weights, kv_per_token, logits, 1, true, 16_384) as f64);
     println!("{} · 实验室 / the lab: {lab} tokens", exercises::verdict("练习 4 / exercise 4: longest_context, 7B BF16 in 19 GiB", mine, lab, 0.0));
     Ok(())
 }
 
+#[rustfmt::skip]
 fn nb_03_allocator() -> Out {
     cell("03_allocator", 2);
     use vram_lab::prelude::*;
@@ -363,15 +334,12 @@ fn nb_03_allocator() -> Out {
     cell("03_allocator", 34);
     let cfg = Qwen2Config::preset("qwen2.5-7b")?;
     let lab = (vram_lab::estimate::kv_bytes_per_token(&cfg, 2) * (2048 + 16)) as f64 / 1048576.0;
-    let mine = exercises::attempt(|| {
-        (exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2)
-            * (2048 + 16)) as f64
-            / 1048576.0
-    });
+    let mine = exercises::attempt(|| (exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) * (2048 + 16)) as f64 / 1048576.0);
     println!("{} · 实验室 / the lab: {lab:.3} MiB", exercises::verdict("练习 3 用于泄漏 / exercise 3 on the leak: MiB per request", mine, lab, 1e-9));
     Ok(())
 }
 
+#[rustfmt::skip]
 fn nb_04_offload() -> Out {
     cell("04_offload", 2);
     use vram_lab::prelude::*;
@@ -468,6 +436,7 @@ fn nb_04_offload() -> Out {
     Ok(())
 }
 
+#[rustfmt::skip]
 fn nb_05_estimator() -> Out {
     cell("05_estimator", 2);
     use vram_lab::prelude::*;
@@ -560,8 +529,7 @@ fn nb_05_estimator() -> Out {
     cell("05_estimator", 17);
     est.estimate.show("training")?;
     cell("05_estimator", 18);
-    est.estimate.say(
-        r#"
+    est.estimate.say(r#"
     **解读.** 文章的 112 GB 是 16 B × 7e9：F32 权重（4）、梯度（4）和 Adam 的两个矩（8）。同一规则用于 Qwen2.5-7B 的全部参数，
     得 {estimate_training.gib_per_gpu[item=total, note=16 B × 7615616512 parameters; the articles' 112 GB is 16 B × 7e9]:1} GiB。
     混合精度在这里什么也没省：BF16 权重和梯度（2 + 2）加上 F32 主副本（4）和 F32 的矩（8），又是每参数 16 B；它省的是激活和时间。
@@ -573,18 +541,11 @@ fn nb_05_estimator() -> Out {
     Mixed precision saves nothing here: BF16 weights and gradients (2 + 2) plus an F32 master copy (4) and F32 moments (8) are
     again 16 B a parameter; what it saves is activations and time. ZeRO divides the optimizer states (stage 1), then the
     gradients (2), then the weights (3) across GPUs. What the articles leave out is the activations: the step below counts them.
-    "#,
-    )?;
+    "#)?;
     cell("05_estimator", 20);
     let params = Qwen2Config::preset("qwen2.5-7b")?.param_count() as u64;
     // zero_setup, not setup: `setup` is this notebook's Setup (and `train_setup` the training stage's, below).
-    let zero_setup = vram_lab::estimate::training::TrainSetup {
-        weight_bytes: 2,
-        master_f32: true,
-        optimizer: vram_lab::estimate::training::Optimizer::Adamw,
-        zero: 2,
-        gpus: 8,
-    };
+    let zero_setup = vram_lab::estimate::training::TrainSetup { weight_bytes: 2, master_f32: true, optimizer: vram_lab::estimate::training::Optimizer::Adamw, zero: 2, gpus: 8 };
     let lab = vram_lab::estimate::training::ledger(params, &zero_setup).total() as f64;
     let mine = exercises::attempt(|| exercises::train_state_bytes(params, 2, true, 4, 2, 8) as f64);
     println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 5 / exercise 5: train_state_bytes, 7B mixed BF16, ZeRO-2 on 8 GPUs", mine, lab, 0.0));
@@ -619,24 +580,8 @@ fn nb_05_estimator() -> Out {
     let states = vram_lab::estimate::training::ledger(params, &vram_lab::estimate::training::TrainSetup::fp32_adam());
     let sh = vram_lab::estimate::training::TrainShape { batch: 1, seq: 1024 };
     let lab = (states.weights + states.optimizer + vram_lab::estimate::training::pytorch_step(&cfg, params, sh, false).above_states()) as f64;
-    let mine = exercises::attempt(|| {
-        exercises::pytorch_step_peak(
-            params,
-            cfg.num_hidden_layers as u64,
-            cfg.hidden_size as u64,
-            cfg.intermediate_size as u64,
-            cfg.num_attention_heads as u64,
-            cfg.vocab_size as u64,
-            1,
-            1024,
-            false,
-        ) as f64
-    });
-    println!(
-        "{} · 实验室 / the lab: {:.1} GiB",
-        exercises::verdict("练习 6 / exercise 6: pytorch_step_peak, 0.5B, 1,024 tokens", mine, lab, 0.0),
-        lab / (1u64 << 30) as f64
-    );
+    let mine = exercises::attempt(|| exercises::pytorch_step_peak(params, cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_attention_heads as u64, cfg.vocab_size as u64, 1, 1024, false) as f64);
+    println!("{} · 实验室 / the lab: {:.1} GiB", exercises::verdict("练习 6 / exercise 6: pytorch_step_peak, 0.5B, 1,024 tokens", mine, lab, 0.0), lab / (1u64 << 30) as f64);
     cell("05_estimator", 29);
     let train_setup: Setup = Setup::new(setup.mode, "synthetic:qwen2.5-0.5b", None);
     let train: StageRun = train_setup.stage("train")?;
@@ -776,14 +721,12 @@ fn nb_05_estimator() -> Out {
     cell("05_estimator", 46);
     let cfg = Qwen2Config::preset("qwen2.5-14b")?;
     let lab = vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64;
-    let mine = exercises::attempt(|| {
-        exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2)
-            as f64
-    });
+    let mine = exercises::attempt(|| exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) as f64);
     println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 3 / exercise 3: kv_bytes_per_token, 14B BF16", mine, lab, 0.0));
     Ok(())
 }
 
+#[rustfmt::skip]
 fn nb_06_multi_gpu() -> Out {
     cell("06_multi_gpu", 2);
     use vram_lab::prelude::*;
@@ -800,8 +743,7 @@ fn nb_06_multi_gpu() -> Out {
     let pp = vram_lab::notebook::estimate_with("synthetic:qwen2.5-32b", "h100", r#"{"pp": 2, "seq": 8192, "precisions": ["bf16"]}"#)?;
     pp.show("parallel")?;
     cell("06_multi_gpu", 7);
-    tp.say(
-        r#"
+    tp.say(r#"
     **解读.**
     - {model} 的 BF16 权重是 {estimate_ledger.mib[precision=bf16, item=weights]:0} MiB：一张 {card} 放得下，但留给上下文的余地很少；两张卡就宽裕了。
     - **张量并行的每张卡持有多于一半的权重**：{estimate_parallel.weights_mib[layout=tp, gpu=0]:0} MiB——嵌入表、归一化和输出层在每张卡上都是完整的一份；
@@ -816,8 +758,7 @@ fn nb_06_multi_gpu() -> Out {
       ({estimate_parallel.kv_cache_mib[layout=tp, gpu=0]:0} MiB: half the K/V heads).
     - **NCCL's own memory is {estimate_parallel.nccl_mib[layout=tp, gpu=0]:0} MiB a GPU** (the ledger's, measured on two H100s:
       see the note below). On a 24 GB card that is 5 %.
-    "#,
-    )?;
+    "#)?;
     cell("06_multi_gpu", 8);
     pp.say(r#"
     **解读.** **流水线的每个阶段按整层切分，约持有一半**：第 0 阶段（层 {estimate_parallel.layers[layout=pp, gpu=0]}）{estimate_parallel.weights_mib[layout=pp, gpu=0]:0} MiB，
@@ -968,16 +909,14 @@ fn nb_06_multi_gpu() -> Out {
     println!("{}", zero1.describe());
     zero1.show("ranks")?;
     cell("06_multi_gpu", 33);
-    zero1.say(
-        r#"
+    zero1.say(r#"
     **解读.** ZeRO-1：AdamW 状态只剩每张卡自己那一半的 {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB（8Ψ/N），权重和梯度不变；
     一步的峰值降到 {train_ranks.measured_mib[rank=0, item=step peak]:0} MiB（账本 {train_ranks.lab_mib[rank=0, item=step peak]:0}）。
 
     **Interpretation.** ZeRO-1: the AdamW states shrink to each GPU's half, {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB
     (8Ψ/N), weights and gradients unchanged; the step peaks at {train_ranks.measured_mib[rank=0, item=step peak]:0} MiB (ledger
     {train_ranks.lab_mib[rank=0, item=step peak]:0}).
-    "#,
-    )?;
+    "#)?;
     cell("06_multi_gpu", 34);
     let zero2 = Setup::new(setup.mode, "synthetic:qwen2.5-1.5b", None).stage_with("train", r#"{"gpus": 2, "zero": 2}"#)?;
     println!("{}", zero2.describe());
@@ -1100,19 +1039,7 @@ fn nb_06_multi_gpu() -> Out {
     cell("06_multi_gpu", 54);
     let cfg = Qwen2Config::preset("qwen2.5-14b")?;
     let lab = vram_lab::model::parallel::rank_ledger(&cfg, 2, 2, 0, 2)?.weights() as f64;
-    let mine = exercises::attempt(|| {
-        exercises::tp_rank_weight_bytes(
-            cfg.vocab_size as u64,
-            cfg.hidden_size as u64,
-            cfg.intermediate_size as u64,
-            cfg.num_hidden_layers as u64,
-            cfg.num_attention_heads as u64,
-            cfg.num_key_value_heads as u64,
-            cfg.tie_word_embeddings,
-            2,
-            2,
-        ) as f64
-    });
+    let mine = exercises::attempt(|| exercises::tp_rank_weight_bytes(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings, 2, 2) as f64);
     println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 7 / exercise 7: tp_rank_weight_bytes, 14B BF16 over 2 GPUs", mine, lab, 0.0));
     cell("06_multi_gpu", 56);
     let lab = vram_lab::estimate::parallel::nccl_bytes(4, 0) as f64;

@@ -52,7 +52,8 @@ def program():
     names = []
     for nb in notebooks():
         cells = json.loads(nb.read_text())["cells"]
-        out += ["", f"fn {fn_name(nb)}() -> Out {{"]
+        # The cells as written in the notebook, line for line (tests/notebook_program.rs finds them).
+        out += ["", "#[rustfmt::skip]", f"fn {fn_name(nb)}() -> Out {{"]
         for i, c in enumerate(cells):
             if c["cell_type"] != "code":
                 continue

@@ -5,11 +5,11 @@
 //! speed-up is a before and an after from one process.
 
 mod peers;
+mod rows;
 pub mod tables;
 
 use crate::error::{LabError, Result};
 use crate::estimate::{self, fit};
-use crate::model::decode::OwnKernels;
 use crate::model::generate::{self, DecodeTiming};
 use crate::model::{AttentionMode, Logits, Precision, Qwen2};
 use crate::session::Session;
@@ -17,60 +17,13 @@ use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
 use crate::{limits, reference};
 use peers::{other_stack, pytorch};
 use polars::prelude::*;
+pub use rows::Variant;
+use rows::{same_ids, DecodeRow, PrefillRow};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use tables::{col, DECODE_TABLE, PREFILL_TABLE};
 
 pub struct Bench;
-
-/// How the decoder layers compute their projections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-pub enum Variant {
-    /// candle's defaults: q, k, v, gate and up as five products, cudarc's event tracking on.
-    Separate,
-    /// Event tracking off (the lab's default, `hw::set_event_tracking`), five products.
-    Untracked,
-    /// q|k|v and gate|up stacked at load: two products (dense weights only).
-    Fused,
-    /// Stacked, and the decoding step captured once as a CUDA graph and replayed (one launch
-    /// per token); kernel by kernel on a CPU.
-    Graph,
-    /// The graph with the lab's kernel rotating q and k and storing k and v (seven of candle's
-    /// kernels per layer in one).
-    Kernel,
-    /// And the lab's matrix-vector kernel for every product of the step (bias, residual and
-    /// silu·up applied in it).
-    Gemv,
-    /// And the norms inside the products, attention in one kernel and the greedy pick: every
-    /// kernel of the step the lab's but the embedding lookup (the lab's decoding loop). Its
-    /// prefills take the fused attention kernel (`AttentionMode::Flash`) where it runs.
-    Own,
-}
-
-impl Variant {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Separate => "separate",
-            Self::Untracked => "untracked",
-            Self::Fused => "fused",
-            Self::Graph => "graph",
-            Self::Kernel => "kernel",
-            Self::Gemv => "gemv",
-            Self::Own => "own",
-        }
-    }
-
-    /// The lab's kernels a graph variant's step takes; None for the loops that are not a graph.
-    fn own_kernels(self) -> Option<OwnKernels> {
-        match self {
-            Self::Graph => Some(OwnKernels::None),
-            Self::Kernel => Some(OwnKernels::Store),
-            Self::Gemv => Some(OwnKernels::Products),
-            Self::Own => Some(OwnKernels::All),
-            Self::Separate | Self::Untracked | Self::Fused => None,
-        }
-    }
-}
 
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 pub struct BenchConfig {
@@ -124,37 +77,6 @@ impl BenchConfig {
     fn mean_context(&self) -> usize {
         self.decode_prompt + self.new_tokens / 2
     }
-}
-
-#[derive(Debug, Clone)]
-struct DecodeRow {
-    precision: Precision,
-    variant: Variant,
-    batch: usize,
-    outcome: Outcome,
-    timing: DecodeTiming,
-    read_bytes: u64,
-}
-
-#[derive(Debug, Clone)]
-struct PrefillRow {
-    precision: Precision,
-    variant: Variant,
-    seq: usize,
-    outcome: Outcome,
-    seconds: f64,
-    peak: u64,
-    ledger_peak: u64,
-}
-
-/// How many of the first sequence's greedy ids this row shares, from the start, with the stacked
-/// (Q4: the separate) loop of the same precision and batch: "n/m" (the same seeded prompt).
-fn same_ids(r: &DecodeRow, all: &[DecodeRow]) -> Option<String> {
-    let base = if r.precision.is_quantized() { Variant::Separate } else { Variant::Fused };
-    let other = all.iter().find(|o| o.precision == r.precision && o.batch == r.batch && o.variant == base)?;
-    let n = r.timing.ids.len().min(other.timing.ids.len());
-    let same = r.timing.ids.iter().zip(&other.timing.ids).take_while(|(a, b)| a == b).count();
-    Some(format!("{same}/{n}"))
 }
 
 /// Runs `f`, turning an OOM into an outcome (the next measurement still runs).
