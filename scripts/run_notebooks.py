@@ -121,7 +121,7 @@ def main():
         if bare:
             sys.exit(1)
         # Live on the CPU takes the command's defaults there (the tiny model on the scaled card): the
-        # report's story, each sweep stopped by its OOM (02's kv stage: 17 s, against 424 s without a card).
+        # report's story, each sweep stopped by its OOM (docs/evidence/2026-11-26-course/cpu-live/times.txt).
         live = {"VRAM_LAB_NOTEBOOK_MODE": "live", "VRAM_LAB_NOTEBOOK_DEVICE": "cpu",
                 # Live runs the command itself (src/notebook/live.rs): the binary the main job built.
                 "VRAM_LAB_BIN": str(TARGET / "debug" / "vram-lab")}

@@ -100,7 +100,7 @@ impl Setup {
     /// the CPU the command's own defaults (the tiny model on the scaled card: the report's story in
     /// minutes) unless the environment chose them.
     /// Training and several ranks run without a card there: a 2-rank step of the tiny model needs
-    /// more than the scaled card (80 MiB against 15 MiB, measured).
+    /// more than the scaled card holds (`vram-lab train --card scaled --settings '{"gpus": 2}'` refuses it).
     fn live_args(&self, stage: &str) -> Result<SessionArgs> {
         let mut args = self.args.clone();
         if !self.live_lab()?.is_cuda() && !self.chosen {
