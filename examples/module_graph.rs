@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 
 /// The layers, lowest first: a file may import its own layer and the ones below (never a circle).
 pub const LAYERS: &[(&str, &[&str])] = &[
-    ("foundation: units, errors, limits, checked paths, search, polars helpers", &["units", "error", "limits", "paths", "search", "frame"]),
+    (
+        "foundation: units, errors, limits, checked paths, search, polars helpers",
+        &["units", "error", "limits", "paths", "search", "frame"],
+    ),
     ("hardware: cards and devices", &["hw"]),
     ("measuring memory", &["memory"]),
     ("the model: config, formats, layers, kernels, decoding", &["model"]),
@@ -42,14 +45,21 @@ impl Graph {
     pub fn read(src: &Path) -> std::io::Result<Self> {
         let mut files = BTreeMap::new();
         collect(src, src, &mut files)?;
-        let texts: BTreeMap<String, String> =
-            files.iter().map(|(m, p)| Ok((m.clone(), code_of(&std::fs::read_to_string(p)?)))).collect::<std::io::Result<_>>()?;
-        let uses: BTreeMap<&String, Vec<(bool, Vec<String>)>> = texts.iter().map(|(m, t)| (m, use_paths(t, m, is_mod_file(&files[m])))).collect();
+        let texts: BTreeMap<String, String> = files
+            .iter()
+            .map(|(m, p)| Ok((m.clone(), code_of(&std::fs::read_to_string(p)?))))
+            .collect::<std::io::Result<_>>()?;
+        let uses: BTreeMap<&String, Vec<(bool, Vec<String>)>> =
+            texts.iter().map(|(m, t)| (m, use_paths(t, m, is_mod_file(&files[m])))).collect();
         // What each file re-exports, by the name it is reached under.
         let reexports: BTreeMap<String, BTreeMap<String, Vec<String>>> = uses
             .iter()
             .map(|(m, paths)| {
-                let names = paths.iter().filter(|(public, _)| *public).filter_map(|(_, path)| Some((path.last()?.clone(), path.clone()))).collect();
+                let names = paths
+                    .iter()
+                    .filter(|(public, _)| *public)
+                    .filter_map(|(_, path)| Some((path.last()?.clone(), path.clone())))
+                    .collect();
                 ((*m).clone(), names)
             })
             .collect();
@@ -57,7 +67,8 @@ impl Graph {
         let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (m, t) in &texts {
             let mod_file = is_mod_file(&files[m]);
-            let mut paths: Vec<Vec<String>> = uses[m].iter().filter(|(public, _)| !(*public && mod_file)).map(|(_, p)| p.clone()).collect();
+            let mut paths: Vec<Vec<String>> =
+                uses[m].iter().filter(|(public, _)| !(*public && mod_file)).map(|(_, p)| p.clone()).collect();
             paths.extend(inline_paths(&without_uses(t), m, mod_file, &modules));
             let set = edges.entry(m.clone()).or_default();
             for p in paths {
@@ -135,7 +146,14 @@ impl Graph {
                 }
             }
         }
-        let mut t = T { g: &self.edges, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on: BTreeSet::new(), out: Vec::new() };
+        let mut t = T {
+            g: &self.edges,
+            index: BTreeMap::new(),
+            low: BTreeMap::new(),
+            stack: Vec::new(),
+            on: BTreeSet::new(),
+            out: Vec::new(),
+        };
         for v in self.files.keys() {
             if !t.index.contains_key(v) {
                 visit(&mut t, v);
@@ -227,7 +245,10 @@ pub fn code_of(text: &str) -> String {
                 i += 1;
             }
             i += 2;
-        } else if c == 'r' && (next == Some('"') || next == Some('#')) && !b.get(i.wrapping_sub(1)).is_some_and(|p| p.is_alphanumeric() || *p == '_') {
+        } else if c == 'r'
+            && (next == Some('"') || next == Some('#'))
+            && !b.get(i.wrapping_sub(1)).is_some_and(|p| p.is_alphanumeric() || *p == '_')
+        {
             let mut j = i + 1;
             let mut hashes = 0;
             while b.get(j) == Some(&'#') {
@@ -386,7 +407,10 @@ fn inline_paths(code: &str, module: &str, mod_file: bool, modules: &BTreeSet<Str
                     j += 1;
                 }
                 segs.push(chars[s0..j].iter().collect::<String>());
-                if chars.get(j) == Some(&':') && chars.get(j + 1) == Some(&':') && chars.get(j + 2).is_some_and(|c| c.is_alphabetic() || *c == '_') {
+                if chars.get(j) == Some(&':')
+                    && chars.get(j + 1) == Some(&':')
+                    && chars.get(j + 2).is_some_and(|c| c.is_alphabetic() || *c == '_')
+                {
                     j += 2;
                 } else {
                     break;
@@ -395,7 +419,8 @@ fn inline_paths(code: &str, module: &str, mod_file: bool, modules: &BTreeSet<Str
             if segs.len() > 1 {
                 let first = segs[0].as_str();
                 let child = mod_file && {
-                    let m = if matches!(module, "lib" | "main") { first.to_string() } else { format!("{module}::{first}") };
+                    let m =
+                        if matches!(module, "lib" | "main") { first.to_string() } else { format!("{module}::{first}") };
                     modules.contains(&m)
                 };
                 if matches!(first, "crate" | "super" | "vram_lab") || child {
@@ -487,7 +512,12 @@ fn expand(tree: &str) -> Vec<Vec<String>> {
 }
 
 /// The file a path lands in: the longest module prefix, then through that module's re-exports.
-fn resolve(path: &[String], modules: &BTreeSet<String>, reexports: &BTreeMap<String, BTreeMap<String, Vec<String>>>, depth: usize) -> Option<String> {
+fn resolve(
+    path: &[String],
+    modules: &BTreeSet<String>,
+    reexports: &BTreeMap<String, BTreeMap<String, Vec<String>>>,
+    depth: usize,
+) -> Option<String> {
     for k in (0..=path.len()).rev() {
         let m = path[..k].join("::");
         if modules.contains(&m) {
@@ -518,7 +548,11 @@ fn main() -> std::io::Result<()> {
         println!("wrote docs/module-graph.md");
     } else {
         for (from, tos) in &g.edges {
-            println!("{from} [{}] -> {}", layer_of(from).map(|l| l.to_string()).unwrap_or("?".into()), tos.iter().cloned().collect::<Vec<_>>().join(", "));
+            println!(
+                "{from} [{}] -> {}",
+                layer_of(from).map(|l| l.to_string()).unwrap_or("?".into()),
+                tos.iter().cloned().collect::<Vec<_>>().join(", ")
+            );
         }
     }
     for (a, b) in g.upward() {

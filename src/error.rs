@@ -107,7 +107,12 @@ impl LabError {
     pub fn is_input(&self) -> bool {
         matches!(
             self,
-            Self::Input(_) | Self::OutOfRange { .. } | Self::TokenOutOfVocab { .. } | Self::Truncated { .. } | Self::TooLarge(_) | Self::NonFinite { .. }
+            Self::Input(_)
+                | Self::OutOfRange { .. }
+                | Self::TokenOutOfVocab { .. }
+                | Self::Truncated { .. }
+                | Self::TooLarge(_)
+                | Self::NonFinite { .. }
         )
     }
 

@@ -70,9 +70,14 @@ pub fn groups(df: &DataFrame, by: &[&str]) -> Result<Vec<(String, DataFrame)>> {
     if by.is_empty() {
         return Ok(vec![(String::new(), df.clone())]);
     }
-    let cols: Vec<Column> = by.iter().map(|c| df.column(c).and_then(|c| c.cast(&DataType::String))).collect::<PolarsResult<_>>()?;
+    let cols: Vec<Column> =
+        by.iter().map(|c| df.column(c).and_then(|c| c.cast(&DataType::String))).collect::<PolarsResult<_>>()?;
     let key = |row: usize| -> String {
-        by.iter().zip(&cols).map(|(name, c)| format!("{name}={}", c.str().ok().and_then(|s| s.get(row)).unwrap_or(""))).collect::<Vec<_>>().join(", ")
+        by.iter()
+            .zip(&cols)
+            .map(|(name, c)| format!("{name}={}", c.str().ok().and_then(|s| s.get(row)).unwrap_or("")))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     let keys: Vec<String> = (0..df.height()).map(key).collect();
     let mut order: Vec<String> = Vec::new();

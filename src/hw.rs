@@ -65,7 +65,10 @@ impl Card {
         }
         let Some(mib) = size_mib(&key) else {
             let names: Vec<_> = Self::presets().into_iter().map(|c| c.name).collect();
-            return Err(LabError::input(format!("unknown card `{s}`: use one of {}, a size such as 24GiB, {SCALED} or none", names.join(", "))));
+            return Err(LabError::input(format!(
+                "unknown card `{s}`: use one of {}, a size such as 24GiB, {SCALED} or none",
+                names.join(", ")
+            )));
         };
         let mib = checked_mib(s, mib)?;
         Ok(Card {
@@ -95,13 +98,16 @@ pub fn pick(choice: &str) -> Result<Device> {
     match choice {
         "cpu" => Ok(Device::Cpu),
         "auto" => {
-            let device = if cfg!(feature = "cuda") { Device::cuda_if_available(0).unwrap_or(Device::Cpu) } else { Device::Cpu };
+            let device =
+                if cfg!(feature = "cuda") { Device::cuda_if_available(0).unwrap_or(Device::Cpu) } else { Device::Cpu };
             set_event_tracking(&device, false);
             Ok(device)
         }
         c if c == "cuda" || c.starts_with("cuda:") => {
             if !cfg!(feature = "cuda") {
-                return Err(LabError::Unsupported("this build has no CUDA: rebuild with `cargo build --release --features cuda`".into()));
+                return Err(LabError::Unsupported(
+                    "this build has no CUDA: rebuild with `cargo build --release --features cuda`".into(),
+                ));
             }
             let ordinal = c
                 .strip_prefix("cuda:")
@@ -109,8 +115,9 @@ pub fn pick(choice: &str) -> Result<Device> {
                 .transpose()
                 .map_err(|_| LabError::input(format!("bad device `{c}`: use cuda:N")))?
                 .unwrap_or(0);
-            let device =
-                Device::new_cuda(ordinal).map_err(|e| LabError::Unsupported(format!("no usable CUDA device {ordinal}: {}", crate::error::cause(&e))))?;
+            let device = Device::new_cuda(ordinal).map_err(|e| {
+                LabError::Unsupported(format!("no usable CUDA device {ordinal}: {}", crate::error::cause(&e)))
+            })?;
             set_event_tracking(&device, false);
             Ok(device)
         }

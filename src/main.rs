@@ -65,7 +65,13 @@ enum Cmd {
 
 /// Runs `stages` in one session, each with its device's default config and the flags given (if
 /// any); a failed stage is an error once the run folder and its report are written.
-fn run_stages(args: &SessionArgs, what: &str, stages: Vec<(Box<dyn AnyStage>, Option<&clap::ArgMatches>)>, report_card: bool, full: bool) -> Result<()> {
+fn run_stages(
+    args: &SessionArgs,
+    what: &str,
+    stages: Vec<(Box<dyn AnyStage>, Option<&clap::ArgMatches>)>,
+    report_card: bool,
+    full: bool,
+) -> Result<()> {
     let mut session = Session::open(args, what, report_card)?;
     // The whole lab on a GPU tells the report's story in minutes unless asked for everything.
     if report_card && !full && session.sizes == Sizes::Report {
@@ -110,7 +116,12 @@ fn run_stages(args: &SessionArgs, what: &str, stages: Vec<(Box<dyn AnyStage>, Op
     }
     match run.manifest.status {
         RunStatus::Failed => {
-            let failed: Vec<String> = run.manifest.stages.iter().filter_map(|s| s.error.as_ref().map(|e| format!("stage {}: {e}", s.name))).collect();
+            let failed: Vec<String> = run
+                .manifest
+                .stages
+                .iter()
+                .filter_map(|s| s.error.as_ref().map(|e| format!("stage {}: {e}", s.name)))
+                .collect();
             Err(if on_input { LabError::Input(failed.join("; ")) } else { LabError::Other(failed.join("; ")) })
         }
         _ => Ok(()),
@@ -133,7 +144,10 @@ fn dispatch(matches: &clap::ArgMatches) -> Result<()> {
                 None => registry(),
                 Some(names) => names
                     .iter()
-                    .map(|n| experiments::find(n).ok_or_else(|| LabError::input(format!("unknown stage `{n}`: use {}", stage_names()))))
+                    .map(|n| {
+                        experiments::find(n)
+                            .ok_or_else(|| LabError::input(format!("unknown stage `{n}`: use {}", stage_names())))
+                    })
                     .collect::<Result<Vec<_>>>()?,
             };
             run_stages(args, "run", chosen.into_iter().map(|s| (s, None)).collect(), true, full)
@@ -157,7 +171,10 @@ fn stage_names() -> String {
 fn main() {
     vram_lab::frame::console_setup();
     vram_lab::session::stop_on_ctrl_c();
-    let settings = clap::Arg::new("settings").long("settings").hide(true).help("the stage's config fields as a JSON object (a notebook's Live run)");
+    let settings = clap::Arg::new("settings")
+        .long("settings")
+        .hide(true)
+        .help("the stage's config fields as a JSON object (a notebook's Live run)");
     let command = registry().iter().fold(Cli::command(), |c, s| c.subcommand(s.command().arg(settings.clone())));
     let matches = match command.try_get_matches() {
         Ok(m) => m,

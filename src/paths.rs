@@ -55,14 +55,22 @@ pub fn inside(dir: &Path, what: &str, name: &str) -> Result<PathBuf> {
 /// the lab made; a model folder in the Hub cache is made of them). Returns the file and its size.
 pub fn open_regular(path: &Path, max: u64, follow: bool) -> Result<(File, u64)> {
     let flags = libc::O_NONBLOCK | if follow { 0 } else { libc::O_NOFOLLOW };
-    let f =
-        OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| LabError::input(format!("cannot open {}: {}", path.display(), why(&e))))?;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| LabError::input(format!("cannot open {}: {}", path.display(), why(&e))))?;
     let meta = f.metadata()?;
     if !meta.is_file() {
         return Err(LabError::input(format!("{} is not a regular file", path.display())));
     }
     if meta.len() > max {
-        return Err(LabError::input(format!("{} holds {} bytes, more than the {} the lab reads from such a file", path.display(), meta.len(), max)));
+        return Err(LabError::input(format!(
+            "{} holds {} bytes, more than the {} the lab reads from such a file",
+            path.display(),
+            meta.len(),
+            max
+        )));
     }
     Ok((f, meta.len()))
 }
@@ -143,10 +151,31 @@ mod tests {
 
     #[test]
     fn names_that_climb_or_hide_are_refused() {
-        for ok in ["config.json", "model-00001-of-00002.safetensors", "sub/dir/x.gguf", "Qwen2.5-7B_q4+k@v=1,2.gguf", "中文.json"] {
+        for ok in [
+            "config.json",
+            "model-00001-of-00002.safetensors",
+            "sub/dir/x.gguf",
+            "Qwen2.5-7B_q4+k@v=1,2.gguf",
+            "中文.json",
+        ] {
             assert_eq!(rel_name("file", ok).unwrap(), PathBuf::from(ok), "{ok}");
         }
-        for bad in ["", "/etc/passwd", "../x", "a/../../x", "a//b", "./a", "a/.", "a\\b", "a\nb", "a b", "a\0b", "x/", &"a/".repeat(9), &"x".repeat(1025)] {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "a//b",
+            "./a",
+            "a/.",
+            "a\\b",
+            "a\nb",
+            "a b",
+            "a\0b",
+            "x/",
+            &"a/".repeat(9),
+            &"x".repeat(1025),
+        ] {
             let e = rel_name("file", bad).unwrap_err().to_string();
             assert!(e.starts_with("file `"), "{bad:?}: {e}");
             assert!(!e.contains('\n'), "{bad:?}: the name is escaped: {e}");

@@ -68,7 +68,11 @@ pub mod llamacpp_h200 {
 /// Whether `cfg` is the report's model (Qwen2.5-7B's shapes): only then do its figures apply.
 pub fn is_report_model(cfg: &crate::model::Qwen2Config) -> bool {
     crate::model::Qwen2Config::preset("qwen2.5-7b")
-        .map(|r| r.param_count() == cfg.param_count() && r.hidden_size == cfg.hidden_size && r.num_hidden_layers == cfg.num_hidden_layers)
+        .map(|r| {
+            r.param_count() == cfg.param_count()
+                && r.hidden_size == cfg.hidden_size
+                && r.num_hidden_layers == cfg.num_hidden_layers
+        })
         .unwrap_or(false)
 }
 
@@ -84,11 +88,12 @@ pub const REPORT_PROMPT_TOKENS: usize = 160;
 /// equal to `experiment`.
 pub fn pytorch_records(path: &std::path::Path, experiment: &str) -> crate::Result<Vec<serde_json::Value>> {
     // The reference script writes a few hundred lines; a larger file is not its output.
-    let text = crate::paths::read_regular_text(path, 64 << 20).map_err(|e| crate::LabError::input(format!("cannot read PyTorch figures ({e})")))?;
+    let text = crate::paths::read_regular_text(path, 64 << 20)
+        .map_err(|e| crate::LabError::input(format!("cannot read PyTorch figures ({e})")))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let v: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| crate::LabError::input(format!("{} line {}: not JSON ({e})", path.display(), i + 1)))?;
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| crate::LabError::input(format!("{} line {}: not JSON ({e})", path.display(), i + 1)))?;
         if v["experiment"] == experiment {
             out.push(v);
         }
@@ -113,11 +118,12 @@ pub struct LlamaBench {
 /// The records of llama-bench's JSON lines at `path`; a line that is not a test record (no
 /// `avg_ts`) is skipped, a line that is not JSON is an error naming the file and line.
 pub fn llamacpp_records(path: &std::path::Path) -> crate::Result<Vec<LlamaBench>> {
-    let text = std::fs::read_to_string(path).map_err(|e| crate::LabError::input(format!("cannot read llama-bench figures {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| crate::LabError::input(format!("cannot read llama-bench figures {}: {e}", path.display())))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| l.trim_start().starts_with('{')) {
-        let v: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| crate::LabError::input(format!("{} line {}: not JSON ({e})", path.display(), i + 1)))?;
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| crate::LabError::input(format!("{} line {}: not JSON ({e})", path.display(), i + 1)))?;
         let Some(tok_s) = v["avg_ts"].as_f64() else { continue };
         let file = v["model_filename"].as_str().unwrap_or("");
         let stem = std::path::Path::new(file).file_stem().and_then(|s| s.to_str()).unwrap_or("");

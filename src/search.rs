@@ -5,7 +5,12 @@ use crate::error::Result;
 
 /// Narrows [fits, does_not_fit) to within `resolution` by halving; returns the largest size seen
 /// to fit and the sizes tried. Trials stay on the resolution grid, strictly between the bounds.
-pub fn bisect(mut lo: u64, mut hi: u64, resolution: u64, mut fits: impl FnMut(u64) -> Result<bool>) -> Result<(u64, Vec<u64>)> {
+pub fn bisect(
+    mut lo: u64,
+    mut hi: u64,
+    resolution: u64,
+    mut fits: impl FnMut(u64) -> Result<bool>,
+) -> Result<(u64, Vec<u64>)> {
     let mut tried = Vec::new();
     let resolution = resolution.max(1);
     while hi > lo + resolution {

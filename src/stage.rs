@@ -76,8 +76,11 @@ pub struct ChartSpec {
     /// Horizontal reference lines, (name, y): each card's capacity. Each is labelled at its right
     /// end in a grey of its own, and the y axis follows the data, not the lines: a line above
     /// every value is left out.
-    pub lines: Option<fn() -> Vec<(String, f64)>>,
+    pub lines: Option<ReferenceLines>,
 }
+
+/// Named horizontal lines of a chart, (name, y), computed when the chart is drawn.
+pub type ReferenceLines = fn() -> Vec<(String, f64)>;
 
 impl ChartSpec {
     /// Grouped bars over a label column: start a spec from this.
@@ -272,17 +275,23 @@ impl<S: Stage> AnyStage for Registered<S> {
         <S::Config as clap::Args>::augment_args(clap::Command::new(S::NAME).about(S::ABOUT))
     }
     fn config_from(&self, matches: &clap::ArgMatches, sizes: Sizes) -> Result<serde_json::Value> {
-        let parsed = <S::Config as clap::FromArgMatches>::from_arg_matches(matches).map_err(|e| LabError::input(e.to_string()))?;
+        let parsed = <S::Config as clap::FromArgMatches>::from_arg_matches(matches)
+            .map_err(|e| LabError::input(e.to_string()))?;
         let given = serde_json::to_value(parsed)?;
         let mut config = self.default_config(sizes)?;
         if let (Some(config), Some(given)) = (config.as_object_mut(), given.as_object()) {
             for (field, value) in given {
                 // clap names each flag's id after its field.
-                let from_user = matches!(matches.value_source(field), Some(clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable));
+                let from_user = matches!(
+                    matches.value_source(field),
+                    Some(clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable)
+                );
                 if from_user {
                     // Each list a stage takes names a row or a column once: a value given twice
                     // wrote two rows under one name.
-                    if let Some(twice) = value.as_array().and_then(|a| a.iter().enumerate().find(|(i, v)| a[..*i].contains(v))) {
+                    if let Some(twice) =
+                        value.as_array().and_then(|a| a.iter().enumerate().find(|(i, v)| a[..*i].contains(v)))
+                    {
                         return Err(LabError::input(format!("--{} lists {} twice", field.replace('_', "-"), twice.1)));
                     }
                     config.insert(field.clone(), value.clone());
@@ -306,7 +315,8 @@ impl<S: Stage> AnyStage for Registered<S> {
         }
     }
     fn run(&self, session: &mut Session, config: &serde_json::Value) -> Result<StageOutput> {
-        let cfg: S::Config = serde_json::from_value(config.clone()).map_err(|e| LabError::input(format!("config of stage {}: {e}", S::NAME)))?;
+        let cfg: S::Config = serde_json::from_value(config.clone())
+            .map_err(|e| LabError::input(format!("config of stage {}: {e}", S::NAME)))?;
         S::run(session, &cfg)
     }
 }
@@ -314,8 +324,10 @@ impl<S: Stage> AnyStage for Registered<S> {
 /// A stage's config with `settings` (a JSON object of its fields, `{"gpus": 2}`) put over it; a
 /// name the config does not have is refused, never ignored.
 pub fn with_settings(mut config: serde_json::Value, settings: &str) -> Result<serde_json::Value> {
-    let given: serde_json::Value = serde_json::from_str(settings).map_err(|e| LabError::input(format!("the settings `{settings}` are not JSON: {e}")))?;
-    let given = given.as_object().ok_or_else(|| LabError::input(format!("the settings `{settings}` are not a JSON object")))?;
+    let given: serde_json::Value = serde_json::from_str(settings)
+        .map_err(|e| LabError::input(format!("the settings `{settings}` are not JSON: {e}")))?;
+    let given =
+        given.as_object().ok_or_else(|| LabError::input(format!("the settings `{settings}` are not a JSON object")))?;
     if let Some(c) = config.as_object_mut() {
         for (k, v) in given {
             if !c.contains_key(k) {
@@ -353,8 +365,13 @@ pub fn run(session: &mut Session, stage: &dyn AnyStage, config: serde_json::Valu
     let out = match result {
         Ok(out) => out,
         Err(e) => {
-            record.status = if matches!(e, LabError::Interrupted) { StageStatus::Interrupted } else { StageStatus::Failed };
-            session.say(format!("stage {} {}: {e}", stage.name(), if record.status == StageStatus::Failed { "failed" } else { "interrupted" }));
+            record.status =
+                if matches!(e, LabError::Interrupted) { StageStatus::Interrupted } else { StageStatus::Failed };
+            session.say(format!(
+                "stage {} {}: {e}",
+                stage.name(),
+                if record.status == StageStatus::Failed { "failed" } else { "interrupted" }
+            ));
             record.error = Some(e.to_string());
             session.record_failure(record, e.is_input())?;
             return if matches!(e, LabError::Interrupted) { Err(e) } else { Ok(()) };

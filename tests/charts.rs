@@ -32,14 +32,37 @@ fn every_declared_chart_draws_from_a_committed_run_as_plotly_and_svg() {
             assert!(!prepared.traces.is_empty(), "{}/{}: no series with a value", stage.name(), view.name);
             let plot = draw(&spec, &part).unwrap().to_json();
             let svg = draw_svg(&spec, &part).unwrap();
-            let text = svg.replace("&apos;", "'").replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&");
+            let text = svg
+                .replace("&apos;", "'")
+                .replace("&quot;", "\"")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&amp;", "&");
             assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{}/{}", stage.name(), view.name);
-            assert!(text.contains(&format!("\n{}\n", prepared.title)), "{}/{}: the title in the SVG", stage.name(), view.name);
+            assert!(
+                text.contains(&format!("\n{}\n", prepared.title)),
+                "{}/{}: the title in the SVG",
+                stage.name(),
+                view.name
+            );
             for t in &prepared.traces {
-                assert!(plot.contains(&t.name.replace('"', "\\\"")), "{}/{}: trace {} in plotly", stage.name(), view.name, t.name);
-                assert!(text.contains(&format!("\n{}\n", t.name)), "{}/{}: trace {} in the SVG's legend", stage.name(), view.name, t.name);
+                assert!(
+                    plot.contains(&t.name.replace('"', "\\\"")),
+                    "{}/{}: trace {} in plotly",
+                    stage.name(),
+                    view.name,
+                    t.name
+                );
+                assert!(
+                    text.contains(&format!("\n{}\n", t.name)),
+                    "{}/{}: trace {} in the SVG's legend",
+                    stage.name(),
+                    view.name,
+                    t.name
+                );
             }
-            let marks = svg.matches("<rect").count() + svg.matches("<polyline").count() + svg.matches("<circle").count();
+            let marks =
+                svg.matches("<rect").count() + svg.matches("<polyline").count() + svg.matches("<circle").count();
             assert!(marks > 1 + prepared.traces.len(), "{}/{}: data drawn ({marks} marks)", stage.name(), view.name);
             if let Some(dir) = &keep {
                 std::fs::create_dir_all(dir).unwrap();
@@ -63,7 +86,12 @@ fn view(stage: &str, name: &str) -> vram_lab::stage::View {
 
 /// The group of a view's table whose label contains `label`.
 fn group(df: &polars::prelude::DataFrame, view: &vram_lab::stage::View, label: &str) -> polars::prelude::DataFrame {
-    groups(df, view.group_by).unwrap().into_iter().find(|(l, _)| l.contains(label)).unwrap_or_else(|| panic!("no group {label}")).1
+    groups(df, view.group_by)
+        .unwrap()
+        .into_iter()
+        .find(|(l, _)| l.contains(label))
+        .unwrap_or_else(|| panic!("no group {label}"))
+        .1
 }
 
 /// The values of `col` in `df`, as floats.
@@ -100,7 +128,11 @@ fn every_gpu_of_the_four_gpu_run_is_a_stacked_bar_beside_the_ledger() {
     // The same part in both stacks shares its colour; the ledger's is the paler.
     let weights: Vec<_> = p.traces.iter().filter(|t| t.name == "weights").collect();
     assert_eq!(weights.len(), 2);
-    assert!(weights[0].colour == weights[1].colour && weights[0].faint != weights[1].faint && weights[0].legend != weights[1].legend);
+    assert!(
+        weights[0].colour == weights[1].colour
+            && weights[0].faint != weights[1].faint
+            && weights[0].legend != weights[1].legend
+    );
     assert!(draw(&spec, &part).unwrap().to_json().contains("\"barmode\":\"relative\""));
     let svg = draw_svg(&spec, &part).unwrap();
     assert!(svg.matches("<rect").count() > 1 + 2 * 8, "at least two visible parts in each of the eight bars");
@@ -113,16 +145,29 @@ fn every_gpu_of_the_four_gpu_run_is_a_stacked_bar_beside_the_ledger() {
     let part = groups(&df, v.group_by).unwrap().remove(0).1;
     let p = prepare(&v.chart.unwrap(), &part).unwrap();
     assert_eq!(p.categories.len(), 8, "{:?}", p.categories);
-    let (items, ranks, measured) = (vram_lab::frame::strings(&part, "item").unwrap(), col(&part, "rank"), col(&part, "measured_mib"));
-    let nccl3 = (0..part.height()).find(|&i| items[i] == "NCCL's device memory" && ranks[i] == 3.0).map(|i| measured[i]);
-    assert!(nccl3.is_some() && at(&p, "NCCL's device memory", "rank 3 · measured") == nccl3, "rank 3's NCCL from its row");
-    assert!(at(&p, "step peak", "rank 0 · measured").is_none(), "the step peak is the stack's height, not a part of it");
+    let (items, ranks, measured) =
+        (vram_lab::frame::strings(&part, "item").unwrap(), col(&part, "rank"), col(&part, "measured_mib"));
+    let nccl3 =
+        (0..part.height()).find(|&i| items[i] == "NCCL's device memory" && ranks[i] == 3.0).map(|i| measured[i]);
+    assert!(
+        nccl3.is_some() && at(&p, "NCCL's device memory", "rank 3 · measured") == nccl3,
+        "rank 3's NCCL from its row"
+    );
+    assert!(
+        at(&p, "step peak", "rank 0 · measured").is_none(),
+        "the step peak is the stack's height, not a part of it"
+    );
     assert!(at(&p, "optimizer states", "rank 2 · ledger").is_some());
 }
 
 #[test]
 fn decode_over_one_two_and_four_gpus_stands_beside_its_ceiling() {
-    let open = |f: &str| RunFolder::open(&results().join("h200x4/2026-11-26-four-gpus").join(f)).unwrap().table("parallel", "parallel_ranks").unwrap();
+    let open = |f: &str| {
+        RunFolder::open(&results().join("h200x4/2026-11-26-four-gpus").join(f))
+            .unwrap()
+            .table("parallel", "parallel_ranks")
+            .unwrap()
+    };
     let (two, four) = (open("tp7-g2"), open("tp7"));
     let both = two.vstack(&four).unwrap();
     let v = view("parallel", "decode");
@@ -131,15 +176,26 @@ fn decode_over_one_two_and_four_gpus_stands_beside_its_ceiling() {
     for c in ["one device", "tensor-parallel × 2", "tensor-parallel × 4"] {
         assert!(p.categories.iter().any(|x| x == c), "{c} in {:?}", p.categories);
     }
-    assert!(!p.categories.iter().any(|c| c.starts_with("pipeline")), "a pipeline's stage ceiling is not the pipeline's: {:?}", p.categories);
+    assert!(
+        !p.categories.iter().any(|c| c.starts_with("pipeline")),
+        "a pipeline's stage ceiling is not the pipeline's: {:?}",
+        p.categories
+    );
     let unique: std::collections::BTreeSet<_> = p.categories.iter().collect();
     assert_eq!(unique.len(), p.categories.len(), "the one-device rows of the two runs are one bar");
     let decode = |df: &polars::prelude::DataFrame, layout: &str, c: &str| {
         let layouts = vram_lab::frame::strings(df, "layout").unwrap();
         col(df, c)[layouts.iter().position(|l| l == layout).unwrap()]
     };
-    assert_eq!(at(&p, "decode, measured", "tensor-parallel × 4"), Some(decode(&four, "tensor-parallel × 4", "decode_tok_s")));
-    assert_eq!(at(&p, "decode, measured", "one device"), Some(decode(&two, "one device", "decode_tok_s")), "the first run's row is kept");
+    assert_eq!(
+        at(&p, "decode, measured", "tensor-parallel × 4"),
+        Some(decode(&four, "tensor-parallel × 4", "decode_tok_s"))
+    );
+    assert_eq!(
+        at(&p, "decode, measured", "one device"),
+        Some(decode(&two, "one device", "decode_tok_s")),
+        "the first run's row is kept"
+    );
     let ceiling = p.traces.iter().find(|t| t.name.starts_with("ceiling")).unwrap();
     assert_eq!(ceiling.y.len(), p.categories.len(), "a ceiling beside every bar");
     assert!(draw_svg(&spec, &both).unwrap().contains("\ntensor-parallel × 2\n"));
@@ -156,7 +212,10 @@ fn card_lines_are_labelled_in_greys_and_the_axis_follows_the_needs() {
     let cards = (spec.lines.unwrap())();
     let largest = cards.iter().map(|c| c.1).fold(0.0, f64::max);
     let top = p.y_top.expect("a chart with card lines sets its top");
-    assert!(top >= need && top < largest, "the axis goes to {top}: above the largest need {need}, below the largest card {largest}");
+    assert!(
+        top >= need && top < largest,
+        "the axis goes to {top}: above the largest need {need}, below the largest card {largest}"
+    );
     assert!(!p.lines.is_empty() && p.lines.len() < cards.len(), "the cards within the range only: {:?}", p.lines);
     assert!(p.lines.iter().all(|l| l.1 <= top));
     let plot = draw(&spec, &df).unwrap().to_json();
@@ -172,7 +231,12 @@ fn card_lines_are_labelled_in_greys_and_the_axis_follows_the_needs() {
     let ys = p.line_label_ys(top * 0.045);
     for i in 0..ys.len() {
         for j in 0..i {
-            assert!((ys[i] - ys[j]).abs() >= top * 0.045 - 1e-9, "labels {} and {} overlap", p.lines[i].0, p.lines[j].0);
+            assert!(
+                (ys[i] - ys[j]).abs() >= top * 0.045 - 1e-9,
+                "labels {} and {} overlap",
+                p.lines[i].0,
+                p.lines[j].0
+            );
         }
     }
 }
@@ -218,7 +282,11 @@ fn each_host_kernel_variant_is_its_own_bar() {
 #[test]
 fn a_notebook_draws_a_view_over_two_runs_put_together() {
     let table = |f: &str| -> vram_lab::report::Table {
-        RunFolder::open(&results().join("h200x4/2026-11-26-four-gpus").join(f)).unwrap().table("parallel", "parallel_ranks").unwrap().into()
+        RunFolder::open(&results().join("h200x4/2026-11-26-four-gpus").join(f))
+            .unwrap()
+            .table("parallel", "parallel_ranks")
+            .unwrap()
+            .into()
     };
     let both = table("tp7-g2").vstack(&table("tp7")).unwrap();
     let written = std::env::temp_dir().join("vram-lab-parallel-decode-.svg");

@@ -83,7 +83,10 @@ fn oom_on_a_small_card_is_captured_and_every_scenario_runs() {
     let o = lab(&["anatomy", "--card", "1MiB", "--max-new-tokens", "4", "--out", out.to_str().unwrap()]);
     let t = text(&o);
     assert!(o.status.success(), "an OOM is a value, the command exits 0:\n{t}");
-    assert!(t.contains("f32: out of memory during loading") && t.contains("tried to allocate") && t.contains("captured"), "{t}");
+    assert!(
+        t.contains("f32: out of memory during loading") && t.contains("tried to allocate") && t.contains("captured"),
+        "{t}"
+    );
     let rows = csv(&out, "anatomy/anatomy.csv");
     assert_eq!(rows.len(), 3);
     for r in &rows {
@@ -91,7 +94,9 @@ fn oom_on_a_small_card_is_captured_and_every_scenario_runs() {
         assert!(r["oom_request_mib"].parse::<f64>().unwrap() > 0.0);
         assert!(r["oom_during"].contains("loading"));
     }
-    assert!(std::fs::read_to_string(out.join("anatomy/oom_summary_f32.txt")).unwrap().contains("vram-lab memory summary"));
+    assert!(std::fs::read_to_string(out.join("anatomy/oom_summary_f32.txt"))
+        .unwrap()
+        .contains("vram-lab memory summary"));
 }
 
 /// A precision that does not load is a row of the speed table with its outcome, and the bench
@@ -100,7 +105,19 @@ fn oom_on_a_small_card_is_captured_and_every_scenario_runs() {
 fn bench_records_a_precision_that_does_not_load() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let o = lab(&["bench", "--card", "1MiB", "--precisions", "f32,bf16", "--new-tokens", "2", "--repeats", "1", "--out", out.to_str().unwrap()]);
+    let o = lab(&[
+        "bench",
+        "--card",
+        "1MiB",
+        "--precisions",
+        "f32,bf16",
+        "--new-tokens",
+        "2",
+        "--repeats",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     let rows = csv(&out, "bench/bench_decode.csv");
@@ -124,11 +141,24 @@ fn bench_reads_llama_bench_from_the_same_call() {
     };
     std::fs::write(&jsonl, [line(0, 8, 123.5), line(64, 0, 4567.0)].join("\n")).unwrap();
     let out = tmp.path().join("run");
-    let o = lab(&["bench", "--precisions", "bf16,f32", "--variants", "fused", "--llama-cpp", jsonl.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let o = lab(&[
+        "bench",
+        "--precisions",
+        "bf16,f32",
+        "--variants",
+        "fused",
+        "--llama-cpp",
+        jsonl.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     let rows = csv(&out, "bench/bench_decode.csv");
-    let bf16 = rows.iter().find(|r| r["precision"] == "bf16" && r["batch"] == "1").unwrap_or_else(|| panic!("no bf16 row:\n{t}"));
+    let bf16 = rows
+        .iter()
+        .find(|r| r["precision"] == "bf16" && r["batch"] == "1")
+        .unwrap_or_else(|| panic!("no bf16 row:\n{t}"));
     assert_eq!(bf16["other_stack_tok_s"], "123.5", "{bf16:?}");
     let ratio: f64 = bf16["x_other_stack"].parse().unwrap();
     let tok: f64 = bf16["tok_s"].parse().unwrap();
@@ -137,9 +167,15 @@ fn bench_reads_llama_bench_from_the_same_call() {
     let f32 = rows.iter().find(|r| r["precision"] == "f32").unwrap();
     assert_eq!(f32["other_stack_tok_s"], "", "{f32:?}");
     let pre = csv(&out, "bench/bench_prefill.csv");
-    let p64 = pre.iter().find(|r| r["precision"] == "bf16" && r["seq"] == "64").unwrap_or_else(|| panic!("no prefill of 64:\n{t}"));
+    let p64 = pre
+        .iter()
+        .find(|r| r["precision"] == "bf16" && r["seq"] == "64")
+        .unwrap_or_else(|| panic!("no prefill of 64:\n{t}"));
     assert_eq!(p64["other_stack_tok_s"], "4567.0", "{p64:?}");
-    fails_with(&["bench", "--llama-cpp", tmp.path().join("absent.jsonl").to_str().unwrap()], "cannot read llama-bench figures");
+    fails_with(
+        &["bench", "--llama-cpp", tmp.path().join("absent.jsonl").to_str().unwrap()],
+        "cannot read llama-bench figures",
+    );
 }
 
 /// The offload stage's llama.cpp rows come from llama-bench's `-ngl` tests of the stage's
@@ -156,7 +192,17 @@ fn offload_reads_llama_bench_ngl_rows() {
     };
     std::fs::write(&jsonl, [line(1, 0, 32, 14.5), line(99, 0, 32, 200.0), line(1, 64, 0, 900.0)].join("\n")).unwrap();
     let out = tmp.path().join("run");
-    let o = lab(&["offload", "--modes", "full,split", "--new-tokens", "2", "--llama-cpp", jsonl.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let o = lab(&[
+        "offload",
+        "--modes",
+        "full,split",
+        "--new-tokens",
+        "2",
+        "--llama-cpp",
+        jsonl.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     let rows = csv(&out.join("offload"), "offload.csv");
@@ -197,7 +243,10 @@ fn bad_input_fails_clearly() {
     let dir = tmp.path().join("badcfg");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.json"), r#"{"vocab_size": 10, "hidden_size": 8}"#).unwrap();
-    fails_with(&["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", "1"], "missing field `intermediate_size`");
+    fails_with(
+        &["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", "1"],
+        "missing field `intermediate_size`",
+    );
 
     // A directory without weights.
     let cfg = common::tiny();
@@ -215,7 +264,10 @@ fn bad_input_fails_clearly() {
     fails_with(&["generate", "--model", dir.to_str().unwrap(), "--prompt-ids", "1"], "not a readable safetensors file");
     // A stage fails on it too (an OOM is a result, a broken file is not), after writing its folder.
     let out = tmp.path().join("trunc-run");
-    fails_with(&["anatomy", "--model", dir.to_str().unwrap(), "--out", out.to_str().unwrap()], "not a readable safetensors file");
+    fails_with(
+        &["anatomy", "--model", dir.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        "not a readable safetensors file",
+    );
     assert!(std::fs::read_to_string(out.join("manifest.json")).unwrap().contains("\"status\": \"failed\""));
 
     // A truncated GGUF file, and a file that is not GGUF at all.
@@ -224,7 +276,10 @@ fn bad_input_fails_clearly() {
     assert!(o.status.success(), "{}", text(&o));
     let bytes = std::fs::read(&gguf).unwrap();
     std::fs::write(&gguf, &bytes[..bytes.len() / 2]).unwrap();
-    fails_with(&["generate", "--model", gguf.to_str().unwrap(), "--precision", "q4", "--prompt-ids", "1"], "truncated: ");
+    fails_with(
+        &["generate", "--model", gguf.to_str().unwrap(), "--precision", "q4", "--prompt-ids", "1"],
+        "truncated: ",
+    );
     let junk = tmp.path().join("junk.gguf");
     std::fs::write(&junk, b"not a gguf").unwrap();
     fails_with(&["generate", "--model", junk.to_str().unwrap(), "--prompt-ids", "1"], "not a readable GGUF file");
@@ -299,7 +354,24 @@ fn run_writes_one_folder_with_manifest_and_report() {
     let m = manifest(&out);
     assert_eq!(m["status"], "complete");
     let stages: Vec<&str> = m["stages"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(stages, ["anatomy", "load", "kv", "frag", "leaks", "bandwidth", "offload", "bench", "estimate", "plan", "train", "parallel", "check"]);
+    assert_eq!(
+        stages,
+        [
+            "anatomy",
+            "load",
+            "kv",
+            "frag",
+            "leaks",
+            "bandwidth",
+            "offload",
+            "bench",
+            "estimate",
+            "plan",
+            "train",
+            "parallel",
+            "check"
+        ]
+    );
     for s in m["stages"].as_array().unwrap() {
         assert_eq!(s["status"], "done", "{s}");
         for (_, rel) in s["tables"].as_object().unwrap() {
@@ -313,9 +385,16 @@ fn run_writes_one_folder_with_manifest_and_report() {
     let card_mib = m["card"]["total_mib"].as_f64().unwrap();
     assert!((5.0..6.0).contains(&card_mib), "{card_mib} MiB");
     let kv_start = m["stages"][2]["config"]["start"].as_u64().unwrap();
-    assert!(kv_start < 1024 && kv_start >= 8, "the report's 1,024 scaled: {kv_start}");
-    let outcomes: Vec<(String, String)> = csv(&out.join("anatomy"), "anatomy.csv").iter().map(|r| (r["precision"].clone(), r["outcome"].clone())).collect();
-    assert_eq!(outcomes, [("bf16".into(), "ok".into()), ("q4_k_m".into(), "ok".into()), ("f32".into(), "oom".into())], "BF16 fits, F32 does not");
+    assert!((8..1024).contains(&kv_start), "the report's 1,024 scaled: {kv_start}");
+    let outcomes: Vec<(String, String)> = csv(&out.join("anatomy"), "anatomy.csv")
+        .iter()
+        .map(|r| (r["precision"].clone(), r["outcome"].clone()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("bf16".into(), "ok".into()), ("q4_k_m".into(), "ok".into()), ("f32".into(), "oom".into())],
+        "BF16 fits, F32 does not"
+    );
     let limits = csv(&out.join("kv"), "kv_limit.csv");
     assert!(limits.iter().any(|r| r["precision"] == "bf16"), "the BF16 limit was bisected");
     for r in &limits {
@@ -327,12 +406,19 @@ fn run_writes_one_folder_with_manifest_and_report() {
     }
     let findings = m["stages"][0]["findings"].as_array().unwrap();
     assert!(t.contains("bf16 weights after loading") && findings.iter().any(|f| f["unit"] == "GiB"));
-    assert!(t.lines().any(|l| l.contains("bf16 weights after loading") && l.contains("MiB")), "the summary shows MiB for a scaled card: {t}");
+    assert!(
+        t.lines().any(|l| l.contains("bf16 weights after loading") && l.contains("MiB")),
+        "the summary shows MiB for a scaled card: {t}"
+    );
     assert!(m["env"]["versions"]["candle-core"].as_str().unwrap().starts_with("0.11"));
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("Stage 1 — anatomy") && html.contains("Stage 2 — the KV cache"));
-    for caption in ["Stage 2 — prefill ledger (MiB) — precision=bf16, logits=all", "Stage 2 — a long decode", "Stage 2 — batch sweep", "Memory timeline"]
-    {
+    for caption in [
+        "Stage 2 — prefill ledger (MiB) — precision=bf16, logits=all",
+        "Stage 2 — a long decode",
+        "Stage 2 — batch sweep",
+        "Memory timeline",
+    ] {
         assert!(html.contains(caption), "report.html lacks `{caption}`");
     }
     assert!(html.contains("Plotly.newPlot"), "charts are in the page");
@@ -409,7 +495,15 @@ fn compute_f32_doubles_the_q4_k_m_cache() {
     let tmp = tempfile::tempdir().unwrap();
     let kv = |compute: Option<&str>| {
         let out = tmp.path().join(format!("est-{}", compute.unwrap_or("default")));
-        let mut args = vec!["estimate", "--model", "synthetic:qwen2.5-7b", "--precisions", "q4_k_m,bf16", "--out", out.to_str().unwrap()];
+        let mut args = vec![
+            "estimate",
+            "--model",
+            "synthetic:qwen2.5-7b",
+            "--precisions",
+            "q4_k_m,bf16",
+            "--out",
+            out.to_str().unwrap(),
+        ];
         if let Some(c) = compute {
             args.extend(["--compute", c]);
         }
@@ -417,10 +511,18 @@ fn compute_f32_doubles_the_q4_k_m_cache() {
         assert!(o.status.success(), "{}", text(&o));
         let rows = csv(&out, "estimate/estimate_ledger.csv");
         let get = |p: &str, item: &str| -> f64 {
-            rows.iter().find(|r| r["precision"] == p && r["item"] == item).unwrap_or_else(|| panic!("{p} {item}"))["mib"].parse().unwrap()
+            rows.iter().find(|r| r["precision"] == p && r["item"] == item).unwrap_or_else(|| panic!("{p} {item}"))
+                ["mib"]
+                .parse()
+                .unwrap()
         };
         let q = if compute == Some("f32") { "q4_k_m-f32" } else { "q4_k_m" };
-        (manifest(&out)["stages"][0]["config"]["precisions"].clone(), get(q, "kv_cache"), get(q, "weights"), get("bf16", "kv_cache"))
+        (
+            manifest(&out)["stages"][0]["config"]["precisions"].clone(),
+            get(q, "kv_cache"),
+            get(q, "weights"),
+            get("bf16", "kv_cache"),
+        )
     };
     let (config, cache, weights, bf16_cache) = kv(None);
     assert_eq!(config, serde_json::json!(["q4_k_m", "bf16"]));
@@ -478,7 +580,16 @@ fn estimate_gives_unequal_cards_their_micro_batches() {
     ]);
     assert!(o.status.success(), "{}", text(&o));
     // A card that is no card: one line.
-    let o = lab(&["estimate", "--model", "synthetic:qwen2.5-0.5b", "--train", "--cards", "24GiB,nonsense", "--out", tmp.path().join("bad").to_str().unwrap()]);
+    let o = lab(&[
+        "estimate",
+        "--model",
+        "synthetic:qwen2.5-0.5b",
+        "--train",
+        "--cards",
+        "24GiB,nonsense",
+        "--out",
+        tmp.path().join("bad").to_str().unwrap(),
+    ]);
     assert!(!o.status.success() && text(&o).contains("nonsense"), "{}", text(&o));
 }
 
@@ -487,14 +598,26 @@ fn estimate_prices_each_gpu_of_a_tensor_parallel_and_a_pipeline_plan() {
     let tmp = tempfile::tempdir().unwrap();
     let run = |extra: &[&str], name: &str| {
         let out = tmp.path().join(name);
-        let mut args = vec!["estimate", "--model", "synthetic:qwen2.5-7b", "--precisions", "bf16,q4_k_m", "--out", out.to_str().unwrap()];
+        let mut args = vec![
+            "estimate",
+            "--model",
+            "synthetic:qwen2.5-7b",
+            "--precisions",
+            "bf16,q4_k_m",
+            "--out",
+            out.to_str().unwrap(),
+        ];
         args.extend(extra);
         (lab(&args), out)
     };
     let (o, one) = run(&[], "one");
     assert!(o.status.success(), "{}", text(&o));
-    let single: f64 =
-        csv(&one, "estimate/estimate_ledger.csv").iter().find(|r| r["precision"] == "bf16" && r["item"] == "kv_cache").unwrap()["mib"].parse().unwrap();
+    let single: f64 = csv(&one, "estimate/estimate_ledger.csv")
+        .iter()
+        .find(|r| r["precision"] == "bf16" && r["item"] == "kv_cache")
+        .unwrap()["mib"]
+        .parse()
+        .unwrap();
     let (o, tp) = run(&["--tp", "2"], "tp");
     assert!(o.status.success(), "{}", text(&o));
     let rows = csv(&tp, "estimate/estimate_parallel.csv");
@@ -537,6 +660,20 @@ fn stage_settings_reach_the_config_and_unknown_ones_are_refused() {
     ]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(manifest(&out)["stages"][0]["config"]["seq"], 2048);
-    fails_with(&["--device", "cpu", "--out", tmp.path().join("bad").to_str().unwrap(), "estimate", "--settings", r#"{"nope": 1}"#], "no setting `nope`");
-    fails_with(&["--device", "cpu", "--out", tmp.path().join("bad2").to_str().unwrap(), "estimate", "--settings", "[1]"], "not a JSON object");
+    fails_with(
+        &[
+            "--device",
+            "cpu",
+            "--out",
+            tmp.path().join("bad").to_str().unwrap(),
+            "estimate",
+            "--settings",
+            r#"{"nope": 1}"#,
+        ],
+        "no setting `nope`",
+    );
+    fails_with(
+        &["--device", "cpu", "--out", tmp.path().join("bad2").to_str().unwrap(), "estimate", "--settings", "[1]"],
+        "not a JSON object",
+    );
 }

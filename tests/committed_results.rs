@@ -40,7 +40,14 @@ fn stage1_reproduces_to_the_byte() {
     for (o, n) in old.iter().zip(&new) {
         assert_eq!(o["precision"], n["precision"]);
         assert_eq!(o["outcome"], n["outcome"]);
-        for c in ["predicted_weights_gib", "loaded_allocated_gib", "loaded_reserved_gib", "loaded_peak_gib", "after_allocated_gib", "oom_request_mib"] {
+        for c in [
+            "predicted_weights_gib",
+            "loaded_allocated_gib",
+            "loaded_reserved_gib",
+            "loaded_peak_gib",
+            "after_allocated_gib",
+            "oom_request_mib",
+        ] {
             assert_eq!(o[c], n[c], "{} {c}", o["precision"]);
         }
     }
@@ -65,7 +72,9 @@ fn stage2_ledger_reproduces_and_the_limit_alone() {
         assert!(nh.iter().any(|h| h == c), "new column {c}");
     }
     // The per-token ledger is the same at every length both swept, in the full run too.
-    let bf16_all = |r: &&HashMap<String, String>| r["precision"] == "bf16" && r["logits"] == "all" && r["attention"] == "bounded" && r["outcome"] == "ok";
+    let bf16_all = |r: &&HashMap<String, String>| {
+        r["precision"] == "bf16" && r["logits"] == "all" && r["attention"] == "bounded" && r["outcome"] == "ok"
+    };
     let mut compared = 0;
     for o in old.iter().filter(|r| r["outcome"] == "ok") {
         if let Some(n) = run.iter().filter(bf16_all).find(|n| n["seq"] == o["seq"]) {
@@ -84,7 +93,10 @@ fn stage2_ledger_reproduces_and_the_limit_alone() {
     assert_eq!(old_limit[0]["first_oom"], alone[0]["first_oom"]);
     // Inside the run, after stage 1, the pool had less room (RUN.md): never more than the fresh process.
     let (_, run_limit) = csv(&new_dir.join("run/kv/kv_limit.csv"));
-    let in_run = run_limit.iter().find(|r| r["precision"] == "bf16" && r["logits"] == "all" && r["attention"] == "bounded").unwrap();
+    let in_run = run_limit
+        .iter()
+        .find(|r| r["precision"] == "bf16" && r["logits"] == "all" && r["attention"] == "bounded")
+        .unwrap();
     assert!(num(in_run, "max_context") <= num(&alone[0], "max_context"));
 }
 
@@ -95,7 +107,9 @@ fn stage2_ledger_reproduces_and_the_limit_alone() {
 fn stage3_run_shows_what_its_notes_say() {
     let dir = results().join("2026-11-22-stage3");
     let (_, steps) = csv(&dir.join("frag/frag/frag_steps.csv"));
-    let reserved = |alloc: &str, step: &str| num(steps.iter().find(|r| r["allocator"] == alloc && r["step"] == step).unwrap(), "reserved_bytes");
+    let reserved = |alloc: &str, step: &str| {
+        num(steps.iter().find(|r| r["allocator"] == alloc && r["step"] == step).unwrap(), "reserved_bytes")
+    };
     let growth = |alloc: &str| reserved(alloc, "request") - reserved(alloc, "odd_freed");
     assert_eq!(growth("pytorch"), (2048u64 << 20) as f64);
     assert_eq!(growth("caching"), 0.0);
@@ -109,7 +123,8 @@ fn stage3_run_shows_what_its_notes_say() {
     }
     // The report's own script keeps six blocks: 2.93 GiB.
     let torch = std::fs::read_to_string(dir.join("torch-frag.jsonl")).unwrap();
-    let script: serde_json::Value = serde_json::from_str(torch.lines().find(|l| l.contains("report_script")).unwrap()).unwrap();
+    let script: serde_json::Value =
+        serde_json::from_str(torch.lines().find(|l| l.contains("report_script")).unwrap()).unwrap();
     assert_eq!(script["allocated"], 6 * 500 * (1u64 << 20));
     // Leaks: every verdict as expected, the kept caches' growth as predicted.
     let text = std::fs::read_to_string(dir.join("leaks/leaks/leaks_summary.csv")).unwrap();
@@ -160,7 +175,8 @@ fn stage4_meets_its_targets_and_no_figure_passes_its_ceiling() {
     assert!(num(row(&modes, "mode", "managed-prefer-cpu"), "device_used_gib") < 1.0);
     assert!(num(row(&modes, "mode", "managed-prefetch"), "device_used_gib") > 14.0);
     // The best mode within the budget beats computing nowhere but on the GPU through PCIe.
-    let best = ["split", "streamed", "hybrid"].iter().map(|m| num(row(&modes, "mode", m), "decode_tok_s")).fold(0.0, f64::max);
+    let best =
+        ["split", "streamed", "hybrid"].iter().map(|m| num(row(&modes, "mode", m), "decode_tok_s")).fold(0.0, f64::max);
     assert!(best > num(streamed, "ceiling_tok_s"), "computing where the weights live beats streaming them");
 
     let bw = table(&dir.join("bandwidth/bandwidth/bandwidth.csv"));
@@ -200,7 +216,12 @@ fn speed_and_loading_runs_stay_under_their_ceilings() {
             for r in decode.iter().filter(|r| r["outcome"] == "ok") {
                 assert!(num(r, "tok_s") < num(r, "ceiling_tok_s"), "{r:?}");
             }
-            let one = |v: &str| num(decode.iter().find(|r| r["precision"] == "bf16" && r["variant"] == v && r["batch"] == "1").unwrap(), "tok_s");
+            let one = |v: &str| {
+                num(
+                    decode.iter().find(|r| r["precision"] == "bf16" && r["variant"] == v && r["batch"] == "1").unwrap(),
+                    "tok_s",
+                )
+            };
             assert!(one("fused") > one("separate"), "stacked projections did not help");
             for r in table(&dir.join("bench_prefill.csv")).iter().filter(|r| r["outcome"] == "ok") {
                 let err = 100.0 * (num(r, "peak_mib") - num(r, "ledger_peak_mib")) / num(r, "ledger_peak_mib");
@@ -241,7 +262,13 @@ fn stage1_with_the_lab_loop_keeps_its_memory_and_decodes_faster() {
     let (_, old) = csv(&results().join("2026-11-22-run/run/anatomy/anatomy.csv"));
     let (_, new) = csv(&results().join("2026-11-23-run/run/anatomy/anatomy.csv"));
     for (o, n) in old.iter().zip(&new).filter(|(o, _)| o["outcome"] == "ok") {
-        assert!(num(n, "decode_tok_s") > 1.2 * num(o, "decode_tok_s"), "{}: {} vs {}", n["precision"], n["decode_tok_s"], o["decode_tok_s"]);
+        assert!(
+            num(n, "decode_tok_s") > 1.2 * num(o, "decode_tok_s"),
+            "{}: {} vs {}",
+            n["precision"],
+            n["decode_tok_s"],
+            o["decode_tok_s"]
+        );
         assert!(num(n, "decode_tok_s") < num(n, "decode_ceiling_tok_s"));
     }
     let ids = table(&results().join("2026-11-22-own/ids-check/bench/bench_decode.csv"));
@@ -249,7 +276,12 @@ fn stage1_with_the_lab_loop_keeps_its_memory_and_decodes_faster() {
     let (same, of) = f32_own["ids_as_fused_loop"].split_once('/').unwrap();
     assert_eq!(same, of, "F32 ids of the step in the lab's kernels");
     let decode = table(&results().join("2026-11-22-own/bench/bench/bench_decode.csv"));
-    let one = |v: &str| num(decode.iter().find(|r| r["precision"] == "bf16" && r["variant"] == v && r["batch"] == "1").unwrap(), "tok_s");
+    let one = |v: &str| {
+        num(
+            decode.iter().find(|r| r["precision"] == "bf16" && r["variant"] == v && r["batch"] == "1").unwrap(),
+            "tok_s",
+        )
+    };
     assert!(one("own") > one("gemv") && one("gemv") > one("kernel"));
 }
 
@@ -261,7 +293,9 @@ fn stage1_with_the_lab_loop_keeps_its_memory_and_decodes_faster() {
 fn fused_attention_prefills_faster_in_less_memory() {
     let run = results().join("2026-11-23-flash");
     let prefill = table(&run.join("bench/bench/bench_prefill.csv"));
-    let at = |v: &str, seq: &str| prefill.iter().find(|r| r["precision"] == "bf16" && r["variant"] == v && r["seq"] == seq).unwrap();
+    let at = |v: &str, seq: &str| {
+        prefill.iter().find(|r| r["precision"] == "bf16" && r["variant"] == v && r["seq"] == seq).unwrap()
+    };
     for seq in ["512", "32768"] {
         assert!(num(at("own", seq), "tok_s") > num(at("fused", seq), "tok_s"), "{seq}");
     }
@@ -326,13 +360,18 @@ fn pytorch_steps_peak_where_the_estimator_says() {
             let gib = |k: &str| r[k].as_f64().unwrap() * (1u64 << 30) as f64;
             let params = r["params"].as_u64().unwrap();
             assert_eq!(params, cfg.param_count() as u64, "{f}");
-            let sh = TrainShape { batch: r["batch"].as_u64().unwrap() as usize, seq: r["seq"].as_u64().unwrap() as usize };
+            let sh =
+                TrainShape { batch: r["batch"].as_u64().unwrap() as usize, seq: r["seq"].as_u64().unwrap() as usize };
             let p = pytorch_step(&cfg, params, sh, r["checkpointing"].as_bool().unwrap());
             let l = ledger(params, &TrainSetup::fp32_adam());
             let base = (l.weights + l.optimizer) as f64;
             let near = |what: &str, measured: f64, predicted: f64| {
                 let err = (predicted - measured) / measured;
-                assert!(err.abs() <= 0.03, "{f} {what}: measured {measured} B, predicted {predicted} B ({:+.2} %)\n{line}", 100.0 * err);
+                assert!(
+                    err.abs() <= 0.03,
+                    "{f} {what}: measured {measured} B, predicted {predicted} B ({:+.2} %)\n{line}",
+                    100.0 * err
+                );
             };
             near("step peak", gib("step_peak_gib"), base + p.above_states() as f64);
             if r["dtype"] == "f32" {
@@ -359,10 +398,16 @@ fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     let near = |what: &str, measured: f64, predicted: f64| {
         let err = (predicted - measured) / measured;
-        assert!(err.abs() <= 0.03, "{what}: measured {measured:.1} MiB, the ledger {predicted:.1} ({:+.2} %)", 100.0 * err);
+        assert!(
+            err.abs() <= 0.03,
+            "{what}: measured {measured:.1} MiB, the ledger {predicted:.1} ({:+.2} %)",
+            100.0 * err
+        );
     };
     let (mut tp, mut nccl, mut zero) = (0, 0, 0);
-    for run in ["h100x2/2026-11-25-evening-multi-gpu", "h200x4/2026-11-26-four-gpus", "h200x4/2026-11-26-four-gpus/nccl-check"] {
+    for run in
+        ["h100x2/2026-11-25-evening-multi-gpu", "h200x4/2026-11-26-four-gpus", "h200x4/2026-11-26-four-gpus/nccl-check"]
+    {
         for dir in std::fs::read_dir(data.join(run)).unwrap() {
             let dir = dir.unwrap().path();
             let name = dir.file_name().unwrap().to_string_lossy().to_string();
@@ -372,12 +417,21 @@ fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
                 let text = std::fs::read_to_string(&ranks).unwrap();
                 let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
                 for line in text.lines().filter(|l| l.starts_with("tensor-parallel × ")) {
-                    let r: HashMap<String, String> = header.iter().map(|h| h.to_string()).zip(line.split(',').map(str::to_string)).collect();
+                    let r: HashMap<String, String> =
+                        header.iter().map(|h| h.to_string()).zip(line.split(',').map(str::to_string)).collect();
                     let gpus: usize = r["layout"].trim_start_matches("tensor-parallel × ").parse().unwrap();
                     let what = format!("{run}/{name} rank {} of {gpus}", r["rank"]);
                     assert_eq!(num(&r, "weights_mib"), num(&r, "weights_predicted_mib"), "{what}: weights");
-                    near(&format!("{what}: peak above weights"), num(&r, "peak_above_weights_mib"), num(&r, "peak_above_weights_predicted_mib"));
-                    near(&format!("{what}: NCCL"), num(&r, "nccl_mib"), mib(nccl_bytes(gpus, r["rank"].parse().unwrap())));
+                    near(
+                        &format!("{what}: peak above weights"),
+                        num(&r, "peak_above_weights_mib"),
+                        num(&r, "peak_above_weights_predicted_mib"),
+                    );
+                    near(
+                        &format!("{what}: NCCL"),
+                        num(&r, "nccl_mib"),
+                        mib(nccl_bytes(gpus, r["rank"].parse().unwrap())),
+                    );
                     tp += 1;
                     nccl += 1;
                 }

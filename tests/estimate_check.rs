@@ -65,7 +65,10 @@ fn allocated_and_peak_within_3_percent() {
     let w = weights(results()).unwrap();
     assert!(w.len() >= 4);
     for (file, p, measured, predicted) in w {
-        assert!(((predicted - measured) / measured).abs() <= 0.001, "{file} {p}: loaded {measured} MiB, formula {predicted}");
+        assert!(
+            ((predicted - measured) / measured).abs() <= 0.001,
+            "{file} {p}: loaded {measured} MiB, formula {predicted}"
+        );
     }
 }
 
@@ -154,7 +157,11 @@ fn pool_keeps_the_chunks_live_allocations_touch() {
                 // retry happens where the pool runs out: at the busiest moment (a trim at an
                 // earlier moment, with fewer allocations, is divided by more chunks than it had:
                 // its share is understated, never the worst).
-                let kept = vram_lab::estimate::transient::chunk_share(vram_lab::estimate::workspace::held_parts(&cfg, precision, (seq * batch) as u64));
+                let kept = vram_lab::estimate::transient::chunk_share(vram_lab::estimate::workspace::held_parts(
+                    &cfg,
+                    precision,
+                    (seq * batch) as u64,
+                ));
                 chunks = (kept
                     + match p.peak_at() {
                         "mlp" => c.mlp,
@@ -177,7 +184,10 @@ fn pool_keeps_the_chunks_live_allocations_touch() {
         }
     }
     assert!(trims >= 100, "only {trims} trims");
-    assert!((worst - POOL_SLACK as f64).abs() < 1024.0, "worst slack per chunk of allocations {worst:.0} B, POOL_SLACK {POOL_SLACK}");
+    assert!(
+        (worst - POOL_SLACK as f64).abs() < 1024.0,
+        "worst slack per chunk of allocations {worst:.0} B, POOL_SLACK {POOL_SLACK}"
+    );
 }
 
 /// On CPU the counting allocator sees the same live set in the MLP: `vram-lab kv` on 0.5B's
@@ -228,7 +238,10 @@ fn transient_on_cpu_equals_the_formula() {
             );
             assert_eq!(p.peak_at(), "mlp");
             let predicted = p.transient() as f64 / (1 << 20) as f64;
-            assert!((measured - predicted).abs() < 0.01, "{precision} {seq} tokens: measured {measured:.3} MiB, formula {predicted:.3}");
+            assert!(
+                (measured - predicted).abs() < 0.01,
+                "{precision} {seq} tokens: measured {measured:.3} MiB, formula {predicted:.3}"
+            );
         }
     }
 }
@@ -238,24 +251,33 @@ fn transient_on_cpu_equals_the_formula() {
 /// checkpointing, and the gradients to the byte (0.01 MiB).
 #[test]
 fn training_steps_within_10_percent() {
-    use vram_lab::estimate::training::{ledger, step_activations_updating, TrainSetup, TrainShape, CANDLE_NN_ADAMW_COPIES};
+    use vram_lab::estimate::training::{
+        ledger, step_activations_updating, TrainSetup, TrainShape, CANDLE_NN_ADAMW_COPIES,
+    };
     use vram_lab::model::optim::UPDATE_COPIES;
     use vram_lab::model::Qwen2Config;
     let mut checked = 0;
-    let runs = ["h200", "h100"].iter().filter_map(|gpu| std::fs::read_dir(results().join(gpu)).ok()).flatten().flatten();
+    let runs =
+        ["h200", "h100"].iter().filter_map(|gpu| std::fs::read_dir(results().join(gpu)).ok()).flatten().flatten();
     for run in runs {
         // Runs before 2026-11-24 updated with candle_nn's AdamW, later ones with the lab's in place.
-        let copies = if run.file_name().to_string_lossy().as_ref() < "2026-11-24" { CANDLE_NN_ADAMW_COPIES } else { UPDATE_COPIES };
+        let copies = if run.file_name().to_string_lossy().as_ref() < "2026-11-24" {
+            CANDLE_NN_ADAMW_COPIES
+        } else {
+            UPDATE_COPIES
+        };
         for dir in std::fs::read_dir(run.path()).unwrap().flatten() {
             let csv = dir.path().join("train/train_memory.csv");
             if !csv.is_file() {
                 continue;
             }
-            let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("manifest.json")).unwrap()).unwrap();
+            let manifest: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.path().join("manifest.json")).unwrap()).unwrap();
             let preset = manifest["model"].as_str().unwrap().trim_start_matches("synthetic:");
             let cfg = Qwen2Config::preset(preset).unwrap();
             let c = &manifest["stages"][0]["config"];
-            let sh = TrainShape { batch: c["batch"].as_u64().unwrap() as usize, seq: c["seq"].as_u64().unwrap() as usize };
+            let sh =
+                TrainShape { batch: c["batch"].as_u64().unwrap() as usize, seq: c["seq"].as_u64().unwrap() as usize };
             let p = cfg.param_count() as u64;
             let df = common::read_csv(&csv);
             let ckpt = df.column("checkpointing").unwrap().bool().unwrap().clone();
@@ -272,10 +294,16 @@ fn training_steps_within_10_percent() {
                         let err = (want - m).abs() / m;
                         // The in-place update's runs agree to 0.1 %; the earlier ones to 10 %.
                         let bound = if copies == UPDATE_COPIES { 0.005 } else { 0.10 };
-                        assert!(err <= bound, "{}: {preset} {sh:?} checkpointing {ck}: {m:.1} MiB measured, {want:.1} by the formula", dir.path().display());
+                        assert!(
+                            err <= bound,
+                            "{}: {preset} {sh:?} checkpointing {ck}: {m:.1} MiB measured, {want:.1} by the formula",
+                            dir.path().display()
+                        );
                         checked += 1;
                     }
-                    "gradients" => assert!((mib(a.gradients) - m).abs() < 0.01, "{}: gradients {m} MiB", dir.path().display()),
+                    "gradients" => {
+                        assert!((mib(a.gradients) - m).abs() < 0.01, "{}: gradients {m} MiB", dir.path().display())
+                    }
                     _ => {}
                 }
             }

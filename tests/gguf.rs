@@ -24,16 +24,21 @@ use vram_lab::model::{self, source, GenerateConfig, ModelSource, Precision, Qwen
 fn q4_k_m_of_qwen25_7b_by_hand() {
     let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
     let p = writer::plan(&cfg, Plan::Llama(FileType::Q4KM));
-    let matrices = 306_561_024 + 447_068_160 + 28 * (2 * 7_225_344 + 2 * 1_032_192 + 3 * 38_191_104) + 14 * (473_088 + 17_504_256);
+    let matrices =
+        306_561_024 + 447_068_160 + 28 * (2 * 7_225_344 + 2 * 1_032_192 + 3 * 38_191_104) + 14 * (473_088 + 17_504_256);
     let vectors = 28 * (2 * 14_336 + 14_336 + 2_048 + 2_048) + 14_336;
     assert_eq!(matrices + vectors, 4_677_120_000u64);
     assert_eq!(p.iter().map(Planned::bytes).sum::<u64>(), 4_677_120_000);
     let count = |t: &str| p.iter().filter(|x| x.ty.name == t).count();
     assert_eq!((count("Q4_K"), count("Q6_K"), count("F32"), p.len()), (169, 29, 141, 339));
     // use_more_bits: the first eighth (0-2), the last (24-27), and every third between (5, 8, … 23).
-    let q6_layers: Vec<usize> = (0..28).filter(|i| p.iter().any(|x| x.name == format!("blk.{i}.attn_v.weight") && x.ty.name == "Q6_K")).collect();
+    let q6_layers: Vec<usize> = (0..28)
+        .filter(|i| p.iter().any(|x| x.name == format!("blk.{i}.attn_v.weight") && x.ty.name == "Q6_K"))
+        .collect();
     assert_eq!(q6_layers, [0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 24, 25, 26, 27]);
-    let down: Vec<usize> = (0..28).filter(|i| p.iter().any(|x| x.name == format!("blk.{i}.ffn_down.weight") && x.ty.name == "Q6_K")).collect();
+    let down: Vec<usize> = (0..28)
+        .filter(|i| p.iter().any(|x| x.name == format!("blk.{i}.ffn_down.weight") && x.ty.name == "Q6_K"))
+        .collect();
     assert_eq!(down, q6_layers);
 }
 
@@ -43,14 +48,18 @@ fn q4_k_m_of_qwen25_7b_by_hand() {
 /// holds 4,425,437,184 B of it: Q6_K for the output layer only.
 #[test]
 fn q4_k_m_equals_llama_quantize() {
-    let csv = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/cpu/2026-11-24-llama-quantize-q4_k_m/tensors.csv");
+    let csv =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/cpu/2026-11-24-llama-quantize-q4_k_m/tensors.csv");
     let text = std::fs::read_to_string(csv).unwrap();
     let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
     let plan = writer::plan(&cfg, Plan::Llama(FileType::Q4KM));
     let mut rows = 0;
     for line in text.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
-        let p = plan.iter().find(|p| p.name == f[0]).unwrap_or_else(|| panic!("llama.cpp wrote {}, the lab plans no such tensor", f[0]));
+        let p = plan
+            .iter()
+            .find(|p| p.name == f[0])
+            .unwrap_or_else(|| panic!("llama.cpp wrote {}, the lab plans no such tensor", f[0]));
         assert_eq!((p.ty.name, p.bytes()), (f[1], f[2].parse::<u64>().unwrap()), "{}", f[0]);
         rows += 1;
     }
@@ -105,13 +114,29 @@ fn estimate_prices_a_header_only_file_by_its_tensors() {
     assert!(truncated.is_some());
     let c = g.config().unwrap();
     let dims = |c: &Qwen2Config| {
-        (c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.tie_word_embeddings)
+        (
+            c.vocab_size,
+            c.hidden_size,
+            c.intermediate_size,
+            c.num_hidden_layers,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.tie_word_embeddings,
+        )
     };
     assert_eq!(dims(&c), dims(&cfg));
     assert_eq!(g.loaded_bytes(&cfg, Precision::Q4), 4_677_120_000);
 
     let out = tmp.path().join("est");
-    let o = common::lab_quiet(&["estimate", "--model", path.to_str().unwrap(), "--precisions", "q4", "--out", out.to_str().unwrap()]);
+    let o = common::lab_quiet(&[
+        "estimate",
+        "--model",
+        path.to_str().unwrap(),
+        "--precisions",
+        "q4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     let text = common::output_text(&o);
     assert!(o.status.success(), "{text}");
     assert!(text.contains("truncated") && text.contains("priced from its header"), "{text}");
@@ -143,14 +168,22 @@ fn written_files_read_back() {
         (FileType::Q4KM, 0.125),
     ] {
         let path = tmp.path().join(format!("tiny-{ftype}.gguf"));
-        let o = common::lab_quiet(&["quantize", "--model", "synthetic:tiny", "--type", &ftype.cli_name(), "--to", path.to_str().unwrap()]);
+        let o = common::lab_quiet(&[
+            "quantize",
+            "--model",
+            "synthetic:tiny",
+            "--type",
+            &ftype.cli_name(),
+            "--to",
+            path.to_str().unwrap(),
+        ]);
         assert!(o.status.success(), "{ftype}: {}", common::output_text(&o));
         let h = Header::read(&path).unwrap();
         let planned = writer::plan(&cfg, Plan::Llama(ftype));
         let got: Vec<(String, u32)> = h.tensors.iter().map(|t| (t.name.clone(), t.type_id)).collect();
         let exp: Vec<(String, u32)> = planned.iter().map(|t| (t.name.clone(), t.ty.id)).collect();
         assert_eq!(got, exp, "{ftype}");
-        assert!(h.tensors.iter().all(|t| t.offset % 32 == 0 && h.data_offset % 32 == 0));
+        assert!(h.tensors.iter().all(|t| t.offset % 32 == 0 && h.data_offset.is_multiple_of(32)));
         assert_eq!(h.file_len, h.needs(), "{ftype}");
         assert_eq!(h.uint("general.file_type"), Some(ftype.llama_ftype() as u64));
         let (mut g, truncated) = Gguf::open_header(&path).unwrap();
@@ -177,7 +210,8 @@ fn iq_types_are_priced_not_computed() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("iq.gguf");
     let mut f = std::fs::File::create(&path).unwrap();
-    writer::write_header(&mut f, &writer::metadata(&cfg, Plan::Llama(FileType::Q8_0), None).unwrap(), &planned).unwrap();
+    writer::write_header(&mut f, &writer::metadata(&cfg, Plan::Llama(FileType::Q8_0), None).unwrap(), &planned)
+        .unwrap();
     let data: u64 = planned.iter().map(|t| t.bytes().next_multiple_of(32)).sum();
     use std::io::Write;
     f.write_all(&vec![0u8; data as usize]).unwrap();
@@ -188,9 +222,27 @@ fn iq_types_are_priced_not_computed() {
     assert_eq!(h.tensor("blk.0.ffn_gate.weight").unwrap().bytes(), Some(512 * 66));
     assert_eq!(h.tensor_bytes().unwrap(), planned.iter().map(Planned::bytes).sum::<u64>());
 
-    let o = common::lab_quiet(&["estimate", "--model", path.to_str().unwrap(), "--precisions", "q4", "--out", tmp.path().join("e").to_str().unwrap()]);
+    let o = common::lab_quiet(&[
+        "estimate",
+        "--model",
+        path.to_str().unwrap(),
+        "--precisions",
+        "q4",
+        "--out",
+        tmp.path().join("e").to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", common::output_text(&o));
-    let o = common::lab_quiet(&["generate", "--model", path.to_str().unwrap(), "--precision", "q4", "--prompt-ids", "1,2", "--max-new-tokens", "1"]);
+    let o = common::lab_quiet(&[
+        "generate",
+        "--model",
+        path.to_str().unwrap(),
+        "--precision",
+        "q4",
+        "--prompt-ids",
+        "1,2",
+        "--max-new-tokens",
+        "1",
+    ]);
     let text = common::output_text(&o);
     assert_eq!(o.status.code(), Some(2), "{text}");
     assert!(text.contains("IQ2_XXS") && text.contains("priced"), "{text}");
@@ -222,7 +274,15 @@ fn tokenizer_travels_inside_the_file() {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny-qwen2");
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("fixture-f32.gguf");
-    let o = common::lab_quiet(&["quantize", "--model", fixture.to_str().unwrap(), "--type", "f32", "--to", path.to_str().unwrap()]);
+    let o = common::lab_quiet(&[
+        "quantize",
+        "--model",
+        fixture.to_str().unwrap(),
+        "--type",
+        "f32",
+        "--to",
+        path.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", common::output_text(&o));
     assert!(common::output_text(&o).contains("with its tokenizer"));
 
@@ -245,15 +305,27 @@ fn tokenizer_travels_inside_the_file() {
     }
     assert!(n >= 200);
 
-    let expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture.join("expected.json")).unwrap()).unwrap();
-    let ids = |k: &str| -> Vec<u32> { expected[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect() };
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("expected.json")).unwrap()).unwrap();
+    let ids =
+        |k: &str| -> Vec<u32> { expected[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect() };
     let src = ModelSource::parse(path.to_str().unwrap()).unwrap();
-    let lm = source::load(&src, &SourceOptions::default(), Precision::F32, &Device::Cpu, &MemoryProbe::new(&Device::Cpu), None).unwrap();
+    let lm = source::load(
+        &src,
+        &SourceOptions::default(),
+        Precision::F32,
+        &Device::Cpu,
+        &MemoryProbe::new(&Device::Cpu),
+        None,
+    )
+    .unwrap();
     let tok = lm.tokenizer.as_ref().expect("the file's own tokenizer");
     let prompt = tok.encode(expected["prompt"].as_str().unwrap(), false).unwrap().get_ids().to_vec();
     assert_eq!(prompt, ids("prompt_ids"));
     let want = ids("generated_ids_cpu");
-    let got = model::generate(&lm.model, &prompt, &GenerateConfig { max_new_tokens: want.len(), ..Default::default() }).unwrap().generated_ids;
+    let got = model::generate(&lm.model, &prompt, &GenerateConfig { max_new_tokens: want.len(), ..Default::default() })
+        .unwrap()
+        .generated_ids;
     assert_eq!(got, want);
     let _ = DType::F32;
 }
@@ -265,14 +337,23 @@ fn tokenizer_travels_inside_the_file() {
 /// Qwen2.5 preset tokenizes with it.
 #[test]
 fn shipped_qwen25_tokenizer_equals_the_real_one() {
-    let fixture: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen2.5-tokenizer-ids.json")).unwrap())
-            .unwrap();
+    let fixture: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen2.5-tokenizer-ids.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
     let cases: Vec<(String, Vec<u32>)> = fixture["cases"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["text"].as_str().unwrap().to_string(), c["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()))
+        .map(|c| {
+            (
+                c["text"].as_str().unwrap().to_string(),
+                c["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect(),
+            )
+        })
         .collect();
     assert_eq!(cases.len(), 300);
     let shipped = model::tokenizer::qwen25().unwrap();
@@ -282,9 +363,17 @@ fn shipped_qwen25_tokenizer_equals_the_real_one() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("header.gguf");
     let md = writer::metadata(&cfg, Plan::Llama(FileType::Q4KM), Some(&shipped)).unwrap();
-    writer::write_header(&mut std::fs::File::create(&path).unwrap(), &md, &writer::plan(&cfg, Plan::Llama(FileType::Q4KM))).unwrap();
+    writer::write_header(
+        &mut std::fs::File::create(&path).unwrap(),
+        &md,
+        &writer::plan(&cfg, Plan::Llama(FileType::Q4KM)),
+    )
+    .unwrap();
     let h = Header::read(&path).unwrap();
-    assert_eq!((h.str("tokenizer.ggml.pre"), h.strings("tokenizer.ggml.tokens").unwrap().len()), (Some("qwen2"), 152_064));
+    assert_eq!(
+        (h.str("tokenizer.ggml.pre"), h.strings("tokenizer.ggml.tokens").unwrap().len()),
+        (Some("qwen2"), 152_064)
+    );
     let types = h.ints("tokenizer.ggml.token_type").unwrap();
     // <|im_start|> a control token, <tool_call> user-defined, the padding ids unused.
     assert_eq!((types[151_644], types[151_657], types[151_665], types[100]), (3, 4, 5, 1));
@@ -292,7 +381,11 @@ fn shipped_qwen25_tokenizer_equals_the_real_one() {
 
     for (text, ids) in &cases {
         assert_eq!(&shipped.encode(text.as_str(), false).unwrap().get_ids().to_vec(), ids, "shipped: {text:?}");
-        assert_eq!(&from_gguf.encode(text.as_str(), false).unwrap().get_ids().to_vec(), ids, "from GGUF metadata: {text:?}");
+        assert_eq!(
+            &from_gguf.encode(text.as_str(), false).unwrap().get_ids().to_vec(),
+            ids,
+            "from GGUF metadata: {text:?}"
+        );
         assert_eq!(shipped.decode(ids, false).unwrap(), from_gguf.decode(ids, false).unwrap());
     }
     // The report's prompts: "显存管理是高性能计算的核心," × 20 is 160 tokens, "人工智能…" × 10 is 90.
@@ -311,18 +404,39 @@ fn shipped_qwen25_tokenizer_equals_the_real_one() {
 fn anatomy_predicts_a_gguf_by_its_tensors() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("tiny-q4_k_m.gguf");
-    let o = common::lab_quiet(&["quantize", "--model", "synthetic:tiny", "--type", "q4_k_m", "--to", path.to_str().unwrap()]);
+    let o = common::lab_quiet(&[
+        "quantize",
+        "--model",
+        "synthetic:tiny",
+        "--type",
+        "q4_k_m",
+        "--to",
+        path.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", common::output_text(&o));
     let stored = Header::read(&path).unwrap().tensor_bytes().unwrap();
     let cfg = common::tiny();
-    assert_ne!(stored, vram_lab::estimate::weight_bytes(&cfg, Precision::Q4), "the tiny model's Q4_K_M and the lab's plan should differ");
+    assert_ne!(
+        stored,
+        vram_lab::estimate::weight_bytes(&cfg, Precision::Q4),
+        "the tiny model's Q4_K_M and the lab's plan should differ"
+    );
     let out = tmp.path().join("anatomy");
-    let o = common::lab_quiet(&["anatomy", "--model", path.to_str().unwrap(), "--precisions", "q4", "--out", out.to_str().unwrap()]);
+    let o = common::lab_quiet(&[
+        "anatomy",
+        "--model",
+        path.to_str().unwrap(),
+        "--precisions",
+        "q4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", common::output_text(&o));
     // The CSV's text, not polars' display of it (which rounds to a few digits).
     let text = std::fs::read_to_string(out.join("anatomy/anatomy.csv")).unwrap();
     let (head, row) = (text.lines().next().unwrap(), text.lines().nth(1).unwrap());
-    let num = |c: &str| row.split(',').nth(head.split(',').position(|h| h == c).unwrap()).unwrap().parse::<f64>().unwrap();
+    let num =
+        |c: &str| row.split(',').nth(head.split(',').position(|h| h == c).unwrap()).unwrap().parse::<f64>().unwrap();
     assert_eq!((num("predicted_weights_gib") * (1u64 << 30) as f64).round() as u64, stored);
     // On CPU the heap's own bookkeeping adds a little to the bytes measured.
     assert!(num("weights_vs_predicted_pct").abs() < 1.0, "{}", num("weights_vs_predicted_pct"));

@@ -26,7 +26,15 @@ fn a_bad_id_then_a_good_one_in_one_process() {
     let Some(dev) = gpu() else { return };
     let probe = MemoryProbe::new(&dev);
     let source = ModelSource::parse("synthetic:qwen2.5-0.5b").unwrap();
-    let lm = model::source::load(&source, &SourceOptions { seed: 1, ..Default::default() }, Precision::Bf16, &dev, &probe, None).unwrap();
+    let lm = model::source::load(
+        &source,
+        &SourceOptions { seed: 1, ..Default::default() },
+        Precision::Bf16,
+        &dev,
+        &probe,
+        None,
+    )
+    .unwrap();
     let cfg = GenerateConfig { max_new_tokens: 8, ..Default::default() };
     let vocab = lm.model.cfg.vocab_size;
 
@@ -64,7 +72,8 @@ fn the_generate_command_refuses_then_runs() {
     }
     use vram_lab::commands::{generate, GenerateArgs};
     use vram_lab::session::SessionArgs;
-    let args = SessionArgs { device: "cuda".into(), model: Some("synthetic:qwen2.5-0.5b".into()), ..Default::default() };
+    let args =
+        SessionArgs { device: "cuda".into(), model: Some("synthetic:qwen2.5-0.5b".into()), ..Default::default() };
     let g = |ids: Vec<u32>| GenerateArgs {
         precision: Precision::Bf16,
         prompt: String::new(),

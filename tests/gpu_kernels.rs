@@ -38,7 +38,9 @@ fn kernels_compile() {
         assert!(flash.contains(&format!("vram_lab_flash_bf16_d{d}")), "flash d{d} missing from the PTX");
     }
     let ptx = vram_lab::model::kernels::decode::ptx().unwrap();
-    for name in ["vram_lab_qkv_store_bf16", "vram_lab_gemv_f32_b2_g2_norm_s4", "vram_lab_attend_bf16", "vram_lab_argmax_f32"] {
+    for name in
+        ["vram_lab_qkv_store_bf16", "vram_lab_gemv_f32_b2_g2_norm_s4", "vram_lab_attend_bf16", "vram_lab_argmax_f32"]
+    {
         assert!(ptx.contains(name), "{name} missing from the PTX");
     }
     let ptx = vram_lab::model::kernels::quant_gemv::ptx().unwrap();
@@ -94,13 +96,25 @@ fn quantized_gemv_equals_dequantized_products() {
                 for (t, q, w) in [("q4_k", &q4, &w4), ("q6_k", &q6, &w6)] {
                     check(t, &[(q, None)], Fused::default(), product(&xr, w));
                     let full = product(&xr, w).broadcast_add(&to_f32(&bias)).unwrap().add(&to_f32(&res)).unwrap();
-                    check(&format!("{t} bias+res"), &[(q, Some(&bias))], Fused { res: Some(&res), ..Default::default() }, full);
+                    check(
+                        &format!("{t} bias+res"),
+                        &[(q, Some(&bias))],
+                        Fused { res: Some(&res), ..Default::default() },
+                        full,
+                    );
                     let want = product(&normed, w).broadcast_add(&to_f32(&bias)).unwrap();
-                    check(&format!("{t} norm+bias"), &[(q, Some(&bias))], Fused { norm: Some((&g, 1e-6)), ..Default::default() }, want);
+                    check(
+                        &format!("{t} norm+bias"),
+                        &[(q, Some(&bias))],
+                        Fused { norm: Some((&g, 1e-6)), ..Default::default() },
+                        want,
+                    );
                 }
                 let stacked = Tensor::cat(&[&w4, &w4b, &w6], 0).unwrap();
                 let tb = bias.narrow(0, 0, 1 + n / 3).unwrap();
-                let biases = Tensor::cat(&[&to_f32(&bias), &to_f32(&tb), &Tensor::zeros(n, DType::F32, &dev).unwrap()], 0).unwrap();
+                let biases =
+                    Tensor::cat(&[&to_f32(&bias), &to_f32(&tb), &Tensor::zeros(n, DType::F32, &dev).unwrap()], 0)
+                        .unwrap();
                 let want = product(&normed, &stacked).broadcast_add(&biases).unwrap();
                 check(
                     "three parts, mixed types, norm",
@@ -109,14 +123,22 @@ fn quantized_gemv_equals_dequantized_products() {
                     want,
                 );
                 let glu = candle_nn::ops::silu(&product(&normed, &w4)).unwrap().mul(&product(&normed, &w6)).unwrap();
-                check("norm+glu", &[(&q4, None), (&q6, None)], Fused { glu: true, norm: Some((&g, 1e-6)), ..Default::default() }, glu);
+                check(
+                    "norm+glu",
+                    &[(&q4, None), (&q6, None)],
+                    Fused { glu: true, norm: Some((&g, 1e-6)), ..Default::default() },
+                    glu,
+                );
             }
         }
         // Block types without a kernel, and a batch too large, are left to candle.
         let w = QTensor::quantize(&Tensor::randn(0f32, 1f32, (8, 256), &dev).unwrap(), GgmlDType::Q4_0).unwrap();
         assert!(k.gemv(&[(&w, None)], &randn(&[1, 1, 256], dtype, &dev), Fused::default()).unwrap().is_none());
         let w = QTensor::quantize(&Tensor::randn(0f32, 1f32, (8, 256), &dev).unwrap(), GgmlDType::Q4K).unwrap();
-        assert!(k.gemv(&[(&w, None)], &randn(&[QGEMV_MAX_BATCH + 1, 1, 256], dtype, &dev), Fused::default()).unwrap().is_none());
+        assert!(k
+            .gemv(&[(&w, None)], &randn(&[QGEMV_MAX_BATCH + 1, 1, 256], dtype, &dev), Fused::default())
+            .unwrap()
+            .is_none());
     }
 }
 
@@ -161,26 +183,42 @@ fn gemv_equals_candles_products() {
                 let full = plain.broadcast_add(&to_f32(&bias)).unwrap().add(&to_f32(&res)).unwrap();
                 check("bias+res", &[(&gate, Some(&bias))], Fused { res: Some(&res), ..Default::default() }, full);
                 let normed = product(&rms(&x, &g), &gate).broadcast_add(&to_f32(&bias)).unwrap();
-                check("norm+bias", &[(&gate, Some(&bias))], Fused { norm: Some((&g, 1e-6)), ..Default::default() }, normed);
+                check(
+                    "norm+bias",
+                    &[(&gate, Some(&bias))],
+                    Fused { norm: Some((&g, 1e-6)), ..Default::default() },
+                    normed,
+                );
                 // Three parts one under the other (q, k, v), each with its bias or none: the
                 // product of the stacked weight and biases.
                 let third = w.narrow(0, 0, 1 + n / 3).unwrap();
                 let stacked = Tensor::cat(&[&gate, &up, &third], 0).unwrap();
-                let biases = Tensor::cat(&[&bias, &Tensor::zeros(n, dtype, &dev).unwrap(), &bias.narrow(0, 0, 1 + n / 3).unwrap()], 0).unwrap();
+                let biases = Tensor::cat(
+                    &[&bias, &Tensor::zeros(n, dtype, &dev).unwrap(), &bias.narrow(0, 0, 1 + n / 3).unwrap()],
+                    0,
+                )
+                .unwrap();
                 let want = product(&to_f32(&x), &stacked).broadcast_add(&to_f32(&biases)).unwrap();
                 let tb = bias.narrow(0, 0, 1 + n / 3).unwrap();
                 check("three parts", &[(&gate, Some(&bias)), (&up, None), (&third, Some(&tb))], Fused::default(), want);
                 // silu(gate)·up, without and with the norm.
-                let glu = |x: Tensor| candle_nn::ops::silu(&product(&x, &gate)).unwrap().mul(&product(&x, &up)).unwrap();
+                let glu =
+                    |x: Tensor| candle_nn::ops::silu(&product(&x, &gate)).unwrap().mul(&product(&x, &up)).unwrap();
                 let gu = [(&gate, None), (&up, None)];
                 check("glu", &gu, Fused { glu: true, ..Default::default() }, glu(to_f32(&x)));
-                check("norm+glu", &gu, Fused { glu: true, norm: Some((&g, 1e-6)), ..Default::default() }, glu(rms(&x, &g)));
+                check(
+                    "norm+glu",
+                    &gu,
+                    Fused { glu: true, norm: Some((&g, 1e-6)), ..Default::default() },
+                    glu(rms(&x, &g)),
+                );
             }
         }
         // What the kernel does not take is left to candle: too many rows, rows not a whole
         // number of 16-byte loads, a strided input.
         let w = randn(&[16, 64], dtype, &dev);
-        let none = |w: &Tensor, x: &Tensor| k.gemv(&[(Weights::Dense(w), None)], x, Fused::default()).unwrap().is_none();
+        let none =
+            |w: &Tensor, x: &Tensor| k.gemv(&[(Weights::Dense(w), None)], x, Fused::default()).unwrap().is_none();
         assert!(none(&w, &randn(&[GEMV_MAX_BATCH + 1, 1, 64], dtype, &dev)));
         assert!(none(&randn(&[16, 66], dtype, &dev), &randn(&[1, 1, 66], dtype, &dev)));
         assert!(none(&w, &randn(&[2, 128], dtype, &dev).narrow(1, 0, 64).unwrap()));
@@ -198,10 +236,12 @@ fn attention_and_argmax_equal_candles() {
         let k = DecodeKernels::new(&cuda, dtype).unwrap().expect("kernels for BF16 and F32");
         // Qwen2.5-7B's heads (28 q, 4 kv, 128 wide) and 0.5B's width (64); positions from the
         // first to more than the block's 32 in flight.
-        for (b, heads, kv, d, cap, pos) in [(1, 28, 4, 128, 200, 0), (1, 28, 4, 128, 200, 150), (2, 14, 2, 64, 40, 39)] {
+        for (b, heads, kv, d, cap, pos) in [(1, 28, 4, 128, 200, 0), (1, 28, 4, 128, 200, 150), (2, 14, 2, 64, 40, 39)]
+        {
             let y = randn(&[b, 1, (heads + 2 * kv) * d], dtype, &dev);
             let angles = randn(&[cap, d / 2], DType::F32, &dev);
-            let (cos, sin) = (angles.cos().unwrap().to_dtype(dtype).unwrap(), angles.sin().unwrap().to_dtype(dtype).unwrap());
+            let (cos, sin) =
+                (angles.cos().unwrap().to_dtype(dtype).unwrap(), angles.sin().unwrap().to_dtype(dtype).unwrap());
             let kc = randn(&[b, kv, cap, d], dtype, &dev);
             let vc = randn(&[b, kv, cap, d], dtype, &dev);
             let (kc0, vc0) = (kc.copy().unwrap(), vc.copy().unwrap());
@@ -210,7 +250,8 @@ fn attention_and_argmax_equal_candles() {
             let got = k.attend(&y, &cos, &sin, &kc, &vc, &p, heads, scale).unwrap().expect("taken");
             // The reference: candle's rotary at pos, k and v as the cache holds them (dtype).
             let (c1, s1) = (to_f32(&cos).narrow(0, pos, 1).unwrap(), to_f32(&sin).narrow(0, pos, 1).unwrap());
-            let part = |from: usize, n: usize| to_f32(&y).narrow(2, from * d, n * d).unwrap().reshape((b, n, 1, d)).unwrap();
+            let part =
+                |from: usize, n: usize| to_f32(&y).narrow(2, from * d, n * d).unwrap().reshape((b, n, 1, d)).unwrap();
             let q = candle_nn::rotary_emb::rope(&part(0, heads), &c1, &s1).unwrap();
             let k_now = candle_nn::rotary_emb::rope(&part(heads, kv), &c1, &s1).unwrap().to_dtype(dtype).unwrap();
             let v_now = part(heads + kv, kv).to_dtype(dtype).unwrap();
@@ -226,7 +267,10 @@ fn attention_and_argmax_equal_candles() {
                 // One rounding of the same F32 value; products summed in another order may round apart.
                 let e = rel_err(&cache.narrow(2, pos, 1).unwrap(), now);
                 assert!(e <= if dtype == DType::F32 { 1e-6 } else { 1e-2 }, "{dtype:?} row pos {pos} stored: {e}");
-                let others = |t: &Tensor| Tensor::cat(&[t.narrow(2, 0, pos).unwrap(), t.narrow(2, pos + 1, cap - pos - 1).unwrap()], 2).unwrap();
+                let others = |t: &Tensor| {
+                    Tensor::cat(&[t.narrow(2, 0, pos).unwrap(), t.narrow(2, pos + 1, cap - pos - 1).unwrap()], 2)
+                        .unwrap()
+                };
                 assert_eq!(rel_err(&others(cache), &others(before)), 0.0, "{dtype:?} other rows untouched");
             }
         }
@@ -260,7 +304,9 @@ fn flash_attention_equals_naive() {
     use vram_lab::model::attention::{attend, AttentionMode};
     use vram_lab::model::kernels::flash_attention;
     let Some((dev, _)) = gpu() else { return };
-    for (b, heads, kv, d, s, offset) in [(1, 28, 4, 128, 200, 0), (1, 28, 4, 128, 64, 0), (2, 14, 2, 64, 77, 50), (1, 28, 4, 128, 3, 130)] {
+    for (b, heads, kv, d, s, offset) in
+        [(1, 28, 4, 128, 200, 0), (1, 28, 4, 128, 64, 0), (2, 14, 2, 64, 77, 50), (1, 28, 4, 128, 3, 130)]
+    {
         let cap = offset + s + 40;
         let q = randn(&[b, heads, s, d], DType::BF16, &dev);
         let kc = randn(&[b, kv, cap, d], DType::BF16, &dev);
@@ -306,7 +352,8 @@ fn staged_upload_equals_candles_reading() {
         let want = &tensors[&name];
         assert_eq!((got.dtype(), got.dims()), (want.dtype(), want.dims()), "{name}");
         assert!(got.device().same_device(&dev));
-        let diff = (got.to_device(&cpu).unwrap().to_dtype(DType::F32).unwrap() - want.to_dtype(DType::F32).unwrap()).unwrap();
+        let diff =
+            (got.to_device(&cpu).unwrap().to_dtype(DType::F32).unwrap() - want.to_dtype(DType::F32).unwrap()).unwrap();
         assert_eq!(diff.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0, "{name}");
     }
 }

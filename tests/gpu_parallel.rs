@@ -55,13 +55,32 @@ fn pipeline_equals_one_gpu(devices: &[Device]) {
         let whole = whole(&cfg, precision, &devices[0]);
         let prompt = prompt(&cfg);
         let ids = Tensor::new(prompt.as_slice(), &devices[0]).unwrap().unsqueeze(0).unwrap();
-        let run = |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 128).unwrap(), Logits::All).unwrap().remove(0).to_device(&Device::Cpu).unwrap();
-        let diff =
-            (run(&piped) - run(&whole)).unwrap().abs().unwrap().max_all().unwrap().to_dtype(candle_core::DType::F32).unwrap().to_scalar::<f32>().unwrap();
+        let run = |m: &Qwen2| {
+            m.forward(&ids, &mut m.new_cache(1, 128).unwrap(), Logits::All)
+                .unwrap()
+                .remove(0)
+                .to_device(&Device::Cpu)
+                .unwrap()
+        };
+        let diff = (run(&piped) - run(&whole))
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_dtype(candle_core::DType::F32)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         assert_eq!(diff, 0.0, "{precision}: {n} stages computed something else");
         let gen = GenerateConfig { max_new_tokens: 32, ..Default::default() };
-        let want =
-            generate(&whole.into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0))), &prompt, &gen).unwrap().generated_ids;
+        let want = generate(
+            &whole.into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0))),
+            &prompt,
+            &gen,
+        )
+        .unwrap()
+        .generated_ids;
         let got = generate(&piped, &prompt, &gen).unwrap().generated_ids;
         assert_eq!(got, want, "{precision}: greedy tokens over {n} GPUs");
         println!("{precision}: {n} stages, logits equal, {} tokens equal", got.len());
@@ -96,7 +115,9 @@ fn a_pipeline_decodes_step_by_step_as_one_gpu() {
     let whole = whole(&cfg, precision, &a);
     let prompt = prompt(&cfg);
     let cpu = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_dtype(candle_core::DType::F32).unwrap();
-    let diff = |x: &Tensor, y: &Tensor| (cpu(x) - cpu(y)).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+    let diff = |x: &Tensor, y: &Tensor| {
+        (cpu(x) - cpu(y)).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
+    };
     let mut failures = Vec::new();
     for (name, devices) in [("GPUs 0 and 1", vec![a.clone(), b.clone()]), ("GPU 0 twice", vec![a.clone(), a.clone()])] {
         let piped = piped(&cfg, precision, &devices);
@@ -117,7 +138,10 @@ fn a_pipeline_decodes_step_by_step_as_one_gpu() {
                 })
                 .filter(|(_, d)| *d != 0.0)
                 .collect();
-            println!("{name}, step {step} ({} positions): logits differ by {logits}; layers whose cache differs: {layers:?}", ids.len());
+            println!(
+                "{name}, step {step} ({} positions): logits differ by {logits}; layers whose cache differs: {layers:?}",
+                ids.len()
+            );
             if logits != 0.0 || !layers.is_empty() {
                 failures.push(format!("{name}, step {step}"));
             }
@@ -151,7 +175,8 @@ fn a_pipelines_greedy_loop_with_and_without_synchronising() {
                 a.synchronize().unwrap();
                 b.synchronize().unwrap();
             }
-            let next = vram_lab::model::generate::argmax(&vram_lab::model::qwen2::last_logits(&[logits]).unwrap()).unwrap()[0];
+            let next =
+                vram_lab::model::generate::argmax(&vram_lab::model::qwen2::last_logits(&[logits]).unwrap()).unwrap()[0];
             out.push(next);
             ids = vec![next];
         }

@@ -10,8 +10,10 @@ use vram_lab::model::{self, source, GenerateConfig, ModelSource, Precision, Sour
 #[test]
 fn greedy_tokens_match_transformers() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny-qwen2");
-    let expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
-    let ids = |k: &str| -> Vec<u32> { expected[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect() };
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let ids =
+        |k: &str| -> Vec<u32> { expected[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect() };
 
     let src = ModelSource::parse(dir.to_str().unwrap()).unwrap();
     let probe = MemoryProbe::new(&Device::Cpu);
@@ -51,7 +53,11 @@ fn generate_applies_the_chatml_template_unless_raw() {
         std::fs::copy(fixture.join(f), tmp.path().join(f)).unwrap();
     }
     let template = "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}";
-    std::fs::write(tmp.path().join("tokenizer_config.json"), serde_json::json!({ "chat_template": template }).to_string()).unwrap();
+    std::fs::write(
+        tmp.path().join("tokenizer_config.json"),
+        serde_json::json!({ "chat_template": template }).to_string(),
+    )
+    .unwrap();
     let tok = tokenizers::Tokenizer::from_file(fixture.join("tokenizer.json")).unwrap();
     let encode = |s: &str| -> Vec<u64> { tok.encode(s, false).unwrap().get_ids().iter().map(|&i| i as u64).collect() };
     let run = |extra: &[&str]| -> serde_json::Value {
@@ -77,7 +83,9 @@ fn generate_applies_the_chatml_template_unless_raw() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         serde_json::from_slice(&o.stdout).unwrap()
     };
-    let ids = |v: &serde_json::Value| -> Vec<u64> { v["prompt_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect() };
+    let ids = |v: &serde_json::Value| -> Vec<u64> {
+        v["prompt_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+    };
     let chat = run(&[]);
     assert_eq!(chat["chat_template"], true);
     let want = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n";

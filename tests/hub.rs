@@ -81,7 +81,11 @@ fn hub_download_cache_and_failures() {
     assert_eq!(std::fs::read_to_string(repo_cache.join("refs/main")).unwrap(), COMMIT);
     let snapshot = repo_cache.join("snapshots").join(COMMIT);
     for (name, bytes) in &files {
-        assert_eq!(&std::fs::read(snapshot.join(name)).unwrap(), bytes, "{name} in the cache differs from the server's");
+        assert_eq!(
+            &std::fs::read(snapshot.join(name)).unwrap(),
+            bytes,
+            "{name} in the cache differs from the server's"
+        );
     }
     let fetched = |log: &[String]| log.iter().filter(|p| p.contains("/resolve/")).count();
     let first = hub.requests();
@@ -99,10 +103,20 @@ fn hub_download_cache_and_failures() {
     assert!(tmp.path().join("hf/models--org--files-only/snapshots").join(COMMIT).join(SHARDS[1]).is_file());
 
     // A shard the index names that the server does not serve.
-    let t = fails_fast(&endpoint, tmp.path(), "org/broken", &["hub: cannot fetch", SHARDS[1], "org/broken", &endpoint, "404"]);
+    let t = fails_fast(
+        &endpoint,
+        tmp.path(),
+        "org/broken",
+        &["hub: cannot fetch", SHARDS[1], "org/broken", &endpoint, "404"],
+    );
     eprintln!("shard missing on the server: {t:?}");
     // A shard whose download stops halfway: abandoned after 2 s without a byte.
-    let t = fails_fast(&endpoint, tmp.path(), "org/stall", &["hub: cannot fetch", SHARDS[1], "org/stall", "nothing received for 2 s"]);
+    let t = fails_fast(
+        &endpoint,
+        tmp.path(),
+        "org/stall",
+        &["hub: cannot fetch", SHARDS[1], "org/stall", "nothing received for 2 s"],
+    );
     eprintln!("download stalled halfway (2 s limit): {t:?}");
     // A repo the server does not have.
     let t = fails_fast(&endpoint, tmp.path(), "org/absent", &["hub: no model repo org/absent at", &endpoint, "404"]);
@@ -116,9 +130,19 @@ fn hub_download_cache_and_failures() {
     assert_eq!(offline["text"], want["text"]);
     assert!(stderr.contains(&format!("hub: {endpoint} unreachable; loading org/tiny from the cache")), "{stderr}");
     // No server and half a download (org/broken stopped at its second shard): not loaded.
-    fails_fast(&endpoint, tmp.path(), "org/broken", &["hub: cannot reach", &endpoint, "org/broken", "no complete copy"]);
+    fails_fast(
+        &endpoint,
+        tmp.path(),
+        "org/broken",
+        &["hub: cannot reach", &endpoint, "org/broken", "no complete copy"],
+    );
     // No server and nothing cached: connection refused is one line naming endpoint and repo.
-    let t = fails_fast(&endpoint, tmp.path(), "org/other", &["hub: cannot reach", &endpoint, "org/other", "no complete copy"]);
+    let t = fails_fast(
+        &endpoint,
+        tmp.path(),
+        "org/other",
+        &["hub: cannot reach", &endpoint, "org/other", "no complete copy"],
+    );
     eprintln!("no server, nothing cached: {t:?}");
 
     // The repo moved on upstream: the new commit is fetched whole into its own snapshot, and
@@ -130,7 +154,10 @@ fn hub_download_cache_and_failures() {
     assert_eq!(moved["generated_ids"], want["generated_ids"]);
     assert_eq!(std::fs::read_to_string(repo_cache.join("refs/main")).unwrap(), COMMIT2);
     for name in files.keys() {
-        assert!(repo_cache.join("snapshots").join(COMMIT2).join(name).is_file(), "{name} missing from the new snapshot");
+        assert!(
+            repo_cache.join("snapshots").join(COMMIT2).join(name).is_file(),
+            "{name} missing from the new snapshot"
+        );
     }
 }
 
@@ -142,8 +169,11 @@ fn hub_download_cache_and_failures() {
 fn hub_gguf_file() {
     let tmp = tempfile::tempdir().unwrap();
     let local = tmp.path().join("tiny-q8_0.gguf");
-    let (o, _) =
-        lab("http://127.0.0.1:9", tmp.path(), &["quantize", "--model", fixture().to_str().unwrap(), "--type", "q8_0", "--to", local.to_str().unwrap()]);
+    let (o, _) = lab(
+        "http://127.0.0.1:9",
+        tmp.path(),
+        &["quantize", "--model", fixture().to_str().unwrap(), "--type", "q8_0", "--to", local.to_str().unwrap()],
+    );
     assert!(o.status.success(), "{}", text(&o));
     let mut files = BTreeMap::new();
     files.insert("tiny-q8_0.gguf".to_string(), std::fs::read(&local).unwrap());
@@ -160,7 +190,12 @@ fn hub_gguf_file() {
     assert!(got["text"].is_string() && got["text"] == want["text"], "{got}");
     let cached = tmp.path().join("hf/models--org--tiny-gguf/snapshots").join(COMMIT).join("tiny-q8_0.gguf");
     assert_eq!(std::fs::read(&cached).unwrap(), std::fs::read(&local).unwrap());
-    let t = fails_fast(&endpoint, tmp.path(), "org/tiny-gguf:absent.gguf", &["hub: cannot fetch absent.gguf of org/tiny-gguf at", &endpoint, "404"]);
+    let t = fails_fast(
+        &endpoint,
+        tmp.path(),
+        "org/tiny-gguf:absent.gguf",
+        &["hub: cannot fetch absent.gguf of org/tiny-gguf at", &endpoint, "404"],
+    );
     eprintln!("file missing on the server: {t:?}");
 
     drop(hub);
@@ -169,7 +204,15 @@ fn hub_gguf_file() {
     let (o, _) = lab(
         &endpoint,
         tmp.path(),
-        &["estimate", "--model", "org/tiny-gguf:tiny-q8_0.gguf", "--precisions", "q4", "--out", tmp.path().join("est").to_str().unwrap()],
+        &[
+            "estimate",
+            "--model",
+            "org/tiny-gguf:tiny-q8_0.gguf",
+            "--precisions",
+            "q4",
+            "--out",
+            tmp.path().join("est").to_str().unwrap(),
+        ],
     );
     assert!(o.status.success(), "{}", text(&o));
     assert!(tmp.path().join("est/estimate/estimate_ledger.csv").is_file());

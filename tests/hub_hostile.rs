@@ -56,7 +56,11 @@ impl Lab {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let o = cmd.args(GENERATE).args(["--model", model, "--cache-dir", self.cache().to_str().unwrap(), "--device", "cpu", "--quiet"]).output().unwrap();
+        let o = cmd
+            .args(GENERATE)
+            .args(["--model", model, "--cache-dir", self.cache().to_str().unwrap(), "--device", "cpu", "--quiet"])
+            .output()
+            .unwrap();
         (o, t0.elapsed())
     }
 
@@ -70,13 +74,20 @@ impl Lab {
         assert!(!all.contains("panicked"), "{model:?} panicked:\n{all}");
         assert_eq!(o.status.code(), Some(2), "{model:?} should fail as bad input:\n{all}");
         let lines: Vec<&str> = err.lines().collect();
-        assert!(lines.len() == 1 && lines[0].starts_with("error: ") && out.is_empty(), "{model:?}: one error line:\n{all}");
+        assert!(
+            lines.len() == 1 && lines[0].starts_with("error: ") && out.is_empty(),
+            "{model:?}: one error line:\n{all}"
+        );
         for n in needles {
             assert!(lines[0].contains(n), "{model:?}: expected `{n}` in:\n{all}");
         }
         assert!(!lines[0].chars().any(|c| c.is_control()), "{model:?}: raw control characters:\n{all:?}");
         assert!(took < Duration::from_secs(8), "{model:?} took {took:?}:\n{all}");
-        assert_eq!(snapshot(self.root(), Some(&self.cache())), before, "{model:?} changed something outside the cache:\n{all}");
+        assert_eq!(
+            snapshot(self.root(), Some(&self.cache())),
+            before,
+            "{model:?} changed something outside the cache:\n{all}"
+        );
         assert_eq!(std::fs::read_to_string(self.root().join("victim.txt")).unwrap(), "precious");
         eprintln!("[{took:.1?}] {model}: {}", lines[0]);
         lines[0].to_string()
@@ -109,7 +120,10 @@ fn hostile_names_from_the_server() {
     add("commit-short", on_config(Attack::Commit("0123abc".into())));
     add("commit-upper", on_config(Attack::Commit("0123456789ABCDEF0123456789ABCDEF01234567".into())));
     add("sha-climb", Repo { sha: Some("../../../outside".into()), ..Repo::new(files.clone()) });
-    add("linked-etag", Repo::new(files.clone()).attack(SHARDS[0], Attack::LinkedEtag("\"../../../../victim.txt\"".into())));
+    add(
+        "linked-etag",
+        Repo::new(files.clone()).attack(SHARDS[0], Attack::LinkedEtag("\"../../../../victim.txt\"".into())),
+    );
     let with_index = |map: serde_json::Value| {
         let mut f = files.clone();
         f.insert(INDEX.into(), index_with(map));
@@ -121,7 +135,8 @@ fn hostile_names_from_the_server() {
     add("index-backslash", with_index(serde_json::json!({"a": "..\\..\\victim.safetensors"})));
     add("index-empty", with_index(serde_json::json!({"a": ""})));
     add("index-number", with_index(serde_json::json!({"a": 5})));
-    let many: serde_json::Map<String, serde_json::Value> = (0..10_000).map(|i| (format!("t{i}"), format!("model-{i:05}.safetensors").into())).collect();
+    let many: serde_json::Map<String, serde_json::Value> =
+        (0..10_000).map(|i| (format!("t{i}"), format!("model-{i:05}.safetensors").into())).collect();
     add("index-many", with_index(serde_json::Value::Object(many)));
     let hub = Hub::start(repos);
     let e = hub.addr.as_str();
@@ -131,7 +146,12 @@ fn hostile_names_from_the_server() {
     lab.refused(e, "org/etag-nul", &[], &["config.json", "org/etag-nul"]);
     lab.refused(e, "org/etag-newline", &[], &["config.json", "org/etag-newline"]);
     lab.refused(e, "org/etag-weak-climb", &[], &["is not a blob name"]);
-    lab.refused(e, "org/commit-climb", &[], &["hub: the server's X-Repo-Commit `../../x` is not a commit id", "config.json"]);
+    lab.refused(
+        e,
+        "org/commit-climb",
+        &[],
+        &["hub: the server's X-Repo-Commit `../../x` is not a commit id", "config.json"],
+    );
     lab.refused(e, "org/commit-climb-out", &[], &["X-Repo-Commit `../../../outside` is not a commit id"]);
     lab.refused(e, "org/commit-abs", &[], &["X-Repo-Commit", "is not a commit id"]);
     lab.refused(e, "org/commit-short", &[], &["X-Repo-Commit `0123abc` is not a commit id"]);
@@ -147,7 +167,12 @@ fn hostile_names_from_the_server() {
     lab.refused(e, "org/index-many", &[], &[INDEX, "names more than 1024 shard files"]);
     // Refused names are never asked for: no shard of the hostile indexes was requested.
     let asked = hub.requests();
-    assert!(!asked.iter().any(|p| p.contains("..") || p.contains("victim") || (p.ends_with(".safetensors") && !p.contains("-of-"))), "{asked:?}");
+    assert!(
+        !asked
+            .iter()
+            .any(|p| p.contains("..") || p.contains("victim") || (p.ends_with(".safetensors") && !p.contains("-of-"))),
+        "{asked:?}"
+    );
 }
 
 /// Names the user gives and endpoints: refused before any request.
@@ -165,7 +190,9 @@ fn hostile_names_from_the_user() {
     lab.refused(e, "org/x\u{1b}[2J", &[], &["the repo id `org/x\\u{1b}[2J`"]);
     lab.refused(e, "org/-x", &[], &["the repo id `org/-x`"]);
     assert!(hub.requests().is_empty(), "{:?}", hub.requests());
-    for bad in ["http://127.0.0.1:1/\u{7}\n", "javascript:alert(1)", "127.0.0.1:8080", "file:///etc", "http://user@host:1"] {
+    for bad in
+        ["http://127.0.0.1:1/\u{7}\n", "javascript:alert(1)", "127.0.0.1:8080", "file:///etc", "http://user@host:1"]
+    {
         lab.refused(bad, "org/x", &[], &["HF_ENDPOINT `"]);
     }
 }
@@ -222,20 +249,42 @@ fn hostile_bodies() {
     let hub = Hub::start(repos);
     let e = hub.addr.as_str();
     let t0 = Instant::now();
-    lab.refused(e, "org/huge", &[], &["config.json", "org/huge", e, "announces 10737418240 bytes, over the 67108864 bytes a metadata file may have"]);
+    lab.refused(
+        e,
+        "org/huge",
+        &[],
+        &[
+            "config.json",
+            "org/huge",
+            e,
+            "announces 10737418240 bytes, over the 67108864 bytes a metadata file may have",
+        ],
+    );
     assert!(t0.elapsed() < Duration::from_secs(2), "refused before reading");
     lab.refused(e, "org/huge-shard", &[], &[SHARDS[0], "free in the cache's filesystem"]);
     let t0 = Instant::now();
-    lab.refused(e, "org/trickle", &[], &["config.json", "org/trickle", "not finished within 4 s (VRAM_LAB_HUB_FILE_S)"]);
+    lab.refused(
+        e,
+        "org/trickle",
+        &[],
+        &["config.json", "org/trickle", "not finished within 4 s (VRAM_LAB_HUB_FILE_S)"],
+    );
     assert!(t0.elapsed() >= Duration::from_secs(4), "stopped by the wall limit, not sooner");
     lab.refused(e, "org/header-trickle", &[], &["config.json", "not finished within 4 s"]);
     lab.refused(e, "org/longer", &[], &["config.json", "are not JSON"]);
-    lab.refused(e, "org/longer-chunked", &[], &["config.json", "the body runs past 10 bytes (its Content-Length); cut and refused"]);
+    lab.refused(
+        e,
+        "org/longer-chunked",
+        &[],
+        &["config.json", "the body runs past 10 bytes (its Content-Length); cut and refused"],
+    );
     lab.refused(e, "org/shorter", &[], &["config.json", "the body stopped after"]);
     lab.refused(e, "org/stall", &[], &[SHARDS[1], "org/stall", "nothing received for 2 s"]);
     // Nothing half-written became a blob or a snapshot entry.
     let cut = lab.cache().join("models--org--longer/snapshots");
-    assert!(!cut.exists() || std::fs::read_dir(&cut).unwrap().flatten().all(|d| !d.path().join("config.json").exists()));
+    assert!(
+        !cut.exists() || std::fs::read_dir(&cut).unwrap().flatten().all(|d| !d.path().join("config.json").exists())
+    );
 }
 
 /// The sibling list is only compared: hostile names there are never fetched, and the repo loads.
@@ -273,7 +322,12 @@ fn symlinks_planted_in_the_cache_are_refused() {
     std::fs::create_dir_all(cache.join("models--org--planted-snapshot/snapshots")).unwrap();
     let snap = cache.join("models--org--planted-snapshot/snapshots").join(hub_server::COMMIT);
     std::os::unix::fs::symlink(&outside, snap).unwrap();
-    lab.refused(&hub.addr, "org/planted", &[], &["models--org--planted", "is not a folder (a link or a file)", "config.json"]);
+    lab.refused(
+        &hub.addr,
+        "org/planted",
+        &[],
+        &["models--org--planted", "is not a folder (a link or a file)", "config.json"],
+    );
     lab.refused(&hub.addr, "org/planted-blobs", &[], &["models--org--planted-blobs/blobs", "is not a folder"]);
     lab.refused(&hub.addr, "org/planted-snapshot", &[], &["is not a folder"]);
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "only keep.txt in {}", outside.display());

@@ -17,20 +17,32 @@ fn no_file_imports_a_higher_layer() {
     let g = graph();
     assert!(g.unplaced().is_empty(), "modules without a layer in module_graph::LAYERS: {:?}", g.unplaced());
     let up = g.upward();
-    assert!(up.is_empty(), "upward imports ({}):\n{}", up.len(), up.iter().map(|(a, b)| format!("  {a} -> {b}")).collect::<Vec<_>>().join("\n"));
+    assert!(
+        up.is_empty(),
+        "upward imports ({}):\n{}",
+        up.len(),
+        up.iter().map(|(a, b)| format!("  {a} -> {b}")).collect::<Vec<_>>().join("\n")
+    );
 }
 
 #[test]
 fn no_import_circles() {
     let circles = graph().circles();
-    assert!(circles.is_empty(), "import circles:\n{}", circles.iter().map(|c| format!("  {}", c.join(" ↔ "))).collect::<Vec<_>>().join("\n"));
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.iter().map(|c| format!("  {}", c.join(" ↔ "))).collect::<Vec<_>>().join("\n")
+    );
 }
 
 #[test]
 fn the_module_graph_page_is_current() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/module-graph.md");
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(committed == graph().page(), "docs/module-graph.md is stale: run `cargo run --example module_graph -- --write`");
+    assert!(
+        committed == graph().page(),
+        "docs/module-graph.md is stale: run `cargo run --example module_graph -- --write`"
+    );
 }
 
 /// The reader sees the imports that are there and nothing in comments, strings or tests.
@@ -53,7 +65,11 @@ fn the_reader_finds_imports_and_skips_comments_strings_and_tests() {
     std::fs::write(dir.join("model/b.rs"), "pub struct B; fn g() { super::a::f(); }").unwrap();
     let g = Graph::read(&dir).unwrap();
     assert!(g.edges["error"].is_empty(), "{:?}", g.edges["error"]);
-    assert_eq!(g.edges["model::a"].iter().cloned().collect::<Vec<_>>(), ["memory::probe", "model::b"], "a re-export counts as its defining file");
+    assert_eq!(
+        g.edges["model::a"].iter().cloned().collect::<Vec<_>>(),
+        ["memory::probe", "model::b"],
+        "a re-export counts as its defining file"
+    );
     assert_eq!(g.circles(), vec![vec!["model::a".to_string(), "model::b".to_string()]]);
     assert_eq!(layer_of("model::a"), Some(3));
     assert!(!code_of("let s = r#\"crate::x\"#;").contains("crate::x"));
@@ -83,10 +99,17 @@ fn no_file_above_400_lines_without_its_reason() {
 #[test]
 fn cuda_kernels_live_in_cu_files() {
     let g = graph();
-    let inline: Vec<String> =
-        g.files.values().filter(|p| std::fs::read_to_string(p).unwrap().contains("__global__")).map(|p| p.display().to_string()).collect();
+    let inline: Vec<String> = g
+        .files
+        .values()
+        .filter(|p| std::fs::read_to_string(p).unwrap().contains("__global__"))
+        .map(|p| p.display().to_string())
+        .collect();
     assert!(inline.is_empty(), "CUDA source inside Rust files: {inline:?}");
-    let cu: Vec<_> = walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src")).into_iter().filter(|p| p.extension().is_some_and(|e| e == "cu")).collect();
+    let cu: Vec<_> = walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "cu"))
+        .collect();
     assert!(cu.len() >= 3, "decode.cu, flash_attention.cu and read.cu: {cu:?}");
 }
 

@@ -90,7 +90,8 @@ fn quantize_then_load_q4_round_trip() {
     // candle-transformers' quantized Qwen2 on the same file agrees.
     let mut f = std::fs::File::open(&gguf).unwrap();
     let content = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
-    let mut stock = candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap();
+    let mut stock =
+        candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap();
     let t = Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     let s = stock.forward(&t, 0).unwrap().flatten_all().unwrap();
     let rel = common::max_abs_diff(&s, &a) / common::max_abs(&a);
@@ -175,7 +176,8 @@ fn load_stage_times_a_written_checkpoint_and_a_real_one_in_place() {
     // The checkpoint written on the disk measured is gone after the stage.
     assert_eq!(std::fs::read_dir(&disk).unwrap().count(), 0);
     let d = common::read_csv(&out.join("load/load_disk.csv"));
-    let ops: Vec<String> = column(&d, "checkpoint").iter().zip(column(&d, "op")).map(|(c, o)| format!("{c}: {o}")).collect();
+    let ops: Vec<String> =
+        column(&d, "checkpoint").iter().zip(column(&d, "op")).map(|(c, o)| format!("{c}: {o}")).collect();
     assert_eq!(
         ops,
         [
@@ -197,8 +199,12 @@ fn load_stage_times_a_written_checkpoint_and_a_real_one_in_place() {
     // The safetensors files hold the BF16 weights and a header of a few KiB.
     assert!(mib[0] >= bf16 && mib[0] < bf16 + 0.1, "{} MiB on disk for {bf16} MiB of weights", mib[0]);
     let t = common::read_csv(&out.join("load/load_time.csv"));
-    let loads: Vec<String> =
-        column(&t, "checkpoint").iter().zip(column(&t, "precision")).zip(column(&t, "cache")).map(|((c, p), k)| format!("{c} {p} {k}")).collect();
+    let loads: Vec<String> = column(&t, "checkpoint")
+        .iter()
+        .zip(column(&t, "precision"))
+        .zip(column(&t, "cache"))
+        .map(|((c, p), k)| format!("{c} {p} {k}"))
+        .collect();
     assert_eq!(
         loads,
         [
@@ -223,7 +229,15 @@ fn load_stage_times_a_written_checkpoint_and_a_real_one_in_place() {
     common::write_dir(&dir, &cfg, SEED, DType::BF16, 2);
     let before = std::fs::read_dir(&dir).unwrap().count();
     let out2 = tmp.path().join("run2");
-    let o = common::lab_quiet(&["load", "--model", dir.to_str().unwrap(), "--precisions", "bf16", "--out", out2.to_str().unwrap()]);
+    let o = common::lab_quiet(&[
+        "load",
+        "--model",
+        dir.to_str().unwrap(),
+        "--precisions",
+        "bf16",
+        "--out",
+        out2.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", common::output_text(&o));
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), before);
     let d = common::read_csv(&out2.join("load/load_disk.csv"));

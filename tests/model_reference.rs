@@ -113,7 +113,8 @@ fn bf16_stays_close_to_f32() {
     let cfg = common::tiny();
     let f32_model = lab_model(&cfg);
     let mut src = Synthetic::new(cfg.clone(), SEED);
-    let w = vram_lab::model::weights::load_all(&cfg, &mut src, Precision::Bf16, &Device::Cpu, None, |_, _| Ok(())).unwrap();
+    let w =
+        vram_lab::model::weights::load_all(&cfg, &mut src, Precision::Bf16, &Device::Cpu, None, |_, _| Ok(())).unwrap();
     let bf16 = Qwen2::new(&cfg, Precision::Bf16, w, &Device::Cpu).unwrap();
     let ids = common::ids(20, cfg.vocab_size, 4);
     let a = lab_last(&f32_model, &mut f32_model.new_cache(1, 32).unwrap(), &ids);
@@ -129,7 +130,7 @@ fn kv_cache_full_is_an_error_not_a_panic() {
     let lab = lab_model(&cfg);
     let mut cache = lab.new_cache(1, 8).unwrap();
     let t = Tensor::new(common::ids(9, cfg.vocab_size, 5).as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-    let err = lab.forward(&t, &mut cache, Logits::Last).err().expect("must fail");
+    let err = lab.forward(&t, &mut cache, Logits::Last).expect_err("must fail");
     assert!(err.to_string().contains("KV cache full"), "{err}");
 }
 
@@ -147,9 +148,9 @@ fn fused_projections_decode_the_same_tokens() {
     let ids = common::ids(9, cfg.vocab_size, 3);
     let (mut c1, mut c2) = (separate.new_cache(1, 32).unwrap(), fused.new_cache(1, 32).unwrap());
     let mut stock = stock_model(&cfg);
-    let (mut a, mut b, mut r) = (lab_last(&separate, &mut c1, &ids), lab_last(&fused, &mut c2, &ids), stock_last(&mut stock, &ids, 0));
-    let mut offset = ids.len();
-    for _ in 0..6 {
+    let (mut a, mut b, mut r) =
+        (lab_last(&separate, &mut c1, &ids), lab_last(&fused, &mut c2, &ids), stock_last(&mut stock, &ids, 0));
+    for offset in ids.len()..ids.len() + 6 {
         let scale = common::max_abs(&r).max(1.0);
         assert!(common::max_abs_diff(&a, &b) < 1e-4 * scale, "fused vs separate");
         assert!(common::max_abs_diff(&b, &r) < 1e-4 * scale, "fused vs candle-transformers");
@@ -158,6 +159,5 @@ fn fused_projections_decode_the_same_tokens() {
         a = lab_last(&separate, &mut c1, &[next]);
         b = lab_last(&fused, &mut c2, &[next]);
         r = stock_last(&mut stock, &[next], offset);
-        offset += 1;
     }
 }

@@ -45,7 +45,11 @@ fn numbers(text: &str) -> Vec<String> {
             i += 1;
         }
         // ",ddd" groups, then ".d+".
-        while i + 3 < b.len() && b[i] == b',' && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) && !b.get(i + 4).is_some_and(u8::is_ascii_digit) {
+        while i + 3 < b.len()
+            && b[i] == b','
+            && b[i + 1..i + 4].iter().all(u8::is_ascii_digit)
+            && !b.get(i + 4).is_some_and(u8::is_ascii_digit)
+        {
             i += 4;
         }
         if i + 1 < b.len() && b[i] == b'.' && b[i + 1].is_ascii_digit() {
@@ -130,7 +134,12 @@ fn drift(path: &Path) -> Vec<String> {
     let mut missing = Vec::new();
     for cell in nb["cells"].as_array().into_iter().flatten().filter(|c| c["cell_type"] == "markdown") {
         let (prose, files) = prose_and_files(&text_of(&cell["source"]));
-        let in_files: BTreeSet<String> = files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).flat_map(|t| numbers(&t)).map(|t| normal(&t)).collect();
+        let in_files: BTreeSet<String> = files
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(f).ok())
+            .flat_map(|t| numbers(&t))
+            .map(|t| normal(&t))
+            .collect();
         for t in numbers(&prose).into_iter().filter(|t| is_figure(t)) {
             let n = normal(&t);
             if !shown.contains(&n) && !in_files.contains(&n) && !missing.contains(&t) {
@@ -142,8 +151,12 @@ fn drift(path: &Path) -> Vec<String> {
 }
 
 fn notebooks() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> =
-        std::fs::read_dir(root().join("notebooks")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "ipynb")).collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join("notebooks"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ipynb"))
+        .collect();
     v.sort();
     v
 }
@@ -178,9 +191,13 @@ fn outputs_say_where_they_come_from_and_name_no_machine() {
     for p in notebooks() {
         let nb: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        let first = nb["cells"].as_array().unwrap().iter().flat_map(|c| c["outputs"].as_array().into_iter().flatten()).next();
+        let first =
+            nb["cells"].as_array().unwrap().iter().flat_map(|c| c["outputs"].as_array().into_iter().flatten()).next();
         let first = first.map(|o| text_of(&o["text"]) + &text_of(&o["data"]["text/plain"])).unwrap_or_default();
-        assert!(first.contains("输出来源 Outputs:"), "{name}: the first output is not where the outputs come from:\n{first}");
+        assert!(
+            first.contains("输出来源 Outputs:"),
+            "{name}: the first output is not where the outputs come from:\n{first}"
+        );
         let all = outputs_text(&nb);
         for folder in ["/work/", "/tmp/", "/root/", "/home/"] {
             assert!(!all.contains(folder), "{name}: an output names {folder}");
@@ -190,7 +207,10 @@ fn outputs_say_where_they_come_from_and_name_no_machine() {
 
 #[test]
 fn numbers_are_read_as_written() {
-    assert_eq!(numbers("at 24,064 tokens, 2.1 % below 1,234,567.50; qwen2.5-7b 1,2"), ["24,064", "2.1", "1,234,567.50", "2.5", "7", "1", "2"]);
+    assert_eq!(
+        numbers("at 24,064 tokens, 2.1 % below 1,234,567.50; qwen2.5-7b 1,2"),
+        ["24,064", "2.1", "1,234,567.50", "2.5", "7", "1", "2"]
+    );
     assert!(is_figure("24,064") && is_figure("2.1") && !is_figure("28"));
     assert_eq!(normal("352.50"), "352.5");
     let (prose, _) = prose_and_files("see `data/results` and [x](README.md) 123\n```\n999\n```");

@@ -9,8 +9,12 @@ use std::path::Path;
 fn the_notebook_program_holds_every_code_cell() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let program = std::fs::read_to_string(root.join("examples/notebooks_live.rs")).unwrap();
-    let mut notebooks: Vec<_> =
-        std::fs::read_dir(root.join("notebooks")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "ipynb")).collect();
+    let mut notebooks: Vec<_> = std::fs::read_dir(root.join("notebooks"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ipynb"))
+        .collect();
     notebooks.sort();
     assert!(notebooks.len() >= 6);
     let mut at = 0;
@@ -18,18 +22,24 @@ fn the_notebook_program_holds_every_code_cell() {
         let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(nb).unwrap()).unwrap();
         let stem = nb.file_stem().unwrap().to_str().unwrap();
         let head = format!("fn nb_{}() -> Out {{", stem.replace(|c: char| !c.is_alphanumeric(), "_"));
-        at = at + program[at..].find(&head).unwrap_or_else(|| panic!("{stem} is not in the program: run python3 scripts/notebook_program.py write"));
+        at = at
+            + program[at..].find(&head).unwrap_or_else(|| {
+                panic!("{stem} is not in the program: run python3 scripts/notebook_program.py write")
+            });
         for cell in doc["cells"].as_array().unwrap().iter().filter(|c| c["cell_type"] == "code") {
             let src: String = cell["source"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
-            let kept: Vec<&str> = src.lines().filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with(':')).collect();
+            let kept: Vec<&str> =
+                src.lines().filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with(':')).collect();
             // A cell of `:dep` lines and comments only has nothing to run.
             if kept.iter().all(|l| l.trim_start().starts_with("//")) {
                 continue;
             }
             for line in kept {
-                let found = program[at..]
-                    .find(line.trim())
-                    .unwrap_or_else(|| panic!("{stem}: `{line}` is not in the program (stale): run python3 scripts/notebook_program.py write"));
+                let found = program[at..].find(line.trim()).unwrap_or_else(|| {
+                    panic!(
+                        "{stem}: `{line}` is not in the program (stale): run python3 scripts/notebook_program.py write"
+                    )
+                });
                 at += found;
             }
         }
@@ -65,7 +75,11 @@ fn every_notebook_replays_as_a_program() {
             .output()
             .unwrap();
         let out = String::from_utf8_lossy(&o.stdout);
-        assert!(o.status.success() && !out.contains("@@vram-lab-error"), "{nb} in Replay failed:\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success() && !out.contains("@@vram-lab-error"),
+            "{nb} in Replay failed:\n{out}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         assert!(out.matches("@@vram-lab-cell").count() >= 5, "{nb}: too few cells ran:\n{out}");
     }
 }

@@ -99,6 +99,7 @@ fn bf16_split_stays_close_to_the_full_model() {
 fn a_placement_for_another_model_is_refused() {
     let cfg = cfg();
     let p = Placement::full(3);
-    let e = Qwen2::new_placed(&cfg, Precision::F32, weights(&cfg, DType::F32), &Device::Cpu, &p).err().unwrap().to_string();
+    let e =
+        Qwen2::new_placed(&cfg, Precision::F32, weights(&cfg, DType::F32), &Device::Cpu, &p).err().unwrap().to_string();
     assert!(e.contains("placement of 3 layers"), "{e}");
 }

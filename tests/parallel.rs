@@ -34,7 +34,8 @@ fn run_ranks_of(cfg: &vram_lab::model::Qwen2Config, ranks: usize, prompt: &[u32]
                     let mut cache = model.new_cache(1, 64).unwrap();
                     let ids = Tensor::new(prompt, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
                     let logits = model.forward(&ids, &mut cache, Logits::All).unwrap().remove(0);
-                    let gen = generate(&model, prompt, &GenerateConfig { max_new_tokens: 12, ..Default::default() }).unwrap();
+                    let gen =
+                        generate(&model, prompt, &GenerateConfig { max_new_tokens: 12, ..Default::default() }).unwrap();
                     (logits, gen.generated_ids, model.weight_bytes())
                 })
             })
@@ -50,7 +51,8 @@ fn two_ranks_on_threads_give_the_one_rank_logits_and_tokens() {
     let mut cache = whole.new_cache(1, 64).unwrap();
     let ids = Tensor::new(&prompt[..], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     let want = whole.forward(&ids, &mut cache, Logits::All).unwrap().remove(0);
-    let want_tokens = generate(&whole, &prompt, &GenerateConfig { max_new_tokens: 12, ..Default::default() }).unwrap().generated_ids;
+    let want_tokens =
+        generate(&whole, &prompt, &GenerateConfig { max_new_tokens: 12, ..Default::default() }).unwrap().generated_ids;
     for ranks in [1, 2] {
         let out = run_ranks(ranks, &prompt);
         for (rank, (logits, tokens, _)) in out.iter().enumerate() {
@@ -75,7 +77,8 @@ fn four_ranks_with_one_kv_head_each_give_the_one_rank_logits() {
     let whole = Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap();
     let ids = Tensor::new(&prompt[..], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     let want = whole.forward(&ids, &mut whole.new_cache(1, 64).unwrap(), Logits::All).unwrap().remove(0);
-    let want_tokens = generate(&whole, &prompt, &GenerateConfig { max_new_tokens: 12, ..Default::default() }).unwrap().generated_ids;
+    let want_tokens =
+        generate(&whole, &prompt, &GenerateConfig { max_new_tokens: 12, ..Default::default() }).unwrap().generated_ids;
     let out = run_ranks_of(&cfg, 4, &prompt);
     let ledger = rank_ledger(&cfg, 4, 4, 0, 4).unwrap();
     let one = rank_ledger(&cfg, 1, 4, 0, 4).unwrap();
@@ -119,12 +122,19 @@ fn a_rank_loaded_tensor_by_tensor_equals_a_rank_cut_from_the_whole() {
                 s.spawn(move || {
                     let mut source = Synthetic::new(cfg.clone(), 3);
                     let loaded = load_rank(&cfg, Precision::F32, &mut source, &Device::Cpu, Arc::new(a), None).unwrap();
-                    let whole =
-                        vram_lab::model::weights::load_all(&cfg, &mut Synthetic::new(cfg.clone(), 3), Precision::F32, &Device::Cpu, None, |_, _| Ok(()))
-                            .unwrap();
+                    let whole = vram_lab::model::weights::load_all(
+                        &cfg,
+                        &mut Synthetic::new(cfg.clone(), 3),
+                        Precision::F32,
+                        &Device::Cpu,
+                        None,
+                        |_, _| Ok(()),
+                    )
+                    .unwrap();
                     let cut = rank_model(&cfg, Precision::F32, whole, &Device::Cpu, Arc::new(b)).unwrap();
                     assert_eq!(loaded.weight_bytes(), cut.weight_bytes());
-                    let run = |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 16).unwrap(), Logits::All).unwrap().remove(0);
+                    let run =
+                        |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 16).unwrap(), Logits::All).unwrap().remove(0);
                     (run(&loaded), run(&cut))
                 })
             })
@@ -143,13 +153,36 @@ fn the_parallel_stage_on_two_cpu_ranks() {
     use polars::prelude::*;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let o = common::lab_quiet(&["parallel", "--device", "cpu", "--model", "synthetic:tiny", "--gpus", "2", "--out", out.to_str().unwrap()]);
+    let o = common::lab_quiet(&[
+        "parallel",
+        "--device",
+        "cpu",
+        "--model",
+        "synthetic:tiny",
+        "--gpus",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", common::output_text(&o));
     let df = common::read_csv(&out.join("parallel/parallel_ranks.csv"));
-    let layout: Vec<String> = df.column("layout").unwrap().str().unwrap().iter().map(|s| s.unwrap().to_string()).collect();
-    assert_eq!(layout, ["one device", "one device, the ranks' loop", "pipeline × 2", "pipeline × 2", "tensor-parallel × 2", "tensor-parallel × 2"], "{df}");
+    let layout: Vec<String> =
+        df.column("layout").unwrap().str().unwrap().iter().map(|s| s.unwrap().to_string()).collect();
+    assert_eq!(
+        layout,
+        [
+            "one device",
+            "one device, the ranks' loop",
+            "pipeline × 2",
+            "pipeline × 2",
+            "tensor-parallel × 2",
+            "tensor-parallel × 2"
+        ],
+        "{df}"
+    );
     let f = |c: &str| df.column(c).unwrap().cast(&DataType::Float64).unwrap().f64().unwrap().iter().collect::<Vec<_>>();
-    let (w, wp, kv, kvp) = (f("weights_mib"), f("weights_predicted_mib"), f("kv_cache_mib"), f("kv_cache_predicted_mib"));
+    let (w, wp, kv, kvp) =
+        (f("weights_mib"), f("weights_predicted_mib"), f("kv_cache_mib"), f("kv_cache_predicted_mib"));
     let (eq, n) = (f("tokens_equal_to_one_device"), f("tokens"));
     for i in [0, 1, 4, 5] {
         assert_eq!(w[i], wp[i], "row {i}: weights");
@@ -166,7 +199,11 @@ fn the_parallel_stage_on_two_cpu_ranks() {
     // The pipeline's stages hold the layers once between them, the tied table on both ends, and
     // the cache once: no weights are read off the CPU's one heap, the ledger's stand.
     assert!(w[2].is_none() && w[3].is_none());
-    assert_eq!(wp[2].unwrap() + wp[3].unwrap(), wp[0].unwrap(), "tiny's head is its own tensor: the layers and both ends once");
+    assert_eq!(
+        wp[2].unwrap() + wp[3].unwrap(),
+        wp[0].unwrap(),
+        "tiny's head is its own tensor: the layers and both ends once"
+    );
     assert_eq!(kv[2].unwrap() + kv[3].unwrap(), kv[0].unwrap());
     for i in 1..6 {
         assert_eq!(eq[i], n[i], "row {i}: tokens differ from the one device's");
@@ -210,7 +247,8 @@ fn a_pipeline_of_stages_gives_the_whole_models_logits() {
         let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, 2).unwrap();
         let devices = vec![Device::Cpu; 2];
         let probes: Vec<_> = devices.iter().map(vram_lab::memory::MemoryProbe::new).collect();
-        let piped = load_pipeline(&cfg, Precision::F32, &mut Synthetic::new(cfg.clone(), 5), &devices, &split, &probes).unwrap();
+        let piped = load_pipeline(&cfg, Precision::F32, &mut Synthetic::new(cfg.clone(), 5), &devices, &split, &probes)
+            .unwrap();
         assert_eq!(max_abs_diff(&run(&piped), &run(&whole)), 0.0, "tied {tied}");
         // A tied table is held twice: once for the embedding, once for the head.
         let table = if tied { (cfg.vocab_size * cfg.hidden_size * 4) as u64 } else { 0 };
@@ -219,7 +257,9 @@ fn a_pipeline_of_stages_gives_the_whole_models_logits() {
     // A split that does not cover the layers is one clear error.
     let cfg = tiny();
     let devices = vec![Device::Cpu; 2];
-    let e = load_pipeline(&cfg, Precision::F32, &mut Synthetic::new(cfg.clone(), 5), &devices, &[(0, 1), (1, 1)], &[]).err().unwrap();
+    let e = load_pipeline(&cfg, Precision::F32, &mut Synthetic::new(cfg.clone(), 5), &devices, &[(0, 1), (1, 1)], &[])
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("pipeline"), "{e}");
 }
 
@@ -238,7 +278,12 @@ fn data_parallel_steps_equal_one_rank_on_the_whole_batch() {
     let params = ParamsAdamW { lr: 1e-2, eps: 1e-3, ..Default::default() };
     let model = || train::trainable(Qwen2::new(&cfg, Precision::F32, weights(7), &Device::Cpu).unwrap()).unwrap();
     let batch = Tensor::new(
-        &[[3u32, 9, 27, 81, 243, 17, 5, 66], [1, 2, 3, 4, 5, 6, 7, 8], [900, 800, 700, 600, 500, 400, 300, 200], [11, 22, 33, 44, 55, 66, 77, 88]],
+        &[
+            [3u32, 9, 27, 81, 243, 17, 5, 66],
+            [1, 2, 3, 4, 5, 6, 7, 8],
+            [900, 800, 700, 600, 500, 400, 300, 200],
+            [11, 22, 33, 44, 55, 66, 77, 88],
+        ],
         &Device::Cpu,
     )
     .unwrap();
@@ -261,7 +306,8 @@ fn data_parallel_steps_equal_one_rank_on_the_whole_batch() {
                         s.spawn(move || {
                             let share = 4 / ranks;
                             let m = model();
-                            let (input, target) = train::shift(&batch.narrow(0, comm.rank() * share, share).unwrap()).unwrap();
+                            let (input, target) =
+                                train::shift(&batch.narrow(0, comm.rank() * share, share).unwrap()).unwrap();
                             let g = train::gradients(&m, &input, &target, false, &mut || ()).unwrap();
                             let mut dp = DataParallel::new(m.vars().unwrap(), params, zero, Arc::new(comm)).unwrap();
                             dp.step(g.grads).unwrap();
@@ -274,7 +320,11 @@ fn data_parallel_steps_equal_one_rank_on_the_whole_batch() {
             for (rank, (w, states)) in got.iter().enumerate() {
                 for (a, b) in w.iter().zip(&want) {
                     let diff = max_abs_diff(a, b);
-                    assert!(diff <= 1e-5, "{ranks} ranks, ZeRO-{zero}, rank {rank}: a weight of shape {:?} differs by {diff}", a.shape());
+                    assert!(
+                        diff <= 1e-5,
+                        "{ranks} ranks, ZeRO-{zero}, rank {rank}: a weight of shape {:?} differs by {diff}",
+                        a.shape()
+                    );
                 }
                 if zero == 0 {
                     assert_eq!(*states, total);
@@ -318,7 +368,14 @@ fn the_train_stage_on_two_cpu_ranks_follows_the_zero_ledger() {
         ]);
         assert!(o.status.success(), "{}", common::output_text(&o));
         let df = common::read_csv(&out.join("train/train_ranks.csv"));
-        let col = |c: &str| df.column(c).unwrap().as_materialized_series().iter().map(|v| v.to_string().trim_matches('"').to_string()).collect::<Vec<_>>();
+        let col = |c: &str| {
+            df.column(c)
+                .unwrap()
+                .as_materialized_series()
+                .iter()
+                .map(|v| v.to_string().trim_matches('"').to_string())
+                .collect::<Vec<_>>()
+        };
         let (item, measured, lab) = (col("item"), col("measured_mib"), col("lab_mib"));
         assert_eq!(item.len(), 10, "two ranks, five items: {df}");
         for i in 0..10 {
@@ -363,9 +420,18 @@ fn unequal_cards_plan_their_micro_batches_and_an_even_split_overflows_the_smalle
     ]);
     assert!(o.status.success(), "{}", common::output_text(&o));
     let df = common::read_csv(&out.join("train/train_ranks.csv"));
-    let col = |c: &str| df.column(c).unwrap().as_materialized_series().iter().map(|v| v.to_string().trim_matches('"').to_string()).collect::<Vec<_>>();
+    let col = |c: &str| {
+        df.column(c)
+            .unwrap()
+            .as_materialized_series()
+            .iter()
+            .map(|v| v.to_string().trim_matches('"').to_string())
+            .collect::<Vec<_>>()
+    };
     let (layout, rank, batch, item, note) = (col("layout"), col("rank"), col("micro_batch"), col("item"), col("note"));
-    let at = |l: &str, r: &str| (0..layout.len()).find(|&i| layout[i] == l && rank[i] == r && item[i] == "step peak").unwrap();
+    let at = |l: &str, r: &str| {
+        (0..layout.len()).find(|&i| layout[i] == l && rank[i] == r && item[i] == "step peak").unwrap()
+    };
     let (p0, p1, e0, e1) = (at("planned", "0"), at("planned", "1"), at("even", "0"), at("even", "1"));
     let b = |i: usize| batch[i].parse::<usize>().unwrap();
     assert!(b(p0) > b(p1) && b(p1) >= 1, "planned {} and {}", b(p0), b(p1));
@@ -388,5 +454,9 @@ fn unequal_cards_plan_their_micro_batches_and_an_even_split_overflows_the_smalle
         "--out",
         dir.path().join("tiny-card").to_str().unwrap(),
     ]);
-    assert!(!o.status.success() && common::output_text(&o).contains("cannot train one sequence"), "{}", common::output_text(&o));
+    assert!(
+        !o.status.success() && common::output_text(&o).contains("cannot train one sequence"),
+        "{}",
+        common::output_text(&o)
+    );
 }

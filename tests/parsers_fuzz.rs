@@ -29,7 +29,8 @@ enum Mutation {
 fn mutation(len: usize, header: usize) -> impl Strategy<Value = Mutation> {
     // Most changes land in the header, where the lengths and counts are.
     let at = prop_oneof![3 => 0..header.max(1), 1 => 0..len];
-    let huge = prop_oneof![Just(u64::MAX), Just(1u64 << 62), Just(1u64 << 32), Just(len as u64 + 1), Just(0u64), any::<u64>()];
+    let huge =
+        prop_oneof![Just(u64::MAX), Just(1u64 << 62), Just(1u64 << 32), Just(len as u64 + 1), Just(0u64), any::<u64>()];
     prop_oneof![
         (0..len).prop_map(Mutation::Cut),
         (at.clone(), any::<u8>()).prop_map(|(p, b)| Mutation::Byte(p, b)),

@@ -20,8 +20,17 @@ fn upto(max: usize) -> impl Strategy<Value = usize> {
 
 fn config() -> impl Strategy<Value = Qwen2Config> {
     // heads = kv heads × group, hidden = heads × an even head size: every config is consistent.
-    (1..=32usize, 1..=16usize, 1..=256usize, upto(MAX_INTERMEDIATE), upto(MAX_LAYERS), upto(MAX_VOCAB), upto(MAX_SEQ), any::<bool>()).prop_map(
-        |(kv, group, half_head, intermediate, layers, vocab, positions, tie)| {
+    (
+        1..=32usize,
+        1..=16usize,
+        1..=256usize,
+        upto(MAX_INTERMEDIATE),
+        upto(MAX_LAYERS),
+        upto(MAX_VOCAB),
+        upto(MAX_SEQ),
+        any::<bool>(),
+    )
+        .prop_map(|(kv, group, half_head, intermediate, layers, vocab, positions, tie)| {
             let mut cfg = Qwen2Config::preset("tiny").unwrap();
             cfg.num_key_value_heads = kv;
             cfg.num_attention_heads = kv * group;
@@ -32,22 +41,23 @@ fn config() -> impl Strategy<Value = Qwen2Config> {
             cfg.max_position_embeddings = positions;
             cfg.tie_word_embeddings = tie;
             cfg
-        },
-    )
+        })
 }
 
 fn workload() -> impl Strategy<Value = Inference> {
     let precision = prop_oneof![Just(Precision::F32), Just(Precision::Bf16), Just(Precision::Q4)];
     let logits = prop_oneof![Just(Logits::Last), Just(Logits::All)];
     let attention = prop_oneof![Just(AttentionMode::default()), Just(AttentionMode::Naive), Just(AttentionMode::Flash)];
-    (precision, upto(MAX_SEQ), upto(MAX_BATCH), logits, attention).prop_map(|(precision, seq, batch, logits, attention)| Inference {
-        precision,
-        seq,
-        batch,
-        logits,
-        attention,
-        stored: None,
-    })
+    (precision, upto(MAX_SEQ), upto(MAX_BATCH), logits, attention).prop_map(
+        |(precision, seq, batch, logits, attention)| Inference {
+            precision,
+            seq,
+            batch,
+            logits,
+            attention,
+            stored: None,
+        },
+    )
 }
 
 const RUNTIME: u64 = 700 << 20;

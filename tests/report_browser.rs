@@ -42,15 +42,20 @@ fn every_chart_of_the_report_renders_in_chromium() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
-    let o =
-        Command::new(env!("CARGO_BIN_EXE_vram-lab")).args(["anatomy", "--quiet", "--max-new-tokens", "8", "--out", out.to_str().unwrap()]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_vram-lab"))
+        .args(["anatomy", "--quiet", "--max-new-tokens", "8", "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let dom = dump_dom(&browser, &out.join("report.html"));
-    let at = dom.find("id=\"vram-lab-render-check\"").unwrap_or_else(|| panic!("no render check in:\n{}", &dom[..dom.len().min(2000)]));
+    let at = dom
+        .find("id=\"vram-lab-render-check\"")
+        .unwrap_or_else(|| panic!("no render check in:\n{}", &dom[..dom.len().min(2000)]));
     let tag_start = dom[..at].rfind('<').unwrap();
     let tag = &dom[tag_start..tag_start + dom[tag_start..].find('>').unwrap()];
     let want: usize = attr(tag, "data-charts").unwrap().parse().unwrap();
-    let got: usize = attr(tag, "data-rendered").unwrap_or_else(|| panic!("the check script did not run: {tag}")).parse().unwrap();
+    let got: usize =
+        attr(tag, "data-rendered").unwrap_or_else(|| panic!("the check script did not run: {tag}")).parse().unwrap();
     let errors = attr(tag, "data-errors").unwrap();
     assert_eq!(errors, "[]", "script errors in the page");
     assert!(want >= 2, "anatomy declares two charts, the page counted {want}");

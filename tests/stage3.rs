@@ -6,7 +6,15 @@ use common::{lab_quiet as lab, output_text as text, read_csv as read};
 use polars::prelude::*;
 
 fn strs(df: &DataFrame, col: &str) -> Vec<String> {
-    df.column(col).unwrap().cast(&DataType::String).unwrap().str().unwrap().iter().map(|v| v.unwrap_or("").to_string()).collect()
+    df.column(col)
+        .unwrap()
+        .cast(&DataType::String)
+        .unwrap()
+        .str()
+        .unwrap()
+        .iter()
+        .map(|v| v.unwrap_or("").to_string())
+        .collect()
 }
 
 fn floats(df: &DataFrame, col: &str) -> Vec<Option<f64>> {
@@ -23,7 +31,9 @@ fn frag_on_cpu_runs_the_model_of_each_policy_and_measures_the_host_arena() {
     let alloc = strs(&steps, "allocator");
     let step = strs(&steps, "step");
     let reserved = floats(&steps, "model_reserved_gib");
-    let at = |a: &str, s: &str| (0..alloc.len()).find(|&i| alloc[i] == a && step[i] == s).map(|i| reserved[i].unwrap()).unwrap();
+    let at = |a: &str, s: &str| {
+        (0..alloc.len()).find(|&i| alloc[i] == a && step[i] == s).map(|i| reserved[i].unwrap()).unwrap()
+    };
     // The caching pool keeps the holes and serves the request from their pages (measured on an
     // H200); the pool with threshold 0 gives them back at the synchronisation.
     assert!((at("caching", "odd_freed") - 4.883).abs() < 1e-3);
@@ -65,7 +75,15 @@ fn frag_on_cpu_runs_the_model_of_each_policy_and_measures_the_host_arena() {
         }
     }
     // A request that fits in a hole is refused as input.
-    let o = lab(&["frag", "--hole-mib", "512", "--hole-request-mib", "256", "--out", tmp.path().join("x").to_str().unwrap()]);
+    let o = lab(&[
+        "frag",
+        "--hole-mib",
+        "512",
+        "--hole-request-mib",
+        "256",
+        "--out",
+        tmp.path().join("x").to_str().unwrap(),
+    ]);
     assert!(!o.status.success() && text(&o).contains("must be larger than --hole-mib"), "{}", text(&o));
 }
 

@@ -8,7 +8,15 @@ use common::{lab_quiet as lab, output_text as text, read_csv as read};
 use polars::prelude::*;
 
 fn col<T: std::str::FromStr>(df: &DataFrame, name: &str) -> Vec<Option<T>> {
-    df.column(name).unwrap().cast(&DataType::String).unwrap().str().unwrap().iter().map(|v| v.and_then(|s| s.parse().ok())).collect()
+    df.column(name)
+        .unwrap()
+        .cast(&DataType::String)
+        .unwrap()
+        .str()
+        .unwrap()
+        .iter()
+        .map(|v| v.and_then(|s| s.parse().ok()))
+        .collect()
 }
 
 #[test]

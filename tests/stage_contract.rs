@@ -29,8 +29,13 @@ impl Default for KvPerTokenConfig {
     }
 }
 
-const CHART: ChartSpec =
-    ChartSpec { title: "KV bytes per token", x: "preset", y_title: "KiB", series: &[Series::column("KV per token", &[("kv_kib", 1.0)])], ..ChartSpec::BARS };
+const CHART: ChartSpec = ChartSpec {
+    title: "KV bytes per token",
+    x: "preset",
+    y_title: "KiB",
+    series: &[Series::column("KV per token", &[("kv_kib", 1.0)])],
+    ..ChartSpec::BARS
+};
 
 impl Stage for KvPerToken {
     const NAME: &'static str = "kvpt";
@@ -41,7 +46,10 @@ impl Stage for KvPerToken {
 
     fn run(_s: &mut Session, cfg: &KvPerTokenConfig) -> Result<StageOutput> {
         let presets = ["qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-72b"];
-        let kib: Vec<f64> = presets.iter().map(|p| Ok(kv_bytes_per_token(&Qwen2Config::preset(p)?, cfg.dtype_bytes) as f64 / 1024.0)).collect::<Result<_>>()?;
+        let kib: Vec<f64> = presets
+            .iter()
+            .map(|p| Ok(kv_bytes_per_token(&Qwen2Config::preset(p)?, cfg.dtype_bytes) as f64 / 1024.0))
+            .collect::<Result<_>>()?;
         let mut out = StageOutput::default();
         out.findings.push(Finding::new("7B KV per token", "KiB", Some(kib[1])).predicted(56.0));
         out.table("kvpt_presets", df!("preset" => presets, "kv_kib" => kib)?);
@@ -64,7 +72,13 @@ impl Stage for KvPerToken {
 #[test]
 fn a_stage_outside_the_crate_runs_and_is_drawn() {
     let dir = tempfile::tempdir().unwrap();
-    let args = SessionArgs { device: "cpu".into(), out: Some(dir.path().join("run")), quiet: true, silent: true, ..Default::default() };
+    let args = SessionArgs {
+        device: "cpu".into(),
+        out: Some(dir.path().join("run")),
+        quiet: true,
+        silent: true,
+        ..Default::default()
+    };
     let registry = vec![register::<KvPerToken>()];
     let mut session = Session::open(&args, "kvpt", false).unwrap();
     let config = registry[0].default_config(session.sizes).unwrap();

@@ -63,7 +63,12 @@ fn a_training_step_holds_what_the_ledger_says() {
     let mut opt = AdamW::new(vars.clone(), ParamsAdamW::default()).unwrap();
     let states = host::allocated() - before;
     let overhead = states as f64 / want.optimizer as f64 - 1.0;
-    assert!((0.0..0.01).contains(&overhead), "AdamW holds {states} B, the ledger says {} (+{:.3} %)", want.optimizer, 100.0 * overhead);
+    assert!(
+        (0.0..0.01).contains(&overhead),
+        "AdamW holds {states} B, the ledger says {} (+{:.3} %)",
+        want.optimizer,
+        100.0 * overhead
+    );
     // A step changes the weights and keeps no more state; at its busiest it holds three tensors the
     // size of the largest weight beside the gradients (the in-place update), what the ledger's
     // update peak counts above them.
@@ -92,7 +97,8 @@ fn the_forward_keeps_what_the_graph_formula_counts() {
     let model = train::trainable(Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap()).unwrap();
     let params: u64 = model.vars().unwrap().iter().map(|v| v.elem_count() as u64).sum();
     let measure = |batch: usize, seq: usize| -> (u64, u64) {
-        let ids = Tensor::from_vec(common::ids(batch * (seq + 1), cfg.vocab_size, 4), (batch, seq + 1), &Device::Cpu).unwrap();
+        let ids = Tensor::from_vec(common::ids(batch * (seq + 1), cfg.vocab_size, 4), (batch, seq + 1), &Device::Cpu)
+            .unwrap();
         let (input, target) = train::shift(&ids).unwrap();
         // Once to warm the allocator's and kernels' scratch, once measured.
         train::gradients(&model, &input, &target, false, &mut || ()).unwrap();

@@ -6,7 +6,15 @@
 const MIB: u64 = 1 << 20;
 
 /// Exercise 1: every tensor of the checkpoint, counted.
-pub fn param_count(vocab: u64, hidden: u64, intermediate: u64, layers: u64, heads: u64, kv_heads: u64, tied: bool) -> u64 {
+pub fn param_count(
+    vocab: u64,
+    hidden: u64,
+    intermediate: u64,
+    layers: u64,
+    heads: u64,
+    kv_heads: u64,
+    tied: bool,
+) -> u64 {
     let kv = kv_heads * (hidden / heads);
     let attention = (hidden * hidden + hidden) + 2 * (kv * hidden + kv) + hidden * hidden;
     let mlp = 3 * intermediate * hidden;
@@ -57,7 +65,14 @@ pub fn longest_context(
 }
 
 /// Exercise 5: the four parts, each divided (rounded up) from the ZeRO stage that shards it.
-pub fn train_state_bytes(params: u64, weight_bytes: u64, master_f32: bool, moment_bytes: u64, zero: u64, gpus: u64) -> u64 {
+pub fn train_state_bytes(
+    params: u64,
+    weight_bytes: u64,
+    master_f32: bool,
+    moment_bytes: u64,
+    zero: u64,
+    gpus: u64,
+) -> u64 {
     let gpus = gpus.max(1);
     let shard = |bytes: u64, from_stage: u64| {
         if zero >= from_stage {
@@ -67,16 +82,33 @@ pub fn train_state_bytes(params: u64, weight_bytes: u64, master_f32: bool, momen
         }
     };
     let master = if master_f32 { 4 * params } else { 0 };
-    shard(params * weight_bytes, 3) + shard(params * weight_bytes, 2) + shard(master, 1) + shard(2 * moment_bytes * params, 1)
+    shard(params * weight_bytes, 3)
+        + shard(params * weight_bytes, 2)
+        + shard(master, 1)
+        + shard(2 * moment_bytes * params, 1)
 }
 
 /// Exercise 6: 12P held, and the busiest of the head's backward, the end of the backward and the
 /// update above it.
-pub fn pytorch_step_peak(params: u64, layers: u64, hidden: u64, intermediate: u64, heads: u64, vocab: u64, batch: u64, seq: u64, checkpoint: bool) -> u64 {
+pub fn pytorch_step_peak(
+    params: u64,
+    layers: u64,
+    hidden: u64,
+    intermediate: u64,
+    heads: u64,
+    vocab: u64,
+    batch: u64,
+    seq: u64,
+    checkpoint: bool,
+) -> u64 {
     const F32: u64 = 4;
     let n = batch * seq;
     let logits = F32 * n * vocab;
-    let per_layer = if checkpoint { F32 * n * hidden } else { F32 * (n * (10 * hidden + 4 * intermediate) + batch * heads * seq * seq) };
+    let per_layer = if checkpoint {
+        F32 * n * hidden
+    } else {
+        F32 * (n * (10 * hidden + 4 * intermediate) + batch * heads * seq * seq)
+    };
     let forward = logits + F32 * n * 3 * hidden + layers * per_layer;
     let head = forward + 2 * logits;
     let end = F32 * params + 2 * F32 * hidden * vocab;
@@ -108,12 +140,17 @@ pub fn nccl_bytes(gpus: u64, rank: u64) -> u64 {
         return 0;
     }
     let chain_from = |first: u64| -> Vec<u64> { (0..gpus).map(|i| (first + i) % gpus).collect() };
-    let chains = if gpus == 3 { vec![(12, chain_from(0)), (6, chain_from(1)), (6, chain_from(2))] } else { vec![(24, chain_from(0))] };
+    let chains = if gpus == 3 {
+        vec![(12, chain_from(0)), (6, chain_from(1)), (6, chain_from(2))]
+    } else {
+        vec![(24, chain_from(0))]
+    };
     let buffers: u64 = chains
         .iter()
         .map(|(channels, chain)| {
             let at = chain.iter().position(|&g| g == rank).unwrap_or(0);
-            let neighbours: Vec<u64> = [at.checked_sub(1).map(|i| chain[i]), chain.get(at + 1).copied()].into_iter().flatten().collect();
+            let neighbours: Vec<u64> =
+                [at.checked_sub(1).map(|i| chain[i]), chain.get(at + 1).copied()].into_iter().flatten().collect();
             let distinct = |ring_peer: u64| neighbours.len() as u64 + u64::from(!neighbours.contains(&ring_peer));
             let send = distinct((rank + 1) % gpus);
             let recv = distinct((rank + gpus - 1) % gpus);

@@ -75,7 +75,9 @@ pub fn attempt<T>(f: impl FnOnce() -> T) -> Option<T> {
 /// equality), or off by how much.
 pub fn verdict(name: &str, student: Option<f64>, lab: f64, rel_tol: f64) -> String {
     let Some(answer) = student else {
-        return format!("{name}: 还没有作答 / not answered yet — the function panics (a todo!() in exercises/src/student.rs?)");
+        return format!(
+            "{name}: 还没有作答 / not answered yet — the function panics (a todo!() in exercises/src/student.rs?)"
+        );
     };
     let err = (answer - lab).abs() / lab.abs().max(f64::MIN_POSITIVE);
     if answer == lab || err <= rel_tol {

@@ -24,7 +24,15 @@
 /// of kv each; o_proj hidden × hidden (no bias); gate, up and down intermediate × hidden each; two
 /// RMS norms of hidden. Outside the layers: the embedding vocab × hidden, the final norm hidden, and
 /// unless tied the output layer vocab × hidden. Qwen2.5-7B: 7,615,616,512.
-pub fn param_count(vocab: u64, hidden: u64, intermediate: u64, layers: u64, heads: u64, kv_heads: u64, tied: bool) -> u64 {
+pub fn param_count(
+    vocab: u64,
+    hidden: u64,
+    intermediate: u64,
+    layers: u64,
+    heads: u64,
+    kv_heads: u64,
+    tied: bool,
+) -> u64 {
     todo!("练习 1 / exercise 1: param_count")
 }
 
@@ -116,7 +124,14 @@ pub fn longest_context(
 /// divides the master copy and the optimizer states across the GPUs, ZeRO-2 the gradients too,
 /// ZeRO-3 the weights too; a divided part is rounded **up**, each part on its own. The articles'
 /// FP32 + Adam: 4 + 4 + 8 = 16 B a parameter.
-pub fn train_state_bytes(params: u64, weight_bytes: u64, master_f32: bool, moment_bytes: u64, zero: u64, gpus: u64) -> u64 {
+pub fn train_state_bytes(
+    params: u64,
+    weight_bytes: u64,
+    master_f32: bool,
+    moment_bytes: u64,
+    zero: u64,
+    gpus: u64,
+) -> u64 {
     todo!("练习 5 / exercise 5: train_state_bytes")
 }
 
@@ -145,7 +160,17 @@ pub fn train_state_bytes(params: u64, weight_bytes: u64, master_f32: bool, momen
 ///   the foreach AdamW holds while it updates 4P (20 B a parameter in all).
 ///
 /// Return 12P + max(backward peak, update peak).
-pub fn pytorch_step_peak(params: u64, layers: u64, hidden: u64, intermediate: u64, heads: u64, vocab: u64, batch: u64, seq: u64, checkpoint: bool) -> u64 {
+pub fn pytorch_step_peak(
+    params: u64,
+    layers: u64,
+    hidden: u64,
+    intermediate: u64,
+    heads: u64,
+    vocab: u64,
+    batch: u64,
+    seq: u64,
+    checkpoint: bool,
+) -> u64 {
     todo!("练习 6 / exercise 6: pytorch_step_peak")
 }
 

@@ -33,12 +33,18 @@ fn exercise_2_decode_ceiling() {
     let mut rng = Rng::new(2);
     for (name, cfg) in models(2, RANDOM_MODELS) {
         let p = rng.pick(&PRECISIONS);
-        let (bw, context, batch) = (rng.range(100, 8_000) as f64 * 1.25, rng.range(0, 131_072), rng.pick(&[1u64, 1, 2, 4, 8, 16, 64]));
+        let (bw, context, batch) =
+            (rng.range(100, 8_000) as f64 * 1.25, rng.range(0, 131_072), rng.pick(&[1u64, 1, 2, 4, 8, 16, 64]));
         let weights = estimate::weight_bytes(&cfg, p);
-        let table = estimate::with_layers(&cfg, 0).tensor_specs().into_iter().find(|t| t.name == "model.embed_tokens.weight").expect("an embedding");
+        let table = estimate::with_layers(&cfg, 0)
+            .tensor_specs()
+            .into_iter()
+            .find(|t| t.name == "model.embed_tokens.weight")
+            .expect("an embedding");
         let embedding = p.held(&cfg, &table).bytes(table.elem_count());
         let kv = estimate::kv_bytes_per_token(&cfg, act_bytes(p) as usize);
-        let student = exercises::decode_ceiling_tok_s(bw, weights, embedding, cfg.tie_word_embeddings, kv, context, batch);
+        let student =
+            exercises::decode_ceiling_tok_s(bw, weights, embedding, cfg.tie_word_embeddings, kv, context, batch);
         let read = estimate::decode_read_bytes(&cfg, p, context as usize, batch as usize);
         let lab = batch as f64 * estimate::decode_ceiling_tok_s(bw, read);
         assert!(
@@ -58,7 +64,11 @@ fn exercise_3_kv_bytes_per_token() {
         for bytes in [1u64, 2, 4] {
             let student = exercises::kv_bytes_per_token(s.layers, s.hidden, s.heads, s.kv_heads, bytes);
             let lab = estimate::kv_bytes_per_token(&cfg, bytes as usize);
-            assert_eq!(student, lab, "练习 3 / exercise 3, {name}: kv_bytes_per_token({}, {}, {}, {}, {bytes})", s.layers, s.hidden, s.heads, s.kv_heads);
+            assert_eq!(
+                student, lab,
+                "练习 3 / exercise 3, {name}: kv_bytes_per_token({}, {}, {}, {}, {bytes})",
+                s.layers, s.hidden, s.heads, s.kv_heads
+            );
         }
     }
 }
@@ -67,7 +77,8 @@ fn exercise_3_kv_bytes_per_token() {
 fn lab_shorter_context(cfg: &Qwen2Config, w: &Workload, capacity: u64) -> u64 {
     let remedies = estimate::remedies(cfg, w, capacity, 0.0, 1.0);
     let shorter = remedies.iter().find(|r| r.what == "shorter context").expect("the remedy \"shorter context\"");
-    let n = shorter.change.split('→').nth(1).and_then(|t| t.trim().strip_suffix(" tokens")).and_then(|t| t.parse().ok());
+    let n =
+        shorter.change.split('→').nth(1).and_then(|t| t.trim().strip_suffix(" tokens")).and_then(|t| t.parse().ok());
     n.unwrap_or_else(|| panic!("the lab's remedy reads {:?}: not \"<asked> → <n> tokens\"", shorter.change))
 }
 
@@ -92,7 +103,12 @@ fn exercise_4_longest_context() {
                 2 => rng.range(weights / 2, 3 * weights),
                 _ => weights,
             };
-            let w = Workload { precision: p, seq: requested as usize, batch: batch as usize, logits: if all { Logits::All } else { Logits::Last } };
+            let w = Workload {
+                precision: p,
+                seq: requested as usize,
+                batch: batch as usize,
+                logits: if all { Logits::All } else { Logits::Last },
+            };
             let lab = lab_shorter_context(&cfg, &w, capacity);
             let student = exercises::longest_context(capacity, weights, kv, logits, batch, all, requested);
             assert_eq!(student, lab, "练习 4 / exercise 4, {name} {p}: longest_context({capacity}, {weights}, {kv}, {logits}, {batch}, {all}, {requested})");
@@ -108,7 +124,8 @@ fn exercise_5_train_state_bytes() {
     for params in counts {
         for _ in 0..4 {
             let (weight_bytes, master_f32) = (rng.pick(&[4u64, 2]), rng.coin());
-            let (optimizer, moment_bytes) = rng.pick(&[(Optimizer::Adamw, 4u64), (Optimizer::AdamwBf16, 2), (Optimizer::Sgd, 0)]);
+            let (optimizer, moment_bytes) =
+                rng.pick(&[(Optimizer::Adamw, 4u64), (Optimizer::AdamwBf16, 2), (Optimizer::Sgd, 0)]);
             let any = rng.range(1, 1024);
             let (zero, gpus) = (rng.range(0, 3), rng.pick(&[1u64, 2, 3, 4, 6, 8, 16, any]));
             let setup = TrainSetup { weight_bytes, master_f32, optimizer, zero: zero as u8, gpus };
@@ -130,8 +147,19 @@ fn exercise_6_pytorch_step_peak() {
             let any = rng.range(1, 16_384);
             let (batch, seq) = (rng.pick(&[1u64, 1, 2, 4, 8]), rng.pick(&[1u64, 128, 1_024, 8_192, any]));
             let sh = TrainShape { batch: batch as usize, seq: seq as usize };
-            let lab = states.weights + states.optimizer + training::pytorch_step(&cfg, params, sh, checkpoint).above_states();
-            let student = exercises::pytorch_step_peak(params, s.layers, s.hidden, s.intermediate, s.heads, s.vocab, batch, seq, checkpoint);
+            let lab =
+                states.weights + states.optimizer + training::pytorch_step(&cfg, params, sh, checkpoint).above_states();
+            let student = exercises::pytorch_step_peak(
+                params,
+                s.layers,
+                s.hidden,
+                s.intermediate,
+                s.heads,
+                s.vocab,
+                batch,
+                seq,
+                checkpoint,
+            );
             assert_eq!(
                 student, lab,
                 "练习 6 / exercise 6, {name}: pytorch_step_peak({params}, {}, {}, {}, {}, {}, {batch}, {seq}, {checkpoint})",
@@ -148,10 +176,24 @@ fn exercise_7_tp_rank_weight_bytes() {
     for (name, cfg) in models(7, RANDOM_MODELS) {
         let s = shape(&cfg);
         // Every GPU count the lab splits this model over: dividing heads, K/V heads and the MLP.
-        for gpus in (1..=s.kv_heads).filter(|&g| s.kv_heads.is_multiple_of(g) && s.heads.is_multiple_of(g) && s.intermediate.is_multiple_of(g)) {
+        for gpus in (1..=s.kv_heads)
+            .filter(|&g| s.kv_heads.is_multiple_of(g) && s.heads.is_multiple_of(g) && s.intermediate.is_multiple_of(g))
+        {
             let dtype = rng.pick(&[2u64, 4]);
-            let lab = vram_lab::model::parallel::rank_ledger(&cfg, gpus as usize, dtype, 0, dtype).expect("a split the lab takes").weights();
-            let student = exercises::tp_rank_weight_bytes(s.vocab, s.hidden, s.intermediate, s.layers, s.heads, s.kv_heads, s.tied, gpus, dtype);
+            let lab = vram_lab::model::parallel::rank_ledger(&cfg, gpus as usize, dtype, 0, dtype)
+                .expect("a split the lab takes")
+                .weights();
+            let student = exercises::tp_rank_weight_bytes(
+                s.vocab,
+                s.hidden,
+                s.intermediate,
+                s.layers,
+                s.heads,
+                s.kv_heads,
+                s.tied,
+                gpus,
+                dtype,
+            );
             assert_eq!(
                 student, lab,
                 "练习 7 / exercise 7, {name}: tp_rank_weight_bytes({}, {}, {}, {}, {}, {}, {}, {gpus}, {dtype})",

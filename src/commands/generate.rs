@@ -43,7 +43,9 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
         probe.emulate(&card)?;
     }
     let precision = g.precision.with_compute(args.compute);
-    let lm = guarded(&probe, "loading", || model::source::load(&source, &args.source_options(), precision, &device, &probe, None))?;
+    let lm = guarded(&probe, "loading", || {
+        model::source::load(&source, &args.source_options(), precision, &device, &probe, None)
+    })?;
     let ids = match (&g.prompt_ids, &lm.tokenizer) {
         (Some(ids), _) => ids.clone(),
         (None, Some(t)) => {
@@ -54,12 +56,22 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
             };
             t.encode(text.as_str(), false).map_err(|e| LabError::other(format!("tokenizer: {e}")))?.get_ids().to_vec()
         }
-        (None, None) => return Err(LabError::input("this model has no tokenizer: pass --tokenizer <tokenizer.json> or --prompt-ids 1,2,3")),
+        (None, None) => {
+            return Err(LabError::input(
+                "this model has no tokenizer: pass --tokenizer <tokenizer.json> or --prompt-ids 1,2,3",
+            ))
+        }
     };
     if ids.is_empty() {
         return Err(LabError::input("the prompt has no tokens"));
     }
-    let cfg = GenerateConfig { max_new_tokens: g.max_new_tokens, temperature: g.temperature, top_p: g.top_p, seed: args.seed, stop_at_eos: g.stop_at_eos };
+    let cfg = GenerateConfig {
+        max_new_tokens: g.max_new_tokens,
+        temperature: g.temperature,
+        top_p: g.top_p,
+        seed: args.seed,
+        stop_at_eos: g.stop_at_eos,
+    };
     let before = probe.snapshot("before");
     let out = guarded(&probe, "generating", || {
         model::generate::warmup(&lm.model, &ids)?;

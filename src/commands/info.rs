@@ -10,10 +10,20 @@ use crate::session::SessionArgs;
 pub fn info(args: &SessionArgs) -> Result<String> {
     let device = hw::pick(&args.device)?;
     let probe = MemoryProbe::new(&device);
-    let mut lines =
-        vec![format!("device: {}", hw::describe(&device)), format!("cuda built in: {}", cfg!(feature = "cuda")), probe.summary(), "cards:".to_string()];
+    let mut lines = vec![
+        format!("device: {}", hw::describe(&device)),
+        format!("cuda built in: {}", cfg!(feature = "cuda")),
+        probe.summary(),
+        "cards:".to_string(),
+    ];
     for c in Card::presets() {
-        lines.push(format!("  {:<9} {:>9.1} MiB  {:>6} GB/s  {}", c.name, c.total_mib, c.bandwidth_gbs.unwrap_or(f64::NAN), c.total_source));
+        lines.push(format!(
+            "  {:<9} {:>9.1} MiB  {:>6} GB/s  {}",
+            c.name,
+            c.total_mib,
+            c.bandwidth_gbs.unwrap_or(f64::NAN),
+            c.total_source
+        ));
     }
     lines.push("model presets (synthetic:<name>):".into());
     for (name, _) in model::qwen2::config::PRESETS {

@@ -18,11 +18,24 @@ pub fn quantize(args: &SessionArgs, to: &Path, ftype: FileType) -> Result<String
     let mut opened = model::source::open(&source, &args.source_options())?;
     let n = opened.cfg.tensor_specs().len() as u64;
     let pb = if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(n) };
-    let rows = writer::write_gguf(&opened.cfg, opened.weights.as_mut(), to, Plan::Llama(ftype), opened.tokenizer.as_ref(), |_| pb.inc(1))?;
+    let rows = writer::write_gguf(
+        &opened.cfg,
+        opened.weights.as_mut(),
+        to,
+        Plan::Llama(ftype),
+        opened.tokenizer.as_ref(),
+        |_| pb.inc(1),
+    )?;
     pb.finish_and_clear();
     let total: u64 = rows.iter().map(|r| r.bytes()).sum();
     let tok = if opened.tokenizer.is_some() { ", with its tokenizer" } else { "" };
-    let mut lines = vec![format!("wrote {} ({ftype}: {} tensors, {} B = {} of tensor data{tok})", to.display(), rows.len(), grouped(total), fmt_bytes(total))];
+    let mut lines = vec![format!(
+        "wrote {} ({ftype}: {} tensors, {} B = {} of tensor data{tok})",
+        to.display(),
+        rows.len(),
+        grouped(total),
+        fmt_bytes(total)
+    )];
     for (ty, n, bytes) in writer::bytes_by_type(&rows) {
         lines.push(format!("  {ty:>5}: {n:>4} tensors, {}", fmt_bytes(bytes)));
     }

@@ -51,7 +51,9 @@ fn duration_s(s: &str) -> std::result::Result<f64, String> {
 pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
     use crate::memory::nvml::{Sampler, Source};
     if w.pid.is_none() && w.command.is_empty() && w.duration_s.is_none() {
-        return Err(LabError::input("watch what? give --pid PID, a command after --, or --duration-s to watch the whole GPU"));
+        return Err(LabError::input(
+            "watch what? give --pid PID, a command after --, or --duration-s to watch the whole GPU",
+        ));
     }
     if w.interval_ms == 0 {
         return Err(LabError::input("--interval-ms must be above 0"));
@@ -61,7 +63,12 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
         return Err(LabError::input(format!("{} already exists: --csv writes a new file", path.display())));
     }
     let mut child = match w.command.split_first() {
-        Some((prog, rest)) => Some(std::process::Command::new(prog).args(rest).spawn().map_err(|e| LabError::input(format!("cannot start `{prog}`: {e}")))?),
+        Some((prog, rest)) => Some(
+            std::process::Command::new(prog)
+                .args(rest)
+                .spawn()
+                .map_err(|e| LabError::input(format!("cannot start `{prog}`: {e}")))?,
+        ),
         None => None,
     };
     let pid = w.pid.or(child.as_ref().map(|c| c.id()));
@@ -75,7 +82,11 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
         (Some(p), Source::Nvml) => format!("process {p} on GPU {} (NVML)", w.gpu),
         (Some(p), Source::Rss) => format!("process {p}: no NVML here, its host RSS instead"),
         (None, Source::Nvml) => format!("GPU {} (NVML)", w.gpu),
-        (None, Source::Rss) => return Err(LabError::Unsupported("no NVML here (no NVIDIA driver): give --pid or a command to watch its RSS".into())),
+        (None, Source::Rss) => {
+            return Err(LabError::Unsupported(
+                "no NVML here (no NVIDIA driver): give --pid or a command to watch its RSS".into(),
+            ))
+        }
     };
     let bar = if args.silent { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new_spinner() };
     let mut samples = Vec::new();
@@ -101,7 +112,9 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
                 break;
             }
         }
-        if w.duration_s.is_some_and(|d| samples.last().map(|s| s.t_s).unwrap_or(0.0) >= d) || crate::session::stop_requested() {
+        if w.duration_s.is_some_and(|d| samples.last().map(|s| s.t_s).unwrap_or(0.0) >= d)
+            || crate::session::stop_requested()
+        {
             break;
         }
         if samples.len() >= MAX_SAMPLES {
@@ -117,10 +130,15 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
             status = c.wait().ok();
         }
     }
-    let used: Vec<Option<u64>> = samples.iter().map(|s| s.process_used.or(if pid.is_none() { s.device_used } else { None })).collect();
+    let used: Vec<Option<u64>> =
+        samples.iter().map(|s| s.process_used.or(if pid.is_none() { s.device_used } else { None })).collect();
     let threshold = (w.threshold_mib * crate::memory::MIB) as i64;
-    let jumps: Vec<(f64, i64)> =
-        samples.windows(2).zip(used.windows(2)).filter_map(|(s, u)| Some((s[1].t_s, u[1]? as i64 - u[0]? as i64))).filter(|(_, d)| *d > threshold).collect();
+    let jumps: Vec<(f64, i64)> = samples
+        .windows(2)
+        .zip(used.windows(2))
+        .filter_map(|(s, u)| Some((s[1].t_s, u[1]? as i64 - u[0]? as i64)))
+        .filter(|(_, d)| *d > threshold)
+        .collect();
     if let Some(path) = &w.csv {
         let df = polars::df!(
             "t_s" => samples.iter().map(|s| s.t_s).collect::<Vec<_>>(),
@@ -138,7 +156,11 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
     let peak = used.iter().flatten().max().copied();
     let first = used.iter().flatten().next().copied();
     let last = used.iter().flatten().last().copied();
-    let mut lines = vec![format!("watched {what}: {} samples over {:.1} s", samples.len(), samples.last().map(|s| s.t_s).unwrap_or(0.0))];
+    let mut lines = vec![format!(
+        "watched {what}: {} samples over {:.1} s",
+        samples.len(),
+        samples.last().map(|s| s.t_s).unwrap_or(0.0)
+    )];
     lines.push(format!(
         "first {}, last {}, peak {}",
         first.map(fmt_bytes).unwrap_or_else(|| "—".into()),
@@ -147,7 +169,12 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
     ));
     lines.push(match jumps.len() {
         0 => format!("no jump above {} MiB between samples", w.threshold_mib),
-        n => format!("{n} jumps above {} MiB, the first at {:.1} s (+{})", w.threshold_mib, jumps[0].0, fmt_bytes(jumps[0].1 as u64)),
+        n => format!(
+            "{n} jumps above {} MiB, the first at {:.1} s (+{})",
+            w.threshold_mib,
+            jumps[0].0,
+            fmt_bytes(jumps[0].1 as u64)
+        ),
     });
     if let Some(st) = status {
         lines.push(format!("the command ended: {st}"));

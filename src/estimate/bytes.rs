@@ -16,10 +16,16 @@ pub fn weight_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
 pub fn sum_over_tensors(cfg: &Qwen2Config, price: impl Fn(&TensorSpec) -> u64) -> u64 {
     let n = cfg.num_hidden_layers;
     let outside: u64 = with_layers(cfg, 0).tensor_specs().iter().map(&price).sum();
-    let first: Vec<TensorSpec> = with_layers(cfg, 1).tensor_specs().into_iter().filter(|s| s.name.starts_with("model.layers.0.")).collect();
+    let first: Vec<TensorSpec> =
+        with_layers(cfg, 1).tensor_specs().into_iter().filter(|s| s.name.starts_with("model.layers.0.")).collect();
     let layer = |i: usize| -> u64 {
         let prefix = format!("model.layers.{i}.");
-        first.iter().map(|s| price(&TensorSpec { name: s.name.replacen("model.layers.0.", &prefix, 1), shape: s.shape.clone() })).sum()
+        first
+            .iter()
+            .map(|s| {
+                price(&TensorSpec { name: s.name.replacen("model.layers.0.", &prefix, 1), shape: s.shape.clone() })
+            })
+            .sum()
     };
     let more = |i: usize| use_more_bits(i as i64, n as i64);
     let promoted = (0..n).filter(|&i| more(i)).count();
@@ -67,5 +73,6 @@ pub fn decode_read_bytes(cfg: &Qwen2Config, precision: Precision, context: usize
         (false, Some(s)) => precision.held(cfg, &s).bytes(s.elem_count()),
         _ => 0,
     };
-    weight_bytes(cfg, precision) - table + kv_bytes_per_token(cfg, precision.act_dtype().size_in_bytes()) * (context * batch) as u64
+    weight_bytes(cfg, precision) - table
+        + kv_bytes_per_token(cfg, precision.act_dtype().size_in_bytes()) * (context * batch) as u64
 }

@@ -6,6 +6,7 @@
 //!   optimizer's moments live on the first GPU. Each forward replicates the weights to the other
 //!   GPUs (their gradients exist there only until the backward sums them), and gathers every
 //!   replica's outputs — the logits of the whole batch — on the first GPU.
+//!
 //! The activations are PyTorch's own (`training::pytorch_step`, transformers' Qwen2 with SDPA).
 
 use crate::estimate::training::{ledger, pytorch_step, TrainSetup, TrainShape};
@@ -31,7 +32,13 @@ impl DpGpu {
 
 /// (a DDP GPU, DataParallel's first GPU, one of its other GPUs) for `gpus` GPUs each taking
 /// `per_gpu` (its batch and sequence length), `params` parameters.
-pub fn layouts(cfg: &Qwen2Config, params: u64, per_gpu: TrainShape, gpus: u64, checkpoint: bool) -> (DpGpu, DpGpu, DpGpu) {
+pub fn layouts(
+    cfg: &Qwen2Config,
+    params: u64,
+    per_gpu: TrainShape,
+    gpus: u64,
+    checkpoint: bool,
+) -> (DpGpu, DpGpu, DpGpu) {
     let l = ledger(params, &TrainSetup::fp32_adam());
     let activations = pytorch_step(cfg, params, per_gpu, checkpoint).forward;
     let whole = DpGpu { weights: l.weights, gradients: l.gradients, states: l.optimizer, activations, gathered: 0 };

@@ -115,12 +115,20 @@ pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -
     let act = w.precision.act_dtype().size_in_bytes();
     let p = transient::phases(
         cfg,
-        &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() },
+        &Prefill {
+            seq: w.seq,
+            batch: w.batch,
+            act_bytes: act,
+            logits: w.logits,
+            attention: w.attention,
+            cast: w.precision.casts_products(),
+        },
     );
     let tokens = (w.seq * w.batch) as u64;
     let kept = workspace::held(cfg, w.precision, seen.max(tokens));
     let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - kept;
-    let (transient, peak_at) = if growth > p.peak() { (growth - p.logits_kept, "workspace") } else { (p.transient(), p.peak_at()) };
+    let (transient, peak_at) =
+        if growth > p.peak() { (growth - p.logits_kept, "workspace") } else { (p.transient(), p.peak_at()) };
     // The pool's slack: Q4's kept buffers are allocations of every moment; while the buffer
     // grows, the down projection holds the new, the old and the fixup buffer.
     let kept_share = transient::chunk_share(workspace::held_parts(cfg, w.precision, seen.max(tokens)));
@@ -181,7 +189,8 @@ pub fn largest(upto: usize, fits: impl Fn(usize) -> bool) -> usize {
 pub fn limits(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64) -> (usize, usize) {
     // A workload too large to price fits no card.
     let fits = |w: Inference| check(cfg, &w).is_ok() && ledger(cfg, &w, runtime).device() <= capacity;
-    let max_context = largest(cfg.max_position_embeddings.max(w.seq).min(MAX_SEQ), |s| fits(Inference { seq: s, ..*w }));
+    let max_context =
+        largest(cfg.max_position_embeddings.max(w.seq).min(MAX_SEQ), |s| fits(Inference { seq: s, ..*w }));
     let max_batch = largest(4096, |b| fits(Inference { batch: b, ..*w }));
     (max_context, max_batch)
 }
@@ -263,8 +272,14 @@ mod tests {
         let base = w(Precision::Bf16, 2048);
         let (ctx, batch) = limits(&cfg, &base, 700 << 20, cap);
         let dev = |w: Inference| ledger(&cfg, &w, 700 << 20).device();
-        assert!(ctx > 2048 && dev(Inference { seq: ctx, ..base }) <= cap && dev(Inference { seq: ctx + 1, ..base }) > cap, "{ctx}");
-        assert!(batch >= 1 && dev(Inference { batch, ..base }) <= cap && dev(Inference { batch: batch + 1, ..base }) > cap, "{batch}");
+        assert!(
+            ctx > 2048 && dev(Inference { seq: ctx, ..base }) <= cap && dev(Inference { seq: ctx + 1, ..base }) > cap,
+            "{ctx}"
+        );
+        assert!(
+            batch >= 1 && dev(Inference { batch, ..base }) <= cap && dev(Inference { batch: batch + 1, ..base }) > cap,
+            "{batch}"
+        );
         // F32 weights alone exceed 24 GiB: nothing fits.
         assert_eq!(limits(&cfg, &w(Precision::F32, 1), 0, cap), (0, 0));
     }

@@ -17,7 +17,8 @@ pub mod transient;
 pub mod workspace;
 
 pub use bytes::{
-    decode_ceiling_tok_s, decode_read_bytes, kv_bytes_per_token, logits_bytes_per_token, naive_kv_bytes_per_token, sum_over_tensors, weight_bytes, with_layers,
+    decode_ceiling_tok_s, decode_read_bytes, kv_bytes_per_token, logits_bytes_per_token, naive_kv_bytes_per_token,
+    sum_over_tensors, weight_bytes, with_layers,
 };
 pub use need::{mapped_need, prefill_need, remedies, Remedy, Workload};
 
@@ -102,7 +103,8 @@ mod tests {
         assert!(off.fits && off.need <= cap, "{off:?}");
         assert!(r.iter().all(|x| x.what != "smaller batch"));
         // A transient of 100 kB per token moves the limit.
-        let shorter = remedies(&cfg, &w, cap, 100_000.0, 1.0).into_iter().find(|x| x.what == "shorter context").unwrap();
+        let shorter =
+            remedies(&cfg, &w, cap, 100_000.0, 1.0).into_iter().find(|x| x.what == "shorter context").unwrap();
         assert_eq!(shorter.change, format!("16384 → {} tokens", (cap - weights) / 461_472));
         // A pool that maps 1.5× what it hands out: the limit falls by a third.
         assert_eq!(mapped_need(&cfg, &w, 0.0, 1.5), weights + 16384 * 361_472 * 3 / 2);

@@ -52,23 +52,42 @@ pub struct Remedy {
 
 /// What would have made `w` fit in `capacity` bytes: a shorter context, last-token logits, a
 /// smaller batch, Q4 weights, or some layers' weights kept off the GPU (offload).
-pub fn remedies(cfg: &Qwen2Config, w: &Workload, capacity: u64, transient_per_token: f64, pool_factor: f64) -> Vec<Remedy> {
+pub fn remedies(
+    cfg: &Qwen2Config,
+    w: &Workload,
+    capacity: u64,
+    transient_per_token: f64,
+    pool_factor: f64,
+) -> Vec<Remedy> {
     let need = |w: &Workload| mapped_need(cfg, w, transient_per_token, pool_factor);
     let mut out = Vec::new();
     let seq = largest(w.seq, |s| need(&Workload { seq: s, ..*w }) <= capacity);
-    out.push(Remedy { what: "shorter context", change: format!("{} → {seq} tokens", w.seq), need: need(&Workload { seq: seq.max(1), ..*w }), fits: seq > 0 });
+    out.push(Remedy {
+        what: "shorter context",
+        change: format!("{} → {seq} tokens", w.seq),
+        need: need(&Workload { seq: seq.max(1), ..*w }),
+        fits: seq > 0,
+    });
     if w.logits == Logits::All {
         let n = need(&Workload { logits: Logits::Last, ..*w });
         out.push(Remedy { what: "last-token logits", change: "all → last".into(), need: n, fits: n <= capacity });
     }
     if w.batch > 1 {
         let b = largest(w.batch, |b| need(&Workload { batch: b, ..*w }) <= capacity);
-        out.push(Remedy { what: "smaller batch", change: format!("{} → {b}", w.batch), need: need(&Workload { batch: b.max(1), ..*w }), fits: b > 0 });
+        out.push(Remedy {
+            what: "smaller batch",
+            change: format!("{} → {b}", w.batch),
+            need: need(&Workload { batch: b.max(1), ..*w }),
+            fits: b > 0,
+        });
     }
     if !w.precision.is_quantized() {
         let n = need(&Workload { precision: Precision::Q4KM, ..*w });
         out.push(Remedy {
-            what: "Q4 weights", change: format!("{} → q4_k_m (llama.cpp's mix, computing in BF16)", w.precision), need: n, fits: n <= capacity
+            what: "Q4 weights",
+            change: format!("{} → q4_k_m (llama.cpp's mix, computing in BF16)", w.precision),
+            need: n,
+            fits: n <= capacity,
         });
     }
     // Offload: each layer's weights moved to the host frees its share of the weights.
@@ -78,11 +97,19 @@ pub fn remedies(cfg: &Qwen2Config, w: &Workload, capacity: u64, transient_per_to
     let layers = over.div_ceil(per_layer.max(1)) as usize;
     let n = cfg.num_hidden_layers;
     out.push(if layers <= n {
-        Remedy { what: "offload", change: format!("{layers} of {n} layers' weights in host memory"), need: total - per_layer * layers as u64, fits: true }
+        Remedy {
+            what: "offload",
+            change: format!("{layers} of {n} layers' weights in host memory"),
+            need: total - per_layer * layers as u64,
+            fits: true,
+        }
     } else {
         Remedy {
             what: "offload",
-            change: format!("not enough: all {n} layers' weights would leave {} too many", over.saturating_sub(per_layer * n as u64)),
+            change: format!(
+                "not enough: all {n} layers' weights would leave {} too many",
+                over.saturating_sub(per_layer * n as u64)
+            ),
             need: total - per_layer * n as u64,
             fits: false,
         }

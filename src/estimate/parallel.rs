@@ -57,7 +57,8 @@ pub mod nccl {
     /// both ways. A peer met by both is connected once (one connection a peer and direction).
     pub fn peers(gpus: usize, rank: usize, chain: &[usize]) -> (u64, u64) {
         let at = chain.iter().position(|&g| g == rank).unwrap_or(0);
-        let near: Vec<usize> = [at.checked_sub(1).map(|i| chain[i]), chain.get(at + 1).copied()].into_iter().flatten().collect();
+        let near: Vec<usize> =
+            [at.checked_sub(1).map(|i| chain[i]), chain.get(at + 1).copied()].into_iter().flatten().collect();
         let distinct = |ring: usize| (near.len() + usize::from(!near.contains(&ring))) as u64;
         (distinct((rank + 1) % gpus), distinct((rank + gpus - 1) % gpus))
     }
@@ -111,7 +112,10 @@ impl GpuNeed {
 /// Tensor parallelism over `gpus`: every GPU holds the same.
 pub fn tensor_parallel(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> Result<Vec<GpuNeed>> {
     let Some(dtype) = w.precision.dense_dtype() else {
-        return Err(LabError::input(format!("tensor parallelism splits dense weights (bf16, f16, f32), not {}", w.precision)));
+        return Err(LabError::input(format!(
+            "tensor parallelism splits dense weights (bf16, f16, f32), not {}",
+            w.precision
+        )));
     };
     let rank_cfg = shard_config(cfg, gpus)?;
     let tokens = (w.seq * w.batch) as u64;
@@ -134,9 +138,17 @@ pub fn tensor_parallel(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u
 
 /// Where each of `gpus` pipeline stages starts: whole layers, the weights as even as they allow
 /// (the first stage carries the embedding, the last the head).
-pub fn pipeline_split(layers: usize, layer_bytes: u64, embed: u64, head: u64, gpus: usize) -> Result<Vec<(usize, usize)>> {
+pub fn pipeline_split(
+    layers: usize,
+    layer_bytes: u64,
+    embed: u64,
+    head: u64,
+    gpus: usize,
+) -> Result<Vec<(usize, usize)>> {
     if gpus == 0 || gpus > layers {
-        return Err(LabError::input(format!("{gpus} pipeline stages for {layers} layers: each stage needs at least one layer")));
+        return Err(LabError::input(format!(
+            "{gpus} pipeline stages for {layers} layers: each stage needs at least one layer"
+        )));
     }
     let total = embed + head + layers as u64 * layer_bytes;
     let mut out = Vec::with_capacity(gpus);
@@ -177,7 +189,14 @@ pub fn pipeline(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> 
     let layers_peak = if one.peak_at == "logits" {
         let p = transient::phases(
             cfg,
-            &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() },
+            &Prefill {
+                seq: w.seq,
+                batch: w.batch,
+                act_bytes: act,
+                logits: w.logits,
+                attention: w.attention,
+                cast: w.precision.casts_products(),
+            },
         );
         p.attention.max(p.o_proj).max(p.mlp)
     } else {
@@ -239,7 +258,14 @@ mod tests {
     use crate::model::{Logits, Precision};
 
     fn w(precision: Precision) -> Inference {
-        Inference { precision, seq: 1024, batch: 1, logits: Logits::Last, attention: AttentionMode::default(), stored: None }
+        Inference {
+            precision,
+            seq: 1024,
+            batch: 1,
+            logits: Logits::Last,
+            attention: AttentionMode::default(),
+            stored: None,
+        }
     }
 
     #[test]
@@ -278,7 +304,12 @@ mod tests {
         // embedding and head whole.
         assert_eq!(tp[0].kv_cache * 2, one.kv_cache);
         let embed_head = 2 * (cfg.vocab_size * cfg.hidden_size * 2) as u64;
-        assert!(tp[0].weights > one.weights / 2 && tp[0].weights < one.weights / 2 + embed_head, "{} vs {}", tp[0].weights, one.weights);
+        assert!(
+            tp[0].weights > one.weights / 2 && tp[0].weights < one.weights / 2 + embed_head,
+            "{} vs {}",
+            tp[0].weights,
+            one.weights
+        );
         assert!(tp[0].transient < one.transient);
         // 4 K/V heads: 3 GPUs cannot share them.
         assert!(tensor_parallel(&cfg, &w(Precision::Bf16), 3, 0).is_err());
@@ -289,7 +320,8 @@ mod tests {
         assert_eq!(pp[0].layers.1, pp[1].layers.0);
         assert_eq!(pp[1].layers.1, cfg.num_hidden_layers);
         let layers_total: u64 = pp.iter().map(|g| g.weights).sum();
-        let per_layer = (weight_bytes(&cfg, Precision::Bf16) - weight_bytes(&with_layers(&cfg, 0), Precision::Bf16)) / 28;
+        let per_layer =
+            (weight_bytes(&cfg, Precision::Bf16) - weight_bytes(&with_layers(&cfg, 0), Precision::Bf16)) / 28;
         assert!(layers_total.abs_diff(one.weights) <= per_layer, "{layers_total} vs {}", one.weights);
         assert_eq!(pp.iter().map(|g| g.kv_cache).sum::<u64>(), one.kv_cache);
         assert_eq!((pp[0].logits, pp[1].logits), (0, one.logits));
@@ -308,7 +340,15 @@ mod tests {
         assert_eq!(nccl_bytes(2, 0), 1120 << 20);
         assert_eq!(nccl_bytes(2, 1), nccl_bytes(2, 0));
         let four: Vec<u64> = (0..4).map(|r| nccl_bytes(4, r) >> 20).collect();
-        assert_eq!(four, [fixed + 24 * (2 + 2 * 10), fixed + 24 * (2 * 2 + 2 * 10), fixed + 24 * (2 * 2 + 2 * 10), fixed + 24 * (2 * 2 + 10)]);
+        assert_eq!(
+            four,
+            [
+                fixed + 24 * (2 + 2 * 10),
+                fixed + 24 * (2 * 2 + 2 * 10),
+                fixed + 24 * (2 * 2 + 2 * 10),
+                fixed + 24 * (2 * 2 + 10)
+            ]
+        );
         assert_eq!(nccl_bytes_most(4), nccl_bytes(4, 1));
         // Three GPUs, whose chains start at each GPU in turn: rank 0 sends to one peer on the 12
         // channels of 0 − 1 − 2 and to two on the 12 others (36 × 2 MiB), receives from two, one

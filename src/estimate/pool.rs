@@ -26,15 +26,30 @@ use crate::memory::policy::{round_up, Policy, GRANULE};
 /// What each policy does, as switches of the model.
 pub fn behaviour(policy: Policy) -> Behaviour {
     match policy {
-        Policy::Pool => {
-            Behaviour { caches_frees: true, release_at_sync: true, release_on_failure: false, remap_pages: true, reuse_pages_first: true, one_range: false }
-        }
-        Policy::Caching => {
-            Behaviour { caches_frees: true, release_at_sync: false, release_on_failure: false, remap_pages: true, reuse_pages_first: true, one_range: false }
-        }
-        Policy::Sync => {
-            Behaviour { caches_frees: false, release_at_sync: false, release_on_failure: false, remap_pages: false, reuse_pages_first: false, one_range: false }
-        }
+        Policy::Pool => Behaviour {
+            caches_frees: true,
+            release_at_sync: true,
+            release_on_failure: false,
+            remap_pages: true,
+            reuse_pages_first: true,
+            one_range: false,
+        },
+        Policy::Caching => Behaviour {
+            caches_frees: true,
+            release_at_sync: false,
+            release_on_failure: false,
+            remap_pages: true,
+            reuse_pages_first: true,
+            one_range: false,
+        },
+        Policy::Sync => Behaviour {
+            caches_frees: false,
+            release_at_sync: false,
+            release_on_failure: false,
+            remap_pages: false,
+            reuse_pages_first: false,
+            one_range: false,
+        },
     }
 }
 
@@ -53,7 +68,14 @@ pub fn torch(expandable_segments: bool) -> Behaviour {
 /// One fixed range of addresses cut by a heap (`memory::host_arena` on CPU): no page is ever
 /// remapped, so free bytes serve a request only when they lie side by side.
 pub fn one_range() -> Behaviour {
-    Behaviour { caches_frees: true, release_at_sync: false, release_on_failure: false, remap_pages: false, reuse_pages_first: false, one_range: true }
+    Behaviour {
+        caches_frees: true,
+        release_at_sync: false,
+        release_on_failure: false,
+        remap_pages: false,
+        reuse_pages_first: false,
+        one_range: true,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,8 +138,11 @@ pub struct ModelOom {
 
 impl AllocModel {
     pub fn new(behaviour: Behaviour, capacity: u64) -> Self {
-        let segments =
-            if behaviour.one_range { vec![Segment { blocks: vec![Block { offset: 0, size: capacity / GRANULE * GRANULE, owner: None }] }] } else { Vec::new() };
+        let segments = if behaviour.one_range {
+            vec![Segment { blocks: vec![Block { offset: 0, size: capacity / GRANULE * GRANULE, owner: None }] }]
+        } else {
+            Vec::new()
+        };
         Self { behaviour, capacity, segments, live: BTreeMap::new(), next_handle: 1 }
     }
 
@@ -129,7 +154,14 @@ impl AllocModel {
     /// Bytes mapped from the card: live blocks and the cache.
     pub fn reserved(&self) -> u64 {
         if self.behaviour.one_range {
-            return self.segments.iter().flat_map(|s| &s.blocks).filter(|b| b.owner.is_some()).map(|b| b.offset + b.size).max().unwrap_or(0);
+            return self
+                .segments
+                .iter()
+                .flat_map(|s| &s.blocks)
+                .filter(|b| b.owner.is_some())
+                .map(|b| b.offset + b.size)
+                .max()
+                .unwrap_or(0);
         }
         self.segments.iter().map(Segment::mapped).sum()
     }
@@ -168,7 +200,11 @@ impl AllocModel {
             self.unmap_free_blocks(size);
         }
         if self.unmapped() < size {
-            return Err(ModelOom { request: bytes, cached: self.reserved() - self.allocated(), unmapped: self.unmapped() });
+            return Err(ModelOom {
+                request: bytes,
+                cached: self.reserved() - self.allocated(),
+                unmapped: self.unmapped(),
+            });
         }
         self.segments.push(Segment { blocks: vec![Block { offset: 0, size, owner: Some(handle) }] });
         self.record(handle, size)
@@ -206,7 +242,9 @@ impl AllocModel {
         if self.live.remove(&handle).is_none() {
             return;
         }
-        let Some(s) = self.segments.iter().position(|seg| seg.blocks.iter().any(|b| b.owner == Some(handle))) else { return };
+        let Some(s) = self.segments.iter().position(|seg| seg.blocks.iter().any(|b| b.owner == Some(handle))) else {
+            return;
+        };
         if !self.behaviour.caches_frees {
             self.segments.remove(s);
             return;
@@ -219,7 +257,9 @@ impl AllocModel {
         let mut merged: Vec<Block> = Vec::with_capacity(blocks.len());
         for blk in blocks.drain(..) {
             match merged.last_mut() {
-                Some(last) if last.owner.is_none() && blk.owner.is_none() && last.offset + last.size == blk.offset => last.size += blk.size,
+                Some(last) if last.owner.is_none() && blk.owner.is_none() && last.offset + last.size == blk.offset => {
+                    last.size += blk.size
+                }
                 _ => merged.push(blk),
             }
         }
@@ -289,7 +329,9 @@ impl AllocModel {
             .segments
             .iter()
             .enumerate()
-            .flat_map(|(s, seg)| seg.blocks.iter().enumerate().filter(|(_, b)| b.owner.is_none()).map(move |(b, blk)| (blk.size, s, b)))
+            .flat_map(|(s, seg)| {
+                seg.blocks.iter().enumerate().filter(|(_, b)| b.owner.is_none()).map(move |(b, blk)| (blk.size, s, b))
+            })
             .collect();
         if self.unmapped() + free.iter().map(|f| f.0).sum::<u64>() < size {
             return;

@@ -106,7 +106,8 @@ mod tests {
         let card = scaled_card(&cfg).unwrap();
         let bf16 = weight_bytes(&cfg, Precision::Bf16);
         let ratio = card.total_bytes() as f64 / bf16 as f64;
-        let report = 24084.5 * 1048576.0 / weight_bytes(&Qwen2Config::preset("qwen2.5-7b").unwrap(), Precision::Bf16) as f64;
+        let report =
+            24084.5 * 1048576.0 / weight_bytes(&Qwen2Config::preset("qwen2.5-7b").unwrap(), Precision::Bf16) as f64;
         assert!((ratio - report).abs() < 1e-6, "{ratio} vs {report}");
         assert!(card.total_bytes() < weight_bytes(&cfg, Precision::F32));
         let s = Scale::of(&cfg).unwrap();

@@ -17,7 +17,14 @@ pub fn reaches_growth(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64,
     let act = w.precision.act_dtype().size_in_bytes();
     let p = transient::phases(
         cfg,
-        &Prefill { seq: w.seq, batch: w.batch, act_bytes: act, logits: w.logits, attention: w.attention, cast: w.precision.casts_products() },
+        &Prefill {
+            seq: w.seq,
+            batch: w.batch,
+            act_bytes: act,
+            logits: w.logits,
+            attention: w.attention,
+            cast: w.precision.casts_products(),
+        },
     );
     let tokens = (w.seq * w.batch) as u64;
     let held = workspace::held(cfg, w.precision, seen);
@@ -37,7 +44,13 @@ pub fn reaches_growth(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64,
 /// The tokens the quantized buffer was sized for before each of `attempts` (in the order the
 /// process ran them, each with whether it fitted), starting from `seen`. Only quantized
 /// prefills grow it.
-pub fn seen_before(cfg: &Qwen2Config, runtime: u64, capacity: u64, attempts: &[(Inference, bool)], mut seen: u64) -> Vec<u64> {
+pub fn seen_before(
+    cfg: &Qwen2Config,
+    runtime: u64,
+    capacity: u64,
+    attempts: &[(Inference, bool)],
+    mut seen: u64,
+) -> Vec<u64> {
     let mut out = Vec::with_capacity(attempts.len());
     for (w, ok) in attempts {
         out.push(seen);
@@ -51,7 +64,15 @@ pub fn seen_before(cfg: &Qwen2Config, runtime: u64, capacity: u64, attempts: &[(
 /// The KV stage's search on the ledger: `doubling` lengths until the first that does not fit
 /// (doubling on past the last given), then the bisection to `resolution`, the quantized buffer
 /// carried from attempt to attempt. Returns the longest context found and the buffer's tokens.
-pub fn longest_context(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64, doubling: &[usize], resolution: usize, mut seen: u64) -> (usize, u64) {
+pub fn longest_context(
+    cfg: &Qwen2Config,
+    w: &Inference,
+    runtime: u64,
+    capacity: u64,
+    doubling: &[usize],
+    resolution: usize,
+    mut seen: u64,
+) -> (usize, u64) {
     let attempt = |seq: usize, seen: &mut u64| {
         let t = Inference { seq, ..*w };
         let fits = ledger_after(cfg, &t, runtime, *seen).device() <= capacity;
@@ -81,7 +102,8 @@ pub fn longest_context(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity:
         ok = seq;
         i += 1;
     };
-    let (found, _) = bisect(ok as u64, oom as u64, resolution as u64, |n| Ok(attempt(n as usize, &mut seen))).unwrap_or((ok as u64, vec![]));
+    let (found, _) = bisect(ok as u64, oom as u64, resolution as u64, |n| Ok(attempt(n as usize, &mut seen)))
+        .unwrap_or((ok as u64, vec![]));
     (found as usize, seen)
 }
 
@@ -119,7 +141,13 @@ mod tests {
         let cap = 24u64 << 30;
         let all = |seq| Inference { seq, ..w(Precision::Q4, Logits::All) };
         let naive = |seq| Inference { seq, attention: AttentionMode::Naive, ..w(Precision::Q4, Logits::All) };
-        assert_eq!(seen_before(&cfg, 0, cap, &[(all(1024), true), (all(32768), false), (all(2048), true)], 0), vec![0, 1024, 32768]);
-        assert_eq!(seen_before(&cfg, 0, cap, &[(naive(1024), true), (naive(32768), false), (naive(2048), true)], 0), vec![0, 1024, 1024]);
+        assert_eq!(
+            seen_before(&cfg, 0, cap, &[(all(1024), true), (all(32768), false), (all(2048), true)], 0),
+            vec![0, 1024, 32768]
+        );
+        assert_eq!(
+            seen_before(&cfg, 0, cap, &[(naive(1024), true), (naive(32768), false), (naive(2048), true)], 0),
+            vec![0, 1024, 1024]
+        );
     }
 }

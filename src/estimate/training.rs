@@ -131,7 +131,8 @@ pub fn graph_layer(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
     let heads = cfg.num_attention_heads as u64;
     // 21.5 H and 10.5 KV per token, kept as halves.
     let halves = n * (43 * h + 21 * kv) / 2;
-    F32 * (halves + n * (4 * i + 8 + 2 * heads) + 6 * sh.scores(cfg) + 4 * (sh.seq * cfg.head_dim()) as u64) + (sh.seq * sh.seq) as u64
+    F32 * (halves + n * (4 * i + 8 + 2 * heads) + 6 * sh.scores(cfg) + 4 * (sh.seq * cfg.head_dim()) as u64)
+        + (sh.seq * sh.seq) as u64
 }
 
 /// The head's graph: the embedding output (H), the final norm (3 H + 4), the logits (V), and
@@ -217,7 +218,13 @@ pub const CANDLE_NN_ADAMW_COPIES: u64 = 14;
 
 /// `step_activations` with an AdamW update that holds `update_copies` tensors of the largest
 /// weight's size beside the gradients.
-pub fn step_activations_updating(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bool, update_copies: u64) -> StepActivations {
+pub fn step_activations_updating(
+    cfg: &Qwen2Config,
+    params: u64,
+    sh: TrainShape,
+    checkpoint: bool,
+    update_copies: u64,
+) -> StepActivations {
     let (n, h, layers) = (sh.tokens(), cfg.hidden_size as u64, cfg.num_hidden_layers as u64);
     let table = F32 * (cfg.hidden_size * cfg.vocab_size) as u64;
     let gradients = F32 * params;
@@ -236,7 +243,10 @@ pub fn step_activations_updating(cfg: &Qwen2Config, params: u64, sh: TrainShape,
     let forward = (layers + 1) * hidden + F32 * (sh.seq * cfg.head_dim()) as u64;
     let phases = [
         (forward + head, "head backward"),
-        (gradients + graph_layer(cfg, sh) + constant_grads_layer(cfg, sh) + F32 * 4 * sh.scores(cfg) + 3 * hidden, "layer backward"),
+        (
+            gradients + graph_layer(cfg, sh) + constant_grads_layer(cfg, sh) + F32 * 4 * sh.scores(cfg) + 3 * hidden,
+            "layer backward",
+        ),
         (gradients + 2 * table + 2 * hidden, "embedding backward"),
     ];
     let (peak, phase) = phases.into_iter().max_by_key(|p| p.0).unwrap_or((0, ""));
@@ -355,7 +365,10 @@ mod tests {
         let p = cfg.param_count() as u64;
         let plain = step_activations(&cfg, p, sh, false);
         assert_eq!(plain.phase, "embedding backward");
-        assert_eq!(plain.peak, graph(&cfg, sh) + 4 * p + 2 * constant_grads_layer(&cfg, sh) + 4 * 262_144 + 4 * 64 * 256);
+        assert_eq!(
+            plain.peak,
+            graph(&cfg, sh) + 4 * p + 2 * constant_grads_layer(&cfg, sh) + 4 * 262_144 + 4 * 64 * 256
+        );
         let ckpt = step_activations(&cfg, p, sh, true);
         assert_eq!(ckpt.forward, 3 * 4 * 64 * 256 + 4 * 64 * 64);
         // AdamW in place: the gradients and 3 copies of the largest tensor (the 1,024 × 256 embedding).

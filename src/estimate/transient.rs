@@ -167,7 +167,11 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
         Logits::Last => (0, b),
     };
     let at_last = logits_kept + last_copy + cast_of(last_rows);
-    let at_full = if full_rows > 0 { logits_kept - last_rows * v + cast_of(full_rows) + if b > 1 { full_rows * h } else { 0 } } else { 0 };
+    let at_full = if full_rows > 0 {
+        logits_kept - last_rows * v + cast_of(full_rows) + if b > 1 { full_rows * h } else { 0 }
+    } else {
+        0
+    };
     let logits = tokens * 2 * h + rope + at_last.max(at_full);
     // The allocations live at each moment, each counted up to one pool chunk: x, h1, q, q, k,
     // k, v, cos, sin and the cache (one run of 2 × layers tensors); attention's own (bounded:
@@ -175,7 +179,8 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     // mask, the chunk's output; naive: k and v repeated, three score matrices, the output;
     // fused: the output); then one per tensor of the bytes above.
     let cache = 2 * cfg.num_hidden_layers as u64 * tokens * kv;
-    let layer_share = share(2, tokens * h) + share(2, tokens * qw) + share(3, tokens * kv) + share(2, rope / 2) + share(1, cache);
+    let layer_share =
+        share(2, tokens * h) + share(2, tokens * qw) + share(3, tokens * kv) + share(2, rope / 2) + share(1, cache);
     let heads = cfg.num_attention_heads as u64;
     let attention_share = match p.attention {
         AttentionMode::Bounded { budget } => bounded(cfg, b, s, a, budget as u64).1,
@@ -186,18 +191,32 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
     let pieces = if p.logits == Logits::All { s.div_ceil(rows) } else { 1 };
     let piece = logits_kept / pieces;
     let head_share = if at_full > at_last {
-        share(pieces - 1, piece) + chunk_share([full_rows * 2 * h, full_rows * 2 * v]) + if b > 1 { share(1, full_rows * h) } else { 0 }
+        share(pieces - 1, piece)
+            + chunk_share([full_rows * 2 * h, full_rows * 2 * v])
+            + if b > 1 { share(1, full_rows * h) } else { 0 }
     } else {
-        share(pieces, piece) + share(1, last_copy) + if cast_of(last_rows) > 0 { chunk_share([last_rows * 2 * h, last_rows * 2 * v]) } else { 0 }
+        share(pieces, piece)
+            + share(1, last_copy)
+            + if cast_of(last_rows) > 0 { chunk_share([last_rows * 2 * h, last_rows * 2 * v]) } else { 0 }
     };
     let chunked = Chunked {
         attention: layer_share + attention_share,
-        o_proj: layer_share + copy_share + if cast { share(2, tokens * h) + share(2, tokens * 2 * h) } else { share(1, tokens * qw) + share(2, tokens * h) },
+        o_proj: layer_share
+            + copy_share
+            + if cast {
+                share(2, tokens * h) + share(2, tokens * 2 * h)
+            } else {
+                share(1, tokens * qw) + share(2, tokens * h)
+            },
         mlp: layer_share
             + share(1, tokens * qw)
             + share(1, tokens * h)
             + copy_share
-            + if cast { share(3, tokens * i) + share(1, tokens * 2 * i) + share(1, tokens * 2 * h) } else { share(4, tokens * i) },
+            + if cast {
+                share(3, tokens * i) + share(1, tokens * 2 * i) + share(1, tokens * 2 * h)
+            } else {
+                share(4, tokens * i)
+            },
         down_proj: layer_share
             + share(1, tokens * qw)
             + share(1, tokens * h)
@@ -225,7 +244,11 @@ fn bounded(cfg: &Qwen2Config, b: u64, s: u64, a: u64, budget: u64) -> (u64, u64)
         let masking = if c > 1 { scores + c * c + b * heads * c * c * a } else { 0 };
         let softmax = 2 * scores + b * c * h;
         let bytes = b * (s0 + c) * h + masking.max(softmax);
-        let own = if masking > softmax { chunk_share([scores, c * c, b * heads * c * c * a]) } else { chunk_share([scores, scores, b * c * h]) };
+        let own = if masking > softmax {
+            chunk_share([scores, c * c, b * heads * c * c * a])
+        } else {
+            chunk_share([scores, scores, b * c * h])
+        };
         (bytes, share(s0 / chunk, b * chunk * h) + share(1, b * c * h) + own)
     };
     // Every full chunk holds more than the one before it (more outputs done, longer score rows),
@@ -306,7 +329,10 @@ mod tests {
         assert_eq!(p.chunked.logits, 3 * POOL_CHUNK + 2 * 2 * MIB + 304_128);
         assert_eq!(seven_b(16384, Logits::All, 2).chunked.logits, 5 * POOL_CHUNK + 2 * 2 * MIB);
         // Short prompts: tensors under a chunk count their bytes (512 tokens: H is 3.5 MiB).
-        assert_eq!(seven_b(512, Logits::Last, 2).chunked.o_proj, 8 * 512 * 7168 + 3 * 512 * 1024 + 2 * 64 * 1024 + 28 * MIB);
+        assert_eq!(
+            seven_b(512, Logits::Last, 2).chunked.o_proj,
+            8 * 512 * 7168 + 3 * 512 * 1024 + 2 * 64 * 1024 + 28 * MIB
+        );
         // No slack: the busiest moment's bytes; a chunk's worth per chunk: each moment's share.
         assert_eq!(p.peak_with(0), p.peak());
         assert_eq!(p.peak_with(POOL_CHUNK), p.mlp + p.chunked.mlp);
@@ -317,12 +343,33 @@ mod tests {
     fn chunks_bound_the_scores() {
         let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
         let at = |budget| {
-            phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Bounded { budget }, cast: false })
-                .attention
+            phases(
+                &cfg,
+                &Prefill {
+                    seq: 32768,
+                    batch: 1,
+                    act_bytes: 2,
+                    logits: Logits::Last,
+                    attention: AttentionMode::Bounded { budget },
+                    cast: false,
+                },
+            )
+            .attention
         };
         assert!(at(64 << 20) < at(256 << 20));
         assert!(at(256 << 20) < at(1 << 30));
-        let naive = phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention: AttentionMode::Naive, cast: false }).attention;
+        let naive = phases(
+            &cfg,
+            &Prefill {
+                seq: 32768,
+                batch: 1,
+                act_bytes: 2,
+                logits: Logits::Last,
+                attention: AttentionMode::Naive,
+                cast: false,
+            },
+        )
+        .attention;
         assert!(naive > 3 * 28 * 32768 * 32768 * 2);
     }
 
@@ -343,7 +390,11 @@ mod tests {
                 let softmax = 2 * scores + b * c * h;
                 let bytes = b * (s0 + c) * h + masking.max(softmax);
                 if bytes > worst {
-                    let own = if masking > softmax { chunk_share([scores, c * c, b * heads * c * c * a]) } else { chunk_share([scores, scores, b * c * h]) };
+                    let own = if masking > softmax {
+                        chunk_share([scores, c * c, b * heads * c * c * a])
+                    } else {
+                        chunk_share([scores, scores, b * c * h])
+                    };
                     (worst, worst_share) = (bytes, share(s0 / chunk, b * chunk * h) + share(1, b * c * h) + own);
                 }
                 s0 += c;
@@ -367,7 +418,9 @@ mod tests {
     #[test]
     fn flash_holds_no_scores() {
         let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
-        let at = |attention| phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention, cast: false });
+        let at = |attention| {
+            phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention, cast: false })
+        };
         let (flash, bounded) = (at(AttentionMode::Flash), at(AttentionMode::default()));
         assert_eq!(flash.attention, 32768 * (5 * 7168 + 3 * 1024 + 256));
         assert_eq!(flash.mlp, 32768 * (6 * 7168 + 3 * 1024 + 4 * 37888 + 256));

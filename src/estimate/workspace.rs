@@ -147,7 +147,10 @@ mod tests {
     fn parts_add_up() {
         let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
         for (seen, tokens) in [(0, 4096), (4096, 512), (512, 32768), (32768, 32768)] {
-            assert_eq!(at_growth_parts(&cfg, Precision::Q4, seen, tokens).iter().sum::<u64>(), at_growth(&cfg, Precision::Q4, seen, tokens));
+            assert_eq!(
+                at_growth_parts(&cfg, Precision::Q4, seen, tokens).iter().sum::<u64>(),
+                at_growth(&cfg, Precision::Q4, seen, tokens)
+            );
             assert_eq!(held_parts(&cfg, Precision::Q4, tokens).iter().sum::<u64>(), held(&cfg, Precision::Q4, tokens));
         }
         assert_eq!(at_growth_parts(&cfg, Precision::Q4, 0, 4096).len(), 3);

@@ -29,8 +29,21 @@ pub struct Row {
     pub note: String,
 }
 
-fn row(context: &str, section: &'static str, item: impl Into<String>, bytes: Option<u64>, note: impl Into<String>) -> Row {
-    Row { context: context.into(), section, item: item.into(), mib: bytes.map(mib), fits: String::new(), note: note.into() }
+fn row(
+    context: &str,
+    section: &'static str,
+    item: impl Into<String>,
+    bytes: Option<u64>,
+    note: impl Into<String>,
+) -> Row {
+    Row {
+        context: context.into(),
+        section,
+        item: item.into(),
+        mib: bytes.map(mib),
+        fits: String::new(),
+        note: note.into(),
+    }
 }
 
 /// What the last step that fitted measured: the transient per token (peak above what it held)
@@ -56,7 +69,15 @@ impl Measured {
 /// One table's rows for one OOM. `held` names what the caller knows it held (weights, KV cache,
 /// logits); the rest of the peak is activations and workspace. `m` comes from the last step of
 /// the same kind that fitted.
-pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Config, w: &Workload, held: &Held, m: Measured) -> Vec<Row> {
+pub fn diagnose(
+    s: &Session,
+    context: &str,
+    report: &OomReport,
+    cfg: &Qwen2Config,
+    w: &Workload,
+    held: &Held,
+    m: Measured,
+) -> Vec<Row> {
     let transient_per_token = m.transient_per_token;
     // The CPU heap has no pool: its reserved figures are the process's RSS.
     let m = if s.device.is_cuda() { m } else { Measured { pool_factor: 1.0, ..m } };
@@ -66,10 +87,22 @@ pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Confi
     for c in [Category::Weights, Category::KvCache, Category::Logits] {
         rows.push(row(context, "held", c.name(), Some(held.get(c)), ""));
     }
-    rows.push(row(context, "held", "activations + workspace", Some(peak.saturating_sub(held.total())), "the pool's peak during the step, less the above"));
+    rows.push(row(
+        context,
+        "held",
+        "activations + workspace",
+        Some(peak.saturating_sub(held.total())),
+        "the pool's peak during the step, less the above",
+    ));
     rows.push(row(context, "device", "request", report.request_bytes, format!("failed during {}", report.during)));
     let cap = snap.and_then(|s| s.pool_capacity());
-    rows.push(row(context, "device", "capacity for the pool", cap, "the card less the CUDA context and modules outside the pool"));
+    rows.push(row(
+        context,
+        "device",
+        "capacity for the pool",
+        cap,
+        "the card less the CUDA context and modules outside the pool",
+    ));
     if let (Some(cap), Some(snap)) = (cap, snap) {
         rows.push(row(
             context,
@@ -79,7 +112,13 @@ pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Confi
             "capacity less what the pool had mapped at its busiest",
         ));
     }
-    rows.push(row(context, "device", "largest free block now", s.probe.largest_free_block(), "after the failed step's tensors were freed (bisection)"));
+    rows.push(row(
+        context,
+        "device",
+        "largest free block now",
+        s.probe.largest_free_block(),
+        "after the failed step's tensors were freed (bisection)",
+    ));
     let others = s.probe.other_processes();
     let other_bytes: u64 = others.iter().map(|(_, b)| b).sum();
     let pids: Vec<String> = others.iter().map(|(p, _)| p.to_string()).collect();
@@ -92,13 +131,21 @@ pub fn diagnose(s: &Session, context: &str, report: &OomReport, cfg: &Qwen2Confi
     ));
     if let Some(cap) = cap {
         let need = estimate::prefill_need(cfg, w, transient_per_token);
-        let mut r =
-            row(context, "need", "allocated by this workload", Some(need), format!("weights + KV + logits + transient {transient_per_token:.0} B/token"));
+        let mut r = row(
+            context,
+            "need",
+            "allocated by this workload",
+            Some(need),
+            format!("weights + KV + logits + transient {transient_per_token:.0} B/token"),
+        );
         r.fits = if need <= cap { "yes" } else { "no" }.into();
         rows.push(r);
         let mapped = estimate::mapped_need(cfg, w, transient_per_token, m.pool_factor);
         let why = if m.pool_factor > 1.0 {
-            format!("the pool mapped {:.2}× what it handed out above the weights at the last size that fitted", m.pool_factor)
+            format!(
+                "the pool mapped {:.2}× what it handed out above the weights at the last size that fitted",
+                m.pool_factor
+            )
         } else {
             "as allocated: no size fitted to measure the pool's overhead, or no pool".to_string()
         };

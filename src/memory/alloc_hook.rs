@@ -115,7 +115,7 @@ pub fn trace(event: &str, ptr: u64, bytes: u64, stream: *mut std::ffi::c_void) {
     // Empty fields while a graph is captured: the pool was not asked.
     let (reserved, used) = if capturing(stream) { (String::new(), String::new()) } else { pool_now() };
     // After a trim: what the live allocations alone would keep mapped, beside `reserved`.
-    let layout = if event == "trimmed" { LIVE.lock().ok().and_then(|l| l.as_ref().map(|m| live_layout(m))) } else { None };
+    let layout = if event == "trimmed" { LIVE.lock().ok().and_then(|l| l.as_ref().map(live_layout)) } else { None };
     let (touched, runs) = layout.map(|(t, r)| (t.to_string(), r.to_string())).unwrap_or_default();
     if let Ok(mut t) = TRACE.lock() {
         if let Some(f) = t.as_mut() {
@@ -184,9 +184,10 @@ fn pool_now() -> (String, String) {
     #[cfg(feature = "cuda")]
     if let Some(pool) = current_pool() {
         use candle_core::cuda_backend::cudarc::driver::sys::CUmemPool_attribute::*;
-        if let (Ok(reserved), Ok(used)) =
-            (super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT))
-        {
+        if let (Ok(reserved), Ok(used)) = (
+            super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
+            super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
+        ) {
             return (reserved.to_string(), used.to_string());
         }
     }
@@ -260,7 +261,11 @@ pub fn counts() -> Option<AllocCounts> {
     if !active() {
         return None;
     }
-    let (live, largest) = LIVE.lock().ok().and_then(|l| l.as_ref().map(|m| (m.len() as u64, m.values().copied().max().unwrap_or(0)))).unwrap_or((0, 0));
+    let (live, largest) = LIVE
+        .lock()
+        .ok()
+        .and_then(|l| l.as_ref().map(|m| (m.len() as u64, m.values().copied().max().unwrap_or(0))))
+        .unwrap_or((0, 0));
     Some(AllocCounts {
         allocs: ALLOCS.load(Relaxed),
         alloc_bytes: ALLOC_BYTES.load(Relaxed),
@@ -287,7 +292,12 @@ macro_rules! cuda_alloc_hook {
 
             fn real(name: &std::ffi::CStr) -> usize {
                 // SAFETY: dlsym with a valid C string; RTLD_NEXT skips this executable's definition.
-                unsafe { vram_lab::memory::alloc_hook::libc::dlsym(vram_lab::memory::alloc_hook::libc::RTLD_NEXT, name.as_ptr()) as usize }
+                unsafe {
+                    vram_lab::memory::alloc_hook::libc::dlsym(
+                        vram_lab::memory::alloc_hook::libc::RTLD_NEXT,
+                        name.as_ptr(),
+                    ) as usize
+                }
             }
 
             #[no_mangle]

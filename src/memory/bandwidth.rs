@@ -58,7 +58,9 @@ pub fn best_of<T>(reps: usize, mut op: impl FnMut() -> Result<T>) -> Result<f64>
 /// explicit sums ran ten times slower in the tests' opt-level 1).
 pub fn host_read(bytes: usize, reps: usize) -> Transfer {
     let words = vec![1u64; bytes / 8];
-    let sum = |w: &[u64]| w.par_chunks(1 << 19).map(|c| c.iter().fold(0u64, |a, &b| a.wrapping_add(b))).reduce(|| 0, u64::wrapping_add);
+    let sum = |w: &[u64]| {
+        w.par_chunks(1 << 19).map(|c| c.iter().fold(0u64, |a, &b| a.wrapping_add(b))).reduce(|| 0, u64::wrapping_add)
+    };
     let seconds = best_of(reps, || Ok(sum(std::hint::black_box(&words)))).unwrap_or(f64::NAN);
     let bytes = (words.len() * 8) as u64;
     Transfer { test: "host_read", bytes, seconds, counted_bytes: bytes }
@@ -157,7 +159,10 @@ mod gpu {
 
     /// The quick set on a GPU: pinned host → device, device read, host read.
     pub(super) fn quick_gpu(device: &Device) -> Result<Bandwidths> {
-        let pcie = pcie(device, 512 << 20, 5)?.into_iter().find(|t| t.test == "h2d_pinned").ok_or_else(|| LabError::other("no pinned copy measured"))?;
+        let pcie = pcie(device, 512 << 20, 5)?
+            .into_iter()
+            .find(|t| t.test == "h2d_pinned")
+            .ok_or_else(|| LabError::other("no pinned copy measured"))?;
         let read = device_read(device, 2 << 30, 10)?;
         let host = super::host_read(1 << 30, 3);
         Ok(Bandwidths { device: read.gbs(), pcie: pcie.gbs(), host: host.gbs() })

@@ -65,7 +65,10 @@ pub fn reset_peak(dev: &CudaDevice) -> Result<()> {
     for attr in [CU_MEMPOOL_ATTR_USED_MEM_HIGH, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH] {
         let mut zero: u64 = 0;
         // SAFETY: the high-water attributes may only be set to zero, which resets them.
-        check(unsafe { sys::cuMemPoolSetAttribute(pool, attr, &mut zero as *mut u64 as *mut _) }, "cuMemPoolSetAttribute")?;
+        check(
+            unsafe { sys::cuMemPoolSetAttribute(pool, attr, &mut zero as *mut u64 as *mut _) },
+            "cuMemPoolSetAttribute",
+        )?;
     }
     Ok(())
 }
@@ -113,8 +116,9 @@ impl DeviceBallast {
         let ctx = context(dev);
         ctx.bind_to_thread().map_err(LabError::other)?;
         // SAFETY: a plain allocation released in Drop.
-        let ptr = unsafe { result::malloc_sync(bytes as usize) }
-            .map_err(|e| LabError::Unsupported(format!("could not hold a ballast of {}: {e}", super::fmt_bytes(bytes))))?;
+        let ptr = unsafe { result::malloc_sync(bytes as usize) }.map_err(|e| {
+            LabError::Unsupported(format!("could not hold a ballast of {}: {e}", super::fmt_bytes(bytes)))
+        })?;
         Ok(Self { ctx, ptr, bytes })
     }
 }

@@ -5,7 +5,9 @@
 //! explicit events instead.
 
 use crate::error::{LabError, Result};
-use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream, DevicePtr, PinnedHostSlice};
+use candle_core::cuda_backend::cudarc::driver::{
+    result, sys, CudaContext, CudaEvent, CudaStream, DevicePtr, PinnedHostSlice,
+};
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{DType, Storage, Tensor};
 use std::sync::Arc;
@@ -24,8 +26,9 @@ impl Pinned {
         let ctx = super::cuda::context(dev);
         // SAFETY: the bytes are written before any read (`fill` or a device→host copy).
         // Flags 0: cached, not write-combined, so the CPU may read it too.
-        let slice = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes.max(1), 0) }
-            .map_err(|e| LabError::other(format!("pinning {} of host memory: {e:?}", super::fmt_bytes(bytes as u64))))?;
+        let slice = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes.max(1), 0) }.map_err(|e| {
+            LabError::other(format!("pinning {} of host memory: {e:?}", super::fmt_bytes(bytes as u64)))
+        })?;
         Ok(Self { slice })
     }
 
@@ -104,7 +107,10 @@ pub fn uninit(dev: &CudaDevice, dtype: DType, shape: Vec<usize>) -> Result<Tenso
 }
 
 /// PTX compiled once per process into `cell` by `compile` (NVRTC; later callers reuse it).
-pub fn ptx_once(cell: &'static std::sync::OnceLock<String>, compile: impl FnOnce() -> Result<String>) -> Result<String> {
+pub fn ptx_once(
+    cell: &'static std::sync::OnceLock<String>,
+    compile: impl FnOnce() -> Result<String>,
+) -> Result<String> {
     if let Some(p) = cell.get() {
         return Ok(p.clone());
     }
@@ -140,7 +146,8 @@ impl CopyStream {
 
     pub fn wait(&self, ev: &CudaEvent) -> Result<()> {
         // SAFETY: as above.
-        unsafe { result::stream::wait_event(self.raw, ev.cu_event(), sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }.map_err(err)
+        unsafe { result::stream::wait_event(self.raw, ev.cu_event(), sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
+            .map_err(err)
     }
 
     pub fn synchronize(&self) -> Result<()> {
@@ -176,11 +183,19 @@ pub fn time_dtoh(dev: &CudaDevice, dst: &mut [u8], src: sys::CUdeviceptr, reps: 
     let dst_ptr = dst.as_mut_ptr();
     let len = dst.len();
     // SAFETY: `dst` outlives the timed copies (time_on synchronises before returning).
-    time_on(&stream, reps, || unsafe { result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(dst_ptr, len), src, raw) }.map_err(err))
+    time_on(&stream, reps, || {
+        unsafe { result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(dst_ptr, len), src, raw) }.map_err(err)
+    })
 }
 
 /// Copies device → device `reps` times; seconds per copy.
-pub fn time_dtod(dev: &CudaDevice, dst: sys::CUdeviceptr, src: sys::CUdeviceptr, bytes: usize, reps: usize) -> Result<f64> {
+pub fn time_dtod(
+    dev: &CudaDevice,
+    dst: sys::CUdeviceptr,
+    src: sys::CUdeviceptr,
+    bytes: usize,
+    reps: usize,
+) -> Result<f64> {
     let stream = dev.cuda_stream();
     time_on(&stream, reps, || unsafe { result::memcpy_dtod_async(dst, src, bytes, stream.cu_stream()) }.map_err(err))
 }

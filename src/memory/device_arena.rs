@@ -34,7 +34,13 @@ pub struct DeviceArena {
 fn set_threshold(pool: sys::CUmemoryPool, mut bytes: u64) -> Result<()> {
     // SAFETY: the release threshold is a cuuint64_t.
     check(
-        unsafe { sys::cuMemPoolSetAttribute(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &mut bytes as *mut u64 as *mut _) },
+        unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut bytes as *mut u64 as *mut _,
+            )
+        },
         "cuMemPoolSetAttribute(release threshold)",
     )
 }
@@ -53,7 +59,17 @@ impl DeviceArena {
         let base_reserved = pool_u64(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
         // The policies are driven raw: a trim-and-retry would hide the pool's own failures.
         let saved_retry = crate::memory::alloc_hook::set_retry(false);
-        Ok(Self { policy, dev: dev.clone(), ctx, pool, saved_threshold, base_reserved, saved_retry, live: BTreeMap::new(), next: 1 })
+        Ok(Self {
+            policy,
+            dev: dev.clone(),
+            ctx,
+            pool,
+            saved_threshold,
+            base_reserved,
+            saved_retry,
+            live: BTreeMap::new(),
+            next: 1,
+        })
     }
 
     fn stream(&self) -> sys::CUstream {
@@ -114,7 +130,9 @@ impl DeviceAllocator for DeviceArena {
     fn reserved(&self) -> u64 {
         match self.policy {
             Policy::Sync => self.live.values().map(|(_, b)| round_up(*b)).sum(),
-            _ => pool_u64(self.pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(0).saturating_sub(self.base_reserved),
+            _ => pool_u64(self.pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+                .unwrap_or(0)
+                .saturating_sub(self.base_reserved),
         }
     }
 

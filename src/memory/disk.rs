@@ -111,13 +111,14 @@ pub fn free_bytes(path: &Path) -> Result<Option<u64>> {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|e| crate::error::LabError::input(e.to_string()))?;
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+            .map_err(|e| crate::error::LabError::input(e.to_string()))?;
         // SAFETY: a NUL-terminated path and a zeroed struct statvfs fills.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
             return Err(std::io::Error::last_os_error().into());
         }
-        return Ok(Some(st.f_bavail as u64 * st.f_frsize as u64));
+        Ok(Some(st.f_bavail as u64 * st.f_frsize as u64))
     }
     #[cfg(not(target_os = "linux"))]
     Ok(None)

@@ -75,7 +75,11 @@ impl CardEmulation {
     }
 
     pub fn describe(&self) -> String {
-        let context = if self.context > 0 { format!("; the process's context {} counted outside it", fmt_bytes(self.context)) } else { String::new() };
+        let context = if self.context > 0 {
+            format!("; the process's context {} counted outside it", fmt_bytes(self.context))
+        } else {
+            String::new()
+        };
         format!(
             "emulating {} ({}: {}); ballast {}{context}",
             self.card.label,

@@ -42,7 +42,14 @@ impl HostArena {
         let span = (capacity + GRANULE) as usize;
         // SAFETY: an anonymous private mapping; unmapped once, in Drop.
         let raw = unsafe {
-            libc::mmap(std::ptr::null_mut(), span, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                span,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
         };
         if raw == libc::MAP_FAILED {
             return Err(LabError::other(format!(
@@ -125,7 +132,13 @@ impl DeviceAllocator for HostArena {
             let from = self.top() + page;
             if from < self.capacity {
                 // SAFETY: pages of this arena's mapping above every live block and that header.
-                unsafe { libc::madvise((self.heap.bottom() as u64 + from) as *mut libc::c_void, (self.capacity - from) as usize, libc::MADV_DONTNEED) };
+                unsafe {
+                    libc::madvise(
+                        (self.heap.bottom() as u64 + from) as *mut libc::c_void,
+                        (self.capacity - from) as usize,
+                        libc::MADV_DONTNEED,
+                    )
+                };
             }
         }
         Ok(())

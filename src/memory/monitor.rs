@@ -133,7 +133,8 @@ impl MemoryMonitor {
         let mut cats: Vec<Category> = a.held.0.iter().chain(&b.held.0).map(|(c, _)| *c).collect();
         cats.sort();
         cats.dedup();
-        let by_category: Vec<(Category, i64)> = cats.into_iter().map(|c| (c, b.held.get(c) as i64 - a.held.get(c) as i64)).collect();
+        let by_category: Vec<(Category, i64)> =
+            cats.into_iter().map(|c| (c, b.held.get(c) as i64 - a.held.get(c) as i64)).collect();
         let explained: i64 = by_category.iter().map(|(_, d)| d).sum();
         Growth {
             from: a.label.clone(),

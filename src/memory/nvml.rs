@@ -65,9 +65,11 @@ impl Sampler {
         let Some(dev) = nvml().and_then(|n| n.device_by_index(self.index).ok()) else { return (None, None, None) };
         let info = dev.memory_info().ok();
         let process = self.pid.and_then(|pid| {
-            dev.running_compute_processes().ok()?.into_iter().find(|p| p.pid == pid).and_then(|p| match p.used_gpu_memory {
-                nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
-                _ => None,
+            dev.running_compute_processes().ok()?.into_iter().find(|p| p.pid == pid).and_then(|p| {
+                match p.used_gpu_memory {
+                    nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
+                    _ => None,
+                }
             })
         });
         (process, info.as_ref().map(|i| i.used), info.as_ref().map(|i| i.total))

@@ -25,7 +25,10 @@ pub fn memory_summary(s: &Snapshot, counts: Option<AllocCounts>) -> String {
         rows.extend([
             ("Allocations live / peak".into(), format!("{} / {}", c.live, c.live_peak)),
             ("Allocations total / freed".into(), format!("{} / {}", c.allocs, c.frees)),
-            ("Bytes allocated / freed (total)".into(), format!("{} / {}", fmt_bytes(c.alloc_bytes), fmt_bytes(c.free_bytes))),
+            (
+                "Bytes allocated / freed (total)".into(),
+                format!("{} / {}", fmt_bytes(c.alloc_bytes), fmt_bytes(c.free_bytes)),
+            ),
             ("Largest live allocation".into(), fmt_bytes(c.largest_live)),
             ("Failed allocations (OOM)".into(), c.failures.to_string()),
             ("Requests served after a trim (retried)".into(), c.retried.to_string()),

@@ -19,7 +19,11 @@ impl Timeline {
         let s = &self.snapshots;
         let col = |f: fn(&Snapshot) -> u64| s.iter().map(|x| mib(f(x))).collect::<Vec<f64>>();
         let opt = |f: fn(&Snapshot) -> Option<u64>| s.iter().map(|x| f(x).map(mib)).collect::<Vec<Option<f64>>>();
-        let delta: Vec<f64> = s.iter().enumerate().map(|(i, x)| if i == 0 { 0.0 } else { x.delta_allocated(&s[i - 1]) as f64 / super::MIB }).collect();
+        let delta: Vec<f64> = s
+            .iter()
+            .enumerate()
+            .map(|(i, x)| if i == 0 { 0.0 } else { x.delta_allocated(&s[i - 1]) as f64 / super::MIB })
+            .collect();
         Ok(df!(
             "label" => s.iter().map(|x| x.label.clone()).collect::<Vec<_>>(),
             "t_s" => s.iter().map(|x| x.t_s).collect::<Vec<_>>(),

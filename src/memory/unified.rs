@@ -51,7 +51,8 @@ impl Managed {
         super::check_managed_request(bytes as u64, free, MARGIN, oversubscribe)?;
         super::cuda::context(dev).bind_to_thread().map_err(err("binding the context"))?;
         // SAFETY: a plain allocation; freed in Drop.
-        let ptr = unsafe { result::malloc_managed(bytes.max(1), sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }.map_err(err("cuMemAllocManaged"))?;
+        let ptr = unsafe { result::malloc_managed(bytes.max(1), sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
+            .map_err(err("cuMemAllocManaged"))?;
         Ok(Self { ptr, bytes, dev: dev.clone(), tensors: ManuallyDrop::new(Vec::new()) })
     }
 
@@ -81,8 +82,12 @@ impl Managed {
         // SAFETY: the range lies inside the block, which outlives every use (see the module note).
         let storage = unsafe {
             match dtype {
-                DType::BF16 => CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<half::bf16>(at, n), self.dev.clone()),
-                DType::F16 => CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<half::f16>(at, n), self.dev.clone()),
+                DType::BF16 => {
+                    CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<half::bf16>(at, n), self.dev.clone())
+                }
+                DType::F16 => {
+                    CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<half::f16>(at, n), self.dev.clone())
+                }
                 DType::F32 => CudaStorage::wrap_cuda_slice(stream.upgrade_device_ptr::<f32>(at, n), self.dev.clone()),
                 other => return Err(LabError::Unsupported(format!("managed {other:?} tensors"))),
             }
@@ -96,7 +101,10 @@ impl Managed {
         if host {
             sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, id: 0 }
         } else {
-            sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: self.dev.cuda_stream().context().ordinal() as i32 }
+            sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: self.dev.cuda_stream().context().ordinal() as i32,
+            }
         }
     }
 
@@ -115,7 +123,8 @@ impl Managed {
     pub fn prefetch_to_gpu(&self) -> Result<()> {
         let stream = self.dev.cuda_stream();
         // SAFETY: the whole block, on candle's stream.
-        unsafe { result::mem_prefetch_async(self.ptr, self.bytes, self.location(false), stream.cu_stream()) }.map_err(err("cuMemPrefetchAsync"))?;
+        unsafe { result::mem_prefetch_async(self.ptr, self.bytes, self.location(false), stream.cu_stream()) }
+            .map_err(err("cuMemPrefetchAsync"))?;
         stream.synchronize().map_err(err("synchronising after the prefetch"))
     }
 }

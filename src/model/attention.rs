@@ -53,7 +53,9 @@ impl AttentionMode {
 /// candle's kernels count elements in 32 bits: refuse a tensor they would index past.
 pub fn check_elems(what: &str, elems: usize) -> Result<()> {
     if elems > i32::MAX as usize {
-        return Err(LabError::Unsupported(format!("{what} would have {elems} elements, more than candle's 32-bit kernel indexing allows (2^31 - 1)")));
+        return Err(LabError::Unsupported(format!(
+            "{what} would have {elems} elements, more than candle's 32-bit kernel indexing allows (2^31 - 1)"
+        )));
     }
     Ok(())
 }
@@ -66,7 +68,8 @@ fn causal_mask(first: usize, rows: usize, t: usize, device: &candle_core::Device
 }
 
 fn masked_fill_neg_inf(scores: &Tensor, mask: &Tensor) -> Result<Tensor> {
-    let neg = Tensor::new(f32::NEG_INFINITY, scores.device())?.to_dtype(scores.dtype())?.broadcast_as(scores.shape())?;
+    let neg =
+        Tensor::new(f32::NEG_INFINITY, scores.device())?.to_dtype(scores.dtype())?.broadcast_as(scores.shape())?;
     Ok(mask.broadcast_as(scores.shape())?.where_cond(&neg, scores)?)
 }
 
@@ -146,7 +149,11 @@ fn naive(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, differentiable: bool
     } else {
         scores
     };
-    let probs = if differentiable { candle_nn::ops::softmax(&scores, candle_core::D::Minus1)? } else { candle_nn::ops::softmax_last_dim(&scores)? };
+    let probs = if differentiable {
+        candle_nn::ops::softmax(&scores, candle_core::D::Minus1)?
+    } else {
+        candle_nn::ops::softmax_last_dim(&scores)?
+    };
     Ok(probs.matmul(&v)?)
 }
 
@@ -183,7 +190,14 @@ mod tests {
         let v = Tensor::randn(0f32, 1.0, (b, kv, offset + s, d), &dev).unwrap();
         let reference = naive(&q, &k, &v, offset, false).unwrap();
         // The differentiable form computes the same.
-        let diff = (naive(&q, &k, &v, offset, true).unwrap() - &reference).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        let diff = (naive(&q, &k, &v, offset, true).unwrap() - &reference)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         assert!(diff < 1e-5, "differentiable: max diff {diff}");
         for budget in [1, 3 * b * heads * (offset + s) * 4, 1 << 30] {
             let got = bounded(&q, &k, &v, offset, budget).unwrap();

@@ -62,7 +62,10 @@ mod tests {
     #[test]
     fn qwen25_template_gives_chatml_with_its_default_system() {
         let chat = ChatMl::from_template(QWEN25).unwrap();
-        assert_eq!(chat.system.as_deref(), Some("You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
+        assert_eq!(
+            chat.system.as_deref(),
+            Some("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")
+        );
         assert_eq!(
             chat.apply("显存是什么?"),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\n显存是什么?<|im_end|>\n<|im_start|>assistant\n"
@@ -80,7 +83,10 @@ mod tests {
     #[test]
     fn other_families_are_not_guessed() {
         assert_eq!(ChatMl::from_template("{{ bos_token }}[INST] {{ message }} [/INST]"), None);
-        let bare = ChatMl::from_template("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}").unwrap();
+        let bare = ChatMl::from_template(
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
+        )
+        .unwrap();
         assert_eq!(bare.system, None);
         assert_eq!(bare.apply("hi"), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     }

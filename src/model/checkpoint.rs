@@ -13,15 +13,25 @@ use std::path::{Path, PathBuf};
 /// Writes `source`'s tensors in `precision` (a dense one) into `dir` in shards of at most
 /// `shard_bytes` (one tensor per shard where a tensor is larger), synced to the disk. Returns
 /// the shard files and the seconds spent writing and syncing them (making the tensors apart).
-pub fn write_safetensors(cfg: &Qwen2Config, source: &mut dyn WeightSource, dir: &Path, precision: Precision, shard_bytes: u64) -> Result<(Vec<PathBuf>, f64)> {
+pub fn write_safetensors(
+    cfg: &Qwen2Config,
+    source: &mut dyn WeightSource,
+    dir: &Path,
+    precision: Precision,
+    shard_bytes: u64,
+) -> Result<(Vec<PathBuf>, f64)> {
     if precision.dense_dtype().is_none() {
         return Err(LabError::input(format!("a safetensors checkpoint holds dense tensors, not {precision}")));
     }
     std::fs::create_dir_all(dir)?;
-    crate::paths::write_new(&dir.join("config.json"), serde_json::to_string_pretty(cfg).map_err(|e| LabError::Other(e.to_string()))?.as_bytes())?;
+    crate::paths::write_new(
+        &dir.join("config.json"),
+        serde_json::to_string_pretty(cfg).map_err(|e| LabError::Other(e.to_string()))?.as_bytes(),
+    )?;
     // Group the tensors into shards first: the files' names carry the count.
     let specs: Vec<_> = cfg.tensor_specs().into_iter().filter(|s| source.contains(&s.name)).collect();
-    let bytes = |s: &super::TensorSpec| (s.elem_count() * precision.dense_dtype().map_or(4, |d| d.size_in_bytes())) as u64;
+    let bytes =
+        |s: &super::TensorSpec| (s.elem_count() * precision.dense_dtype().map_or(4, |d| d.size_in_bytes())) as u64;
     let mut groups: Vec<Vec<super::TensorSpec>> = Vec::new();
     let mut filled = 0u64;
     for s in specs {
@@ -40,7 +50,8 @@ pub fn write_safetensors(cfg: &Qwen2Config, source: &mut dyn WeightSource, dir: 
     let mut writing = 0.0;
     let mut weight_map = serde_json::Map::new();
     for (i, group) in groups.iter().enumerate() {
-        let name = if n == 1 { "model.safetensors".to_string() } else { format!("model-{:05}-of-{n:05}.safetensors", i + 1) };
+        let name =
+            if n == 1 { "model.safetensors".to_string() } else { format!("model-{:05}-of-{n:05}.safetensors", i + 1) };
         let mut tensors: HashMap<String, Tensor> = HashMap::new();
         for spec in group {
             tensors.insert(spec.name.clone(), source.load(spec, precision, &Device::Cpu)?.dense()?);

@@ -66,7 +66,12 @@ pub fn generate(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig) -> Result<G
 
 /// `generate`, calling `on_token` with the count of tokens generated so far (a progress bar).
 /// Greedy decoding with every layer on a GPU runs the lab's fastest loop (`generate_static`).
-pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on_token: impl FnMut(usize)) -> Result<Generation> {
+pub fn generate_with(
+    model: &Qwen2,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
+    mut on_token: impl FnMut(usize),
+) -> Result<Generation> {
     check_request(model.cfg.vocab_size, prompt, cfg)?;
     // The static step's fused kernels have no all-reduce: a tensor-parallel rank takes the loop below.
     if cfg.temperature.is_none() && model.all_on_gpu() && !model.is_rank() {
@@ -109,7 +114,15 @@ pub fn generate_with(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on
     }
     device.synchronize()?;
     let decode_s = t1.elapsed().as_secs_f64();
-    Ok(Generation { prompt_ids: prompt.to_vec(), generated_ids: out, prefill_s, decode_s, kv_cache_bytes: cache.bytes(), capture_s: 0.0, capture_steps: 0 })
+    Ok(Generation {
+        prompt_ids: prompt.to_vec(),
+        generated_ids: out,
+        prefill_s,
+        decode_s,
+        kv_cache_bytes: cache.bytes(),
+        capture_s: 0.0,
+        capture_steps: 0,
+    })
 }
 
 /// What a generation asks for, checked on the host before any kernel runs: a non-empty prompt of
@@ -132,12 +145,24 @@ pub fn check_request(vocab: usize, prompt: &[u32], cfg: &GenerateConfig) -> Resu
 /// captured once as a CUDA graph and replayed, one launch per token (the speed stage's `own`
 /// variant). The prefill is the model's forward, as in the loop, so its memory is what stages
 /// 1-2 measured; the cache holds the same prompt + new tokens.
-fn generate_static(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on_token: impl FnMut(usize)) -> Result<Generation> {
+fn generate_static(
+    model: &Qwen2,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
+    mut on_token: impl FnMut(usize),
+) -> Result<Generation> {
     let eos = model.cfg.eos_ids();
-    let done = |out: &[u32]| out.len() >= cfg.max_new_tokens || (cfg.stop_at_eos && out.last().is_some_and(|id| eos.contains(id)));
+    let done = |out: &[u32]| {
+        out.len() >= cfg.max_new_tokens || (cfg.stop_at_eos && out.last().is_some_and(|id| eos.contains(id)))
+    };
     let t0 = Instant::now();
     let ids = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
-    let mut dec = super::decode::StaticDecoder::prefill(model, &ids, prompt.len() + cfg.max_new_tokens, super::decode::OwnKernels::All)?;
+    let mut dec = super::decode::StaticDecoder::prefill(
+        model,
+        &ids,
+        prompt.len() + cfg.max_new_tokens,
+        super::decode::OwnKernels::All,
+    )?;
     let mut out = dec.ids()?;
     let prefill_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
@@ -156,7 +181,15 @@ fn generate_static(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig, mut on_t
         on_token(out.len());
     }
     let decode_s = t2.elapsed().as_secs_f64();
-    Ok(Generation { prompt_ids: prompt.to_vec(), generated_ids: out, prefill_s, decode_s, kv_cache_bytes: dec.cache_bytes(), capture_s, capture_steps })
+    Ok(Generation {
+        prompt_ids: prompt.to_vec(),
+        generated_ids: out,
+        prefill_s,
+        decode_s,
+        kv_cache_bytes: dec.cache_bytes(),
+        capture_s,
+        capture_steps,
+    })
 }
 
 /// The greedy ids of `logits` ([batch, vocab]), picked on their device.
@@ -237,7 +270,14 @@ pub fn time_decode(model: &Qwen2, batch: usize, prompt: usize, steps: usize, see
 /// a graph and each token is one launch; elsewhere the static step runs kernel by kernel. The
 /// first step after the prefill fills candle's parameter cache and is not timed.
 /// `own`: which of the lab's kernels the step takes in place of candle's.
-pub fn time_decode_graph(model: &Qwen2, batch: usize, prompt: usize, steps: usize, seed: u64, own: super::decode::OwnKernels) -> Result<DecodeTiming> {
+pub fn time_decode_graph(
+    model: &Qwen2,
+    batch: usize,
+    prompt: usize,
+    steps: usize,
+    seed: u64,
+    own: super::decode::OwnKernels,
+) -> Result<DecodeTiming> {
     let device = model.device();
     let ids = Tensor::from_vec(seeded_ids(batch * prompt, model.cfg.vocab_size, seed), (batch, prompt), device)?;
     device.synchronize()?;

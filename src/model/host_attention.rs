@@ -17,7 +17,14 @@ use rayon::prelude::*;
 pub fn decode(q: &[f32], heads: usize, k: &Tensor, v: &Tensor, scale: f32) -> Result<Option<Vec<f32>>> {
     let (kb, kv_heads, t, d) = k.dims4()?;
     let on_cpu = matches!(k.device(), Device::Cpu) && matches!(v.device(), Device::Cpu);
-    if kb != 1 || q.len() != heads * d || k.dims() != v.dims() || kv_heads == 0 || heads % kv_heads != 0 || !on_cpu || k.dtype() != v.dtype() {
+    if kb != 1
+        || q.len() != heads * d
+        || k.dims() != v.dims()
+        || kv_heads == 0
+        || !heads.is_multiple_of(kv_heads)
+        || !on_cpu
+        || k.dtype() != v.dtype()
+    {
         return Ok(None);
     }
     Ok(Some(match k.dtype() {
@@ -39,7 +46,15 @@ fn rows_of<W: candle_core::WithDType, R>(x: &Tensor, f: impl FnOnce(&[W], usize,
     Ok(f(c.as_slice::<W>()?, layout.start_offset(), st[1], st[2]))
 }
 
-fn heads_out<W: Elem + candle_core::WithDType>(q: &[f32], k: &Tensor, v: &Tensor, heads: usize, d: usize, t: usize, scale: f32) -> Result<Vec<f32>> {
+fn heads_out<W: Elem + candle_core::WithDType>(
+    q: &[f32],
+    k: &Tensor,
+    v: &Tensor,
+    heads: usize,
+    d: usize,
+    t: usize,
+    scale: f32,
+) -> Result<Vec<f32>> {
     let group = heads / k.dim(1)?;
     let out = rows_of::<W, _>(k, |ks, k0, kh, kp| {
         rows_of::<W, _>(v, |vs, v0, vh, vp| {
@@ -86,11 +101,18 @@ mod tests {
             let vc = Tensor::randn(0f32, 1., (1, kv, cap, d), &dev).unwrap().to_dtype(dtype).unwrap();
             let (k, v) = (kc.narrow(2, 0, t).unwrap(), vc.narrow(2, 0, t).unwrap());
             let qv: Vec<f32> = q.flatten_all().unwrap().to_vec1().unwrap();
-            let got = Tensor::from_vec(decode(&qv, heads, &k, &v, 1.0 / (d as f32).sqrt()).unwrap().unwrap(), (1, 1, heads * d), &dev).unwrap();
+            let got = Tensor::from_vec(
+                decode(&qv, heads, &k, &v, 1.0 / (d as f32).sqrt()).unwrap().unwrap(),
+                (1, 1, heads * d),
+                &dev,
+            )
+            .unwrap();
             let f32k = k.to_dtype(DType::F32).unwrap();
             let f32v = v.to_dtype(DType::F32).unwrap();
-            let want = attend(&q, &f32k, &f32v, t - 1, AttentionMode::default()).unwrap().reshape((1, 1, heads * d)).unwrap();
-            let diff = (got - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            let want =
+                attend(&q, &f32k, &f32v, t - 1, AttentionMode::default()).unwrap().reshape((1, 1, heads * d)).unwrap();
+            let diff =
+                (got - want).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
             assert!(diff < 1e-5, "{dtype:?}: {diff}");
         }
         // A batch of two is not this function's.

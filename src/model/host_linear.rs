@@ -104,7 +104,15 @@ fn rows<W: Elem, const PREFETCH: bool>(w: &[W], x: &[f32], m: usize, k: usize, o
     if m == 1 {
         // Decoding: four rows at a time.
         while r + 4 <= nr {
-            let y = dot4::<W, PREFETCH>([&w[r * k..(r + 1) * k], &w[(r + 1) * k..(r + 2) * k], &w[(r + 2) * k..(r + 3) * k], &w[(r + 3) * k..(r + 4) * k]], x);
+            let y = dot4::<W, PREFETCH>(
+                [
+                    &w[r * k..(r + 1) * k],
+                    &w[(r + 1) * k..(r + 2) * k],
+                    &w[(r + 2) * k..(r + 3) * k],
+                    &w[(r + 3) * k..(r + 4) * k],
+                ],
+                x,
+            );
             out[r..r + 4].copy_from_slice(&y);
             r += 4;
         }
@@ -132,7 +140,10 @@ unsafe fn rows_avx2<W: Elem, const P: bool>(w: &[W], x: &[f32], m: usize, k: usi
 fn rows_dispatch<W: Elem, const P: bool>(w: &[W], x: &[f32], m: usize, k: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") && std::is_x86_feature_detected!("avx512vl") {
+        if std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+        {
             // SAFETY: the CPU has the features the function is compiled for.
             return unsafe { rows_avx512::<W, P>(w, x, m, k, out) };
         }
@@ -193,7 +204,10 @@ impl HostLinear {
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
         let weight = weight.to_device(&Device::Cpu)?.contiguous()?;
         if !matches!(weight.dtype(), DType::BF16 | DType::F32) {
-            return Err(LabError::Unsupported(format!("CPU layers compute BF16 or F32 weights, not {:?}", weight.dtype())));
+            return Err(LabError::Unsupported(format!(
+                "CPU layers compute BF16 or F32 weights, not {:?}",
+                weight.dtype()
+            )));
         }
         let bias = bias.map(|b| b.to_device(&Device::Cpu)).transpose()?;
         Ok(Self { weight, bias, tuning: Tuning::default() })
@@ -227,7 +241,7 @@ impl HostLinear {
     /// `xs` (rows of k values, one after the other) times the weight, plus the bias: rows of n.
     pub fn rows(&self, xs: &[f32]) -> Result<Vec<f32>> {
         let (n, k) = self.weight.dims2()?;
-        if xs.len() % k != 0 {
+        if !xs.len().is_multiple_of(k) {
             return Err(LabError::other(format!("a host linear of {k} inputs given {} values", xs.len())));
         }
         let m = xs.len() / k;
@@ -277,7 +291,8 @@ mod tests {
         // BF16 weights: the same products of the rounded values, accumulated in F32.
         let wb = w.to_dtype(DType::BF16).unwrap();
         let xb = x.to_dtype(DType::BF16).unwrap();
-        let want = xb.to_dtype(DType::F32).unwrap().broadcast_matmul(&wb.to_dtype(DType::F32).unwrap().t().unwrap()).unwrap();
+        let want =
+            xb.to_dtype(DType::F32).unwrap().broadcast_matmul(&wb.to_dtype(DType::F32).unwrap().t().unwrap()).unwrap();
         let got = HostLinear::new(wb, None).unwrap().forward(&xb).unwrap().to_dtype(DType::F32).unwrap();
         let diff = (got - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
         assert!(diff < 0.1, "max difference {diff}");

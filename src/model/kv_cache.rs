@@ -38,12 +38,26 @@ impl KvCache {
         Self::with_kind(CacheKind::Preallocated, cfg, batch, max_seq, dtype, device)
     }
 
-    pub fn with_kind(kind: CacheKind, cfg: &Qwen2Config, batch: usize, max_seq: usize, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn with_kind(
+        kind: CacheKind,
+        cfg: &Qwen2Config,
+        batch: usize,
+        max_seq: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         Self::on_devices(kind, cfg, batch, max_seq, dtype, &vec![device.clone(); cfg.num_hidden_layers])
     }
 
     /// A cache whose layer `l` lives on `devices[l]` (the device its layer runs on).
-    pub fn on_devices(kind: CacheKind, cfg: &Qwen2Config, batch: usize, max_seq: usize, dtype: DType, devices: &[Device]) -> Result<Self> {
+    pub fn on_devices(
+        kind: CacheKind,
+        cfg: &Qwen2Config,
+        batch: usize,
+        max_seq: usize,
+        dtype: DType,
+        devices: &[Device],
+    ) -> Result<Self> {
         let shape = (batch, cfg.num_key_value_heads, max_seq, cfg.head_dim());
         let mut k = Vec::with_capacity(cfg.num_hidden_layers);
         let mut v = Vec::with_capacity(cfg.num_hidden_layers);
@@ -88,7 +102,10 @@ impl KvCache {
     pub fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         let s = k.dims()[2];
         if self.len + s > self.max_seq {
-            return Err(LabError::input(format!("KV cache full: {} tokens held + {s} new > capacity {}", self.len, self.max_seq)));
+            return Err(LabError::input(format!(
+                "KV cache full: {} tokens held + {s} new > capacity {}",
+                self.len, self.max_seq
+            )));
         }
         let (k, v) = (k.contiguous()?, v.contiguous()?);
         match self.kind {

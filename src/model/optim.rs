@@ -102,7 +102,10 @@ mod tests {
             ours.step(&ga).unwrap();
             theirs.step(&gb).unwrap();
         }
-        let (x, y) = (a.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap(), b.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        let (x, y) = (
+            a.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            b.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        );
         assert_ne!(x, init.flatten_all().unwrap().to_vec1::<f32>().unwrap());
         for (x, y) in x.iter().zip(&y) {
             assert!((x - y).abs() < 1e-6, "{x} vs {y}");

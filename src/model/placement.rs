@@ -78,7 +78,8 @@ impl PartBytes {
         let embed = sum(&|n| n == "model.embed_tokens.weight");
         let layer = sum(&|n| n.starts_with("model.layers.0."));
         // A tied head is the embedding table: on the GPU it is a copy of it.
-        let head = sum(&|n| n == "model.norm.weight") + if cfg.tie_word_embeddings { embed } else { sum(&|n| n == "lm_head.weight") };
+        let head = sum(&|n| n == "model.norm.weight")
+            + if cfg.tie_word_embeddings { embed } else { sum(&|n| n == "lm_head.weight") };
         Self { embed, layer, head, layers: cfg.num_hidden_layers, hidden: (cfg.hidden_size * elem_bytes) as u64 }
     }
 
@@ -107,7 +108,13 @@ impl Placement {
     /// the KV cache, activations and workspace. The head stays on the GPU; as many layers as fit
     /// are resident (the first ones); streaming keeps two layer buffers. Hybrid streams a share
     /// of the rest in proportion to the PCIe and host bandwidths, spread evenly among them.
-    pub fn for_budget(strategy: Strategy, parts: &PartBytes, budget: u64, reserve: u64, bw: Option<&Bandwidths>) -> Result<Self> {
+    pub fn for_budget(
+        strategy: Strategy,
+        parts: &PartBytes,
+        budget: u64,
+        reserve: u64,
+        bw: Option<&Bandwidths>,
+    ) -> Result<Self> {
         let n = parts.layers;
         if strategy == Strategy::Full {
             return Ok(Self::full(n));
@@ -143,7 +150,9 @@ impl Placement {
         let streamed = match strategy {
             Strategy::Streamed => rest,
             Strategy::Hybrid => {
-                let bw = bw.ok_or_else(|| LabError::input("the hybrid placement needs the measured PCIe and host bandwidths"))?;
+                let bw = bw.ok_or_else(|| {
+                    LabError::input("the hybrid placement needs the measured PCIe and host bandwidths")
+                })?;
                 hybrid_streamed(rest, bw)
             }
             _ => 0,
@@ -159,7 +168,8 @@ impl Placement {
         if name.starts_with("model.embed_tokens.") {
             return self.embed;
         }
-        let layer = name.strip_prefix("model.layers.").and_then(|r| r.split('.').next()).and_then(|l| l.parse::<usize>().ok());
+        let layer =
+            name.strip_prefix("model.layers.").and_then(|r| r.split('.').next()).and_then(|l| l.parse::<usize>().ok());
         match layer {
             Some(l) => self.layers.get(l).copied().unwrap_or(Home::Gpu),
             None => self.head,
@@ -182,13 +192,17 @@ impl Placement {
     /// Model bytes held in device memory (resident parts and stream buffers).
     pub fn gpu_bytes(&self, parts: &PartBytes) -> u64 {
         let on = |h: Home, b: u64| if h == Home::Gpu { b } else { 0 };
-        on(self.embed, parts.embed) + on(self.head, parts.head) + (self.count(Home::Gpu) + self.slots) as u64 * parts.layer
+        on(self.embed, parts.embed)
+            + on(self.head, parts.head)
+            + (self.count(Home::Gpu) + self.slots) as u64 * parts.layer
     }
 
     /// Model bytes held in host memory (pinned for streamed layers).
     pub fn host_bytes(&self, parts: &PartBytes) -> u64 {
         let off = |h: Home, b: u64| if h == Home::Gpu { 0 } else { b };
-        off(self.embed, parts.embed) + off(self.head, parts.head) + (self.layers.len() - self.count(Home::Gpu)) as u64 * parts.layer
+        off(self.embed, parts.embed)
+            + off(self.head, parts.head)
+            + (self.layers.len() - self.count(Home::Gpu)) as u64 * parts.layer
     }
 
     /// What one decoded token reads and moves: every weight byte once where it lives, streamed
@@ -333,7 +347,10 @@ mod tests {
         assert_eq!(pl.count(Home::Cpu), 15);
         // Spread: never two streamed layers next to each other.
         assert!(pl.layers.windows(2).all(|w| !(w[0] == Home::Streamed && w[1] == Home::Streamed)));
-        assert!(pl.ceiling_tok_s(&p, &bw) > Placement::for_budget(Strategy::Split, &p, 5 * GIB, 256 << 20, None).unwrap().ceiling_tok_s(&p, &bw));
+        assert!(
+            pl.ceiling_tok_s(&p, &bw)
+                > Placement::for_budget(Strategy::Split, &p, 5 * GIB, 256 << 20, None).unwrap().ceiling_tok_s(&p, &bw)
+        );
         // 15 CPU layers at 100 GB/s (about 70 ms) outlast 7 streamed ones at 50 GB/s (65 ms); all
         // 22 streamed, the copies bound.
         assert!(pl.bound(&p, &bw).starts_with("host reads"), "{}", pl.bound(&p, &bw));

@@ -155,10 +155,17 @@ fn q4_k_m_type(cfg: &Qwen2Config, spec: &TensorSpec) -> GgmlDType {
         return GgmlDType::F32;
     }
     let n = cfg.num_hidden_layers as i64;
-    let layer = spec.name.strip_prefix("model.layers.").and_then(|r| r.split('.').next()).and_then(|d| d.parse::<i64>().ok());
+    let layer =
+        spec.name.strip_prefix("model.layers.").and_then(|r| r.split('.').next()).and_then(|d| d.parse::<i64>().ok());
     let more_bits = layer.is_some_and(|i| recipe::use_more_bits(i, n));
     let class = ModelClass::qwen2(cfg.num_hidden_layers);
-    let t = recipe::tensor_type(FileType::Q4KM, class, &recipe::Tensor { name: &name, ne: &ne }, !cfg.tie_word_embeddings, more_bits);
+    let t = recipe::tensor_type(
+        FileType::Q4KM,
+        class,
+        &recipe::Tensor { name: &name, ne: &ne },
+        !cfg.tie_word_embeddings,
+        more_bits,
+    );
     // Every type the recipe gives Qwen2 (Q4_K, Q5_0, Q6_K, Q8_0, F16) is one candle computes.
     t.candle().unwrap_or(GgmlDType::F16)
 }
@@ -181,9 +188,9 @@ pub fn ggml_dtype_for(spec: &TensorSpec, tied_embeddings: bool) -> GgmlDType {
     let row = spec.shape[1];
     let is_output = spec.name == "lm_head.weight" || (tied_embeddings && spec.name == "model.embed_tokens.weight");
     let preferred = if is_output { GgmlDType::Q6K } else { GgmlDType::Q4K };
-    if row % preferred.block_size() == 0 {
+    if row.is_multiple_of(preferred.block_size()) {
         preferred
-    } else if row % GgmlDType::Q8_0.block_size() == 0 {
+    } else if row.is_multiple_of(GgmlDType::Q8_0.block_size()) {
         GgmlDType::Q8_0
     } else {
         GgmlDType::F16

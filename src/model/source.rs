@@ -89,7 +89,9 @@ impl ModelSource {
     /// every other source as it is.
     pub fn fetched(&self, opts: &SourceOptions) -> Result<Self> {
         match self {
-            Self::HubFile { repo, file } => Ok(Self::Gguf(super::hub::fetch_file_from_hub(repo, file, opts.cache_dir.as_deref())?)),
+            Self::HubFile { repo, file } => {
+                Ok(Self::Gguf(super::hub::fetch_file_from_hub(repo, file, opts.cache_dir.as_deref())?))
+            }
             other => Ok(other.clone()),
         }
     }
@@ -203,5 +205,11 @@ pub fn load_opened(
     })?;
     let model = Qwen2::new(&opened.cfg, precision, weights, device)?;
     device.synchronize()?;
-    Ok(LoadedModel { model, tokenizer: opened.tokenizer, chat: opened.chat, load_s: t0.elapsed().as_secs_f64(), describe: opened.weights.describe() })
+    Ok(LoadedModel {
+        model,
+        tokenizer: opened.tokenizer,
+        chat: opened.chat,
+        load_s: t0.elapsed().as_secs_f64(),
+        describe: opened.weights.describe(),
+    })
 }

@@ -53,7 +53,10 @@ impl Streamer {
         let layer_bytes = crate::memory::tensor_bytes(&first);
         let mut slot_layers = Vec::with_capacity(slots_n);
         for _ in 0..slots_n {
-            let bufs = first.iter().map(|t| Tensor::zeros(t.shape(), t.dtype(), device)).collect::<candle_core::Result<Vec<_>>>()?;
+            let bufs = first
+                .iter()
+                .map(|t| Tensor::zeros(t.shape(), t.dtype(), device))
+                .collect::<candle_core::Result<Vec<_>>>()?;
             slot_layers.push(Layer::from_tensors(bufs)?);
         }
         let order = layers.iter().map(|(l, _)| *l).collect();
@@ -70,7 +73,11 @@ impl Streamer {
                 let compute = dev.cuda_stream();
                 let mut dst = Vec::new();
                 for s in &slot_layers {
-                    let ptrs = s.tensors()?.iter().map(|t| crate::memory::cuda_copy::device_ptr(t, &compute)).collect::<Result<Vec<_>>>()?;
+                    let ptrs = s
+                        .tensors()?
+                        .iter()
+                        .map(|t| crate::memory::cuda_copy::device_ptr(t, &compute))
+                        .collect::<Result<Vec<_>>>()?;
                     dst.push(ptrs);
                 }
                 let copied = (0..slots_n).map(|_| stream.event()).collect::<Result<Vec<_>>>()?;
@@ -93,7 +100,8 @@ impl Streamer {
     }
 
     fn host_layer(tensors: Vec<Tensor>, device: &Device) -> Result<HostLayer> {
-        let tensors = tensors.into_iter().map(|t| t.to_device(&Device::Cpu)).collect::<candle_core::Result<Vec<_>>>()?;
+        let tensors =
+            tensors.into_iter().map(|t| t.to_device(&Device::Cpu)).collect::<candle_core::Result<Vec<_>>>()?;
         match device {
             #[cfg(feature = "cuda")]
             Device::Cuda(dev) => {
@@ -130,7 +138,7 @@ impl Streamer {
     pub(super) fn start_pass(&self) -> Result<()> {
         let k = self.step.load(Ordering::SeqCst);
         let n = self.order.len();
-        if k % n != 0 {
+        if !k.is_multiple_of(n) {
             self.synchronize()?;
             self.prime(k.div_ceil(n) * n)?;
         }

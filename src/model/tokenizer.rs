@@ -8,7 +8,8 @@ use std::io::Read;
 use tokenizers::Tokenizer;
 
 /// Qwen2's pre-tokenizer split, as its tokenizer.json has it (llama.cpp's `qwen2` pre type).
-pub const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// How text is split before BPE, by llama.cpp's `tokenizer.ggml.pre` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +43,8 @@ impl Pre {
         }
         let parts = pre["pretokenizers"].as_array()?;
         let split = parts.iter().find(|p| p["type"] == "Split")?;
-        (split["pattern"]["Regex"] == QWEN2_SPLIT && parts.iter().any(|p| p["type"] == "ByteLevel")).then_some(Self::Qwen2)
+        (split["pattern"]["Regex"] == QWEN2_SPLIT && parts.iter().any(|p| p["type"] == "ByteLevel"))
+            .then_some(Self::Qwen2)
     }
 
     fn pre_tokenizer(self) -> Json {
@@ -50,7 +52,9 @@ impl Pre {
             Self::Qwen2 => json!({"type": "Sequence", "pretokenizers": [
                 {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": false},
                 {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]}),
-            Self::Gpt2 => json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}),
+            Self::Gpt2 => {
+                json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true})
+            }
         }
     }
 }
@@ -150,10 +154,16 @@ pub fn qwen25() -> Result<Tokenizer> {
         vocab.insert(m.replacen(' ', "", 1), json!(256 + i));
     }
     if vocab.len() as u32 != QWEN25_FIRST_ADDED {
-        return Err(LabError::other(format!("the shipped Qwen2.5 merges give {} tokens, not {QWEN25_FIRST_ADDED}", vocab.len())));
+        return Err(LabError::other(format!(
+            "the shipped Qwen2.5 merges give {} tokens, not {QWEN25_FIRST_ADDED}",
+            vocab.len()
+        )));
     }
-    let added: Vec<Added> =
-        QWEN25_ADDED.iter().enumerate().map(|(i, c)| Added { id: QWEN25_FIRST_ADDED + i as u32, content: c.to_string(), special: i < 14 }).collect();
+    let added: Vec<Added> = QWEN25_ADDED
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Added { id: QWEN25_FIRST_ADDED + i as u32, content: c.to_string(), special: i < 14 })
+        .collect();
     build(vocab, merges, &added, Pre::Qwen2)
 }
 

@@ -54,7 +54,13 @@ fn check(model: &Qwen2) -> Result<()> {
 /// `forward_done` runs between the forward and the backward (where a caller reads memory).
 /// Only the weights' gradients are returned: candle's store also holds gradients of constants
 /// the graph used (see `estimate::training::constant_grads_layer`), dropped here.
-pub fn gradients(model: &Qwen2, input: &Tensor, target: &Tensor, checkpoint: bool, forward_done: &mut dyn FnMut()) -> Result<StepGrads> {
+pub fn gradients(
+    model: &Qwen2,
+    input: &Tensor,
+    target: &Tensor,
+    checkpoint: bool,
+    forward_done: &mut dyn FnMut(),
+) -> Result<StepGrads> {
     check(model)?;
     let mut step = if checkpoint {
         checkpointed(model, input, target, forward_done)?
@@ -121,7 +127,9 @@ fn checkpointed(model: &Qwen2, input: &Tensor, target: &Tensor, forward_done: &m
         let y = layer.forward(xin.as_tensor().clone(), l, cfg, &rope, &mut cache, 0, model.attention)?;
         let mut local = (y * &g)?.sum_all()?.backward()?;
         drop(cache);
-        g = local.remove(xin.as_tensor()).ok_or_else(|| LabError::other(format!("layer {l} gave its input no gradient")))?;
+        g = local
+            .remove(xin.as_tensor())
+            .ok_or_else(|| LabError::other(format!("layer {l} gave its input no gradient")))?;
         merge(&mut grads, &mut local, &layer.tensors()?)?;
     }
     // The embedding table's gradient (added to the head's when tied).
@@ -153,7 +161,8 @@ mod tests {
     fn checkpointing_changes_no_gradient() {
         for tied in [true, false] {
             let model = tiny_model(tied);
-            let ids = Tensor::new(&[[3u32, 9, 27, 81, 243, 17, 5, 66, 12], [1, 2, 3, 4, 5, 6, 7, 8, 9]], &Device::Cpu).unwrap();
+            let ids = Tensor::new(&[[3u32, 9, 27, 81, 243, 17, 5, 66, 12], [1, 2, 3, 4, 5, 6, 7, 8, 9]], &Device::Cpu)
+                .unwrap();
             let (input, target) = shift(&ids).unwrap();
             let plain = gradients(&model, &input, &target, false, &mut || ()).unwrap();
             let ckpt = gradients(&model, &input, &target, true, &mut || ()).unwrap();
@@ -164,7 +173,11 @@ mod tests {
                 let (a, b) = (plain.grads.get(v).unwrap(), ckpt.grads.get(v).unwrap());
                 let scale = a.abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap().max(1e-6);
                 let diff = (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
-                assert!(diff <= 1e-4 * scale, "tied {tied}: a gradient of shape {:?} differs by {diff} (max {scale})", v.shape());
+                assert!(
+                    diff <= 1e-4 * scale,
+                    "tied {tied}: a gradient of shape {:?} differs by {diff} (max {scale})",
+                    v.shape()
+                );
             }
         }
     }

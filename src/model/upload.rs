@@ -31,8 +31,8 @@ pub fn index(files: &[PathBuf]) -> Result<HashMap<String, Entry>> {
         let file = File::open(path)?;
         // SAFETY: mapped read-only for the header's parse only; the lab never writes the file.
         let map = unsafe { memmap2::Mmap::map(&file) }?;
-        let (n, meta) =
-            safetensors::SafeTensors::read_metadata(&map).map_err(|e| LabError::input(format!("{}: not a readable safetensors file ({e})", path.display())))?;
+        let (n, meta) = safetensors::SafeTensors::read_metadata(&map)
+            .map_err(|e| LabError::input(format!("{}: not a readable safetensors file ({e})", path.display())))?;
         let data = 8 + n as u64;
         for (name, info) in meta.tensors() {
             let dtype = match info.dtype {
@@ -42,7 +42,10 @@ pub fn index(files: &[PathBuf]) -> Result<HashMap<String, Entry>> {
                 _ => continue,
             };
             let (start, end) = info.data_offsets;
-            out.insert(name, Entry { file: i, offset: data + start as u64, len: end - start, dtype, shape: info.shape.clone() });
+            out.insert(
+                name,
+                Entry { file: i, offset: data + start as u64, len: end - start, dtype, shape: info.shape.clone() },
+            );
         }
     }
     Ok(out)
@@ -53,13 +56,16 @@ pub fn read_parallel(file: &File, offset: u64, buf: &mut [u8]) -> Result<()> {
     const MIN_PIECE: usize = 1 << 20;
     let threads = rayon::current_num_threads().max(1);
     let piece = buf.len().div_ceil(threads).max(MIN_PIECE).next_multiple_of(4096);
-    buf.par_chunks_mut(piece).enumerate().try_for_each(|(i, p)| file.read_exact_at(p, offset + (i * piece) as u64)).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            LabError::input("a safetensors file ends before a tensor it lists (truncated?)")
-        } else {
-            e.into()
-        }
-    })
+    buf.par_chunks_mut(piece)
+        .enumerate()
+        .try_for_each(|(i, p)| file.read_exact_at(p, offset + (i * piece) as u64))
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                LabError::input("a safetensors file ends before a tensor it lists (truncated?)")
+            } else {
+                e.into()
+            }
+        })
 }
 
 #[cfg(feature = "cuda")]
@@ -103,14 +109,24 @@ mod gpu {
             for e in &landed {
                 e.record(&stream).map_err(err)?;
             }
-            Ok(Self { dev: dev.clone(), staging: [Pinned::new(dev, chunk)?, Pinned::new(dev, chunk)?], stream, landed, next: 0, chunk })
+            Ok(Self {
+                dev: dev.clone(),
+                staging: [Pinned::new(dev, chunk)?, Pinned::new(dev, chunk)?],
+                stream,
+                landed,
+                next: 0,
+                chunk,
+            })
         }
 
         /// The tensor `e` of `file` on the device, read piece by piece into the staging buffers.
         pub fn tensor(&mut self, file: &File, e: &Entry) -> Result<Tensor> {
             let elems: usize = e.shape.iter().product();
             if elems * e.dtype.size_in_bytes() != e.len {
-                return Err(LabError::input(format!("a safetensors entry of {} bytes does not hold {:?} of {:?}", e.len, e.shape, e.dtype)));
+                return Err(LabError::input(format!(
+                    "a safetensors entry of {} bytes does not hold {:?} of {:?}",
+                    e.len, e.shape, e.dtype
+                )));
             }
             let t = cuda_copy::uninit(&self.dev, e.dtype, e.shape.clone())?;
             let (dst, _) = cuda_copy::device_ptr(&t, &self.stream)?;
@@ -157,7 +173,11 @@ mod tests {
         let b = Tensor::arange(0f32, 5000., &dev).unwrap().to_dtype(DType::BF16).unwrap();
         let c = Tensor::ones((7, 3), DType::F16, &dev).unwrap();
         let files = vec![dir.path().join("m-1.safetensors"), dir.path().join("m-2.safetensors")];
-        candle_core::safetensors::save(&HashMap::from([("a".to_string(), a.clone()), ("b".to_string(), b.clone())]), &files[0]).unwrap();
+        candle_core::safetensors::save(
+            &HashMap::from([("a".to_string(), a.clone()), ("b".to_string(), b.clone())]),
+            &files[0],
+        )
+        .unwrap();
         candle_core::safetensors::save(&HashMap::from([("c".to_string(), c.clone())]), &files[1]).unwrap();
         let idx = index(&files).unwrap();
         assert_eq!(idx.len(), 3);
@@ -167,7 +187,12 @@ mod tests {
             let mut buf = vec![0u8; e.len];
             read_parallel(&File::open(&files[e.file]).unwrap(), e.offset, &mut buf).unwrap();
             let got = Tensor::from_raw_buffer(&buf, e.dtype, &e.shape, &dev).unwrap();
-            let diff = (got.to_dtype(DType::F32).unwrap() - want.to_dtype(DType::F32).unwrap()).unwrap().abs().unwrap().sum_all().unwrap();
+            let diff = (got.to_dtype(DType::F32).unwrap() - want.to_dtype(DType::F32).unwrap())
+                .unwrap()
+                .abs()
+                .unwrap()
+                .sum_all()
+                .unwrap();
             assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0, "{name}");
         }
         // A file cut inside a tensor's bytes: the header parse refuses it, in one line.

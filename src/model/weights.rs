@@ -211,7 +211,9 @@ impl Safetensors {
     fn staged(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Option<Weight>> {
         /// Each of the two staging buffers.
         const CHUNK: usize = 64 << 20;
-        let (Device::Cuda(dev), Held::Dense(dtype)) = (device, precision.held(&self.cfg, spec)) else { return Ok(None) };
+        let (Device::Cuda(dev), Held::Dense(dtype)) = (device, precision.held(&self.cfg, spec)) else {
+            return Ok(None);
+        };
         let Some(e) = self.index.get(&spec.name).filter(|e| e.dtype == dtype) else { return Ok(None) };
         check_shape(&spec.name, &e.shape, &spec.shape)?;
         if self.staged.is_none() {
@@ -232,8 +234,11 @@ impl Safetensors {
         // Any index there is read (a FIFO or a device is refused, not passed over).
         if index.exists() || index.is_symlink() {
             let text = crate::paths::read_regular_text(&index, MAX_INDEX_BYTES)?;
-            let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", index.display())))?;
-            let map = json["weight_map"].as_object().ok_or_else(|| LabError::input(format!("{} has no weight_map", index.display())))?;
+            let json: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", index.display())))?;
+            let map = json["weight_map"]
+                .as_object()
+                .ok_or_else(|| LabError::input(format!("{} has no weight_map", index.display())))?;
             // The index is data: each shard it names is a plain name inside the model folder.
             let what = format!("{}: the shard", index.display());
             let mut files: Vec<PathBuf> = map
@@ -245,8 +250,10 @@ impl Safetensors {
             files.dedup();
             return Ok(files);
         }
-        let mut files: Vec<PathBuf> =
-            std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
         files.sort();
         Ok(files)
     }
@@ -258,10 +265,17 @@ impl WeightSource for Safetensors {
         if let Some(w) = self.staged(spec, precision, device)? {
             return Ok(w);
         }
-        let t = self.st.load(&spec.name, &Device::Cpu).map_err(|e| LabError::input(format!("cannot read tensor {} ({})", spec.name, cause(&e))))?;
+        let t = self
+            .st
+            .load(&spec.name, &Device::Cpu)
+            .map_err(|e| LabError::input(format!("cannot read tensor {} ({})", spec.name, cause(&e))))?;
         // Integer or FP8 weights carry scales the lab does not apply: refuse, not reinterpret.
         if !matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16) {
-            return Err(LabError::input(format!("tensor {} is stored as {:?}; the lab reads F32, F16 and BF16 weights", spec.name, t.dtype())));
+            return Err(LabError::input(format!(
+                "tensor {} is stored as {:?}; the lab reads F32, F16 and BF16 weights",
+                spec.name,
+                t.dtype()
+            )));
         }
         check_shape(&spec.name, t.dims(), &spec.shape)?;
         convert(t, spec, precision, &self.cfg, device)

@@ -72,7 +72,10 @@ fn build() -> Result<PathBuf> {
     if cfg!(feature = "cuda") {
         cmd.args(["--release", "--features", "cuda"]);
     }
-    let o = cmd.current_dir(lab_root()).output().map_err(|e| LabError::other(format!("cargo build of vram-lab (set VRAM_LAB_BIN to a built binary): {e}")))?;
+    let o = cmd
+        .current_dir(lab_root())
+        .output()
+        .map_err(|e| LabError::other(format!("cargo build of vram-lab (set VRAM_LAB_BIN to a built binary): {e}")))?;
     if !o.status.success() {
         return Err(LabError::other(format!("cargo build of vram-lab failed: {}", last_line(&o.stderr))));
     }

@@ -93,7 +93,10 @@ impl Setup {
 
     /// The binary a Live run uses (built on first use) and its device.
     pub fn live_lab(&self) -> Result<&Lab> {
-        self.lab.get_or_init(|| Lab::find(&self.args.device).map_err(|e| e.to_string())).as_ref().map_err(|e| LabError::other(e.clone()))
+        self.lab
+            .get_or_init(|| Lab::find(&self.args.device).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| LabError::other(e.clone()))
     }
 
     /// The session flags a Live run of `stage` passes: the notebook's model and card on a GPU; on
@@ -125,7 +128,11 @@ impl Setup {
         match self.mode {
             Mode::Live => {
                 let (device, model, card) = match (self.live_lab(), self.live_args("anatomy")) {
-                    (Ok(lab), Ok(a)) => (lab.device.clone(), a.model.unwrap_or_else(|| "the CPU default".into()), a.card.unwrap_or_else(|| "none".into())),
+                    (Ok(lab), Ok(a)) => (
+                        lab.device.clone(),
+                        a.model.unwrap_or_else(|| "the CPU default".into()),
+                        a.card.unwrap_or_else(|| "none".into()),
+                    ),
                     (Err(e), _) | (_, Err(e)) => (format!("unavailable: {e}"), self.model().into(), self.card().into()),
                 };
                 format!("输出来源 Outputs: Live 现场运行 — `vram-lab` run here on {device}, {today}, commit {commit}\n模型 model {model}, 显卡 card {card}")
@@ -156,7 +163,12 @@ impl Setup {
             Mode::Replay => RunFolder::open(&self.newest_run_with(name, &settings)?)?,
             Mode::Live => {
                 let out = live_run_dir(name);
-                self.live_lab()?.run_stage(&self.live_args(stage.name())?, stage.name(), &serde_json::Value::Object(settings).to_string(), &out)?;
+                self.live_lab()?.run_stage(
+                    &self.live_args(stage.name())?,
+                    stage.name(),
+                    &serde_json::Value::Object(settings).to_string(),
+                    &out,
+                )?;
                 RunFolder::open(&out)?
             }
         };
@@ -202,7 +214,8 @@ impl Setup {
                     let d = without_reference(d);
                     d.as_object().is_some_and(|d| d.iter().all(|(k, v)| config.get(k).unwrap_or(v) == v))
                 };
-                let full = defaults.as_ref().is_some_and(|(g, c)| [g, c].iter().any(|d| d.as_ref().is_some_and(is_default)));
+                let full =
+                    defaults.as_ref().is_some_and(|(g, c)| [g, c].iter().any(|d| d.as_ref().is_some_and(is_default)));
                 let reference = rec.config.get("pytorch").is_some_and(|p| !p.is_null());
                 found.push((full, reference, m.started.clone(), dir));
             }
@@ -229,7 +242,10 @@ pub fn committed(folder: &str, stage: &str) -> Result<StageRun> {
 fn finished(run: RunFolder, name: &str) -> Result<StageRun> {
     let record = run.manifest.stage(name).ok_or_else(|| LabError::other(format!("the run has no stage {name}")))?;
     if record.status != StageStatus::Done {
-        return Err(LabError::other(format!("stage {name} did not finish: {}", record.error.clone().unwrap_or_default())));
+        return Err(LabError::other(format!(
+            "stage {name} did not finish: {}",
+            record.error.clone().unwrap_or_default()
+        )));
     }
     Ok(StageRun { run, stage: name.to_string() })
 }
@@ -248,7 +264,11 @@ pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Es
     let est = estimate::EstimateConfig { seq, batch, train: true, ..Default::default() };
     let plan = estimate::PlanConfig { seq, ..Default::default() };
     let check = estimate_check::CheckConfig { results: results_dir() };
-    let stages = vec![("estimate", serde_json::to_value(est)?), ("plan", serde_json::to_value(plan)?), ("check", serde_json::to_value(check)?)];
+    let stages = vec![
+        ("estimate", serde_json::to_value(est)?),
+        ("plan", serde_json::to_value(plan)?),
+        ("check", serde_json::to_value(check)?),
+    ];
     let run = run_in(formulas_session(model, card)?, stages)?;
     let of = |stage: &str| StageRun { run: run.clone(), stage: stage.into() };
     Ok(Estimator { estimate: of("estimate"), plan: of("plan"), check: of("check") })
@@ -258,7 +278,10 @@ pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Es
 /// fields of `vram-lab estimate`'s flags), computed here whatever the notebook's mode: formulas
 /// only, no GPU and no weights.
 pub fn estimate_with(model: &str, card: &str, settings: &str) -> Result<StageRun> {
-    let config = crate::stage::with_settings(serde_json::to_value(crate::experiments::estimate::EstimateConfig::default())?, settings)?;
+    let config = crate::stage::with_settings(
+        serde_json::to_value(crate::experiments::estimate::EstimateConfig::default())?,
+        settings,
+    )?;
     Ok(StageRun { run: run_in(formulas_session(model, card)?, vec![("estimate", config)])?, stage: "estimate".into() })
 }
 
@@ -286,7 +309,8 @@ fn run_in(mut session: Session, stages: Vec<(&str, serde_json::Value)>) -> Resul
 
 /// A stage's settings written as a JSON object (`{"gpus": 2}`).
 fn settings_of(text: &str) -> Result<serde_json::Map<String, serde_json::Value>> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| LabError::input(format!("the settings `{text}` are not JSON: {e}")))?;
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| LabError::input(format!("the settings `{text}` are not JSON: {e}")))?;
     v.as_object().cloned().ok_or_else(|| LabError::input(format!("the settings `{text}` are not a JSON object")))
 }
 

@@ -30,7 +30,9 @@ impl StageRun {
             if c == b'}' {
                 return Err(LabError::input(format!("a lone `}}` in the template near `{}`", head(&rest[i..]))));
             }
-            let end = rest[i..].find('}').ok_or_else(|| LabError::input(format!("an unclosed `{{` near `{}`", head(&rest[i..]))))?;
+            let end = rest[i..]
+                .find('}')
+                .ok_or_else(|| LabError::input(format!("an unclosed `{{` near `{}`", head(&rest[i..]))))?;
             out.push_str(&self.field(rest[i + 1..i + end].trim())?);
             rest = &rest[i + end + 1..];
         }
@@ -61,15 +63,22 @@ impl StageRun {
             _ => {}
         }
         let (spec, decimals) = match spec.rsplit_once(':') {
-            Some((s, d)) if !d.contains(']') => (s, Some(d.trim().parse::<usize>().map_err(|_| bad(spec, "`:N` wants a number of decimals"))?)),
+            Some((s, d)) if !d.contains(']') => {
+                (s, Some(d.trim().parse::<usize>().map_err(|_| bad(spec, "`:N` wants a number of decimals"))?))
+            }
             _ => (spec, None),
         };
         let (path, filters) = match spec.split_once('[') {
             Some((p, f)) => (p, f.strip_suffix(']').ok_or_else(|| bad(spec, "a `[` without its `]`"))?),
             None => (spec, ""),
         };
-        let (table, column) = path.trim().split_once('.').ok_or_else(|| bad(spec, "not `table.column[filters]` nor a manifest field"))?;
-        let df = if table.trim() == "findings" { self.findings().and_then(|t| t.df()) } else { self.run.table(&self.stage, table.trim()) };
+        let (table, column) =
+            path.trim().split_once('.').ok_or_else(|| bad(spec, "not `table.column[filters]` nor a manifest field"))?;
+        let df = if table.trim() == "findings" {
+            self.findings().and_then(|t| t.df())
+        } else {
+            self.run.table(&self.stage, table.trim())
+        };
         let Ok(df) = df else { return Ok(MISSING.into()) };
         let col = df.column(column.trim()).map_err(|_| bad(spec, &format!("table {table} has no column {column}")))?;
         let mut mask = BooleanChunked::full("m".into(), true, df.height());
@@ -112,7 +121,8 @@ fn filter_pairs(filters: &str) -> Vec<String> {
 
 /// The template's lines without the indentation they share (a cell's raw string may be indented).
 fn dedent(text: &str) -> String {
-    let indent = text.lines().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
+    let indent =
+        text.lines().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
     text.lines().map(|l| l.get(indent..).unwrap_or(l.trim_start())).collect::<Vec<_>>().join("\n")
 }
 
@@ -188,10 +198,17 @@ mod tests {
         let kv = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090")).stage("kv").unwrap();
         let df = kv.run.table("kv", "kv_limit").unwrap();
         let want = df.column("max_context").unwrap().get(0).unwrap();
-        let p = df.column("precision").unwrap().cast(&DataType::String).unwrap().str().unwrap().get(0).unwrap().to_string();
-        let l = df.column("logits").unwrap().cast(&DataType::String).unwrap().str().unwrap().get(0).unwrap().to_string();
-        let a = df.column("attention").unwrap().cast(&DataType::String).unwrap().str().unwrap().get(0).unwrap().to_string();
-        let text = kv.fill(&format!("limit {{kv_limit.max_context[precision={p}, logits={l}, attention={a}]}} on {{gpu}} {{{{x}}}}")).unwrap();
+        let p =
+            df.column("precision").unwrap().cast(&DataType::String).unwrap().str().unwrap().get(0).unwrap().to_string();
+        let l =
+            df.column("logits").unwrap().cast(&DataType::String).unwrap().str().unwrap().get(0).unwrap().to_string();
+        let a =
+            df.column("attention").unwrap().cast(&DataType::String).unwrap().str().unwrap().get(0).unwrap().to_string();
+        let text = kv
+            .fill(&format!(
+                "limit {{kv_limit.max_context[precision={p}, logits={l}, attention={a}]}} on {{gpu}} {{{{x}}}}"
+            ))
+            .unwrap();
         assert_eq!(text, format!("limit {} on {} {{x}}", show(want, None), kv.run.manifest.env.gpu.clone().unwrap()));
         assert_eq!(kv.fill("{kv_limit.max_context[precision=f64]}").unwrap(), MISSING);
         assert!(kv.fill("{kv_limit.max_context}").unwrap_err().to_string().contains("different values match"));

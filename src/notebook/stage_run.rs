@@ -33,7 +33,9 @@ impl StageRun {
             .split(' ')
             .enumerate()
             .map(|(i, t)| match std::path::Path::new(t).file_name() {
-                Some(f) if t.starts_with('/') || i == 0 => format!("{}{}", if i == 0 { "" } else { "…/" }, f.to_string_lossy()),
+                Some(f) if t.starts_with('/') || i == 0 => {
+                    format!("{}{}", if i == 0 { "" } else { "…/" }, f.to_string_lossy())
+                }
                 _ => t.to_string(),
             })
             .collect();
@@ -87,17 +89,25 @@ impl StageRun {
         if picked.is_empty() {
             // Say so rather than show an empty cell: e.g. PyTorch's rows exist only in a run given
             // the reference script's output (the committed GPU runs), not in a Live run.
-            println!("{}: this run has no rows where {only} (model {}, {})", view.name, self.run.manifest.model, self.run.manifest.env.device);
+            println!(
+                "{}: this run has no rows where {only} (model {}, {})",
+                view.name, self.run.manifest.model, self.run.manifest.env.device
+            );
             return Ok(());
         }
         let mut shown = Vec::new();
         for (label, part) in picked {
-            let caption = if label.is_empty() { view.caption.to_string() } else { format!("{} — {label}", view.caption) };
+            let caption =
+                if label.is_empty() { view.caption.to_string() } else { format!("{} — {label}", view.caption) };
             if tables {
                 shown.push((present_columns(&part, view.columns)?, caption));
             }
             if let (true, Some(chart)) = (charts, &view.chart) {
-                show_chart(&draw(chart, &part)?, Some(&draw_svg(chart, &part)?), &format!("{}-{name}-{label}", self.stage));
+                show_chart(
+                    &draw(chart, &part)?,
+                    Some(&draw_svg(chart, &part)?),
+                    &format!("{}-{name}-{label}", self.stage),
+                );
             }
         }
         if !shown.is_empty() {

@@ -5,7 +5,9 @@
 use crate::error::Result;
 use crate::stage::{Axis, ChartKind, ChartSpec, Style};
 use plotly::common::{Anchor, DashType, Font, Marker, MarkerSymbol, Mode, Orientation, Position, Title};
-use plotly::layout::{Annotation, Axis as PAxis, AxisType, BarMode, CategoryOrder, Layout, Legend, Margin, Shape, ShapeLine, ShapeType};
+use plotly::layout::{
+    Annotation, Axis as PAxis, AxisType, BarMode, CategoryOrder, Layout, Legend, Margin, Shape, ShapeLine, ShapeType,
+};
 use plotly::{Bar, Plot, Scatter};
 use polars::prelude::*;
 
@@ -21,14 +23,26 @@ pub fn draw(spec: &ChartSpec, df: &DataFrame) -> Result<Plot> {
         let marker = Marker::new().color(colour.clone());
         match spec.kind {
             ChartKind::Bars | ChartKind::Stacked => {
-                let bar = Bar::new(t.labels.clone(), t.y.clone()).name(&t.name).marker(marker).legend_group(&t.name).show_legend(t.legend);
+                let bar = Bar::new(t.labels.clone(), t.y.clone())
+                    .name(&t.name)
+                    .marker(marker)
+                    .legend_group(&t.name)
+                    .show_legend(t.legend);
                 plot.add_trace(if t.faint { bar.opacity(0.45) } else { bar });
             }
             ChartKind::Lines if p.numeric_x() => plot.add_trace(
-                Scatter::new(t.x.clone(), t.y.clone()).mode(mode(t.style)).name(&t.name).marker(marker).line(plotly::common::Line::new().color(colour)),
+                Scatter::new(t.x.clone(), t.y.clone())
+                    .mode(mode(t.style))
+                    .name(&t.name)
+                    .marker(marker)
+                    .line(plotly::common::Line::new().color(colour)),
             ),
             ChartKind::Lines => plot.add_trace(
-                Scatter::new(t.labels.clone(), t.y.clone()).mode(mode(t.style)).name(&t.name).marker(marker).line(plotly::common::Line::new().color(colour)),
+                Scatter::new(t.labels.clone(), t.y.clone())
+                    .mode(mode(t.style))
+                    .name(&t.name)
+                    .marker(marker)
+                    .line(plotly::common::Line::new().color(colour)),
             ),
         }
     }

@@ -49,7 +49,10 @@ pub fn plotly_js() -> String {
 fn meta_rows(run: &RunFolder) -> Vec<(String, String)> {
     let m = &run.manifest;
     let e = &m.env;
-    let card = m.card.as_ref().map(|c| format!("{} — {} ({})", c.label, crate::units::fmt_bytes(c.total_bytes()), c.total_source));
+    let card = m
+        .card
+        .as_ref()
+        .map(|c| format!("{} — {} ({})", c.label, crate::units::fmt_bytes(c.total_bytes()), c.total_source));
     let versions: Vec<String> = e.versions.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let mut rows = vec![
         ("command".into(), m.command.clone()),
@@ -89,7 +92,8 @@ fn short(name: &str) -> &str {
 pub fn title(m: &Manifest) -> String {
     let device = m.env.gpu.as_deref().map(short).map(|g| {
         // "an H100", "an A100", "a GH200": the article as the first letter is spoken.
-        let article = if g.starts_with(['A', 'E', 'F', 'H', 'I', 'L', 'M', 'N', 'O', 'R', 'S', 'X']) { "an" } else { "a" };
+        let article =
+            if g.starts_with(['A', 'E', 'F', 'H', 'I', 'L', 'M', 'N', 'O', 'R', 'S', 'X']) { "an" } else { "a" };
         format!("{article} {g}")
     });
     let on = match (&m.card, device) {
@@ -126,12 +130,24 @@ pub fn render(run: &RunFolder, stages: &[Box<dyn AnyStage>]) -> Result<String> {
             Some(Some(model)) => format!("model {model}"),
             None => format!("model {}", m.model),
         };
-        let _ = write!(body, "<h2 id=\"{}\">{} <span class=\"model\">· {}</span></h2>", esc(&rec.name), esc(&rec.title), esc(&model));
+        let _ = write!(
+            body,
+            "<h2 id=\"{}\">{} <span class=\"model\">· {}</span></h2>",
+            esc(&rec.name),
+            esc(&rec.title),
+            esc(&model)
+        );
         if let Some(s) = stage {
             let _ = write!(body, "<div class=\"explain\">{}</div>", s.intro());
         }
         let config = serde_json::to_string(&rec.config).unwrap_or_default();
-        let _ = write!(body, "<p style=\"font-size:12px\">{:?} in {:.1} s; config <code>{}</code></p>", rec.status, rec.seconds, esc(&config));
+        let _ = write!(
+            body,
+            "<p style=\"font-size:12px\">{:?} in {:.1} s; config <code>{}</code></p>",
+            rec.status,
+            rec.seconds,
+            esc(&config)
+        );
         if rec.status != StageStatus::Done {
             let _ = write!(body, "<p class=\"failed\">{}</p>", esc(rec.error.as_deref().unwrap_or("")));
             continue;
@@ -148,10 +164,16 @@ pub fn render(run: &RunFolder, stages: &[Box<dyn AnyStage>]) -> Result<String> {
             // Hundreds of rows in tens of tables (the check's) would bury what follows.
             let fold = view.chart.is_none() && parts.len() > FOLD_AFTER;
             if fold {
-                let _ = write!(body, "<details class=\"tables\"><summary>{} — {} tables</summary>", esc(view.caption), parts.len());
+                let _ = write!(
+                    body,
+                    "<details class=\"tables\"><summary>{} — {} tables</summary>",
+                    esc(view.caption),
+                    parts.len()
+                );
             }
             for (label, part) in parts {
-                let caption = if label.is_empty() { view.caption.to_string() } else { format!("{} — {label}", view.caption) };
+                let caption =
+                    if label.is_empty() { view.caption.to_string() } else { format!("{} — {label}", view.caption) };
                 let _ = write!(body, "<h3>{}</h3>", esc(&caption));
                 body += &html_table(&present_columns(&part, view.columns)?, "");
                 if let Some(chart) = &view.chart {
@@ -172,7 +194,10 @@ pub fn render(run: &RunFolder, stages: &[Box<dyn AnyStage>]) -> Result<String> {
             }
         }
     }
-    let _ = write!(body, "<div id=\"vram-lab-render-check\" data-charts=\"{charts}\">render check: scripts did not run</div>");
+    let _ = write!(
+        body,
+        "<div id=\"vram-lab-render-check\" data-charts=\"{charts}\">render check: scripts did not run</div>"
+    );
     Ok(format!(
         "<!doctype html>\n<html lang=\"zh-CN\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style>{ERROR_HOOK}{}</head><body>{body}{RENDER_CHECK}</body></html>\n",
         esc(&title),
@@ -193,7 +218,8 @@ mod tests {
     use crate::experiments::registry;
 
     fn committed() -> RunFolder {
-        RunFolder::open(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h100/2026-11-26-run/run")).unwrap()
+        RunFolder::open(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h100/2026-11-26-run/run"))
+            .unwrap()
     }
 
     #[test]
@@ -214,24 +240,38 @@ mod tests {
             let at = page.find(&format!("<h2 id=\"{stage}\">")).unwrap_or_else(|| panic!("no stage {stage}"));
             page[at..at + page[at..].find("</h2>").unwrap()].to_string()
         };
-        assert!(header("load").contains("model synthetic:qwen2.5-0.5b"), "the load stage's own model: {}", header("load"));
+        assert!(
+            header("load").contains("model synthetic:qwen2.5-0.5b"),
+            "the load stage's own model: {}",
+            header("load")
+        );
         assert!(header("anatomy").contains("model synthetic:qwen2.5-7b"), "{}", header("anatomy"));
         assert!(header("check").contains("no model"), "{}", header("check"));
         // The summary: a load's floor in its own column, never under "predicted".
         let findings = findings_table(&committed().manifest).unwrap();
         let stages = crate::frame::strings(&findings, "stage").unwrap();
         let units = crate::frame::strings(&findings, "unit").unwrap();
-        let (floor, predicted) = (crate::frame::floats(&findings, "floor").unwrap(), crate::frame::floats(&findings, "predicted").unwrap());
+        let (floor, predicted) =
+            (crate::frame::floats(&findings, "floor").unwrap(), crate::frame::floats(&findings, "predicted").unwrap());
         let loads: Vec<usize> = (0..stages.len()).filter(|&i| stages[i] == "load" && units[i] == "s").collect();
         assert!(!loads.is_empty());
         assert!(loads.iter().all(|&i| floor[i].is_finite() && predicted[i].is_nan()), "floors moved out of predicted");
         // Every table sits in a box that scrolls sideways.
         let tables = page.matches("<table class=\"vram-lab\"").count();
         assert!(tables > 10);
-        assert_eq!(page.matches("<div class=\"table-scroll\" style=\"overflow-x:auto;max-width:100%\"><table class=\"vram-lab\"").count(), tables);
+        assert_eq!(
+            page.matches(
+                "<div class=\"table-scroll\" style=\"overflow-x:auto;max-width:100%\"><table class=\"vram-lab\""
+            )
+            .count(),
+            tables
+        );
         assert!(STYLE.contains(".table-scroll{overflow-x:auto"));
         // The check's many tables are folded below their caption.
         let check = &page[page.find("<h2 id=\"check\">").unwrap()..];
-        assert!(check.find("<details class=\"tables\">").unwrap() < check.find("<h3>").unwrap(), "the check's per-file tables are folded");
+        assert!(
+            check.find("<details class=\"tables\">").unwrap() < check.find("<h3>").unwrap(),
+            "the check's per-file tables are folded"
+        );
     }
 }

@@ -174,12 +174,15 @@ fn told_apart(labels: &[String], variants: &[String]) -> Vec<String> {
         .iter()
         .enumerate()
         .map(|(i, l)| {
-            let same: Vec<&str> = labels.iter().zip(variants).filter(|(m, _)| *m == l).map(|(_, v)| v.as_str()).collect();
+            let same: Vec<&str> =
+                labels.iter().zip(variants).filter(|(m, _)| *m == l).map(|(_, v)| v.as_str()).collect();
             if same.len() < 2 {
                 return l.clone();
             }
             let first = same[0];
-            let mut shared = same.iter().fold(first.len(), |n, v| first.bytes().zip(v.bytes()).take(n).take_while(|(a, b)| a == b).count());
+            let mut shared = same
+                .iter()
+                .fold(first.len(), |n, v| first.bytes().zip(v.bytes()).take(n).take_while(|(a, b)| a == b).count());
             while shared > 0 && !first.is_char_boundary(shared) {
                 shared -= 1;
             }
@@ -206,7 +209,8 @@ pub fn prepare(spec: &ChartSpec, df: &DataFrame) -> Result<Prepared> {
         None => &[],
     };
     let bars = spec.kind != ChartKind::Lines;
-    let numeric_x = !bars && !spec.x.contains('{') && df.column(spec.x).map(|c| c.dtype().is_primitive_numeric()).unwrap_or(false);
+    let numeric_x =
+        !bars && !spec.x.contains('{') && df.column(spec.x).map(|c| c.dtype().is_primitive_numeric()).unwrap_or(false);
     let mut stacks: Vec<&str> = Vec::new();
     if spec.kind == ChartKind::Stacked {
         for s in spec.series {
@@ -215,7 +219,8 @@ pub fn prepare(spec: &ChartSpec, df: &DataFrame) -> Result<Prepared> {
             }
         }
     }
-    let at = |label: &str, stack: &str| if stacks.len() > 1 { format!("{label} · {stack}") } else { label.to_string() };
+    let at =
+        |label: &str, stack: &str| if stacks.len() > 1 { format!("{label} · {stack}") } else { label.to_string() };
     // Each part: its prefix, its rows (a bar's label met again keeps its first row: one bar per
     // label and series) and their labels.
     let mut parts: Vec<(String, DataFrame, Vec<String>)> = Vec::new();
@@ -249,7 +254,11 @@ pub fn prepare(spec: &ChartSpec, df: &DataFrame) -> Result<Prepared> {
     for (prefix, part, labels) in &parts {
         for s in spec.series {
             // A split series without a name of its own is named by its group alone.
-            let name = if s.name.is_empty() { prefix.trim_end_matches(": ").to_string() } else { format!("{prefix}{}", s.name) };
+            let name = if s.name.is_empty() {
+                prefix.trim_end_matches(": ").to_string()
+            } else {
+                format!("{prefix}{}", s.name)
+            };
             // A name's colour is its place among the spec's names, drawn or not: "weights" keeps
             // its colour in a chart where it has no value.
             if !names.contains(&name) {
@@ -261,7 +270,11 @@ pub fn prepare(spec: &ChartSpec, df: &DataFrame) -> Result<Prepared> {
                 continue;
             }
             let shown: Vec<String> = labels.iter().map(|l| at(l, s.stack)).collect();
-            let x = if numeric_x { floats(part, spec.x)? } else { shown.iter().map(|l| categories.iter().position(|c| c == l).unwrap_or(0) as f64).collect() };
+            let x = if numeric_x {
+                floats(part, spec.x)?
+            } else {
+                shown.iter().map(|l| categories.iter().position(|c| c == l).unwrap_or(0) as f64).collect()
+            };
             let legend = !traces.iter().any(|t| t.name == name);
             let faint = stacks.iter().position(|st| *st == s.stack).unwrap_or(0) > 0;
             traces.push(Trace { name, labels: shown, x, y, style: s.style, colour, faint, legend });
@@ -272,12 +285,21 @@ pub fn prepare(spec: &ChartSpec, df: &DataFrame) -> Result<Prepared> {
             let tops = row_tops(spec, part, &stacks)?;
             for row in (0..part.height()).filter(|&r| held[r] == f.value) {
                 let label = labels.get(row).map(|l| at(l, stacks.first().copied().unwrap_or(""))).unwrap_or_default();
-                let x = if numeric_x { xs[row] } else { categories.iter().position(|c| *c == label).unwrap_or(0) as f64 };
+                let x =
+                    if numeric_x { xs[row] } else { categories.iter().position(|c| *c == label).unwrap_or(0) as f64 };
                 flags.push(Mark { label, x, y: tops[row], text: fill_row(f.text, part, row)? });
             }
         }
     }
-    let mut p = Prepared { title: fill(spec.title, &df)?, categories, traces, lines: Vec::new(), y_top: None, stacked: spec.kind == ChartKind::Stacked, flags };
+    let mut p = Prepared {
+        title: fill(spec.title, &df)?,
+        categories,
+        traces,
+        lines: Vec::new(),
+        y_top: None,
+        stacked: spec.kind == ChartKind::Stacked,
+        flags,
+    };
     let lines = spec.lines.map(|f| f()).unwrap_or_default();
     let data_hi = p.ys().into_iter().fold(f64::NEG_INFINITY, f64::max);
     if !lines.is_empty() && data_hi.is_finite() && data_hi > 0.0 && !spec.y_log {

@@ -81,7 +81,14 @@ fn y_range(p: &Prepared, log: bool) -> (f64, f64) {
 
 /// Draws the traces on axes `x` and `y` (linear or log): grouped bars over the categories, or
 /// lines and markers, the reference lines, and a legend.
-fn plot<X, Y>(root: &DrawingArea<SVGBackend, plotters::coord::Shift>, p: &Prepared, spec: &ChartSpec, log2_ticks: &[f64], x: X, y: Y) -> Result<()>
+fn plot<X, Y>(
+    root: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+    p: &Prepared,
+    spec: &ChartSpec,
+    log2_ticks: &[f64],
+    x: X,
+    y: Y,
+) -> Result<()>
 where
     X: AsRangedCoord<Value = f64>,
     Y: AsRangedCoord<Value = f64>,
@@ -101,7 +108,11 @@ where
     let label = move |v: &f64| -> String {
         if !categories.is_empty() {
             let i = v.round();
-            return if (v - i).abs() < 1e-6 && i >= 0.0 { categories.get(i as usize).cloned().unwrap_or_default() } else { String::new() };
+            return if (v - i).abs() < 1e-6 && i >= 0.0 {
+                categories.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            };
         }
         if !ticks.is_empty() {
             // Only the ticks' doublings, labelled with the value.
@@ -110,7 +121,11 @@ where
         short(*v)
     };
     let mut mesh = chart.configure_mesh();
-    mesh.x_desc(spec.x_title).y_desc(spec.y_title).x_label_formatter(&label).y_label_formatter(&|v| short(*v)).label_style(("sans-serif", 15));
+    mesh.x_desc(spec.x_title)
+        .y_desc(spec.y_title)
+        .x_label_formatter(&label)
+        .y_label_formatter(&|v| short(*v))
+        .label_style(("sans-serif", 15));
     if !log2_ticks.is_empty() {
         // One key point per whole doubling across the range.
         let span = log2_ticks.last().unwrap_or(&0.0) - log2_ticks.first().unwrap_or(&0.0);
@@ -126,7 +141,8 @@ where
     }
     mesh.draw().map_err(err)?;
     if turned {
-        let style = TextStyle::from(("sans-serif", 14).into_font().transform(FontTransform::Rotate90)).pos(Pos::new(HPos::Left, VPos::Center));
+        let style = TextStyle::from(("sans-serif", 14).into_font().transform(FontTransform::Rotate90))
+            .pos(Pos::new(HPos::Left, VPos::Center));
         let foot = chart.y_range().start;
         for (i, c) in p.categories.iter().enumerate() {
             let (px, py) = chart.backend_coord(&(i as f64, foot));
@@ -141,7 +157,8 @@ where
     for (k, t) in p.traces.iter().enumerate() {
         let full = rgb(PALETTE[t.colour % PALETTE.len()]);
         let colour = if t.faint { full.mix(0.45) } else { full.mix(1.0) };
-        let points: Vec<(f64, f64)> = t.x.iter().copied().zip(t.y.iter().copied()).filter(|(a, b)| a.is_finite() && b.is_finite()).collect();
+        let points: Vec<(f64, f64)> =
+            t.x.iter().copied().zip(t.y.iter().copied()).filter(|(a, b)| a.is_finite() && b.is_finite()).collect();
         let series = match spec.kind {
             ChartKind::Stacked => {
                 let mut boxes = Vec::new();
@@ -161,7 +178,13 @@ where
                 // Grouped: the categories' width split among the traces.
                 let w = 0.8 / n;
                 let left = -0.4 + k as f64 * w;
-                chart.draw_series(points.iter().map(|&(x, y)| Rectangle::new([(x + left, base), (x + left + w, y)], colour.filled()))).map_err(err)?
+                chart
+                    .draw_series(
+                        points
+                            .iter()
+                            .map(|&(x, y)| Rectangle::new([(x + left, base), (x + left + w, y)], colour.filled())),
+                    )
+                    .map_err(err)?
             }
             ChartKind::Lines => {
                 if t.style != Style::Markers {
@@ -172,7 +195,9 @@ where
             }
         };
         if t.legend {
-            series.label(t.name.clone()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], full.filled()));
+            series
+                .label(t.name.clone())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], full.filled()));
         }
     }
     // Reference lines in greys, each named at its right end (not in the legend).
@@ -197,7 +222,8 @@ where
         let (px, py) = chart.backend_coord(&(f.x, f.y));
         let red = rgb(FLAG_COLOUR);
         root.draw(&Cross::new((px, py - 10), 7, red.stroke_width(3))).map_err(err)?;
-        let text = TextStyle::from(("sans-serif", 14).into_font()).color(&red).pos(Pos::new(HPos::Center, VPos::Bottom));
+        let text =
+            TextStyle::from(("sans-serif", 14).into_font()).color(&red).pos(Pos::new(HPos::Center, VPos::Bottom));
         root.draw(&Text::new(f.text.clone(), (px, py - 20), text)).map_err(err)?;
     }
     chart
@@ -239,7 +265,10 @@ mod tests {
             title: "显存 weights of {model}",
             x: "precision",
             y_title: "GiB",
-            series: &[Series::column("predicted", &[("gib", 1.0)]), Series::column("measured", &[("measured_gib", 1.0)])],
+            series: &[
+                Series::column("predicted", &[("gib", 1.0)]),
+                Series::column("measured", &[("measured_gib", 1.0)]),
+            ],
             ..ChartSpec::BARS
         };
         let df = df!("model" => ["7b", "7b"], "precision" => ["bf16", "f32"], "gib" => [14.19, 28.37], "measured_gib" => [Some(14.19), None]).unwrap();
@@ -249,11 +278,19 @@ mod tests {
         assert!(svg.matches("<rect").count() >= 4, "the background and three bars (one value missing): {svg}");
         assert!(svg.contains("\npredicted\n") && svg.contains("\nmeasured\n"), "a legend");
 
-        const LINES: ChartSpec =
-            ChartSpec { x: "seq", y_title: "MiB", series: &[Series::column("held", &[("mib", 1.0)])], x_axis: Axis::LogDoublings, ..ChartSpec::LINES };
+        const LINES: ChartSpec = ChartSpec {
+            x: "seq",
+            y_title: "MiB",
+            series: &[Series::column("held", &[("mib", 1.0)])],
+            x_axis: Axis::LogDoublings,
+            ..ChartSpec::LINES
+        };
         let df = df!("seq" => [1024i64, 1536, 2048, 4096], "mib" => [56.0, 84.0, 112.0, 224.0]).unwrap();
         let svg = draw_svg(&LINES, &df).unwrap();
         assert!(svg.contains("<polyline"), "a line: {svg}");
-        assert!(svg.contains("\n1024\n") && svg.contains("\n4096\n") && !svg.contains("\n1536\n"), "log ticks at the doublings only");
+        assert!(
+            svg.contains("\n1024\n") && svg.contains("\n4096\n") && !svg.contains("\n1536\n"),
+            "log ticks at the doublings only"
+        );
     }
 }

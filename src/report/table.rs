@@ -49,11 +49,18 @@ impl Table {
     pub fn chart(&self, stage: &str, view: &str) -> Result<()> {
         let found = crate::experiments::find(stage).ok_or_else(|| LabError::input(format!("no stage `{stage}`")))?;
         let views = found.views();
-        let v = views.iter().find(|v| v.name == view).ok_or_else(|| LabError::input(format!("stage {stage} has no view `{view}`")))?;
+        let v = views
+            .iter()
+            .find(|v| v.name == view)
+            .ok_or_else(|| LabError::input(format!("stage {stage} has no view `{view}`")))?;
         let spec = v.chart.ok_or_else(|| LabError::input(format!("the view {stage}/{view} has no chart")))?;
         for (label, part) in crate::frame::groups(&self.df()?, v.group_by)? {
             let plot = super::chart::draw(&spec, &part)?;
-            super::display::show_chart(&plot, Some(&super::svg::draw_svg(&spec, &part)?), &format!("{stage}-{view}-{label}"));
+            super::display::show_chart(
+                &plot,
+                Some(&super::svg::draw_svg(&spec, &part)?),
+                &format!("{stage}-{view}-{label}"),
+            );
         }
         Ok(())
     }

@@ -33,7 +33,9 @@ impl Console {
     pub fn bar(&self, len: u64, what: &str, unit: &str) -> ProgressBar {
         let Some(m) = &self.multi else { return ProgressBar::hidden() };
         let pb = m.add(ProgressBar::new(len));
-        if let Ok(style) = ProgressStyle::with_template(&format!("  {{msg:>14}} [{{bar:40}}] {{pos}}/{{len}} {unit} {{elapsed}}")) {
+        if let Ok(style) =
+            ProgressStyle::with_template(&format!("  {{msg:>14}} [{{bar:40}}] {{pos}}/{{len}} {unit} {{elapsed}}"))
+        {
             pb.set_style(style.progress_chars("=> "));
         }
         pb.set_message(what.to_string());

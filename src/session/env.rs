@@ -23,7 +23,11 @@ pub struct Env {
 
 /// The versions build.rs read from Cargo.lock.
 pub fn locked_versions() -> BTreeMap<String, String> {
-    env!("VRAM_LAB_LOCKED_VERSIONS").split(',').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    env!("VRAM_LAB_LOCKED_VERSIONS")
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 impl Env {

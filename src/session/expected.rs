@@ -20,14 +20,22 @@ pub struct Expected {
 pub fn expected(results: &Path, this: &Manifest, stages: &[(String, serde_json::Value)]) -> Vec<Option<Expected>> {
     // data/results/<gpu>/<call>/<run>, and a run inside a call's folder one deeper.
     let mut runs: Vec<RunFolder> = run_folders(results, 4).iter().filter_map(|d| RunFolder::open(d).ok()).collect();
-    runs.retain(|r| r.manifest.env.gpu == this.env.gpu && r.manifest.model == this.model && r.manifest.card_name() == this.card_name());
+    runs.retain(|r| {
+        r.manifest.env.gpu == this.env.gpu
+            && r.manifest.model == this.model
+            && r.manifest.card_name() == this.card_name()
+    });
     runs.sort_by(|a, b| b.manifest.started.cmp(&a.manifest.started));
     stages
         .iter()
         .map(|(name, config)| {
             let newest = |same: bool| {
                 runs.iter().find_map(|r| {
-                    r.manifest.stages.iter().find(|s| s.name == *name && s.status == StageStatus::Done && (!same || s.config == *config)).map(|s| (r, s))
+                    r.manifest
+                        .stages
+                        .iter()
+                        .find(|s| s.name == *name && s.status == StageStatus::Done && (!same || s.config == *config))
+                        .map(|s| (r, s))
                 })
             };
             let ((run, rec), same) = newest(true).map(|x| (x, true)).or_else(|| newest(false).map(|x| (x, false)))?;
@@ -59,7 +67,11 @@ fn minutes(s: f64) -> String {
 }
 
 /// The line a run prints before it starts: each stage's expected time and the total.
-pub fn describe(found: &[Option<Expected>], stages: &[(String, serde_json::Value)], gpu: Option<&str>) -> Option<String> {
+pub fn describe(
+    found: &[Option<Expected>],
+    stages: &[(String, serde_json::Value)],
+    gpu: Option<&str>,
+) -> Option<String> {
     if found.iter().all(Option::is_none) {
         return None;
     }
@@ -74,7 +86,12 @@ pub fn describe(found: &[Option<Expected>], stages: &[(String, serde_json::Value
             None => parts.push(format!("{name} ?")),
         }
     }
-    Some(format!("expected, from the committed runs on {}: {} — about {} in all", gpu.unwrap_or("this CPU"), parts.join(", "), fmt_s(total)))
+    Some(format!(
+        "expected, from the committed runs on {}: {} — about {} in all",
+        gpu.unwrap_or("this CPU"),
+        parts.join(", "),
+        fmt_s(total)
+    ))
 }
 
 fn fmt_s(s: f64) -> String {
@@ -131,15 +148,37 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let write = |name: &str, m: &Manifest| {
             std::fs::create_dir_all(dir.path().join(name)).unwrap();
-            std::fs::write(dir.path().join(name).join(super::super::run_folder::MANIFEST), serde_json::to_string(m).unwrap()).unwrap();
+            std::fs::write(
+                dir.path().join(name).join(super::super::run_folder::MANIFEST),
+                serde_json::to_string(m).unwrap(),
+            )
+            .unwrap();
         };
         let default = serde_json::json!({"precisions": ["bf16"]});
         let other = serde_json::json!({"precisions": ["q4_k_m"]});
-        write("a/old", &manifest("2026-11-20T10:00:00Z", Some("H200"), &[("anatomy", 50.0, default.clone()), ("kv", 400.0, default.clone())]));
-        write("b/new", &manifest("2026-11-22T10:00:00Z", Some("H200"), &[("anatomy", 55.0, default.clone()), ("kv", 120.0, other)]));
+        write(
+            "a/old",
+            &manifest(
+                "2026-11-20T10:00:00Z",
+                Some("H200"),
+                &[("anatomy", 50.0, default.clone()), ("kv", 400.0, default.clone())],
+            ),
+        );
+        write(
+            "b/new",
+            &manifest(
+                "2026-11-22T10:00:00Z",
+                Some("H200"),
+                &[("anatomy", 55.0, default.clone()), ("kv", 120.0, other)],
+            ),
+        );
         write("c/h100", &manifest("2026-11-23T10:00:00Z", Some("H100"), &[("anatomy", 70.0, default.clone())]));
         let this = manifest("2026-11-24T10:00:00Z", Some("H200"), &[]);
-        let stages = vec![("anatomy".to_string(), default.clone()), ("kv".to_string(), default.clone()), ("frag".to_string(), default)];
+        let stages = vec![
+            ("anatomy".to_string(), default.clone()),
+            ("kv".to_string(), default.clone()),
+            ("frag".to_string(), default),
+        ];
         let e = expected(dir.path(), &this, &stages);
         assert_eq!(e[0].as_ref().map(|e| (e.seconds, e.same_config)), Some((55.0, true)), "the newest run on this GPU");
         assert_eq!(
@@ -149,8 +188,17 @@ mod tests {
         );
         assert!(e[2].is_none());
         let line = describe(&e, &stages, Some("H200")).unwrap();
-        assert!(line.contains("anatomy 55 s") && line.contains("kv 6.7 min") && line.contains("frag ?") && line.contains("7.6 min in all"), "{line}");
+        assert!(
+            line.contains("anatomy 55 s")
+                && line.contains("kv 6.7 min")
+                && line.contains("frag ?")
+                && line.contains("7.6 min in all"),
+            "{line}"
+        );
         let cpu = manifest("2026-11-24T10:00:00Z", None, &[]);
-        assert!(describe(&expected(dir.path(), &cpu, &stages), &stages, None).is_none(), "no committed CPU run: nothing to say");
+        assert!(
+            describe(&expected(dir.path(), &cpu, &stages), &stages, None).is_none(),
+            "no committed CPU run: nothing to say"
+        );
     }
 }

@@ -277,8 +277,9 @@ impl Session {
     pub fn load_opened(&mut self, opened: model::source::OpenedSource, precision: Precision) -> Result<LoadedModel> {
         self.console.step(format!("loading in {precision}"));
         let pb = self.console.bar(0, &format!("load {precision}"), "tensors");
-        let loaded =
-            guarded(&self.probe, &format!("loading in {precision}"), || model::source::load_opened(opened, precision, &self.device, &self.probe, Some(&pb)));
+        let loaded = guarded(&self.probe, &format!("loading in {precision}"), || {
+            model::source::load_opened(opened, precision, &self.device, &self.probe, Some(&pb))
+        });
         pb.finish_and_clear();
         loaded
     }
@@ -298,7 +299,12 @@ impl Session {
     }
 
     /// Writes a stage's tables and texts into `<run>/<stage>/` and names them in its record.
-    pub fn write_stage(&mut self, record: &mut StageRecord, tables: &[(String, DataFrame)], texts: &[(String, String)]) -> Result<()> {
+    pub fn write_stage(
+        &mut self,
+        record: &mut StageRecord,
+        tables: &[(String, DataFrame)],
+        texts: &[(String, String)],
+    ) -> Result<()> {
         let folder = self.dir.join(&record.name);
         if !folder.is_dir() {
             std::fs::create_dir(&folder)?;
@@ -347,7 +353,8 @@ impl Session {
         self.save_manifest()?;
         let findings = run_folder::findings_table(&self.manifest)?;
         if findings.height() > 0 {
-            let text = console_columns(&findings, "Summary — measured, predicted, the report's RTX 4090 figure, the ceiling")?;
+            let text =
+                console_columns(&findings, "Summary — measured, predicted, the report's RTX 4090 figure, the ceiling")?;
             self.say(format!("\n{text}"));
         }
         let run = RunFolder::open(&self.dir)?;
@@ -365,5 +372,8 @@ fn now() -> String {
 /// out/<date-time>-<what>, with a suffix if that name is taken.
 fn default_out(what: &str) -> PathBuf {
     let base = PathBuf::from("out").join(format!("{}-{what}", chrono::Utc::now().format("%Y-%m-%d-%H%M%S")));
-    (1..).map(|i| if i == 1 { base.clone() } else { PathBuf::from(format!("{}-{i}", base.display())) }).find(|p| !p.exists()).unwrap_or(base)
+    (1..)
+        .map(|i| if i == 1 { base.clone() } else { PathBuf::from(format!("{}-{i}", base.display())) })
+        .find(|p| !p.exists())
+        .unwrap_or(base)
 }

@@ -136,16 +136,16 @@ impl RunFolder {
     }
 
     fn record(&self, stage: &str) -> Result<&StageRecord> {
-        self.manifest.stage(stage).ok_or_else(|| LabError::input(format!("the run in {} has no stage {stage}", self.dir.display())))
+        self.manifest
+            .stage(stage)
+            .ok_or_else(|| LabError::input(format!("the run in {} has no stage {stage}", self.dir.display())))
     }
 
     /// A stage's table, read back from its CSV.
     pub fn table(&self, stage: &str, name: &str) -> Result<DataFrame> {
-        let rel = self
-            .record(stage)?
-            .tables
-            .get(name)
-            .ok_or_else(|| LabError::input(format!("stage {stage} of the run in {} has no table {name}", self.dir.display())))?;
+        let rel = self.record(stage)?.tables.get(name).ok_or_else(|| {
+            LabError::input(format!("stage {stage} of the run in {} has no table {name}", self.dir.display()))
+        })?;
         let path = self.inside(rel)?;
         // polars opens the path itself: a link is refused before it does.
         if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.file_type().is_file()) {
@@ -180,10 +180,14 @@ pub fn claim(dir: &Path, manifest: &Manifest) -> Result<()> {
         // A folder holding a run is refused below, naming its manifest.
         let empty = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
         if !empty && !dir.join(MANIFEST).exists() {
-            return Err(LabError::input(format!("{} exists and is not empty: a run goes into a new or empty folder (choose another --out)", dir.display())));
+            return Err(LabError::input(format!(
+                "{} exists and is not empty: a run goes into a new or empty folder (choose another --out)",
+                dir.display()
+            )));
         }
     }
-    std::fs::create_dir_all(dir).map_err(|e| LabError::input(format!("cannot create output folder {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| LabError::input(format!("cannot create output folder {}: {e}", dir.display())))?;
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(MANIFEST)).map_err(|e| {
         if e.kind() == std::io::ErrorKind::AlreadyExists {
             LabError::input(format!("{} already holds a run (its {MANIFEST}): choose another --out", dir.display()))
@@ -207,14 +211,19 @@ pub fn read_csv(path: &Path) -> Result<DataFrame> {
     if !path.is_file() {
         return Err(LabError::input(format!("no table {}", path.display())));
     }
-    Ok(CsvReadOptions::default().with_has_header(true).try_into_reader_with_file_path(Some(path.to_path_buf()))?.finish()?)
+    Ok(CsvReadOptions::default()
+        .with_has_header(true)
+        .try_into_reader_with_file_path(Some(path.to_path_buf()))?
+        .finish()?)
 }
 
 /// A finding as the table shows it: the manifests written before the floor had its own field put
 /// a load's floor under "predicted", saying so in the note; it moves to the floor.
 fn floor_of_old(f: &Finding) -> Finding {
     match f.note.strip_prefix("predicted: the floor, ") {
-        Some(rest) if f.floor.is_none() => Finding { floor: f.predicted, predicted: None, note: format!("floor: {rest}"), ..f.clone() },
+        Some(rest) if f.floor.is_none() => {
+            Finding { floor: f.predicted, predicted: None, note: format!("floor: {rest}"), ..f.clone() }
+        }
         _ => f.clone(),
     }
 }
@@ -228,7 +237,11 @@ pub fn findings_table(manifest: &Manifest) -> Result<DataFrame> {
         .flat_map(|s| s.findings.iter().map(move |f| (s.name.as_str(), f)))
         .map(|(stage, f)| (stage, floor_of_old(f)))
         .map(|(stage, f)| {
-            let largest = [f.measured, f.predicted, f.floor, f.report, f.ceiling].into_iter().flatten().map(f64::abs).fold(0.0, f64::max);
+            let largest = [f.measured, f.predicted, f.floor, f.report, f.ceiling]
+                .into_iter()
+                .flatten()
+                .map(f64::abs)
+                .fold(0.0, f64::max);
             let (unit, k) = crate::units::fitting(&f.unit, largest);
             let scale = |v: Option<f64>| v.map(|v| v * k);
             (
@@ -263,7 +276,9 @@ pub fn findings_table(manifest: &Manifest) -> Result<DataFrame> {
 /// The run folders (those with a manifest.json) under `dir`, at most `depth` folders down.
 pub fn run_folders(dir: &Path, depth: usize) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let subdirs = std::fs::read_dir(dir).map(|r| r.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect::<Vec<_>>()).unwrap_or_default();
+    let subdirs = std::fs::read_dir(dir)
+        .map(|r| r.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect::<Vec<_>>())
+        .unwrap_or_default();
     for sub in subdirs {
         if sub.join(MANIFEST).is_file() {
             out.push(sub);

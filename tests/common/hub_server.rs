@@ -20,7 +20,8 @@ pub const SHARDS: [&str; 2] = ["model-00001-of-00002.safetensors", "model-00002-
 pub const INDEX: &str = "model.safetensors.index.json";
 
 /// `generate` of four prompt ids and two new tokens as JSON: what each run against the Hub asks.
-pub const GENERATE: [&str; 8] = ["generate", "--precision", "f32", "--prompt-ids", "9,8,7,6", "--max-new-tokens", "2", "--json"];
+pub const GENERATE: [&str; 8] =
+    ["generate", "--precision", "f32", "--prompt-ids", "9,8,7,6", "--max-new-tokens", "2", "--json"];
 
 /// The lab's binary (VRAM_LAB_BIN, else this build's) pointed at `endpoint` on the CPU, with
 /// nothing from the caller's environment that would send it elsewhere (a proxy, a token, a home
@@ -28,7 +29,17 @@ pub const GENERATE: [&str; 8] = ["generate", "--precision", "f32", "--prompt-ids
 pub fn lab_at(endpoint: &str, home: &Path) -> std::process::Command {
     let bin = std::env::var_os("VRAM_LAB_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_vram-lab").into());
     let mut cmd = std::process::Command::new(bin);
-    for k in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "HF_TOKEN", "VRAM_LAB_CACHE_DIR", "HF_HUB_CACHE"] {
+    for k in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "HF_TOKEN",
+        "VRAM_LAB_CACHE_DIR",
+        "HF_HUB_CACHE",
+    ] {
         cmd.env_remove(k);
     }
     cmd.env("HF_ENDPOINT", endpoint).env("HF_HOME", home).env("VRAM_LAB_HUB_STALL_S", "2");
@@ -79,7 +90,10 @@ pub fn repo_files() -> BTreeMap<String, Vec<u8>> {
     for f in ["config.json", "generation_config.json", "tokenizer.json"] {
         files.insert(f.to_string(), std::fs::read(dir.join(f)).unwrap());
     }
-    files.insert("tokenizer_config.json".into(), br#"{"tokenizer_class": "Qwen2Tokenizer", "model_max_length": 32768}"#.to_vec());
+    files.insert(
+        "tokenizer_config.json".into(),
+        br#"{"tokenizer_class": "Qwen2Tokenizer", "model_max_length": 32768}"#.to_vec(),
+    );
     let (shards, index) = shard(&dir.join("model.safetensors"));
     files.extend(shards);
     files.insert(INDEX.into(), index);
@@ -132,7 +146,15 @@ pub struct Repo {
 
 impl Repo {
     pub fn new(files: BTreeMap<String, Vec<u8>>) -> Self {
-        Self { files, withheld: vec![], api: true, commit: COMMIT.into(), listed_extra: vec![], sha: None, attacks: BTreeMap::new() }
+        Self {
+            files,
+            withheld: vec![],
+            api: true,
+            commit: COMMIT.into(),
+            listed_extra: vec![],
+            sha: None,
+            attacks: BTreeMap::new(),
+        }
     }
 
     pub fn attack(mut self, file: &str, attack: Attack) -> Self {
@@ -235,8 +257,9 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
             k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
         })
     };
-    let range_start: Option<usize> =
-        header("range").and_then(|r| r.strip_prefix("bytes=").map(str::to_string)).and_then(|r| r.split('-').next().and_then(|a| a.trim().parse().ok()));
+    let range_start: Option<usize> = header("range")
+        .and_then(|r| r.strip_prefix("bytes=").map(str::to_string))
+        .and_then(|r| r.split('-').next().and_then(|a| a.trim().parse().ok()));
     log.lock().unwrap().push(Seen { path: path.clone(), authorization: header("authorization") });
 
     let mut reply = |status: &str, headers: &[(&str, String)], body: &[u8]| {
@@ -255,7 +278,13 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         let repo = rest.strip_suffix("/revision/main").unwrap_or(rest);
         return match repos.get(repo) {
             Some(r) if r.api => {
-                let siblings: Vec<_> = r.files.keys().chain(&r.withheld).chain(&r.listed_extra).map(|f| serde_json::json!({"rfilename": f})).collect();
+                let siblings: Vec<_> = r
+                    .files
+                    .keys()
+                    .chain(&r.withheld)
+                    .chain(&r.listed_extra)
+                    .map(|f| serde_json::json!({"rfilename": f}))
+                    .collect();
                 let sha = r.sha.clone().unwrap_or_else(|| r.commit.clone());
                 let info = serde_json::json!({"id": repo, "sha": sha, "siblings": siblings});
                 reply("200 OK", &[("Content-Type", "application/json".into())], info.to_string().as_bytes())
@@ -271,7 +300,9 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         [org, name, "resolve", "main", file] => (false, format!("{org}/{name}"), file.to_string()),
         _ => return reply("404 Not Found", &[], b"no such route"),
     };
-    let Some((r, body)) = repos.get(&repo).filter(|r| !r.withheld.contains(&file)).and_then(|r| Some((r, r.files.get(&file)?))) else {
+    let Some((r, body)) =
+        repos.get(&repo).filter(|r| !r.withheld.contains(&file)).and_then(|r| Some((r, r.files.get(&file)?)))
+    else {
         return reply("404 Not Found", &[("X-Error-Code", "EntryNotFound".into())], b"Entry not found");
     };
     let attack = r.attacks.get(&file).cloned();
@@ -279,7 +310,12 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
     let commit = r.commit.clone();
     if !cdn {
         let redirect = |location: String, linked: String| {
-            vec![("Location", location), ("X-Repo-Commit", commit.clone()), ("X-Linked-Etag", linked), ("ETag", "\"pointer\"".into())]
+            vec![
+                ("Location", location),
+                ("X-Repo-Commit", commit.clone()),
+                ("X-Linked-Etag", linked),
+                ("ETag", "\"pointer\"".into()),
+            ]
         };
         let cdn_url = format!("{base}/cdn/{repo}/{file}");
         match &attack {
@@ -294,7 +330,8 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         s.write_all(head.as_bytes())?;
         s.write_all(bytes)
     };
-    let ok_head = |len: String| format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nETag: {tag}\r\nX-Repo-Commit: {commit}\r\n");
+    let ok_head =
+        |len: String| format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nETag: {tag}\r\nX-Repo-Commit: {commit}\r\n");
     match &attack {
         Some(Attack::Announce(n)) => {
             raw(s, ok_head(n.to_string()) + "\r\n", b"{")?;
@@ -311,7 +348,9 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
             trickle(s, b"a", 30);
             return Ok(());
         }
-        Some(Attack::Longer) => return raw(s, ok_head((body.len() / 2).to_string()) + "Connection: close\r\n\r\n", body),
+        Some(Attack::Longer) => {
+            return raw(s, ok_head((body.len() / 2).to_string()) + "Connection: close\r\n\r\n", body)
+        }
         Some(Attack::LongerChunked) => {
             let head = ok_head("10".into()) + "Transfer-Encoding: chunked\r\n\r\n";
             let mut chunked = format!("{:x}\r\n", body.len()).into_bytes();
@@ -319,7 +358,9 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
             chunked.extend_from_slice(b"\r\n0\r\n\r\n");
             return raw(s, head, &chunked);
         }
-        Some(Attack::Shorter) => return raw(s, ok_head(body.len().to_string()) + "Connection: close\r\n\r\n", &body[..body.len() / 2]),
+        Some(Attack::Shorter) => {
+            return raw(s, ok_head(body.len().to_string()) + "Connection: close\r\n\r\n", &body[..body.len() / 2])
+        }
         Some(Attack::Stall) => {
             raw(s, ok_head(body.len().to_string()) + "\r\n", &body[..body.len() / 2])?;
             std::thread::sleep(Duration::from_secs(10));

@@ -15,7 +15,10 @@ pub fn tiny() -> Qwen2Config {
 /// Every tensor of the synthetic tiny model, dense F32 on CPU, by HF name.
 pub fn tensors(cfg: &Qwen2Config, seed: u64) -> HashMap<String, Tensor> {
     let mut src = Synthetic::new(cfg.clone(), seed);
-    cfg.tensor_specs().iter().map(|s| (s.name.clone(), src.load(s, Precision::F32, &Device::Cpu).unwrap().dense().unwrap())).collect()
+    cfg.tensor_specs()
+        .iter()
+        .map(|s| (s.name.clone(), src.load(s, Precision::F32, &Device::Cpu).unwrap().dense().unwrap()))
+        .collect()
 }
 
 /// A model directory as transformers saves one: config.json + safetensors (optionally sharded
@@ -72,5 +75,10 @@ pub fn output_text(o: &std::process::Output) -> String {
 /// A CSV a run wrote, read with polars.
 pub fn read_csv(path: &Path) -> polars::prelude::DataFrame {
     use polars::prelude::*;
-    CsvReadOptions::default().with_has_header(true).try_into_reader_with_file_path(Some(path.into())).unwrap().finish().unwrap()
+    CsvReadOptions::default()
+        .with_has_header(true)
+        .try_into_reader_with_file_path(Some(path.into()))
+        .unwrap()
+        .finish()
+        .unwrap()
 }

@@ -21,11 +21,18 @@ pub fn config_with(key: &str, value: serde_json::Value) -> Vec<u8> {
 pub fn model_dir(name: &str) -> Vec<(String, Vec<u8>)> {
     let tmp = tempfile::tempdir().unwrap();
     common::write_dir(tmp.path(), &common::tiny(), 7, candle_core::DType::F32, 1);
-    ["config.json", "model.safetensors"].iter().map(|f| (format!("{name}/{f}"), std::fs::read(tmp.path().join(f)).unwrap())).collect()
+    ["config.json", "model.safetensors"]
+        .iter()
+        .map(|f| (format!("{name}/{f}"), std::fs::read(tmp.path().join(f)).unwrap()))
+        .collect()
 }
 
 /// `files` with the one named `path` replaced by `f(bytes)`.
-pub fn with(mut files: Vec<(String, Vec<u8>)>, path: &str, f: impl FnOnce(Vec<u8>) -> Vec<u8>) -> Vec<(String, Vec<u8>)> {
+pub fn with(
+    mut files: Vec<(String, Vec<u8>)>,
+    path: &str,
+    f: impl FnOnce(Vec<u8>) -> Vec<u8>,
+) -> Vec<(String, Vec<u8>)> {
     let i = files.iter().position(|(p, _)| p == path).unwrap();
     let bytes = std::mem::take(&mut files[i].1);
     files[i].1 = f(bytes);
@@ -130,25 +137,44 @@ fn original() -> Vec<Case> {
         case("config.json", "estimate --config c.json", "not a usable Qwen2 config").file("c.json", ""),
         case("config.json", "estimate --config c.json", "not a usable Qwen2 config").file("c.json", "{"),
         case("config.json", "estimate --config c.json", "not a usable Qwen2 config").file("c.json", "[1, 2]"),
-        case("config.json", "estimate --config c.json", "num_attention_heads").file("c.json", config_with("hidden_size", 250.into())),
-        case("config.json", "estimate --config c.json", "num_key_value_heads").file("c.json", config_with("num_key_value_heads", 3.into())),
-        case("config.json", "estimate --config c.json", "vocab_size must be positive").file("c.json", config_with("vocab_size", 0.into())),
-        case("config.json", "estimate --config c.json", "intermediate_size").file("c.json", config_with("intermediate_size", 1_000_000_000_000_000u64.into())),
-        case("config.json", "estimate --config c.json", "num_hidden_layers").file("c.json", config_with("num_hidden_layers", 1_000_000_000_000u64.into())),
+        case("config.json", "estimate --config c.json", "num_attention_heads")
+            .file("c.json", config_with("hidden_size", 250.into())),
+        case("config.json", "estimate --config c.json", "num_key_value_heads")
+            .file("c.json", config_with("num_key_value_heads", 3.into())),
+        case("config.json", "estimate --config c.json", "vocab_size must be positive")
+            .file("c.json", config_with("vocab_size", 0.into())),
+        case("config.json", "estimate --config c.json", "intermediate_size")
+            .file("c.json", config_with("intermediate_size", 1_000_000_000_000_000u64.into())),
+        case("config.json", "estimate --config c.json", "num_hidden_layers")
+            .file("c.json", config_with("num_hidden_layers", 1_000_000_000_000u64.into())),
         case("config.json", "estimate --config c.json", "even").file("c.json", config_with("hidden_size", 12.into())),
-        case("config.json", "estimate --config c.json", "int8").file("c.json", config_with("torch_dtype", "int8".into())),
-        case("config.json", "estimate --config c.json", "rms_norm_eps").file("c.json", config_with("rms_norm_eps", (-1.0).into())),
-        case("config.json", "estimate --config c.json", "hidden_size").file("c.json", config_with("hidden_size", (-4).into())),
-        case("config.json", "estimate --config c.json", "gelu").file("c.json", config_with("hidden_act", "gelu".into())),
-        case("config.json", "estimate --config c.json", "max_position_embeddings").file("c.json", config_with("max_position_embeddings", 0.into())),
-        case("config.json", "estimate --config c.json", "qwen2_moe").file("c.json", config_with("model_type", "qwen2_moe".into())),
-        case("config.json", "estimate --config c.json", "num_experts").file("c.json", config_with("num_experts", 60.into())),
+        case("config.json", "estimate --config c.json", "int8")
+            .file("c.json", config_with("torch_dtype", "int8".into())),
+        case("config.json", "estimate --config c.json", "rms_norm_eps")
+            .file("c.json", config_with("rms_norm_eps", (-1.0).into())),
+        case("config.json", "estimate --config c.json", "hidden_size")
+            .file("c.json", config_with("hidden_size", (-4).into())),
+        case("config.json", "estimate --config c.json", "gelu")
+            .file("c.json", config_with("hidden_act", "gelu".into())),
+        case("config.json", "estimate --config c.json", "max_position_embeddings")
+            .file("c.json", config_with("max_position_embeddings", 0.into())),
+        case("config.json", "estimate --config c.json", "qwen2_moe")
+            .file("c.json", config_with("model_type", "qwen2_moe".into())),
+        case("config.json", "estimate --config c.json", "num_experts")
+            .file("c.json", config_with("num_experts", 60.into())),
         // safetensors directories, through `generate --model m`.
         case("safetensors", gen_dir, "safetensors").file("m/config.json", serde_json::to_vec(&tiny_json()).unwrap()),
-        case("safetensors", gen_dir, "model.safetensors").files(with(model_dir("m"), "m/model.safetensors", |_| vec![])),
-        case("safetensors", gen_dir, "model.safetensors").files(with(model_dir("m"), "m/model.safetensors", |b| patched(b, 0, &u64::MAX.to_le_bytes()))),
-        case("safetensors", gen_dir, "model.safetensors").files(with(model_dir("m"), "m/model.safetensors", |b| patched(b, 8, b"!!!!"))),
-        case("safetensors", gen_dir, "model.safetensors").files(with(model_dir("m"), "m/model.safetensors", |b| b[..b.len() / 2].to_vec())),
+        case("safetensors", gen_dir, "model.safetensors").files(with(
+            model_dir("m"),
+            "m/model.safetensors",
+            |_| vec![],
+        )),
+        case("safetensors", gen_dir, "model.safetensors")
+            .files(with(model_dir("m"), "m/model.safetensors", |b| patched(b, 0, &u64::MAX.to_le_bytes()))),
+        case("safetensors", gen_dir, "model.safetensors")
+            .files(with(model_dir("m"), "m/model.safetensors", |b| patched(b, 8, b"!!!!"))),
+        case("safetensors", gen_dir, "model.safetensors")
+            .files(with(model_dir("m"), "m/model.safetensors", |b| b[..b.len() / 2].to_vec())),
         case("safetensors", gen_dir, "lm_head.weight").files(with(
             model_dir("m"),
             "m/model.safetensors",
@@ -167,34 +193,46 @@ fn original() -> Vec<Case> {
                 h["model.norm.weight_renamed"] = t;
             }),
         )),
-        case("safetensors", gen_dir, "missing.safetensors")
-            .files(model_dir("m"))
-            .file("m/model.safetensors.index.json", serde_json::to_vec(&serde_json::json!({"weight_map": {"lm_head.weight": "missing.safetensors"}})).unwrap()),
+        case("safetensors", gen_dir, "missing.safetensors").files(model_dir("m")).file(
+            "m/model.safetensors.index.json",
+            serde_json::to_vec(&serde_json::json!({"weight_map": {"lm_head.weight": "missing.safetensors"}})).unwrap(),
+        ),
         // GGUF files, through `estimate` (the header) and `generate` (the tensors).
         case("gguf", "estimate --model m.gguf", "m.gguf").file("m.gguf", vec![]),
         case("gguf", "estimate --model m.gguf", "m.gguf").file("m.gguf", patched(gguf.clone(), 0, b"GGML")),
         case("gguf", "estimate --model m.gguf", "m.gguf").file("m.gguf", gguf[..64].to_vec()),
         case("gguf", gen_gguf, "truncated").file("m.gguf", gguf[..gguf.len() * 9 / 10].to_vec()),
-        case("gguf", "estimate --model m.gguf", "m.gguf").file("m.gguf", patched(gguf.clone(), 8, &(1u64 << 60).to_le_bytes())),
-        case("gguf", "estimate --model m.gguf", "m.gguf").file("m.gguf", patched(gguf.clone(), 24, &(1u64 << 62).to_le_bytes())),
+        case("gguf", "estimate --model m.gguf", "m.gguf")
+            .file("m.gguf", patched(gguf.clone(), 8, &(1u64 << 60).to_le_bytes())),
+        case("gguf", "estimate --model m.gguf", "m.gguf")
+            .file("m.gguf", patched(gguf.clone(), 24, &(1u64 << 62).to_le_bytes())),
         case("gguf", "estimate --model m.gguf", "architecture").file("m.gguf", {
             let at = find(&gguf, b"qwen2");
             patched(gguf.clone(), at, b"llama")
         }),
-        case("gguf", "estimate --model m.gguf", "m.gguf").file("m.gguf", patched(gguf.clone(), 4, &99u32.to_le_bytes())),
+        case("gguf", "estimate --model m.gguf", "m.gguf")
+            .file("m.gguf", patched(gguf.clone(), 4, &99u32.to_le_bytes())),
         // Tokenizers, through `generate --tokenizer`.
         case("tokenizer", "generate --tokenizer missing.json --prompt hi", "missing.json"),
         case("tokenizer", "generate --tokenizer t.json --prompt hi", "t.json").file("t.json", "{"),
         case("tokenizer", "generate --tokenizer t.json --prompt hi", "t.json").file("t.json", r#"{"model": 5}"#),
-        case("tokenizer", "generate --model m --tokenizer t.json --prompt hello_world_tokens --max-new-tokens 2", "outside the vocabulary")
-            .files({
-                let tmp = tempfile::tempdir().unwrap();
-                common::write_dir(tmp.path(), &small_vocab, 7, candle_core::DType::F32, 1);
-                ["config.json", "model.safetensors"].iter().map(|f| (format!("m/{f}"), std::fs::read(tmp.path().join(f)).unwrap())).collect()
-            })
-            .file("t.json", tokenizer),
+        case(
+            "tokenizer",
+            "generate --model m --tokenizer t.json --prompt hello_world_tokens --max-new-tokens 2",
+            "outside the vocabulary",
+        )
+        .files({
+            let tmp = tempfile::tempdir().unwrap();
+            common::write_dir(tmp.path(), &small_vocab, 7, candle_core::DType::F32, 1);
+            ["config.json", "model.safetensors"]
+                .iter()
+                .map(|f| (format!("m/{f}"), std::fs::read(tmp.path().join(f)).unwrap()))
+                .collect()
+        })
+        .file("t.json", tokenizer),
         // The hub: a server that is not there.
-        case("hub", "estimate --model org/name --cache-dir out/hf", "org/name").env("HF_ENDPOINT", "http://127.0.0.1:9"),
+        case("hub", "estimate --model org/name --cache-dir out/hf", "org/name")
+            .env("HF_ENDPOINT", "http://127.0.0.1:9"),
     ]
 }
 
@@ -275,7 +313,8 @@ fn bounds() -> Vec<Case> {
         case("bounds", "train --gpus 2 --seq 65536 --batch 64", "more than the"),
         case("bounds", "frag --card 65536GiB --policies pool", "more than 10000"),
         case("bounds", "frag --pytorch p.jsonl", "hole").file("p.jsonl", frag_record("hole", 0.into())),
-        case("bounds", "frag --pytorch p.jsonl", "device_free_start").file("p.jsonl", frag_record("device_free_start", u64::MAX.into())),
+        case("bounds", "frag --pytorch p.jsonl", "device_free_start")
+            .file("p.jsonl", frag_record("device_free_start", u64::MAX.into())),
         case("bounds", "frag --pytorch p.jsonl", "request").file("p.jsonl", frag_record("request", 0.into())),
         case("bounds", "frag --pytorch p.jsonl", "request").file("p.jsonl", frag_record("request", "many".into())),
         case("bounds", "frag --pytorch p.jsonl", "more than 10000").file("p.jsonl", frag_record("hole", 1.into())),
@@ -293,17 +332,28 @@ fn configs() -> Vec<Case> {
     let mut padded = tiny_json().to_string().into_bytes();
     padded.extend(std::iter::repeat_n(b' ', 17 << 20));
     vec![
+        case("config.json", est, "rope_scaling").file(
+            "c.json",
+            cfg(
+                "rope_scaling",
+                serde_json::json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}),
+            ),
+        ),
         case("config.json", est, "rope_scaling")
-            .file("c.json", cfg("rope_scaling", serde_json::json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}))),
-        case("config.json", est, "rope_scaling").file("c.json", cfg("rope_scaling", serde_json::json!({"rope_type": "llama3", "factor": 8.0}))),
-        case("config.json", est, "rope_scaling").file("c.json", cfg("rope_scaling", serde_json::json!({"type": "linear", "factor": 2.0}))),
-        case("config.json", est, "rope_parameters")
-            .file("c.json", cfg("rope_parameters", serde_json::json!({"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6}))),
+            .file("c.json", cfg("rope_scaling", serde_json::json!({"rope_type": "llama3", "factor": 8.0}))),
+        case("config.json", est, "rope_scaling")
+            .file("c.json", cfg("rope_scaling", serde_json::json!({"type": "linear", "factor": 2.0}))),
+        case("config.json", est, "rope_parameters").file(
+            "c.json",
+            cfg("rope_parameters", serde_json::json!({"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6})),
+        ),
         case("config.json", est, "use_sliding_window").file("c.json", cfg("use_sliding_window", true.into())),
-        case("config.json", est, "layer_types").file("c.json", cfg("layer_types", serde_json::json!(["sliding_attention", "full_attention"]))),
+        case("config.json", est, "layer_types")
+            .file("c.json", cfg("layer_types", serde_json::json!(["sliding_attention", "full_attention"]))),
         case("config.json", est, "partial_rotary_factor").file("c.json", cfg("partial_rotary_factor", 0.5.into())),
         case("config.json", est, "attention_bias").file("c.json", cfg("attention_bias", true.into())),
-        case("config.json", est, "quantization_config").file("c.json", cfg("quantization_config", serde_json::json!({"quant_method": "awq", "bits": 4}))),
+        case("config.json", est, "quantization_config")
+            .file("c.json", cfg("quantization_config", serde_json::json!({"quant_method": "awq", "bits": 4}))),
         case("config.json", est, "use_mrope").file("c.json", cfg("use_mrope", true.into())),
         case("config.json", est, "head_dim").file("c.json", json(head_dim)),
         case("config.json", est, "head_dim").file("c.json", cfg("head_dim", 3.into())),
@@ -318,7 +368,9 @@ fn configs() -> Vec<Case> {
 /// A model folder whose files point outside it, are not files, or hold NaN.
 fn model_folders() -> Vec<Case> {
     let gen = "generate --model m --prompt-ids 1,2 --max-new-tokens 2";
-    let index = |shard: serde_json::Value| json(serde_json::json!({"weight_map": {"lm_head.weight": shard, "model.norm.weight": "model.safetensors"}}));
+    let index = |shard: serde_json::Value| {
+        json(serde_json::json!({"weight_map": {"lm_head.weight": shard, "model.norm.weight": "model.safetensors"}}))
+    };
     // The tiny model's F32 safetensors with one value of `tensor` set to `v`.
     let poisoned = |tensor: &'static str, at: usize, v: f32| {
         with(model_dir("m"), "m/model.safetensors", move |b| {
@@ -330,24 +382,54 @@ fn model_folders() -> Vec<Case> {
     };
     let hidden = common::tiny().hidden_size;
     vec![
-        case("model folder", gen, "climbs out").files(model_dir("m")).file("m/model.safetensors.index.json", index("../../../victim.txt".into())),
-        case("model folder", gen, "relative name").files(model_dir("m")).file("m/model.safetensors.index.json", index("/etc/passwd".into())),
-        case("model folder", gen, "relative name").files(model_dir("m")).file("m/model.safetensors.index.json", index("..\\victim.txt".into())),
-        case("model folder", gen, "empty").files(model_dir("m")).file("m/model.safetensors.index.json", index("".into())),
-        case("model folder", gen, "not a file name").files(model_dir("m")).file("m/model.safetensors.index.json", index(5.into())),
+        case("model folder", gen, "climbs out")
+            .files(model_dir("m"))
+            .file("m/model.safetensors.index.json", index("../../../victim.txt".into())),
+        case("model folder", gen, "relative name")
+            .files(model_dir("m"))
+            .file("m/model.safetensors.index.json", index("/etc/passwd".into())),
+        case("model folder", gen, "relative name")
+            .files(model_dir("m"))
+            .file("m/model.safetensors.index.json", index("..\\victim.txt".into())),
+        case("model folder", gen, "empty")
+            .files(model_dir("m"))
+            .file("m/model.safetensors.index.json", index("".into())),
+        case("model folder", gen, "not a file name")
+            .files(model_dir("m"))
+            .file("m/model.safetensors.index.json", index(5.into())),
         case("model folder", gen, "not a regular file").files(model_dir("m")).fifo("m/model.safetensors.index.json"),
-        case("model folder", gen, "more than").files(model_dir("m")).file("m/model.safetensors.index.json", vec![b' '; 65 << 20]),
+        case("model folder", gen, "more than")
+            .files(model_dir("m"))
+            .file("m/model.safetensors.index.json", vec![b' '; 65 << 20]),
         case("model folder", gen, "not a regular file")
             .files(model_dir("m"))
             .file("m/model.safetensors.index.json", index("z.safetensors".into()))
             .link("m/z.safetensors", "/dev/zero"),
-        case("model folder", gen, "not a regular file").file("m/config.json", json(tiny_json())).fifo("m/model.safetensors"),
-        case("model folder", gen, "has no config.json").files(model_dir("m").into_iter().filter(|(p, _)| p != "m/config.json").collect()).fifo("m/config.json"),
-        case("model folder", "generate --model m --tokenizer t.json --prompt hi --max-new-tokens 2", "not a regular file").files(model_dir("m")).fifo("t.json"),
+        case("model folder", gen, "not a regular file")
+            .file("m/config.json", json(tiny_json()))
+            .fifo("m/model.safetensors"),
+        case("model folder", gen, "has no config.json")
+            .files(model_dir("m").into_iter().filter(|(p, _)| p != "m/config.json").collect())
+            .fifo("m/config.json"),
+        case(
+            "model folder",
+            "generate --model m --tokenizer t.json --prompt hi --max-new-tokens 2",
+            "not a regular file",
+        )
+        .files(model_dir("m"))
+        .fifo("t.json"),
         case("model folder", gen, "model.norm.weight holds NaN").files(poisoned("model.norm.weight", 3, f32::NAN)),
-        case("model folder", gen, "model.embed_tokens.weight holds NaN").files(poisoned("model.embed_tokens.weight", hidden + 5, f32::INFINITY)),
+        case("model folder", gen, "model.embed_tokens.weight holds NaN").files(poisoned(
+            "model.embed_tokens.weight",
+            hidden + 5,
+            f32::INFINITY,
+        )),
         case("model folder", gen, "lm_head.weight holds NaN").files(poisoned("lm_head.weight", 17, f32::NAN)),
-        case("model folder", gen, "model.layers.0.mlp.down_proj.weight holds NaN").files(poisoned("model.layers.0.mlp.down_proj.weight", 0, f32::NEG_INFINITY)),
+        case("model folder", gen, "model.layers.0.mlp.down_proj.weight holds NaN").files(poisoned(
+            "model.layers.0.mlp.down_proj.weight",
+            0,
+            f32::NEG_INFINITY,
+        )),
     ]
 }
 
@@ -450,11 +532,17 @@ fn run_folders() -> Vec<Case> {
         case("run folder", rep, "not a regular file").files(table_at("t.csv")).link("r/t.csv", "../victim.txt"),
         case("run folder", rep, "not a regular file").files(run_folder()).link("r/report.html", "../victim.txt"),
         case("run folder", rep, "not a regular file").files(run_folder()).fifo("r/report.html"),
-        case("run folder", rep, "not a regular file").files(with(run_folder(), "r/manifest.json", |_| vec![])).fifo("r/manifest.json"),
-        case("run folder", rep, "symbolic link").files(with(run_folder(), "r/manifest.json", |_| vec![])).link("r/manifest.json", "../victim.txt"),
+        case("run folder", rep, "not a regular file")
+            .files(with(run_folder(), "r/manifest.json", |_| vec![]))
+            .fifo("r/manifest.json"),
+        case("run folder", rep, "symbolic link")
+            .files(with(run_folder(), "r/manifest.json", |_| vec![]))
+            .link("r/manifest.json", "../victim.txt"),
         case("run folder", rep, "more than").files(with(run_folder(), "r/manifest.json", |_| vec![b' '; 17 << 20])),
-        case("run folder", rep, "manifest.json").files(with(run_folder(), "r/manifest.json", |_| b"{not json".to_vec())),
-        case("run folder", "report elsewhere", "not a vram-lab run folder").file("elsewhere/notes.txt", "the user's notes"),
+        case("run folder", rep, "manifest.json")
+            .files(with(run_folder(), "r/manifest.json", |_| b"{not json".to_vec())),
+        case("run folder", "report elsewhere", "not a vram-lab run folder")
+            .file("elsewhere/notes.txt", "the user's notes"),
     ]
 }
 
@@ -463,9 +551,12 @@ fn writes() -> Vec<Case> {
     let q = "quantize --model synthetic:tiny --to";
     vec![
         case("writes", "estimate", "exists and is not empty").file("out/report.html", "the user's report"),
-        case("writes", "estimate", "exists and is not empty").file("out/console.txt", "the user's notes").link("out/report.html", "../victim.txt"),
+        case("writes", "estimate", "exists and is not empty")
+            .file("out/console.txt", "the user's notes")
+            .link("out/report.html", "../victim.txt"),
         case("writes", "estimate", "not a folder").file("elsewhere/keep.txt", "kept").link("out", "elsewhere"),
-        case("writes", "estimate", "already holds a run").files(run_folder().into_iter().map(|(p, b)| (p.replacen("r/", "out/", 1), b)).collect()),
+        case("writes", "estimate", "already holds a run")
+            .files(run_folder().into_iter().map(|(p, b)| (p.replacen("r/", "out/", 1), b)).collect()),
         case("writes", &format!("{q} victim.txt"), "already exists"),
         case("writes", &format!("{q} /dev/null"), "already exists"),
         case("writes", &format!("{q} link.gguf"), "already exists").link("link.gguf", VICTIM),
@@ -481,14 +572,18 @@ fn writes() -> Vec<Case> {
 fn fuzz_finds() -> Vec<Case> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
     let finds = |target: &str| {
-        let mut files: Vec<_> = std::fs::read_dir(dir.join(target)).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+        let mut files: Vec<_> =
+            std::fs::read_dir(dir.join(target)).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
         files.sort();
         files.into_iter().map(|p| std::fs::read(p).unwrap()).collect::<Vec<_>>()
     };
     let mut out = Vec::new();
     for bytes in finds("gguf") {
         out.push(case("fuzz find", "estimate --model m.gguf", "m.gguf").file("m.gguf", bytes.clone()));
-        out.push(case("fuzz find", "generate --model m.gguf --prompt-ids 1 --max-new-tokens 1", "m.gguf").file("m.gguf", bytes));
+        out.push(
+            case("fuzz find", "generate --model m.gguf --prompt-ids 1 --max-new-tokens 1", "m.gguf")
+                .file("m.gguf", bytes),
+        );
     }
     for bytes in finds("safetensors") {
         let cfg = std::fs::read(dir.join("../seeds/config/micro.json")).unwrap();

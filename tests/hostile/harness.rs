@@ -100,7 +100,10 @@ pub fn run(c: &Case) -> Outcome {
     let before = snapshot(scratch.path(), None);
     let mut cmd = Command::new(binary());
     cmd.args(&c.args).args(["--quiet", "--out", "out"]).current_dir(scratch.path());
-    cmd.env("HF_HOME", scratch.path().join("out/hf")).env_remove("HF_ENDPOINT").env_remove("RUST_BACKTRACE").env_remove("HF_TOKEN");
+    cmd.env("HF_HOME", scratch.path().join("out/hf"))
+        .env_remove("HF_ENDPOINT")
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("HF_TOKEN");
     for (k, v) in &c.env {
         cmd.env(k, v);
     }

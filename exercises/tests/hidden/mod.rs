@@ -79,7 +79,11 @@ pub struct Shape {
 }
 
 pub fn shape(cfg: &Qwen2Config) -> Shape {
-    assert_eq!(cfg.head_dim(), cfg.hidden_size / cfg.num_attention_heads, "the grader's models keep head_dim = hidden / heads");
+    assert_eq!(
+        cfg.head_dim(),
+        cfg.hidden_size / cfg.num_attention_heads,
+        "the grader's models keep head_dim = hidden / heads"
+    );
     Shape {
         vocab: cfg.vocab_size as u64,
         hidden: cfg.hidden_size as u64,
@@ -91,7 +95,8 @@ pub fn shape(cfg: &Qwen2Config) -> Shape {
     }
 }
 
-pub const PRECISIONS: [Precision; 5] = [Precision::Bf16, Precision::F32, Precision::F16, Precision::Q4KM, Precision::Q4];
+pub const PRECISIONS: [Precision; 5] =
+    [Precision::Bf16, Precision::F32, Precision::F16, Precision::Q4KM, Precision::Q4];
 
 pub fn act_bytes(p: Precision) -> u64 {
     p.act_dtype().size_in_bytes() as u64
@@ -100,8 +105,13 @@ pub fn act_bytes(p: Precision) -> u64 {
 /// The hidden models vary what the formulas read, so a formula that ignores an input cannot pass
 /// by luck.
 pub fn assert_varied(all: &[(String, Qwen2Config)]) {
-    let distinct = |f: fn(&Qwen2Config) -> usize| all.iter().map(|(_, c)| f(c)).collect::<std::collections::BTreeSet<_>>().len();
-    assert!(distinct(|c| c.num_hidden_layers) > 40 && distinct(|c| c.num_key_value_heads) > 5 && distinct(|c| c.hidden_size) > 20);
+    let distinct =
+        |f: fn(&Qwen2Config) -> usize| all.iter().map(|(_, c)| f(c)).collect::<std::collections::BTreeSet<_>>().len();
+    assert!(
+        distinct(|c| c.num_hidden_layers) > 40
+            && distinct(|c| c.num_key_value_heads) > 5
+            && distinct(|c| c.hidden_size) > 20
+    );
     assert!(all.iter().any(|(_, c)| c.tie_word_embeddings) && all.iter().any(|(_, c)| !c.tie_word_embeddings));
     assert!(all.iter().any(|(_, c)| c.num_key_value_heads < c.num_attention_heads));
 }

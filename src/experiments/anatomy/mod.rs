@@ -35,7 +35,11 @@ pub struct AnatomyConfig {
 
 impl Default for AnatomyConfig {
     fn default() -> Self {
-        Self { precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32], max_new_tokens: 200, prompt_tokens: None }
+        Self {
+            precisions: vec![Precision::Bf16, Precision::Q4KM, Precision::F32],
+            max_new_tokens: 200,
+            prompt_tokens: None,
+        }
     }
 }
 
@@ -157,8 +161,9 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
         // What a step reads (the weights but an untied embedding table, plus the cache at the
         // mean context): the speed stage's ceiling.
         // (A GGUF's own types: the plan's bytes moved by the difference.)
-        let bytes_per_token =
-            (estimate::decode_read_bytes(&model_cfg, p, sc.prompt_tokens + sc.new_tokens / 2, 1) + sc.predicted_weights).saturating_sub(planned);
+        let bytes_per_token = (estimate::decode_read_bytes(&model_cfg, p, sc.prompt_tokens + sc.new_tokens / 2, 1)
+            + sc.predicted_weights)
+            .saturating_sub(planned);
         sc.decode_ceiling_tok_s = bandwidths.map(|bw| estimate::decode_ceiling_tok_s(bw.device, bytes_per_token));
         let snap = s.probe.snapshot(&format!("{p}: after generating {}", sc.new_tokens));
         s.say(format!(
@@ -180,15 +185,24 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
             sc.oom_during = r.during.clone();
             sc.oom_summary = r.summary.clone();
             let capacity = s.probe.snapshot("capacity").device_total.unwrap_or(u64::MAX);
-            let expected = if sc.predicted_weights > capacity { ", as predicted: the weights alone exceed the card" } else { "" };
-            s.say(format!("{p}: {}{expected}; captured (summary in anatomy/oom_summary_{p}.txt), the next precision runs", r.headline()));
+            let expected =
+                if sc.predicted_weights > capacity { ", as predicted: the weights alone exceed the card" } else { "" };
+            s.say(format!(
+                "{p}: {}{expected}; captured (summary in anatomy/oom_summary_{p}.txt), the next precision runs",
+                r.headline()
+            ));
             if let Some(at) = &r.at {
                 timeline.push(Snapshot::from_failure(&format!("{p}: oom"), at));
             }
             // The weights loaded so far are what was held; the workload is the report's prompt
             // and the tokens to generate. Nothing of this precision fitted, so no transient.
             let held = Held::of(&[(Category::Weights, r.at.as_ref().map(|s| s.peak).unwrap_or(0))]);
-            let w = Workload { precision: p, seq: crate::reference::REPORT_PROMPT_TOKENS + cfg.max_new_tokens, batch: 1, logits: Logits::Last };
+            let w = Workload {
+                precision: p,
+                seq: crate::reference::REPORT_PROMPT_TOKENS + cfg.max_new_tokens,
+                batch: 1,
+                logits: Logits::Last,
+            };
             let measured = oom::Measured { transient_per_token: 0.0, pool_factor: 1.0 };
             sc.diagnosis = oom::diagnose(s, &format!("{p} load"), &r, &model_cfg, &w, &held, measured);
         }
@@ -254,7 +268,8 @@ impl AnatomyResult {
         let mut out = Vec::new();
         for sc in &self.scenarios {
             let Ok(p) = Precision::parse(&sc.precision) else { continue };
-            let weights = sc.init.as_ref().zip(sc.loaded.as_ref()).map(|(i, l)| l.delta_allocated(i) as f64 / crate::memory::GIB);
+            let weights =
+                sc.init.as_ref().zip(sc.loaded.as_ref()).map(|(i, l)| l.delta_allocated(i) as f64 / crate::memory::GIB);
             let report = report_figures(p, self.report_model).0.map(|r| r.0);
             out.push(
                 Finding::new(format!("{p} weights after loading"), "GiB", weights)
@@ -272,8 +287,13 @@ impl AnatomyResult {
                 );
             }
             if let Some(req) = sc.oom_request {
-                let report_req = (self.report_model && p == Precision::F32).then_some(report::FP32_OOM_REQUEST_GIB * 1024.0);
-                out.push(Finding::new(format!("{p} OOM request"), "MiB", Some(mib(req))).report(report_req).note(format!("during {}", sc.oom_during)));
+                let report_req =
+                    (self.report_model && p == Precision::F32).then_some(report::FP32_OOM_REQUEST_GIB * 1024.0);
+                out.push(
+                    Finding::new(format!("{p} OOM request"), "MiB", Some(mib(req)))
+                        .report(report_req)
+                        .note(format!("during {}", sc.oom_during)),
+                );
             }
         }
         out
@@ -284,15 +304,28 @@ impl AnatomyResult {
         let sc = &self.scenarios;
         let g = |f: &dyn Fn(&Scenario) -> Option<u64>| sc.iter().map(|s| f(s).map(gib)).collect::<Vec<Option<f64>>>();
         let precisions: Vec<Precision> = sc.iter().filter_map(|s| Precision::parse(&s.precision).ok()).collect();
-        let rep = |i: usize| precisions.iter().map(|&p| report_figures(p, self.report_model).0.map(|r| [r.0, r.1, r.2][i])).collect::<Vec<_>>();
+        let rep = |i: usize| {
+            precisions
+                .iter()
+                .map(|&p| report_figures(p, self.report_model).0.map(|r| [r.0, r.1, r.2][i]))
+                .collect::<Vec<_>>()
+        };
         let predicted: Vec<f64> = sc.iter().map(|s| gib(s.predicted_weights)).collect();
         let loaded_alloc = g(&|s| s.loaded.as_ref().map(|x| x.allocated));
         // What loading added: on CUDA the pool starts empty, on CPU the heap holds the runtime too.
-        let weights =
-            sc.iter().map(|s| s.init.as_ref().zip(s.loaded.as_ref()).map(|(i, l)| l.delta_allocated(i) as f64 / crate::memory::GIB)).collect::<Vec<_>>();
+        let weights = sc
+            .iter()
+            .map(|s| {
+                s.init.as_ref().zip(s.loaded.as_ref()).map(|(i, l)| l.delta_allocated(i) as f64 / crate::memory::GIB)
+            })
+            .collect::<Vec<_>>();
         let err: Vec<Option<f64>> = weights.iter().zip(&predicted).map(|(m, p)| pct_err(*m, *p)).collect();
-        let delta =
-            sc.iter().map(|s| s.loaded.as_ref().zip(s.after.as_ref()).map(|(l, a)| a.delta_allocated(l) as f64 / crate::memory::MIB)).collect::<Vec<_>>();
+        let delta = sc
+            .iter()
+            .map(|s| {
+                s.loaded.as_ref().zip(s.after.as_ref()).map(|(l, a)| a.delta_allocated(l) as f64 / crate::memory::MIB)
+            })
+            .collect::<Vec<_>>();
         Ok(df!(
             col::PRECISION => sc.iter().map(|s| s.precision.clone()).collect::<Vec<_>>(),
             col::OUTCOME => sc.iter().map(|s| s.outcome.as_str()).collect::<Vec<_>>(),

@@ -57,7 +57,8 @@ fn what(test: &str) -> &'static str {
 impl Stage for Bandwidth {
     const NAME: &'static str = "bandwidth";
     const TITLE: &'static str = "Stage 4a — bandwidth / 带宽天花板";
-    const ABOUT: &'static str = "PCIe (pinned, pageable), device copy, a read kernel and host-memory reads: the ceilings of every tok/s";
+    const ABOUT: &'static str =
+        "PCIe (pinned, pageable), device copy, a read kernel and host-memory reads: the ceilings of every tok/s";
     const INTRO: &'static str = "The report's stage 4 blames PCIe: 38.23 tok/s on the GPU fall to 0.61 with accelerate's CPU offload. Before offloading anything, this stage measures the straws: host→device from pinned and pageable memory, device→host, device→device, a kernel that only reads a buffer the size of the weights (batch-1 decoding reads every weight once per token: this is its ceiling), and the CPU reading host memory. 每个 tok/s 都要和它的物理上限放在一起:带宽 ÷ 每个 token 搬运的字节。";
     type Config = BandwidthConfig;
 
@@ -77,12 +78,15 @@ impl Stage for Bandwidth {
                 return Err(crate::error::LabError::out_of_range(
                     "--host-mib",
                     cfg.host_mib,
-                    format!("1 to {} (half the host's available memory)", available / 2 >> 20),
+                    format!("1 to {} (half the host's available memory)", (available / 2) >> 20),
                 ));
             }
         }
         s.console.step("host read");
-        rows.push((bandwidth::host_read(cfg.host_mib << 20, cfg.reps), format!("{} threads", rayon::current_num_threads())));
+        rows.push((
+            bandwidth::host_read(cfg.host_mib << 20, cfg.reps),
+            format!("{} threads", rayon::current_num_threads()),
+        ));
         s.console.step("host matrix-vector product");
         // The CPU layers' kernel over 4 × the 7B MLP's gate matrix (543 MB, beyond any L3; a
         // small one on CPU), with its task size and prefetch varied: the profile behind its speed.
@@ -91,7 +95,13 @@ impl Stage for Bandwidth {
         for (task_rows, prefetch) in [(64, false), (16, false), (256, false), (64, true)] {
             let tuning = crate::model::host_linear::Tuning { task_rows, prefetch };
             let t = host_gemv(r, c, cfg.reps, tuning)?;
-            rows.push((t, format!("[{r}, {c}] BF16 × one token, {threads} threads, {task_rows} rows per task{}", if prefetch { ", prefetch" } else { "" })));
+            rows.push((
+                t,
+                format!(
+                    "[{r}, {c}] BF16 × one token, {threads} threads, {task_rows} rows per task{}",
+                    if prefetch { ", prefetch" } else { "" }
+                ),
+            ));
         }
         if s.device.is_cuda() {
             #[cfg(feature = "cuda")]
@@ -104,7 +114,10 @@ impl Stage for Bandwidth {
                 rows.push((bandwidth::d2d(&s.device, cfg.copy_mib << 20, cfg.reps)?, String::new()));
                 let read = if cfg.read_mib == 0 { weights as usize } else { cfg.read_mib << 20 };
                 s.console.step("read kernel");
-                rows.push((bandwidth::device_read(&s.device, read, cfg.reps)?, "16-byte streaming loads, 8 blocks of 512 threads per SM".into()));
+                rows.push((
+                    bandwidth::device_read(&s.device, read, cfg.reps)?,
+                    "16-byte streaming loads, 8 blocks of 512 threads per SM".into(),
+                ));
             }
         } else {
             s.say("no GPU: only the host read is measured (GPU rows need a CUDA build on a GPU)");
@@ -146,8 +159,12 @@ impl Stage for Bandwidth {
         }
         if let Some(g) = find("device_read") {
             out.findings.push(
-                Finding::new("batch-1 decode ceiling from the read kernel", "tok/s", Some(estimate::decode_ceiling_tok_s(g, weights)))
-                    .note(format!("{} of BF16 weights read per token", crate::memory::fmt_bytes(weights))),
+                Finding::new(
+                    "batch-1 decode ceiling from the read kernel",
+                    "tok/s",
+                    Some(estimate::decode_ceiling_tok_s(g, weights)),
+                )
+                .note(format!("{} of BF16 weights read per token", crate::memory::fmt_bytes(weights))),
             );
         }
         Ok(out)

@@ -23,7 +23,10 @@ const BANDWIDTH_CHART: ChartSpec = ChartSpec {
     x_title: "transfer",
     y_title: "GB/s",
     y_log: true,
-    series: &[Series::column("measured", &[(col::GBS, 1.0)]), Series::column("vendor figure", &[(col::VENDOR_GBS, 1.0)])],
+    series: &[
+        Series::column("measured", &[(col::GBS, 1.0)]),
+        Series::column("vendor figure", &[(col::VENDOR_GBS, 1.0)]),
+    ],
     // The CPU kernel runs in several tilings under one test name: each its own bar.
     variant: Some(col::NOTE),
     ..ChartSpec::BARS

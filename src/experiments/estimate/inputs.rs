@@ -31,12 +31,24 @@ pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(Qwen2Con
 }
 
 /// A workload of the model: a GGUF's weights priced by its own tensors.
-pub fn workload(cfg: &Qwen2Config, gguf: Option<&Gguf>, precision: Precision, seq: usize, batch: usize, logits: Logits) -> Inference {
+pub fn workload(
+    cfg: &Qwen2Config,
+    gguf: Option<&Gguf>,
+    precision: Precision,
+    seq: usize,
+    batch: usize,
+    logits: Logits,
+) -> Inference {
     let stored = gguf.map(|g| g.loaded_bytes(cfg, precision));
     Inference { precision, seq, batch, logits, attention: AttentionMode::default(), stored }
 }
 
-pub fn ledger_rows(cfg: &Qwen2Config, w: &Inference, runtime: &Runtime, gguf: Option<&Gguf>) -> Vec<(&'static str, u64, String)> {
+pub fn ledger_rows(
+    cfg: &Qwen2Config,
+    w: &Inference,
+    runtime: &Runtime,
+    gguf: Option<&Gguf>,
+) -> Vec<(&'static str, u64, String)> {
     let l = fit::ledger(cfg, w, runtime.bytes());
     let act = w.precision.act_dtype().size_in_bytes();
     let tokens = w.seq * w.batch;

@@ -135,12 +135,15 @@ impl Stage for Estimate {
             while seq <= cfg.max_position_embeddings {
                 curve.0.push(p.to_string());
                 curve.1.push(seq as u64);
-                curve
-                    .2
-                    .push(fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), p, seq, c.batch, c.logits), runtime.bytes()).device() as f64 / (1u64 << 30) as f64);
+                curve.2.push(
+                    fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), p, seq, c.batch, c.logits), runtime.bytes())
+                        .device() as f64
+                        / (1u64 << 30) as f64,
+                );
                 seq *= 2;
             }
-            let fits_on: Vec<&str> = fits.iter().filter(|(q, _, f)| *q == p && f.fits()).map(|(_, card, _)| card.name.as_str()).collect();
+            let fits_on: Vec<&str> =
+                fits.iter().filter(|(q, _, f)| *q == p && f.fits()).map(|(_, card, _)| card.name.as_str()).collect();
             s.say(format!(
                 "{p}: needs {:.2} GiB at {} × {} tokens; fits {}",
                 need as f64 / (1u64 << 30) as f64,
@@ -180,7 +183,10 @@ impl Stage for Estimate {
             out.table(TRAINING, training_table(&cfg, c.optimizer, c.zero, c.gpus)?);
             out.table(TRAIN_STEP, train_step_table(&cfg, training::TrainShape { batch: c.batch, seq: c.seq })?);
             if c.gpus > 1 {
-                out.table(TRAIN_DP, train_dp_table(&cfg, training::TrainShape { batch: c.batch, seq: c.seq }, c.gpus, c.checkpointing)?);
+                out.table(
+                    TRAIN_DP,
+                    train_dp_table(&cfg, training::TrainShape { batch: c.batch, seq: c.seq }, c.gpus, c.checkpointing)?,
+                );
             }
             if !c.cards.is_empty() {
                 let cards = c.cards.iter().map(|n| Card::parse(n)).collect::<Result<Vec<_>>>()?;
@@ -219,7 +225,8 @@ fn parallel_table(
             _ => parallel::pipeline(cfg, &w, gpus, runtime)?,
         };
         let most = needs.iter().map(|g| g.total()).max().unwrap_or(0);
-        let fits_on: Vec<String> = Card::presets().into_iter().filter(|card| card.total_bytes() >= most).map(|card| card.name).collect();
+        let fits_on: Vec<String> =
+            Card::presets().into_iter().filter(|card| card.total_bytes() >= most).map(|card| card.name).collect();
         s.say(format!(
             "{p}, {layout} over {gpus} GPUs: the fullest GPU needs {:.2} GiB; fits {}",
             gib(most),

@@ -54,12 +54,24 @@ impl Stage for Plan {
         fit::check(&cfg, &workload(&cfg, None, Precision::F32, c.seq, 1, Logits::Last))?;
         let rows: Vec<(Precision, CardFit)> = [Precision::F32, Precision::Bf16, Precision::Q4KM]
             .into_iter()
-            .map(|p| (p, fit::on_card(&cfg, &workload(&cfg, gguf.as_ref(), p, c.seq, 1, Logits::Last), runtime.bytes(), cap, card.bandwidth_gbs)))
+            .map(|p| {
+                (
+                    p,
+                    fit::on_card(
+                        &cfg,
+                        &workload(&cfg, gguf.as_ref(), p, c.seq, 1, Logits::Last),
+                        runtime.bytes(),
+                        cap,
+                        card.bandwidth_gbs,
+                    ),
+                )
+            })
             .collect();
         // The best: the most precise that fits the context wanted (F32 > BF16 > Q4), else the one
         // with the longest context.
-        let best =
-            rows.iter().position(|r| r.1.fits()).unwrap_or_else(|| rows.iter().enumerate().max_by_key(|(_, r)| r.1.max_context).map(|(i, _)| i).unwrap_or(0));
+        let best = rows.iter().position(|r| r.1.fits()).unwrap_or_else(|| {
+            rows.iter().enumerate().max_by_key(|(_, r)| r.1.max_context).map(|(i, _)| i).unwrap_or(0)
+        });
         let mut out = StageOutput::default();
         let (p, f) = rows[best];
         let (need, ctx, batch, ceiling) = (f.need, f.max_context, f.max_batch, f.decode_ceiling_tok_s);
@@ -76,11 +88,14 @@ impl Stage for Plan {
         } else {
             format!(
                 "the model fits this card in no precision (Q4 needs {:.2} GiB at 1 token)",
-                fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), Precision::Q4KM, 1, 1, Logits::Last), runtime.bytes()).device() as f64 / (1u64 << 30) as f64
+                fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), Precision::Q4KM, 1, 1, Logits::Last), runtime.bytes())
+                    .device() as f64
+                    / (1u64 << 30) as f64
             )
         };
         s.say(format!("{}: {verdict}", card.label));
-        out.findings.push(Finding::new(format!("plan for {}", card.label), "tok/s", None).ceiling(ceiling).note(verdict));
+        out.findings
+            .push(Finding::new(format!("plan for {}", card.label), "tok/s", None).ceiling(ceiling).note(verdict));
         out.table(
             PLAN,
             df!(

@@ -21,7 +21,13 @@ pub fn training_table(cfg: &Qwen2Config, optimizer: Optimizer, zero: u8, gpus: u
     for (name, setup) in setups {
         let l = training::ledger(params, &setup);
         let what = format!("{name}; {:?}, ZeRO {} on {} GPU(s)", setup.optimizer, setup.zero, setup.gpus);
-        for (item, bytes) in [("weights", l.weights), ("gradients", l.gradients), ("master", l.master), ("optimizer", l.optimizer), ("total", l.total())] {
+        for (item, bytes) in [
+            ("weights", l.weights),
+            ("gradients", l.gradients),
+            ("master", l.master),
+            ("optimizer", l.optimizer),
+            ("total", l.total()),
+        ] {
             su.push(what.clone());
             it.push(item);
             bp.push(bytes as f64 / params as f64);
@@ -89,14 +95,27 @@ pub fn train_step_table(cfg: &Qwen2Config, sh: training::TrainShape) -> Result<D
 
 /// Unequal cards under data parallelism: the largest micro-batch each card holds (the lab's F32
 /// step, `overhead` beside it), and the same global batch split evenly.
-pub fn train_cards_table(cfg: &Qwen2Config, seq: usize, checkpoint: bool, cards: &[crate::hw::Card], overhead: u64) -> Result<DataFrame> {
+pub fn train_cards_table(
+    cfg: &Qwen2Config,
+    seq: usize,
+    checkpoint: bool,
+    cards: &[crate::hw::Card],
+    overhead: u64,
+) -> Result<DataFrame> {
     use crate::estimate::parallel::micro_batch;
     let params = cfg.param_count() as u64;
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    let planned: Vec<usize> = cards.iter().map(|c| micro_batch(cfg, seq, checkpoint, c.total_bytes(), overhead)).collect();
+    let planned: Vec<usize> =
+        cards.iter().map(|c| micro_batch(cfg, seq, checkpoint, c.total_bytes(), overhead)).collect();
     let global: usize = planned.iter().sum();
     let equal = global.div_ceil(cards.len().max(1));
-    let peak = |b: usize| if b == 0 { 0 } else { training::step_peak(cfg, params, training::TrainShape { batch: b, seq }, checkpoint) + overhead };
+    let peak = |b: usize| {
+        if b == 0 {
+            0
+        } else {
+            training::step_peak(cfg, params, training::TrainShape { batch: b, seq }, checkpoint) + overhead
+        }
+    };
     Ok(df!(
         col::CARD => cards.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
         col::CARD_GIB => cards.iter().map(|c| gib(c.total_bytes())).collect::<Vec<_>>(),
@@ -111,14 +130,31 @@ pub fn train_cards_table(cfg: &Qwen2Config, seq: usize, checkpoint: bool, cards:
 
 /// PyTorch's DataParallel beside DDP on `gpus` GPUs, each taking `per_gpu`, F32 AdamW
 /// (`estimate::data_parallel`): what each GPU holds over a step.
-pub fn train_dp_table(cfg: &Qwen2Config, per_gpu: training::TrainShape, gpus: u64, checkpoint: bool) -> Result<DataFrame> {
+pub fn train_dp_table(
+    cfg: &Qwen2Config,
+    per_gpu: training::TrainShape,
+    gpus: u64,
+    checkpoint: bool,
+) -> Result<DataFrame> {
     let params = cfg.param_count() as u64;
     let (ddp, first, other) = crate::estimate::data_parallel::layouts(cfg, params, per_gpu, gpus, checkpoint);
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let tokens = format!("{} × {} tokens a GPU, {gpus} GPUs", per_gpu.batch, per_gpu.seq);
     let rows = [
-        ("weights (F32)", ddp.weights, first.weights, other.weights, "the others: a replica made at every forward".to_string()),
-        ("gradients", ddp.gradients, first.gradients, other.gradients, "the others' are summed into the first GPU's in the backward".into()),
+        (
+            "weights (F32)",
+            ddp.weights,
+            first.weights,
+            other.weights,
+            "the others: a replica made at every forward".to_string(),
+        ),
+        (
+            "gradients",
+            ddp.gradients,
+            first.gradients,
+            other.gradients,
+            "the others' are summed into the first GPU's in the backward".into(),
+        ),
         ("AdamW states", ddp.states, first.states, other.states, "DataParallel: on the first GPU only".into()),
         (
             "what the forward keeps",
@@ -127,8 +163,20 @@ pub fn train_dp_table(cfg: &Qwen2Config, per_gpu: training::TrainShape, gpus: u6
             other.activations,
             format!("PyTorch's (SDPA, checkpointing {}), {tokens}", if checkpoint { "on" } else { "off" }),
         ),
-        ("gathered logits", ddp.gathered, first.gathered, other.gathered, "every replica's outputs on the first GPU".into()),
-        ("total", ddp.total(), first.total(), other.total(), "the first GPU's surplus: the moments and the whole batch's logits".into()),
+        (
+            "gathered logits",
+            ddp.gathered,
+            first.gathered,
+            other.gathered,
+            "every replica's outputs on the first GPU".into(),
+        ),
+        (
+            "total",
+            ddp.total(),
+            first.total(),
+            other.total(),
+            "the first GPU's surplus: the moments and the whole batch's logits".into(),
+        ),
     ];
     Ok(df!(
         col::ITEM => rows.iter().map(|r| r.0).collect::<Vec<_>>(),

@@ -101,7 +101,8 @@ pub fn weights(root: &Path) -> Result<Vec<(String, Precision, f64, f64)>> {
     for f in files {
         let (cfg, _) = run_context(&f)?;
         let df = read_csv(&f)?;
-        let (outcome, prec, loaded) = (strings(&df, "outcome")?, strings(&df, "precision")?, floats(&df, "loaded_allocated_gib")?);
+        let (outcome, prec, loaded) =
+            (strings(&df, "outcome")?, strings(&df, "precision")?, floats(&df, "loaded_allocated_gib")?);
         // A model file's prediction is its header's tensor bytes, which the run recorded.
         let recorded = floats(&df, "predicted_weights_gib")?;
         for r in 0..df.height() {
@@ -132,7 +133,15 @@ pub fn limits_of(folders: &[Folder]) -> Vec<LimitCheck> {
         let Some(card) = &f.card else { continue };
         for l in &f.limits {
             let w = f.attempts[l.first].w;
-            let (predicted, _) = sweep::longest_context(&f.cfg, &w, runtime, card.total_bytes(), &l.doubling, l.resolution, f.seen[l.first]);
+            let (predicted, _) = sweep::longest_context(
+                &f.cfg,
+                &w,
+                runtime,
+                card.total_bytes(),
+                &l.doubling,
+                l.resolution,
+                f.seen[l.first],
+            );
             out.push(LimitCheck {
                 file: f.limit_file.clone(),
                 card: card.name.clone(),

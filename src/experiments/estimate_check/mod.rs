@@ -47,7 +47,10 @@ impl Stage for Check {
     fn run(s: &mut Session, c: &CheckConfig) -> Result<StageOutput> {
         if !c.results.is_dir() {
             // `vram-lab run` from outside the repository: nothing to check, said, not an error.
-            s.say(format!("no results folder {}: nothing to check (run from the repository root, or give --results)", c.results.display()));
+            s.say(format!(
+                "no results folder {}: nothing to check (run from the repository root, or give --results)",
+                c.results.display()
+            ));
             return Ok(StageOutput::default());
         }
         let folders = kv_folders(&c.results)?;
@@ -55,19 +58,36 @@ impl Stage for Check {
         let wt = weights(&c.results)?;
         let mut out = StageOutput::default();
         let worst = |v: Vec<f64>| v.into_iter().fold(0.0f64, |m, e| m.max(e.abs()));
-        let worst_alloc = worst(st.iter().map(|x| x.allocated_err_pct()).chain(wt.iter().map(|w| 100.0 * (w.3 - w.2) / w.2)).collect());
+        let worst_alloc = worst(
+            st.iter().map(|x| x.allocated_err_pct()).chain(wt.iter().map(|w| 100.0 * (w.3 - w.2) / w.2)).collect(),
+        );
         let worst_peak = worst(st.iter().map(|x| x.peak_err_pct()).collect());
-        s.say(format!("{} steps and {} loads: allocated within {worst_alloc:.2} %, peak within {worst_peak:.2} %", st.len(), wt.len()));
-        out.findings.push(Finding::new("allocated: the worst error of the estimate", "%", Some(worst_alloc)).note(format!(
-            "{} prefill/batch steps and {} loads committed",
+        s.say(format!(
+            "{} steps and {} loads: allocated within {worst_alloc:.2} %, peak within {worst_peak:.2} %",
             st.len(),
             wt.len()
-        )));
+        ));
+        out.findings.push(
+            Finding::new("allocated: the worst error of the estimate", "%", Some(worst_alloc)).note(format!(
+                "{} prefill/batch steps and {} loads committed",
+                st.len(),
+                wt.len()
+            )),
+        );
         out.findings.push(Finding::new("peak: the worst error of the estimate", "%", Some(worst_peak)));
         for retried in [true, false] {
-            let Some(l) = lim.iter().filter(|l| l.retried == retried).max_by(|a, b| a.err_pct().abs().total_cmp(&b.err_pct().abs())) else { continue };
-            let what =
-                if retried { "longest context, OOM retried after a trim: the worst error" } else { "longest context, runs before the retry: the worst error" };
+            let Some(l) = lim
+                .iter()
+                .filter(|l| l.retried == retried)
+                .max_by(|a, b| a.err_pct().abs().total_cmp(&b.err_pct().abs()))
+            else {
+                continue;
+            };
+            let what = if retried {
+                "longest context, OOM retried after a trim: the worst error"
+            } else {
+                "longest context, runs before the retry: the worst error"
+            };
             let why = if retried {
                 "the ledger counts the pool's 32 MiB chunks: a measured slack per chunk of live allocations"
             } else {
@@ -88,15 +108,24 @@ impl Stage for Check {
         let retried: Vec<&LimitCheck> = lim.iter().filter(|l| l.retried).collect();
         if !retried.is_empty() {
             let within = retried.iter().filter(|l| l.err_pct().abs() <= 2.0).count();
-            let within_step =
-                retried.iter().filter(|l| l.err_pct().abs() > 2.0 && l.err_pct().abs() <= 100.0 * l.resolution as f64 / l.max_context as f64 + 1e-9).count();
+            let within_step = retried
+                .iter()
+                .filter(|l| {
+                    l.err_pct().abs() > 2.0
+                        && l.err_pct().abs() <= 100.0 * l.resolution as f64 / l.max_context as f64 + 1e-9
+                })
+                .count();
             s.say(format!(
                 "longest context with the OOM retry: {within} of {} bisections within 2 % of the ledger's search, {within_step} more within one bisection step",
                 retried.len()
             ));
             out.findings.push(
-                Finding::new("longest context, OOM retried: bisections within 2 % of the ledger's search", "count", Some(within as f64))
-                    .note(format!("of {}; {within_step} more within one bisection step", retried.len())),
+                Finding::new(
+                    "longest context, OOM retried: bisections within 2 % of the ledger's search",
+                    "count",
+                    Some(within as f64),
+                )
+                .note(format!("of {}; {within_step} more within one bisection step", retried.len())),
             );
         }
         out.table(SUMMARY, summary::table(&wt, &st, &lim)?);

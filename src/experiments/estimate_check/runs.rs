@@ -32,7 +32,8 @@ pub fn run_context(csv: &Path) -> Result<(Option<Qwen2Config>, Option<String>)> 
     for dir in csv.ancestors().skip(1).take(2) {
         for name in ["env.json", "manifest.json"] {
             let Ok(text) = std::fs::read_to_string(dir.join(name)) else { continue };
-            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", dir.join(name).display())))?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| LabError::input(format!("{}: {e}", dir.join(name).display())))?;
             let Some(model) = v.get("model").and_then(|m| m.as_str()) else { continue };
             let preset = model.strip_prefix("synthetic:");
             let card = match v.get("card") {
@@ -47,7 +48,8 @@ pub fn run_context(csv: &Path) -> Result<(Option<Qwen2Config>, Option<String>)> 
 }
 
 fn logits(s: &str) -> Result<Logits> {
-    <Logits as clap::ValueEnum>::from_str(s, true).map_err(|_| LabError::input(format!("unknown logits `{s}` in a results file")))
+    <Logits as clap::ValueEnum>::from_str(s, true)
+        .map_err(|_| LabError::input(format!("unknown logits `{s}` in a results file")))
 }
 
 /// The logits a folder's steps kept when its CSV has no column for it (runs before it had one):
@@ -57,7 +59,8 @@ fn folder_logits(csv: &Path) -> Result<Option<Logits>> {
         return Ok(Some(Logits::All));
     }
     if let Ok(text) = std::fs::read_to_string(csv.with_file_name("env.json")) {
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", csv.display())))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", csv.display())))?;
         let command = v.get("command").and_then(|c| c.as_str()).unwrap_or("");
         let mut words = command.split_whitespace().skip_while(|w| *w != "--logits").skip(1);
         if let Some(w) = words.next() {
@@ -130,7 +133,8 @@ fn read_attempts(f: &Path, root: &Path) -> Result<Vec<Vec<Attempt>>> {
         Err(_) => vec![folder_logits(f)?; n],
     };
     let (seq, batch) = (floats(&df, "seq")?, floats(&df, "batch")?);
-    let (base, held, peak, transient) = (floats(&df, "base_mib")?, floats(&df, "held_mib")?, floats(&df, "peak_mib")?, floats(&df, "transient_mib")?);
+    let (base, held, peak, transient) =
+        (floats(&df, "base_mib")?, floats(&df, "held_mib")?, floats(&df, "peak_mib")?, floats(&df, "transient_mib")?);
     let mut groups: Vec<(String, Vec<Attempt>)> = Vec::new();
     for r in 0..n {
         let Some(logits) = lg[r] else { continue };
@@ -143,7 +147,12 @@ fn read_attempts(f: &Path, root: &Path) -> Result<Vec<Vec<Attempt>>> {
             stored: None,
         };
         let key = format!("{}/{}/{}", prec[r], logits.name(), att[r]);
-        let a = Attempt { file: relative(f, root), w, ok: outcome[r] == "ok", measured: (base[r] + held[r], peak[r], transient[r]) };
+        let a = Attempt {
+            file: relative(f, root),
+            w,
+            ok: outcome[r] == "ok",
+            measured: (base[r] + held[r], peak[r], transient[r]),
+        };
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, g)) => g.push(a),
             None => groups.push((key, vec![a])),
@@ -189,24 +198,43 @@ fn run_order(rows: &[Attempt], resolution: usize) -> (Vec<usize>, Vec<usize>) {
 /// One KV folder: its sweeps in the order the KV stage runs them (per precision: the prefill
 /// sweeps, then the batch sweep), each with its bisection.
 fn kv_folder(dir: &Path, root: &Path) -> Result<Folder> {
-    let any = ["kv_prefill.csv", "kv_batch.csv"].iter().map(|n| dir.join(n)).find(|p| p.is_file()).ok_or_else(|| LabError::other("no KV CSV"))?;
+    let any = ["kv_prefill.csv", "kv_batch.csv"]
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.is_file())
+        .ok_or_else(|| LabError::other("no KV CSV"))?;
     let (cfg, card) = run_context(&any)?;
-    let cfg = cfg.ok_or_else(|| LabError::input(format!("{}: the KV runs of a model file are not checked (its config is not committed)", any.display())))?;
+    let cfg = cfg.ok_or_else(|| {
+        LabError::input(format!(
+            "{}: the KV runs of a model file are not checked (its config is not committed)",
+            any.display()
+        ))
+    })?;
     let card = card.and_then(|c| Card::parse(&c).ok());
     let capacity = card.as_ref().map(|c| c.total_bytes()).unwrap_or(u64::MAX);
-    let prefill = if dir.join("kv_prefill.csv").is_file() { read_attempts(&dir.join("kv_prefill.csv"), root)? } else { vec![] };
-    let batch = if dir.join("kv_batch.csv").is_file() { read_attempts(&dir.join("kv_batch.csv"), root)? } else { vec![] };
+    let prefill =
+        if dir.join("kv_prefill.csv").is_file() { read_attempts(&dir.join("kv_prefill.csv"), root)? } else { vec![] };
+    let batch =
+        if dir.join("kv_batch.csv").is_file() { read_attempts(&dir.join("kv_batch.csv"), root)? } else { vec![] };
     let limit_file = dir.join("kv_limit.csv");
     // (precision, logits, attention, batch) → (resolution, measured longest, retried)
-    let mut limit_rows: Vec<((String, String, String, usize), (usize, usize, bool))> = Vec::new();
+    type LimitKey = (String, String, String, usize);
+    let mut limit_rows: Vec<(LimitKey, (usize, usize, bool))> = Vec::new();
     if limit_file.is_file() {
         let df = read_csv(&limit_file)?;
-        let (prec, lg, batch, max, res) =
-            (strings(&df, "precision")?, strings(&df, "logits")?, floats(&df, "batch")?, floats(&df, "max_context")?, floats(&df, "resolution")?);
+        let (prec, lg, batch, max, res) = (
+            strings(&df, "precision")?,
+            strings(&df, "logits")?,
+            floats(&df, "batch")?,
+            floats(&df, "max_context")?,
+            floats(&df, "resolution")?,
+        );
         // Older folders ran one attention each, named in their prefill sweep.
         let att = match strings(&df, "attention") {
             Ok(v) => v,
-            Err(_) => vec![prefill.first().map(|g| g[0].w.attention.name().to_string()).unwrap_or_default(); df.height()],
+            Err(_) => {
+                vec![prefill.first().map(|g| g[0].w.attention.name().to_string()).unwrap_or_default(); df.height()]
+            }
         };
         // Runs before the allocation hook retried a failed request after a trim have no column.
         let retry = match strings(&df, "oom_retry") {
@@ -214,7 +242,10 @@ fn kv_folder(dir: &Path, root: &Path) -> Result<Folder> {
             Err(_) => vec![false; df.height()],
         };
         for r in 0..df.height() {
-            limit_rows.push(((prec[r].clone(), lg[r].clone(), att[r].clone(), batch[r] as usize), (res[r] as usize, max[r] as usize, retry[r])));
+            limit_rows.push((
+                (prec[r].clone(), lg[r].clone(), att[r].clone(), batch[r] as usize),
+                (res[r] as usize, max[r] as usize, retry[r]),
+            ));
         }
     }
     let mut precisions: Vec<Precision> = Vec::new();

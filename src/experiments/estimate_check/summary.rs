@@ -23,7 +23,9 @@ struct Line {
 
 /// (error %, the tolerance for this case %, the case named) of each check, by kind.
 fn lines(weights: &[(String, Precision, f64, f64)], steps: &[StepCheck], limits: &[LimitCheck]) -> Vec<Line> {
-    let step_name = |s: &StepCheck| format!("{}: {} {} {}, {} × {} tokens", s.file, s.precision, s.logits.name(), s.attention, s.batch, s.seq);
+    let step_name = |s: &StepCheck| {
+        format!("{}: {} {} {}, {} × {} tokens", s.file, s.precision, s.logits.name(), s.attention, s.batch, s.seq)
+    };
     let limit = |retried: bool| -> Vec<(f64, f64, String)> {
         limits
             .iter()
@@ -50,7 +52,10 @@ fn lines(weights: &[(String, Precision, f64, f64)], steps: &[StepCheck], limits:
     vec![
         Line {
             check: "weights after loading",
-            errors: weights.iter().map(|(f, p, m, pr)| (100.0 * (pr - m) / m, BYTES_TOLERANCE_PCT, format!("{f}: {p}"))).collect(),
+            errors: weights
+                .iter()
+                .map(|(f, p, m, pr)| (100.0 * (pr - m) / m, BYTES_TOLERANCE_PCT, format!("{f}: {p}")))
+                .collect(),
             tolerance: "3 %",
             note: "the tensors' bytes (Q4: the GGUF blocks)",
         },
@@ -82,7 +87,11 @@ fn lines(weights: &[(String, Precision, f64, f64)], steps: &[StepCheck], limits:
 }
 
 /// The summary table: one row per kind of check that has any.
-pub fn table(weights: &[(String, Precision, f64, f64)], steps: &[StepCheck], limits: &[LimitCheck]) -> Result<DataFrame> {
+pub fn table(
+    weights: &[(String, Precision, f64, f64)],
+    steps: &[StepCheck],
+    limits: &[LimitCheck],
+) -> Result<DataFrame> {
     let lines: Vec<Line> = lines(weights, steps, limits).into_iter().filter(|l| !l.errors.is_empty()).collect();
     let worst = |l: &Line| l.errors.iter().max_by(|a, b| a.0.abs().total_cmp(&b.0.abs())).cloned();
     Ok(df!(
@@ -121,7 +130,11 @@ mod tests {
 
     #[test]
     fn the_summary_counts_the_checks_within_tolerance_and_names_the_worst() {
-        let steps = [step("a/kv_prefill.csv", 100.0, 101.0), step("b/kv_prefill.csv", 100.0, 95.0), step("c/kv_prefill.csv", 100.0, 99.0)];
+        let steps = [
+            step("a/kv_prefill.csv", 100.0, 101.0),
+            step("b/kv_prefill.csv", 100.0, 95.0),
+            step("c/kv_prefill.csv", 100.0, 99.0),
+        ];
         let df = table(&[], &steps, &[]).unwrap();
         assert_eq!(df.height(), 2, "no weights or limits: only the step rows");
         let checks = crate::frame::strings(&df, col::CHECK).unwrap();
@@ -129,6 +142,9 @@ mod tests {
         assert_eq!(crate::frame::floats(&df, col::CHECKS).unwrap()[row], 3.0);
         assert_eq!(crate::frame::floats(&df, col::WITHIN).unwrap()[row], 2.0, "the 5 % miss is outside 3 %");
         assert_eq!(crate::frame::floats(&df, col::WORST_ERR_PCT).unwrap()[row], -5.0);
-        assert!(crate::frame::strings(&df, col::WORST_CASE).unwrap()[row].starts_with("b/kv_prefill.csv"), "the worst is named");
+        assert!(
+            crate::frame::strings(&df, col::WORST_CASE).unwrap()[row].starts_with("b/kv_prefill.csv"),
+            "the worst is named"
+        );
     }
 }

@@ -37,7 +37,9 @@ pub const HOST_ARENA: &str = "host-arena";
 fn device_side(s: &Session, policy: Policy) -> Result<Option<Box<dyn DeviceAllocator>>> {
     match &s.device {
         #[cfg(feature = "cuda")]
-        candle_core::Device::Cuda(dev) => Ok(Some(Box::new(crate::memory::device_arena::DeviceArena::new(dev, policy)?))),
+        candle_core::Device::Cuda(dev) => {
+            Ok(Some(Box::new(crate::memory::device_arena::DeviceArena::new(dev, policy)?)))
+        }
         _ => {
             let _ = policy;
             Ok(None)
@@ -62,7 +64,13 @@ fn model_capacity(s: &Session, cfg: &FragConfig) -> Result<u64> {
     }
 }
 
-fn run_policy(s: &mut Session, cfg: &FragConfig, policy: Policy, steps: &mut Vec<Reading>, ooms: &mut Vec<FalseOom>) -> Result<()> {
+fn run_policy(
+    s: &mut Session,
+    cfg: &FragConfig,
+    policy: Policy,
+    steps: &mut Vec<Reading>,
+    ooms: &mut Vec<FalseOom>,
+) -> Result<()> {
     let capacity = model_capacity(s, cfg)?;
     let device = device_side(s, policy)?;
     run_lockstep(s, cfg, policy.name(), device, pool::behaviour(policy), capacity, steps, ooms)
@@ -98,7 +106,13 @@ fn run_lockstep(
     let (rows, trials) = {
         // The process's usage is read only on a GPU (on CPU it would be the lab's RSS).
         let probe = s.device.is_cuda().then_some(&s.probe);
-        let mut ls = Lockstep { name: name.into(), device, model: AllocModel::new(behaviour, capacity), probe, blocks: Vec::new() };
+        let mut ls = Lockstep {
+            name: name.into(),
+            device,
+            model: AllocModel::new(behaviour, capacity),
+            probe,
+            blocks: Vec::new(),
+        };
         let rows = report_sequence(&mut ls, cfg)?;
         let mut trials = Vec::new();
         for &layout in &cfg.layouts {
@@ -162,9 +176,19 @@ fn findings(steps: &[Reading], ooms: &[FalseOom], cfg: &FragConfig) -> Vec<Findi
     }
     for t in ooms {
         out.push(
-            Finding::new(format!("false OOM, {} allocator, {} layout: largest block after the holes", t.allocator, t.layout), "MiB", t.largest.map(mib))
-                .predicted(mib(t.model_largest))
-                .note(format!("{} MiB asked with {} MiB free in holes: {} (model: {})", t.request >> 20, t.freed >> 20, dash(&t.outcome), t.model_outcome)),
+            Finding::new(
+                format!("false OOM, {} allocator, {} layout: largest block after the holes", t.allocator, t.layout),
+                "MiB",
+                t.largest.map(mib),
+            )
+            .predicted(mib(t.model_largest))
+            .note(format!(
+                "{} MiB asked with {} MiB free in holes: {} (model: {})",
+                t.request >> 20,
+                t.freed >> 20,
+                dash(&t.outcome),
+                t.model_outcome
+            )),
         );
     }
     out
@@ -189,7 +213,12 @@ impl Stage for Frag {
             return Err(LabError::input("block sizes must be above 0 MiB"));
         }
         if !s.device.is_cuda() {
-            let on = s.probe.card().filter(|c| c.name != SCALED).map(|c| c.label.clone()).unwrap_or_else(|| cfg.model_card.clone());
+            let on = s
+                .probe
+                .card()
+                .filter(|c| c.name != SCALED)
+                .map(|c| c.label.clone())
+                .unwrap_or_else(|| cfg.model_card.clone());
             s.say(format!("no GPU: the CUDA policies as the model alone, on {on} at the report's sizes (run on a GPU for their measured columns); measured: the same capacity as one range of host addresses"));
         }
         let mut steps = Vec::new();

@@ -25,13 +25,19 @@ pub fn pytorch_rows(path: &std::path::Path, cfg: &FragConfig) -> Result<(Vec<Rea
             if let Some(v) = r.get(k).filter(|v| !v.is_null()) {
                 let ok = v.as_u64().is_some_and(|b| (1..=MAX_BYTES).contains(&b));
                 if !ok {
-                    return Err(LabError::input(format!("{}: {k} = {v} is not a byte count from 1 to 1 PiB", path.display())));
+                    return Err(LabError::input(format!(
+                        "{}: {k} = {v} is not a byte count from 1 to 1 PiB",
+                        path.display()
+                    )));
                 }
             }
         }
         if let (Some(free), Some(hole)) = (u(r, "device_free_start"), u(r, "hole")) {
             if free / hole > MAX_REPEATS as u64 {
-                return Err(LabError::input(format!("{}: a hole of {hole} B cuts {free} B into more than {MAX_REPEATS} blocks", path.display())));
+                return Err(LabError::input(format!(
+                    "{}: a hole of {hole} B cuts {free} B into more than {MAX_REPEATS} blocks",
+                    path.display()
+                )));
             }
         }
     }
@@ -40,16 +46,22 @@ pub fn pytorch_rows(path: &std::path::Path, cfg: &FragConfig) -> Result<(Vec<Rea
     let mut found = Vec::new();
     // The report's own script: its loop variable still holds the last block after the frees.
     for r in recs.iter().filter(|r| r["kind"] == "report_script") {
-        let kept = (cfg.blocks as u64).div_ceil(2) + u64::from(cfg.blocks % 2 == 0);
+        let kept = (cfg.blocks as u64).div_ceil(2) + u64::from(cfg.blocks.is_multiple_of(2));
         found.push(
             Finding::new(
-                format!("allocated after freeing the odd blocks, the report's own script ({})", r["allocator"].as_str().unwrap_or("pytorch")),
+                format!(
+                    "allocated after freeing the odd blocks, the report's own script ({})",
+                    r["allocator"].as_str().unwrap_or("pytorch")
+                ),
                 "GiB",
                 u(r, "allocated").map(gib),
             )
             .predicted(gib(kept * (cfg.block_mib << 20)))
             .report((cfg.blocks == 10 && cfg.block_mib == 500).then_some(report::FRAG_ODD_FREED.0))
-            .note(format!("{kept} blocks: `for i in range(10): t = torch.empty(...)` leaves `t` holding block {}", cfg.blocks.saturating_sub(1))),
+            .note(format!(
+                "{kept} blocks: `for i in range(10): t = torch.empty(...)` leaves `t` holding block {}",
+                cfg.blocks.saturating_sub(1)
+            )),
         );
     }
     let allocators: Vec<String> = {
@@ -95,7 +107,12 @@ pub fn pytorch_rows(path: &std::path::Path, cfg: &FragConfig) -> Result<(Vec<Rea
                 probe: None,
                 blocks: Vec::new(),
             };
-            let m = false_oom(&mut ls, layout, u(r, "hole").unwrap_or(cfg.hole_mib << 20), u(r, "request").unwrap_or(cfg.hole_request_mib << 20))?;
+            let m = false_oom(
+                &mut ls,
+                layout,
+                u(r, "hole").unwrap_or(cfg.hole_mib << 20),
+                u(r, "request").unwrap_or(cfg.hole_request_mib << 20),
+            )?;
             ooms.push(FalseOom {
                 outcome: r["outcome"].as_str().unwrap_or_default().into(),
                 blocks: u(r, "blocks").unwrap_or(m.blocks),

@@ -96,7 +96,8 @@ pub fn false_oom_line(t: &FalseOom) -> String {
 
 pub fn steps_table(rows: &[Reading], report_sequence: bool) -> Result<DataFrame> {
     let g = |f: &dyn Fn(&Reading) -> Option<u64>| rows.iter().map(|r| f(r).map(gib)).collect::<Vec<Option<f64>>>();
-    let rep: Vec<(Option<f64>, Option<f64>)> = rows.iter().map(|r| if report_sequence { report_figures(&r.step) } else { (None, None) }).collect();
+    let rep: Vec<(Option<f64>, Option<f64>)> =
+        rows.iter().map(|r| if report_sequence { report_figures(&r.step) } else { (None, None) }).collect();
     Ok(df!(
         col::ALLOCATOR => rows.iter().map(|r| r.allocator.clone()).collect::<Vec<_>>(),
         col::STEP => rows.iter().map(|r| r.step.clone()).collect::<Vec<_>>(),

@@ -33,7 +33,13 @@ pub struct DecodePoint {
 
 /// Fills a cache token by token (greedy decoding after a short prompt) up to the last
 /// checkpoint, reading memory at each; `kind` picks the preallocated or the concatenating cache.
-pub fn decode_sweep(s: &mut Session, model: &Qwen2, kind: CacheKind, prompt_len: usize, checkpoints: &[usize]) -> Result<Vec<DecodePoint>> {
+pub fn decode_sweep(
+    s: &mut Session,
+    model: &Qwen2,
+    kind: CacheKind,
+    prompt_len: usize,
+    checkpoints: &[usize],
+) -> Result<Vec<DecodePoint>> {
     let max_len = checkpoints.iter().copied().max().unwrap_or(prompt_len).max(prompt_len + 1);
     let dtype_bytes = model.act_dtype().size_in_bytes();
     let per_token = estimate::kv_bytes_per_token(&model.cfg, dtype_bytes);
@@ -84,7 +90,13 @@ pub fn decode_sweep(s: &mut Session, model: &Qwen2, kind: CacheKind, prompt_len:
     });
     match run {
         Err(LabError::Interrupted) => return Err(LabError::Interrupted),
-        Err(e) => points.push(DecodePoint { precision, cache: kind.name().into(), outcome: Outcome::from_error(&e), base, ..Default::default() }),
+        Err(e) => points.push(DecodePoint {
+            precision,
+            cache: kind.name().into(),
+            outcome: Outcome::from_error(&e),
+            base,
+            ..Default::default()
+        }),
         Ok(()) => {}
     }
     for p in &points {

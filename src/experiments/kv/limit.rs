@@ -24,7 +24,13 @@ pub struct ContextLimit {
 }
 
 /// After a sweep that ended in an OOM, finds the longest prefill that fits to within `resolution`.
-pub fn find_limit(s: &mut Session, model: &Qwen2, sweep: &[PrefillStep], logits: Logits, resolution: usize) -> Result<Option<ContextLimit>> {
+pub fn find_limit(
+    s: &mut Session,
+    model: &Qwen2,
+    sweep: &[PrefillStep],
+    logits: Logits,
+    resolution: usize,
+) -> Result<Option<ContextLimit>> {
     let Some(oom) = sweep.iter().find(|st| st.outcome == Outcome::Oom) else { return Ok(None) };
     let ok = sweep.iter().filter(|st| st.outcome.is_ok() && st.seq < oom.seq).map(|st| st.seq).max().unwrap_or(0);
     let batch = oom.batch;

@@ -22,7 +22,9 @@ use decode::{decode_sweep, ledger_pct, DecodePoint};
 use limit::{find_limit, ContextLimit};
 use serde::{Deserialize, Serialize};
 use sweep::{batch_sweep, doubling, prefill_sweep};
-use tables::{decode_table, limit_table, prefill_table, BATCH_TABLE, DECODE_TABLE, LIMIT_TABLE, OOM_TABLE, PREFILL_TABLE};
+use tables::{
+    decode_table, limit_table, prefill_table, BATCH_TABLE, DECODE_TABLE, LIMIT_TABLE, OOM_TABLE, PREFILL_TABLE,
+};
 
 pub use sweep::{random_ids, step, PrefillStep};
 
@@ -186,7 +188,9 @@ impl KvResults {
         let mut out = Vec::new();
         for &(p, kv, naive, lg) in &self.per_token {
             let name = p.name();
-            let bounded_all = |st: &&PrefillStep| st.precision == name && st.attention == "bounded" && st.logits == "all" && st.outcome.is_ok();
+            let bounded_all = |st: &&PrefillStep| {
+                st.precision == name && st.attention == "bounded" && st.logits == "all" && st.outcome.is_ok()
+            };
             // The largest step that fit: the per-token figures least disturbed by fixed overheads.
             if let Some(st) = self.prefill.iter().filter(bounded_all).max_by_key(|st| st.seq * st.batch) {
                 let tokens = (st.seq * st.batch) as f64;
@@ -197,18 +201,27 @@ impl KvResults {
                         .note("prediction: GQA 2·layers·kv_heads·head_dim·bytes; the report's formula 2·layers·hidden·bytes ignores GQA"),
                 );
                 out.push(
-                    Finding::new(format!("{p} memory per 1k tokens, all logits kept"), "MiB", Some(mib(st.held()) / tokens * 1024.0))
-                        .predicted(mib((kv + lg) * 1024))
-                        .report((self.report_model && p == Precision::Bf16).then_some(report::KV_GROWTH_PER_1K_MIB))
-                        .note(format!("at {} tokens: KV cache + every position's logits", st.seq)),
+                    Finding::new(
+                        format!("{p} memory per 1k tokens, all logits kept"),
+                        "MiB",
+                        Some(mib(st.held()) / tokens * 1024.0),
+                    )
+                    .predicted(mib((kv + lg) * 1024))
+                    .report((self.report_model && p == Precision::Bf16).then_some(report::KV_GROWTH_PER_1K_MIB))
+                    .note(format!("at {} tokens: KV cache + every position's logits", st.seq)),
                 );
             }
             for l in self.limits.iter().filter(|l| l.precision == name) {
                 let report_seq =
-                    (self.report_model && p == Precision::Bf16 && l.logits == Logits::All && l.attention == "bounded").then_some(report::KV_FIRST_OOM_SEQ);
+                    (self.report_model && p == Precision::Bf16 && l.logits == Logits::All && l.attention == "bounded")
+                        .then_some(report::KV_FIRST_OOM_SEQ);
                 out.push(
                     Finding::new(
-                        format!("{p} first length that runs out of memory, {} logits, {} attention", l.logits.name(), l.attention),
+                        format!(
+                            "{p} first length that runs out of memory, {} logits, {} attention",
+                            l.logits.name(),
+                            l.attention
+                        ),
                         "tokens",
                         Some(l.first_oom as f64),
                     )
@@ -274,7 +287,11 @@ impl Stage for KvCache {
 
     fn run(s: &mut Session, cfg: &KvConfig) -> Result<StageOutput> {
         if cfg.lengths.is_none() && cfg.start > cfg.max {
-            return Err(crate::error::LabError::out_of_range("--start", cfg.start, format!("at most --max ({})", cfg.max)));
+            return Err(crate::error::LabError::out_of_range(
+                "--start",
+                cfg.start,
+                format!("at most --max ({})", cfg.max),
+            ));
         }
         let mut r = KvResults::default();
         for &p in &cfg.precisions {
@@ -317,7 +334,14 @@ mod tests {
 
     #[test]
     fn ledger_arithmetic() {
-        let st = PrefillStep { base: 100, after: 1100, peak: 1500, kv_measured: 300, logits_bytes: 600, ..Default::default() };
+        let st = PrefillStep {
+            base: 100,
+            after: 1100,
+            peak: 1500,
+            kv_measured: 300,
+            logits_bytes: 600,
+            ..Default::default()
+        };
         assert_eq!(st.held(), 1000);
         assert_eq!(st.other(), 100);
         assert_eq!(st.transient(), 400);
@@ -328,7 +352,13 @@ mod tests {
 
     #[test]
     fn growth_restarts_at_each_sweep() {
-        let step = |logits: &str, seq: usize, held: u64| PrefillStep { logits: logits.into(), seq, batch: 1, after: held, ..Default::default() };
+        let step = |logits: &str, seq: usize, held: u64| PrefillStep {
+            logits: logits.into(),
+            seq,
+            batch: 1,
+            after: held,
+            ..Default::default()
+        };
         let t = prefill_table(&[step("all", 1, 10 << 20), step("all", 2, 25 << 20), step("last", 1, 4 << 20)]).unwrap();
         let g: Vec<Option<f64>> = t.column(col::GROWTH_VS_PREVIOUS_MIB).unwrap().f64().unwrap().iter().collect();
         assert_eq!(g, vec![Some(10.0), Some(15.0), Some(4.0)]);
@@ -352,9 +382,15 @@ mod tests {
         let stage = crate::stage::register::<KvCache>();
         let m = stage.command().get_matches_from(["kv", "--max", "2048"]);
         let cpu = stage.config_from(&m, crate::stage::Sizes::Cpu).unwrap();
-        assert_eq!((cpu["max"].as_u64(), cpu["decode_to"].as_u64(), cpu["max_batch"].as_u64()), (Some(2048), Some(1024), Some(8)));
+        assert_eq!(
+            (cpu["max"].as_u64(), cpu["decode_to"].as_u64(), cpu["max_batch"].as_u64()),
+            (Some(2048), Some(1024), Some(8))
+        );
         let gpu = stage.config_from(&m, crate::stage::Sizes::Report).unwrap();
-        assert_eq!((gpu["max"].as_u64(), gpu["decode_to"].as_u64(), gpu["max_batch"].as_u64()), (Some(2048), Some(4096), Some(256)));
+        assert_eq!(
+            (gpu["max"].as_u64(), gpu["decode_to"].as_u64(), gpu["max_batch"].as_u64()),
+            (Some(2048), Some(4096), Some(256))
+        );
     }
 
     #[test]
@@ -364,7 +400,16 @@ mod tests {
         let parsed = KvConfig::from_arg_matches(&cmd.get_matches_from(["kv"])).unwrap();
         assert_eq!(serde_json::to_value(parsed).unwrap(), serde_json::to_value(KvConfig::default()).unwrap());
         let cmd = KvConfig::augment_args(clap::Command::new("kv"));
-        let parsed = KvConfig::from_arg_matches(&cmd.get_matches_from(["kv", "--precisions", "q4", "--sweeps", "prefill,naive", "--logits", "last"])).unwrap();
+        let parsed = KvConfig::from_arg_matches(&cmd.get_matches_from([
+            "kv",
+            "--precisions",
+            "q4",
+            "--sweeps",
+            "prefill,naive",
+            "--logits",
+            "last",
+        ]))
+        .unwrap();
         assert_eq!(parsed.precisions, vec![Precision::Q4]);
         assert_eq!(parsed.sweeps, vec![Sweep::Prefill, Sweep::Naive]);
         assert_eq!(parsed.logits, vec![Logits::Last]);

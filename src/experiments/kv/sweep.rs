@@ -76,7 +76,12 @@ pub fn random_ids(batch: usize, seq: usize, vocab: usize, seed: u64, device: &ca
 
 /// One prefill of `batch` × `seq` random ids from an empty cache, memory read before and after.
 pub fn step(s: &Session, model: &Qwen2, seq: usize, batch: usize, logits: Logits) -> PrefillStep {
-    s.console.step(format!("prefill {} {batch} × {seq}, {} logits, {} attention", model.precision, logits.name(), model.attention.name()));
+    s.console.step(format!(
+        "prefill {} {batch} × {seq}, {} logits, {} attention",
+        model.precision,
+        logits.name(),
+        model.attention.name()
+    ));
     let dtype_bytes = model.act_dtype().size_in_bytes();
     let tokens = (seq * batch) as u64;
     let mut st = PrefillStep {
@@ -212,17 +217,33 @@ fn diagnose_last(s: &Session, model: &Qwen2, steps: &[PrefillStep], logits: Logi
         .unwrap_or(oom::Measured { transient_per_token: 0.0, pool_factor: 1.0 });
     let held = Held::of(&[(Category::Weights, model.weight_bytes()), (Category::KvCache, failed.predicted_kv_gqa)]);
     let w = Workload { precision: model.precision, seq: failed.seq, batch: failed.batch, logits };
-    let context = format!("{} {} × {} ({} logits, {} attention)", failed.precision, failed.batch, failed.seq, failed.logits, failed.attention);
+    let context = format!(
+        "{} {} × {} ({} logits, {} attention)",
+        failed.precision, failed.batch, failed.seq, failed.logits, failed.attention
+    );
     out.extend(oom::diagnose(s, &context, report, &model.cfg, &w, &held, measured));
 }
 
 /// The report's prefill sweep on a loaded model: batch 1, `lengths` in order.
-pub fn prefill_sweep(s: &mut Session, model: &Qwen2, lengths: &[usize], logits: Logits, diagnoses: &mut Vec<oom::Row>) -> Result<Vec<PrefillStep>> {
+pub fn prefill_sweep(
+    s: &mut Session,
+    model: &Qwen2,
+    lengths: &[usize],
+    logits: Logits,
+    diagnoses: &mut Vec<oom::Row>,
+) -> Result<Vec<PrefillStep>> {
     sweep(s, model, lengths.iter().map(|&n| (n, 1)), logits, diagnoses)
 }
 
 /// Batch 1, 2, 4, … at a fixed length.
-pub fn batch_sweep(s: &mut Session, model: &Qwen2, seq: usize, max_batch: usize, logits: Logits, diagnoses: &mut Vec<oom::Row>) -> Result<Vec<PrefillStep>> {
+pub fn batch_sweep(
+    s: &mut Session,
+    model: &Qwen2,
+    seq: usize,
+    max_batch: usize,
+    logits: Logits,
+    diagnoses: &mut Vec<oom::Row>,
+) -> Result<Vec<PrefillStep>> {
     let batches = std::iter::successors(Some(1usize), |b| Some(b * 2)).take_while(|&b| b <= max_batch);
     sweep(s, model, batches.map(|b| (seq, b)), logits, diagnoses)
 }

@@ -90,7 +90,9 @@ fn pct(measured: u64, predicted: u64) -> Option<f64> {
 /// against the previous row is taken within the same sweep (precision, logits, attention, batch).
 pub fn prefill_table(steps: &[PrefillStep]) -> Result<DataFrame> {
     let m = |f: &dyn Fn(&PrefillStep) -> u64| steps.iter().map(|st| mib(f(st))).collect::<Vec<f64>>();
-    let same_sweep = |a: &PrefillStep, b: &PrefillStep| a.precision == b.precision && a.logits == b.logits && a.attention == b.attention && a.batch == b.batch;
+    let same_sweep = |a: &PrefillStep, b: &PrefillStep| {
+        a.precision == b.precision && a.logits == b.logits && a.attention == b.attention && a.batch == b.batch
+    };
     let growth: Vec<Option<f64>> = steps
         .iter()
         .enumerate()
@@ -165,9 +167,21 @@ const PREFILL_CHART: ChartSpec = ChartSpec {
     x_axis: Axis::LogDoublings,
     series: &[
         Series::styled("measured: held after prefill, above the weights", &[(col::HELD_MIB, 1.0)], Style::LinesMarkers),
-        Series::styled("GQA formula: KV + logits", &[(col::KV_GQA_FORMULA_MIB, 1.0), (col::LOGITS_FORMULA_MIB, 1.0)], Style::Lines),
-        Series::styled("report's formula 2·L·H·S·B + logits", &[(col::KV_NAIVE_FORMULA_MIB, 1.0), (col::LOGITS_FORMULA_MIB, 1.0)], Style::Lines),
-        Series::styled("peak during the prefill, above the weights", &[(col::PEAK_MIB, 1.0), (col::BASE_MIB, -1.0)], Style::Markers),
+        Series::styled(
+            "GQA formula: KV + logits",
+            &[(col::KV_GQA_FORMULA_MIB, 1.0), (col::LOGITS_FORMULA_MIB, 1.0)],
+            Style::Lines,
+        ),
+        Series::styled(
+            "report's formula 2·L·H·S·B + logits",
+            &[(col::KV_NAIVE_FORMULA_MIB, 1.0), (col::LOGITS_FORMULA_MIB, 1.0)],
+            Style::Lines,
+        ),
+        Series::styled(
+            "peak during the prefill, above the weights",
+            &[(col::PEAK_MIB, 1.0), (col::BASE_MIB, -1.0)],
+            Style::Markers,
+        ),
     ],
     ..ChartSpec::LINES
 };
@@ -179,7 +193,10 @@ const DECODE_CHART: ChartSpec = ChartSpec {
     x_title: "tokens in cache",
     y_title: "MiB",
     split_by: Some(col::CACHE),
-    series: &[Series::styled("allocated", &[(col::ALLOCATED_MIB, 1.0)], Style::LinesMarkers), Series::styled("peak", &[(col::PEAK_MIB, 1.0)], Style::Markers)],
+    series: &[
+        Series::styled("allocated", &[(col::ALLOCATED_MIB, 1.0)], Style::LinesMarkers),
+        Series::styled("peak", &[(col::PEAK_MIB, 1.0)], Style::Markers),
+    ],
     ..ChartSpec::LINES
 };
 

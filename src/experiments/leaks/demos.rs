@@ -76,12 +76,18 @@ pub fn kv_pair(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig) -> Result<Vec<
         s.console.step(format!("leaks: {} requests, {variant}", cfg.requests));
         let mut run = Run::new(Demo::Kv, variant, keep, cfg);
         run.predicted_per_step = Some(if keep { per_request } else { 0 });
-        run.note = format!("each request: {} prompt + {} generated tokens, a cache of {}", cfg.prompt, cfg.new_tokens, fmt_bytes(per_request));
+        run.note = format!(
+            "each request: {} prompt + {} generated tokens, a cache of {}",
+            cfg.prompt,
+            cfg.new_tokens,
+            fmt_bytes(per_request)
+        );
         let mut history = Vec::new();
         let request = |r: usize| {
             guarded(&s.probe, &format!("request {r}"), || {
                 let mut cache = model.new_cache(1, len)?;
-                let mut logits = model.forward(&random_ids(s, model, 1, cfg.prompt, r as u64)?, &mut cache, Logits::Last)?;
+                let mut logits =
+                    model.forward(&random_ids(s, model, 1, cfg.prompt, r as u64)?, &mut cache, Logits::Last)?;
                 for _ in 0..cfg.new_tokens {
                     let next = last_logits(&logits)?.argmax(candle_core::D::Minus1)?.unsqueeze(1)?;
                     logits = model.forward(&next, &mut cache, Logits::Last)?;
@@ -107,7 +113,12 @@ pub fn kv_pair(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig) -> Result<Vec<
                 Err(e) => return Err(e),
             };
             let kv: u64 = history.iter().map(|c| c.bytes()).sum();
-            run.mark(s, &format!("request {}", r + 1), Held::of(&[(Category::Weights, weights), (Category::KvCache, kv)]), outcome.clone());
+            run.mark(
+                s,
+                &format!("request {}", r + 1),
+                Held::of(&[(Category::Weights, weights), (Category::KvCache, kv)]),
+                outcome.clone(),
+            );
             if outcome == Outcome::Oom {
                 break;
             }
@@ -130,7 +141,12 @@ fn prefill(s: &Session, model: &Qwen2, batch: usize, seq: usize) -> Result<(u64,
 
 /// The batch pair: one sequence measured, the largest batch that the measured bytes per sequence
 /// say fits, then twice that. The overflow's OOM is diagnosed.
-pub fn batch_pair(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, diagnoses: &mut Vec<oom::Row>) -> Result<Vec<Run>> {
+pub fn batch_pair(
+    s: &mut Session,
+    model: &Qwen2,
+    cfg: &LeaksConfig,
+    diagnoses: &mut Vec<oom::Row>,
+) -> Result<Vec<Run>> {
     let weights = model.weight_bytes();
     // On CPU the capacity is the counting allocator's: without it (a notebook kernel) nothing
     // would stop an oversized batch but the host itself.
@@ -152,7 +168,13 @@ pub fn batch_pair(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, diagnoses: 
     runs
 }
 
-fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, diagnoses: &mut Vec<oom::Row>) -> Result<Vec<Run>> {
+fn batch_runs(
+    s: &mut Session,
+    model: &Qwen2,
+    cfg: &LeaksConfig,
+    weights: u64,
+    diagnoses: &mut Vec<oom::Row>,
+) -> Result<Vec<Run>> {
     s.console.step(format!("leaks: batches of 1 and {PROBE} sequences of {} tokens, measured", cfg.seq));
     let _ = prefill(s, model, 1, cfg.seq.min(16)); // runtime workspaces into the base
                                                    // What the device had to give for `b` sequences: on a GPU what the pool mapped (it maps more
@@ -164,7 +186,11 @@ fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, d
         let base = s.probe.snapshot("base");
         prefill(s, model, b, cfg.seq)?;
         let after = s.probe.snapshot("after");
-        let need = if s.device.is_cuda() { after.reserved_peak.saturating_sub(base.reserved) } else { after.peak.saturating_sub(base.allocated) };
+        let need = if s.device.is_cuda() {
+            after.reserved_peak.saturating_sub(base.reserved)
+        } else {
+            after.peak.saturating_sub(base.allocated)
+        };
         Ok((need, base, after))
     };
     let (one_need, base, one) = probe(s, 1)?;
@@ -204,7 +230,8 @@ fn batch_runs(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig, weights: u64, d
             Ok(_) => Outcome::Ok,
             Err(LabError::Oom(r)) => {
                 let w = Workload { precision: model.precision, seq: cfg.seq, batch, logits: Logits::Last };
-                let kv = estimate::kv_bytes_per_token(&model.cfg, model.act_dtype().size_in_bytes()) * (batch * cfg.seq) as u64;
+                let kv = estimate::kv_bytes_per_token(&model.cfg, model.act_dtype().size_in_bytes())
+                    * (batch * cfg.seq) as u64;
                 let held = Held::of(&[(Category::Weights, weights), (Category::KvCache, kv)]);
                 let context = format!("{} batch {batch} × {}", model.precision, cfg.seq);
                 diagnoses.extend(oom::diagnose(s, &context, &r, &model.cfg, &w, &held, measured));
@@ -236,13 +263,21 @@ pub fn autograd_pair(s: &mut Session, model: Qwen2, cfg: &LeaksConfig) -> Result
 fn autograd_run(s: &mut Session, m: &Qwen2, cfg: &LeaksConfig, trainable: bool) -> Result<Run> {
     let weights = m.weight_bytes();
     let variant = if trainable { "trainable weights" } else { "plain weights" };
-    s.console.step(format!("leaks: {} forward passes, outputs kept, {} weights", cfg.requests, if trainable { "trainable" } else { "plain" }));
+    s.console.step(format!(
+        "leaks: {} forward passes, outputs kept, {} weights",
+        cfg.requests,
+        if trainable { "trainable" } else { "plain" }
+    ));
     let mut run = Run::new(Demo::Autograd, variant, trainable, cfg);
     let mut kept: Vec<Tensor> = Vec::new();
     let forward = |f: usize| {
         guarded(&s.probe, &format!("forward {f}"), || {
             let mut cache = m.new_cache(1, cfg.graph_prompt)?;
-            let logits = m.forward(&random_ids(s, m, 1, cfg.graph_prompt, 100u64.wrapping_add(f as u64))?, &mut cache, Logits::Last)?;
+            let logits = m.forward(
+                &random_ids(s, m, 1, cfg.graph_prompt, 100u64.wrapping_add(f as u64))?,
+                &mut cache,
+                Logits::Last,
+            )?;
             m.device().synchronize()?;
             Ok(logits)
         })
@@ -273,7 +308,12 @@ fn autograd_run(s: &mut Session, m: &Qwen2, cfg: &LeaksConfig, trainable: bool) 
             Err(e @ LabError::Oom(_)) => Outcome::from_error(&e),
             Err(e) => return Err(e),
         };
-        run.mark(s, &format!("forward {}", f + 1), Held::of(&[(Category::Weights, weights), (Category::Logits, tensor_bytes(&kept))]), outcome.clone());
+        run.mark(
+            s,
+            &format!("forward {}", f + 1),
+            Held::of(&[(Category::Weights, weights), (Category::Logits, tensor_bytes(&kept))]),
+            outcome.clone(),
+        );
         if outcome == Outcome::Oom {
             break;
         }
@@ -293,7 +333,11 @@ fn autograd_run(s: &mut Session, m: &Qwen2, cfg: &LeaksConfig, trainable: bool) 
             fmt_bytes(logits_row)
         )
     } else {
-        format!("{} tokens a forward (peak {peak} above the weights); each kept output is one row of logits ({})", cfg.graph_prompt, fmt_bytes(logits_row))
+        format!(
+            "{} tokens a forward (peak {peak} above the weights); each kept output is one row of logits ({})",
+            cfg.graph_prompt,
+            fmt_bytes(logits_row)
+        )
     };
     Ok(run)
 }

@@ -7,6 +7,7 @@
 //!   an OOM, diagnosed);
 //! - a forward pass whose weights are trainable `Var`s (candle keeps each output's graph alive,
 //!   as PyTorch without `torch.no_grad()`), its outputs kept in a list, vs plain tensors.
+//!
 //! The monitor flags growth of allocated bytes above a threshold between marks; reserved memory
 //! that only looks like a leak is shown and not flagged.
 
@@ -31,9 +32,13 @@ fn findings(runs: &[Run]) -> Vec<Finding> {
     runs.iter()
         .filter(|r| r.demo != Demo::Batch)
         .map(|r| {
-            Finding::new(format!("{} ({}): allocated growth per step", r.demo.name(), r.variant), "MiB", r.growth_per_step().map(|b| b / crate::memory::MIB))
-                .predicted(r.predicted_per_step.map(mib))
-                .note(format!("{} — {}", verdict(r), r.note))
+            Finding::new(
+                format!("{} ({}): allocated growth per step", r.demo.name(), r.variant),
+                "MiB",
+                r.growth_per_step().map(|b| b / crate::memory::MIB),
+            )
+            .predicted(r.predicted_per_step.map(mib))
+            .note(format!("{} — {}", verdict(r), r.note))
         })
         .collect()
 }
@@ -83,7 +88,13 @@ impl Stage for Leaks {
         }
         let lm = match s.load(cfg.precision) {
             Ok(lm) => lm,
-            Err(LabError::Oom(o)) => return Err(LabError::Unsupported(format!("the model does not fit in {} ({})", cfg.precision, o.headline()))),
+            Err(LabError::Oom(o)) => {
+                return Err(LabError::Unsupported(format!(
+                    "the model does not fit in {} ({})",
+                    cfg.precision,
+                    o.headline()
+                )))
+            }
             Err(e) => return Err(e),
         };
         let mut model = lm.model;

@@ -46,7 +46,14 @@ pub struct LoadConfig {
 
 impl Default for LoadConfig {
     fn default() -> Self {
-        Self { dir: None, keep: false, precisions: vec![Precision::Bf16, Precision::Q4KM], no_gguf: false, shard_mib: 3800, model: None }
+        Self {
+            dir: None,
+            keep: false,
+            precisions: vec![Precision::Bf16, Precision::Q4KM],
+            no_gguf: false,
+            shard_mib: 3800,
+            model: None,
+        }
     }
 }
 
@@ -90,7 +97,13 @@ impl LoadRow {
 }
 
 /// Writes the synthetic model where `dir` says, or finds the files of a real source.
-fn checkpoints(s: &mut Session, source: &ModelSource, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -> Result<Vec<Checkpoint>> {
+fn checkpoints(
+    s: &mut Session,
+    source: &ModelSource,
+    cfg: &Qwen2Config,
+    c: &LoadConfig,
+    dir: &Path,
+) -> Result<Vec<Checkpoint>> {
     let dense: Vec<Precision> = c.precisions.clone();
     match source.clone() {
         ModelSource::Synthetic(_) => {
@@ -98,7 +111,13 @@ fn checkpoints(s: &mut Session, source: &ModelSource, cfg: &Qwen2Config, c: &Loa
             let st_dir = dir.join("safetensors");
             s.console.step("writing the safetensors checkpoint");
             let mut opened = model::source::open(source, &s.opts)?;
-            let (files, seconds) = checkpoint::write_safetensors(cfg, opened.weights.as_mut(), &st_dir, Precision::Bf16, c.shard_mib << 20)?;
+            let (files, seconds) = checkpoint::write_safetensors(
+                cfg,
+                opened.weights.as_mut(),
+                &st_dir,
+                Precision::Bf16,
+                c.shard_mib << 20,
+            )?;
             let written = ReadTime { bytes: disk::size(&files)?, seconds };
             out.push(Checkpoint {
                 kind: "safetensors bf16",
@@ -136,17 +155,33 @@ fn checkpoints(s: &mut Session, source: &ModelSource, cfg: &Qwen2Config, c: &Loa
                 ModelSource::Gguf(f) => f,
                 other => return Err(LabError::other(format!("{} was not fetched to a GGUF file", other.label()))),
             };
-            Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4KM], written: None }])
+            Ok(vec![Checkpoint {
+                kind: "gguf",
+                files: vec![f.clone()],
+                source: ModelSource::Gguf(f),
+                precisions: vec![Precision::Q4KM],
+                written: None,
+            }])
         }
-        ModelSource::Gguf(f) => {
-            Ok(vec![Checkpoint { kind: "gguf", files: vec![f.clone()], source: ModelSource::Gguf(f), precisions: vec![Precision::Q4KM], written: None }])
-        }
+        ModelSource::Gguf(f) => Ok(vec![Checkpoint {
+            kind: "gguf",
+            files: vec![f.clone()],
+            source: ModelSource::Gguf(f),
+            precisions: vec![Precision::Q4KM],
+            written: None,
+        }]),
     }
 }
 
 /// A model directory measured in place.
 fn in_dir(d: PathBuf, precisions: Vec<Precision>) -> Result<Vec<Checkpoint>> {
-    Ok(vec![Checkpoint { kind: "safetensors", files: model::weights::Safetensors::files_in(&d)?, source: ModelSource::Dir(d), precisions, written: None }])
+    Ok(vec![Checkpoint {
+        kind: "safetensors",
+        files: model::weights::Safetensors::files_in(&d)?,
+        source: ModelSource::Dir(d),
+        precisions,
+        written: None,
+    }])
 }
 
 /// Why the synthetic checkpoint cannot be written in `dir`, if it cannot: both checkpoints and a
@@ -155,7 +190,8 @@ fn no_room(source: &ModelSource, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) 
     if !matches!(source, ModelSource::Synthetic(_)) {
         return Ok(None);
     }
-    let need = estimate::weight_bytes(cfg, Precision::Bf16) + if c.no_gguf { 0 } else { estimate::weight_bytes(cfg, Precision::Q4KM) };
+    let need = estimate::weight_bytes(cfg, Precision::Bf16)
+        + if c.no_gguf { 0 } else { estimate::weight_bytes(cfg, Precision::Q4KM) };
     let need = need + need / 10;
     Ok(disk::free_bytes(dir)?.filter(|&free| free < need).map(|free| {
         format!(
@@ -175,7 +211,13 @@ fn prepare(files: &[PathBuf], cold: bool) -> Result<Option<f64>> {
     disk::resident(files)
 }
 
-fn measure(s: &mut Session, cfg: &Qwen2Config, ck: &Checkpoint, disk_rows: &mut Vec<DiskRow>, loads: &mut Vec<LoadRow>) -> Result<()> {
+fn measure(
+    s: &mut Session,
+    cfg: &Qwen2Config,
+    ck: &Checkpoint,
+    disk_rows: &mut Vec<DiskRow>,
+    loads: &mut Vec<LoadRow>,
+) -> Result<()> {
     if let Some((w, op)) = ck.written {
         disk_rows.push(DiskRow { checkpoint: ck.kind, op, resident: None, time: w });
     }
@@ -186,8 +228,18 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, ck: &Checkpoint, disk_rows: &mut 
         let resident = prepare(&ck.files, cold)?;
         let t = disk::read(&ck.files)?;
         read_s[i] = t.seconds;
-        s.say(format!("{} read {cache}: {:.2} GB/s ({:.0} % cached before)", ck.kind, t.gbs(), 100.0 * resident.unwrap_or(f64::NAN)));
-        disk_rows.push(DiskRow { checkpoint: ck.kind, op: if cold { "read cold" } else { "read warm" }, resident, time: t });
+        s.say(format!(
+            "{} read {cache}: {:.2} GB/s ({:.0} % cached before)",
+            ck.kind,
+            t.gbs(),
+            100.0 * resident.unwrap_or(f64::NAN)
+        ));
+        disk_rows.push(DiskRow {
+            checkpoint: ck.kind,
+            op: if cold { "read cold" } else { "read warm" },
+            resident,
+            time: t,
+        });
     }
     let file_bytes = disk::size(&ck.files)?;
     let h2d = if s.device.is_cuda() { Some(s.bandwidths()?.pcie) } else { None };
@@ -227,7 +279,8 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, ck: &Checkpoint, disk_rows: &mut 
 impl Stage for Loading {
     const NAME: &'static str = "load";
     const TITLE: &'static str = "Stage 1b — loading time / 加载时间";
-    const ABOUT: &'static str = "Write the checkpoint, read it cold and warm, load it per source and precision: what the disk costs";
+    const ABOUT: &'static str =
+        "Write the checkpoint, read it cold and warm, load it per source and precision: what the disk costs";
     const INTRO: &'static str = "加载时间取决于磁盘:同一个 checkpoint 从冷的和热的页缓存读回,再按来源和精度加载,每次加载都和它的下限(读文件 + 拷贝到显卡)放在一起。<br>Loading time depends on the disk. The model is written as a checkpoint (safetensors shards, and a Q4_K_M GGUF as llama.cpp writes it), read back with the page cache dropped for its files (posix_fadvise, no root needed; the fraction still cached is reported) and warm, then loaded per source and precision, cold and warm. Each load stands beside its floor: the file read plus the host→device copy. On AutoDL, run it once with --dir on the data disk (/root/autodl-tmp) and once on the system disk.";
     type Config = LoadConfig;
 
@@ -295,7 +348,7 @@ impl Stage for Loading {
             col::FLOOR_S => loads.iter().map(|r| r.floor_s()).collect::<Vec<_>>(),
             col::PCT_OF_FLOOR => loads.iter().map(|r| ok(r).then(|| 100.0 * r.floor_s() / r.load_s)).collect::<Vec<_>>(),
             col::DISK_SHARE => loads.iter().map(|r| ok(r).then(|| 100.0 * r.read_s / r.load_s)).collect::<Vec<_>>(),
-            col::NOTE => loads.iter().map(|r| note(r)).collect::<Vec<_>>(),
+            col::NOTE => loads.iter().map(note).collect::<Vec<_>>(),
         )?;
         let mut out = StageOutput::default();
         if let Some(why) = skipped {
@@ -334,7 +387,9 @@ fn note(r: &LoadRow) -> String {
     }
     match r.precision {
         p if p.is_quantized() && r.checkpoint.starts_with("safetensors") => "quantized on the CPU while loading".into(),
-        Precision::F32 | Precision::F16 if r.checkpoint == "safetensors bf16" => "converted from the file's BF16 while loading".into(),
+        Precision::F32 | Precision::F16 if r.checkpoint == "safetensors bf16" => {
+            "converted from the file's BF16 while loading".into()
+        }
         _ => String::new(),
     }
 }

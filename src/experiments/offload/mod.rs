@@ -9,6 +9,7 @@
 //! - hybrid: the rest shared between streaming and CPU compute in the ratio of the two bandwidths;
 //! - unified memory (the related article): managed weights with no advice, preferred location
 //!   CPU, read-mostly, and prefetched — never more managed memory than the GPU has free.
+//!
 //! Then the article's oversubscription (a 14B model on a 24 GB card), predicted from the measured
 //! bandwidths for each mode.
 
@@ -38,7 +39,11 @@ fn findings(rows: &[Row], report_model: bool) -> Vec<Finding> {
     let ok = |m: &str| rows.iter().find(|r| r.mode == m && r.outcome.is_ok());
     let mut out = Vec::new();
     if let Some(r) = ok("full") {
-        out.push(Finding::new("full GPU decode", "tok/s", r.tok_s).ceiling(r.ceiling).report(rep(reference::report::BF16_DECODE_TOK_S)));
+        out.push(
+            Finding::new("full GPU decode", "tok/s", r.tok_s)
+                .ceiling(r.ceiling)
+                .report(rep(reference::report::BF16_DECODE_TOK_S)),
+        );
     }
     if let Some(r) = ok("streamed") {
         out.push(
@@ -61,10 +66,17 @@ fn findings(rows: &[Row], report_model: bool) -> Vec<Finding> {
             Some(l) => format!("{} (same GPU, same call): {:.2} tok/s", l.mode, l.tok_s.unwrap_or_default()),
             None => format!("llama.cpp -ngl 10 on an H200: {} tok/s", reference::LLAMACPP_H200_NGL10_TOK_S),
         };
-        out.push(Finding::new(format!("best offload mode within the budget ({})", r.mode), "tok/s", r.tok_s).ceiling(r.ceiling).note(note));
+        out.push(
+            Finding::new(format!("best offload mode within the budget ({})", r.mode), "tok/s", r.tok_s)
+                .ceiling(r.ceiling)
+                .note(note),
+        );
     }
     if let Some(r) = rows.iter().find(|r| r.mode == "pytorch accelerate") {
-        out.push(Finding::new("accelerate, same budget (PyTorch reference)", "tok/s", r.tok_s).report(rep(reference::report::OFFLOAD_5GIB_TOK_S)));
+        out.push(
+            Finding::new("accelerate, same budget (PyTorch reference)", "tok/s", r.tok_s)
+                .report(rep(reference::report::OFFLOAD_5GIB_TOK_S)),
+        );
     }
     out
 }
@@ -92,7 +104,11 @@ impl Stage for Offload {
     /// The placements within the budget, 16 tokens a mode: unified memory (the article's four
     /// modes, 2-3 tok/s each) is `--full`'s.
     fn quick_config() -> OffloadConfig {
-        OffloadConfig { modes: vec![Mode::Full, Mode::Split, Mode::Streamed, Mode::Hybrid], new_tokens: 16, ..Default::default() }
+        OffloadConfig {
+            modes: vec![Mode::Full, Mode::Split, Mode::Streamed, Mode::Hybrid],
+            new_tokens: 16,
+            ..Default::default()
+        }
     }
 
     /// The CPU's budget (one of the tiny model's two layers: the report's 5 GiB scaled, 1.15 MiB,
@@ -105,7 +121,10 @@ impl Stage for Offload {
         let budget = hw::parse_size(&cfg.gpu_budget)?;
         s.console.step("measuring bandwidths");
         let bw = s.bandwidths()?;
-        s.say(format!("bandwidths: device read {:.0} GB/s, host→device pinned {:.1} GB/s, host read {:.1} GB/s", bw.device, bw.pcie, bw.host));
+        s.say(format!(
+            "bandwidths: device read {:.0} GB/s, host→device pinned {:.1} GB/s, host read {:.1} GB/s",
+            bw.device, bw.pcie, bw.host
+        ));
         // On CPU the "GPU" layers and the host layers share one heap: a scaled card's cap would
         // count the host's copy too. The budget stands for the card here; the cap is lifted.
         let lifted = match s.probe.card() {
@@ -114,7 +133,10 @@ impl Stage for Offload {
         };
         if lifted.is_some() {
             s.probe.stop_emulating();
-            s.say(format!("CPU: the scaled card is lifted in this stage; the GPU budget ({}) stands for it", cfg.gpu_budget));
+            s.say(format!(
+                "CPU: the scaled card is lifted in this stage; the GPU budget ({}) stands for it",
+                cfg.gpu_budget
+            ));
         }
         let mut rows = Vec::new();
         let modes = (|| -> Result<()> {
@@ -125,7 +147,9 @@ impl Stage for Offload {
                     None => run_managed(s, cfg, mode, &bw)?,
                 };
                 match (&row.outcome, row.tok_s) {
-                    (Outcome::Ok, Some(t)) => s.say(format!("{}: {:.2} tok/s (ceiling {:.2})", row.mode, t, row.ceiling.unwrap_or(f64::NAN))),
+                    (Outcome::Ok, Some(t)) => {
+                        s.say(format!("{}: {:.2} tok/s (ceiling {:.2})", row.mode, t, row.ceiling.unwrap_or(f64::NAN)))
+                    }
                     (o, _) => s.say(format!("{}: {}", row.mode, o.as_str())),
                 }
                 rows.push(row);

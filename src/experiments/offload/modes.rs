@@ -81,7 +81,13 @@ fn generate_in(s: &mut Session, model: &Qwen2, cfg: &OffloadConfig, row: &mut Ro
     Ok(())
 }
 
-pub fn run_placed(s: &mut Session, cfg: &OffloadConfig, strategy: Strategy, bw: &Bandwidths, budget: u64) -> Result<Row> {
+pub fn run_placed(
+    s: &mut Session,
+    cfg: &OffloadConfig,
+    strategy: Strategy,
+    bw: &Bandwidths,
+    budget: u64,
+) -> Result<Row> {
     let mut row = Row { mode: strategy.name().into(), run_by: "vram-lab".into(), ..Default::default() };
     let mut opened = model::source::open(&s.source, &s.opts)?;
     let mcfg = opened.cfg.clone();
@@ -122,7 +128,9 @@ pub fn run_placed(s: &mut Session, cfg: &OffloadConfig, strategy: Strategy, bw: 
                 |_, _| s.probe.check(),
             )
         })?;
-        let model = crate::memory::guarded(&s.probe, "placing the model", || Qwen2::new_placed(&mcfg, cfg.precision, weights, &device, &placement))?;
+        let model = crate::memory::guarded(&s.probe, "placing the model", || {
+            Qwen2::new_placed(&mcfg, cfg.precision, weights, &device, &placement)
+        })?;
         generate_in(s, &model, cfg, &mut row, &before)
     })();
     row.settle(result)
@@ -155,7 +163,15 @@ pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwi
         let device = s.device.clone();
         // Made on the GPU (fast), kept in host memory, then written into the managed block.
         let host = crate::memory::guarded(&s.probe, "loading the weights to host memory", || {
-            model::weights::load_placed(&mcfg, opened.weights.as_mut(), cfg.precision, &device, |_| candle_core::Device::Cpu, Some(&s.probe), |_, _| Ok(()))
+            model::weights::load_placed(
+                &mcfg,
+                opened.weights.as_mut(),
+                cfg.precision,
+                &device,
+                |_| candle_core::Device::Cpu,
+                Some(&s.probe),
+                |_, _| Ok(()),
+            )
         })?;
         let align = |n: usize| n.div_ceil(256) * 256;
         let total: usize = host.values().map(|w| align(w.bytes() as usize)).sum();

@@ -21,7 +21,14 @@ pub struct Prediction {
 /// Predicts `model` on `card` for each unified mode and the lab's best placement. The card's
 /// bandwidths are its vendor figures scaled by the efficiency measured here (measured ÷ this
 /// GPU's vendor figure); the host is this one.
-pub fn predict(rows: &[Row], bw: &Bandwidths, own: Option<&Card>, model: &Qwen2Config, card: &Card, precision: Precision) -> Vec<Prediction> {
+pub fn predict(
+    rows: &[Row],
+    bw: &Bandwidths,
+    own: Option<&Card>,
+    model: &Qwen2Config,
+    card: &Card,
+    precision: Precision,
+) -> Vec<Prediction> {
     let m = estimate::weight_bytes(model, precision);
     let eff = |measured: f64, own_vendor: Option<f64>, card_vendor: Option<f64>| match (own_vendor, card_vendor) {
         (Some(o), Some(c)) => c * (measured / o).min(1.0),

@@ -23,7 +23,13 @@ pub fn pytorch_rows(path: &std::path::Path) -> Result<Vec<Row>> {
             ),
             _ => continue,
         };
-        rows.push(Row { mode: mode.into(), run_by: "PyTorch (same GPU, same call)".into(), tok_s: r["tok_s"].as_f64(), note, ..Default::default() });
+        rows.push(Row {
+            mode: mode.into(),
+            run_by: "PyTorch (same GPU, same call)".into(),
+            tok_s: r["tok_s"].as_f64(),
+            note,
+            ..Default::default()
+        });
     }
     Ok(rows)
 }
@@ -33,12 +39,17 @@ pub fn pytorch_rows(path: &std::path::Path) -> Result<Vec<Row>> {
 pub fn llamacpp_rows(path: &std::path::Path, precision: crate::model::Precision, layers: usize) -> Result<Vec<Row>> {
     Ok(reference::llamacpp_records(path)?
         .into_iter()
-        .filter(|r| r.precision == Some(precision) && r.n_gen > 0 && r.n_prompt == 0 && (r.n_gpu_layers as usize) < layers)
+        .filter(|r| {
+            r.precision == Some(precision) && r.n_gen > 0 && r.n_prompt == 0 && (r.n_gpu_layers as usize) < layers
+        })
         .map(|r| Row {
             mode: format!("llama.cpp -ngl {}", r.n_gpu_layers),
             run_by: "llama.cpp (same GPU and call)".into(),
             tok_s: Some(r.tok_s),
-            note: format!("{}: {} of {layers} layers on the GPU, the rest on the CPU; tg{}", r.label, r.n_gpu_layers, r.n_gen),
+            note: format!(
+                "{}: {} of {layers} layers on the GPU, the rest on the CPU; tg{}",
+                r.label, r.n_gpu_layers, r.n_gen
+            ),
             ..Default::default()
         })
         .collect())

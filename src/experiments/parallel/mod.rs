@@ -63,17 +63,38 @@ fn all_layouts() -> Vec<Layout> {
 
 impl Default for ParallelConfig {
     fn default() -> Self {
-        Self { gpus: 2, precision: Precision::Bf16, prompt: 160, new_tokens: 64, no_single: false, layouts: all_layouts() }
+        Self {
+            gpus: 2,
+            precision: Precision::Bf16,
+            prompt: 160,
+            new_tokens: 64,
+            no_single: false,
+            layouts: all_layouts(),
+        }
     }
 }
 
 /// What the ledger predicts for one of `gpus` ranks (1: the whole model).
 fn predicted(cfg: &Qwen2Config, c: &ParallelConfig, gpus: usize) -> Result<Row> {
-    let w = Inference { precision: c.precision, seq: c.prompt, batch: 1, logits: Logits::Last, attention: AttentionMode::default(), stored: None };
+    let w = Inference {
+        precision: c.precision,
+        seq: c.prompt,
+        batch: 1,
+        logits: Logits::Last,
+        attention: AttentionMode::default(),
+        stored: None,
+    };
     let need = tensor_parallel(cfg, &w, gpus, 0)?.remove(0);
     // generate holds a cache for the prompt and every new token.
     let dtype = c.precision.dense_dtype().map(|d| d.size_in_bytes() as u64).unwrap_or(2);
-    let kv = rank_ledger(cfg, gpus, dtype, (c.prompt + c.new_tokens) as u64, c.precision.act_dtype().size_in_bytes() as u64)?.kv_cache;
+    let kv = rank_ledger(
+        cfg,
+        gpus,
+        dtype,
+        (c.prompt + c.new_tokens) as u64,
+        c.precision.act_dtype().size_in_bytes() as u64,
+    )?
+    .kv_cache;
     Ok(Row {
         weights_predicted: need.weights,
         nccl_predicted: need.nccl,
@@ -143,7 +164,10 @@ impl Stage for Parallel {
             crate::model::parallel::shard::check(&cfg, c.gpus)?;
         }
         if c.precision.dense_dtype().is_none() {
-            return Err(LabError::input(format!("tensor parallelism splits dense weights (bf16, f16, f32), not {}", c.precision)));
+            return Err(LabError::input(format!(
+                "tensor parallelism splits dense weights (bf16, f16, f32), not {}",
+                c.precision
+            )));
         }
         // Each rank reads its own device; a card emulated on the first would skew the group.
         let lifted = s.probe.card().cloned();
@@ -188,7 +212,14 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
         if !cuda {
             p.nccl_predicted = 0; // threads exchange tensors in the heap: no NCCL
         }
-        let req = Request { cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen: gen.clone() };
+        let req = Request {
+            cfg,
+            precision: c.precision,
+            source: &s.source,
+            opts: &s.opts,
+            prompt: &prompt,
+            gen: gen.clone(),
+        };
         let plan = Plan { req, group: Group::new(c.gpus, cuda)? };
         let results: Vec<Result<RankRun>> = on_each(devs.clone(), |rank, dev| run_rank(&plan, rank, dev));
         let mut rows = Vec::new();
@@ -200,7 +231,12 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
                     rows.push(rank_row(&r, &p, c.gpus, ceil));
                     tokens = r.tokens;
                 }
-                Err(e) => rows.push(Row { layout: format!("tensor-parallel × {}", c.gpus), rank, outcome: Outcome::from_error(&e).as_str(), ..p.clone() }),
+                Err(e) => rows.push(Row {
+                    layout: format!("tensor-parallel × {}", c.gpus),
+                    rank,
+                    outcome: Outcome::from_error(&e).as_str(),
+                    ..p.clone()
+                }),
             }
         }
         for r in &rows {
@@ -219,7 +255,14 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
 
     if c.layouts.contains(&Layout::Pipeline) {
         s.console.step(format!("a pipeline over {} {}", c.gpus, if cuda { "GPUs" } else { "CPU stages" }));
-        let req = Request { cfg, precision: c.precision, source: &s.source, opts: &s.opts, prompt: &prompt, gen: gen.clone() };
+        let req = Request {
+            cfg,
+            precision: c.precision,
+            source: &s.source,
+            opts: &s.opts,
+            prompt: &prompt,
+            gen: gen.clone(),
+        };
         let (mut stages, tokens) = pipeline::run(&req, devs.clone())?;
         for r in &mut stages {
             if let Some(w) = r.weights {
@@ -236,7 +279,8 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
         layouts.push((stages, tokens));
     }
 
-    let (mut rows, reference) = if c.no_single { (Vec::new(), None) } else { one_device(s, cfg, c, &prompt, &gen, act, bw.device)? };
+    let (mut rows, reference) =
+        if c.no_single { (Vec::new(), None) } else { one_device(s, cfg, c, &prompt, &gen, act, bw.device)? };
     // The pipeline's rows first, then the tensor-parallel ranks', each beside the one-device loop.
     for (mut layout_rows, tokens) in layouts.into_iter().rev() {
         for r in &mut layout_rows {
@@ -295,7 +339,12 @@ fn one_device(
     row.ceiling_tok_s = ceiling(read_per_token(cfg, weights, g.kv_cache_bytes, act), read_gbs);
     row.tokens = g.generated_ids.len();
     row.outcome = Outcome::OK.into();
-    s.say(format!("one device: {:.1} tok/s decode (the ranks' loop: {:.1}), weights {:.1} MiB", g.decode_tok_s(), looped.decode_tok_s(), mib(weights)));
+    s.say(format!(
+        "one device: {:.1} tok/s decode (the ranks' loop: {:.1}), weights {:.1} MiB",
+        g.decode_tok_s(),
+        looped.decode_tok_s(),
+        mib(weights)
+    ));
     // The loop row counts against the fused step; the layouts count against the loop.
     let loop_row = Row {
         layout: "one device, the ranks' loop".into(),
@@ -310,11 +359,15 @@ fn one_device(
 
 fn findings(rows: &[Row], gpus: usize) -> Vec<Finding> {
     let mut out = Vec::new();
-    let rank0 = rows.iter().find(|r| r.layout.starts_with("tensor-parallel") && r.rank == 0 && r.outcome == Outcome::OK);
+    let rank0 =
+        rows.iter().find(|r| r.layout.starts_with("tensor-parallel") && r.rank == 0 && r.outcome == Outcome::OK);
     let single = rows.iter().find(|r| r.layout == "one device" && r.outcome == Outcome::OK);
     let looped = rows.iter().find(|r| r.layout.ends_with("the ranks' loop")).and_then(|r| r.decode_tok_s);
     if let Some(r) = rank0 {
-        out.push(Finding::new(format!("rank 0 of {gpus}: weights"), "MiB", r.weights.map(mib)).predicted(mib(r.weights_predicted)));
+        out.push(
+            Finding::new(format!("rank 0 of {gpus}: weights"), "MiB", r.weights.map(mib))
+                .predicted(mib(r.weights_predicted)),
+        );
         if let Some(n) = r.nccl {
             out.push(Finding::new(format!("rank 0 of {gpus}: NCCL's device memory"), "MiB", Some(mib(n))).predicted(mib(r.nccl_predicted)).note("the device's used bytes outside candle's pool once the rank joined and summed once (every connection made at the join: NCCL_RUNTIME_CONNECT=0)"));
         }
@@ -327,11 +380,21 @@ fn findings(rows: &[Row], gpus: usize) -> Vec<Finding> {
             ),
             _ => String::new(),
         };
-        out.push(Finding::new(format!("decode over {gpus} ranks"), "tok/s", r.decode_tok_s).ceiling(r.ceiling_tok_s).note(note));
+        out.push(
+            Finding::new(format!("decode over {gpus} ranks"), "tok/s", r.decode_tok_s)
+                .ceiling(r.ceiling_tok_s)
+                .note(note),
+        );
     }
     if let Some(p) = rows.iter().find(|r| r.layout.starts_with("pipeline") && r.outcome == Outcome::OK) {
-        let eq = p.tokens_equal.map(|n| format!("greedy tokens equal to one device's for the first {n} of {}", p.tokens)).unwrap_or_default();
-        out.push(Finding::new(format!("decode, a pipeline over {gpus}"), "tok/s", p.decode_tok_s).note(format!("one thread runs the stages in turn; {eq}")));
+        let eq = p
+            .tokens_equal
+            .map(|n| format!("greedy tokens equal to one device's for the first {n} of {}", p.tokens))
+            .unwrap_or_default();
+        out.push(
+            Finding::new(format!("decode, a pipeline over {gpus}"), "tok/s", p.decode_tok_s)
+                .note(format!("one thread runs the stages in turn; {eq}")),
+        );
     }
     out
 }

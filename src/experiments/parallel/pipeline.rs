@@ -27,12 +27,26 @@ fn snapshots(probes: &[MemoryProbe]) -> Result<Vec<crate::memory::Snapshot>> {
 pub fn run(r: &Request, devices: Vec<Device>) -> Result<(Vec<Row>, Vec<u32>)> {
     let n = devices.len();
     let layout = format!("pipeline × {n}");
-    let w = Inference { precision: r.precision, seq: r.prompt.len(), batch: 1, logits: Logits::Last, attention: AttentionMode::default(), stored: None };
+    let w = Inference {
+        precision: r.precision,
+        seq: r.prompt.len(),
+        batch: 1,
+        logits: Logits::Last,
+        attention: AttentionMode::default(),
+        stored: None,
+    };
     let need = pipeline(r.cfg, &w, n, 0)?;
     let split: Vec<(usize, usize)> = need.iter().map(|g| g.layers).collect();
     let layers = r.cfg.num_hidden_layers as u64;
     let dtype = r.precision.dense_dtype().map(|d| d.size_in_bytes() as u64).unwrap_or(2);
-    let kv_all = rank_ledger(r.cfg, 1, dtype, (r.prompt.len() + r.gen.max_new_tokens) as u64, r.precision.act_dtype().size_in_bytes() as u64)?.kv_cache;
+    let kv_all = rank_ledger(
+        r.cfg,
+        1,
+        dtype,
+        (r.prompt.len() + r.gen.max_new_tokens) as u64,
+        r.precision.act_dtype().size_in_bytes() as u64,
+    )?
+    .kv_cache;
     let predicted: Vec<Row> = need
         .iter()
         .map(|g| {

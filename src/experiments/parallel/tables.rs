@@ -99,11 +99,19 @@ const PER_GPU_CHART: ChartSpec = ChartSpec {
     series: &[
         Series::stacked("measured", "weights", &[(col::WEIGHTS_MIB, 1.0)]),
         Series::stacked("measured", "KV cache", &[(col::KV_MIB, 1.0)]),
-        Series::stacked("measured", "transient (peak above weights − KV cache)", &[(col::PEAK_ABOVE_MIB, 1.0), (col::KV_MIB, -1.0)]),
+        Series::stacked(
+            "measured",
+            "transient (peak above weights − KV cache)",
+            &[(col::PEAK_ABOVE_MIB, 1.0), (col::KV_MIB, -1.0)],
+        ),
         Series::stacked("measured", "NCCL", &[(col::NCCL_MIB, 1.0)]),
         Series::stacked("ledger", "weights", &[(col::WEIGHTS_PREDICTED_MIB, 1.0)]),
         Series::stacked("ledger", "KV cache", &[(col::KV_PREDICTED_MIB, 1.0)]),
-        Series::stacked("ledger", "transient (peak above weights − KV cache)", &[(col::PEAK_ABOVE_PREDICTED_MIB, 1.0), (col::KV_PREDICTED_MIB, -1.0)]),
+        Series::stacked(
+            "ledger",
+            "transient (peak above weights − KV cache)",
+            &[(col::PEAK_ABOVE_PREDICTED_MIB, 1.0), (col::KV_PREDICTED_MIB, -1.0)],
+        ),
         Series::stacked("ledger", "NCCL", &[(col::NCCL_PREDICTED_MIB, 1.0)]),
     ],
     ..ChartSpec::STACKED

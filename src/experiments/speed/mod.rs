@@ -65,7 +65,15 @@ impl Default for BenchConfig {
             decode_prompt: 32,
             repeats: 3,
             batches: Vec::new(),
-            variants: vec![Variant::Separate, Variant::Untracked, Variant::Fused, Variant::Graph, Variant::Kernel, Variant::Gemv, Variant::Own],
+            variants: vec![
+                Variant::Separate,
+                Variant::Untracked,
+                Variant::Fused,
+                Variant::Graph,
+                Variant::Kernel,
+                Variant::Gemv,
+                Variant::Own,
+            ],
             pytorch: None,
             llama_cpp: None,
         }
@@ -131,8 +139,14 @@ fn bench_model(
                 None => break,
             }
         }
-        let row =
-            DecodeRow { precision: p, variant: v, batch: b, outcome, read_bytes: estimate::decode_read_bytes(&cfg, p, c.mean_context(), b), timing: pooled };
+        let row = DecodeRow {
+            precision: p,
+            variant: v,
+            batch: b,
+            outcome,
+            read_bytes: estimate::decode_read_bytes(&cfg, p, c.mean_context(), b),
+            timing: pooled,
+        };
         s.say(match &row.outcome {
             Outcome::Ok => format!(
                 "{p} {} batch {b}: {:.1} tok/s, {:.2} ms/step ({:.2} ms to issue)",
@@ -149,7 +163,8 @@ fn bench_model(
     *seen = (*seen).max((batches.iter().max().copied().unwrap_or(1) * c.decode_prompt) as u64);
     // A captured graph changes decoding only: its prefill is the fused variant's, unless its
     // attention is the fused kernel (`own` where it runs).
-    let lens: &[usize] = if v.own_kernels().is_some() && model.attention != AttentionMode::Flash { &[] } else { &c.prompt_lens };
+    let lens: &[usize] =
+        if v.own_kernels().is_some() && model.attention != AttentionMode::Flash { &[] } else { &c.prompt_lens };
     for &seq in lens {
         s.check_stop()?;
         s.console.step(format!("{p} {}: prefill of {seq}", v.name()));
@@ -166,7 +181,14 @@ fn bench_model(
         }
         // Above what the process held before the model was loaded, as the ledger counts.
         let peak = s.probe.snapshot(&format!("{p} prefill {seq}")).peak.saturating_sub(base);
-        let w = fit::Inference { precision: p, seq, batch: 1, logits: Logits::Last, attention: model.attention, stored: None };
+        let w = fit::Inference {
+            precision: p,
+            seq,
+            batch: 1,
+            logits: Logits::Last,
+            attention: model.attention,
+            stored: None,
+        };
         let mut ledger = fit::ledger_after(&cfg, &w, 0, *seen);
         *seen = (*seen).max(seq as u64);
         if !s.device.is_cuda() {
@@ -236,12 +258,20 @@ impl Stage for Bench {
                         let cfg = crate::model::source::open(&s.source, &s.opts)?.cfg;
                         let read_bytes = estimate::decode_read_bytes(&cfg, p, c.mean_context(), 1);
                         let timing = DecodeTiming { batch: 1, prompt: c.decode_prompt, ..Default::default() };
-                        decodes.push(DecodeRow { precision: p, variant: v, batch: 1, outcome: Outcome::from_error(&e), timing, read_bytes });
+                        decodes.push(DecodeRow {
+                            precision: p,
+                            variant: v,
+                            batch: 1,
+                            outcome: Outcome::from_error(&e),
+                            timing,
+                            read_bytes,
+                        });
                         break;
                     }
                 };
                 report_model = reference::is_report_model(&model.cfg);
-                let stacked = if v == Variant::Separate || v == Variant::Untracked { 0 } else { model.fuse_projections()? };
+                let stacked =
+                    if v == Variant::Separate || v == Variant::Untracked { 0 } else { model.fuse_projections()? };
                 if v == Variant::Own && model.flash_runs() {
                     model.attention = AttentionMode::Flash;
                 }
@@ -259,10 +289,22 @@ impl Stage for Bench {
         let on_h200 = s.device.is_cuda() && report_model && crate::hw::describe(&s.device).contains("H200");
         let ok_f = |o: &Outcome, v: f64| o.is_ok().then_some(v);
         let dec_tok: Vec<Option<f64>> = decodes.iter().map(|r| ok_f(&r.outcome, r.timing.tok_s())).collect();
-        let dec_ceiling: Vec<f64> = decodes.iter().map(|r| r.batch as f64 * estimate::decode_ceiling_tok_s(bw, r.read_bytes)).collect();
-        let dec_torch: Vec<Option<f64>> = decodes.iter().map(|r| if r.batch == 1 { pytorch(&records, "decode", r.precision, None) } else { None }).collect();
-        let dec_other: Vec<(Option<f64>, String)> =
-            decodes.iter().map(|r| if r.batch == 1 { other_stack(llama.as_deref(), r.precision, None, on_h200) } else { (None, String::new()) }).collect();
+        let dec_ceiling: Vec<f64> =
+            decodes.iter().map(|r| r.batch as f64 * estimate::decode_ceiling_tok_s(bw, r.read_bytes)).collect();
+        let dec_torch: Vec<Option<f64>> = decodes
+            .iter()
+            .map(|r| if r.batch == 1 { pytorch(&records, "decode", r.precision, None) } else { None })
+            .collect();
+        let dec_other: Vec<(Option<f64>, String)> = decodes
+            .iter()
+            .map(|r| {
+                if r.batch == 1 {
+                    other_stack(llama.as_deref(), r.precision, None, on_h200)
+                } else {
+                    (None, String::new())
+                }
+            })
+            .collect();
         let decode_df = df!(
             col::PRECISION => decodes.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
             col::VARIANT => decodes.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
@@ -282,9 +324,12 @@ impl Stage for Bench {
             col::SAME_IDS => decodes.iter().map(|r| same_ids(r, &decodes)).collect::<Vec<_>>(),
         )?;
         let pre_tok: Vec<Option<f64>> = prefills.iter().map(|r| ok_f(&r.outcome, r.seq as f64 / r.seconds)).collect();
-        let pre_torch: Vec<Option<f64>> = prefills.iter().map(|r| pytorch(&records, "prefill", r.precision, Some(r.seq))).collect();
-        let pre_other: Vec<(Option<f64>, String)> =
-            prefills.iter().map(|r| other_stack(llama.as_deref(), r.precision, Some(r.seq), on_h200 && r.seq <= 512)).collect();
+        let pre_torch: Vec<Option<f64>> =
+            prefills.iter().map(|r| pytorch(&records, "prefill", r.precision, Some(r.seq))).collect();
+        let pre_other: Vec<(Option<f64>, String)> = prefills
+            .iter()
+            .map(|r| other_stack(llama.as_deref(), r.precision, Some(r.seq), on_h200 && r.seq <= 512))
+            .collect();
         let prefill_df = df!(
             col::PRECISION => prefills.iter().map(|r| r.precision.name()).collect::<Vec<_>>(),
             col::VARIANT => prefills.iter().map(|r| r.variant.name()).collect::<Vec<_>>(),
@@ -305,9 +350,14 @@ impl Stage for Bench {
             out.findings.push(
                 Finding::new(format!("{} decode, {}", r.precision, r.variant.name()), "tok/s", dec_tok[i])
                     .ceiling(dec_ceiling[i])
-                    .report((r.precision == Precision::Bf16 && report_model).then_some(reference::report::BF16_DECODE_TOK_S))
+                    .report(
+                        (r.precision == Precision::Bf16 && report_model)
+                            .then_some(reference::report::BF16_DECODE_TOK_S),
+                    )
                     .note(match (dec_torch[i], &dec_other[i]) {
-                        (Some(t), (Some(o), label)) => format!("PyTorch (same GPU, same call) {t:.1} tok/s; {label} {o:.1}"),
+                        (Some(t), (Some(o), label)) => {
+                            format!("PyTorch (same GPU, same call) {t:.1} tok/s; {label} {o:.1}")
+                        }
                         (Some(t), _) => format!("PyTorch (same GPU, same call) {t:.1} tok/s"),
                         (None, (Some(o), label)) if llama.is_some() => format!("{label} {o:.1} tok/s"),
                         _ => "ceiling: this run's read bandwidth ÷ bytes per step".into(),
@@ -315,11 +365,18 @@ impl Stage for Bench {
             );
         }
         for (i, r) in prefills.iter().enumerate() {
-            out.findings.push(Finding::new(format!("{} prefill of {}, {}", r.precision, r.seq, r.variant.name()), "tok/s", pre_tok[i]).note(format!(
-                "peak {:.0} MiB, ledger {:.0} MiB",
-                crate::memory::mib(r.peak),
-                crate::memory::mib(r.ledger_peak)
-            )));
+            out.findings.push(
+                Finding::new(
+                    format!("{} prefill of {}, {}", r.precision, r.seq, r.variant.name()),
+                    "tok/s",
+                    pre_tok[i],
+                )
+                .note(format!(
+                    "peak {:.0} MiB, ledger {:.0} MiB",
+                    crate::memory::mib(r.peak),
+                    crate::memory::mib(r.ledger_peak)
+                )),
+            );
         }
         out.table(DECODE_TABLE, decode_df);
         out.table(PREFILL_TABLE, prefill_df);

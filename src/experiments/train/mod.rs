@@ -57,7 +57,16 @@ pub struct TrainConfig {
 
 impl Default for TrainConfig {
     fn default() -> Self {
-        Self { seq: 1024, batch: 1, checkpointing: vec![false, true], steps: 2, gpus: 1, zero: 0, cards: vec![], batches: vec![] }
+        Self {
+            seq: 1024,
+            batch: 1,
+            checkpointing: vec![false, true],
+            steps: 2,
+            gpus: 1,
+            zero: 0,
+            cards: vec![],
+            batches: vec![],
+        }
     }
 }
 
@@ -95,7 +104,7 @@ fn run_steps(s: &Session, model: &Qwen2, opt: &mut AdamW, cfg: &TrainConfig, che
         })?;
         let after = s.probe.snapshot("backward");
         s.probe.reset_peak();
-        guarded(&s.probe, "AdamW step", || Ok(opt.step(&grads.grads)?))?;
+        guarded(&s.probe, "AdamW step", || opt.step(&grads.grads))?;
         model.device().synchronize()?;
         let end = s.probe.snapshot("step");
         m = Measured {
@@ -118,13 +127,14 @@ fn rows_for(
     checkpoint: bool,
     weights: u64,
     states: u64,
-    m: Option<&Measured>,
-    oom: Option<String>,
+    step: &std::result::Result<Measured, String>,
 ) -> Vec<Row> {
+    let (m, oom) = (step.as_ref().ok(), step.as_ref().err().cloned());
     let lab = step_activations(model_cfg, params, sh, checkpoint);
     let ledger = training::ledger(params, &TrainSetup::fp32_adam());
     let art = articles_activations(model_cfg, sh, checkpoint);
-    let note = oom.unwrap_or_else(|| m.map(|m| format!("loss {:.3}, {:.2} s a step", m.loss, m.seconds)).unwrap_or_default());
+    let note =
+        oom.unwrap_or_else(|| m.map(|m| format!("loss {:.3}, {:.2} s a step", m.loss, m.seconds)).unwrap_or_default());
     vec![
         Row { checkpointing: checkpoint, item: "weights", measured: Some(weights), lab: ledger.weights, articles: Some(ledger.weights), note: "F32 Vars".into() },
         Row { checkpointing: checkpoint, item: "optimizer states", measured: Some(states), lab: ledger.optimizer, articles: Some(ledger.optimizer), note: "AdamW: two F32 moments".into() },
@@ -164,7 +174,13 @@ fn beyond_device(s: &Session, above: u64, ranks: u64) -> Option<String> {
     let snap = s.probe.snapshot("room");
     let total = snap.device_total?;
     let need = above.saturating_mul(ranks).saturating_add(snap.allocated);
-    (need > total).then(|| format!("not run: the step needs {} by the lab's formula, more than the {} this device has", fmt_bytes(need), fmt_bytes(total)))
+    (need > total).then(|| {
+        format!(
+            "not run: the step needs {} by the lab's formula, more than the {} this device has",
+            fmt_bytes(need),
+            fmt_bytes(total)
+        )
+    })
 }
 
 /// The micro-batches of the first layout: --batches, or each card plans its own (None), or --batch
@@ -172,7 +188,10 @@ fn beyond_device(s: &Session, above: u64, ranks: u64) -> Option<String> {
 fn first_layout(cfg: &TrainConfig, ranks: usize, cards: bool) -> Result<(&'static str, Option<Vec<usize>>)> {
     if !cfg.batches.is_empty() {
         if cfg.batches.len() != ranks {
-            return Err(LabError::input(format!("--batches gives {} micro-batches for {ranks} ranks", cfg.batches.len())));
+            return Err(LabError::input(format!(
+                "--batches gives {} micro-batches for {ranks} ranks",
+                cfg.batches.len()
+            )));
         }
         return Ok(("given", Some(cfg.batches.clone())));
     }
@@ -200,7 +219,10 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, model_cfg: Qwen2Config, sh:
     let mut next = Some(first_layout(cfg, ranks, !cards.is_empty())?);
     while let Some((layout, given)) = next.take() {
         s.check_stop()?;
-        let what = given.as_ref().map(|b| format!("micro-batches {b:?}")).unwrap_or_else(|| "micro-batches planned on each card".into());
+        let what = given
+            .as_ref()
+            .map(|b| format!("micro-batches {b:?}"))
+            .unwrap_or_else(|| "micro-batches planned on each card".into());
         s.console.step(format!(
             "train: {ranks} ranks, {what} × {} tokens{}, ZeRO-{}, checkpointing {}",
             cfg.seq,
@@ -253,22 +275,57 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, model_cfg: Qwen2Config, sh:
             let r = match r {
                 Ok(r) => r,
                 Err(e) => {
-                    s.say(format!("rank {rank}{}: {e}", if card.is_empty() { String::new() } else { format!(" ({card}, micro-batch {batch})") }));
+                    s.say(format!(
+                        "rank {rank}{}: {e}",
+                        if card.is_empty() { String::new() } else { format!(" ({card}, micro-batch {batch})") }
+                    ));
                     if matches!(e, LabError::Oom(_)) {
                         oom.push(rank);
                     }
-                    rows.push(RankRow { item: "step peak", lab: need, note: crate::stage::Outcome::from_error(&e).as_str(), ..base });
+                    rows.push(RankRow {
+                        item: "step peak",
+                        lab: need,
+                        note: crate::stage::Outcome::from_error(&e).as_str(),
+                        ..base
+                    });
                     continue;
                 }
             };
-            let mk = |item, measured, lab, note: &str| RankRow { device: r.device.clone(), item, measured, lab, note: note.into(), ..base.clone() };
+            let mk = |item, measured, lab, note: &str| RankRow {
+                device: r.device.clone(),
+                item,
+                measured,
+                lab,
+                note: note.into(),
+                ..base.clone()
+            };
             rows.push(mk("weights", Some(r.weights), ledger.weights, "F32, whole on every rank"));
-            rows.push(mk("optimizer states", Some(r.states), ledger.optimizer, "AdamW's two F32 moments; ZeRO ≥ 1: 8 B × Ψ / N"));
-            rows.push(mk("gradients kept after the step", Some(r.gradients), ledger.gradients, "averaged across ranks; ZeRO-2: 4 B × Ψ / N"));
+            rows.push(mk(
+                "optimizer states",
+                Some(r.states),
+                ledger.optimizer,
+                "AdamW's two F32 moments; ZeRO ≥ 1: 8 B × Ψ / N",
+            ));
+            rows.push(mk(
+                "gradients kept after the step",
+                Some(r.gradients),
+                ledger.gradients,
+                "averaged across ranks; ZeRO-2: 4 B × Ψ / N",
+            ));
             if let Some(n) = r.nccl {
-                rows.push(mk("NCCL's device memory", Some(n), nccl_bytes(ranks, rank), "outside candle's pool, read when the rank joined"));
+                rows.push(mk(
+                    "NCCL's device memory",
+                    Some(n),
+                    nccl_bytes(ranks, rank),
+                    "outside candle's pool, read when the rank joined",
+                ));
             }
-            rows.push(mk("step peak above weights + states", r.peak_above_states, act.above_states(), "the backward holds every gradient before the exchange"));
+            rows.push(mk(
+                "step peak above weights + states",
+                r.peak_above_states,
+                act.above_states(),
+                "the backward holds every gradient before the exchange",
+            ));
             // The CPU's ranks share one heap: a card per rank is planned, not held, so say where it would not fit.
             let note = match cards.get(rank).filter(|c| !s.device.is_cuda() && need > c.total_bytes()) {
                 Some(c) => format!("over the {} card by the formula (not held on the CPU)", c.name),
@@ -286,16 +343,28 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, model_cfg: Qwen2Config, sh:
             ));
             if rank == 0 && layout != "even" {
                 out.findings.push(
-                    Finding::new(format!("rank 0 of {ranks}: optimizer states, ZeRO-{}", cfg.zero), "MiB", Some(mib(r.states)))
-                        .predicted(mib(ledger.optimizer)),
+                    Finding::new(
+                        format!("rank 0 of {ranks}: optimizer states, ZeRO-{}", cfg.zero),
+                        "MiB",
+                        Some(mib(r.states)),
+                    )
+                    .predicted(mib(ledger.optimizer)),
                 );
             }
         }
         if !cards.is_empty() {
-            let what = if oom.is_empty() { "every card trained its micro-batch".to_string() } else { format!("out of memory on rank {oom:?}") };
+            let what = if oom.is_empty() {
+                "every card trained its micro-batch".to_string()
+            } else {
+                format!("out of memory on rank {oom:?}")
+            };
             out.findings.push(
-                Finding::new(format!("{layout} micro-batches {batches:?} on {}", cfg.cards.join(" + ")), "ranks out of memory", Some(oom.len() as f64))
-                    .note(what),
+                Finding::new(
+                    format!("{layout} micro-batches {batches:?} on {}", cfg.cards.join(" + ")),
+                    "ranks out of memory",
+                    Some(oom.len() as f64),
+                )
+                .note(what),
             );
         }
     }
@@ -317,7 +386,9 @@ impl Stage for Train {
 
     fn run(s: &mut Session, cfg: &TrainConfig) -> Result<StageOutput> {
         if cfg.seq < 2 || cfg.batch == 0 || cfg.steps == 0 || cfg.checkpointing.is_empty() {
-            return Err(LabError::input("train needs --seq ≥ 2, --batch ≥ 1, --steps ≥ 1 and a --checkpointing setting"));
+            return Err(LabError::input(
+                "train needs --seq ≥ 2, --batch ≥ 1, --steps ≥ 1 and a --checkpointing setting",
+            ));
         }
         let sh = TrainShape { batch: cfg.batch, seq: cfg.seq };
         // The step's formulas multiply batch × heads × seq²: a shape past what the estimator
@@ -325,8 +396,14 @@ impl Stage for Train {
         let widest = cfg.batches.iter().copied().max().unwrap_or(cfg.batch).max(cfg.batch);
         let opened = crate::model::source::open(&s.source, &s.opts)?;
         let model_cfg = opened.cfg.clone();
-        let w =
-            Inference { precision: Precision::F32, seq: cfg.seq, batch: widest, logits: Logits::All, attention: AttentionMode::Differentiable, stored: None };
+        let w = Inference {
+            precision: Precision::F32,
+            seq: cfg.seq,
+            batch: widest,
+            logits: Logits::All,
+            attention: AttentionMode::Differentiable,
+            stored: None,
+        };
         crate::estimate::fit::check(&model_cfg, &w)?;
         if cfg.gpus > 1 || cfg.zero > 0 || !cfg.cards.is_empty() || !cfg.batches.is_empty() {
             return data_parallel(s, cfg, model_cfg, sh);
@@ -350,16 +427,21 @@ impl Stage for Train {
         let mut out = StageOutput::default();
         for &ckpt in &cfg.checkpointing {
             s.check_stop()?;
-            s.console.step(format!("train: {} × {} tokens, checkpointing {}", cfg.batch, cfg.seq, if ckpt { "on" } else { "off" }));
-            let (m, oom) = match beyond_device(s, step_activations(&model_cfg, params, sh, ckpt).above_states(), 1) {
-                Some(why) => (None, Some(why)),
+            s.console.step(format!(
+                "train: {} × {} tokens, checkpointing {}",
+                cfg.batch,
+                cfg.seq,
+                if ckpt { "on" } else { "off" }
+            ));
+            let step = match beyond_device(s, step_activations(&model_cfg, params, sh, ckpt).above_states(), 1) {
+                Some(why) => Err(why),
                 None => match run_steps(s, &model, &mut opt, cfg, ckpt) {
-                    Ok(m) => (Some(m), None),
-                    Err(LabError::Oom(o)) => (None, Some(format!("OOM: {}", o.headline()))),
+                    Ok(m) => Ok(m),
+                    Err(LabError::Oom(o)) => Err(format!("OOM: {}", o.headline())),
                     Err(e) => return Err(e),
                 },
             };
-            let r = rows_for(&model_cfg, params, sh, ckpt, weights, states, m.as_ref(), oom);
+            let r = rows_for(&model_cfg, params, sh, ckpt, weights, states, &step);
             let peak = r.last().map(|r| (r.measured, r.lab, r.articles)).unwrap_or_default();
             s.say(format!(
                 "checkpointing {}: step peak {} MiB measured, {:.0} MiB lab formula, {} MiB articles",
@@ -369,9 +451,18 @@ impl Stage for Train {
                 peak.2.map(|b| format!("{:.0}", mib(b))).unwrap_or_default()
             ));
             out.findings.push(
-                Finding::new(format!("training step peak, checkpointing {}", if ckpt { "on" } else { "off" }), "MiB", peak.0.map(mib))
-                    .predicted(mib(peak.1))
-                    .note(format!("{} × {} tokens, F32 AdamW; the articles' rule gives {:.0} MiB", cfg.batch, cfg.seq, peak.2.map(mib).unwrap_or(0.0))),
+                Finding::new(
+                    format!("training step peak, checkpointing {}", if ckpt { "on" } else { "off" }),
+                    "MiB",
+                    peak.0.map(mib),
+                )
+                .predicted(mib(peak.1))
+                .note(format!(
+                    "{} × {} tokens, F32 AdamW; the articles' rule gives {:.0} MiB",
+                    cfg.batch,
+                    cfg.seq,
+                    peak.2.map(mib).unwrap_or(0.0)
+                )),
             );
             rows.extend(r);
         }

@@ -58,7 +58,11 @@ fn plan_batch(s: &Setup, probe: &MemoryProbe, rank: usize) -> Result<usize> {
     };
     let free = free.ok_or_else(|| LabError::input("planning micro-batches needs a card (--cards) or a GPU"))?;
     match crate::estimate::parallel::micro_batch(s.cfg, s.seq, s.checkpoint, free, 0) {
-        0 => Err(LabError::input(format!("{} free cannot train one sequence of {} tokens of this model", crate::units::fmt_bytes(free), s.seq))),
+        0 => Err(LabError::input(format!(
+            "{} free cannot train one sequence of {} tokens of this model",
+            crate::units::fmt_bytes(free),
+            s.seq
+        ))),
         b => Ok(b),
     }
 }
@@ -97,7 +101,10 @@ fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankSte
     let vars = model.vars()?;
     let var_bytes: u64 = vars.iter().map(|v| v.elem_count() as u64 * 4).sum();
     let weights = if cuda { probe.settled("")?.allocated - base } else { var_bytes };
-    let mut dp = g.meet.settle("making the optimizer", DataParallel::new(vars, ParamsAdamW { lr: 1e-5, ..Default::default() }, s.zero, comm))?;
+    let mut dp = g.meet.settle(
+        "making the optimizer",
+        DataParallel::new(vars, ParamsAdamW { lr: 1e-5, ..Default::default() }, s.zero, comm),
+    )?;
     let states = if cuda { probe.settled("")?.allocated - base - weights } else { dp.state_elems() as u64 * 8 };
     let device_name = match s.cards.get(rank) {
         Some(c) => format!("{} as {}", crate::hw::describe(&device), c.name),
@@ -113,7 +120,9 @@ fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankSte
         probe.reset_peak();
         // Two phases, the ranks meeting between them: a rank whose backward ran out of memory
         // stops the others before they block in an exchange it will never join.
-        let grads = guarded(&probe, "forward and backward", || Ok(train::gradients(&model, &input, &target, s.checkpoint, &mut || ())?));
+        let grads = guarded(&probe, "forward and backward", || {
+            train::gradients(&model, &input, &target, s.checkpoint, &mut || ())
+        });
         let grads = g.meet.settle("the forward and backward", grads)?;
         let r = guarded(&probe, "exchange and update", || {
             let kept = dp.step(grads.grads)?;

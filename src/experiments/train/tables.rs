@@ -107,9 +107,17 @@ pub fn scale_table(sh: TrainShape) -> Result<DataFrame> {
     let gb = |b: u64| b as f64 / 1e9;
     let lab = |ckpt| step_peak(&cfg, p, sh, ckpt);
     let cases = [
-        ("articles: 16 B × 7e9 parameters".to_string(), 112e9 as u64, "weights 4 + gradients 4 + Adam 8 B per parameter; no activations".to_string()),
+        (
+            "articles: 16 B × 7e9 parameters".to_string(),
+            112e9 as u64,
+            "weights 4 + gradients 4 + Adam 8 B per parameter; no activations".to_string(),
+        ),
         ("articles' rule, Qwen2.5-7B's 7,615,616,512 parameters".into(), states, "the same 16 B per parameter".into()),
-        (format!("lab: step peak, {} × {} tokens, no checkpointing", sh.batch, sh.seq), lab(false), "weights + states + the peak above them".into()),
+        (
+            format!("lab: step peak, {} × {} tokens, no checkpointing", sh.batch, sh.seq),
+            lab(false),
+            "weights + states + the peak above them".into(),
+        ),
         (format!("lab: step peak, {} × {} tokens, checkpointing", sh.batch, sh.seq), lab(true), "".into()),
     ];
     Ok(df!(
@@ -120,7 +128,8 @@ pub fn scale_table(sh: TrainShape) -> Result<DataFrame> {
 }
 
 /// The items of a rank that add up to what its device held at the step's peak.
-const PER_GPU_ITEMS: &[&str] = &["weights", "optimizer states", "step peak above weights + states", "NCCL's device memory"];
+const PER_GPU_ITEMS: &[&str] =
+    &["weights", "optimizer states", "step peak above weights + states", "NCCL's device memory"];
 
 /// Each rank's training step as one stacked bar beside the ledger's: weights, AdamW's states, the
 /// step's peak above them (gradients and activations) and NCCL's buffers outside the pool.
@@ -131,7 +140,10 @@ const PER_GPU_CHART: ChartSpec = ChartSpec {
     y_title: "MiB",
     split_by: Some(col::ITEM),
     only: Some((col::ITEM, PER_GPU_ITEMS)),
-    series: &[Series::stacked("measured", "", &[(col::MEASURED_MIB, 1.0)]), Series::stacked("ledger", "", &[(col::LAB_MIB, 1.0)])],
+    series: &[
+        Series::stacked("measured", "", &[(col::MEASURED_MIB, 1.0)]),
+        Series::stacked("ledger", "", &[(col::LAB_MIB, 1.0)]),
+    ],
     ..ChartSpec::STACKED
 };
 

@@ -137,7 +137,11 @@ mod tests {
     fn tiny() -> Qwen2 {
         let cfg = crate::model::Qwen2Config::preset("tiny").unwrap();
         let mut src = crate::model::weights::Synthetic::new(cfg.clone(), 5);
-        let w = crate::model::weights::load_all(&cfg, &mut src, Precision::F32, &candle_core::Device::Cpu, None, |_, _| Ok(())).unwrap();
+        let w =
+            crate::model::weights::load_all(&cfg, &mut src, Precision::F32, &candle_core::Device::Cpu, None, |_, _| {
+                Ok(())
+            })
+            .unwrap();
         Qwen2::new(&cfg, Precision::F32, w, &candle_core::Device::Cpu).unwrap()
     }
 

@@ -53,23 +53,47 @@ pub struct StepInputs<'a> {
 impl<'a> StepInputs<'a> {
     pub fn new(tables: &'a Tables, pos: &'a Tensor, batch: usize, cfg: &Qwen2Config) -> Self {
         let (kv_heads, head_dim) = (cfg.num_key_value_heads, cfg.head_dim());
-        Self { tables, pos, batch, kv_heads, head_dim, rope: Default::default(), slot: Default::default(), mask: Default::default() }
+        Self {
+            tables,
+            pos,
+            batch,
+            kv_heads,
+            head_dim,
+            rope: Default::default(),
+            slot: Default::default(),
+            mask: Default::default(),
+        }
     }
 
     /// The rotary cos and sin rows of the position.
     pub fn rope(&self) -> Result<&(Tensor, Tensor)> {
-        once(&self.rope, || Ok((self.tables.cos.index_select(self.pos, 0)?, self.tables.sin.index_select(self.pos, 0)?)))
+        once(&self.rope, || {
+            Ok((self.tables.cos.index_select(self.pos, 0)?, self.tables.sin.index_select(self.pos, 0)?))
+        })
     }
 
     /// [batch, kv_heads, 1, head_dim] of the position: where `scatter_set` writes k and v.
     pub fn slot(&self) -> Result<&Tensor> {
-        once(&self.slot, || Ok(self.pos.reshape((1, 1, 1, 1))?.broadcast_as((self.batch, self.kv_heads, 1, self.head_dim))?.contiguous()?))
+        once(&self.slot, || {
+            Ok(self
+                .pos
+                .reshape((1, 1, 1, 1))?
+                .broadcast_as((self.batch, self.kv_heads, 1, self.head_dim))?
+                .contiguous()?)
+        })
     }
 
     /// [1, 1, 1, capacity]: 0 up to the position, -inf after.
     pub fn mask(&self) -> Result<&Tensor> {
         let t = self.tables;
-        once(&self.mask, || Ok(t.positions.broadcast_gt(self.pos)?.where_cond(&t.neg_inf, &t.zeros)?.reshape((1, 1, 1, t.positions.dim(0)?))?))
+        once(&self.mask, || {
+            Ok(t.positions.broadcast_gt(self.pos)?.where_cond(&t.neg_inf, &t.zeros)?.reshape((
+                1,
+                1,
+                1,
+                t.positions.dim(0)?,
+            ))?)
+        })
     }
 
     /// Rotates and scales q in the stacked product `y` and stores k and v at the position, with

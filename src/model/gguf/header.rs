@@ -153,18 +153,25 @@ fn data_layout(tensors: &[TensorInfo], alignment: u64) -> std::result::Result<()
     for t in tensors {
         let name = t.name.escape_debug();
         if t.offset % alignment != 0 {
-            return Err(format!("tensor {name} starts at offset {}, not a multiple of the alignment {alignment}", t.offset));
+            return Err(format!(
+                "tensor {name} starts at offset {}, not a multiple of the alignment {alignment}",
+                t.offset
+            ));
         }
         if t.offset as u128 != expected {
             return Err(format!("tensor {name} starts at offset {}, where ggml expects {expected} (each tensor right after the one before it)", t.offset));
         }
         let bytes = match (t.ggml_type(), t.bytes()) {
             (_, Some(b)) => b,
-            (None, None) => return Err(format!("tensor {name} has type id {}, a ggml type the lab does not read", t.type_id)),
+            (None, None) => {
+                return Err(format!("tensor {name} has type id {}, a ggml type the lab does not read", t.type_id))
+            }
             (Some(ty), None) if t.elems() % ty.block as u128 != 0 => {
                 return Err(format!("tensor {name}: {} elements do not fill whole {} blocks", t.elems(), ty.name))
             }
-            (Some(_), None) => return Err(format!("tensor {name}: its shape {:?} holds more bytes than the lab can count", t.ne)),
+            (Some(_), None) => {
+                return Err(format!("tensor {name}: its shape {:?} holds more bytes than the lab can count", t.ne))
+            }
         };
         expected = expected.saturating_add(bytes.div_ceil(alignment as u128) * alignment as u128);
     }
@@ -175,7 +182,8 @@ impl Header {
     pub fn read(path: &Path) -> Result<Self> {
         // A regular file only: a FIFO would block the open, a device would read forever.
         let (file, file_len) = crate::paths::open_regular(path, u64::MAX, true)?;
-        Self::parse(BufReader::new(file), file_len, path).map_err(|why| LabError::input(format!("{} is not a readable GGUF file ({why})", path.display())))
+        Self::parse(BufReader::new(file), file_len, path)
+            .map_err(|why| LabError::input(format!("{} is not a readable GGUF file ({why})", path.display())))
     }
 
     fn parse(r: impl Read, file_len: u64, path: &Path) -> std::result::Result<Self, String> {
@@ -245,14 +253,23 @@ impl Header {
     /// `LabError::Truncated` when the file is shorter than its header says.
     pub fn truncated(&self) -> Option<LabError> {
         let need = self.needs();
-        (self.file_len < need).then(|| LabError::Truncated { path: self.path.display().to_string(), have: self.file_len, need })
+        (self.file_len < need).then(|| LabError::Truncated {
+            path: self.path.display().to_string(),
+            have: self.file_len,
+            need,
+        })
     }
 
     /// Every tensor's type is in ggml's table and fills whole blocks.
     pub fn check_types(&self) -> Result<()> {
         for t in &self.tensors {
             let ty = t.ggml_type().ok_or_else(|| {
-                LabError::input(format!("{}: tensor {} has ggml type id {}, which ggml does not define", self.path.display(), t.name, t.type_id))
+                LabError::input(format!(
+                    "{}: tensor {} has ggml type id {}, which ggml does not define",
+                    self.path.display(),
+                    t.name,
+                    t.type_id
+                ))
             })?;
             if ty.bytes_of(t.elems()).is_none() {
                 return Err(LabError::input(format!(
@@ -273,7 +290,8 @@ impl Header {
     pub fn tensor_bytes(&self) -> Result<u64> {
         self.check_types()?;
         let total = self.tensors.iter().map(|t| t.bytes().unwrap_or(0)).sum::<u128>();
-        u64::try_from(total).map_err(|_| LabError::input(format!("{}: the tensors' sizes add up past 2^64 bytes", self.path.display())))
+        u64::try_from(total)
+            .map_err(|_| LabError::input(format!("{}: the tensors' sizes add up past 2^64 bytes", self.path.display())))
     }
 
     /// Tensor count and bytes per ggml type, largest first.

@@ -48,20 +48,29 @@ impl Gguf {
     }
 
     fn md_uint(&self, key: &str) -> Result<usize> {
-        let v = self.header.uint(key).ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no integer {key}", self.path())))?;
+        let v = self
+            .header
+            .uint(key)
+            .ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no integer {key}", self.path())))?;
         usize::try_from(v).map_err(|_| LabError::input(format!("{}: {key} = {v} is too large", self.path())))
     }
 
     /// The config from qwen2.* metadata; the vocabulary size from the embedding's shape.
     pub fn config(&self) -> Result<Qwen2Config> {
         let h = &self.header;
-        let arch = h.str("general.architecture").ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no general.architecture", self.path())))?;
+        let arch = h
+            .str("general.architecture")
+            .ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no general.architecture", self.path())))?;
         if arch != "qwen2" {
             return Err(LabError::input(format!("{}: architecture `{arch}`, the lab runs qwen2", self.path())));
         }
-        let embd = h.tensor("token_embd.weight").ok_or_else(|| LabError::input(format!("{}: no token_embd.weight", self.path())))?;
+        let embd = h
+            .tensor("token_embd.weight")
+            .ok_or_else(|| LabError::input(format!("{}: no token_embd.weight", self.path())))?;
         let vocab = embd.shape().first().copied().unwrap_or(0);
-        let f = |k: &str| h.float(k).ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no number {k}", self.path())));
+        let f = |k: &str| {
+            h.float(k).ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no number {k}", self.path())))
+        };
         let cfg = Qwen2Config {
             vocab_size: vocab,
             hidden_size: self.md_uint("qwen2.embedding_length")?,
@@ -101,8 +110,10 @@ impl Gguf {
     /// One tensor's bytes from the data section, as candle's quantized tensor on `device`.
     fn read(&mut self, name: &str, device: &Device) -> Result<candle_core::quantized::QTensor> {
         let path = self.path();
-        let info = self.header.tensor(name).ok_or_else(|| LabError::input(format!("{path}: no tensor {name}")))?.clone();
-        let ty = info.ggml_type().ok_or_else(|| LabError::input(format!("{path}: tensor {name} has an unknown type")))?;
+        let info =
+            self.header.tensor(name).ok_or_else(|| LabError::input(format!("{path}: no tensor {name}")))?.clone();
+        let ty =
+            info.ggml_type().ok_or_else(|| LabError::input(format!("{path}: tensor {name} has an unknown type")))?;
         let dtype = ty.candle().ok_or_else(|| {
             LabError::input(format!("{path}: tensor {name} is {ty}: priced by `estimate`, but the lab computes F32, F16, BF16, Q4_0-Q8_0 and Q2_K-Q8_K only"))
         })?;
@@ -112,12 +123,17 @@ impl Gguf {
         }
         let start = (self.header.data_offset as u128).saturating_add(info.offset as u128);
         if start.saturating_add(bytes) > self.header.file_len as u128 {
-            return Err(LabError::Truncated { path, have: self.header.file_len, need: u64::try_from(start.saturating_add(bytes)).unwrap_or(u64::MAX) });
+            return Err(LabError::Truncated {
+                path,
+                have: self.header.file_len,
+                need: u64::try_from(start.saturating_add(bytes)).unwrap_or(u64::MAX),
+            });
         }
         let mut raw = vec![0u8; bytes as usize];
         self.file.seek(SeekFrom::Start(start as u64))?;
         self.file.read_exact(&mut raw)?;
-        qtensor_from_ggml(dtype, &raw, info.shape(), device).map_err(|e| LabError::input(format!("{path}: tensor {name}: {}", cause(&e))))
+        qtensor_from_ggml(dtype, &raw, info.shape(), device)
+            .map_err(|e| LabError::input(format!("{path}: tensor {name}: {}", cause(&e))))
     }
 }
 

@@ -105,14 +105,21 @@ pub fn is_quantized(name: &str, ne: &[u64]) -> bool {
 /// The type of every tensor under `ftype`, in the order given. `input` is the type a tensor has in
 /// the input file, which the tensors the recipe leaves alone keep (norms and biases: F32 from
 /// llama.cpp's converter and from the lab's writer).
-pub fn plan(ftype: FileType, class: ModelClass, tensors: &[Tensor], input: impl Fn(&Tensor) -> GgmlType) -> Vec<GgmlType> {
+pub fn plan(
+    ftype: FileType,
+    class: ModelClass,
+    tensors: &[Tensor],
+    input: impl Fn(&Tensor) -> GgmlType,
+) -> Vec<GgmlType> {
     let has_output = tensors.iter().any(|t| t.name == "output.weight");
     let n_attn_v = tensors.iter().filter(|t| t.name.contains("attn_v.weight")).count() as i64;
     let n_ffn_down = tensors.iter().filter(|t| t.name.contains("ffn_down")).count() as i64;
     // llama.cpp walks the tensors in its loader's map order (`weight_name_comparer`: by layer
     // number, tensors outside the layers first, then by name); its attn_v and ffn_down counters
     // count in that order.
-    let layer = |n: &str| -> i64 { n.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|d| d.parse().ok()).unwrap_or(-1) };
+    let layer = |n: &str| -> i64 {
+        n.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|d| d.parse().ok()).unwrap_or(-1)
+    };
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by(|&a, &b| (layer(tensors[a].name), tensors[a].name).cmp(&(layer(tensors[b].name), tensors[b].name)));
     let (mut i_attn_v, mut i_ffn_down) = (0i64, 0i64);
@@ -147,7 +154,7 @@ pub fn tensor_type(ftype: FileType, class: ModelClass, t: &Tensor, has_output: b
     let mut new = default;
     let nx = t.ne[0];
     if t.name == "output.weight" || (!has_output && t.name == "token_embd.weight") {
-        if nx % default.block != 0 {
+        if !nx.is_multiple_of(default.block) {
             new = ty("Q8_0");
         } else if new != ty("Q8_0") {
             new = ty("Q6_K");
@@ -168,7 +175,7 @@ pub fn tensor_type(ftype: FileType, class: ModelClass, t: &Tensor, has_output: b
 /// llama.cpp's replacement for a type whose block does not divide the row (`tensor_type_fallback`),
 /// then F16 if even that does not.
 fn fallback(t: GgmlType, nx: u64) -> GgmlType {
-    if nx % t.block == 0 {
+    if nx.is_multiple_of(t.block) {
         return t;
     }
     let f = match t.name {
@@ -179,7 +186,7 @@ fn fallback(t: GgmlType, nx: u64) -> GgmlType {
         n if n.starts_with("IQ") && t.block == 256 => ty("IQ4_NL"),
         _ => t,
     };
-    if nx % f.block == 0 {
+    if nx.is_multiple_of(f.block) {
         f
     } else {
         ty("F16")

@@ -24,24 +24,35 @@ pub fn from_header(h: &Header) -> Result<Option<Tokenizer>> {
     let path = h.path.display();
     let Some(model) = h.str("tokenizer.ggml.model") else { return Ok(None) };
     if model != "gpt2" {
-        return Err(LabError::input(format!("{path}: tokenizer.ggml.model `{model}`: the lab builds byte-level BPE (gpt2) tokenizers")));
+        return Err(LabError::input(format!(
+            "{path}: tokenizer.ggml.model `{model}`: the lab builds byte-level BPE (gpt2) tokenizers"
+        )));
     }
     let pre_name = h.str("tokenizer.ggml.pre").unwrap_or("default");
-    let pre = Pre::from_gguf(pre_name)
-        .ok_or_else(|| LabError::input(format!("{path}: tokenizer.ggml.pre `{pre_name}`: the lab builds qwen2 and gpt-2 pre-tokenizers")))?;
-    let bad = |what: &str| LabError::input(format!("{path}: tokenizer.ggml.{what} is missing or not an array of the right kind"));
+    let pre = Pre::from_gguf(pre_name).ok_or_else(|| {
+        LabError::input(format!(
+            "{path}: tokenizer.ggml.pre `{pre_name}`: the lab builds qwen2 and gpt-2 pre-tokenizers"
+        ))
+    })?;
+    let bad = |what: &str| {
+        LabError::input(format!("{path}: tokenizer.ggml.{what} is missing or not an array of the right kind"))
+    };
     let tokens = h.strings("tokenizer.ggml.tokens").ok_or_else(|| bad("tokens"))?;
     let merges = h.strings("tokenizer.ggml.merges").ok_or_else(|| bad("merges"))?;
     let types = match h.ints("tokenizer.ggml.token_type") {
         Some(t) if t.len() == tokens.len() => t,
-        Some(_) => return Err(LabError::input(format!("{path}: tokenizer.ggml.token_type has another length than tokens"))),
+        Some(_) => {
+            return Err(LabError::input(format!("{path}: tokenizer.ggml.token_type has another length than tokens")))
+        }
         None => vec![NORMAL; tokens.len()],
     };
     let mut vocab = serde_json::Map::new();
     let mut added = vec![];
     for (id, (tok, ty)) in tokens.iter().zip(&types).enumerate() {
         match *ty {
-            CONTROL | USER_DEFINED => added.push(Added { id: id as u32, content: tok.to_string(), special: *ty == CONTROL }),
+            CONTROL | USER_DEFINED => {
+                added.push(Added { id: id as u32, content: tok.to_string(), special: *ty == CONTROL })
+            }
             UNUSED => {}
             _ => {
                 vocab.insert(tok.to_string(), json!(id));
@@ -55,15 +66,23 @@ pub fn from_header(h: &Header) -> Result<Option<Tokenizer>> {
 /// A tokenizer.json as llama.cpp's converter stores it: every id up to the model's vocabulary
 /// (`[PADn]` where the tokenizer has none), token types, merges as "a b" strings, special ids.
 pub fn to_metadata(tok: &Tokenizer, cfg: &Qwen2Config) -> Result<Vec<(String, Value)>> {
-    let spec: Json = serde_json::from_str(&tok.to_string(false).map_err(|e| LabError::other(format!("tokenizer: {e}")))?)?;
-    let pre = Pre::from_json(&spec["pre_tokenizer"])
-        .ok_or_else(|| LabError::input("the tokenizer's pre-tokenizer is neither Qwen2's nor GPT-2's: the lab cannot name it for a GGUF file"))?;
+    let spec: Json =
+        serde_json::from_str(&tok.to_string(false).map_err(|e| LabError::other(format!("tokenizer: {e}")))?)?;
+    let pre = Pre::from_json(&spec["pre_tokenizer"]).ok_or_else(|| {
+        LabError::input(
+            "the tokenizer's pre-tokenizer is neither Qwen2's nor GPT-2's: the lab cannot name it for a GGUF file",
+        )
+    })?;
     if spec["model"]["type"] != "BPE" {
-        return Err(LabError::input("the tokenizer is not BPE: the lab writes byte-level BPE tokenizers into GGUF files"));
+        return Err(LabError::input(
+            "the tokenizer is not BPE: the lab writes byte-level BPE tokenizers into GGUF files",
+        ));
     }
     let added: HashMap<u32, bool> = spec["added_tokens"]
         .as_array()
-        .map(|a| a.iter().filter_map(|t| Some((t["id"].as_u64()? as u32, t["special"].as_bool().unwrap_or(false)))).collect())
+        .map(|a| {
+            a.iter().filter_map(|t| Some((t["id"].as_u64()? as u32, t["special"].as_bool().unwrap_or(false)))).collect()
+        })
         .unwrap_or_default();
     let n = cfg.vocab_size.max(tok.get_vocab_size(true));
     let (mut tokens, mut types) = (Vec::with_capacity(n), Vec::with_capacity(n));

@@ -68,7 +68,9 @@ impl GgmlType {
     /// tensor) or pass u128 (a forged shape whose element count saturated: the fuzzer's first
     /// GGUF find, fuzz/regressions/gguf).
     pub fn bytes_of(self, elems: u128) -> Option<u128> {
-        (elems % self.block as u128 == 0).then(|| (elems / self.block as u128).checked_mul(self.bytes as u128))?
+        elems
+            .is_multiple_of(self.block as u128)
+            .then(|| (elems / self.block as u128).checked_mul(self.bytes as u128))?
     }
 
     /// Bits per value, as llama.cpp's tables print them (Q4_K: 4.5).
@@ -122,7 +124,7 @@ pub fn tally(tensors: impl IntoIterator<Item = (String, u64)>) -> Vec<(String, u
             None => by.push((name, 1, bytes)),
         }
     }
-    by.sort_by(|a, b| b.2.cmp(&a.2));
+    by.sort_by_key(|e| std::cmp::Reverse(e.2));
     by
 }
 

@@ -52,9 +52,13 @@ pub fn plan(cfg: &Qwen2Config, plan: Plan) -> Vec<Planned> {
         Plan::Llama(ftype) => {
             let tensors: Vec<recipe::Tensor> = named.iter().map(|(n, ne)| recipe::Tensor { name: n, ne }).collect();
             // The converter writes vectors as F32; they keep that type.
-            recipe::plan(ftype, ModelClass::qwen2(cfg.num_hidden_layers), &tensors, |_| GgmlType::of(candle_core::quantized::GgmlDType::F32))
+            recipe::plan(ftype, ModelClass::qwen2(cfg.num_hidden_layers), &tensors, |_| {
+                GgmlType::of(candle_core::quantized::GgmlDType::F32)
+            })
         }
-        Plan::LabQ4 => cfg.tensor_specs().iter().map(|s| GgmlType::of(ggml_dtype_for(s, cfg.tie_word_embeddings))).collect(),
+        Plan::LabQ4 => {
+            cfg.tensor_specs().iter().map(|s| GgmlType::of(ggml_dtype_for(s, cfg.tie_word_embeddings))).collect()
+        }
     };
     named.into_iter().zip(types).map(|((name, ne), ty)| Planned { name, ne, ty }).collect()
 }
@@ -193,7 +197,10 @@ pub fn write_gguf(
     let md = metadata(cfg, which, tok)?;
     // Nothing of the user's is replaced: not a file, a link or a device at `out`.
     if std::fs::symlink_metadata(out).is_ok() {
-        return Err(LabError::input(format!("{} already exists: the lab writes a new file only (choose another path)", out.display())));
+        return Err(LabError::input(format!(
+            "{} already exists: the lab writes a new file only (choose another path)",
+            out.display()
+        )));
     }
     let tmp = out.with_extension("gguf.tmp");
     let file = {
@@ -208,7 +215,12 @@ pub fn write_gguf(
         let bytes = encode(&dense, t.ty)?;
         // The header already gave every offset: a tensor of another size would shift the rest.
         if bytes.len() as u64 != t.bytes() {
-            return Err(LabError::other(format!("{}: {} bytes encoded, the header says {}", t.name, bytes.len(), t.bytes())));
+            return Err(LabError::other(format!(
+                "{}: {} bytes encoded, the header says {}",
+                t.name,
+                bytes.len(),
+                t.bytes()
+            )));
         }
         w.write_all(&bytes)?;
         pad(&mut w)?;

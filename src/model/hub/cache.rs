@@ -63,8 +63,10 @@ impl RepoCache {
         let ups = comps.iter().take_while(|c| matches!(c, Component::ParentDir)).count();
         let tail = comps.get(ups..).unwrap_or_default();
         let rest: Vec<String> = tail.iter().map(|c| c.as_os_str().to_string_lossy().to_string()).collect();
-        let blob_ok =
-            ups == parent + 2 && rest.len() == 2 && rest.first().is_some_and(|b| b == "blobs") && tail.iter().all(|c| matches!(c, Component::Normal(_)));
+        let blob_ok = ups == parent + 2
+            && rest.len() == 2
+            && rest.first().is_some_and(|b| b == "blobs")
+            && tail.iter().all(|c| matches!(c, Component::Normal(_)));
         let blobs = self.existing(&["blobs"])?;
         let blob = blobs.join(rest.get(1)?);
         (blob_ok && std::fs::symlink_metadata(&blob).is_ok_and(|m| m.is_file())).then_some(path)
@@ -88,7 +90,8 @@ impl RepoCache {
     /// `repo_dir/parts…`, each folder created when missing and refused when it is anything but a
     /// real folder. The cache root itself is the user's and may be a link.
     pub fn folder(&self, parts: &[&str]) -> Result<PathBuf> {
-        std::fs::create_dir_all(&self.root).map_err(|e| LabError::input(format!("hub: cannot create the cache {}: {e}", self.root.display())))?;
+        std::fs::create_dir_all(&self.root)
+            .map_err(|e| LabError::input(format!("hub: cannot create the cache {}: {e}", self.root.display())))?;
         let mut dir = self.root.clone();
         for p in std::iter::once(self.folder.as_str()).chain(parts.iter().copied()) {
             dir.push(p);
@@ -143,7 +146,8 @@ impl RepoCache {
         }
         let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
         let dir = self.folder(&refs)?;
-        let name = file.file_name().ok_or_else(|| LabError::input(format!("hub: `{}` has no file name", file.display())))?;
+        let name =
+            file.file_name().ok_or_else(|| LabError::input(format!("hub: `{}` has no file name", file.display())))?;
         let path = dir.join(name);
         let ups = "../".repeat(parts.len());
         let target = PathBuf::from(format!("{ups}blobs/{etag}"));
@@ -152,10 +156,16 @@ impl RepoCache {
             Ok(m) if m.file_type().is_symlink() => {
                 let _ = std::fs::remove_file(&path);
             }
-            Ok(_) => return Err(LabError::input(format!("hub: {} exists and is not a link the lab made: the lab does not replace it", path.display()))),
+            Ok(_) => {
+                return Err(LabError::input(format!(
+                    "hub: {} exists and is not a link the lab made: the lab does not replace it",
+                    path.display()
+                )))
+            }
             Err(_) => {}
         }
-        std::os::unix::fs::symlink(&target, &path).map_err(|e| LabError::input(format!("hub: cannot link {}: {e}", path.display())))?;
+        std::os::unix::fs::symlink(&target, &path)
+            .map_err(|e| LabError::input(format!("hub: cannot link {}: {e}", path.display())))?;
         Ok(path)
     }
 
@@ -168,7 +178,12 @@ impl RepoCache {
 
 /// Creates `dir` when missing; refuses it when it is a symlink, a file or a device.
 fn real_folder(dir: &Path) -> Result<()> {
-    let refuse = || LabError::input(format!("hub: {} in the cache is not a folder (a link or a file): the lab does not write through it", dir.display()));
+    let refuse = || {
+        LabError::input(format!(
+            "hub: {} in the cache is not a folder (a link or a file): the lab does not write through it",
+            dir.display()
+        ))
+    };
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(refuse()),

@@ -86,7 +86,9 @@ impl Client {
                 req = req.timeout(d.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)));
             }
             // The token goes to the endpoint's own host only, never after a redirect elsewhere.
-            if let Some(t) = self.token.as_ref().filter(|_| names::origin(&url).as_deref() == Some(self.origin.as_str())) {
+            if let Some(t) =
+                self.token.as_ref().filter(|_| names::origin(&url).as_deref() == Some(self.origin.as_str()))
+            {
                 req = req.set("Authorization", &format!("Bearer {t}"));
             }
             let resp = match req.call() {
@@ -130,7 +132,10 @@ impl Client {
         let url = format!("{}/api/models/{repo}/revision/main", self.endpoint);
         let (resp, _) = self.get(&url, Some(Instant::now() + timeout))?;
         let mut body = Vec::new();
-        resp.into_reader().take(MAX_INFO + 1).read_to_end(&mut body).map_err(|e| Fail::Net(format!("the repo info was cut short: {e}")))?;
+        resp.into_reader()
+            .take(MAX_INFO + 1)
+            .read_to_end(&mut body)
+            .map_err(|e| Fail::Net(format!("the repo info was cut short: {e}")))?;
         if body.len() as u64 > MAX_INFO {
             return Err(Fail::Why(format!("the repo info is over {} MiB", MAX_INFO >> 20)));
         }
@@ -207,7 +212,15 @@ impl Client {
         }
     }
 
-    fn worker(&self, url: &str, cache: &RepoCache, budget: Budget, json: bool, shared: &Shared, t0: Instant) -> Result<Got, Fail> {
+    fn worker(
+        &self,
+        url: &str,
+        cache: &RepoCache,
+        budget: Budget,
+        json: bool,
+        shared: &Shared,
+        t0: Instant,
+    ) -> Result<Got, Fail> {
         let (resp, meta) = self.get(url, None)?;
         let raw = meta.commit.ok_or_else(|| Fail::Why("the server sent no X-Repo-Commit".into()))?;
         let commit = names::commit("X-Repo-Commit", &raw).map_err(|e| Fail::Refused(e.to_string()))?;
@@ -238,11 +251,17 @@ impl Client {
             }
             let n = match reader.read(&mut buf) {
                 Ok(n) => n,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock) || e.to_string().contains("timed out") => {
+                Err(e)
+                    if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock)
+                        || e.to_string().contains("timed out") =>
+                {
                     return Err(Fail::Why(format!("nothing received for {} s", self.stall.as_secs())));
                 }
                 Err(e) => {
-                    let why = format!("the body stopped after {got} of {} bytes: {e}", announced.map_or("?".into(), |n| n.to_string()));
+                    let why = format!(
+                        "the body stopped after {got} of {} bytes: {e}",
+                        announced.map_or("?".into(), |n| n.to_string())
+                    );
                     return Err(Fail::Why(why));
                 }
             };
@@ -264,7 +283,9 @@ impl Client {
         if let Some(n) = announced.filter(|n| !encoded && got < *n) {
             return Err(Fail::Why(format!("the body stopped after {got} of {n} bytes")));
         }
-        out.flush().and_then(|_| out.sync_all()).map_err(|e| Fail::Why(format!("cannot write {}: {e}", temp.display())))?;
+        out.flush()
+            .and_then(|_| out.sync_all())
+            .map_err(|e| Fail::Why(format!("cannot write {}: {e}", temp.display())))?;
         drop(out);
         if json {
             let text = crate::paths::read_regular(&temp, budget.bytes).map_err(why)?;

@@ -95,15 +95,26 @@ impl Run {
         let endpoint = names::endpoint(&hub.endpoint)?;
         let stall = Duration::from_secs(env_secs("VRAM_LAB_HUB_STALL_S").unwrap_or(HUB_STALL_S));
         let client = Client::new(endpoint.clone(), token()?, stall, env_secs("VRAM_LAB_HUB_FILE_S"));
-        Ok(Self { repo: repo.to_string(), at: format!("{repo} at {endpoint}"), endpoint, cache: RepoCache::new(&hub.cache_dir, repo), client, commit: None })
+        Ok(Self {
+            repo: repo.to_string(),
+            at: format!("{repo} at {endpoint}"),
+            endpoint,
+            cache: RepoCache::new(&hub.cache_dir, repo),
+            client,
+            commit: None,
+        })
     }
 
     fn fail(&self, file: &str, f: Fail) -> LabError {
         let (at, cache) = (&self.at, self.cache.root.display());
         let file = file.escape_debug();
         match f {
-            Fail::Status(code) => LabError::input(format!("hub: cannot fetch {file} of {at} into {cache} (HTTP {code})")),
-            Fail::Net(why) | Fail::Why(why) => LabError::input(format!("hub: cannot fetch {file} of {at} into {cache} ({why})")),
+            Fail::Status(code) => {
+                LabError::input(format!("hub: cannot fetch {file} of {at} into {cache} (HTTP {code})"))
+            }
+            Fail::Net(why) | Fail::Why(why) => {
+                LabError::input(format!("hub: cannot fetch {file} of {at} into {cache} ({why})"))
+            }
             Fail::Refused(msg) => LabError::input(format!("{msg} (fetching {file} of {at})")),
         }
     }
@@ -128,7 +139,8 @@ impl Run {
                 return Ok(path);
             }
         }
-        std::fs::create_dir_all(&self.cache.root).map_err(|e| Fail::Why(format!("cannot create the cache {}: {e}", self.cache.root.display())))?;
+        std::fs::create_dir_all(&self.cache.root)
+            .map_err(|e| Fail::Why(format!("cannot create the cache {}: {e}", self.cache.root.display())))?;
         let got = self.client.download(&self.repo, file, &self.cache, self.budget(file), file.ends_with(".json"))?;
         if let Some(c) = self.commit.as_ref().filter(|c| **c != got.commit) {
             return Err(Fail::Why(format!(
@@ -168,7 +180,11 @@ fn shards_of(index: &Path, at: &str) -> Result<Vec<String>> {
     let mut shards = std::collections::BTreeSet::new();
     for (tensor, v) in map {
         let Some(name) = v.as_str() else {
-            return Err(bad(format!("maps `{}` to {}, not a file name", tensor.escape_debug(), v.to_string().escape_debug())));
+            return Err(bad(format!(
+                "maps `{}` to {}, not a file name",
+                tensor.escape_debug(),
+                v.to_string().escape_debug()
+            )));
         };
         names::file("the shard", name).map_err(|e| LabError::input(format!("{e} (in {HUB_INDEX} of {at})")))?;
         if !name.ends_with(".safetensors") {
@@ -205,7 +221,12 @@ pub fn fetch_from_hub(repo: &str, cache_dir: Option<&Path>) -> Result<PathBuf> {
         Err(Fail::Status(code @ (401 | 404))) => match run.get("config.json") {
             Ok(_) => serde_json::Value::Null,
             Err(f @ Fail::Refused(_)) => return Err(run.fail("config.json", f)),
-            Err(_) => return Err(LabError::input(format!("hub: no model repo {} (HTTP {code}); check the id (a gated repo needs HF_TOKEN)", run.at))),
+            Err(_) => {
+                return Err(LabError::input(format!(
+                    "hub: no model repo {} (HTTP {code}); check the id (a gated repo needs HF_TOKEN)",
+                    run.at
+                )))
+            }
         },
         Err(Fail::Refused(msg)) => return Err(LabError::input(msg)),
         Err(Fail::Status(code)) => return from_hub_cache(&run, &format!("HTTP {code}")),
@@ -245,7 +266,10 @@ pub fn fetch_from_hub(repo: &str, cache_dir: Option<&Path>) -> Result<PathBuf> {
     } else if has("model.safetensors") {
         run.fetch("model.safetensors")?;
     } else {
-        return Err(LabError::input(format!("hub: {} holds no safetensors weights (for a GGUF repo, name the file: {repo}:<file>.gguf)", run.at)));
+        return Err(LabError::input(format!(
+            "hub: {} holds no safetensors weights (for a GGUF repo, name the file: {repo}:<file>.gguf)",
+            run.at
+        )));
     }
     Ok(run.snapshot_dir())
 }
@@ -254,8 +278,13 @@ pub fn fetch_from_hub(repo: &str, cache_dir: Option<&Path>) -> Result<PathBuf> {
 /// config.json and every weight file, so a half-finished download is not loaded as a model.
 fn from_hub_cache(run: &Run, why: &str) -> Result<PathBuf> {
     let c = &run.cache;
-    let dir = c.main_ref().filter(|commit| c.cached(commit, Path::new("config.json")).is_some()).and_then(|commit| c.snapshot(&commit));
-    let complete = dir.filter(|d| super::weights::Safetensors::files_in(d).is_ok_and(|f| !f.is_empty() && f.iter().all(|p| p.is_file())));
+    let dir = c
+        .main_ref()
+        .filter(|commit| c.cached(commit, Path::new("config.json")).is_some())
+        .and_then(|commit| c.snapshot(&commit));
+    let complete = dir.filter(|d| {
+        super::weights::Safetensors::files_in(d).is_ok_and(|f| !f.is_empty() && f.iter().all(|p| p.is_file()))
+    });
     match complete {
         Some(dir) => {
             eprintln!("hub: {} unreachable; loading {} from the cache {}", run.endpoint, run.repo, dir.display());

@@ -54,7 +54,8 @@ pub fn etag(header: &str, raw: &str) -> Result<String> {
     let t = raw.trim();
     let t = t.strip_prefix("W/").unwrap_or(t);
     let t = t.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(t);
-    let ok = !t.is_empty() && t.len() <= MAX_ETAG && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let ok =
+        !t.is_empty() && t.len() <= MAX_ETAG && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if ok {
         Ok(t.to_string())
     } else {
@@ -137,7 +138,18 @@ mod tests {
     #[test]
     fn names_from_the_server_are_checked() {
         assert!(repo_id("Qwen/Qwen2.5-0.5B-Instruct").is_ok());
-        for bad in ["org/..", "../x", "org/.x", "org/-x", "org", "a/b/c", "org/x y", "org/x\n", "org/", &format!("o/{}", "x".repeat(97))] {
+        for bad in [
+            "org/..",
+            "../x",
+            "org/.x",
+            "org/-x",
+            "org",
+            "a/b/c",
+            "org/x y",
+            "org/x\n",
+            "org/",
+            &format!("o/{}", "x".repeat(97)),
+        ] {
             assert!(repo_id(bad).unwrap_err().to_string().starts_with("hub: the repo id `"), "{bad:?}");
         }
         assert!(commit("X-Repo-Commit", "0123456789abcdef0123456789abcdef01234567").is_ok());
@@ -157,7 +169,15 @@ mod tests {
         // the target's own check had taken `Https://` for another scheme).
         assert_eq!(origin(&endpoint("Https://hf-mirror.com").unwrap()).unwrap(), "https://hf-mirror.com");
         assert_eq!(endpoint("http://127.0.0.1:8080/hf").unwrap(), "http://127.0.0.1:8080/hf");
-        for bad in ["javascript:alert(1)", "hf-mirror.com", "ftp://x", "http://x\u{1b}[31m", "http:// x", "http://", "file:///etc"] {
+        for bad in [
+            "javascript:alert(1)",
+            "hf-mirror.com",
+            "ftp://x",
+            "http://x\u{1b}[31m",
+            "http:// x",
+            "http://",
+            "file:///etc",
+        ] {
             assert!(endpoint(bad).is_err(), "{bad:?}");
         }
         let base = "http://h:1/org/x/resolve/main/a.json";

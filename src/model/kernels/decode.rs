@@ -47,8 +47,11 @@ fn gemv_split(loads: usize, n: usize) -> usize {
 /// Every `gemv` entry point of a dtype, in the order `DecodeKernels::gemv` indexes them:
 /// (rows of x, row group, norm, warps per row).
 fn gemv_variants() -> impl Iterator<Item = (usize, usize, bool, usize)> {
-    (1..=GEMV_MAX_BATCH)
-        .flat_map(|b| (1..=2).flat_map(move |g| [false, true].into_iter().flat_map(move |n| GEMV_SPLITS.into_iter().map(move |s| (b, g, n, s)))))
+    (1..=GEMV_MAX_BATCH).flat_map(|b| {
+        (1..=2).flat_map(move |g| {
+            [false, true].into_iter().flat_map(move |n| GEMV_SPLITS.into_iter().map(move |s| (b, g, n, s)))
+        })
+    })
 }
 
 fn gemv_name(dtype: &str, (b, g, norm, split): (usize, usize, bool, usize)) -> String {
@@ -71,7 +74,9 @@ fn source() -> String {
 /// The kernels compiled to PTX by NVRTC (no GPU needed), once per process: later decoders reuse it.
 pub fn ptx() -> Result<String> {
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    crate::memory::cuda_copy::ptx_once(&PTX, || Ok(candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(source()).map_err(err)?.to_src()))
+    crate::memory::cuda_copy::ptx_once(&PTX, || {
+        Ok(candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(source()).map_err(err)?.to_src())
+    })
 }
 
 fn err(e: impl std::fmt::Debug) -> LabError {
@@ -111,16 +116,43 @@ impl DecodeKernels {
     /// Rotates and scales q in `y` ([b, 1, (heads + 2 kv) · d], contiguous) in place and writes k
     /// and v into `kc`, `vc` ([b, kv, cap, d]) at the position `pos` ([1] u32) holds.
     #[allow(clippy::too_many_arguments)]
-    pub fn qkv_store(&self, y: &Tensor, cos: &Tensor, sin: &Tensor, pos: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize, scale: f32) -> Result<()> {
+    pub fn qkv_store(
+        &self,
+        y: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        pos: &Tensor,
+        kc: &Tensor,
+        vc: &Tensor,
+        heads: usize,
+        scale: f32,
+    ) -> Result<()> {
         let (b, kv, cap, d) = kc.dims4()?;
         let stream = self.target.dev.cuda_stream();
-        let (py, pc, ps, pp, pk, pv) =
-            (self.target.ptr(y)?, self.target.ptr(cos)?, self.target.ptr(sin)?, self.target.ptr(pos)?, self.target.ptr(kc)?, self.target.ptr(vc)?);
+        let (py, pc, ps, pp, pk, pv) = (
+            self.target.ptr(y)?,
+            self.target.ptr(cos)?,
+            self.target.ptr(sin)?,
+            self.target.ptr(pos)?,
+            self.target.ptr(kc)?,
+            self.target.ptr(vc)?,
+        );
         let pairs = (b * (heads + 2 * kv) * d / 2) as u32;
         let cfg = LaunchConfig { grid_dim: (pairs.div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (b, heads, kv, d, cap) = (b as i32, heads as i32, kv as i32, d as i32, cap as i32);
         let mut l = stream.launch_builder(&self.qkv);
-        l.arg(&py).arg(&pc).arg(&ps).arg(&pp).arg(&pk).arg(&pv).arg(&b).arg(&heads).arg(&kv).arg(&d).arg(&cap).arg(&scale);
+        l.arg(&py)
+            .arg(&pc)
+            .arg(&ps)
+            .arg(&pp)
+            .arg(&pk)
+            .arg(&pv)
+            .arg(&b)
+            .arg(&heads)
+            .arg(&kv)
+            .arg(&d)
+            .arg(&cap)
+            .arg(&scale);
         // SAFETY: every pointer is a live contiguous tensor of the sizes the arguments give; the
         // kernel writes y's q part and one row of each cache, within bounds for pos < cap.
         unsafe { l.launch(cfg) }.map(|_| ()).map_err(err)
@@ -134,18 +166,23 @@ impl DecodeKernels {
     /// large, rows not a whole number of 16-byte loads, unaligned or strided): the caller computes
     /// with candle. Parts in GGUF blocks go to `quant_gemv` (all of a product's parts, or none).
     pub fn gemv(&self, parts: &[Part], x: &Tensor, f: Fused) -> Result<Option<Tensor>> {
-        let quant: Option<Vec<_>> = parts.iter().map(|&(w, b)| if let Weights::Quant(q) = w { Some((q, b)) } else { None }).collect();
+        let quant: Option<Vec<_>> =
+            parts.iter().map(|&(w, b)| if let Weights::Quant(q) = w { Some((q, b)) } else { None }).collect();
         if let Some(quant) = quant {
             return self.quant.gemv(&quant, x, f);
         }
-        let dense: Option<Vec<_>> = parts.iter().map(|&(w, b)| if let Weights::Dense(t) = w { Some((t, b)) } else { None }).collect();
+        let dense: Option<Vec<_>> =
+            parts.iter().map(|&(w, b)| if let Weights::Dense(t) = w { Some((t, b)) } else { None }).collect();
         let Some(parts) = dense else { return Ok(None) };
         let Some(&(first, _)) = parts.first() else { return Ok(None) };
         let k = first.dim(1)?;
         let mut rows = Vec::with_capacity(parts.len());
         for &(w, bias) in &parts {
             let (n, kw) = w.dims2()?;
-            if kw != k || !self.target.ours(&[w]) || bias.is_some_and(|b| f.glu || !self.target.ours(&[b]) || b.elem_count() != n) {
+            if kw != k
+                || !self.target.ours(&[w])
+                || bias.is_some_and(|b| f.glu || !self.target.ours(&[b]) || b.elem_count() != n)
+            {
                 return Ok(None);
             }
             rows.push(n);
@@ -185,7 +222,11 @@ impl DecodeKernels {
         let eps = f.norm.map_or(0.0, |(_, e)| e);
         let split = gemv_split(k / per, n);
         let block = 32 * split as u32 * GEMV_ROWS_PER_BLOCK;
-        let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(GEMV_ROWS_PER_BLOCK), 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: ((n as u32).div_ceil(GEMV_ROWS_PER_BLOCK), 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let variant = (batch, if f.glu { 2 } else { 1 }, f.norm.is_some(), split);
         let Some(at) = gemv_variants().position(|v| v == variant) else { return Ok(None) };
         let func = &self.gemv[at];
@@ -207,7 +248,17 @@ impl DecodeKernels {
     /// the position `pos` ([1] u32) holds, attention over positions 0 to `pos`; [b, 1, heads · d].
     /// One kernel where `qkv_store` and an attention were two. None when it does not take the shapes.
     #[allow(clippy::too_many_arguments)]
-    pub fn attend(&self, y: &Tensor, cos: &Tensor, sin: &Tensor, kc: &Tensor, vc: &Tensor, pos: &Tensor, heads: usize, scale: f32) -> Result<Option<Tensor>> {
+    pub fn attend(
+        &self,
+        y: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        kc: &Tensor,
+        vc: &Tensor,
+        pos: &Tensor,
+        heads: usize,
+        scale: f32,
+    ) -> Result<Option<Tensor>> {
         let (b, kv, cap, d) = kc.dims4()?;
         let takes = d % 32 == 0
             && d <= 256
@@ -224,11 +275,23 @@ impl DecodeKernels {
         let out = crate::memory::cuda_copy::uninit(&self.target.dev, self.target.dtype, vec![b, 1, heads * d])?;
         let stream = self.target.dev.cuda_stream();
         let t = &self.target;
-        let (py, pc, ps, pk, pv, pp, po) = (t.ptr(y)?, t.ptr(cos)?, t.ptr(sin)?, t.ptr(kc)?, t.ptr(vc)?, t.ptr(pos)?, t.ptr(&out)?);
+        let (py, pc, ps, pk, pv, pp, po) =
+            (t.ptr(y)?, t.ptr(cos)?, t.ptr(sin)?, t.ptr(kc)?, t.ptr(vc)?, t.ptr(pos)?, t.ptr(&out)?);
         let cfg = LaunchConfig { grid_dim: (heads as u32, b as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
         let (heads, kv, d, cap) = (heads as i32, kv as i32, d as i32, cap as i32);
         let mut l = stream.launch_builder(&self.attend);
-        l.arg(&py).arg(&pc).arg(&ps).arg(&pk).arg(&pv).arg(&pp).arg(&po).arg(&heads).arg(&kv).arg(&d).arg(&cap).arg(&scale);
+        l.arg(&py)
+            .arg(&pc)
+            .arg(&ps)
+            .arg(&pk)
+            .arg(&pv)
+            .arg(&pp)
+            .arg(&po)
+            .arg(&heads)
+            .arg(&kv)
+            .arg(&d)
+            .arg(&cap)
+            .arg(&scale);
         // SAFETY: y, the tables, the caches and out are live contiguous tensors of the sizes checked
         // above; the kernel reads cache rows below pos, writes row pos (pos < cap, the decoder's
         // room, and < the tables' positions) and out.

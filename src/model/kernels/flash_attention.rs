@@ -22,14 +22,19 @@ pub fn ptx() -> Result<String> {
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     crate::memory::cuda_copy::ptx_once(&PTX, || {
         let opts = CompileOptions { arch: Some("compute_80"), ..Default::default() };
-        Ok(compile_ptx_with_opts(SOURCE, opts).map_err(|e| LabError::other(format!("flash attention kernel: {e:?}")))?.to_src())
+        Ok(compile_ptx_with_opts(SOURCE, opts)
+            .map_err(|e| LabError::other(format!("flash attention kernel: {e:?}")))?
+            .to_src())
     })
 }
 
 /// Whether `dev` runs the kernel (compute capability 8.0 or newer: the tensor-core instructions).
 pub fn supported(dev: &CudaDevice) -> bool {
     use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute;
-    dev.cuda_stream().context().attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).is_ok_and(|major| major >= 8)
+    dev.cuda_stream()
+        .context()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        .is_ok_and(|major| major >= 8)
 }
 
 /// Queries a block takes, a warp per 16 (eight warps).
@@ -43,7 +48,8 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Optio
     let candle_core::Device::Cuda(dev) = q.device() else { return Ok(None) };
     let (b, heads, s, d) = q.dims4()?;
     let (kb, kv, t, kd) = k.dims4()?;
-    let strides_ok = |x: &Tensor| x.dims() == k.dims() && x.stride()[3] == 1 && x.stride()[2] == d && x.stride() == k.stride();
+    let strides_ok =
+        |x: &Tensor| x.dims() == k.dims() && x.stride()[3] == 1 && x.stride()[2] == d && x.stride() == k.stride();
     let takes = HEAD_DIMS.contains(&d)
         && kd == d
         && kb == b
@@ -58,14 +64,20 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Optio
     if !takes {
         return Ok(None);
     }
-    let func: CudaFunction = dev.get_or_load_custom_func(&format!("vram_lab_flash_bf16_d{d}_r{ROWS}"), "vram_lab_flash", &ptx()?)?.into_cuda_function();
+    let func: CudaFunction = dev
+        .get_or_load_custom_func(&format!("vram_lab_flash_bf16_d{d}_r{ROWS}"), "vram_lab_flash", &ptx()?)?
+        .into_cuda_function();
     let stream = dev.cuda_stream();
     let ptr = |x: &Tensor| crate::memory::cuda_copy::start_ptr(x, &stream);
     let out = crate::memory::cuda_copy::uninit(dev, DType::BF16, vec![b, s, heads * d])?;
     let (pq, pk, pv, po) = (ptr(q)?, ptr(k)?, ptr(v)?, ptr(&out)?);
     let (hs, bs) = (k.stride()[1] as i64, k.stride()[0] as i64);
     let scale_log2 = std::f32::consts::LOG2_E / (d as f32).sqrt();
-    let cfg = LaunchConfig { grid_dim: (s.div_ceil(ROWS) as u32, heads as u32, b as u32), block_dim: (ROWS as u32 * 2, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (s.div_ceil(ROWS) as u32, heads as u32, b as u32),
+        block_dim: (ROWS as u32 * 2, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let (s_, heads_, kv_, off) = (s as i32, heads as i32, kv as i32, offset as i32);
     let mut l = stream.launch_builder(&func);
     l.arg(&pq).arg(&pk).arg(&pv).arg(&po).arg(&s_).arg(&heads_).arg(&kv_).arg(&hs).arg(&bs).arg(&off).arg(&scale_log2);

@@ -54,7 +54,9 @@ fn source() -> String {
 /// The kernels compiled to PTX by NVRTC (no GPU needed), once per process.
 pub fn ptx() -> Result<String> {
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    crate::memory::cuda_copy::ptx_once(&PTX, || Ok(candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(source()).map_err(err)?.to_src()))
+    crate::memory::cuda_copy::ptx_once(&PTX, || {
+        Ok(candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(source()).map_err(err)?.to_src())
+    })
 }
 
 fn err(e: impl std::fmt::Debug) -> LabError {
@@ -113,7 +115,10 @@ impl QuantKernels {
         for (i, &(w, bias)) in parts.iter().enumerate() {
             let (n, kw) = w.shape().dims2()?;
             let Some(t) = kernel_type(w.dtype()) else { return Ok(None) };
-            if kw != k || !w.device().is_cuda() || bias.is_some_and(|b| f.glu || !self.target.ours(&[b]) || b.elem_count() != n) {
+            if kw != k
+                || !w.device().is_cuda()
+                || bias.is_some_and(|b| f.glu || !self.target.ours(&[b]) || b.elem_count() != n)
+            {
                 return Ok(None);
             }
             types[i] = t;
@@ -143,7 +148,11 @@ impl QuantKernels {
         };
         let kk = k as i32;
         let quantize = if f.norm.is_some() { &self.quantize_norm } else { &self.quantize };
-        let cfg = LaunchConfig { grid_dim: ((k / QK_K) as u32, batch as u32, 1), block_dim: (QUANTIZE_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: ((k / QK_K) as u32, batch as u32, 1),
+            block_dim: (QUANTIZE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let mut l = stream.launch_builder(quantize);
         l.arg(&px).arg(&pg).arg(&eps).arg(&pq).arg(&pd).arg(&kk);
         // SAFETY: x holds batch rows of k (k a multiple of 256), g k values or null, and xq was
@@ -166,7 +175,11 @@ impl QuantKernels {
         let py = self.target.ptr(&y)?;
         let pr = f.res.map(|t| self.target.ptr(t)).transpose()?.unwrap_or(0);
         let Some(at) = variants().position(|v| v == (batch, if f.glu { 2 } else { 1 })) else { return Ok(None) };
-        let cfg = LaunchConfig { grid_dim: ((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1), block_dim: (32 * ROWS_PER_BLOCK, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: ((n as u32).div_ceil(ROWS_PER_BLOCK), 1, 1),
+            block_dim: (32 * ROWS_PER_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);
         let n = n as i32;
         let mut l = stream.launch_builder(&self.gemv[at]);

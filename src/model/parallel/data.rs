@@ -44,11 +44,21 @@ pub struct DataParallel {
 impl DataParallel {
     pub fn new(vars: Vec<Var>, params: ParamsAdamW, zero: u8, comm: Arc<dyn AllReduce>) -> Result<Self> {
         if zero > 2 {
-            return Err(LabError::input(format!("ZeRO stage {zero}: the lab shards optimizer states (1) and gradients (2); stage 3 is not built")));
+            return Err(LabError::input(format!(
+                "ZeRO stage {zero}: the lab shards optimizer states (1) and gradients (2); stage 3 is not built"
+            )));
         }
         let sizes: Vec<usize> = vars.iter().map(|v| v.elem_count()).collect();
-        let parts = if zero == 0 { sizes.iter().map(|&n| Some((0, n))).collect() } else { owned_parts(&sizes, comm.rank(), comm.ranks()) };
-        let moments = parts.iter().zip(&vars).map(|(p, v)| p.map(|(_, len)| Moments::zeros(&len.into(), v.device())).transpose()).collect::<Result<_>>()?;
+        let parts = if zero == 0 {
+            sizes.iter().map(|&n| Some((0, n))).collect()
+        } else {
+            owned_parts(&sizes, comm.rank(), comm.ranks())
+        };
+        let moments = parts
+            .iter()
+            .zip(&vars)
+            .map(|(p, v)| p.map(|(_, len)| Moments::zeros(&len.into(), v.device())).transpose())
+            .collect::<Result<_>>()?;
         Ok(Self { vars, parts, moments, zero, params, t: 0, comm })
     }
 
@@ -79,7 +89,11 @@ impl DataParallel {
             let theta = v.as_tensor();
             let next = match (&self.moments[i], &kept[i], self.parts[i]) {
                 (Some(m), Some(g), Some((start, len))) => {
-                    let g = if g.elem_count() == len { g.flatten_all()? } else { g.flatten_all()?.narrow(0, start, len)? };
+                    let g = if g.elem_count() == len {
+                        g.flatten_all()?
+                    } else {
+                        g.flatten_all()?.narrow(0, start, len)?
+                    };
                     Some(m.update(&self.params, self.t, &theta.flatten_all()?.narrow(0, start, len)?, &g)?)
                 }
                 _ => None,
@@ -113,12 +127,19 @@ mod tests {
     #[test]
     fn parts_by_hand() {
         // 10 + 10 + 40 + 20 + 20 = 100 elements over 2: rank 0 owns 0..50, rank 1 50..100.
-        assert_eq!(owned_parts(&[10, 10, 40, 20, 20], 0, 2), vec![Some((0, 10)), Some((0, 10)), Some((0, 30)), None, None]);
-        assert_eq!(owned_parts(&[10, 10, 40, 20, 20], 1, 2), vec![None, None, Some((30, 10)), Some((0, 20)), Some((0, 20))]);
+        assert_eq!(
+            owned_parts(&[10, 10, 40, 20, 20], 0, 2),
+            vec![Some((0, 10)), Some((0, 10)), Some((0, 30)), None, None]
+        );
+        assert_eq!(
+            owned_parts(&[10, 10, 40, 20, 20], 1, 2),
+            vec![None, None, Some((30, 10)), Some((0, 20)), Some((0, 20))]
+        );
         // Over 3 (33 each, the last 34): rank 1 owns 33..66.
         assert_eq!(owned_parts(&[10, 10, 40, 20, 20], 1, 3), vec![None, None, Some((13, 27)), Some((0, 6)), None]);
         for ranks in 1..5 {
-            let owned: usize = (0..ranks).flat_map(|r| owned_parts(&[7, 13, 1, 29], r, ranks)).flatten().map(|p| p.1).sum();
+            let owned: usize =
+                (0..ranks).flat_map(|r| owned_parts(&[7, 13, 1, 29], r, ranks)).flatten().map(|p| p.1).sum();
             assert_eq!(owned, 50, "{ranks} ranks cover every element once");
         }
     }

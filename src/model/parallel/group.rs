@@ -29,7 +29,9 @@ impl Group {
         #[cfg(not(feature = "nccl"))]
         let nccl = {
             if cuda && ranks > 1 {
-                return Err(LabError::Unsupported("this build has no NCCL: rebuild with `--features nccl` to run on several GPUs".into()));
+                return Err(LabError::Unsupported(
+                    "this build has no NCCL: rebuild with `--features nccl` to run on several GPUs".into(),
+                ));
             }
             None
         };
@@ -71,7 +73,10 @@ pub fn devices(first: &Device, ranks: usize) -> Result<Vec<Device>> {
             let at = crate::hw::gpu_ordinal(dev);
             let mut out = vec![first.clone()];
             for r in 1..ranks {
-                out.push(crate::hw::pick(&format!("cuda:{}", at + r)).map_err(|e| LabError::Unsupported(format!("{ranks} GPUs asked, from cuda:{at}: {e}")))?);
+                out.push(
+                    crate::hw::pick(&format!("cuda:{}", at + r))
+                        .map_err(|e| LabError::Unsupported(format!("{ranks} GPUs asked, from cuda:{at}: {e}")))?,
+                );
             }
             Ok(out)
         }

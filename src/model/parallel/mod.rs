@@ -26,7 +26,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The model of rank `comm.rank()`: its shard of the whole model's weights, on `device`.
-pub fn rank_model(cfg: &Qwen2Config, precision: Precision, weights: HashMap<String, Weight>, device: &Device, comm: Arc<dyn AllReduce>) -> Result<Qwen2> {
+pub fn rank_model(
+    cfg: &Qwen2Config,
+    precision: Precision,
+    weights: HashMap<String, Weight>,
+    device: &Device,
+    comm: Arc<dyn AllReduce>,
+) -> Result<Qwen2> {
     let rank_cfg = shard_config(cfg, comm.ranks())?;
     let w = shard_weights(weights, cfg, comm.rank(), comm.ranks())?;
     Ok(Qwen2::new(&rank_cfg, precision, w, device)?.into_rank(comm))
@@ -47,10 +53,17 @@ pub fn load_rank(
     let rank_cfg = shard_config(cfg, ranks)?;
     let mut w = HashMap::new();
     for spec in cfg.tensor_specs() {
-        let part = source.load(&spec, precision, device).and_then(|whole| shard_tensor(&spec.name, whole, cfg, rank, ranks));
+        let part =
+            source.load(&spec, precision, device).and_then(|whole| shard_tensor(&spec.name, whole, cfg, rank, ranks));
         match part {
             Ok(p) => w.insert(spec.name.clone(), p),
-            Err(e) => return Err(MemoryProbe::capture_in(probe, e, &format!("loading {} (rank {rank} of {ranks})", spec.name))),
+            Err(e) => {
+                return Err(MemoryProbe::capture_in(
+                    probe,
+                    e,
+                    &format!("loading {} (rank {rank} of {ranks})", spec.name),
+                ))
+            }
         };
     }
     Ok(Qwen2::new(&rank_cfg, precision, w, device)?.into_rank(comm))

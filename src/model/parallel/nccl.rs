@@ -27,7 +27,8 @@ impl GroupId {
                 std::env::set_var(var, value);
             }
         }
-        let id = Id::new().map_err(|e| LabError::other(format!("NCCL: no unique id ({e:?}): is libnccl.so.2 on LD_LIBRARY_PATH?")))?;
+        let id = Id::new()
+            .map_err(|e| LabError::other(format!("NCCL: no unique id ({e:?}): is libnccl.so.2 on LD_LIBRARY_PATH?")))?;
         Ok(Self(*id.internal()))
     }
 }
@@ -74,20 +75,28 @@ impl CustomOp1 for NcclComm {
         "nccl-all-reduce-sum"
     }
 
-    fn cpu_fwd(&self, _: &candle_core::CpuStorage, _: &Layout) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, Shape)> {
         candle_core::bail!("NCCL sums tensors on GPUs only")
     }
 
     fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let n = l.shape().elem_count();
-        let Some((start, end)) = l.contiguous_offsets() else { candle_core::bail!("all-reduce of a non-contiguous tensor") };
+        let Some((start, end)) = l.contiguous_offsets() else {
+            candle_core::bail!("all-reduce of a non-contiguous tensor")
+        };
         let dev = s.device().clone();
         macro_rules! sum {
             ($t:ty) => {{
                 let src = s.as_cuda_slice::<$t>()?.slice(start..end);
                 // Safety: every element is written by the all-reduce before it is read.
                 let mut dst = unsafe { dev.alloc::<$t>(n) }?;
-                self.comm.all_reduce(&src, &mut dst, &ReduceOp::Sum).map_err(|e| candle_core::Error::Msg(format!("NCCL all-reduce: {e:?}")))?;
+                self.comm
+                    .all_reduce(&src, &mut dst, &ReduceOp::Sum)
+                    .map_err(|e| candle_core::Error::Msg(format!("NCCL all-reduce: {e:?}")))?;
                 CudaStorage::wrap_cuda_slice(dst, dev)
             }};
         }

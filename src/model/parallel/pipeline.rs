@@ -26,7 +26,10 @@ pub fn stage_of(name: &str, split: &[(usize, usize)]) -> Result<usize> {
         .and_then(|rest| rest.split('.').next())
         .and_then(|l| l.parse::<usize>().ok())
         .ok_or_else(|| LabError::input(format!("tensor {name} belongs to no pipeline stage")))?;
-    split.iter().position(|&(a, b)| (a..b).contains(&layer)).ok_or_else(|| LabError::input(format!("layer {layer} is in no pipeline stage")))
+    split
+        .iter()
+        .position(|&(a, b)| (a..b).contains(&layer))
+        .ok_or_else(|| LabError::input(format!("layer {layer} is in no pipeline stage")))
 }
 
 /// The model with stage `i`'s tensors loaded straight onto `devices[i]`; the model's own device
@@ -40,7 +43,12 @@ pub fn load_pipeline(
     probes: &[MemoryProbe],
 ) -> Result<Qwen2> {
     if devices.len() != split.len() || split.last().map(|s| s.1) != Some(cfg.num_hidden_layers) {
-        return Err(LabError::input(format!("{} devices for a pipeline of {} stages over {} layers", devices.len(), split.len(), cfg.num_hidden_layers)));
+        return Err(LabError::input(format!(
+            "{} devices for a pipeline of {} stages over {} layers",
+            devices.len(),
+            split.len(),
+            cfg.num_hidden_layers
+        )));
     }
     let last = devices.len() - 1;
     // (name held under, tensor, stage) for every tensor; a tied head is the embedding table, so the
@@ -55,9 +63,13 @@ pub fn load_pipeline(
     }
     let mut w = HashMap::new();
     for (name, spec, stage) in plan {
-        let t = source
-            .load(&spec, precision, &devices[stage])
-            .map_err(|e| MemoryProbe::capture_in(probes.get(stage), e, &format!("loading {name} (pipeline stage {stage} of {})", devices.len())))?;
+        let t = source.load(&spec, precision, &devices[stage]).map_err(|e| {
+            MemoryProbe::capture_in(
+                probes.get(stage),
+                e,
+                &format!("loading {name} (pipeline stage {stage} of {})", devices.len()),
+            )
+        })?;
         w.insert(name, t);
     }
     Qwen2::new(cfg, precision, w, &devices[last])

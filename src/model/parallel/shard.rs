@@ -25,8 +25,11 @@ pub fn check(cfg: &Qwen2Config, ranks: usize) -> Result<()> {
     if ranks == 0 {
         return Err(LabError::input("tensor parallelism needs at least one rank"));
     }
-    for (what, n) in [("key/value heads", cfg.num_key_value_heads), ("attention heads", cfg.num_attention_heads), ("intermediate_size", cfg.intermediate_size)]
-    {
+    for (what, n) in [
+        ("key/value heads", cfg.num_key_value_heads),
+        ("attention heads", cfg.num_attention_heads),
+        ("intermediate_size", cfg.intermediate_size),
+    ] {
         if n % ranks != 0 {
             return Err(LabError::input(format!("{ranks} tensor-parallel ranks do not divide the model's {n} {what}")));
         }
@@ -45,7 +48,9 @@ pub fn slice_of(name: &str, cfg: &Qwen2Config, rank: usize, ranks: usize) -> Opt
     let leaf = name.strip_prefix("model.layers.")?.split_once('.')?.1;
     match leaf {
         "self_attn.q_proj.weight" | "self_attn.q_proj.bias" => part(0, q),
-        "self_attn.k_proj.weight" | "self_attn.k_proj.bias" | "self_attn.v_proj.weight" | "self_attn.v_proj.bias" => part(0, kv),
+        "self_attn.k_proj.weight" | "self_attn.k_proj.bias" | "self_attn.v_proj.weight" | "self_attn.v_proj.bias" => {
+            part(0, kv)
+        }
         "self_attn.o_proj.weight" => part(1, q),
         "mlp.gate_proj.weight" | "mlp.up_proj.weight" => part(0, mlp),
         "mlp.down_proj.weight" => part(1, mlp),
@@ -55,7 +60,12 @@ pub fn slice_of(name: &str, cfg: &Qwen2Config, rank: usize, ranks: usize) -> Opt
 
 /// Rank `rank`'s weights: its slices copied out (so the whole tensors can be freed), the rest
 /// shared. Dense weights only: a quantized block does not split at a head's boundary.
-pub fn shard_weights(w: HashMap<String, Weight>, cfg: &Qwen2Config, rank: usize, ranks: usize) -> Result<HashMap<String, Weight>> {
+pub fn shard_weights(
+    w: HashMap<String, Weight>,
+    cfg: &Qwen2Config,
+    rank: usize,
+    ranks: usize,
+) -> Result<HashMap<String, Weight>> {
     check(cfg, ranks)?;
     w.into_iter().map(|(name, weight)| Ok((name.clone(), shard_tensor(&name, weight, cfg, rank, ranks)?))).collect()
 }
@@ -64,7 +74,9 @@ pub fn shard_weights(w: HashMap<String, Weight>, cfg: &Qwen2Config, rank: usize,
 pub fn shard_tensor(name: &str, weight: Weight, cfg: &Qwen2Config, rank: usize, ranks: usize) -> Result<Weight> {
     let Some((dim, start, len)) = slice_of(name, cfg, rank, ranks) else { return Ok(weight) };
     let Weight::Dense(t) = weight else {
-        return Err(LabError::input(format!("{name} is quantized: tensor parallelism splits dense weights (BF16, F16, F32)")));
+        return Err(LabError::input(format!(
+            "{name} is quantized: tensor parallelism splits dense weights (BF16, F16, F32)"
+        )));
     };
     // A row slice is a contiguous view of the whole: copied, so the rank owns only its part.
     Ok(Weight::Dense(t.narrow(dim, start, len)?.force_contiguous()?))
@@ -89,7 +101,13 @@ impl RankLedger {
 
 /// What each rank of `ranks` holds of `cfg` at `dtype_bytes` per weight, with a KV cache of
 /// `tokens` positions at `kv_bytes` per element.
-pub fn rank_ledger(cfg: &Qwen2Config, ranks: usize, dtype_bytes: u64, tokens: u64, kv_bytes: u64) -> Result<RankLedger> {
+pub fn rank_ledger(
+    cfg: &Qwen2Config,
+    ranks: usize,
+    dtype_bytes: u64,
+    tokens: u64,
+    kv_bytes: u64,
+) -> Result<RankLedger> {
     check(cfg, ranks)?;
     let mut out = RankLedger::default();
     for spec in cfg.tensor_specs() {
@@ -99,7 +117,12 @@ pub fn rank_ledger(cfg: &Qwen2Config, ranks: usize, dtype_bytes: u64, tokens: u6
             None => out.replicated += elems * dtype_bytes,
         }
     }
-    out.kv_cache = 2 * cfg.num_hidden_layers as u64 * (cfg.num_key_value_heads / ranks) as u64 * cfg.head_dim() as u64 * tokens * kv_bytes;
+    out.kv_cache = 2
+        * cfg.num_hidden_layers as u64
+        * (cfg.num_key_value_heads / ranks) as u64
+        * cfg.head_dim() as u64
+        * tokens
+        * kv_bytes;
     Ok(out)
 }
 
@@ -115,7 +138,10 @@ mod tests {
     fn the_tiny_models_slices_by_hand() {
         let c = tiny();
         // tiny: hidden 256, 4 heads of 64, 2 K/V heads, MLP 512 (data/models/tiny.json).
-        assert_eq!((c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size, c.head_dim()), (256, 4, 2, 512, 64));
+        assert_eq!(
+            (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size, c.head_dim()),
+            (256, 4, 2, 512, 64)
+        );
         let at = |leaf: &str, rank| slice_of(&format!("model.layers.1.{leaf}"), &c, rank, 2);
         // Rank 1 of 2: query heads 2-3 (rows 128..256), K/V head 1 (rows 64..128), MLP rows 256..512.
         assert_eq!(at("self_attn.q_proj.weight", 1), Some((0, 128, 128)));

@@ -88,16 +88,23 @@ fn unimplemented_field(obj: &serde_json::Map<String, serde_json::Value>) -> std:
         return Err(format!("field `{}` is not one the lab implements for a dense Qwen2 model", k.escape_debug()));
     }
     if !off("rope_scaling") {
-        return Err(format!("`rope_scaling` = {} is set: the lab computes plain RoPE (no YaRN, linear, dynamic or llama3 scaling)", obj["rope_scaling"]));
+        return Err(format!(
+            "`rope_scaling` = {} is set: the lab computes plain RoPE (no YaRN, linear, dynamic or llama3 scaling)",
+            obj["rope_scaling"]
+        ));
     }
     if let Some(p) = obj.get("rope_parameters").filter(|p| !p.is_null()) {
-        let plain = p.as_object().is_some_and(|m| m.keys().all(|k| k == "rope_theta" || k == "rope_type") && m.get("rope_type").is_none_or(|t| t == "default"));
+        let plain = p.as_object().is_some_and(|m| {
+            m.keys().all(|k| k == "rope_theta" || k == "rope_type") && m.get("rope_type").is_none_or(|t| t == "default")
+        });
         if !plain {
             return Err(format!("`rope_parameters` = {p} asks for more than plain RoPE (rope_type default and rope_theta): the lab computes plain RoPE"));
         }
     }
     if !off("use_sliding_window") {
-        return Err("`use_sliding_window` is on: the lab computes full attention in every layer (no sliding window)".into());
+        return Err(
+            "`use_sliding_window` is on: the lab computes full attention in every layer (no sliding window)".into()
+        );
     }
     if let Some(types) = obj.get("layer_types").filter(|t| !t.is_null()) {
         if !types.as_array().is_some_and(|a| a.iter().all(|t| t == "full_attention")) {
@@ -174,9 +181,15 @@ impl Qwen2Config {
         }
         if let Some(obj) = json.as_object() {
             // serde's own message for `-4` names no field: say which one.
-            for key in
-                ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "max_position_embeddings"]
-            {
+            for key in [
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "max_position_embeddings",
+            ] {
                 if let Some(v) = obj.get(key).filter(|v| !v.is_u64()) {
                     return Err(bad(&format!("{key} = {v} must be a whole number above 0")));
                 }
@@ -184,10 +197,16 @@ impl Qwen2Config {
             // The formulas and the forward pass are dense Qwen2's: a mixture of experts priced
             // as dense would be wrong by the experts' count, so it is refused, not guessed.
             if let Some(t) = obj.get("model_type").and_then(|t| t.as_str()).filter(|t| *t != "qwen2") {
-                return Err(bad(&format!("model_type `{t}`: the lab computes and prices dense Qwen2 models (model_type qwen2)")));
+                return Err(bad(&format!(
+                    "model_type `{t}`: the lab computes and prices dense Qwen2 models (model_type qwen2)"
+                )));
             }
-            if let Some(key) = ["num_experts", "num_local_experts", "moe_intermediate_size"].iter().find(|k| obj.contains_key(**k)) {
-                return Err(bad(&format!("`{key}` marks a mixture of experts: the lab computes and prices dense Qwen2 models")));
+            if let Some(key) =
+                ["num_experts", "num_local_experts", "moe_intermediate_size"].iter().find(|k| obj.contains_key(**k))
+            {
+                return Err(bad(&format!(
+                    "`{key}` marks a mixture of experts: the lab computes and prices dense Qwen2 models"
+                )));
             }
             unimplemented_field(obj).map_err(|e| bad(&e))?;
         }
@@ -223,15 +242,24 @@ impl Qwen2Config {
         }
         if let Some(d) = self.head_dim.filter(|&d| d.checked_mul(self.num_attention_heads) != Some(self.hidden_size)) {
             // Only a tensor-parallel rank's config (made by the lab, never read) has fewer heads.
-            return Err(format!("head_dim {d} × num_attention_heads {} is not hidden_size {}", self.num_attention_heads, self.hidden_size));
+            return Err(format!(
+                "head_dim {d} × num_attention_heads {} is not hidden_size {}",
+                self.num_attention_heads, self.hidden_size
+            ));
         }
-        if self.hidden_size % self.num_attention_heads != 0 {
-            return Err(format!("hidden_size {} is not a multiple of num_attention_heads {}", self.hidden_size, self.num_attention_heads));
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
-            return Err(format!("num_attention_heads {} is not a multiple of num_key_value_heads {}", self.num_attention_heads, self.num_key_value_heads));
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
+            return Err(format!(
+                "num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                self.num_attention_heads, self.num_key_value_heads
+            ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return Err(format!("the head dimension {} must be even for RoPE", self.head_dim()));
         }
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0) {

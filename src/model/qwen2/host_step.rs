@@ -88,7 +88,9 @@ impl Layer {
         let vt = Tensor::from_slice(&y[nq + nk..], (1, kv, 1, d), &Device::Cpu)?.to_dtype(act)?;
         cache.write(l, &kt, &vt)?;
         let (kc, vc) = cache.view(l, offset + 1)?;
-        let Some(a) = crate::model::host_attention::decode(&y[..nq], heads, &kc, &vc, 1.0 / (d as f32).sqrt())? else { return Ok(None) };
+        let Some(a) = crate::model::host_attention::decode(&y[..nq], heads, &kc, &vc, 1.0 / (d as f32).sqrt())? else {
+            return Ok(None);
+        };
         let x1: Vec<f32> = o.rows(&a)?.iter().zip(&x0).map(|(o, x)| o + x).collect();
         let gu = gate_up.rows(&rms_norm(&x1, &vec_f32(&self.ln2)?, eps))?;
         let i = gu.len() / 2;
@@ -112,8 +114,10 @@ mod tests {
         let dev = Device::Cpu;
         let mut src = Synthetic::new(cfg.clone(), 3);
         let specs: Vec<_> = cfg.tensor_specs().into_iter().filter(|s| s.name.starts_with("model.layers.0.")).collect();
-        let mut t: std::collections::HashMap<String, Tensor> =
-            specs.iter().map(|s| (s.name.clone(), src.load(s, Precision::F32, &dev).unwrap().dense().unwrap())).collect();
+        let mut t: std::collections::HashMap<String, Tensor> = specs
+            .iter()
+            .map(|s| (s.name.clone(), src.load(s, Precision::F32, &dev).unwrap().dense().unwrap()))
+            .collect();
         let mut take = |n: &str| t.remove(&format!("model.layers.0.{n}")).unwrap();
         let order = [
             "self_attn.q_proj.weight",

@@ -53,7 +53,8 @@ impl Layer {
 
     /// The inverse of `tensors`.
     pub(crate) fn from_tensors(t: Vec<Tensor>) -> Result<Self> {
-        let [qw, qb, kw, kb, vw, vb, ow, gw, uw, dw, ln1, ln2]: [Tensor; 12] = t.try_into().map_err(|_| LabError::other("a layer has 12 dense tensors"))?;
+        let [qw, qb, kw, kb, vw, vb, ow, gw, uw, dw, ln1, ln2]: [Tensor; 12] =
+            t.try_into().map_err(|_| LabError::other("a layer has 12 dense tensors"))?;
         let lin = |w, b| Linear::Dense(candle_nn::Linear::new(w, b));
         Ok(Self {
             q: lin(qw, Some(qb)),
@@ -102,7 +103,8 @@ impl Layer {
     /// products in place of five per token); q, k, v, gate, up become views of them.
     pub(super) fn fused_on_device(&self) -> Result<Self> {
         let dev = self.device().clone();
-        let dense = |w: Tensor, b: Option<Tensor>| -> Result<Linear> { Ok(Linear::Dense(candle_nn::Linear::new(w, b))) };
+        let dense =
+            |w: Tensor, b: Option<Tensor>| -> Result<Linear> { Ok(Linear::Dense(candle_nn::Linear::new(w, b))) };
         let (qkv, [q, k, v]) = stack([&self.q, &self.k, &self.v], &dev, dense)?;
         let (gate_up, [gate, up]) = stack([&self.gate, &self.up], &dev, dense)?;
         Ok(Self {
@@ -126,7 +128,14 @@ impl Layer {
     /// the cache's whole capacity with the step's mask (0 up to the position, -inf after). Either
     /// way the step's kernels and shapes are the same at every position, so one captured graph
     /// replays them all.
-    pub(crate) fn decode_static(&self, x: Tensor, cfg: &Qwen2Config, step: &StepInputs, kc: &Tensor, vc: &Tensor) -> Result<Tensor> {
+    pub(crate) fn decode_static(
+        &self,
+        x: Tensor,
+        cfg: &Qwen2Config,
+        step: &StepInputs,
+        kc: &Tensor,
+        vc: &Tensor,
+    ) -> Result<Tensor> {
         let b = x.dim(0)?;
         let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
         let eps = cfg.rms_norm_eps;
@@ -135,7 +144,8 @@ impl Layer {
         let (nq, nk) = (heads * d, kv_heads * d);
         // q|k|v as one product: the step's kernel over the three weights (stacked or not), else
         // candle's stacked product, else three.
-        let (y, h) = match normed_step(parts([&self.q, &self.k, &self.v]).as_deref(), &x, &self.ln1, eps, false, step)? {
+        let (y, h) = match normed_step(parts([&self.q, &self.k, &self.v]).as_deref(), &x, &self.ln1, eps, false, step)?
+        {
             StepOut::Product(y) => (Some(y), None),
             StepOut::Normed(h) => match &self.fused {
                 Some((qkv, _)) => (Some(qkv.forward(&h)?), None),
@@ -155,7 +165,9 @@ impl Layer {
         };
         let a = match (attended, &y, stored) {
             (Some(a), _, _) => a,
-            (None, Some(y), true) => masked_attention(&y.narrow(2, 0, nq)?.contiguous()?.reshape((b, kv_heads, group, d))?, kc, vc, step)?,
+            (None, Some(y), true) => {
+                masked_attention(&y.narrow(2, 0, nq)?.contiguous()?.reshape((b, kv_heads, group, d))?, kc, vc, step)?
+            }
             _ => {
                 let (q, k, v) = match &y {
                     Some(y) => (y.narrow(2, 0, nq)?, y.narrow(2, nq, nk)?, y.narrow(2, nq + nk, nk)?),
@@ -226,7 +238,8 @@ impl Layer {
         let (cos, sin) = (rope.0.to_dtype(work)?, rope.1.to_dtype(work)?);
         let h = norm(&x, &self.ln1.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
         // Heads first, [b, s, n·d] → [b, n, s, d]: consumes the projection, so only the copy stays.
-        let heads_first = |t: Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape((b, s, n, d))?.transpose(1, 2)?.contiguous()?) };
+        let heads_first =
+            |t: Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape((b, s, n, d))?.transpose(1, 2)?.contiguous()?) };
         // A GPU layer takes its stacked products when decoding (fewer launches per token) and its
         // separate views when prefilling, so every moment of a prefill holds what stages 1-2
         // measured (the stacked product beside its copies would be a new, larger moment).
@@ -235,9 +248,17 @@ impl Layer {
             Some((qkv, _)) => {
                 let y = qkv.forward(&h)?;
                 let (nq, nk) = (heads * d, kv_heads * d);
-                (heads_first(y.narrow(2, 0, nq)?, heads)?, heads_first(y.narrow(2, nq, nk)?, kv_heads)?, y.narrow(2, nq + nk, nk)?)
+                (
+                    heads_first(y.narrow(2, 0, nq)?, heads)?,
+                    heads_first(y.narrow(2, nq, nk)?, kv_heads)?,
+                    y.narrow(2, nq + nk, nk)?,
+                )
             }
-            None => (heads_first(self.q.forward(&h)?, heads)?, heads_first(self.k.forward(&h)?, kv_heads)?, self.v.forward(&h)?),
+            None => (
+                heads_first(self.q.forward(&h)?, heads)?,
+                heads_first(self.k.forward(&h)?, kv_heads)?,
+                self.v.forward(&h)?,
+            ),
         };
         let v = v.reshape((b, s, kv_heads, d))?.transpose(1, 2)?;
         let (q, k) = if mode == AttentionMode::Differentiable {
@@ -272,7 +293,13 @@ impl Layer {
 }
 
 /// `AttentionMode::Flash`'s kernel where it runs (CUDA, BF16, its head sizes): [b, s, heads · d].
-pub(super) fn flash_attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, mode: AttentionMode) -> Result<Option<Tensor>> {
+pub(super) fn flash_attend(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    offset: usize,
+    mode: AttentionMode,
+) -> Result<Option<Tensor>> {
     #[cfg(feature = "cuda")]
     if mode == AttentionMode::Flash {
         return crate::model::kernels::flash_attention::attend(q, k, v, offset);
@@ -300,7 +327,14 @@ pub(super) enum StepOut {
 /// norm(x) times the weight `parts` one under the other (with `glu`, silu·up of gate and up) in
 /// the static step: one kernel for the norm and the product when the step has it, else candle's
 /// norm and the step's product if it has one. No parts (weights not dense): candle's norm.
-pub(super) fn normed_step(parts: Option<&[Part]>, x: &Tensor, ln: &Tensor, eps: f64, glu: bool, step: &StepInputs) -> Result<StepOut> {
+pub(super) fn normed_step(
+    parts: Option<&[Part]>,
+    x: &Tensor,
+    ln: &Tensor,
+    eps: f64,
+    glu: bool,
+    step: &StepInputs,
+) -> Result<StepOut> {
     let f = Fused { glu, ..Default::default() };
     if let Some(parts) = parts {
         if let Some(y) = step.gemv(parts, x, Fused { norm: Some((ln, eps as f32)), ..f })? {
@@ -364,5 +398,9 @@ pub(super) fn into_dtype(x: Tensor, dtype: DType) -> Result<Tensor> {
 
 /// RMS norm: candle's fused kernel, or (for a training step) the composed ops it has a backward for.
 pub(super) fn norm(x: &Tensor, w: &Tensor, eps: f64, mode: AttentionMode) -> Result<Tensor> {
-    Ok(if mode == AttentionMode::Differentiable { candle_nn::ops::rms_norm_slow(x, w, eps as f32)? } else { candle_nn::ops::rms_norm(x, w, eps as f32)? })
+    Ok(if mode == AttentionMode::Differentiable {
+        candle_nn::ops::rms_norm_slow(x, w, eps as f32)?
+    } else {
+        candle_nn::ops::rms_norm(x, w, eps as f32)?
+    })
 }

@@ -35,7 +35,8 @@ impl Linear {
                 // itself); its CPU path and a dequantized matrix take F32: cast around them the
                 // same way, so both backends hold the same tensors (`estimate::transient`).
                 let native = x.dtype() == DType::F32 || (x.device().is_cuda() && matches!(q, QMatMul::QTensor(_)));
-                let y = if native { q.forward(x)? } else { q.forward(&x.to_dtype(DType::F32)?)?.to_dtype(x.dtype())? };
+                let y =
+                    if native { q.forward(x)? } else { q.forward(&x.to_dtype(DType::F32)?)?.to_dtype(x.dtype())? };
                 Ok(match bias {
                     Some(b) => y.broadcast_add(b)?,
                     None => y,
@@ -73,7 +74,9 @@ impl Linear {
         match self {
             Self::Dense(l) => Ok(Self::Host(HostLinear::new(l.weight().clone(), l.bias().cloned())?)),
             Self::Host(h) => Ok(Self::Host(h.clone())),
-            Self::Quant(..) => Err(LabError::Unsupported("CPU layers of the offload compute dense weights (BF16, F16 or F32), not GGUF blocks".into())),
+            Self::Quant(..) => Err(LabError::Unsupported(
+                "CPU layers of the offload compute dense weights (BF16, F16 or F32), not GGUF blocks".into(),
+            )),
         }
     }
 

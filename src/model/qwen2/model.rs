@@ -20,6 +20,8 @@ use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 
 /// A layer resident on its device, or the index of a streamed one in the model's `Streamer`.
+// A model holds one slot per layer (at most a few hundred): boxing the resident layer saves nothing worth an indirection.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub(super) enum LayerSlot {
     Resident(Layer),
@@ -70,7 +72,12 @@ fn take_dense(w: &mut HashMap<String, Weight>, name: &str, dtype: DType) -> Resu
 
 impl Qwen2 {
     /// Builds the model from weights named as in the HF checkpoint (see `Qwen2Config::tensor_specs`).
-    pub fn new(cfg: &Qwen2Config, precision: Precision, mut w: HashMap<String, Weight>, device: &Device) -> Result<Self> {
+    pub fn new(
+        cfg: &Qwen2Config,
+        precision: Precision,
+        mut w: HashMap<String, Weight>,
+        device: &Device,
+    ) -> Result<Self> {
         let weight_bytes = w.values().map(Weight::bytes).sum();
         let act = precision.act_dtype();
         let embed_w = take(&mut w, "model.embed_tokens.weight")?;
@@ -124,12 +131,24 @@ impl Qwen2 {
     /// parts on `gpu`, the rest in host memory. CPU layers compute there; streamed layers go to
     /// a `Streamer` with `placement.slots` buffers on `gpu`. A tied head on the GPU is a copy of
     /// the host embedding table.
-    pub fn new_placed(cfg: &Qwen2Config, precision: Precision, mut w: HashMap<String, Weight>, gpu: &Device, placement: &Placement) -> Result<Self> {
+    pub fn new_placed(
+        cfg: &Qwen2Config,
+        precision: Precision,
+        mut w: HashMap<String, Weight>,
+        gpu: &Device,
+        placement: &Placement,
+    ) -> Result<Self> {
         if placement.layers.len() != cfg.num_hidden_layers {
-            return Err(LabError::input(format!("a placement of {} layers for a model of {}", placement.layers.len(), cfg.num_hidden_layers)));
+            return Err(LabError::input(format!(
+                "a placement of {} layers for a model of {}",
+                placement.layers.len(),
+                cfg.num_hidden_layers
+            )));
         }
         if cfg.tie_word_embeddings && placement.head == Home::Gpu && placement.embed != Home::Gpu {
-            let table = w.get("model.embed_tokens.weight").ok_or_else(|| LabError::input("weight model.embed_tokens.weight is missing"))?;
+            let table = w
+                .get("model.embed_tokens.weight")
+                .ok_or_else(|| LabError::input("weight model.embed_tokens.weight is missing"))?;
             let copy = table.clone().dense()?.to_device(gpu)?;
             w.insert("lm_head.weight".into(), Weight::Dense(copy));
         }
@@ -194,7 +213,10 @@ impl Qwen2 {
         gpu(&self.device)
             && gpu(&self.embed.device())
             && !matches!(self.lm_head, Linear::Host(_))
-            && self.layers.iter().all(|l| matches!(l, LayerSlot::Resident(layer) if gpu(layer.device()) && !layer.on_host()))
+            && self
+                .layers
+                .iter()
+                .all(|l| matches!(l, LayerSlot::Resident(layer) if gpu(layer.device()) && !layer.on_host()))
     }
 
     /// Whether `AttentionMode::Flash` runs its fused kernel for this model (every layer on a GPU
@@ -252,9 +274,11 @@ impl Qwen2 {
     /// then cast to the activation dtype as transformers does.
     pub(crate) fn rope(&self, offset: usize, s: usize) -> Result<(Tensor, Tensor)> {
         let d = self.cfg.head_dim();
-        let inv: Vec<f32> = (0..d / 2).map(|i| (1.0 / self.cfg.rope_theta.powf((2 * i) as f64 / d as f64)) as f32).collect();
+        let inv: Vec<f32> =
+            (0..d / 2).map(|i| (1.0 / self.cfg.rope_theta.powf((2 * i) as f64 / d as f64)) as f32).collect();
         let inv = Tensor::from_vec(inv, (1, d / 2), &self.device)?;
-        let pos = Tensor::arange(offset as u32, (offset + s) as u32, &self.device)?.to_dtype(DType::F32)?.reshape((s, 1))?;
+        let pos =
+            Tensor::arange(offset as u32, (offset + s) as u32, &self.device)?.to_dtype(DType::F32)?.reshape((s, 1))?;
         let ang = pos.broadcast_mul(&inv)?;
         let act = self.act_dtype();
         Ok((ang.cos()?.to_dtype(act)?, ang.sin()?.to_dtype(act)?))
@@ -316,7 +340,13 @@ impl Qwen2 {
     /// The greedy next ids ([batch, 1]) after `ids` ([batch, 1]) at the position `pos` holds
     /// ([1] u32, in device memory), through `Layer::decode_static`: `tables` holds the rotary
     /// table and the mask's inputs for the cache's capacity.
-    pub(crate) fn decode_static(&self, ids: &Tensor, pos: &Tensor, tables: &crate::model::decode::Tables, cache: &KvCache) -> Result<Tensor> {
+    pub(crate) fn decode_static(
+        &self,
+        ids: &Tensor,
+        pos: &Tensor,
+        tables: &crate::model::decode::Tables,
+        cache: &KvCache,
+    ) -> Result<Tensor> {
         let cfg = &self.cfg;
         let b = ids.dim(0)?;
         let step = StepInputs::new(tables, pos, b, cfg);
@@ -329,10 +359,11 @@ impl Qwen2 {
             x = layer.decode_static(x, cfg, &step, &kc, &vc)?;
         }
         // The head of `head(.., Logits::Last)` for one position, through the step's kernels.
-        let logits = match normed_step(parts([&self.lm_head]).as_deref(), &x, &self.norm, cfg.rms_norm_eps, false, &step)? {
-            StepOut::Product(y) => y,
-            StepOut::Normed(h) => self.lm_head.forward(&h)?,
-        };
+        let logits =
+            match normed_step(parts([&self.lm_head]).as_deref(), &x, &self.norm, cfg.rms_norm_eps, false, &step)? {
+                StepOut::Product(y) => y,
+                StepOut::Normed(h) => self.lm_head.forward(&h)?,
+            };
         step.argmax(&logits)
     }
 

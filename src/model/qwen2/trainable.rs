@@ -65,7 +65,18 @@ impl Qwen2 {
                 reduce: None,
             }));
         }
-        Ok(Qwen2 { cfg, precision, attention, embed, layers: out, norm: var(norm)?, lm_head, device, weight_bytes, streamer: None })
+        Ok(Qwen2 {
+            cfg,
+            precision,
+            attention,
+            embed,
+            layers: out,
+            norm: var(norm)?,
+            lm_head,
+            device,
+            weight_bytes,
+            streamer: None,
+        })
     }
 
     /// Every trainable tensor once (a tied table once), in a fixed order: the embedding, each
