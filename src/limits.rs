@@ -13,6 +13,8 @@ pub const MAX_HIDDEN: usize = 1 << 18;
 pub const MAX_INTERMEDIATE: usize = 1 << 20;
 pub const MAX_LAYERS: usize = 1 << 12;
 pub const MAX_HEADS: usize = 1 << 12;
+/// Experts of one mixture-of-experts layer (DeepSeek-V3: 256).
+pub const MAX_EXPERTS: usize = 1 << 10;
 /// Tokens of one sequence: a config's `max_position_embeddings`, `--seq`, a sweep's end.
 pub const MAX_SEQ: usize = 1 << 24;
 pub const MAX_BATCH: usize = 1 << 16;

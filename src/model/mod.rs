@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod chat;
 pub mod checkpoint;
+pub mod config;
 
 pub mod decode;
 pub mod generate;
@@ -32,6 +33,6 @@ pub use attention::AttentionMode;
 pub use generate::{generate, GenerateConfig, Generation};
 pub use kv_cache::{CacheKind, KvCache};
 pub use precision::Precision;
-pub use qwen2::config::{self, Qwen2Config, TensorSpec};
+pub use config::{DecoderConfig, Family, Qwen2Config, TensorSpec};
 pub use qwen2::{Logits, Qwen2};
 pub use source::{LoadedModel, ModelSource, SourceOptions};

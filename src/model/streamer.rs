@@ -49,7 +49,8 @@ impl Streamer {
     /// `layers`: (model index, layer with its tensors in host memory), in forward order.
     pub(super) fn new(layers: Vec<(usize, Layer)>, slots: usize, device: &Device) -> Result<Self> {
         let slots_n = slots.clamp(1, layers.len().max(1));
-        let first = layers.first().ok_or_else(|| LabError::other("a streamer without layers"))?.1.tensors()?;
+        let template = &layers.first().ok_or_else(|| LabError::other("a streamer without layers"))?.1;
+        let first = template.tensors()?;
         let layer_bytes = crate::memory::tensor_bytes(&first);
         let mut slot_layers = Vec::with_capacity(slots_n);
         for _ in 0..slots_n {
@@ -57,7 +58,7 @@ impl Streamer {
                 .iter()
                 .map(|t| Tensor::zeros(t.shape(), t.dtype(), device))
                 .collect::<candle_core::Result<Vec<_>>>()?;
-            slot_layers.push(Layer::from_tensors(bufs)?);
+            slot_layers.push(template.with_tensors(bufs)?);
         }
         let order = layers.iter().map(|(l, _)| *l).collect();
         let mut host = Vec::with_capacity(layers.len());

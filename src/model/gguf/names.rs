@@ -2,9 +2,24 @@
 
 use crate::model::qwen2::config::{Qwen2Config, TensorSpec};
 
-/// HF tensor name → llama.cpp's GGUF name (Qwen2 needs no Q/K permutation: it uses NeoX RoPE).
+/// HF tensor name → llama.cpp's GGUF name (Qwen2 and Qwen3 need no Q/K permutation: they use
+/// NeoX RoPE). A mixture's experts share one 3-D tensor a layer in a GGUF (`ffn_gate_exps`), so
+/// every expert's name maps to it.
 pub fn gguf_name(hf: &str) -> String {
+    if let Some((layer, rest)) = hf.split_once(".mlp.experts.").or_else(|| hf.split_once(".block_sparse_moe.experts.")) {
+        let part = rest.split('.').nth(1).unwrap_or("");
+        let merged = match part {
+            "gate_proj" | "w1" => "ffn_gate_exps",
+            "up_proj" | "w3" => "ffn_up_exps",
+            _ => "ffn_down_exps",
+        };
+        return format!("{}.{merged}.weight", layer.replace("model.layers.", "blk."));
+    }
     let map = [
+        ("mlp.gate.", "ffn_gate_inp."),
+        ("block_sparse_moe.gate.", "ffn_gate_inp."),
+        ("self_attn.q_norm", "attn_q_norm"),
+        ("self_attn.k_norm", "attn_k_norm"),
         ("model.embed_tokens.", "token_embd."),
         ("model.norm.", "output_norm."),
         ("lm_head.", "output."),

@@ -4,7 +4,7 @@ use super::header::Header;
 use super::names::gguf_name;
 use crate::error::{cause, LabError, Result};
 use crate::model::precision::Precision;
-use crate::model::qwen2::config::{Qwen2Config, TensorSpec};
+use crate::model::config::{Family, Qwen2Config, TensorSpec};
 use crate::model::weights::{check_shape, Weight, WeightSource};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::Device;
@@ -55,38 +55,70 @@ impl Gguf {
         usize::try_from(v).map_err(|_| LabError::input(format!("{}: {key} = {v} is too large", self.path())))
     }
 
-    /// The config from qwen2.* metadata; the vocabulary size from the embedding's shape.
+    /// The config from `<arch>.*` metadata (qwen2, qwen3, qwen3moe, llama — Llama, Mistral and,
+    /// with experts, Mixtral); the vocabulary size from the embedding's shape.
     pub fn config(&self) -> Result<Qwen2Config> {
         let h = &self.header;
         let arch = h
             .str("general.architecture")
             .ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no general.architecture", self.path())))?;
-        if arch != "qwen2" {
-            return Err(LabError::input(format!("{}: architecture `{arch}`, the lab runs qwen2", self.path())));
-        }
+        let experts = h.uint(&format!("{arch}.expert_count")).filter(|&n| n > 0);
+        let family = match (arch, experts) {
+            ("qwen2", None) => Family::Qwen2,
+            ("qwen3", None) => Family::Qwen3,
+            ("qwen3moe", Some(_)) => Family::Qwen3Moe,
+            ("llama", None) => Family::Llama,
+            ("llama", Some(_)) => Family::Mixtral,
+            _ => {
+                return Err(LabError::input(format!(
+                    "{}: architecture `{}`, the lab reads qwen2, qwen3, qwen3moe and llama",
+                    self.path(),
+                    arch.escape_debug()
+                )))
+            }
+        };
         let embd = h
             .tensor("token_embd.weight")
             .ok_or_else(|| LabError::input(format!("{}: no token_embd.weight", self.path())))?;
         let vocab = embd.shape().first().copied().unwrap_or(0);
+        let key = |k: &str| format!("{arch}.{k}");
         let f = |k: &str| {
-            h.float(k).ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no number {k}", self.path())))
+            h.float(&key(k)).ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no number {}", self.path(), key(k))))
+        };
+        let heads = self.md_uint(&key("attention.head_count"))?;
+        let hidden = self.md_uint(&key("embedding_length"))?;
+        let head_dim = self.md_uint(&key("attention.key_length")).ok().filter(|&d| d * heads != hidden);
+        let (num_experts, num_experts_per_tok, moe_intermediate_size) = match experts {
+            None => (None, None, None),
+            Some(n) => (
+                Some(n as usize),
+                Some(self.md_uint(&key("expert_used_count"))?),
+                (family == Family::Qwen3Moe).then(|| self.md_uint(&key("expert_feed_forward_length"))).transpose()?,
+            ),
         };
         let cfg = Qwen2Config {
+            model_type: family,
             vocab_size: vocab,
-            hidden_size: self.md_uint("qwen2.embedding_length")?,
-            intermediate_size: self.md_uint("qwen2.feed_forward_length")?,
-            num_hidden_layers: self.md_uint("qwen2.block_count")?,
-            num_attention_heads: self.md_uint("qwen2.attention.head_count")?,
-            num_key_value_heads: self.md_uint("qwen2.attention.head_count_kv")?,
-            rms_norm_eps: f("qwen2.attention.layer_norm_rms_epsilon")?,
-            rope_theta: f("qwen2.rope.freq_base").unwrap_or(10000.0),
-            max_position_embeddings: self.md_uint("qwen2.context_length")?,
+            hidden_size: hidden,
+            intermediate_size: self.md_uint(&key("feed_forward_length"))?,
+            num_hidden_layers: self.md_uint(&key("block_count"))?,
+            num_attention_heads: heads,
+            num_key_value_heads: self.md_uint(&key("attention.head_count_kv"))?,
+            rms_norm_eps: f("attention.layer_norm_rms_epsilon")?,
+            rope_theta: f("rope.freq_base").unwrap_or(10000.0),
+            max_position_embeddings: self.md_uint(&key("context_length"))?,
             tie_word_embeddings: h.tensor("output.weight").is_none(),
             hidden_act: "silu".into(),
             bos_token_id: h.uint("tokenizer.ggml.bos_token_id").map(|v| v as u32),
             eos_token_id: h.uint("tokenizer.ggml.eos_token_id").map(|v| serde_json::json!(v)),
             torch_dtype: None,
-            head_dim: None,
+            head_dim,
+            // Llama 3.1's scaled frequencies travel as a tensor (rope_freqs.weight), read where it is computed.
+            rope_scaling: None,
+            sliding_window: None,
+            num_experts,
+            num_experts_per_tok,
+            moe_intermediate_size,
         };
         let json = serde_json::to_string(&cfg)?;
         Qwen2Config::from_json(&json, &self.path())
@@ -97,9 +129,13 @@ impl Gguf {
     /// (F32, or BF16 for q4_k_m); dequantized to the
     /// precision's dtype otherwise.
     pub fn loaded_bytes(&self, cfg: &Qwen2Config, precision: Precision) -> u64 {
-        cfg.tensor_specs()
+        let mut names: Vec<String> = cfg.tensor_specs().iter().map(|s| gguf_name(&s.name)).collect();
+        // A mixture's experts map to one tensor a layer: counted once.
+        let mut seen = std::collections::HashSet::new();
+        names.retain(|n| seen.insert(n.clone()));
+        names
             .iter()
-            .filter_map(|s| self.header.tensor(&gguf_name(&s.name)))
+            .filter_map(|n| self.header.tensor(n))
             .map(|t| match (precision.dense_dtype(), t.ggml_type()) {
                 (None, Some(ty)) if ty.is_block_quantized() => t.bytes().unwrap_or(0) as u64,
                 (dense, _) => t.elems() as u64 * dense.unwrap_or(precision.act_dtype()).size_in_bytes() as u64,

@@ -81,6 +81,16 @@ impl Layer {
         let x0 = vec_f32(x)?;
         let mut y = qkv.rows(&rms_norm(&x0, &vec_f32(&self.ln1)?, eps))?;
         let (cos, sin) = (vec_f32(&rope.0)?, vec_f32(&rope.1)?);
+        if let Some((qn, kn)) = &self.qk_norm {
+            // Qwen3: each head of q and of k normed before RoPE.
+            let (qn, kn) = (vec_f32(qn)?, vec_f32(kn)?);
+            for (part, g) in [(0..nq, &qn), (nq..nq + nk, &kn)] {
+                for head in y[part].chunks_mut(d) {
+                    let normed = rms_norm(head, g, eps);
+                    head.copy_from_slice(&normed);
+                }
+            }
+        }
         rotate(&mut y[..nq + nk], d, &cos, &sin);
         // k and v into the cache, in its dtype, as `forward` writes them.
         let act = x.dtype();
@@ -103,52 +113,44 @@ impl Layer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::weights::{Synthetic, WeightSource};
+    use crate::model::weights::{Synthetic, Weight, WeightSource};
     use crate::model::Precision;
 
     /// The step equals the layer's `forward` on the same cache, at the first position and after
     /// some (the cache then holds earlier positions), and it does run (Some) for a CPU layer.
     #[test]
     fn equals_forward_and_runs_for_a_cpu_layer() {
-        let cfg = Qwen2Config::preset("tiny").unwrap();
+        for preset in ["tiny", "tiny-qwen3", "tiny-llama"] {
+            step_equals_forward(&Qwen2Config::preset(preset).unwrap());
+        }
+    }
+
+    fn step_equals_forward(cfg: &Qwen2Config) {
         let dev = Device::Cpu;
         let mut src = Synthetic::new(cfg.clone(), 3);
-        let specs: Vec<_> = cfg.tensor_specs().into_iter().filter(|s| s.name.starts_with("model.layers.0.")).collect();
-        let mut t: std::collections::HashMap<String, Tensor> = specs
-            .iter()
-            .map(|s| (s.name.clone(), src.load(s, Precision::F32, &dev).unwrap().dense().unwrap()))
+        let mut w: std::collections::HashMap<String, Weight> = cfg
+            .tensor_specs()
+            .into_iter()
+            .filter(|s| s.name.starts_with("model.layers.0."))
+            .map(|s| (s.name.clone(), src.load(&s, Precision::F32, &dev).unwrap()))
             .collect();
-        let mut take = |n: &str| t.remove(&format!("model.layers.0.{n}")).unwrap();
-        let order = [
-            "self_attn.q_proj.weight",
-            "self_attn.q_proj.bias",
-            "self_attn.k_proj.weight",
-            "self_attn.k_proj.bias",
-            "self_attn.v_proj.weight",
-            "self_attn.v_proj.bias",
-            "self_attn.o_proj.weight",
-            "mlp.gate_proj.weight",
-            "mlp.up_proj.weight",
-            "mlp.down_proj.weight",
-            "input_layernorm.weight",
-            "post_attention_layernorm.weight",
-        ];
-        let layer = Layer::from_tensors(order.iter().map(|n| take(n)).collect()).unwrap().to_host().unwrap();
+        let layer = Layer::new(cfg, 0, &mut w, DType::F32).unwrap().to_host().unwrap();
+        assert!(w.is_empty(), "every tensor of the layer is a part: {:?}", w.keys());
         let d = cfg.head_dim();
         let steps = 5;
         let angles = Tensor::randn(0f32, 1., (steps, d / 2), &dev).unwrap();
         let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
-        let mut a = KvCache::new(&cfg, 1, steps, DType::F32, &dev).unwrap();
-        let mut b = KvCache::new(&cfg, 1, steps, DType::F32, &dev).unwrap();
+        let mut a = KvCache::new(cfg, 1, steps, DType::F32, &dev).unwrap();
+        let mut b = KvCache::new(cfg, 1, steps, DType::F32, &dev).unwrap();
         for pos in 0..steps {
             let x = Tensor::randn(0f32, 1., (1, 1, cfg.hidden_size), &dev).unwrap();
             let rope = (cos.narrow(0, pos, 1).unwrap(), sin.narrow(0, pos, 1).unwrap());
-            let got = layer.host_step(&x, 0, &cfg, &rope, &mut a, pos).unwrap().expect("a CPU layer's step");
-            let want = layer.forward(x, 0, &cfg, &rope, &mut b, pos, AttentionMode::default()).unwrap();
+            let got = layer.host_step(&x, 0, cfg, &rope, &mut a, pos).unwrap().expect("a CPU layer's step");
+            let want = layer.forward(x, 0, cfg, &rope, &mut b, pos, AttentionMode::default()).unwrap();
             a.advance(1);
             b.advance(1);
             let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
-            assert!(diff < 1e-4, "position {pos}: {diff}");
+            assert!(diff < 1e-4, "{:?} position {pos}: {diff}", cfg.model_type);
         }
     }
 }

@@ -11,7 +11,9 @@ use crate::model::host_linear::HostLinear;
 use crate::model::kernels::{Fused, Part};
 use crate::model::kv_cache::KvCache;
 use crate::model::parallel::comm::RankComm;
+use crate::model::weights::Weight;
 use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Layer {
@@ -24,6 +26,8 @@ pub(crate) struct Layer {
     pub(super) down: Linear,
     pub(super) ln1: Tensor,
     pub(super) ln2: Tensor,
+    /// Qwen3's per-head RMS norms of q and k, before RoPE (one weight of head_dim each).
+    pub(super) qk_norm: Option<(Tensor, Tensor)>,
     /// q|k|v and gate|up as one product each (CPU layers: four rayon calls per layer, not seven;
     /// GPU layers: fewer launches per token); q, k, v, gate, up are views into these.
     pub(super) fused: Option<(Linear, Linear)>,
@@ -32,49 +36,111 @@ pub(crate) struct Layer {
     pub(super) reduce: Option<RankComm>,
 }
 
+/// The weight `name`, taken out of `w` (each is used once).
+pub(super) fn take(w: &mut HashMap<String, Weight>, name: &str) -> Result<Weight> {
+    w.remove(name).ok_or_else(|| LabError::input(format!("weight {name} is missing")))
+}
+
+pub(super) fn take_dense(w: &mut HashMap<String, Weight>, name: &str, dtype: DType) -> Result<Tensor> {
+    Ok(take(w, name)?.dense()?.to_dtype(dtype)?)
+}
+
 impl Layer {
-    /// Where its inputs must be: the device of its weights.
-    pub(crate) fn device(&self) -> &Device {
-        self.ln1.device()
-    }
-
-    /// Its tensors in a fixed order (what a streamed layer copies): q, k, v weights and biases,
-    /// o, gate, up, down, the two norms.
-    pub(crate) fn tensors(&self) -> Result<Vec<Tensor>> {
-        let mut out = Vec::with_capacity(12);
-        for lin in [&self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down] {
-            let (w, b) = lin.dense_parts()?;
-            out.push(w);
-            out.extend(b);
-        }
-        out.extend([self.ln1.clone(), self.ln2.clone()]);
-        Ok(out)
-    }
-
-    /// The inverse of `tensors`.
-    pub(crate) fn from_tensors(t: Vec<Tensor>) -> Result<Self> {
-        let [qw, qb, kw, kb, vw, vb, ow, gw, uw, dw, ln1, ln2]: [Tensor; 12] =
-            t.try_into().map_err(|_| LabError::other("a layer has 12 dense tensors"))?;
-        let lin = |w, b| Linear::Dense(candle_nn::Linear::new(w, b));
+    /// Layer `l` from weights named as in the HF checkpoint, with the parts its family has: q, k,
+    /// v biases (Qwen2), q and k norms (Qwen3); vectors in the activation dtype `act`.
+    pub(crate) fn new(cfg: &Qwen2Config, l: usize, w: &mut HashMap<String, Weight>, act: DType) -> Result<Self> {
+        let p = format!("model.layers.{l}");
+        let family = cfg.model_type;
+        let mut lin = |name: &str, bias: bool| -> Result<Linear> {
+            let b = if bias { Some(take_dense(w, &format!("{p}.{name}.bias"), act)?) } else { None };
+            Linear::new(take(w, &format!("{p}.{name}.weight"))?, b)
+        };
+        let (q, k, v) = (
+            lin("self_attn.q_proj", family.qkv_bias())?,
+            lin("self_attn.k_proj", family.qkv_bias())?,
+            lin("self_attn.v_proj", family.qkv_bias())?,
+        );
+        let (o, gate, up, down) =
+            (lin("self_attn.o_proj", false)?, lin("mlp.gate_proj", false)?, lin("mlp.up_proj", false)?, lin("mlp.down_proj", false)?);
+        let qk_norm = match family.qk_norm() {
+            true => Some((
+                take_dense(w, &format!("{p}.self_attn.q_norm.weight"), act)?,
+                take_dense(w, &format!("{p}.self_attn.k_norm.weight"), act)?,
+            )),
+            false => None,
+        };
         Ok(Self {
-            q: lin(qw, Some(qb)),
-            k: lin(kw, Some(kb)),
-            v: lin(vw, Some(vb)),
-            o: lin(ow, None),
-            gate: lin(gw, None),
-            up: lin(uw, None),
-            down: lin(dw, None),
-            ln1,
-            ln2,
+            q,
+            k,
+            v,
+            o,
+            gate,
+            up,
+            down,
+            ln1: take_dense(w, &format!("{p}.input_layernorm.weight"), act)?,
+            ln2: take_dense(w, &format!("{p}.post_attention_layernorm.weight"), act)?,
+            qk_norm,
             fused: None,
             reduce: None,
         })
     }
 
+    /// Where its inputs must be: the device of its weights.
+    pub(crate) fn device(&self) -> &Device {
+        self.ln1.device()
+    }
+
+    fn linears(&self) -> [&Linear; 7] {
+        [&self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down]
+    }
+
+    /// Its tensors in a fixed order (what a streamed layer copies): q, k, v weights and biases
+    /// where the family has them, o, gate, up, down, the two norms, q and k's norms where set.
+    pub(crate) fn tensors(&self) -> Result<Vec<Tensor>> {
+        let mut out = Vec::with_capacity(14);
+        for lin in self.linears() {
+            let (w, b) = lin.dense_parts()?;
+            out.push(w);
+            out.extend(b);
+        }
+        out.extend([self.ln1.clone(), self.ln2.clone()]);
+        if let Some((qn, kn)) = &self.qk_norm {
+            out.extend([qn.clone(), kn.clone()]);
+        }
+        Ok(out)
+    }
+
+    /// A dense layer of this one's parts from `t`, in the order of `tensors`.
+    pub(crate) fn with_tensors(&self, t: Vec<Tensor>) -> Result<Self> {
+        let mut t = t.into_iter();
+        let mut next = || t.next().ok_or_else(|| LabError::other("a layer's tensors are fewer than its parts"));
+        let mut lins = Vec::with_capacity(7);
+        for lin in self.linears() {
+            let w = next()?;
+            let b = if lin.dense_parts()?.1.is_some() { Some(next()?) } else { None };
+            lins.push(Linear::Dense(candle_nn::Linear::new(w, b)));
+        }
+        let (ln1, ln2) = (next()?, next()?);
+        let qk_norm = match self.qk_norm {
+            Some(_) => Some((next()?, next()?)),
+            None => None,
+        };
+        let [q, k, v, o, gate, up, down]: [Linear; 7] =
+            lins.try_into().map_err(|_| LabError::other("a layer has 7 products"))?;
+        Ok(Self { q, k, v, o, gate, up, down, ln1, ln2, qk_norm, fused: None, reduce: None })
+    }
+
     /// The same weights with no backward recorded (views of the same storage): what a
     /// checkpointed training pass runs forward, keeping no graph.
     pub(crate) fn detached(&self) -> Result<Self> {
-        Self::from_tensors(self.tensors()?.iter().map(Tensor::detach).collect())
+        self.with_tensors(self.tensors()?.iter().map(Tensor::detach).collect())
+    }
+
+    /// q (or k, `is_k`) as [.., d] through its per-head norm where the family has one, consuming it.
+    pub(super) fn head_norm(&self, t: Tensor, is_k: bool, eps: f64, mode: AttentionMode) -> Result<Tensor> {
+        let Some((qn, kn)) = &self.qk_norm else { return Ok(t) };
+        let w = if is_k { kn } else { qn };
+        norm(&t, &w.to_dtype(t.dtype())?, eps, mode)
     }
 
     /// The same layer computed on the CPU from host memory, q|k|v and gate|up fused.
@@ -94,6 +160,10 @@ impl Layer {
             // In F32, as the layer computes (see `forward`).
             ln1: self.ln1.to_device(&cpu)?.to_dtype(DType::F32)?,
             ln2: self.ln2.to_device(&cpu)?.to_dtype(DType::F32)?,
+            qk_norm: match &self.qk_norm {
+                Some((qn, kn)) => Some((qn.to_device(&cpu)?.to_dtype(DType::F32)?, kn.to_device(&cpu)?.to_dtype(DType::F32)?)),
+                None => None,
+            },
             fused: Some((qkv, gate_up)),
             reduce: self.reduce.clone(),
         })
@@ -117,6 +187,7 @@ impl Layer {
             down: self.down.clone(),
             ln1: self.ln1.clone(),
             ln2: self.ln2.clone(),
+            qk_norm: self.qk_norm.clone(),
             fused: Some((qkv, gate_up)),
             reduce: self.reduce.clone(),
         })
@@ -155,12 +226,14 @@ impl Layer {
         // The lab's kernels (CUDA, one product): rotary, store and attention in one kernel, or
         // (the store level) q rotated and scaled in place with k and v stored, then candle's
         // attention; else candle's kernels throughout.
+        // Qwen3's q/k norms come before RoPE, which those kernels apply: its layers take candle's.
+        let kernels = self.qk_norm.is_none();
         let attended = match &y {
-            Some(y) => step.attend(y, kc, vc, heads, scale as f32)?,
-            None => None,
+            Some(y) if kernels => step.attend(y, kc, vc, heads, scale as f32)?,
+            _ => None,
         };
         let stored = match (&y, &attended) {
-            (Some(y), None) => step.qkv_store(y, kc, vc, heads, scale as f32)?,
+            (Some(y), None) if kernels => step.qkv_store(y, kc, vc, heads, scale as f32)?,
             _ => false,
         };
         let a = match (attended, &y, stored) {
@@ -177,8 +250,8 @@ impl Layer {
                     }
                 };
                 // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
-                let q = q.contiguous()?.reshape((b, heads, 1, d))?;
-                let k = k.contiguous()?.reshape((b, kv_heads, 1, d))?;
+                let q = self.head_norm(q.contiguous()?.reshape((b, heads, 1, d))?, false, eps, AttentionMode::default())?;
+                let k = self.head_norm(k.contiguous()?.reshape((b, kv_heads, 1, d))?, true, eps, AttentionMode::default())?;
                 let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
                 let (cos, sin) = step.rope()?;
                 let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
@@ -261,6 +334,7 @@ impl Layer {
             ),
         };
         let v = v.reshape((b, s, kv_heads, d))?.transpose(1, 2)?;
+        let (q, k) = (self.head_norm(q, false, cfg.rms_norm_eps, mode)?, self.head_norm(k, true, cfg.rms_norm_eps, mode)?);
         let (q, k) = if mode == AttentionMode::Differentiable {
             (candle_nn::rotary_emb::rope_slow(&q, &cos, &sin)?, candle_nn::rotary_emb::rope_slow(&k, &cos, &sin)?)
         } else {

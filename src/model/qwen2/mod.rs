@@ -4,7 +4,7 @@
 //! trainable variables (`trainable`), moving a pass's tensors between devices (`crossing`). The
 //! config is `model::config`.
 
-pub mod config;
+pub use super::config;
 pub mod crossing;
 pub mod embedding;
 pub mod host_step;

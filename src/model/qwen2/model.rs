@@ -6,7 +6,7 @@
 use super::config::Qwen2Config;
 use super::crossing::{moved_to, RopeTables};
 use super::embedding::Embedding;
-use super::layer::{norm, normed_step, parts, Layer, StepOut};
+use super::layer::{norm, normed_step, parts, take, take_dense, Layer, StepOut};
 use super::linear::Linear;
 use crate::error::{LabError, Result};
 use crate::model::attention::{check_elems, AttentionMode};
@@ -62,14 +62,6 @@ pub struct Qwen2 {
     pub(super) streamer: Option<Streamer>,
 }
 
-fn take(w: &mut HashMap<String, Weight>, name: &str) -> Result<Weight> {
-    w.remove(name).ok_or_else(|| LabError::input(format!("weight {name} is missing")))
-}
-
-fn take_dense(w: &mut HashMap<String, Weight>, name: &str, dtype: DType) -> Result<Tensor> {
-    Ok(take(w, name)?.dense()?.to_dtype(dtype)?)
-}
-
 impl Qwen2 {
     /// Builds the model from weights named as in the HF checkpoint (see `Qwen2Config::tensor_specs`).
     pub fn new(
@@ -78,6 +70,7 @@ impl Qwen2 {
         mut w: HashMap<String, Weight>,
         device: &Device,
     ) -> Result<Self> {
+        cfg.computable()?;
         let weight_bytes = w.values().map(Weight::bytes).sum();
         let act = precision.act_dtype();
         let embed_w = take(&mut w, "model.embed_tokens.weight")?;
@@ -93,24 +86,7 @@ impl Qwen2 {
         };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
-            let p = format!("model.layers.{l}");
-            let mut lin = |name: &str, bias: bool| -> Result<Linear> {
-                let b = if bias { Some(take_dense(&mut w, &format!("{p}.{name}.bias"), act)?) } else { None };
-                Linear::new(take(&mut w, &format!("{p}.{name}.weight"))?, b)
-            };
-            layers.push(LayerSlot::Resident(Layer {
-                q: lin("self_attn.q_proj", true)?,
-                k: lin("self_attn.k_proj", true)?,
-                v: lin("self_attn.v_proj", true)?,
-                o: lin("self_attn.o_proj", false)?,
-                gate: lin("mlp.gate_proj", false)?,
-                up: lin("mlp.up_proj", false)?,
-                down: lin("mlp.down_proj", false)?,
-                ln1: take_dense(&mut w, &format!("{p}.input_layernorm.weight"), act)?,
-                ln2: take_dense(&mut w, &format!("{p}.post_attention_layernorm.weight"), act)?,
-                fused: None,
-                reduce: None,
-            }));
+            layers.push(LayerSlot::Resident(Layer::new(cfg, l, &mut w, act)?));
         }
         let norm = take_dense(&mut w, "model.norm.weight", act)?;
         Ok(Self {
@@ -274,8 +250,7 @@ impl Qwen2 {
     /// then cast to the activation dtype as transformers does.
     pub(crate) fn rope(&self, offset: usize, s: usize) -> Result<(Tensor, Tensor)> {
         let d = self.cfg.head_dim();
-        let inv: Vec<f32> =
-            (0..d / 2).map(|i| (1.0 / self.cfg.rope_theta.powf((2 * i) as f64 / d as f64)) as f32).collect();
+        let inv: Vec<f32> = self.cfg.inv_freq().into_iter().map(|f| f as f32).collect();
         let inv = Tensor::from_vec(inv, (1, d / 2), &self.device)?;
         let pos =
             Tensor::arange(offset as u32, (offset + s) as u32, &self.device)?.to_dtype(DType::F32)?.reshape((s, 1))?;

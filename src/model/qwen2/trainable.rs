@@ -61,6 +61,10 @@ impl Qwen2 {
                 down: lin(l.down)?,
                 ln1: var(l.ln1)?,
                 ln2: var(l.ln2)?,
+                qk_norm: match l.qk_norm {
+                    Some((qn, kn)) => Some((var(qn)?, var(kn)?)),
+                    None => None,
+                },
                 fused: None,
                 reduce: None,
             }));

@@ -1,0 +1,701 @@
+//! One decoder config for every family the lab prices (config.json field names): Qwen2/2.5,
+//! Qwen3, Llama 2/3.x and Mistral computed; Qwen3-MoE and Mixtral priced. A family is a set of
+//! parts (a bias, a q/k norm, a router), not a copy of the model; the tensor layout follows.
+
+use crate::error::{LabError, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The `model_type` of config.json (GGUF's `general.architecture` maps onto it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    #[default]
+    Qwen2,
+    Qwen3,
+    Llama,
+    Mistral,
+    Qwen3Moe,
+    Mixtral,
+}
+
+impl Family {
+    pub const ALL: [Family; 6] =
+        [Family::Qwen2, Family::Qwen3, Family::Llama, Family::Mistral, Family::Qwen3Moe, Family::Mixtral];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Llama => "llama",
+            Family::Mistral => "mistral",
+            Family::Qwen3Moe => "qwen3_moe",
+            Family::Mixtral => "mixtral",
+        }
+    }
+
+    /// Qwen2 alone biases q, k and v (transformers' `Qwen2Attention`).
+    pub fn qkv_bias(self) -> bool {
+        self == Family::Qwen2
+    }
+
+    /// Qwen3 normalises each head of q and k before RoPE (`q_norm`, `k_norm`, one weight of head_dim).
+    pub fn qk_norm(self) -> bool {
+        matches!(self, Family::Qwen3 | Family::Qwen3Moe)
+    }
+
+    pub fn is_moe(self) -> bool {
+        matches!(self, Family::Qwen3Moe | Family::Mixtral)
+    }
+}
+
+/// Llama 3.1's RoPE scaling (`rope_type` llama3): long wavelengths slowed by `factor`, short
+/// ones kept, the band between blended (transformers' `_compute_llama3_parameters`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RopeScaling {
+    #[serde(alias = "type")]
+    pub rope_type: String,
+    pub factor: f64,
+    pub low_freq_factor: f64,
+    pub high_freq_factor: f64,
+    pub original_max_position_embeddings: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecoderConfig {
+    #[serde(default)]
+    pub model_type: Family,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    /// The dense MLP's width; Mixtral's experts' too.
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    #[serde(default = "default_max_position_embeddings")]
+    pub max_position_embeddings: usize,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    #[serde(default = "default_hidden_act")]
+    pub hidden_act: String,
+    #[serde(default)]
+    pub bos_token_id: Option<u32>,
+    /// An integer or a list in HF configs.
+    #[serde(default)]
+    pub eos_token_id: Option<serde_json::Value>,
+    #[serde(default)]
+    pub torch_dtype: Option<String>,
+    /// Qwen3 and Llama 3.1 write it; Qwen3-0.6B's 128 is not hidden / heads (64). A
+    /// tensor-parallel rank's config also sets it: it computes a share of the heads at full size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<RopeScaling>,
+    /// Mistral v0.1's window (4096): attention sees only the last `sliding_window` positions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<usize>,
+    /// Experts of a mixture (Qwen3-MoE `num_experts`, Mixtral `num_local_experts`).
+    #[serde(default, alias = "num_local_experts", skip_serializing_if = "Option::is_none")]
+    pub num_experts: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_experts_per_tok: Option<usize>,
+    /// One Qwen3-MoE expert's width (Mixtral's is `intermediate_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_intermediate_size: Option<usize>,
+}
+
+/// A mixture of experts in every layer: `experts` MLPs of `width`, `active` of them per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Experts {
+    pub experts: usize,
+    pub active: usize,
+    pub width: usize,
+}
+
+fn default_max_position_embeddings() -> usize {
+    32768
+}
+fn default_hidden_act() -> String {
+    "silu".into()
+}
+
+/// The config.json fields the lab reads or that change nothing it computes (training-only
+/// settings, bookkeeping). Any other field is refused by name: a model that sets something the
+/// lab does not implement would compute or price something else without a word.
+const KNOWN_FIELDS: &[&str] = &[
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "rms_norm_eps",
+    "rope_theta",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "hidden_act",
+    "bos_token_id",
+    "eos_token_id",
+    "torch_dtype",
+    "dtype",
+    "head_dim",
+    "model_type",
+    "rope_scaling",
+    "sliding_window",
+    "num_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    // checked below: only their off or default values are taken
+    "rope_parameters",
+    "use_sliding_window",
+    "max_window_layers",
+    "layer_types",
+    "use_mrope",
+    "quantization_config",
+    "attention_bias",
+    "mlp_bias",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "norm_topk_prob",
+    "output_router_logits",
+    // nothing the lab computes depends on these: dropout, initialisation and the router's losses
+    // act in training only; Llama's `pretraining_tp` slices the same products
+    "architectures",
+    "attention_dropout",
+    "initializer_range",
+    "transformers_version",
+    "use_cache",
+    "pad_token_id",
+    "_name_or_path",
+    "pretraining_tp",
+    "router_aux_loss_coef",
+    "router_jitter_noise",
+];
+
+/// The first field of `obj` the lab does not implement for `family`, as a sentence naming it.
+fn unimplemented_field(family: Family, obj: &serde_json::Map<String, serde_json::Value>) -> std::result::Result<(), String> {
+    use serde_json::Value;
+    let off = |k: &str| matches!(obj.get(k), None | Some(Value::Null) | Some(Value::Bool(false)));
+    let name = family.name();
+    if let Some(k) = obj.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())) {
+        return Err(format!("field `{}` is not one the lab implements for {name}", k.escape_debug()));
+    }
+    if let Some(r) = obj.get("rope_scaling").filter(|r| !r.is_null()) {
+        let kind = r.get("rope_type").or_else(|| r.get("type")).and_then(|t| t.as_str()).unwrap_or("");
+        if kind != "llama3" || family != Family::Llama {
+            return Err(format!("`rope_scaling` = {r} is set: the lab computes plain RoPE, and Llama 3.1's llama3 scaling for llama (no YaRN, linear or dynamic scaling)"));
+        }
+    }
+    if let Some(p) = obj.get("rope_parameters").filter(|p| !p.is_null()) {
+        let plain = p.as_object().is_some_and(|m| {
+            m.keys().all(|k| k == "rope_theta" || k == "rope_type") && m.get("rope_type").is_none_or(|t| t == "default")
+        });
+        if !plain {
+            return Err(format!("`rope_parameters` = {p} asks for more than plain RoPE (rope_type default and rope_theta): the lab computes plain RoPE"));
+        }
+    }
+    // Qwen2 and Qwen3 write a window they do not use unless use_sliding_window is on.
+    if !off("use_sliding_window") {
+        return Err("`use_sliding_window` is on: the lab computes full attention in every layer (no sliding window)".into());
+    }
+    if let Some(types) = obj.get("layer_types").filter(|t| !t.is_null()) {
+        if !types.as_array().is_some_and(|a| a.iter().all(|t| t == "full_attention")) {
+            return Err("`layer_types` names a layer that is not full_attention: the lab computes full attention in every layer".into());
+        }
+    }
+    if !off("use_mrope") {
+        return Err("`use_mrope` is on: the lab computes one-dimensional RoPE (no multimodal RoPE)".into());
+    }
+    if !off("quantization_config") {
+        return Err("`quantization_config` is set: the lab reads F32, F16 and BF16 checkpoints (GPTQ, AWQ and bitsandbytes weights are not priced or computed; use a GGUF)".into());
+    }
+    // transformers' Qwen2 biases q, k and v whatever the field says; the others bias nothing.
+    if family != Family::Qwen2 && !off("attention_bias") {
+        return Err(format!("`attention_bias` is on: the lab's {name} has no bias in attention"));
+    }
+    if !off("mlp_bias") {
+        return Err("`mlp_bias` is on: the lab's MLP has no bias".into());
+    }
+    if !off("output_router_logits") {
+        return Err("`output_router_logits` is on: the lab returns the logits only".into());
+    }
+    if obj.get("decoder_sparse_step").is_some_and(|v| v.as_u64() != Some(1)) {
+        return Err("`decoder_sparse_step` is not 1: the lab prices a mixture of experts in every layer".into());
+    }
+    if obj.get("mlp_only_layers").is_some_and(|v| !v.as_array().is_some_and(|a| a.is_empty())) {
+        return Err("`mlp_only_layers` names dense layers: the lab prices a mixture of experts in every layer".into());
+    }
+    let counted = obj.contains_key("num_experts") || obj.contains_key("num_local_experts");
+    if family.is_moe() && !counted {
+        return Err(format!("{name} needs a count of experts (`num_experts` or `num_local_experts`)"));
+    }
+    if !family.is_moe() && counted {
+        return Err(format!("`num_experts` marks a mixture of experts, and {name} is dense (model_type qwen3_moe or mixtral for a mixture)"));
+    }
+    if family == Family::Qwen3Moe && !obj.contains_key("moe_intermediate_size") {
+        return Err("qwen3_moe needs `moe_intermediate_size` (one expert's width)".into());
+    }
+    Ok(())
+}
+
+/// The presets under data/models, embedded so the binary needs no data folder.
+pub const PRESETS: &[(&str, &str)] = &[
+    ("tiny", include_str!("../../data/models/tiny.json")),
+    ("qwen2.5-0.5b", include_str!("../../data/models/qwen2.5-0.5b.json")),
+    ("qwen2.5-1.5b", include_str!("../../data/models/qwen2.5-1.5b.json")),
+    ("qwen2.5-3b", include_str!("../../data/models/qwen2.5-3b.json")),
+    ("qwen2.5-7b", include_str!("../../data/models/qwen2.5-7b.json")),
+    ("qwen2.5-14b", include_str!("../../data/models/qwen2.5-14b.json")),
+    ("qwen2.5-32b", include_str!("../../data/models/qwen2.5-32b.json")),
+    ("qwen2.5-72b", include_str!("../../data/models/qwen2.5-72b.json")),
+    ("qwen3-8b", include_str!("../../data/models/qwen3-8b.json")),
+    ("qwen3-14b", include_str!("../../data/models/qwen3-14b.json")),
+    ("llama-2-7b", include_str!("../../data/models/llama-2-7b.json")),
+    ("llama-2-70b", include_str!("../../data/models/llama-2-70b.json")),
+    ("llama-3.1-8b", include_str!("../../data/models/llama-3.1-8b.json")),
+    ("mistral-7b", include_str!("../../data/models/mistral-7b.json")),
+    ("qwen3-30b-a3b", include_str!("../../data/models/qwen3-30b-a3b.json")),
+    ("mixtral-8x7b", include_str!("../../data/models/mixtral-8x7b.json")),
+    ("tiny-qwen3", include_str!("../../data/models/tiny-qwen3.json")),
+    ("tiny-llama", include_str!("../../data/models/tiny-llama.json")),
+    ("tiny-mistral", include_str!("../../data/models/tiny-mistral.json")),
+    ("tiny-moe", include_str!("../../data/models/tiny-moe.json")),
+];
+
+/// One weight tensor of the checkpoint: its HF name and shape (rows = output features).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub shape: Vec<usize>,
+}
+
+impl TensorSpec {
+    pub fn elem_count(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+impl DecoderConfig {
+    pub fn preset(name: &str) -> Result<Self> {
+        let key = name.to_ascii_lowercase();
+        let key = key.strip_suffix("-instruct").unwrap_or(&key);
+        let (_, json) = PRESETS.iter().find(|(n, _)| *n == key).ok_or_else(|| {
+            let names: Vec<_> = PRESETS.iter().map(|(n, _)| *n).collect();
+            LabError::input(format!("unknown preset `{name}`; known presets: {}", names.join(", ")))
+        })?;
+        Self::from_json(json, &format!("preset {key}"))
+    }
+
+    pub fn from_file(path: &Path) -> Result<Self> {
+        // A config.json is a few KiB; a larger file is not one.
+        let text = crate::paths::read_regular_text(path, 16 << 20)?;
+        Self::from_json(&text, &path.display().to_string())
+    }
+
+    pub fn from_json(text: &str, origin: &str) -> Result<Self> {
+        let bad = |e: &dyn std::fmt::Display| LabError::input(format!("{origin} is not a usable model config: {e}"));
+        let mut json: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(&e))?;
+        if let Some(obj) = json.as_object_mut() {
+            // transformers 5 moves rope_theta into rope_parameters ...
+            if !obj.contains_key("rope_theta") {
+                if let Some(theta) = obj.get("rope_parameters").and_then(|r| r.get("rope_theta")).cloned() {
+                    obj.insert("rope_theta".into(), theta);
+                }
+            }
+            // ... and renames torch_dtype to dtype.
+            if !obj.contains_key("torch_dtype") {
+                if let Some(dtype) = obj.get("dtype").cloned() {
+                    obj.insert("torch_dtype".into(), dtype);
+                }
+            }
+            // serde's own message for `-4` names no field: say which one.
+            for key in [
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "max_position_embeddings",
+                "head_dim",
+                "sliding_window",
+                "num_experts",
+                "num_local_experts",
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+            ] {
+                if let Some(v) = obj.get(key).filter(|v| !v.is_u64() && !v.is_null()) {
+                    return Err(bad(&format!("{key} = {v} must be a whole number above 0")));
+                }
+            }
+            let family = match obj.get("model_type") {
+                None => Family::Qwen2,
+                Some(t) => serde_json::from_value::<Family>(t.clone()).map_err(|_| {
+                    let names: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
+                    bad(&format!("model_type {t}: the lab knows {}", names.join(", ")))
+                })?,
+            };
+            unimplemented_field(family, obj).map_err(|e| bad(&e))?;
+            // Llama 2's config.json has no rope_theta: transformers' default for the family.
+            if !obj.contains_key("rope_theta") && family != Family::Qwen2 {
+                let theta = if family == Family::Mixtral { 1e6 } else { 1e4 };
+                obj.insert("rope_theta".into(), theta.into());
+            }
+            // A window only Mistral uses; the others write one that is off (use_sliding_window).
+            if family != Family::Mistral {
+                obj.remove("sliding_window");
+            }
+            // Dense families take no expert fields; the checks above refused counts of experts.
+            if !family.is_moe() {
+                obj.remove("num_experts_per_tok");
+                obj.remove("moe_intermediate_size");
+            }
+        }
+        let cfg: Self = serde_json::from_value(json).map_err(|e| bad(&e))?;
+        cfg.validate().map_err(|e| LabError::input(format!("{origin}: {e}")))?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        use crate::limits::{MAX_EXPERTS, MAX_HEADS, MAX_HIDDEN, MAX_INTERMEDIATE, MAX_LAYERS, MAX_SEQ, MAX_VOCAB};
+        use crate::units::grouped;
+        // Ceilings far above any real model keep every byte count inside u64 (limits.rs).
+        let counts = [
+            ("vocab_size", Some(self.vocab_size), MAX_VOCAB),
+            ("hidden_size", Some(self.hidden_size), MAX_HIDDEN),
+            ("intermediate_size", Some(self.intermediate_size), MAX_INTERMEDIATE),
+            ("num_hidden_layers", Some(self.num_hidden_layers), MAX_LAYERS),
+            ("num_attention_heads", Some(self.num_attention_heads), MAX_HEADS),
+            ("num_key_value_heads", Some(self.num_key_value_heads), MAX_HEADS),
+            ("max_position_embeddings", Some(self.max_position_embeddings), MAX_SEQ),
+            ("head_dim", self.head_dim, MAX_HIDDEN / 4),
+            ("sliding_window", self.sliding_window, MAX_SEQ),
+            ("num_experts", self.num_experts, MAX_EXPERTS),
+            ("num_experts_per_tok", self.num_experts_per_tok, MAX_EXPERTS),
+            ("moe_intermediate_size", self.moe_intermediate_size, MAX_INTERMEDIATE),
+        ];
+        for (name, value, max) in counts {
+            let Some(value) = value else { continue };
+            if value == 0 {
+                return Err(format!("{name} must be positive"));
+            }
+            if value > max {
+                return Err(format!(
+                    "{name} = {} is above the lab's ceiling of {} (no real model comes near; a model this size cannot be priced)",
+                    grouped(value as u64),
+                    grouped(max as u64)
+                ));
+            }
+        }
+        if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {} (and no head_dim is given)",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
+            return Err(format!(
+                "num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                self.num_attention_heads, self.num_key_value_heads
+            ));
+        }
+        if !self.head_dim().is_multiple_of(2) {
+            return Err(format!("the head dimension {} must be even for RoPE", self.head_dim()));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0) {
+            return Err(format!("rms_norm_eps = {} must lie between 0 and 1", self.rms_norm_eps));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
+            return Err(format!("rope_theta = {} must be a finite number above 1", self.rope_theta));
+        }
+        if let Some(r) = &self.rope_scaling {
+            let finite = [r.factor, r.low_freq_factor, r.high_freq_factor].iter().all(|v| v.is_finite() && *v > 0.0);
+            if !finite || r.high_freq_factor <= r.low_freq_factor || r.original_max_position_embeddings == 0 {
+                return Err(format!(
+                    "rope_scaling needs a positive factor, low_freq_factor < high_freq_factor and original_max_position_embeddings: {r:?}"
+                ));
+            }
+        }
+        if self.hidden_act != "silu" {
+            return Err(format!("hidden_act `{}` is not supported (every family the lab knows uses silu)", self.hidden_act));
+        }
+        if let Some(dtype) = &self.torch_dtype {
+            // The dtypes a checkpoint's weights can be stored in and the lab can read; int8 or
+            // fp8 checkpoints hold scales the lab does not apply.
+            if !matches!(dtype.as_str(), "float32" | "float16" | "bfloat16" | "float" | "half") {
+                return Err(format!("torch_dtype `{dtype}` is not one the lab computes (float32, float16, bfloat16)"));
+            }
+        }
+        if let Some(e) = self.experts() {
+            if e.active > e.experts {
+                return Err(format!("num_experts_per_tok {} is above num_experts {}", e.active, e.experts));
+            }
+        } else if self.model_type.is_moe() {
+            return Err(format!("{} needs num_experts_per_tok", self.model_type.name()));
+        }
+        Ok(())
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads)
+    }
+
+    /// The width of q and of o_proj's input: heads × head_dim (hidden_size in Qwen2 and Llama 2).
+    pub fn q_dim(&self) -> usize {
+        self.num_attention_heads * self.head_dim()
+    }
+
+    /// Query heads that share one K/V head (grouped-query attention).
+    pub fn gqa_group(&self) -> usize {
+        self.num_attention_heads / self.num_key_value_heads
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.num_key_value_heads * self.head_dim()
+    }
+
+    pub fn experts(&self) -> Option<Experts> {
+        let width = match self.model_type {
+            Family::Mixtral => self.intermediate_size,
+            _ => self.moe_intermediate_size?,
+        };
+        Some(Experts { experts: self.num_experts?, active: self.num_experts_per_tok?, width })
+    }
+
+    /// A config the lab can compute, or one line saying why not (a mixture is priced only).
+    pub fn computable(&self) -> Result<()> {
+        if self.model_type.is_moe() {
+            return Err(LabError::input(format!(
+                "{} is a mixture of experts: `estimate` and `plan` price it, the lab does not compute it",
+                self.model_type.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// RoPE's inverse frequencies, one per pair of the head's dimensions, with Llama 3.1's
+    /// scaling where the config sets it (transformers' `_compute_llama3_parameters`).
+    pub fn inv_freq(&self) -> Vec<f64> {
+        let d = self.head_dim();
+        let plain = (0..d / 2).map(|i| 1.0 / self.rope_theta.powf((2 * i) as f64 / d as f64));
+        let Some(r) = &self.rope_scaling else { return plain.collect() };
+        let old = r.original_max_position_embeddings as f64;
+        let (low_wavelen, high_wavelen) = (old / r.low_freq_factor, old / r.high_freq_factor);
+        plain
+            .map(|f| {
+                let wavelen = 2.0 * std::f64::consts::PI / f;
+                if wavelen < high_wavelen {
+                    f
+                } else if wavelen > low_wavelen {
+                    f / r.factor
+                } else {
+                    let smooth = (old / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+                    (1.0 - smooth) * f / r.factor + smooth * f
+                }
+            })
+            .collect()
+    }
+
+    pub fn eos_ids(&self) -> Vec<u32> {
+        match &self.eos_token_id {
+            Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+            Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).map(|v| v as u32).collect(),
+            _ => vec![],
+        }
+    }
+
+    /// Every weight tensor in module order (embedding, layers, final norm, lm_head), as HF names them.
+    pub fn tensor_specs(&self) -> Vec<TensorSpec> {
+        let (h, i, q, kv, d) = (self.hidden_size, self.intermediate_size, self.q_dim(), self.kv_dim(), self.head_dim());
+        let spec = |name: String, shape: Vec<usize>| TensorSpec { name, shape };
+        let family = self.model_type;
+        let mut out = vec![spec("model.embed_tokens.weight".into(), vec![self.vocab_size, h])];
+        for l in 0..self.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            out.push(spec(format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
+            if family.qkv_bias() {
+                out.push(spec(format!("{p}.self_attn.q_proj.bias"), vec![q]));
+            }
+            out.push(spec(format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
+            if family.qkv_bias() {
+                out.push(spec(format!("{p}.self_attn.k_proj.bias"), vec![kv]));
+            }
+            out.push(spec(format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
+            if family.qkv_bias() {
+                out.push(spec(format!("{p}.self_attn.v_proj.bias"), vec![kv]));
+            }
+            out.push(spec(format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
+            if family.qk_norm() {
+                out.push(spec(format!("{p}.self_attn.q_norm.weight"), vec![d]));
+                out.push(spec(format!("{p}.self_attn.k_norm.weight"), vec![d]));
+            }
+            match (family, self.experts()) {
+                (Family::Mixtral, Some(e)) => {
+                    out.push(spec(format!("{p}.block_sparse_moe.gate.weight"), vec![e.experts, h]));
+                    for x in 0..e.experts {
+                        let ex = format!("{p}.block_sparse_moe.experts.{x}");
+                        out.push(spec(format!("{ex}.w1.weight"), vec![e.width, h]));
+                        out.push(spec(format!("{ex}.w2.weight"), vec![h, e.width]));
+                        out.push(spec(format!("{ex}.w3.weight"), vec![e.width, h]));
+                    }
+                }
+                (_, Some(e)) => {
+                    out.push(spec(format!("{p}.mlp.gate.weight"), vec![e.experts, h]));
+                    for x in 0..e.experts {
+                        let ex = format!("{p}.mlp.experts.{x}");
+                        out.push(spec(format!("{ex}.gate_proj.weight"), vec![e.width, h]));
+                        out.push(spec(format!("{ex}.up_proj.weight"), vec![e.width, h]));
+                        out.push(spec(format!("{ex}.down_proj.weight"), vec![h, e.width]));
+                    }
+                }
+                (_, None) => out.extend([
+                    spec(format!("{p}.mlp.gate_proj.weight"), vec![i, h]),
+                    spec(format!("{p}.mlp.up_proj.weight"), vec![i, h]),
+                    spec(format!("{p}.mlp.down_proj.weight"), vec![h, i]),
+                ]),
+            }
+            out.push(spec(format!("{p}.input_layernorm.weight"), vec![h]));
+            out.push(spec(format!("{p}.post_attention_layernorm.weight"), vec![h]));
+        }
+        out.push(spec("model.norm.weight".into(), vec![h]));
+        if !self.tie_word_embeddings {
+            out.push(spec("lm_head.weight".into(), vec![self.vocab_size, h]));
+        }
+        out
+    }
+
+    pub fn param_count(&self) -> usize {
+        self.tensor_specs().iter().map(TensorSpec::elem_count).sum()
+    }
+
+    /// The parameters one token reads: every tensor but the experts a token's router does not
+    /// pick (the whole model for a dense one). Decode's ceiling follows from these bytes.
+    pub fn active_param_count(&self) -> usize {
+        let Some(e) = self.experts() else { return self.param_count() };
+        let idle = (e.experts - e.active) * 3 * self.hidden_size * e.width * self.num_hidden_layers;
+        self.param_count() - idle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seven_b_layout() {
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
+        assert_eq!(cfg.head_dim(), 128);
+        assert_eq!(cfg.gqa_group(), 7);
+        assert_eq!(cfg.kv_dim(), 512);
+        let specs = cfg.tensor_specs();
+        assert_eq!(specs.len(), 339, "339 tensors, as the real checkpoint");
+        assert_eq!(specs[0].name, "model.embed_tokens.weight");
+        assert_eq!(specs.last().unwrap().name, "lm_head.weight");
+    }
+
+    /// The published parameter counts, written by hand from each model card or its safetensors
+    /// index (`total_size` / 2 for a BF16 checkpoint), against the layout the config implies.
+    #[test]
+    fn published_parameter_counts() {
+        for (preset, published) in [
+            ("qwen2.5-7b", 7_615_616_512usize),
+            ("qwen3-8b", 8_190_735_360),
+            ("qwen3-14b", 14_768_307_200),
+            ("llama-2-7b", 6_738_415_616),
+            ("llama-2-70b", 68_976_648_192),
+            ("llama-3.1-8b", 8_030_261_248),
+            ("mistral-7b", 7_248_023_552),
+            ("qwen3-30b-a3b", 30_532_122_624),
+            ("mixtral-8x7b", 46_702_792_704),
+        ] {
+            assert_eq!(DecoderConfig::preset(preset).unwrap().param_count(), published, "{preset}");
+        }
+    }
+
+    /// Active parameters per token: Qwen3-30B-A3B's card says 3.3B, Mixtral's 12.9B.
+    #[test]
+    fn active_parameters_of_the_mixtures() {
+        let q = DecoderConfig::preset("qwen3-30b-a3b").unwrap();
+        // 8 of 128 experts of 3 × 2048 × 768 in each of 48 layers
+        assert_eq!(q.active_param_count(), 30_532_122_624 - 120 * 3 * 2048 * 768 * 48);
+        assert!((3.3e9..3.4e9).contains(&(q.active_param_count() as f64)));
+        let m = DecoderConfig::preset("mixtral-8x7b").unwrap();
+        assert_eq!((m.active_param_count() as f64 / 1e8).round(), 129.0);
+        assert_eq!(DecoderConfig::preset("qwen3-8b").unwrap().active_param_count(), 8_190_735_360);
+    }
+
+    #[test]
+    fn family_parts_in_the_layout() {
+        let names = |p: &str| -> Vec<String> {
+            DecoderConfig::preset(p).unwrap().tensor_specs().into_iter().map(|s| s.name).collect()
+        };
+        let qwen3 = names("qwen3-8b");
+        assert!(qwen3.contains(&"model.layers.0.self_attn.q_norm.weight".to_string()));
+        assert!(!qwen3.iter().any(|n| n.ends_with(".bias")));
+        let llama = names("llama-2-7b");
+        assert_eq!(llama.len(), 2 + 32 * 9 + 1, "embed, 9 a layer, norm, lm_head");
+        let q06 = DecoderConfig::from_json(
+            &serde_json::json!({"model_type": "qwen3", "vocab_size": 1000, "hidden_size": 1024, "intermediate_size": 3072,
+                "num_hidden_layers": 1, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+                "rms_norm_eps": 1e-6, "rope_theta": 1e6, "tie_word_embeddings": true})
+            .to_string(),
+            "x",
+        )
+        .unwrap();
+        let q_proj = &q06.tensor_specs()[1];
+        assert_eq!((q_proj.name.as_str(), q_proj.shape.clone()), ("model.layers.0.self_attn.q_proj.weight", vec![2048, 1024]));
+    }
+
+    #[test]
+    fn fields_not_implemented_are_refused_by_name() {
+        let base = serde_json::to_value(DecoderConfig::preset("tiny-llama").unwrap()).unwrap();
+        for (field, value, said) in [
+            ("rope_scaling", serde_json::json!({"rope_type": "yarn", "factor": 4.0}), "rope_scaling"),
+            ("attention_bias", serde_json::json!(true), "attention_bias"),
+            ("mlp_bias", serde_json::json!(true), "mlp_bias"),
+            ("num_experts", serde_json::json!(8), "num_experts"),
+            ("shared_expert_intermediate_size", serde_json::json!(64), "shared_expert_intermediate_size"),
+            ("model_type", serde_json::json!("gemma3"), "gemma3"),
+        ] {
+            let mut v = base.clone();
+            v[field] = value;
+            let err = DecoderConfig::from_json(&v.to_string(), "x").unwrap_err().to_string();
+            assert!(err.contains(said), "{field}: {err}");
+        }
+    }
+
+    /// transformers' llama3 RoPE: wavelengths under 8192 / 4 kept, over 8192 / 1 divided by 8.
+    #[test]
+    fn llama3_rope_scaling() {
+        let cfg = DecoderConfig::preset("llama-3.1-8b").unwrap();
+        let plain = DecoderConfig { rope_scaling: None, ..cfg.clone() }.inv_freq();
+        let scaled = cfg.inv_freq();
+        assert_eq!(scaled[0], plain[0], "the fastest pair is kept");
+        assert!((scaled[63] - plain[63] / 8.0).abs() < 1e-18, "the slowest is slowed 8 ×");
+        let mid = scaled.iter().zip(&plain).filter(|(s, p)| *s < *p && **s > **p / 8.0).count();
+        assert!(mid > 0, "a blended band");
+    }
+
+    #[test]
+    fn transformers5_rope_parameters() {
+        let mut v = serde_json::to_value(DecoderConfig::preset("tiny").unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("rope_theta");
+        let err = DecoderConfig::from_json(&v.to_string(), "x").unwrap_err().to_string();
+        assert!(err.contains("missing field `rope_theta`"), "{err}");
+        v["rope_parameters"] = serde_json::json!({"rope_theta": 5e5, "rope_type": "default"});
+        assert_eq!(DecoderConfig::from_json(&v.to_string(), "x").unwrap().rope_theta, 5e5);
+    }
+
+    #[test]
+    fn eos_forms() {
+        let mut cfg = DecoderConfig::preset("tiny").unwrap();
+        cfg.eos_token_id = Some(serde_json::json!([5, 7]));
+        assert_eq!(cfg.eos_ids(), vec![5, 7]);
+        cfg.eos_token_id = Some(serde_json::json!(9));
+        assert_eq!(cfg.eos_ids(), vec![9]);
+    }
+}
+pub type Qwen2Config = DecoderConfig; // TEMPORARY: removed with the rename

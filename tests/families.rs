@@ -1,0 +1,137 @@
+//! Qwen3, Llama (with Llama 3.1's RoPE scaling) and Mistral in the lab's one decoder against
+//! candle-transformers' own model of each family, on the same random weights (F32, CPU): the
+//! same logits at every step of a greedy run and the same tokens. The norms' weights are drawn
+//! away from 1 so a q norm applied to k (or not at all) shows.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::{llama, mistral, qwen3};
+use std::collections::HashMap;
+use vram_lab::model::qwen2::last_logits;
+use vram_lab::model::weights::Weight;
+use vram_lab::model::{DecoderConfig, Logits, Precision, Qwen2};
+
+const SEED: u64 = 11;
+const NEW_TOKENS: usize = 8;
+
+fn weights(cfg: &DecoderConfig) -> HashMap<String, Tensor> {
+    let mut w = common::tensors(cfg, SEED);
+    for (name, t) in w.iter_mut().filter(|(n, _)| n.ends_with("norm.weight")) {
+        let n = t.elem_count();
+        let phase = name.bytes().enumerate().map(|(i, b)| (i + 1) * b as usize).sum::<usize>() as f32;
+        let v: Vec<f32> = (0..n).map(|i| 1.0 + 0.4 * (i as f32 * 0.7 + phase).sin()).collect();
+        *t = Tensor::from_vec(v, t.shape(), &Device::Cpu).unwrap();
+    }
+    w
+}
+
+/// The lab's greedy run: the prompt, then NEW_TOKENS tokens one by one.
+fn lab_run(cfg: &DecoderConfig, prompt: &[u32]) -> (Tensor, Vec<u32>) {
+    let w = weights(cfg).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
+    let model = Qwen2::new(cfg, Precision::F32, w, &Device::Cpu).unwrap();
+    let mut cache = model.new_cache(1, 64).unwrap();
+    let mut step = |ids: &[u32]| {
+        let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        last_logits(&model.forward(&t, &mut cache, Logits::Last).unwrap()).unwrap().flatten_all().unwrap()
+    };
+    greedy(prompt, &mut step)
+}
+
+/// Every step's logits (the prompt's last position, then each new token's) stacked, and the tokens.
+fn greedy(prompt: &[u32], step: &mut dyn FnMut(&[u32]) -> Tensor) -> (Tensor, Vec<u32>) {
+    let mut logits = vec![step(prompt)];
+    let mut tokens = vec![argmax(&logits[0])];
+    while tokens.len() < NEW_TOKENS {
+        logits.push(step(&[*tokens.last().unwrap()]));
+        tokens.push(argmax(logits.last().unwrap()));
+    }
+    (Tensor::stack(&logits, 0).unwrap(), tokens)
+}
+
+fn argmax(logits: &Tensor) -> u32 {
+    logits.argmax(0).unwrap().to_scalar::<u32>().unwrap()
+}
+
+fn same(cfg: &DecoderConfig, stock: (Tensor, Vec<u32>)) {
+    let prompt = common::ids(23, cfg.vocab_size, 5);
+    let (logits, tokens) = lab_run(cfg, &prompt);
+    let scale = common::max_abs(&stock.0);
+    assert!(scale > 1e-3, "logits must not be trivially zero");
+    let d = common::max_abs_diff(&logits, &stock.0);
+    assert!(d < 1e-4 * scale.max(1.0), "{:?}: max diff {d} (scale {scale})", cfg.model_type);
+    assert_eq!(tokens, stock.1, "{:?}: greedy tokens", cfg.model_type);
+}
+
+fn stock_json(cfg: &DecoderConfig) -> serde_json::Value {
+    serde_json::to_value(cfg).unwrap()
+}
+
+#[test]
+fn qwen3_as_candle_transformers() {
+    let cfg = DecoderConfig::preset("tiny-qwen3").unwrap();
+    assert_ne!(cfg.q_dim(), cfg.hidden_size, "the preset's head_dim is not hidden / heads, as Qwen3-0.6B's");
+    let mut j = stock_json(&cfg);
+    j["attention_bias"] = false.into();
+    j["max_window_layers"] = cfg.num_hidden_layers.into();
+    j["use_sliding_window"] = false.into();
+    let scfg: qwen3::Config = serde_json::from_value(j).unwrap();
+    let vb = VarBuilder::from_tensors(weights(&cfg), DType::F32, &Device::Cpu);
+    let mut model = qwen3::ModelForCausalLM::new(&scfg, vb).unwrap();
+    let mut offset = 0;
+    let mut step = |ids: &[u32]| {
+        let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        let out = model.forward(&t, offset).unwrap().flatten_all().unwrap();
+        offset += ids.len();
+        out
+    };
+    same(&cfg, greedy(&common::ids(23, cfg.vocab_size, 5), &mut step));
+}
+
+#[test]
+fn llama3_as_candle_transformers() {
+    let cfg = DecoderConfig::preset("tiny-llama").unwrap();
+    assert!(cfg.rope_scaling.is_some(), "the preset scales RoPE as Llama 3.1");
+    let lcfg: llama::LlamaConfig = serde_json::from_value(stock_json(&cfg)).unwrap();
+    let scfg = lcfg.into_config(false);
+    let vb = VarBuilder::from_tensors(weights(&cfg), DType::F32, &Device::Cpu);
+    let model = llama::Llama::load(vb, &scfg).unwrap();
+    let mut cache = llama::Cache::new(true, DType::F32, &scfg, &Device::Cpu).unwrap();
+    let mut offset = 0;
+    let mut step = |ids: &[u32]| {
+        let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        let out = model.forward(&t, offset, &mut cache).unwrap().flatten_all().unwrap();
+        offset += ids.len();
+        out
+    };
+    same(&cfg, greedy(&common::ids(23, cfg.vocab_size, 5), &mut step));
+}
+
+#[test]
+fn mistral_as_candle_transformers() {
+    let cfg = DecoderConfig::preset("tiny-mistral").unwrap();
+    let scfg: mistral::Config = serde_json::from_value(stock_json(&cfg)).unwrap();
+    let vb = VarBuilder::from_tensors(weights(&cfg), DType::F32, &Device::Cpu);
+    let mut model = mistral::Model::new(&scfg, vb).unwrap();
+    let mut offset = 0;
+    let mut step = |ids: &[u32]| {
+        let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        let out = model.forward(&t, offset).unwrap().flatten_all().unwrap();
+        offset += ids.len();
+        out
+    };
+    same(&cfg, greedy(&common::ids(23, cfg.vocab_size, 5), &mut step));
+}
+
+/// A mixture is priced, not computed: loading one says so in a line.
+#[test]
+fn a_mixture_is_refused_by_the_runtime() {
+    let cfg = DecoderConfig::preset("tiny-moe").unwrap();
+    let w = weights(&cfg).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
+    let err = match Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu) {
+        Ok(_) => panic!("a mixture of experts was computed"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("mixture of experts") && err.contains("price"), "{err}");
+}
