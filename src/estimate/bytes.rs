@@ -36,6 +36,21 @@ pub fn sum_over_tensors(cfg: &Qwen2Config, price: impl Fn(&TensorSpec) -> u64) -
         + outside
 }
 
+/// The bytes of the experts a token's router does not pick (0 for a dense model): batch-1
+/// decoding reads the router and `active` experts a layer, not all of them. Every expert of a
+/// layer is held alike, so the idle ones are (experts − active) / experts of the experts' bytes.
+pub fn idle_expert_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
+    let Some(e) = cfg.experts() else { return 0 };
+    let experts = sum_over_tensors(cfg, |s| {
+        if s.name.contains(".experts.") {
+            precision.held(cfg, s).bytes(s.elem_count())
+        } else {
+            0
+        }
+    });
+    experts / e.experts as u64 * (e.experts - e.active) as u64
+}
+
 /// `cfg` with `n` layers: its tensors are the outside ones and the first `n` layers'.
 pub fn with_layers(cfg: &Qwen2Config, n: usize) -> Qwen2Config {
     Qwen2Config { num_hidden_layers: n, ..cfg.clone() }
@@ -63,7 +78,8 @@ pub fn decode_ceiling_tok_s(bandwidth_gbs: f64, bytes_per_token: u64) -> f64 {
     bandwidth_gbs * 1e9 / bytes_per_token.max(1) as f64
 }
 
-/// Bytes one batch-1 or batched decoding step reads from device memory: every weight once,
+/// Bytes one batch-1 or batched decoding step reads from device memory: every weight once (of a
+/// mixture, the experts one token picks),
 /// except an untied embedding table (one row per token is looked up; a tied table is the head and
 /// is read whole), and the KV cache of each sequence at `context` tokens. Its ceiling is the
 /// device's read bandwidth ÷ these bytes.
@@ -73,6 +89,6 @@ pub fn decode_read_bytes(cfg: &Qwen2Config, precision: Precision, context: usize
         (false, Some(s)) => precision.held(cfg, &s).bytes(s.elem_count()),
         _ => 0,
     };
-    weight_bytes(cfg, precision) - table
+    weight_bytes(cfg, precision) - table - idle_expert_bytes(cfg, precision)
         + kv_bytes_per_token(cfg, precision.act_dtype().size_in_bytes()) * (context * batch) as u64
 }

@@ -226,9 +226,11 @@ pub fn on_card(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64, ba
     }
 }
 
-/// Bytes batch-1 decoding reads per token at context `w.seq`: every weight and the cache so far.
+/// Bytes batch-1 decoding reads per token at context `w.seq`: every weight (of a mixture, the
+/// experts one token picks) and the cache so far.
 pub fn decode_bytes(cfg: &Qwen2Config, w: &Inference) -> u64 {
-    w.weights(cfg) + kv_bytes_per_token(cfg, w.precision.act_dtype().size_in_bytes()) * w.seq as u64
+    w.weights(cfg).saturating_sub(super::bytes::idle_expert_bytes(cfg, w.precision))
+        + kv_bytes_per_token(cfg, w.precision.act_dtype().size_in_bytes()) * w.seq as u64
 }
 
 #[cfg(test)]

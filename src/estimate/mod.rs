@@ -17,8 +17,8 @@ pub mod transient;
 pub mod workspace;
 
 pub use bytes::{
-    decode_ceiling_tok_s, decode_read_bytes, kv_bytes_per_token, logits_bytes_per_token, naive_kv_bytes_per_token,
-    sum_over_tensors, weight_bytes, with_layers,
+    decode_ceiling_tok_s, decode_read_bytes, idle_expert_bytes, kv_bytes_per_token, logits_bytes_per_token,
+    naive_kv_bytes_per_token, sum_over_tensors, weight_bytes, with_layers,
 };
 pub use need::{mapped_need, prefill_need, remedies, Remedy, Workload};
 
@@ -67,6 +67,20 @@ mod tests {
         let q4 = weight_bytes(&cfg, Precision::Q4) as f64 * 8.0 / 7_615_616_512.0;
         assert!(q4 > 4.5 && q4 < 5.0, "{q4} bits/weight");
         assert!((decode_ceiling_tok_s(1000.0, 1_000_000_000) - 1000.0).abs() < 1e-9);
+    }
+
+    /// A mixture's token reads the router and its active experts: Qwen3-30B-A3B in BF16 reads
+    /// its 3,353,032,704 active parameters (8 of 128 experts) less the untied embedding table.
+    #[test]
+    fn decode_of_a_mixture_reads_the_active_experts() {
+        let cfg = Qwen2Config::preset("qwen3-30b-a3b").unwrap();
+        let table = 151_936 * 2048;
+        assert_eq!(decode_read_bytes(&cfg, Precision::Bf16, 0, 1), (3_353_032_704 - table) * 2);
+        assert_eq!(idle_expert_bytes(&cfg, Precision::Bf16), 120 * 3 * 2048 * 768 * 48 * 2);
+        assert_eq!(idle_expert_bytes(&Qwen2Config::preset("qwen3-8b").unwrap(), Precision::Bf16), 0);
+        // Q4_K_M holds every expert of a layer alike: the idle share is exact, below BF16's.
+        let q = idle_expert_bytes(&cfg, Precision::Q4KM);
+        assert!(q > 0 && q < idle_expert_bytes(&cfg, Precision::Bf16) / 3);
     }
 
     #[test]

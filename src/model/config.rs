@@ -176,7 +176,10 @@ const KNOWN_FIELDS: &[&str] = &[
 ];
 
 /// The first field of `obj` the lab does not implement for `family`, as a sentence naming it.
-fn unimplemented_field(family: Family, obj: &serde_json::Map<String, serde_json::Value>) -> std::result::Result<(), String> {
+fn unimplemented_field(
+    family: Family,
+    obj: &serde_json::Map<String, serde_json::Value>,
+) -> std::result::Result<(), String> {
     use serde_json::Value;
     let off = |k: &str| matches!(obj.get(k), None | Some(Value::Null) | Some(Value::Bool(false)));
     let name = family.name();
@@ -199,7 +202,9 @@ fn unimplemented_field(family: Family, obj: &serde_json::Map<String, serde_json:
     }
     // Qwen2 and Qwen3 write a window they do not use unless use_sliding_window is on.
     if !off("use_sliding_window") {
-        return Err("`use_sliding_window` is on: the lab computes full attention in every layer (no sliding window)".into());
+        return Err(
+            "`use_sliding_window` is on: the lab computes full attention in every layer (no sliding window)".into()
+        );
     }
     if let Some(types) = obj.get("layer_types").filter(|t| !t.is_null()) {
         if !types.as_array().is_some_and(|a| a.iter().all(|t| t == "full_attention")) {
@@ -420,7 +425,10 @@ impl DecoderConfig {
             }
         }
         if self.hidden_act != "silu" {
-            return Err(format!("hidden_act `{}` is not supported (every family the lab knows uses silu)", self.hidden_act));
+            return Err(format!(
+                "hidden_act `{}` is not supported (every family the lab knows uses silu)",
+                self.hidden_act
+            ));
         }
         if let Some(dtype) = &self.torch_dtype {
             // The dtypes a checkpoint's weights can be stored in and the lab can read; int8 or
@@ -646,7 +654,10 @@ mod tests {
         )
         .unwrap();
         let q_proj = &q06.tensor_specs()[1];
-        assert_eq!((q_proj.name.as_str(), q_proj.shape.clone()), ("model.layers.0.self_attn.q_proj.weight", vec![2048, 1024]));
+        assert_eq!(
+            (q_proj.name.as_str(), q_proj.shape.clone()),
+            ("model.layers.0.self_attn.q_proj.weight", vec![2048, 1024])
+        );
     }
 
     #[test]

@@ -30,9 +30,9 @@ pub mod upload;
 pub mod weights;
 
 pub use attention::AttentionMode;
+pub use config::{DecoderConfig, Family, Qwen2Config, TensorSpec};
 pub use generate::{generate, GenerateConfig, Generation};
 pub use kv_cache::{CacheKind, KvCache};
 pub use precision::Precision;
-pub use config::{DecoderConfig, Family, Qwen2Config, TensorSpec};
 pub use qwen2::{Logits, Qwen2};
 pub use source::{LoadedModel, ModelSource, SourceOptions};

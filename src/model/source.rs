@@ -123,13 +123,18 @@ pub struct OpenedSource {
     pub chat: Option<ChatMl>,
 }
 
+/// A model folder's config.json.
+pub fn dir_config(dir: &Path) -> Result<Qwen2Config> {
+    let cfg_path = dir.join("config.json");
+    if !cfg_path.is_file() {
+        return Err(LabError::input(format!("{} has no config.json", dir.display())));
+    }
+    Qwen2Config::from_file(&cfg_path)
+}
+
 pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> {
     let open_dir = |dir: &Path| -> Result<OpenedSource> {
-        let cfg_path = dir.join("config.json");
-        if !cfg_path.is_file() {
-            return Err(LabError::input(format!("{} has no config.json", dir.display())));
-        }
-        let cfg = Qwen2Config::from_file(&cfg_path)?;
+        let cfg = dir_config(dir)?;
         let weights = Safetensors::open(&Safetensors::files_in(dir)?, &cfg)?;
         let tokenizer = find_tokenizer(opts.tokenizer.as_deref(), Some(dir))?;
         let chat = chat::template_in(dir).and_then(|t| ChatMl::from_template(&t));

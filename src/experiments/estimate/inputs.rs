@@ -26,6 +26,9 @@ pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(Qwen2Con
             }
             Ok((gguf.config()?, Some(gguf)))
         }
+        // A folder is priced from its config.json alone, as a user copies it from a model card:
+        // the weights' bytes follow from the shapes and the precision asked for.
+        (None, model::ModelSource::Dir(dir)) => Ok((model::source::dir_config(dir)?, None)),
         (None, source) => Ok((model::source::open(source, &s.opts)?.cfg, None)),
     }
 }

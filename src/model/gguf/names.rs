@@ -6,7 +6,8 @@ use crate::model::qwen2::config::{Qwen2Config, TensorSpec};
 /// NeoX RoPE). A mixture's experts share one 3-D tensor a layer in a GGUF (`ffn_gate_exps`), so
 /// every expert's name maps to it.
 pub fn gguf_name(hf: &str) -> String {
-    if let Some((layer, rest)) = hf.split_once(".mlp.experts.").or_else(|| hf.split_once(".block_sparse_moe.experts.")) {
+    if let Some((layer, rest)) = hf.split_once(".mlp.experts.").or_else(|| hf.split_once(".block_sparse_moe.experts."))
+    {
         let part = rest.split('.').nth(1).unwrap_or("");
         let merged = match part {
             "gate_proj" | "w1" => "ffn_gate_exps",

@@ -3,8 +3,8 @@
 use super::header::Header;
 use super::names::gguf_name;
 use crate::error::{cause, LabError, Result};
-use crate::model::precision::Precision;
 use crate::model::config::{Family, Qwen2Config, TensorSpec};
+use crate::model::precision::Precision;
 use crate::model::weights::{check_shape, Weight, WeightSource};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::Device;
@@ -83,7 +83,8 @@ impl Gguf {
         let vocab = embd.shape().first().copied().unwrap_or(0);
         let key = |k: &str| format!("{arch}.{k}");
         let f = |k: &str| {
-            h.float(&key(k)).ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no number {}", self.path(), key(k))))
+            h.float(&key(k))
+                .ok_or_else(|| LabError::input(format!("{}: GGUF metadata has no number {}", self.path(), key(k))))
         };
         let heads = self.md_uint(&key("attention.head_count"))?;
         let hidden = self.md_uint(&key("embedding_length"))?;

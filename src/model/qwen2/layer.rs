@@ -60,8 +60,12 @@ impl Layer {
             lin("self_attn.k_proj", family.qkv_bias())?,
             lin("self_attn.v_proj", family.qkv_bias())?,
         );
-        let (o, gate, up, down) =
-            (lin("self_attn.o_proj", false)?, lin("mlp.gate_proj", false)?, lin("mlp.up_proj", false)?, lin("mlp.down_proj", false)?);
+        let (o, gate, up, down) = (
+            lin("self_attn.o_proj", false)?,
+            lin("mlp.gate_proj", false)?,
+            lin("mlp.up_proj", false)?,
+            lin("mlp.down_proj", false)?,
+        );
         let qk_norm = match family.qk_norm() {
             true => Some((
                 take_dense(w, &format!("{p}.self_attn.q_norm.weight"), act)?,
@@ -161,7 +165,9 @@ impl Layer {
             ln1: self.ln1.to_device(&cpu)?.to_dtype(DType::F32)?,
             ln2: self.ln2.to_device(&cpu)?.to_dtype(DType::F32)?,
             qk_norm: match &self.qk_norm {
-                Some((qn, kn)) => Some((qn.to_device(&cpu)?.to_dtype(DType::F32)?, kn.to_device(&cpu)?.to_dtype(DType::F32)?)),
+                Some((qn, kn)) => {
+                    Some((qn.to_device(&cpu)?.to_dtype(DType::F32)?, kn.to_device(&cpu)?.to_dtype(DType::F32)?))
+                }
                 None => None,
             },
             fused: Some((qkv, gate_up)),
@@ -250,8 +256,10 @@ impl Layer {
                     }
                 };
                 // [b, 1, n·d] is [b, n, 1, d] in memory: with one position, heads first moves nothing.
-                let q = self.head_norm(q.contiguous()?.reshape((b, heads, 1, d))?, false, eps, AttentionMode::default())?;
-                let k = self.head_norm(k.contiguous()?.reshape((b, kv_heads, 1, d))?, true, eps, AttentionMode::default())?;
+                let q =
+                    self.head_norm(q.contiguous()?.reshape((b, heads, 1, d))?, false, eps, AttentionMode::default())?;
+                let k =
+                    self.head_norm(k.contiguous()?.reshape((b, kv_heads, 1, d))?, true, eps, AttentionMode::default())?;
                 let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
                 let (cos, sin) = step.rope()?;
                 let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
@@ -334,7 +342,8 @@ impl Layer {
             ),
         };
         let v = v.reshape((b, s, kv_heads, d))?.transpose(1, 2)?;
-        let (q, k) = (self.head_norm(q, false, cfg.rms_norm_eps, mode)?, self.head_norm(k, true, cfg.rms_norm_eps, mode)?);
+        let (q, k) =
+            (self.head_norm(q, false, cfg.rms_norm_eps, mode)?, self.head_norm(k, true, cfg.rms_norm_eps, mode)?);
         let (q, k) = if mode == AttentionMode::Differentiable {
             (candle_nn::rotary_emb::rope_slow(&q, &cos, &sin)?, candle_nn::rotary_emb::rope_slow(&k, &cos, &sin)?)
         } else {
