@@ -135,3 +135,42 @@ fn a_mixture_is_refused_by_the_runtime() {
     };
     assert!(err.contains("mixture of experts") && err.contains("price"), "{err}");
 }
+
+/// Each family's published config.json alone in a folder, as a user copies it from a model card:
+/// `estimate` prices its BF16 weights at 2 B × the published parameter count (each count written
+/// by hand from the model card or its safetensors index).
+#[test]
+fn estimate_prices_a_folder_holding_only_config_json() {
+    for (preset, published) in [
+        ("qwen3-8b", 8_190_735_360u64),
+        ("llama-2-7b", 6_738_415_616),
+        ("llama-3.1-8b", 8_030_261_248),
+        ("mistral-7b", 7_248_023_552),
+        ("qwen3-30b-a3b", 30_532_122_624),
+        ("mixtral-8x7b", 46_702_792_704),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model");
+        std::fs::create_dir(&model).unwrap();
+        let json = std::fs::read(format!("{}/data/models/{preset}.json", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        std::fs::write(model.join("config.json"), json).unwrap();
+        let out = dir.path().join("out");
+        let o = common::lab_quiet(&[
+            "estimate",
+            "--device",
+            "cpu",
+            "--model",
+            model.to_str().unwrap(),
+            "--precisions",
+            "bf16",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{preset}: {}", common::output_text(&o));
+        let df = common::read_csv(&out.join("estimate/estimate_ledger.csv"));
+        let items = df.column("item").unwrap().str().unwrap().clone();
+        let mib = df.column("mib").unwrap().f64().unwrap().clone();
+        let weights = items.iter().zip(mib.iter()).find(|(i, _)| *i == Some("weights")).and_then(|(_, m)| m).unwrap();
+        assert_eq!(weights * (1u64 << 20) as f64, (2 * published) as f64, "{preset}");
+    }
+}

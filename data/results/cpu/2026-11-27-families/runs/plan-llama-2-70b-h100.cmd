@@ -1,0 +1,1 @@
+vram-lab plan --device cpu --model synthetic:llama-2-70b --card h100

@@ -1,0 +1,1 @@
+vram-lab plan --device cpu --model synthetic:qwen3-14b --card rtx4090
