@@ -174,3 +174,16 @@ fn estimate_prices_a_folder_holding_only_config_json() {
         assert_eq!(weights * (1u64 << 20) as f64, (2 * published) as f64, "{preset}");
     }
 }
+
+/// Mistral v0.1's sliding window: up to the window the lab's full attention is the window's; a
+/// cache past it would compute another model, and is refused in a line naming the window.
+#[test]
+fn a_cache_past_mistrals_window_is_refused() {
+    let mut cfg = DecoderConfig::preset("tiny-mistral").unwrap();
+    cfg.sliding_window = Some(32);
+    let w = weights(&cfg).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
+    let model = Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap();
+    assert!(model.new_cache(1, 32).is_ok());
+    let err = model.new_cache(1, 33).err().expect("33 tokens is past a window of 32").to_string();
+    assert!(err.contains("sliding window of 32"), "{err}");
+}

@@ -58,6 +58,14 @@ impl KvCache {
         dtype: DType,
         devices: &[Device],
     ) -> Result<Self> {
+        // Mistral v0.1 attends to its last `sliding_window` positions; the lab attends to all, so
+        // a cache past the window would compute another model. Refused, not approximated.
+        if let Some(w) = cfg.sliding_window.filter(|&w| max_seq > w) {
+            return Err(LabError::input(format!(
+                "{} tokens asked for, past the model's sliding window of {w}: the lab computes full attention, the same as the window's up to {w} tokens",
+                max_seq
+            )));
+        }
         let shape = (batch, cfg.num_key_value_heads, max_seq, cfg.head_dim());
         let mut k = Vec::with_capacity(cfg.num_hidden_layers);
         let mut v = Vec::with_capacity(cfg.num_hidden_layers);
