@@ -27,7 +27,7 @@ fn nb_00_setup() -> Out {
     cell("00_setup", 11);
     vram_lab::notebook::preset_table()?.show("Qwen2.5 presets: weights by precision / 各精度权重大小")?;
     cell("00_setup", 13);
-    let cfg = Qwen2Config::preset("qwen2.5-14b")?;
+    let cfg = DecoderConfig::preset("qwen2.5-14b")?;
     let lab = vram_lab::estimate::weight_bytes(&cfg, Precision::Bf16) as f64 / (1u64 << 30) as f64;
     let mine = exercises::attempt(|| 2.0 * exercises::param_count(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings) as f64 / (1u64 << 30) as f64);
     println!("{} · 实验室 / the lab: {lab:.3} GiB", exercises::verdict("练习 1 / exercise 1: 14B BF16 weights (GiB)", mine, lab, 1e-9));
@@ -102,12 +102,12 @@ fn nb_01_anatomy() -> Out {
     cell("01_anatomy", 22);
     anatomy.findings()?.show("Stage 1 findings")?;
     cell("01_anatomy", 26);
-    let cfg = Qwen2Config::preset("qwen2.5-7b")?;
+    let cfg = DecoderConfig::preset("qwen2.5-7b")?;
     let lab = cfg.param_count() as f64;
     let mine = exercises::attempt(|| exercises::param_count(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings) as f64);
     println!("{} · 实验室 / the lab: {lab}", exercises::verdict("练习 1 / exercise 1: param_count, 7B", mine, lab, 0.0));
     cell("01_anatomy", 28);
-    let cfg = Qwen2Config::preset("qwen2.5-7b")?;
+    let cfg = DecoderConfig::preset("qwen2.5-7b")?;
     let weights = vram_lab::estimate::weight_bytes(&cfg, Precision::Bf16);
     let embedding = (cfg.vocab_size * cfg.hidden_size * 2) as u64; // the BF16 table, vocab × hidden × 2 B
     let kv = vram_lab::estimate::kv_bytes_per_token(&cfg, 2);
@@ -208,12 +208,12 @@ fn nb_02_kv_cache() -> Out {
     cell("02_kv_cache", 25);
     kv.findings()?.show("Stage 2 findings")?;
     cell("02_kv_cache", 29);
-    let cfg = Qwen2Config::preset("qwen2.5-72b")?;
+    let cfg = DecoderConfig::preset("qwen2.5-72b")?;
     let lab = vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64;
     let mine = exercises::attempt(|| exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) as f64);
     println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 3 / exercise 3: kv_bytes_per_token, 72B BF16", mine, lab, 0.0));
     cell("02_kv_cache", 31);
-    let cfg = Qwen2Config::preset("qwen2.5-7b")?;
+    let cfg = DecoderConfig::preset("qwen2.5-7b")?;
     let (capacity, w) = (19u64 << 30, vram_lab::estimate::Workload { precision: Precision::Bf16, seq: 16_384, batch: 1, logits: Logits::All });
     let lab = vram_lab::estimate::fit::largest(w.seq, |s| vram_lab::estimate::prefill_need(&cfg, &vram_lab::estimate::Workload { seq: s, ..w }, 0.0) <= capacity) as f64;
     // kv_per_token, not kv: `kv` is this notebook's StageRun, which the cells above use.
@@ -332,7 +332,7 @@ fn nb_03_allocator() -> Out {
     cell("03_allocator", 32);
     leaks.findings()?.show("Stage 3 findings — leaks")?;
     cell("03_allocator", 34);
-    let cfg = Qwen2Config::preset("qwen2.5-7b")?;
+    let cfg = DecoderConfig::preset("qwen2.5-7b")?;
     let lab = (vram_lab::estimate::kv_bytes_per_token(&cfg, 2) * (2048 + 16)) as f64 / 1048576.0;
     let mine = exercises::attempt(|| (exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) * (2048 + 16)) as f64 / 1048576.0);
     println!("{} · 实验室 / the lab: {lab:.3} MiB", exercises::verdict("练习 3 用于泄漏 / exercise 3 on the leak: MiB per request", mine, lab, 1e-9));
@@ -543,7 +543,7 @@ fn nb_05_estimator() -> Out {
     gradients (2), then the weights (3) across GPUs. What the articles leave out is the activations: the step below counts them.
     "#)?;
     cell("05_estimator", 20);
-    let params = Qwen2Config::preset("qwen2.5-7b")?.param_count() as u64;
+    let params = DecoderConfig::preset("qwen2.5-7b")?.param_count() as u64;
     // zero_setup, not setup: `setup` is this notebook's Setup (and `train_setup` the training stage's, below).
     let zero_setup = vram_lab::estimate::training::TrainSetup { weight_bytes: 2, master_f32: true, optimizer: vram_lab::estimate::training::Optimizer::Adamw, zero: 2, gpus: 8 };
     let lab = vram_lab::estimate::training::ledger(params, &zero_setup).total() as f64;
@@ -575,7 +575,7 @@ fn nb_05_estimator() -> Out {
       the optimizer's update: one F32 copy of every parameter at once, 20 B a parameter.
     "#)?;
     cell("05_estimator", 26);
-    let cfg = Qwen2Config::preset("qwen2.5-0.5b")?;
+    let cfg = DecoderConfig::preset("qwen2.5-0.5b")?;
     let params = cfg.param_count() as u64;
     let states = vram_lab::estimate::training::ledger(params, &vram_lab::estimate::training::TrainSetup::fp32_adam());
     let sh = vram_lab::estimate::training::TrainShape { batch: 1, seq: 1024 };
@@ -719,7 +719,7 @@ fn nb_05_estimator() -> Out {
       candle's pool had mapped the whole card, with gigabytes freed but not given back.
     "#)?;
     cell("05_estimator", 46);
-    let cfg = Qwen2Config::preset("qwen2.5-14b")?;
+    let cfg = DecoderConfig::preset("qwen2.5-14b")?;
     let lab = vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64;
     let mine = exercises::attempt(|| exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) as f64);
     println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 3 / exercise 3: kv_bytes_per_token, 14B BF16", mine, lab, 0.0));
@@ -1037,7 +1037,7 @@ fn nb_06_multi_gpu() -> Out {
     {train_ranks.measured_mib[rank=2, item=NCCL's device memory]:0} and {train_ranks.measured_mib[rank=3, item=NCCL's device memory]:0} MiB.
     "#)?;
     cell("06_multi_gpu", 54);
-    let cfg = Qwen2Config::preset("qwen2.5-14b")?;
+    let cfg = DecoderConfig::preset("qwen2.5-14b")?;
     let lab = vram_lab::model::parallel::rank_ledger(&cfg, 2, 2, 0, 2)?.weights() as f64;
     let mine = exercises::attempt(|| exercises::tp_rank_weight_bytes(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings, 2, 2) as f64);
     println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 7 / exercise 7: tp_rank_weight_bytes, 14B BF16 over 2 GPUs", mine, lab, 0.0));

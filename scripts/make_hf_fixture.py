@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedTokenizerFast, DecoderConfig, Qwen2ForCausalLM
 import transformers
 
 out = Path(sys.argv[1])
@@ -31,7 +31,7 @@ tok.save(str(out / "tokenizer.json"))
 vocab = tok.get_vocab_size()
 
 torch.manual_seed(0)
-cfg = Qwen2Config(
+cfg = DecoderConfig(
     vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
     rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,

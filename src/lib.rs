@@ -31,7 +31,7 @@ pub mod prelude {
     pub use crate::error::{LabError, Result};
     pub use crate::hw::Card;
     pub use crate::memory::{CardEmulation, MemoryProbe, Snapshot, Timeline};
-    pub use crate::model::{Logits, ModelSource, Precision, Qwen2Config, SourceOptions};
+    pub use crate::model::{DecoderConfig, Logits, ModelSource, Precision, SourceOptions};
     pub use crate::notebook::{Mode, Setup, StageRun};
     pub use crate::report::display::{show_chart, show_columns, show_table};
     pub use crate::report::Table;

@@ -66,8 +66,8 @@ pub mod llamacpp_h200 {
 }
 
 /// Whether `cfg` is the report's model (Qwen2.5-7B's shapes): only then do its figures apply.
-pub fn is_report_model(cfg: &crate::model::Qwen2Config) -> bool {
-    crate::model::Qwen2Config::preset("qwen2.5-7b")
+pub fn is_report_model(cfg: &crate::model::DecoderConfig) -> bool {
+    crate::model::DecoderConfig::preset("qwen2.5-7b")
         .map(|r| {
             r.param_count() == cfg.param_count()
                 && r.hidden_size == cfg.hidden_size

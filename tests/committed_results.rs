@@ -344,7 +344,7 @@ fn q4_k_m_caches_in_16_bits() {
 #[test]
 fn pytorch_steps_peak_where_the_estimator_says() {
     use vram_lab::estimate::training::{ledger, pytorch_step, TrainSetup, TrainShape};
-    use vram_lab::model::Qwen2Config;
+    use vram_lab::model::DecoderConfig;
     let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h100/2026-11-24-train");
     let mut seen = 0;
     for (f, preset) in [
@@ -353,7 +353,7 @@ fn pytorch_steps_peak_where_the_estimator_says() {
         ("torch-3b.jsonl", "qwen2.5-3b"),
         ("torch-1.5b-bf16.jsonl", "qwen2.5-1.5b"),
     ] {
-        let cfg = Qwen2Config::preset(preset).unwrap();
+        let cfg = DecoderConfig::preset(preset).unwrap();
         for line in std::fs::read_to_string(run.join(f)).unwrap().lines() {
             let r: serde_json::Value = serde_json::from_str(line).unwrap();
             assert_eq!(r["outcome"], "ok", "{f}: {line}");
@@ -393,7 +393,7 @@ fn pytorch_steps_peak_where_the_estimator_says() {
 fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
     use vram_lab::estimate::parallel::nccl_bytes;
     use vram_lab::estimate::training::{ledger, TrainSetup};
-    use vram_lab::model::Qwen2Config;
+    use vram_lab::model::DecoderConfig;
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results");
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     let near = |what: &str, measured: f64, predicted: f64| {
@@ -442,7 +442,7 @@ fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
                 let gpus = rows.iter().filter(|r| r["item"] == "weights").count();
                 let z: u8 = name[4..5].parse().unwrap();
                 let preset = format!("qwen2.5-{}", name.split('-').nth(1).unwrap());
-                let params = Qwen2Config::preset(&preset).unwrap().param_count() as u64;
+                let params = DecoderConfig::preset(&preset).unwrap().param_count() as u64;
                 let l = ledger(params, &TrainSetup { zero: z, gpus: gpus as u64, ..TrainSetup::fp32_adam() });
                 for r in &rows {
                     let what = format!("{run}/{name} rank {} of {gpus}: {}", r["rank"], r["item"]);

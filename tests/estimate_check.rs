@@ -126,7 +126,7 @@ fn longest_context_within_2_percent() {
 fn pool_keeps_the_chunks_live_allocations_touch() {
     use clap::ValueEnum;
     use vram_lab::memory::policy::{POOL_CHUNK, POOL_SLACK};
-    let cfg = vram_lab::model::Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let cfg = vram_lab::model::DecoderConfig::preset("qwen2.5-7b").unwrap();
     let dir = results().join("h200/2026-11-23-pool");
     let (mut worst, mut trims) = (0f64, 0);
     for name in ["pool-bf16-last", "pool-bf16-all", "pool-q4-last"] {
@@ -219,7 +219,7 @@ fn transient_on_cpu_equals_the_formula() {
         ]);
         assert!(o.status.success(), "{}", common::output_text(&o));
         let df = common::read_csv(&out.join("kv/kv_prefill.csv"));
-        let cfg = vram_lab::model::Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+        let cfg = vram_lab::model::DecoderConfig::preset("qwen2.5-0.5b").unwrap();
         let seqs = df.column("seq").unwrap().cast(&polars::prelude::DataType::Int64).unwrap();
         let tr = df.column("transient_mib").unwrap().cast(&polars::prelude::DataType::Float64).unwrap();
         assert_eq!(seqs.len(), 2);
@@ -255,7 +255,7 @@ fn training_steps_within_10_percent() {
         ledger, step_activations_updating, TrainSetup, TrainShape, CANDLE_NN_ADAMW_COPIES,
     };
     use vram_lab::model::optim::UPDATE_COPIES;
-    use vram_lab::model::Qwen2Config;
+    use vram_lab::model::DecoderConfig;
     let mut checked = 0;
     let runs =
         ["h200", "h100"].iter().filter_map(|gpu| std::fs::read_dir(results().join(gpu)).ok()).flatten().flatten();
@@ -274,7 +274,7 @@ fn training_steps_within_10_percent() {
             let manifest: serde_json::Value =
                 serde_json::from_str(&std::fs::read_to_string(dir.path().join("manifest.json")).unwrap()).unwrap();
             let preset = manifest["model"].as_str().unwrap().trim_start_matches("synthetic:");
-            let cfg = Qwen2Config::preset(preset).unwrap();
+            let cfg = DecoderConfig::preset(preset).unwrap();
             let c = &manifest["stages"][0]["config"];
             let sh =
                 TrainShape { batch: c["batch"].as_u64().unwrap() as usize, seq: c["seq"].as_u64().unwrap() as usize };

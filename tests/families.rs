@@ -9,9 +9,9 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::{llama, mistral, qwen3};
 use std::collections::HashMap;
-use vram_lab::model::qwen2::last_logits;
+use vram_lab::model::decoder::last_logits;
 use vram_lab::model::weights::Weight;
-use vram_lab::model::{DecoderConfig, Logits, Precision, Qwen2};
+use vram_lab::model::{Decoder, DecoderConfig, Logits, Precision};
 
 const SEED: u64 = 11;
 const NEW_TOKENS: usize = 8;
@@ -30,7 +30,7 @@ fn weights(cfg: &DecoderConfig) -> HashMap<String, Tensor> {
 /// The lab's greedy run: the prompt, then NEW_TOKENS tokens one by one.
 fn lab_run(cfg: &DecoderConfig, prompt: &[u32]) -> (Tensor, Vec<u32>) {
     let w = weights(cfg).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
-    let model = Qwen2::new(cfg, Precision::F32, w, &Device::Cpu).unwrap();
+    let model = Decoder::new(cfg, Precision::F32, w, &Device::Cpu).unwrap();
     let mut cache = model.new_cache(1, 64).unwrap();
     let mut step = |ids: &[u32]| {
         let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
@@ -129,7 +129,7 @@ fn mistral_as_candle_transformers() {
 fn a_mixture_is_refused_by_the_runtime() {
     let cfg = DecoderConfig::preset("tiny-moe").unwrap();
     let w = weights(&cfg).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
-    let err = match Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu) {
+    let err = match Decoder::new(&cfg, Precision::F32, w, &Device::Cpu) {
         Ok(_) => panic!("a mixture of experts was computed"),
         Err(e) => e.to_string(),
     };
@@ -182,8 +182,11 @@ fn a_cache_past_mistrals_window_is_refused() {
     let mut cfg = DecoderConfig::preset("tiny-mistral").unwrap();
     cfg.sliding_window = Some(32);
     let w = weights(&cfg).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
-    let model = Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap();
+    let model = Decoder::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap();
     assert!(model.new_cache(1, 32).is_ok());
-    let err = model.new_cache(1, 33).err().expect("33 tokens is past a window of 32").to_string();
+    let err = match model.new_cache(1, 33) {
+        Ok(_) => panic!("33 tokens is past a window of 32"),
+        Err(e) => e.to_string(),
+    };
     assert!(err.contains("sliding window of 32"), "{err}");
 }

@@ -12,7 +12,7 @@ use vram_lab::model::gguf::recipe::FileType;
 use vram_lab::model::gguf::types::GgmlType;
 use vram_lab::model::gguf::writer::{self, Plan, Planned};
 use vram_lab::model::gguf::{tokenizer, Gguf};
-use vram_lab::model::{self, source, GenerateConfig, ModelSource, Precision, Qwen2Config, SourceOptions};
+use vram_lab::model::{self, source, DecoderConfig, GenerateConfig, ModelSource, Precision, SourceOptions};
 
 /// Qwen2.5-7B under llama.cpp's Q4_K_M, by hand. Matrices: token_embd 152,064 × 3,584 in Q4_K
 /// (144 B per 256 values) = 306,561,024 B; output in Q6_K (210 B per 256) = 447,068,160 B; per
@@ -22,7 +22,7 @@ use vram_lab::model::{self, source, GenerateConfig, ModelSource, Precision, Qwen
 /// 2,048 + 2,048) + the final norm 14,336. Total 4,677,120,000 B.
 #[test]
 fn q4_k_m_of_qwen25_7b_by_hand() {
-    let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
     let p = writer::plan(&cfg, Plan::Llama(FileType::Q4KM));
     let matrices =
         306_561_024 + 447_068_160 + 28 * (2 * 7_225_344 + 2 * 1_032_192 + 3 * 38_191_104) + 14 * (473_088 + 17_504_256);
@@ -51,7 +51,7 @@ fn q4_k_m_equals_llama_quantize() {
     let csv =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/cpu/2026-11-24-llama-quantize-q4_k_m/tensors.csv");
     let text = std::fs::read_to_string(csv).unwrap();
-    let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
     let plan = writer::plan(&cfg, Plan::Llama(FileType::Q4KM));
     let mut rows = 0;
     for line in text.lines().skip(1) {
@@ -74,20 +74,20 @@ fn q4_k_m_equals_llama_quantize() {
 /// 29,568-wide ffn_down; a 70B-class model's attn_v takes Q5_K.
 #[test]
 fn fallbacks_and_the_70b_class() {
-    let half = writer::plan(&Qwen2Config::preset("qwen2.5-0.5b").unwrap(), Plan::Llama(FileType::Q4KM));
+    let half = writer::plan(&DecoderConfig::preset("qwen2.5-0.5b").unwrap(), Plan::Llama(FileType::Q4KM));
     let ty = |p: &[Planned], n: &str| p.iter().find(|x| x.name == n).unwrap().ty.name;
     assert_eq!(ty(&half, "token_embd.weight"), "Q8_0");
     assert_eq!(ty(&half, "blk.0.attn_q.weight"), "Q5_0");
     assert_eq!(ty(&half, "blk.0.attn_v.weight"), "Q8_0");
     assert_eq!(ty(&half, "blk.0.ffn_down.weight"), "Q6_K"); // 4,864 = 19 × 256
     assert_eq!(ty(&half, "blk.3.ffn_down.weight"), "Q4_K"); // not a use_more_bits layer
-    let big = writer::plan(&Qwen2Config::preset("qwen2.5-72b").unwrap(), Plan::Llama(FileType::Q4KM));
+    let big = writer::plan(&DecoderConfig::preset("qwen2.5-72b").unwrap(), Plan::Llama(FileType::Q4KM));
     assert_eq!(ty(&big, "blk.0.ffn_down.weight"), "Q8_0");
     assert_eq!(ty(&big, "blk.11.ffn_down.weight"), "Q5_0");
     assert_eq!(ty(&big, "blk.11.attn_v.weight"), "Q5_K");
     assert_eq!(ty(&big, "blk.0.attn_v.weight"), "Q6_K");
     // Q4_0's and Q8_0's output layers: Q6_K, and Q8_0 stays Q8_0; F16 leaves vectors in F32.
-    let seven = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let seven = DecoderConfig::preset("qwen2.5-7b").unwrap();
     assert_eq!(ty(&writer::plan(&seven, Plan::Llama(FileType::Q4_0)), "output.weight"), "Q6_K");
     assert_eq!(ty(&writer::plan(&seven, Plan::Llama(FileType::Q8_0)), "output.weight"), "Q8_0");
     let f16 = writer::plan(&seven, Plan::Llama(FileType::F16));
@@ -100,7 +100,7 @@ fn fallbacks_and_the_70b_class() {
 fn estimate_prices_a_header_only_file_by_its_tensors() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("qwen2.5-7b-q4_k_m.gguf");
-    let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
     let planned = writer::plan(&cfg, Plan::Llama(FileType::Q4KM));
     let md = writer::metadata(&cfg, Plan::Llama(FileType::Q4KM), None).unwrap();
     let mut f = std::fs::File::create(&path).unwrap();
@@ -113,7 +113,7 @@ fn estimate_prices_a_header_only_file_by_its_tensors() {
     let (g, truncated) = Gguf::open_header(&path).unwrap();
     assert!(truncated.is_some());
     let c = g.config().unwrap();
-    let dims = |c: &Qwen2Config| {
+    let dims = |c: &DecoderConfig| {
         (
             c.vocab_size,
             c.hidden_size,
@@ -359,7 +359,7 @@ fn shipped_qwen25_tokenizer_equals_the_real_one() {
     let shipped = model::tokenizer::qwen25().unwrap();
     assert_eq!(shipped.get_vocab_size(true), 151_665);
 
-    let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("header.gguf");
     let md = writer::metadata(&cfg, Plan::Llama(FileType::Q4KM), Some(&shipped)).unwrap();

@@ -1,6 +1,6 @@
 //! Several GPUs of one host: a pipeline whose stages sit on two GPUs computes what the whole model
 //! computes on one, to the bit (the hidden state handed on between them, the copy synchronised:
-//! `model::qwen2::crossing`). Built only with `--features cuda`; the GPU machine runs the test
+//! `model::decoder::crossing`). Built only with `--features cuda`; the GPU machine runs the test
 //! binary (`cargo test --release --features nccl --test gpu_parallel --no-run`, then the binary).
 //! With fewer than two GPUs it says so and passes; with more, one test takes every GPU as a stage.
 #![cfg(feature = "cuda")]
@@ -10,7 +10,7 @@ use vram_lab::estimate::parallel::pipeline_split;
 use vram_lab::memory::MemoryProbe;
 use vram_lab::model::parallel::pipeline::load_pipeline;
 use vram_lab::model::weights::{load_all, Synthetic};
-use vram_lab::model::{generate, GenerateConfig, Logits, Precision, Qwen2, Qwen2Config};
+use vram_lab::model::{generate, Decoder, DecoderConfig, GenerateConfig, Logits, Precision};
 
 fn two_gpus() -> Option<(Device, Device)> {
     match (vram_lab::hw::pick("cuda:0"), vram_lab::hw::pick("cuda:1")) {
@@ -23,39 +23,39 @@ fn two_gpus() -> Option<(Device, Device)> {
 }
 
 /// The whole model on `dev`, from the seeded synthetic weights every test here uses.
-fn whole(cfg: &Qwen2Config, precision: Precision, dev: &Device) -> Qwen2 {
+fn whole(cfg: &DecoderConfig, precision: Precision, dev: &Device) -> Decoder {
     let w = load_all(cfg, &mut Synthetic::new(cfg.clone(), 9), precision, dev, None, |_, _| Ok(())).unwrap();
-    Qwen2::new(cfg, precision, w, dev).unwrap()
+    Decoder::new(cfg, precision, w, dev).unwrap()
 }
 
 /// The whole model on `dev` decoding through the ranks' loop (a group of one): the arithmetic a
 /// pipeline's stages do, in the same order.
-fn one_gpu_loop(cfg: &Qwen2Config, precision: Precision, dev: &Device) -> Qwen2 {
+fn one_gpu_loop(cfg: &DecoderConfig, precision: Precision, dev: &Device) -> Decoder {
     whole(cfg, precision, dev).into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0)))
 }
 
 /// The same weights as a pipeline of one stage a device, split by the estimator.
-fn piped(cfg: &Qwen2Config, precision: Precision, devices: &[Device]) -> Qwen2 {
+fn piped(cfg: &DecoderConfig, precision: Precision, devices: &[Device]) -> Decoder {
     let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, devices.len()).unwrap();
     let probes: Vec<_> = devices.iter().map(MemoryProbe::new).collect();
     load_pipeline(cfg, precision, &mut Synthetic::new(cfg.clone(), 9), devices, &split, &probes).unwrap()
 }
 
-fn prompt(cfg: &Qwen2Config) -> Vec<u32> {
+fn prompt(cfg: &DecoderConfig) -> Vec<u32> {
     (0..96u32).map(|i| (i * 7919) % cfg.vocab_size as u32).collect()
 }
 
 /// A pipeline with a stage on each of `devices` beside the whole model on the first: logits to the
 /// bit, then 32 greedy tokens, F32 and BF16.
 fn pipeline_equals_one_gpu(devices: &[Device]) {
-    let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+    let cfg = DecoderConfig::preset("qwen2.5-0.5b").unwrap();
     let n = devices.len();
     for precision in [Precision::F32, Precision::Bf16] {
         let piped = piped(&cfg, precision, devices);
         let whole = whole(&cfg, precision, &devices[0]);
         let prompt = prompt(&cfg);
         let ids = Tensor::new(prompt.as_slice(), &devices[0]).unwrap().unsqueeze(0).unwrap();
-        let run = |m: &Qwen2| {
+        let run = |m: &Decoder| {
             m.forward(&ids, &mut m.new_cache(1, 128).unwrap(), Logits::All)
                 .unwrap()
                 .remove(0)
@@ -110,7 +110,7 @@ fn a_pipeline_over_every_gpu_equals_one_gpu() {
 #[test]
 fn a_pipeline_decodes_step_by_step_as_one_gpu() {
     let Some((a, b)) = two_gpus() else { return };
-    let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+    let cfg = DecoderConfig::preset("qwen2.5-0.5b").unwrap();
     let precision = Precision::F32;
     let whole = whole(&cfg, precision, &a);
     let prompt = prompt(&cfg);
@@ -124,7 +124,7 @@ fn a_pipeline_decodes_step_by_step_as_one_gpu() {
         let (mut cw, mut cp) = (whole.new_cache(1, 128).unwrap(), piped.new_cache(1, 128).unwrap());
         let mut ids = prompt.clone();
         for step in 0..4 {
-            let run = |m: &Qwen2, c: &mut vram_lab::model::KvCache| {
+            let run = |m: &Decoder, c: &mut vram_lab::model::KvCache| {
                 let t = Tensor::new(ids.as_slice(), m.device()).unwrap().unsqueeze(0).unwrap();
                 m.forward(&t, c, Logits::Last).unwrap().remove(0)
             };
@@ -157,14 +157,14 @@ fn a_pipeline_decodes_step_by_step_as_one_gpu() {
 #[test]
 fn a_pipelines_greedy_loop_with_and_without_synchronising() {
     let Some((a, b)) = two_gpus() else { return };
-    let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+    let cfg = DecoderConfig::preset("qwen2.5-0.5b").unwrap();
     let precision = Precision::F32;
     let whole = one_gpu_loop(&cfg, precision, &a);
     let piped = piped(&cfg, precision, &[a.clone(), b.clone()]);
     let prompt = prompt(&cfg);
     let gen = GenerateConfig { max_new_tokens: 16, ..Default::default() };
     let want = generate(&whole, &prompt, &gen).unwrap().generated_ids;
-    let looped = |m: &Qwen2, sync: bool| -> Vec<u32> {
+    let looped = |m: &Decoder, sync: bool| -> Vec<u32> {
         let mut cache = m.new_cache(1, 128).unwrap();
         let mut ids = prompt.clone();
         let mut out = Vec::new();
@@ -175,8 +175,8 @@ fn a_pipelines_greedy_loop_with_and_without_synchronising() {
                 a.synchronize().unwrap();
                 b.synchronize().unwrap();
             }
-            let next =
-                vram_lab::model::generate::argmax(&vram_lab::model::qwen2::last_logits(&[logits]).unwrap()).unwrap()[0];
+            let next = vram_lab::model::generate::argmax(&vram_lab::model::decoder::last_logits(&[logits]).unwrap())
+                .unwrap()[0];
             out.push(next);
             ids = vec![next];
         }
@@ -206,7 +206,7 @@ fn a_pipelines_greedy_loop_with_and_without_synchronising() {
 #[test]
 fn a_pipelines_tokens_over_repeated_runs() {
     let Some((a, b)) = two_gpus() else { return };
-    let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+    let cfg = DecoderConfig::preset("qwen2.5-0.5b").unwrap();
     let precision = Precision::F32;
     let one = one_gpu_loop(&cfg, precision, &a);
     let two = piped(&cfg, precision, &[a.clone(), b.clone()]);

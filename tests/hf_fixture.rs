@@ -27,7 +27,7 @@ fn greedy_tokens_match_transformers() {
         let want: Vec<f32> = want.iter().map(|v| v.as_f64().unwrap() as f32).collect();
         let mut cache = lm.model.new_cache(1, prompt.len()).unwrap();
         let t = candle_core::Tensor::new(prompt.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-        let got = model::qwen2::last_logits(&lm.model.forward(&t, &mut cache, model::Logits::Last).unwrap()).unwrap();
+        let got = model::decoder::last_logits(&lm.model.forward(&t, &mut cache, model::Logits::Last).unwrap()).unwrap();
         let got: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
         let max_diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert_eq!(got.len(), want.len());

@@ -5,27 +5,27 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use vram_lab::memory::MemoryProbe;
+use vram_lab::model::decoder::last_logits;
 use vram_lab::model::gguf::writer::{self, Plan};
-use vram_lab::model::qwen2::last_logits;
 use vram_lab::model::weights::Weight;
-use vram_lab::model::{source, Logits, ModelSource, Precision, Qwen2, Qwen2Config, SourceOptions};
+use vram_lab::model::{source, Decoder, DecoderConfig, Logits, ModelSource, Precision, SourceOptions};
 
 const SEED: u64 = 11;
 
-fn load(src: &ModelSource, p: Precision) -> Qwen2 {
+fn load(src: &ModelSource, p: Precision) -> Decoder {
     let probe = MemoryProbe::new(&Device::Cpu);
     source::load(src, &SourceOptions { seed: SEED, ..Default::default() }, p, &Device::Cpu, &probe, None).unwrap().model
 }
 
-fn logits(model: &Qwen2, ids: &[u32]) -> Tensor {
+fn logits(model: &Decoder, ids: &[u32]) -> Tensor {
     let mut cache = model.new_cache(1, ids.len()).unwrap();
     let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     last_logits(&model.forward(&t, &mut cache, Logits::Last).unwrap()).unwrap()
 }
 
-fn in_memory(cfg: &Qwen2Config) -> Qwen2 {
+fn in_memory(cfg: &DecoderConfig) -> Decoder {
     let w = common::tensors(cfg, SEED).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
-    Qwen2::new(cfg, Precision::F32, w, &Device::Cpu).unwrap()
+    Decoder::new(cfg, Precision::F32, w, &Device::Cpu).unwrap()
 }
 
 #[test]
@@ -120,13 +120,13 @@ fn presets_carry_real_names_shapes_and_totals() {
         ("qwen2.5-72b", 72_706_203_648),
     ];
     for (name, total) in totals {
-        let cfg = Qwen2Config::preset(name).unwrap();
+        let cfg = DecoderConfig::preset(name).unwrap();
         assert_eq!(cfg.param_count(), total, "{name}");
         let specs = cfg.tensor_specs();
         assert_eq!(specs.iter().any(|s| s.name == "lm_head.weight"), !cfg.tie_word_embeddings, "{name}");
         assert_eq!(specs.len(), 2 + 12 * cfg.num_hidden_layers + usize::from(!cfg.tie_word_embeddings));
     }
-    let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+    let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
     let specs = cfg.tensor_specs();
     let shape = |n: &str| specs.iter().find(|s| s.name == n).unwrap().shape.clone();
     assert_eq!(shape("model.embed_tokens.weight"), vec![152064, 3584]);
@@ -194,7 +194,7 @@ fn load_stage_times_a_written_checkpoint_and_a_real_one_in_place() {
     assert_eq!(mib[0], mib[1]);
     assert_eq!(mib[1], mib[2]);
     assert_eq!(mib[3], mib[4]);
-    let cfg = Qwen2Config::preset("tiny").unwrap();
+    let cfg = DecoderConfig::preset("tiny").unwrap();
     let bf16 = vram_lab::estimate::weight_bytes(&cfg, Precision::Bf16) as f64 / (1 << 20) as f64;
     // The safetensors files hold the BF16 weights and a header of a few KiB.
     assert!(mib[0] >= bf16 && mib[0] < bf16 + 0.1, "{} MiB on disk for {bf16} MiB of weights", mib[0]);

@@ -5,13 +5,13 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::qwen2 as stock;
-use vram_lab::model::qwen2::last_logits;
+use vram_lab::model::decoder::last_logits;
 use vram_lab::model::weights::{Synthetic, Weight};
-use vram_lab::model::{AttentionMode, Logits, Precision, Qwen2, Qwen2Config};
+use vram_lab::model::{AttentionMode, Decoder, DecoderConfig, Logits, Precision};
 
 const SEED: u64 = 7;
 
-fn stock_config(cfg: &Qwen2Config) -> stock::Config {
+fn stock_config(cfg: &DecoderConfig) -> stock::Config {
     let mut v = serde_json::to_value(cfg).unwrap();
     let o = v.as_object_mut().unwrap();
     o.insert("sliding_window".into(), serde_json::json!(cfg.max_position_embeddings));
@@ -20,17 +20,17 @@ fn stock_config(cfg: &Qwen2Config) -> stock::Config {
     serde_json::from_value(v).unwrap()
 }
 
-fn lab_model(cfg: &Qwen2Config) -> Qwen2 {
+fn lab_model(cfg: &DecoderConfig) -> Decoder {
     let w = common::tensors(cfg, SEED).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
-    Qwen2::new(cfg, Precision::F32, w, &Device::Cpu).unwrap()
+    Decoder::new(cfg, Precision::F32, w, &Device::Cpu).unwrap()
 }
 
-fn stock_model(cfg: &Qwen2Config) -> stock::ModelForCausalLM {
+fn stock_model(cfg: &DecoderConfig) -> stock::ModelForCausalLM {
     let vb = VarBuilder::from_tensors(common::tensors(cfg, SEED), DType::F32, &Device::Cpu);
     stock::ModelForCausalLM::new(&stock_config(cfg), vb).unwrap()
 }
 
-fn lab_last(model: &Qwen2, cache: &mut vram_lab::model::KvCache, ids: &[u32]) -> Tensor {
+fn lab_last(model: &Decoder, cache: &mut vram_lab::model::KvCache, ids: &[u32]) -> Tensor {
     let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     last_logits(&model.forward(&t, cache, Logits::Last).unwrap()).unwrap()
 }
@@ -115,7 +115,7 @@ fn bf16_stays_close_to_f32() {
     let mut src = Synthetic::new(cfg.clone(), SEED);
     let w =
         vram_lab::model::weights::load_all(&cfg, &mut src, Precision::Bf16, &Device::Cpu, None, |_, _| Ok(())).unwrap();
-    let bf16 = Qwen2::new(&cfg, Precision::Bf16, w, &Device::Cpu).unwrap();
+    let bf16 = Decoder::new(&cfg, Precision::Bf16, w, &Device::Cpu).unwrap();
     let ids = common::ids(20, cfg.vocab_size, 4);
     let a = lab_last(&f32_model, &mut f32_model.new_cache(1, 32).unwrap(), &ids);
     let b = lab_last(&bf16, &mut bf16.new_cache(1, 32).unwrap(), &ids);

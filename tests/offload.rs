@@ -6,20 +6,20 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
+use vram_lab::model::decoder::last_logits;
 use vram_lab::model::placement::{Home, Placement, Strategy};
-use vram_lab::model::qwen2::last_logits;
 use vram_lab::model::weights::Weight;
-use vram_lab::model::{generate, GenerateConfig, Logits, Precision, Qwen2, Qwen2Config};
+use vram_lab::model::{generate, Decoder, DecoderConfig, GenerateConfig, Logits, Precision};
 
 const SEED: u64 = 5;
 
-fn cfg() -> Qwen2Config {
+fn cfg() -> DecoderConfig {
     let mut cfg = common::tiny();
     cfg.num_hidden_layers = 5;
     cfg
 }
 
-fn weights(cfg: &Qwen2Config, dtype: DType) -> std::collections::HashMap<String, Weight> {
+fn weights(cfg: &DecoderConfig, dtype: DType) -> std::collections::HashMap<String, Weight> {
     common::tensors(cfg, SEED).into_iter().map(|(k, v)| (k, Weight::Dense(v.to_dtype(dtype).unwrap()))).collect()
 }
 
@@ -27,7 +27,7 @@ fn placement(strategy: Strategy, layers: &[Home], slots: usize) -> Placement {
     Placement { strategy, embed: Home::Cpu, layers: layers.to_vec(), head: Home::Gpu, slots }
 }
 
-fn logits(model: &Qwen2, ids: &[u32]) -> Tensor {
+fn logits(model: &Decoder, ids: &[u32]) -> Tensor {
     let mut cache = model.new_cache(1, ids.len() + 1).unwrap();
     let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     // A prefill, then one decode step: both paths through every layer.
@@ -39,7 +39,7 @@ fn logits(model: &Qwen2, ids: &[u32]) -> Tensor {
 fn every_placement_gives_the_full_models_tokens() {
     use Home::*;
     let cfg = cfg();
-    let full = Qwen2::new(&cfg, Precision::F32, weights(&cfg, DType::F32), &Device::Cpu).unwrap();
+    let full = Decoder::new(&cfg, Precision::F32, weights(&cfg, DType::F32), &Device::Cpu).unwrap();
     let prompt = common::ids(11, cfg.vocab_size, 3);
     let gen = GenerateConfig { max_new_tokens: 12, stop_at_eos: false, ..Default::default() };
     let want = generate(&full, &prompt, &gen).unwrap().generated_ids;
@@ -53,7 +53,7 @@ fn every_placement_gives_the_full_models_tokens() {
         placement(Strategy::Streamed, &[Streamed, Streamed, Gpu, Gpu, Gpu], 2),
     ];
     for p in cases {
-        let model = Qwen2::new_placed(&cfg, Precision::F32, weights(&cfg, DType::F32), &Device::Cpu, &p).unwrap();
+        let model = Decoder::new_placed(&cfg, Precision::F32, weights(&cfg, DType::F32), &Device::Cpu, &p).unwrap();
         assert_eq!(model.stream_buffers().is_some(), p.count(Streamed) > 0);
         let got = generate(&model, &prompt, &gen).unwrap().generated_ids;
         assert_eq!(got, want, "{:?}", p.layers);
@@ -68,7 +68,7 @@ fn a_wrong_slot_schedule_would_show() {
     // gives other logits. Emulated by giving layer 2 the weights of layer 1.
     use Home::*;
     let cfg = cfg();
-    let full = Qwen2::new(&cfg, Precision::F32, weights(&cfg, DType::F32), &Device::Cpu).unwrap();
+    let full = Decoder::new(&cfg, Precision::F32, weights(&cfg, DType::F32), &Device::Cpu).unwrap();
     let mut w = weights(&cfg, DType::F32);
     for (k, v) in weights(&cfg, DType::F32) {
         if let Some(rest) = k.strip_prefix("model.layers.1.") {
@@ -76,7 +76,7 @@ fn a_wrong_slot_schedule_would_show() {
         }
     }
     let p = placement(Strategy::Streamed, &[Gpu, Streamed, Streamed, Gpu, Gpu], 2);
-    let wrong = Qwen2::new_placed(&cfg, Precision::F32, w, &Device::Cpu, &p).unwrap();
+    let wrong = Decoder::new_placed(&cfg, Precision::F32, w, &Device::Cpu, &p).unwrap();
     let prompt = common::ids(11, cfg.vocab_size, 3);
     assert!(common::max_abs_diff(&logits(&wrong, &prompt), &logits(&full, &prompt)) > 1e-3);
 }
@@ -85,9 +85,9 @@ fn a_wrong_slot_schedule_would_show() {
 fn bf16_split_stays_close_to_the_full_model() {
     use Home::*;
     let cfg = cfg();
-    let full = Qwen2::new(&cfg, Precision::Bf16, weights(&cfg, DType::BF16), &Device::Cpu).unwrap();
+    let full = Decoder::new(&cfg, Precision::Bf16, weights(&cfg, DType::BF16), &Device::Cpu).unwrap();
     let p = placement(Strategy::Split, &[Gpu, Cpu, Cpu, Cpu, Cpu], 0);
-    let split = Qwen2::new_placed(&cfg, Precision::Bf16, weights(&cfg, DType::BF16), &Device::Cpu, &p).unwrap();
+    let split = Decoder::new_placed(&cfg, Precision::Bf16, weights(&cfg, DType::BF16), &Device::Cpu, &p).unwrap();
     let prompt = common::ids(11, cfg.vocab_size, 4);
     let (a, b) = (logits(&full, &prompt), logits(&split, &prompt));
     // BF16 activations round at every layer; the two products differ only in summation order.
@@ -99,7 +99,9 @@ fn bf16_split_stays_close_to_the_full_model() {
 fn a_placement_for_another_model_is_refused() {
     let cfg = cfg();
     let p = Placement::full(3);
-    let e =
-        Qwen2::new_placed(&cfg, Precision::F32, weights(&cfg, DType::F32), &Device::Cpu, &p).err().unwrap().to_string();
+    let e = Decoder::new_placed(&cfg, Precision::F32, weights(&cfg, DType::F32), &Device::Cpu, &p)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("placement of 3 layers"), "{e}");
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use vram_lab::model::parallel::{rank_ledger, rank_model, AllReduce, ThreadComm};
 use vram_lab::model::weights::Weight;
-use vram_lab::model::{generate, GenerateConfig, Logits, Precision, Qwen2};
+use vram_lab::model::{generate, Decoder, GenerateConfig, Logits, Precision};
 
 fn weights(seed: u64) -> HashMap<String, Weight> {
     tensors(&tiny(), seed).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect()
@@ -20,7 +20,7 @@ fn run_ranks(ranks: usize, prompt: &[u32]) -> Vec<(Tensor, Vec<u32>, u64)> {
     run_ranks_of(&tiny(), ranks, prompt)
 }
 
-fn run_ranks_of(cfg: &vram_lab::model::Qwen2Config, ranks: usize, prompt: &[u32]) -> Vec<(Tensor, Vec<u32>, u64)> {
+fn run_ranks_of(cfg: &vram_lab::model::DecoderConfig, ranks: usize, prompt: &[u32]) -> Vec<(Tensor, Vec<u32>, u64)> {
     let cfg = cfg.clone();
     std::thread::scope(|s| {
         let hs: Vec<_> = ThreadComm::group(ranks)
@@ -47,7 +47,7 @@ fn run_ranks_of(cfg: &vram_lab::model::Qwen2Config, ranks: usize, prompt: &[u32]
 #[test]
 fn two_ranks_on_threads_give_the_one_rank_logits_and_tokens() {
     let prompt = [5u32, 17, 300, 42, 7, 900, 12];
-    let whole = Qwen2::new(&tiny(), Precision::F32, weights(11), &Device::Cpu).unwrap();
+    let whole = Decoder::new(&tiny(), Precision::F32, weights(11), &Device::Cpu).unwrap();
     let mut cache = whole.new_cache(1, 64).unwrap();
     let ids = Tensor::new(&prompt[..], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     let want = whole.forward(&ids, &mut cache, Logits::All).unwrap().remove(0);
@@ -74,7 +74,7 @@ fn four_ranks_with_one_kv_head_each_give_the_one_rank_logits() {
     cfg.num_key_value_heads = 4;
     let prompt = [5u32, 17, 300, 42, 7, 900, 12];
     let w = tensors(&cfg, 11).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
-    let whole = Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap();
+    let whole = Decoder::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap();
     let ids = Tensor::new(&prompt[..], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     let want = whole.forward(&ids, &mut whole.new_cache(1, 64).unwrap(), Logits::All).unwrap().remove(0);
     let want_tokens =
@@ -134,7 +134,7 @@ fn a_rank_loaded_tensor_by_tensor_equals_a_rank_cut_from_the_whole() {
                     let cut = rank_model(&cfg, Precision::F32, whole, &Device::Cpu, Arc::new(b)).unwrap();
                     assert_eq!(loaded.weight_bytes(), cut.weight_bytes());
                     let run =
-                        |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 16).unwrap(), Logits::All).unwrap().remove(0);
+                        |m: &Decoder| m.forward(&ids, &mut m.new_cache(1, 16).unwrap(), Logits::All).unwrap().remove(0);
                     (run(&loaded), run(&cut))
                 })
             })
@@ -238,12 +238,12 @@ fn a_pipeline_of_stages_gives_the_whole_models_logits() {
     use vram_lab::model::parallel::pipeline::load_pipeline;
     use vram_lab::model::weights::Synthetic;
     let ids = Tensor::new(&[7u32, 70, 700, 7, 77][..], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-    let run = |m: &Qwen2| m.forward(&ids, &mut m.new_cache(1, 16).unwrap(), Logits::All).unwrap().remove(0);
+    let run = |m: &Decoder| m.forward(&ids, &mut m.new_cache(1, 16).unwrap(), Logits::All).unwrap().remove(0);
     for tied in [false, true] {
         let mut cfg = tiny();
         cfg.tie_word_embeddings = tied;
         let w = tensors(&cfg, 5).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
-        let whole = Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap();
+        let whole = Decoder::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap();
         let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, 2).unwrap();
         let devices = vec![Device::Cpu; 2];
         let probes: Vec<_> = devices.iter().map(vram_lab::memory::MemoryProbe::new).collect();
@@ -276,7 +276,7 @@ fn data_parallel_steps_equal_one_rank_on_the_whole_batch() {
     // F32 rounding in the averaged gradients stays far below the 1e-5 the weights are held to,
     // while a sum in place of the mean, or a share never exchanged, moves them by ~1e-3.
     let params = ParamsAdamW { lr: 1e-2, eps: 1e-3, ..Default::default() };
-    let model = || train::trainable(Qwen2::new(&cfg, Precision::F32, weights(7), &Device::Cpu).unwrap()).unwrap();
+    let model = || train::trainable(Decoder::new(&cfg, Precision::F32, weights(7), &Device::Cpu).unwrap()).unwrap();
     let batch = Tensor::new(
         &[
             [3u32, 9, 27, 81, 243, 17, 5, 66],

@@ -11,14 +11,14 @@ use vram_lab::limits::*;
 use vram_lab::memory::policy::Policy;
 use vram_lab::model::attention::AttentionMode;
 use vram_lab::model::placement::{Bandwidths, PartBytes, Placement, Strategy as Place};
-use vram_lab::model::{Logits, Precision, Qwen2Config};
+use vram_lab::model::{DecoderConfig, Logits, Precision};
 
 /// Mostly small values (where real models live), sometimes anywhere up to the ceiling.
 fn upto(max: usize) -> impl Strategy<Value = usize> {
     prop_oneof![3 => 1..=64usize.min(max), 2 => 1..=4096usize.min(max), 1 => 1..=max, 1 => Just(max)]
 }
 
-fn config() -> impl Strategy<Value = Qwen2Config> {
+fn config() -> impl Strategy<Value = DecoderConfig> {
     // heads = kv heads × group, hidden = heads × an even head size: every config is consistent.
     (
         1..=32usize,
@@ -31,7 +31,7 @@ fn config() -> impl Strategy<Value = Qwen2Config> {
         any::<bool>(),
     )
         .prop_map(|(kv, group, half_head, intermediate, layers, vocab, positions, tie)| {
-            let mut cfg = Qwen2Config::preset("tiny").unwrap();
+            let mut cfg = DecoderConfig::preset("tiny").unwrap();
             cfg.num_key_value_heads = kv;
             cfg.num_attention_heads = kv * group;
             cfg.hidden_size = kv * group * half_head * 2;
@@ -70,7 +70,7 @@ proptest! {
     #[test]
     fn the_estimator_prices_or_refuses(cfg in config(), w in workload()) {
         let json = serde_json::to_string(&cfg).unwrap();
-        prop_assert!(Qwen2Config::from_json(&json, "generated").is_ok());
+        prop_assert!(DecoderConfig::from_json(&json, "generated").is_ok());
         match fit::check(&cfg, &w) {
             Ok(()) => {
                 let l = fit::ledger(&cfg, &w, RUNTIME);
@@ -138,7 +138,7 @@ proptest! {
 /// Outside the ceilings each field is refused by name.
 #[test]
 fn configs_past_the_ceilings_are_refused_by_name() {
-    let base = serde_json::to_value(Qwen2Config::preset("tiny").unwrap()).unwrap();
+    let base = serde_json::to_value(DecoderConfig::preset("tiny").unwrap()).unwrap();
     for (field, value) in [
         ("vocab_size", MAX_VOCAB + 1),
         ("hidden_size", MAX_HIDDEN + 4),
@@ -149,7 +149,7 @@ fn configs_past_the_ceilings_are_refused_by_name() {
     ] {
         let mut v = base.clone();
         v[field] = value.into();
-        let e = Qwen2Config::from_json(&v.to_string(), "x").unwrap_err().to_string();
+        let e = DecoderConfig::from_json(&v.to_string(), "x").unwrap_err().to_string();
         assert!(e.contains(field), "{field}: {e}");
     }
 }

@@ -7,7 +7,7 @@ use polars::prelude::*;
 use serde::{Deserialize, Serialize};
 use vram_lab::error::Result;
 use vram_lab::estimate::kv_bytes_per_token;
-use vram_lab::model::Qwen2Config;
+use vram_lab::model::DecoderConfig;
 use vram_lab::report::html;
 use vram_lab::session::{Session, SessionArgs};
 use vram_lab::stage::{self, register, ChartSpec, Finding, Series, Stage, StageOutput, View};
@@ -48,7 +48,7 @@ impl Stage for KvPerToken {
         let presets = ["qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-72b"];
         let kib: Vec<f64> = presets
             .iter()
-            .map(|p| Ok(kv_bytes_per_token(&Qwen2Config::preset(p)?, cfg.dtype_bytes) as f64 / 1024.0))
+            .map(|p| Ok(kv_bytes_per_token(&DecoderConfig::preset(p)?, cfg.dtype_bytes) as f64 / 1024.0))
             .collect::<Result<_>>()?;
         let mut out = StageOutput::default();
         out.findings.push(Finding::new("7B KV per token", "KiB", Some(kib[1])).predicted(56.0));

@@ -11,7 +11,7 @@ use vram_lab::memory::host::{self, CountingAlloc};
 use vram_lab::model::optim::{AdamW, ParamsAdamW, UPDATE_COPIES};
 use vram_lab::model::weights::Weight;
 use vram_lab::model::weights::{load_all, Synthetic};
-use vram_lab::model::{train, AttentionMode, CacheKind, Logits, Precision, Qwen2};
+use vram_lab::model::{train, AttentionMode, CacheKind, Decoder, Logits, Precision};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -34,7 +34,7 @@ fn a_training_step_holds_what_the_ledger_says() {
     }
     let params: u64 = vars.iter().map(|v| v.elem_count() as u64).sum();
     assert_eq!(params as usize, cfg.param_count());
-    let mut model = Qwen2::new(&cfg, Precision::F32, weights, &Device::Cpu).unwrap();
+    let mut model = Decoder::new(&cfg, Precision::F32, weights, &Device::Cpu).unwrap();
     model.attention = AttentionMode::Differentiable;
 
     let ids = common::ids(33, cfg.vocab_size, 9);
@@ -94,7 +94,7 @@ fn the_forward_keeps_what_the_graph_formula_counts() {
     let cfg = common::tiny();
     let mut source = Synthetic::new(cfg.clone(), 3);
     let w = load_all(&cfg, &mut source, Precision::F32, &Device::Cpu, None, |_, _| Ok(())).unwrap();
-    let model = train::trainable(Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap()).unwrap();
+    let model = train::trainable(Decoder::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap()).unwrap();
     let params: u64 = model.vars().unwrap().iter().map(|v| v.elem_count() as u64).sum();
     let measure = |batch: usize, seq: usize| -> (u64, u64) {
         let ids = Tensor::from_vec(common::ids(batch * (seq + 1), cfg.vocab_size, 4), (batch, seq + 1), &Device::Cpu)

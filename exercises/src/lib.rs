@@ -11,7 +11,7 @@
 //!
 //! | 练习 exercise | 函数 function | 笔记本 notebook | 对照 graded against |
 //! |---|---|---|---|
-//! | 1 | [`param_count`] | 01 | `Qwen2Config::param_count` |
+//! | 1 | [`param_count`] | 01 | `DecoderConfig::param_count` |
 //! | 2 | [`decode_ceiling_tok_s`] | 01 | `estimate::decode_ceiling_tok_s` of `estimate::decode_read_bytes` |
 //! | 3 | [`kv_bytes_per_token`] | 02, 05 | `estimate::kv_bytes_per_token` |
 //! | 4 | [`longest_context`] | 02, 03 | `estimate::remedies` ("shorter context") |

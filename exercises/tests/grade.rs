@@ -12,7 +12,7 @@ mod hidden;
 use hidden::{act_bytes, assert_varied, models, shape, Rng, PRECISIONS, RANDOM_MODELS};
 use vram_lab::estimate::training::{self, Optimizer, TrainSetup, TrainShape};
 use vram_lab::estimate::{self, Workload};
-use vram_lab::model::{Logits, Qwen2Config};
+use vram_lab::model::{DecoderConfig, Logits};
 
 #[test]
 fn exercise_1_param_count() {
@@ -74,7 +74,7 @@ fn exercise_3_kv_bytes_per_token() {
 }
 
 /// The lab's OOM remedy "shorter context", read from its line "<asked> → <n> tokens".
-fn lab_shorter_context(cfg: &Qwen2Config, w: &Workload, capacity: u64) -> u64 {
+fn lab_shorter_context(cfg: &DecoderConfig, w: &Workload, capacity: u64) -> u64 {
     let remedies = estimate::remedies(cfg, w, capacity, 0.0, 1.0);
     let shorter = remedies.iter().find(|r| r.what == "shorter context").expect("the remedy \"shorter context\"");
     let n =

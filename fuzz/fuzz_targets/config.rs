@@ -4,11 +4,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use vram_lab::estimate::fit::{self, Inference};
-use vram_lab::model::{AttentionMode, Logits, Precision, Qwen2Config};
+use vram_lab::model::{AttentionMode, Logits, Precision, DecoderConfig};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let Ok(cfg) = Qwen2Config::from_json(text, "fuzz") else { return };
+    let Ok(cfg) = DecoderConfig::from_json(text, "fuzz") else { return };
     for precision in [Precision::F32, Precision::Bf16, Precision::Q4] {
         let w = Inference { precision, seq: 4096, batch: 1, logits: Logits::Last, attention: AttentionMode::default(), stored: None };
         if fit::check(&cfg, &w).is_ok() {

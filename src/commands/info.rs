@@ -3,7 +3,7 @@
 use crate::error::Result;
 use crate::hw::{self, Card};
 use crate::memory::MemoryProbe;
-use crate::model::{self, Qwen2Config};
+use crate::model::{self, DecoderConfig};
 use crate::session::SessionArgs;
 
 /// The device, its memory summary, the card presets and the model presets.
@@ -26,8 +26,8 @@ pub fn info(args: &SessionArgs) -> Result<String> {
         ));
     }
     lines.push("model presets (synthetic:<name>):".into());
-    for (name, _) in model::qwen2::config::PRESETS {
-        lines.push(format!("  {:<13} {:>14} parameters", name, Qwen2Config::preset(name)?.param_count()));
+    for (name, _) in model::config::PRESETS {
+        lines.push(format!("  {:<13} {:>14} parameters", name, DecoderConfig::preset(name)?.param_count()));
     }
     Ok(lines.join("\n"))
 }

@@ -1,11 +1,11 @@
 //! Bytes of the weights, the KV cache and the logits, and the decode ceiling they imply.
 
+use crate::model::config::{DecoderConfig, TensorSpec};
 use crate::model::gguf::recipe::use_more_bits;
 use crate::model::precision::Precision;
-use crate::model::qwen2::config::{Qwen2Config, TensorSpec};
 
 /// Weight bytes of `cfg` in `precision`, tensor by tensor (each as `Precision::held` holds it).
-pub fn weight_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
+pub fn weight_bytes(cfg: &DecoderConfig, precision: Precision) -> u64 {
     sum_over_tensors(cfg, |s| precision.held(cfg, s).bytes(s.elem_count()))
 }
 
@@ -13,7 +13,7 @@ pub fn weight_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
 /// searches call this hundreds of times, and a 4,096-layer config has 49,000 tensors to name.
 /// Layers differ only where llama.cpp's `use_more_bits` promotes one (Q4_K_M's attn_v and
 /// ffn_down), so there are at most two kinds.
-pub fn sum_over_tensors(cfg: &Qwen2Config, price: impl Fn(&TensorSpec) -> u64) -> u64 {
+pub fn sum_over_tensors(cfg: &DecoderConfig, price: impl Fn(&TensorSpec) -> u64) -> u64 {
     let n = cfg.num_hidden_layers;
     let outside: u64 = with_layers(cfg, 0).tensor_specs().iter().map(&price).sum();
     let first: Vec<TensorSpec> =
@@ -39,7 +39,7 @@ pub fn sum_over_tensors(cfg: &Qwen2Config, price: impl Fn(&TensorSpec) -> u64) -
 /// The bytes of the experts a token's router does not pick (0 for a dense model): batch-1
 /// decoding reads the router and `active` experts a layer, not all of them. Every expert of a
 /// layer is held alike, so the idle ones are (experts − active) / experts of the experts' bytes.
-pub fn idle_expert_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
+pub fn idle_expert_bytes(cfg: &DecoderConfig, precision: Precision) -> u64 {
     let Some(e) = cfg.experts() else { return 0 };
     let experts = sum_over_tensors(cfg, |s| {
         if s.name.contains(".experts.") {
@@ -52,23 +52,23 @@ pub fn idle_expert_bytes(cfg: &Qwen2Config, precision: Precision) -> u64 {
 }
 
 /// `cfg` with `n` layers: its tensors are the outside ones and the first `n` layers'.
-pub fn with_layers(cfg: &Qwen2Config, n: usize) -> Qwen2Config {
-    Qwen2Config { num_hidden_layers: n, ..cfg.clone() }
+pub fn with_layers(cfg: &DecoderConfig, n: usize) -> DecoderConfig {
+    DecoderConfig { num_hidden_layers: n, ..cfg.clone() }
 }
 
 /// KV cache bytes per token with grouped-query attention: 2 (K and V) × layers × kv_heads ×
 /// head_dim × bytes. Qwen2.5-7B in BF16: 2 × 28 × 4 × 128 × 2 = 57,344 B.
-pub fn kv_bytes_per_token(cfg: &Qwen2Config, dtype_bytes: usize) -> u64 {
+pub fn kv_bytes_per_token(cfg: &DecoderConfig, dtype_bytes: usize) -> u64 {
     (2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim() * dtype_bytes) as u64
 }
 
 /// The report's formula, 2 × layers × hidden × bytes: right only without GQA (7× too big for 7B).
-pub fn naive_kv_bytes_per_token(cfg: &Qwen2Config, dtype_bytes: usize) -> u64 {
+pub fn naive_kv_bytes_per_token(cfg: &DecoderConfig, dtype_bytes: usize) -> u64 {
     (2 * cfg.num_hidden_layers * cfg.hidden_size * dtype_bytes) as u64
 }
 
 /// Logits bytes per position kept: vocab × bytes (7B BF16: 304,128 B).
-pub fn logits_bytes_per_token(cfg: &Qwen2Config, dtype_bytes: usize) -> u64 {
+pub fn logits_bytes_per_token(cfg: &DecoderConfig, dtype_bytes: usize) -> u64 {
     (cfg.vocab_size * dtype_bytes) as u64
 }
 
@@ -83,7 +83,7 @@ pub fn decode_ceiling_tok_s(bandwidth_gbs: f64, bytes_per_token: u64) -> f64 {
 /// except an untied embedding table (one row per token is looked up; a tied table is the head and
 /// is read whole), and the KV cache of each sequence at `context` tokens. Its ceiling is the
 /// device's read bandwidth ÷ these bytes.
-pub fn decode_read_bytes(cfg: &Qwen2Config, precision: Precision, context: usize, batch: usize) -> u64 {
+pub fn decode_read_bytes(cfg: &DecoderConfig, precision: Precision, context: usize, batch: usize) -> u64 {
     let embed = with_layers(cfg, 0).tensor_specs().into_iter().find(|s| s.name == "model.embed_tokens.weight");
     let table = match (cfg.tie_word_embeddings, embed) {
         (false, Some(s)) => precision.held(cfg, &s).bytes(s.elem_count()),

@@ -10,7 +10,7 @@
 //! The activations are PyTorch's own (`training::pytorch_step`, transformers' Qwen2 with SDPA).
 
 use crate::estimate::training::{ledger, pytorch_step, TrainSetup, TrainShape};
-use crate::model::Qwen2Config;
+use crate::model::DecoderConfig;
 
 /// One GPU's bytes in one layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -33,7 +33,7 @@ impl DpGpu {
 /// (a DDP GPU, DataParallel's first GPU, one of its other GPUs) for `gpus` GPUs each taking
 /// `per_gpu` (its batch and sequence length), `params` parameters.
 pub fn layouts(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     params: u64,
     per_gpu: TrainShape,
     gpus: u64,
@@ -56,7 +56,7 @@ mod tests {
     #[test]
     fn the_first_gpu_holds_the_moments_and_every_logit() {
         // tiny: V 1024; 2 GPUs, 1 × 64 tokens each.
-        let cfg = Qwen2Config::preset("tiny").unwrap();
+        let cfg = DecoderConfig::preset("tiny").unwrap();
         let p = cfg.param_count() as u64;
         let sh = TrainShape { batch: 1, seq: 64 };
         let (ddp, first, other) = layouts(&cfg, p, sh, 2, false);

@@ -9,7 +9,7 @@ use crate::error::{LabError, Result};
 use crate::limits::{check_count, MAX_BATCH, MAX_SEQ, MAX_TERM_BYTES};
 use crate::memory::policy::POOL_SLACK;
 use crate::model::attention::AttentionMode;
-use crate::model::{Logits, Precision, Qwen2Config};
+use crate::model::{DecoderConfig, Logits, Precision};
 use crate::units::grouped;
 use serde::{Deserialize, Serialize};
 
@@ -65,7 +65,7 @@ pub struct Inference {
 }
 
 impl Inference {
-    pub fn weights(&self, cfg: &Qwen2Config) -> u64 {
+    pub fn weights(&self, cfg: &DecoderConfig) -> u64 {
         self.stored.unwrap_or_else(|| weight_bytes(cfg, self.precision))
     }
 }
@@ -104,14 +104,14 @@ impl Ledger {
 }
 
 /// The workload as the first prefill of a fresh process.
-pub fn ledger(cfg: &Qwen2Config, w: &Inference, runtime: u64) -> Ledger {
+pub fn ledger(cfg: &DecoderConfig, w: &Inference, runtime: u64) -> Ledger {
     ledger_after(cfg, w, runtime, 0)
 }
 
 /// The workload in a process whose earlier prefills reached `seen` tokens (batch × seq): a Q4
 /// process keeps the quantized matmul's buffer for the longest of them, and growing it holds the
 /// old and the new buffer at once, in the first layer's down projection.
-pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -> Ledger {
+pub fn ledger_after(cfg: &DecoderConfig, w: &Inference, runtime: u64, seen: u64) -> Ledger {
     let act = w.precision.act_dtype().size_in_bytes();
     let p = transient::phases(
         cfg,
@@ -151,7 +151,7 @@ pub fn ledger_after(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64) -
 /// its largest terms (every position's widest activations or logits, the KV cache, a naive
 /// attention's score matrices) each below `limits::MAX_TERM_BYTES`, so the ledger's sums of a
 /// few dozen terms stay inside u64. Checked in u128, before any of the ledger's arithmetic.
-pub fn check(cfg: &Qwen2Config, w: &Inference) -> Result<()> {
+pub fn check(cfg: &DecoderConfig, w: &Inference) -> Result<()> {
     check_count("seq (tokens per sequence)", w.seq, MAX_SEQ)?;
     check_count("batch (sequences)", w.batch, MAX_BATCH)?;
     let (b, s) = (w.batch as u128, w.seq as u128);
@@ -186,7 +186,7 @@ pub fn largest(upto: usize, fits: impl Fn(usize) -> bool) -> usize {
 
 /// The longest context at `w.batch` and the largest batch at `w.seq` that fit `capacity` bytes
 /// (contexts up to the model's trained maximum, batches up to 4,096).
-pub fn limits(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64) -> (usize, usize) {
+pub fn limits(cfg: &DecoderConfig, w: &Inference, runtime: u64, capacity: u64) -> (usize, usize) {
     // A workload too large to price fits no card.
     let fits = |w: Inference| check(cfg, &w).is_ok() && ledger(cfg, &w, runtime).device() <= capacity;
     let max_context =
@@ -215,7 +215,7 @@ impl CardFit {
     }
 }
 
-pub fn on_card(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64, bandwidth_gbs: Option<f64>) -> CardFit {
+pub fn on_card(cfg: &DecoderConfig, w: &Inference, runtime: u64, capacity: u64, bandwidth_gbs: Option<f64>) -> CardFit {
     let (max_context, max_batch) = limits(cfg, w, runtime, capacity);
     CardFit {
         need: ledger(cfg, w, runtime).device(),
@@ -228,7 +228,7 @@ pub fn on_card(cfg: &Qwen2Config, w: &Inference, runtime: u64, capacity: u64, ba
 
 /// Bytes batch-1 decoding reads per token at context `w.seq`: every weight (of a mixture, the
 /// experts one token picks) and the cache so far.
-pub fn decode_bytes(cfg: &Qwen2Config, w: &Inference) -> u64 {
+pub fn decode_bytes(cfg: &DecoderConfig, w: &Inference) -> u64 {
     w.weights(cfg).saturating_sub(super::bytes::idle_expert_bytes(cfg, w.precision))
         + kv_bytes_per_token(cfg, w.precision.act_dtype().size_in_bytes()) * w.seq as u64
 }
@@ -250,7 +250,7 @@ mod tests {
     /// 7B BF16 at 4,096 tokens: the parts add up, by hand.
     #[test]
     fn seven_b_ledger() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         let l = ledger(&cfg, &w(Precision::Bf16, 4096), 0);
         assert_eq!(l.weights, 7_615_616_512 * 2);
         assert_eq!(l.kv_cache, 57_344 * 4096);
@@ -268,7 +268,7 @@ mod tests {
     /// The limits are the edge: one more token or one more sequence does not fit.
     #[test]
     fn limits_are_the_edge() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         // 20 GiB: the edge lies below the model's 32,768 positions.
         let cap = 20u64 << 30;
         let base = w(Precision::Bf16, 2048);

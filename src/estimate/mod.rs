@@ -25,14 +25,14 @@ pub use need::{mapped_need, prefill_need, remedies, Remedy, Workload};
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Logits, Precision, Qwen2Config};
+    use crate::model::{DecoderConfig, Logits, Precision};
 
     /// Pricing one layer (of each kind) and multiplying gives every tensor's sum, for every
     /// preset and precision.
     #[test]
     fn one_layer_times_layers_is_every_tensor() {
-        for (name, _) in crate::model::qwen2::config::PRESETS {
-            let cfg = Qwen2Config::preset(name).unwrap();
+        for (name, _) in crate::model::config::PRESETS {
+            let cfg = DecoderConfig::preset(name).unwrap();
             for p in [Precision::F32, Precision::Bf16, Precision::Q4, Precision::Q4KM, Precision::Q4KMF32] {
                 let each: u64 = cfg.tensor_specs().iter().map(|s| p.held(&cfg, s).bytes(s.elem_count())).sum();
                 assert_eq!(weight_bytes(&cfg, p), each, "{name} {p}");
@@ -45,7 +45,7 @@ mod tests {
     /// norm: 333,312 values, 2 B each saved); in F32 compute the file's bytes exactly.
     #[test]
     fn q4_k_m_is_llama_cpp_bytes() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         let vectors = 28 * (2 * 3584 + 3584 + 2 * 512) + 3584;
         assert_eq!(vectors, 333_312);
         assert_eq!(weight_bytes(&cfg, Precision::Q4KMF32), 4_677_120_000);
@@ -54,7 +54,7 @@ mod tests {
 
     #[test]
     fn seven_b_figures() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         assert_eq!(weight_bytes(&cfg, Precision::Bf16), 7_615_616_512 * 2);
         assert_eq!(weight_bytes(&cfg, Precision::F32), 7_615_616_512 * 4);
         assert_eq!(kv_bytes_per_token(&cfg, 2), 57_344);
@@ -73,11 +73,11 @@ mod tests {
     /// its 3,353,032,704 active parameters (8 of 128 experts) less the untied embedding table.
     #[test]
     fn decode_of_a_mixture_reads_the_active_experts() {
-        let cfg = Qwen2Config::preset("qwen3-30b-a3b").unwrap();
+        let cfg = DecoderConfig::preset("qwen3-30b-a3b").unwrap();
         let table = 151_936 * 2048;
         assert_eq!(decode_read_bytes(&cfg, Precision::Bf16, 0, 1), (3_353_032_704 - table) * 2);
         assert_eq!(idle_expert_bytes(&cfg, Precision::Bf16), 120 * 3 * 2048 * 768 * 48 * 2);
-        assert_eq!(idle_expert_bytes(&Qwen2Config::preset("qwen3-8b").unwrap(), Precision::Bf16), 0);
+        assert_eq!(idle_expert_bytes(&DecoderConfig::preset("qwen3-8b").unwrap(), Precision::Bf16), 0);
         // Q4_K_M holds every expert of a layer alike: the idle share is exact, below BF16's.
         let q = idle_expert_bytes(&cfg, Precision::Q4KM);
         assert!(q > 0 && q < idle_expert_bytes(&cfg, Precision::Bf16) / 3);
@@ -85,20 +85,20 @@ mod tests {
 
     #[test]
     fn decode_reads_the_weights_but_the_embedding_table() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         // 15,231,233,024 B of BF16 weights less the 152,064 × 3,584 × 2 = 1,089,994,752 B table.
         assert_eq!(decode_read_bytes(&cfg, Precision::Bf16, 0, 1), 14_141_238_272);
         // Plus 57,344 B of cache per token of each sequence.
         assert_eq!(decode_read_bytes(&cfg, Precision::Bf16, 1000, 2), 14_141_238_272 + 2000 * 57_344);
         // A tied table (0.5B) is the head: read whole.
-        let small = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+        let small = DecoderConfig::preset("qwen2.5-0.5b").unwrap();
         assert_eq!(decode_read_bytes(&small, Precision::Bf16, 0, 1), weight_bytes(&small, Precision::Bf16));
     }
 
     #[test]
     fn remedies_for_the_report_oom() {
         // 7B BF16, 16,384 tokens with all logits, 19 GiB for the pool, no transient.
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         let w = Workload { precision: Precision::Bf16, seq: 16384, batch: 1, logits: Logits::All };
         let cap = 19u64 << 30;
         let weights = weight_bytes(&cfg, Precision::Bf16);
@@ -141,7 +141,7 @@ mod tests {
             ("qwen2.5-72b", 327_680, 8.0),    // 80 × 8 × 128
         ];
         for (name, bytes, ratio) in want {
-            let cfg = Qwen2Config::preset(name).unwrap();
+            let cfg = DecoderConfig::preset(name).unwrap();
             assert_eq!(kv_bytes_per_token(&cfg, 2), bytes, "{name}");
             assert_eq!(naive_kv_bytes_per_token(&cfg, 2) as f64 / bytes as f64, ratio, "{name}");
         }

@@ -3,7 +3,7 @@
 
 use super::bytes::{kv_bytes_per_token, logits_bytes_per_token, weight_bytes};
 use super::fit::largest;
-use crate::model::{Logits, Precision, Qwen2Config};
+use crate::model::{DecoderConfig, Logits, Precision};
 
 /// A prefill: `batch` sequences of `seq` tokens in `precision`, keeping `logits`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -17,7 +17,7 @@ pub struct Workload {
 /// Bytes a prefill needs at its peak: the weights, the KV cache and the logits it keeps (in the
 /// activation dtype: F32 for the lab's Q4, which computes in F32), and the transient above them,
 /// given per token (measured by the caller at a size that fitted).
-pub fn prefill_need(cfg: &Qwen2Config, w: &Workload, transient_per_token: f64) -> u64 {
+pub fn prefill_need(cfg: &DecoderConfig, w: &Workload, transient_per_token: f64) -> u64 {
     let act = w.precision.act_dtype().size_in_bytes();
     let tokens = (w.seq * w.batch) as u64;
     let logit_rows = match w.logits {
@@ -35,7 +35,7 @@ pub fn prefill_need(cfg: &Qwen2Config, w: &Workload, transient_per_token: f64) -
 /// fitted; 1.0 for an allocator that reuses every freed byte). The stream-ordered pool maps more
 /// than it hands out while a forward frees and allocates blocks of many sizes without a
 /// synchronisation: its OOMs come from this, not from the allocated total.
-pub fn mapped_need(cfg: &Qwen2Config, w: &Workload, transient_per_token: f64, pool_factor: f64) -> u64 {
+pub fn mapped_need(cfg: &DecoderConfig, w: &Workload, transient_per_token: f64, pool_factor: f64) -> u64 {
     let weights = weight_bytes(cfg, w.precision);
     let above = prefill_need(cfg, w, transient_per_token) - weights;
     weights + (above as f64 * pool_factor.max(1.0)) as u64
@@ -53,7 +53,7 @@ pub struct Remedy {
 /// What would have made `w` fit in `capacity` bytes: a shorter context, last-token logits, a
 /// smaller batch, Q4 weights, or some layers' weights kept off the GPU (offload).
 pub fn remedies(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     w: &Workload,
     capacity: u64,
     transient_per_token: f64,

@@ -15,7 +15,7 @@ use crate::estimate::fit::{self, Inference};
 use crate::estimate::training::{step_peak, TrainShape};
 use crate::estimate::transient::{self, Prefill};
 use crate::model::parallel::shard::{rank_ledger, shard_config};
-use crate::model::Qwen2Config;
+use crate::model::DecoderConfig;
 use serde::Serialize;
 
 /// NCCL's device memory on one GPU of a group, as NCCL 2.28 laid it out over NVLink: on two H100s
@@ -110,7 +110,7 @@ impl GpuNeed {
 }
 
 /// Tensor parallelism over `gpus`: every GPU holds the same.
-pub fn tensor_parallel(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> Result<Vec<GpuNeed>> {
+pub fn tensor_parallel(cfg: &DecoderConfig, w: &Inference, gpus: usize, runtime: u64) -> Result<Vec<GpuNeed>> {
     let Some(dtype) = w.precision.dense_dtype() else {
         return Err(LabError::input(format!(
             "tensor parallelism splits dense weights (bf16, f16, f32), not {}",
@@ -173,7 +173,7 @@ pub fn pipeline_split(
 }
 
 /// Pipeline placement over `gpus`.
-pub fn pipeline(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> Result<Vec<GpuNeed>> {
+pub fn pipeline(cfg: &DecoderConfig, w: &Inference, gpus: usize, runtime: u64) -> Result<Vec<GpuNeed>> {
     let act = w.precision.act_dtype().size_in_bytes();
     let none = weight_bytes(&with_layers(cfg, 0), w.precision);
     let layer = (weight_bytes(cfg, w.precision) - none) / cfg.num_hidden_layers as u64;
@@ -227,7 +227,7 @@ pub fn pipeline(cfg: &Qwen2Config, w: &Inference, gpus: usize, runtime: u64) -> 
 /// step under data parallelism (every card holds the whole model, its gradients and AdamW states),
 /// `overhead` (the CUDA runtime, NCCL's buffers) held beside it; 0 when not even one sequence fits.
 /// The articles' unequal cards (24 GB and 16 GB: micro-batches 8 and 4) are this per card.
-pub fn micro_batch(cfg: &Qwen2Config, seq: usize, checkpoint: bool, capacity: u64, overhead: u64) -> usize {
+pub fn micro_batch(cfg: &DecoderConfig, seq: usize, checkpoint: bool, capacity: u64, overhead: u64) -> usize {
     let params = cfg.param_count() as u64;
     let fits = |b: usize| step_peak(cfg, params, TrainShape { batch: b, seq }, checkpoint) + overhead <= capacity;
     if !fits(1) {
@@ -270,7 +270,7 @@ mod tests {
 
     #[test]
     fn micro_batches_stop_at_the_card() {
-        let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-0.5b").unwrap();
         let p = cfg.param_count() as u64;
         let peak = |b| step_peak(&cfg, p, TrainShape { batch: b, seq: 512 }, true);
         for gib in [16u64, 24, 80] {
@@ -297,7 +297,7 @@ mod tests {
 
     #[test]
     fn qwen7b_over_two_gpus() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         let one = fit::ledger(&cfg, &w(Precision::Bf16), 0);
         let tp = tensor_parallel(&cfg, &w(Precision::Bf16), 2, 0).unwrap();
         // Each rank: half the layers' weights and the KV cache (2 of 4 K/V heads), the

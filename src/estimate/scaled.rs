@@ -7,7 +7,7 @@
 use super::bytes::{kv_bytes_per_token, logits_bytes_per_token, weight_bytes};
 use crate::error::Result;
 use crate::hw::Card;
-use crate::model::{Precision, Qwen2Config};
+use crate::model::{DecoderConfig, Precision};
 
 pub use crate::hw::SCALED;
 
@@ -25,9 +25,9 @@ impl Scale {
     /// The report's model itself: nothing changes.
     pub const ONE: Scale = Scale { bytes: 1.0, tokens: 1.0 };
 
-    pub fn of(cfg: &Qwen2Config) -> Result<Scale> {
-        let report = Qwen2Config::preset("qwen2.5-7b")?;
-        let per_token = |c: &Qwen2Config| (kv_bytes_per_token(c, 2) + logits_bytes_per_token(c, 2)) as f64;
+    pub fn of(cfg: &DecoderConfig) -> Result<Scale> {
+        let report = DecoderConfig::preset("qwen2.5-7b")?;
+        let per_token = |c: &DecoderConfig| (kv_bytes_per_token(c, 2) + logits_bytes_per_token(c, 2)) as f64;
         let bytes = weight_bytes(cfg, Precision::Bf16) as f64 / weight_bytes(&report, Precision::Bf16) as f64;
         Ok(Scale { bytes, tokens: bytes * per_token(&report) / per_token(cfg) })
     }
@@ -69,7 +69,7 @@ impl Sizes {
 }
 
 /// The RTX 4090 scaled to `cfg` (`--card scaled`).
-pub fn scaled_card(cfg: &Qwen2Config) -> Result<Card> {
+pub fn scaled_card(cfg: &DecoderConfig) -> Result<Card> {
     let rtx4090 = Card::parse("rtx4090")?;
     let scale = Scale::of(cfg)?;
     let total_mib = scale.mib(rtx4090.total_mib);
@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn the_report_model_gets_the_rtx4090() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         assert_eq!(Scale::of(&cfg).unwrap(), Scale::ONE);
         assert!((scaled_card(&cfg).unwrap().total_mib - 24084.5).abs() < 1e-6);
     }
@@ -102,12 +102,12 @@ mod tests {
     /// its F32 weights; its lengths are shorter by what a token costs against the card.
     #[test]
     fn the_tiny_card_holds_bf16_not_f32() {
-        let cfg = Qwen2Config::preset("tiny").unwrap();
+        let cfg = DecoderConfig::preset("tiny").unwrap();
         let card = scaled_card(&cfg).unwrap();
         let bf16 = weight_bytes(&cfg, Precision::Bf16);
         let ratio = card.total_bytes() as f64 / bf16 as f64;
         let report =
-            24084.5 * 1048576.0 / weight_bytes(&Qwen2Config::preset("qwen2.5-7b").unwrap(), Precision::Bf16) as f64;
+            24084.5 * 1048576.0 / weight_bytes(&DecoderConfig::preset("qwen2.5-7b").unwrap(), Precision::Bf16) as f64;
         assert!((ratio - report).abs() < 1e-6, "{ratio} vs {report}");
         assert!(card.total_bytes() < weight_bytes(&cfg, Precision::F32));
         let s = Scale::of(&cfg).unwrap();

@@ -7,13 +7,13 @@ use super::fit::{ledger_after, Inference};
 use super::transient::{self, Prefill};
 use super::workspace;
 use crate::memory::policy::POOL_SLACK;
-use crate::model::Qwen2Config;
+use crate::model::DecoderConfig;
 use crate::search::bisect;
 
 /// Whether a prefill that did not fit still grew the quantized buffer: its first layer got
 /// through attention into the MLP's down projection, where the new buffer is allocated beside
 /// the old. A prefill that fitted did.
-pub fn reaches_growth(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64, capacity: u64) -> bool {
+pub fn reaches_growth(cfg: &DecoderConfig, w: &Inference, runtime: u64, seen: u64, capacity: u64) -> bool {
     let act = w.precision.act_dtype().size_in_bytes();
     let p = transient::phases(
         cfg,
@@ -45,7 +45,7 @@ pub fn reaches_growth(cfg: &Qwen2Config, w: &Inference, runtime: u64, seen: u64,
 /// process ran them, each with whether it fitted), starting from `seen`. Only quantized
 /// prefills grow it.
 pub fn seen_before(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     runtime: u64,
     capacity: u64,
     attempts: &[(Inference, bool)],
@@ -65,7 +65,7 @@ pub fn seen_before(
 /// (doubling on past the last given), then the bisection to `resolution`, the quantized buffer
 /// carried from attempt to attempt. Returns the longest context found and the buffer's tokens.
 pub fn longest_context(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     w: &Inference,
     runtime: u64,
     capacity: u64,
@@ -121,7 +121,7 @@ mod tests {
     /// grid more does not.
     #[test]
     fn search_finds_the_ledger_edge_on_the_grid() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         let cap = 24u64 << 30;
         let doubling: Vec<usize> = (10..=15).map(|p| 1 << p).collect();
         for p in [Precision::Bf16, Precision::Q4] {
@@ -137,7 +137,7 @@ mod tests {
     /// prefill's buffer; one that failed in its first layer's attention does not.
     #[test]
     fn failed_prefills_grow_the_buffer_only_past_the_first_mlp() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         let cap = 24u64 << 30;
         let all = |seq| Inference { seq, ..w(Precision::Q4, Logits::All) };
         let naive = |seq| Inference { seq, attention: AttentionMode::Naive, ..w(Precision::Q4, Logits::All) };

@@ -92,7 +92,7 @@ pub fn ledger(params: u64, setup: &TrainSetup) -> TrainLedger {
 // ---------------------------------------------------------------------------------------------
 // Activations of the lab's F32 training step
 
-use crate::model::Qwen2Config;
+use crate::model::DecoderConfig;
 
 /// A batch of `batch` sequences of `seq` tokens, trained in F32 (4 B per element).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,7 +109,7 @@ impl TrainShape {
     }
 
     /// One layer's score matrix, [batch, heads, seq, seq], in elements.
-    fn scores(&self, cfg: &Qwen2Config) -> u64 {
+    fn scores(&self, cfg: &DecoderConfig) -> u64 {
         (self.batch * cfg.num_attention_heads) as u64 * (self.seq * self.seq) as u64
     }
 }
@@ -126,7 +126,7 @@ impl TrainShape {
 /// - the naive scores: product, scaled, masked, max-subtracted, exp, normalised (6 score
 ///   matrices) plus the row max and sum (2 · heads), and the u8 causal mask (seq² B);
 /// - the MLP: gate, up, silu, product (4 I), down and the residual (2 H).
-pub fn graph_layer(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+pub fn graph_layer(cfg: &DecoderConfig, sh: TrainShape) -> u64 {
     let (n, h, kv, i) = (sh.tokens(), cfg.hidden_size as u64, cfg.kv_dim() as u64, cfg.intermediate_size as u64);
     let heads = cfg.num_attention_heads as u64;
     // 21.5 H and 10.5 KV per token, kept as halves.
@@ -138,13 +138,13 @@ pub fn graph_layer(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
 /// The head's graph: the embedding output (H), the final norm (3 H + 4), the logits (V), and
 /// cross-entropy's log-softmax (max-subtracted, exp, log-probabilities: 3 V, plus 4 per-row
 /// scalars).
-pub fn graph_head(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+pub fn graph_head(cfg: &DecoderConfig, sh: TrainShape) -> u64 {
     let (n, h, v) = (sh.tokens(), cfg.hidden_size as u64, cfg.vocab_size as u64);
     F32 * n * (h + 3 * h + 4 + 4 * v + 4)
 }
 
 /// Everything a forward with trainable weights keeps until the backward ends.
-pub fn graph(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+pub fn graph(cfg: &DecoderConfig, sh: TrainShape) -> u64 {
     cfg.num_hidden_layers as u64 * graph_layer(cfg, sh) + graph_head(cfg, sh)
 }
 
@@ -152,7 +152,7 @@ pub fn graph(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
 /// until it is dropped: the masked fill's −∞ (a score matrix), and rotary's broadcast cos and sin
 /// for q and k (H, H, KV, KV), each holding the chain it was computed from (its zeros, the
 /// product with the activation, the upstream gradient: 4× its size).
-pub fn constant_grads_layer(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+pub fn constant_grads_layer(cfg: &DecoderConfig, sh: TrainShape) -> u64 {
     let (n, h, kv) = (sh.tokens(), cfg.hidden_size as u64, cfg.kv_dim() as u64);
     F32 * (sh.scores(cfg) + 4 * n * (2 * h + 2 * kv))
 }
@@ -163,7 +163,7 @@ pub fn constant_grads_layer(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
 /// inputs, so a running sum keeps its addends alive until it is consumed); the head's product
 /// holds the logits' gradient and five weight-sized tensors. Qwen's 151,936-word vocabulary makes
 /// the first the larger from a few hundred tokens on.
-pub fn head_backward(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+pub fn head_backward(cfg: &DecoderConfig, sh: TrainShape) -> u64 {
     let (n, v) = (sh.tokens(), cfg.vocab_size as u64);
     let table = (cfg.hidden_size * cfg.vocab_size) as u64;
     F32 * (7 * n * v).max(n * v + 5 * table)
@@ -194,7 +194,7 @@ impl StepActivations {
 }
 
 /// The F32 AdamW step's peak: weights and states (12 B per parameter) and its busiest moment.
-pub fn step_peak(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bool) -> u64 {
+pub fn step_peak(cfg: &DecoderConfig, params: u64, sh: TrainShape, checkpoint: bool) -> u64 {
     let l = ledger(params, &TrainSetup::fp32_adam());
     l.weights + l.optimizer + step_activations(cfg, params, sh, checkpoint).above_states()
 }
@@ -207,7 +207,7 @@ pub fn step_peak(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: boo
 ///   of the head's phase (inputs, head graph, its backward), a layer's (every gradient, the layer
 ///   recomputed with its constants' gradients, four score matrices of its backward, its input and
 ///   output gradients), and the embedding's (every gradient, the table's gradient and its sum).
-pub fn step_activations(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bool) -> StepActivations {
+pub fn step_activations(cfg: &DecoderConfig, params: u64, sh: TrainShape, checkpoint: bool) -> StepActivations {
     step_activations_updating(cfg, params, sh, checkpoint, crate::model::optim::UPDATE_COPIES)
 }
 
@@ -219,7 +219,7 @@ pub const CANDLE_NN_ADAMW_COPIES: u64 = 14;
 /// `step_activations` with an AdamW update that holds `update_copies` tensors of the largest
 /// weight's size beside the gradients.
 pub fn step_activations_updating(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     params: u64,
     sh: TrainShape,
     checkpoint: bool,
@@ -267,7 +267,7 @@ pub fn pytorch_update_peak(params: u64) -> u64 {
 /// repeated for every query head (SDPA's math path: F32 with grouped K/V heads has no fused
 /// kernel), its softmax (heads × seq) and the output the o projection saves (4 H); the MLP gate,
 /// up, silu and their product (4 I). Rotary and the residual adds save nothing of that size.
-pub fn pytorch_layer_keeps(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
+pub fn pytorch_layer_keeps(cfg: &DecoderConfig, sh: TrainShape) -> u64 {
     let (n, h, i) = (sh.tokens(), cfg.hidden_size as u64, cfg.intermediate_size as u64);
     F32 * (n * (10 * h + 4 * i) + sh.scores(cfg))
 }
@@ -281,7 +281,7 @@ pub fn pytorch_layer_keeps(cfg: &Qwen2Config, sh: TrainShape) -> u64 {
 /// parameter (`pytorch_update_peak`). Counted from what each op saves, no fitted constant; on an
 /// H100 (`data/results/h100/2026-11-24-train`) the forward's keeps of 0.5B, 1.5B and 3B land within
 /// 1.4 % of PyTorch's, its backward peaks within 1.3 % (`tests/committed_results.rs`).
-pub fn pytorch_step(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: bool) -> StepActivations {
+pub fn pytorch_step(cfg: &DecoderConfig, params: u64, sh: TrainShape, checkpoint: bool) -> StepActivations {
     let (n, h, v, layers) = (sh.tokens(), cfg.hidden_size as u64, cfg.vocab_size as u64, cfg.num_hidden_layers as u64);
     let logits = F32 * n * v;
     let per_layer = if checkpoint { F32 * n * h } else { pytorch_layer_keeps(cfg, sh) };
@@ -297,7 +297,7 @@ pub fn pytorch_step(cfg: &Qwen2Config, params: u64, sh: TrainShape, checkpoint: 
 
 /// The articles' activation estimate: batch × seq × hidden × layers × 4 B ("FP32 for backward
 /// pass"), and checkpointing saving 65 % of it.
-pub fn articles_activations(cfg: &Qwen2Config, sh: TrainShape, checkpoint: bool) -> u64 {
+pub fn articles_activations(cfg: &DecoderConfig, sh: TrainShape, checkpoint: bool) -> u64 {
     let full = F32 * sh.tokens() * (cfg.hidden_size * cfg.num_hidden_layers) as u64;
     if checkpoint {
         full * 35 / 100
@@ -352,7 +352,7 @@ mod tests {
     #[test]
     fn activations_of_the_tiny_model_by_hand() {
         // tiny: H 256, KV 128, I 512, 4 heads of 64, V 1024, 2 layers; one sequence of 64 tokens.
-        let cfg = Qwen2Config::preset("tiny").unwrap();
+        let cfg = DecoderConfig::preset("tiny").unwrap();
         let sh = TrainShape { batch: 1, seq: 64 };
         let scores = 4 * 64 * 64;
         // 21.5·256 + 10.5·128 + 4·512 + 8 + 2·4 = 8,912 per token; 6 score matrices; 4·64·64 of rotary.
@@ -382,7 +382,7 @@ mod tests {
     #[test]
     fn pytorch_step_of_the_tiny_model_by_hand() {
         // tiny: H 256, I 512, 4 heads, V 1024, 2 layers; one sequence of 64 tokens.
-        let cfg = Qwen2Config::preset("tiny").unwrap();
+        let cfg = DecoderConfig::preset("tiny").unwrap();
         let sh = TrainShape { batch: 1, seq: 64 };
         let p = cfg.param_count() as u64;
         // A layer: 64 · (10 · 256 + 4 · 512) + 4 · 64 · 64 elements.

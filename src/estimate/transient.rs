@@ -1,6 +1,6 @@
 //! The prefill's transient peak: the bytes the lab's forward pass holds above the weights and the
 //! (preallocated) KV cache at its busiest moment, counted tensor by tensor from
-//! `model::qwen2::Layer::forward` and `model::attention`. Four moments compete:
+//! `model::decoder::Layer::forward` and `model::attention`. Four moments compete:
 //! - attention: the layer's live tensors plus one query chunk's scores, probabilities and output;
 //! - the o projection's residual add, and the MLP's `silu(gate) * up` (four I-sized tensors);
 //! - the logits: the final norm's input and output beside the logits kept.
@@ -16,7 +16,7 @@
 
 use crate::memory::policy::POOL_CHUNK;
 use crate::model::attention::AttentionMode;
-use crate::model::qwen2::config::Qwen2Config;
+use crate::model::config::DecoderConfig;
 use crate::model::Logits;
 
 /// A prefill from an empty cache: `batch` sequences of `seq` tokens, activations of `act_bytes`.
@@ -116,7 +116,7 @@ pub fn pool_slack(chunked: u64, slack: u64) -> u64 {
 }
 
 /// The four moments of `p` on `cfg`.
-pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
+pub fn phases(cfg: &DecoderConfig, p: &Prefill) -> Phases {
     let a = p.act_bytes as u64;
     let (b, s) = (p.batch as u64, p.seq as u64);
     let tokens = b * s;
@@ -232,7 +232,7 @@ pub fn phases(cfg: &Qwen2Config, p: &Prefill) -> Phases {
 /// the chunks done, the scaled query chunk, and either the scores with the causal corner being
 /// masked (mask and masked copy) or the scores, probabilities and the chunk's output. With the
 /// chunk share of the same moment: every chunk's output is an allocation of its own.
-fn bounded(cfg: &Qwen2Config, b: u64, s: u64, a: u64, budget: u64) -> (u64, u64) {
+fn bounded(cfg: &DecoderConfig, b: u64, s: u64, a: u64, budget: u64) -> (u64, u64) {
     let heads = cfg.num_attention_heads as u64;
     let h = cfg.hidden_size as u64 * a;
     let row_bytes = b * heads * s * a;
@@ -278,7 +278,7 @@ fn bounded(cfg: &Qwen2Config, b: u64, s: u64, a: u64, budget: u64) -> (u64, u64)
 /// Stock candle-transformers' attention (`attention::naive`): K and V repeated for every query
 /// head, the scaled scores, the masked copy and the probabilities (three full score matrices),
 /// and the output.
-fn naive(cfg: &Qwen2Config, b: u64, s: u64, a: u64) -> u64 {
+fn naive(cfg: &DecoderConfig, b: u64, s: u64, a: u64) -> u64 {
     let heads = cfg.num_attention_heads as u64;
     let h = cfg.hidden_size as u64 * a;
     let scores = b * heads * s * s * a;
@@ -290,7 +290,7 @@ mod tests {
     use super::*;
 
     fn seven_b(seq: usize, logits: Logits, act_bytes: usize) -> Phases {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         phases(&cfg, &Prefill { seq, batch: 1, act_bytes, logits, attention: AttentionMode::default(), cast: false })
     }
 
@@ -341,7 +341,7 @@ mod tests {
     /// The chunks keep every score matrix under the budget; a larger budget never lowers the peak.
     #[test]
     fn chunks_bound_the_scores() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         let at = |budget| {
             phases(
                 &cfg,
@@ -377,7 +377,7 @@ mod tests {
     /// reference), across batches, budgets and contexts that leave a shorter last chunk or none.
     #[test]
     fn last_chunks_are_the_busiest() {
-        let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-0.5b").unwrap();
         let (heads, a) = (cfg.num_attention_heads as u64, 2u64);
         let h = cfg.hidden_size as u64 * a;
         let walk = |b: u64, s: u64, budget: u64| {
@@ -417,7 +417,7 @@ mod tests {
     /// and the output (H) only; the MLP one H less than bounded's (no reshaped copy of the output).
     #[test]
     fn flash_holds_no_scores() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         let at = |attention| {
             phases(&cfg, &Prefill { seq: 32768, batch: 1, act_bytes: 2, logits: Logits::Last, attention, cast: false })
         };

@@ -10,8 +10,8 @@
 //! Qwen2.5-7B: the widest quantized row is down_proj's 18,944 values, 148 blocks of 144 B:
 //! 21,312 B per prefill token, as the committed Q4 runs' base grew.
 
+use crate::model::config::DecoderConfig;
 use crate::model::precision::{Held, Precision};
-use crate::model::qwen2::config::Qwen2Config;
 use candle_core::quantized::GgmlDType;
 
 /// candle pads a quantized row to 512 values (`MATRIX_ROW_PADDING`).
@@ -28,7 +28,7 @@ pub const FIXUP_BYTES: u64 = 256 * 128 * 128 * 4;
 
 /// The widest row (input features) of a matrix the quantized matmul multiplies: every quantized
 /// matrix but the embedding table, which is gathered (unless tied, when it is also the head).
-fn widest_row(cfg: &Qwen2Config, precision: Precision) -> u64 {
+fn widest_row(cfg: &DecoderConfig, precision: Precision) -> u64 {
     // Every layer is alike: the outside tensors and one layer's hold every width.
     super::bytes::with_layers(cfg, cfg.num_hidden_layers.min(1))
         .tensor_specs()
@@ -54,7 +54,7 @@ fn mmq_main(rows: u64, k: u64) -> u64 {
 
 /// Bytes of the MMQ buffers after a matmul over `rows` input rows of the widest row (0 when no
 /// such call yet).
-pub fn mmq_bytes(cfg: &Qwen2Config, precision: Precision, rows: u64) -> u64 {
+pub fn mmq_bytes(cfg: &DecoderConfig, precision: Precision, rows: u64) -> u64 {
     if rows <= MMVQ_MAX_ROWS {
         return 0;
     }
@@ -62,7 +62,7 @@ pub fn mmq_bytes(cfg: &Qwen2Config, precision: Precision, rows: u64) -> u64 {
 }
 
 /// Bytes of the MMVQ buffer after a matmul over `rows` ≤ 8 input rows.
-pub fn mmvq_bytes(cfg: &Qwen2Config, precision: Precision, rows: u64) -> u64 {
+pub fn mmvq_bytes(cfg: &DecoderConfig, precision: Precision, rows: u64) -> u64 {
     let blocks = padded(widest_row(cfg, precision), MMVQ_BLOCK) / MMVQ_BLOCK;
     rows.min(MMVQ_MAX_ROWS) * blocks * MMVQ_BLOCK_BYTES
 }
@@ -70,7 +70,7 @@ pub fn mmvq_bytes(cfg: &Qwen2Config, precision: Precision, rows: u64) -> u64 {
 /// What a process in `precision` holds for the quantized matmul after prefills of at most
 /// `tokens` (batch × seq) tokens: the MMQ buffer (decode's MMVQ buffer, a few hundred KB, is
 /// left out). Zero for dense precisions.
-pub fn held(cfg: &Qwen2Config, precision: Precision, tokens: u64) -> u64 {
+pub fn held(cfg: &DecoderConfig, precision: Precision, tokens: u64) -> u64 {
     if precision.is_quantized() {
         mmq_bytes(cfg, precision, tokens)
     } else {
@@ -79,7 +79,7 @@ pub fn held(cfg: &Qwen2Config, precision: Precision, tokens: u64) -> u64 {
 }
 
 /// The separate allocations behind `held` (the MMQ buffer and its fixup buffer), empty when none.
-pub fn held_parts(cfg: &Qwen2Config, precision: Precision, tokens: u64) -> Vec<u64> {
+pub fn held_parts(cfg: &DecoderConfig, precision: Precision, tokens: u64) -> Vec<u64> {
     let main = mmq_main(tokens, widest_row(cfg, precision));
     if precision.is_quantized() && main > 0 {
         vec![main, FIXUP_BYTES]
@@ -90,7 +90,7 @@ pub fn held_parts(cfg: &Qwen2Config, precision: Precision, tokens: u64) -> Vec<u
 
 /// The separate allocations behind `at_growth`: the new buffer, the old one and the fixup while
 /// the buffer grows; `held_parts` when nothing grows.
-pub fn at_growth_parts(cfg: &Qwen2Config, precision: Precision, seen: u64, tokens: u64) -> Vec<u64> {
+pub fn at_growth_parts(cfg: &DecoderConfig, precision: Precision, seen: u64, tokens: u64) -> Vec<u64> {
     let widest = widest_row(cfg, precision);
     if !precision.is_quantized() || mmq_main(tokens, widest) <= mmq_main(seen, widest) {
         return held_parts(cfg, precision, seen.max(tokens));
@@ -102,7 +102,7 @@ pub fn at_growth_parts(cfg: &Qwen2Config, precision: Precision, seen: u64, token
 /// The buffers live while a prefill of `tokens` grows the buffer in its first down projection,
 /// after earlier prefills of at most `seen` tokens: the new one beside the old, which the first
 /// projections (over the hidden size) may already have grown. `held` once nothing grows.
-pub fn at_growth(cfg: &Qwen2Config, precision: Precision, seen: u64, tokens: u64) -> u64 {
+pub fn at_growth(cfg: &DecoderConfig, precision: Precision, seen: u64, tokens: u64) -> u64 {
     let widest = widest_row(cfg, precision);
     if !precision.is_quantized() || mmq_main(tokens, widest) <= mmq_main(seen, widest) {
         return held(cfg, precision, seen.max(tokens));
@@ -118,7 +118,7 @@ mod tests {
     /// Qwen2.5-7B by hand: down_proj's 18,944 values pad to 18,944 (37 × 512), 148 blocks of 144 B.
     #[test]
     fn seven_b_by_hand() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         assert_eq!(widest_row(&cfg, Precision::Q4), 18_944);
         assert_eq!(mmq_bytes(&cfg, Precision::Q4, 1024), 1024 * 21_312 + 128 * 144 + 16 * 1024 * 1024);
         assert_eq!(mmq_bytes(&cfg, Precision::Q4, 8), 0);
@@ -137,7 +137,7 @@ mod tests {
     /// 4,864 values pad to 5,120 (10 × 512): 40 blocks.
     #[test]
     fn padding_rounds_up_to_512() {
-        let cfg = Qwen2Config::preset("qwen2.5-0.5b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-0.5b").unwrap();
         assert_eq!(widest_row(&cfg, Precision::Q4), 4_864);
         assert_eq!(mmq_bytes(&cfg, Precision::Q4, 100) - FIXUP_BYTES, (100 * 40 + 128) * 144);
     }
@@ -145,7 +145,7 @@ mod tests {
     /// The parts are the totals' allocations: they add up to `held` and `at_growth`.
     #[test]
     fn parts_add_up() {
-        let cfg = Qwen2Config::preset("qwen2.5-7b").unwrap();
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         for (seen, tokens) in [(0, 4096), (4096, 512), (512, 32768), (32768, 32768)] {
             assert_eq!(
                 at_growth_parts(&cfg, Precision::Q4, seen, tokens).iter().sum::<u64>(),

@@ -6,7 +6,7 @@
 use crate::error::OomReport;
 use crate::estimate::{self, Workload};
 use crate::memory::{mib, Category, Held};
-use crate::model::Qwen2Config;
+use crate::model::DecoderConfig;
 use crate::session::Session;
 use polars::prelude::*;
 
@@ -73,7 +73,7 @@ pub fn diagnose(
     s: &Session,
     context: &str,
     report: &OomReport,
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     w: &Workload,
     held: &Held,
     m: Measured,

@@ -3,9 +3,9 @@
 //! loading stage writes the synthetic model this way to time reading it back.
 
 use super::precision::Precision;
-use super::qwen2::config::Qwen2Config;
 use super::weights::WeightSource;
 use crate::error::{LabError, Result};
+use crate::model::config::DecoderConfig;
 use candle_core::{Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// `shard_bytes` (one tensor per shard where a tensor is larger), synced to the disk. Returns
 /// the shard files and the seconds spent writing and syncing them (making the tensors apart).
 pub fn write_safetensors(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     source: &mut dyn WeightSource,
     dir: &Path,
     precision: Precision,
@@ -78,7 +78,7 @@ mod tests {
 
     #[test]
     fn shards_hold_every_tensor_once_and_read_back_equal() {
-        let cfg = Qwen2Config::preset("tiny").unwrap();
+        let cfg = DecoderConfig::preset("tiny").unwrap();
         let dir = std::env::temp_dir().join(format!("vram-lab-ckpt-{}", std::process::id()));
         let mut src = Synthetic::new(cfg.clone(), 7);
         // A shard budget smaller than the model: several shards and an index.

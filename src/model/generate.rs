@@ -1,7 +1,7 @@
 //! Prefill + decode loop with timings: the token generator behind `vram-lab generate` and the
 //! anatomy stage.
 
-use super::qwen2::{last_logits, Logits, Qwen2};
+use super::decoder::{last_logits, Decoder, Logits};
 use super::sampling::{check_finite, Sampler};
 use crate::error::{LabError, Result};
 use crate::limits::{check_count, MAX_NEW_TOKENS, MAX_SEQ};
@@ -54,20 +54,20 @@ impl Generation {
 
 /// A short untimed run first, so module loading, cuBLAS handles and kernel compilation stay out of
 /// the timed numbers.
-pub fn warmup(model: &Qwen2, prompt: &[u32]) -> Result<()> {
+pub fn warmup(model: &Decoder, prompt: &[u32]) -> Result<()> {
     let cfg = GenerateConfig { max_new_tokens: 2, ..Default::default() };
     generate(model, &prompt[..prompt.len().min(8)], &cfg).map(|_| ())
 }
 
 /// Generates up to `cfg.max_new_tokens` after `prompt`.
-pub fn generate(model: &Qwen2, prompt: &[u32], cfg: &GenerateConfig) -> Result<Generation> {
+pub fn generate(model: &Decoder, prompt: &[u32], cfg: &GenerateConfig) -> Result<Generation> {
     generate_with(model, prompt, cfg, |_| {})
 }
 
 /// `generate`, calling `on_token` with the count of tokens generated so far (a progress bar).
 /// Greedy decoding with every layer on a GPU runs the lab's fastest loop (`generate_static`).
 pub fn generate_with(
-    model: &Qwen2,
+    model: &Decoder,
     prompt: &[u32],
     cfg: &GenerateConfig,
     mut on_token: impl FnMut(usize),
@@ -146,7 +146,7 @@ pub fn check_request(vocab: usize, prompt: &[u32], cfg: &GenerateConfig) -> Resu
 /// variant). The prefill is the model's forward, as in the loop, so its memory is what stages
 /// 1-2 measured; the cache holds the same prompt + new tokens.
 fn generate_static(
-    model: &Qwen2,
+    model: &Decoder,
     prompt: &[u32],
     cfg: &GenerateConfig,
     mut on_token: impl FnMut(usize),
@@ -244,7 +244,7 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// `batch` sequences of `prompt` seeded ids prefilled, then `steps` greedy steps, each timed.
-pub fn time_decode(model: &Qwen2, batch: usize, prompt: usize, steps: usize, seed: u64) -> Result<DecodeTiming> {
+pub fn time_decode(model: &Decoder, batch: usize, prompt: usize, steps: usize, seed: u64) -> Result<DecodeTiming> {
     let device = model.device();
     let ids = seeded_ids(batch * prompt, model.cfg.vocab_size, seed);
     let mut cache = model.new_cache(batch, prompt + steps + 1)?;
@@ -271,7 +271,7 @@ pub fn time_decode(model: &Qwen2, batch: usize, prompt: usize, steps: usize, see
 /// first step after the prefill fills candle's parameter cache and is not timed.
 /// `own`: which of the lab's kernels the step takes in place of candle's.
 pub fn time_decode_graph(
-    model: &Qwen2,
+    model: &Decoder,
     batch: usize,
     prompt: usize,
     steps: usize,
@@ -302,7 +302,7 @@ pub fn time_decode_graph(
 }
 
 /// Seconds of one prefill of `batch` × `seq` seeded ids from an empty cache (synchronised).
-pub fn time_prefill(model: &Qwen2, batch: usize, seq: usize, logits: Logits, seed: u64) -> Result<f64> {
+pub fn time_prefill(model: &Decoder, batch: usize, seq: usize, logits: Logits, seed: u64) -> Result<f64> {
     let device = model.device();
     let ids = seeded_ids(batch * seq, model.cfg.vocab_size, seed);
     let mut cache = model.new_cache(batch, seq)?;

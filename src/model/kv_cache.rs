@@ -5,8 +5,8 @@
 //! - `Concat` (what stock candle-transformers does): each step concatenates the new K/V onto the
 //!   old, allocating a new cache and copying the whole old one every token.
 
-use super::qwen2::config::Qwen2Config;
 use crate::error::{LabError, Result};
+use crate::model::config::DecoderConfig;
 use candle_core::{DType, Device, Tensor};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -34,13 +34,13 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    pub fn new(cfg: &Qwen2Config, batch: usize, max_seq: usize, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn new(cfg: &DecoderConfig, batch: usize, max_seq: usize, dtype: DType, device: &Device) -> Result<Self> {
         Self::with_kind(CacheKind::Preallocated, cfg, batch, max_seq, dtype, device)
     }
 
     pub fn with_kind(
         kind: CacheKind,
-        cfg: &Qwen2Config,
+        cfg: &DecoderConfig,
         batch: usize,
         max_seq: usize,
         dtype: DType,
@@ -52,7 +52,7 @@ impl KvCache {
     /// A cache whose layer `l` lives on `devices[l]` (the device its layer runs on).
     pub fn on_devices(
         kind: CacheKind,
-        cfg: &Qwen2Config,
+        cfg: &DecoderConfig,
         batch: usize,
         max_seq: usize,
         dtype: DType,

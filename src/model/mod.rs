@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod config;
 
 pub mod decode;
+pub mod decoder;
 pub mod generate;
 pub mod gguf;
 pub mod host_attention;
@@ -20,7 +21,6 @@ pub mod placement;
 pub mod precision;
 pub mod profile;
 pub mod quantize;
-pub mod qwen2;
 pub mod sampling;
 pub mod source;
 pub mod streamer;
@@ -30,9 +30,9 @@ pub mod upload;
 pub mod weights;
 
 pub use attention::AttentionMode;
-pub use config::{DecoderConfig, Family, Qwen2Config, TensorSpec};
+pub use config::{DecoderConfig, Family, TensorSpec};
+pub use decoder::{Decoder, Logits};
 pub use generate::{generate, GenerateConfig, Generation};
 pub use kv_cache::{CacheKind, KvCache};
 pub use precision::Precision;
-pub use qwen2::{Logits, Qwen2};
 pub use source::{LoadedModel, ModelSource, SourceOptions};

@@ -9,7 +9,7 @@
 //! The embedding table stays in host memory whenever anything is offloaded: a token needs one row
 //! of it, so it costs host bandwidth of one row, not a GiB of the budget.
 
-use super::qwen2::config::{Qwen2Config, TensorSpec};
+use super::config::{DecoderConfig, TensorSpec};
 use crate::error::{LabError, Result};
 pub use crate::memory::bandwidth::Bandwidths;
 use serde::{Deserialize, Serialize};
@@ -71,7 +71,7 @@ pub struct PartBytes {
 }
 
 impl PartBytes {
-    pub fn new(cfg: &Qwen2Config, elem_bytes: usize) -> Self {
+    pub fn new(cfg: &DecoderConfig, elem_bytes: usize) -> Self {
         let bytes = |s: &TensorSpec| (s.elem_count() * elem_bytes) as u64;
         let specs = cfg.tensor_specs();
         let sum = |pred: &dyn Fn(&str) -> bool| specs.iter().filter(|s| pred(&s.name)).map(bytes).sum::<u64>();
@@ -292,7 +292,7 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     fn seven_b() -> PartBytes {
-        PartBytes::new(&Qwen2Config::preset("qwen2.5-7b").unwrap(), 2)
+        PartBytes::new(&DecoderConfig::preset("qwen2.5-7b").unwrap(), 2)
     }
 
     #[test]

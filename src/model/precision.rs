@@ -1,8 +1,8 @@
 //! Precisions the lab loads a model in, and their plans: which tensor gets which GGUF block type
 //! (the lab's Q4 plan, or llama.cpp's Q4_K_M recipe), and the dtype the model computes in.
 
+use super::config::{DecoderConfig, TensorSpec};
 use super::gguf::recipe::{self, FileType, ModelClass};
-use super::qwen2::config::{Qwen2Config, TensorSpec};
 use crate::error::{LabError, Result};
 use candle_core::quantized::GgmlDType;
 use candle_core::DType;
@@ -123,7 +123,7 @@ impl Precision {
 
     /// How `spec` of `cfg` is held once loaded: dense in its dtype; under the Q4 plans, GGUF
     /// blocks for the matrices and the activation dtype for vectors (norms, biases).
-    pub fn held(self, cfg: &Qwen2Config, spec: &TensorSpec) -> Held {
+    pub fn held(self, cfg: &DecoderConfig, spec: &TensorSpec) -> Held {
         if let Some(d) = self.dense_dtype() {
             return Held::Dense(d);
         }
@@ -149,7 +149,7 @@ impl Compute {
 
 /// llama.cpp's Q4_K_M type for one tensor of `cfg` named as in the HF checkpoint (F32 for what
 /// llama-quantize leaves alone: norms and biases).
-fn q4_k_m_type(cfg: &Qwen2Config, spec: &TensorSpec) -> GgmlDType {
+fn q4_k_m_type(cfg: &DecoderConfig, spec: &TensorSpec) -> GgmlDType {
     let (name, ne) = super::gguf::gguf_tensor(spec);
     if !recipe::is_quantized(&name, &ne) {
         return GgmlDType::F32;
@@ -230,7 +230,7 @@ mod tests {
     fn q4_k_m_holds_the_recipes_types() {
         use crate::model::gguf::writer::{plan, Plan};
         for name in ["qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-72b"] {
-            let cfg = Qwen2Config::preset(name).unwrap();
+            let cfg = DecoderConfig::preset(name).unwrap();
             let planned = plan(&cfg, Plan::Llama(FileType::Q4KM));
             let specs = cfg.tensor_specs();
             assert_eq!(planned.len(), specs.len());

@@ -3,13 +3,13 @@
 //! `--cache-dir`). Each resolves to a config, a weight source and, when present, a tokenizer.
 
 use super::chat::{self, ChatMl};
+use super::decoder::Decoder;
 use super::gguf::Gguf;
 use super::precision::Precision;
-use super::qwen2::config::Qwen2Config;
-use super::qwen2::Qwen2;
 use super::weights::{self, Safetensors, Synthetic, WeightSource};
 use crate::error::{LabError, Result};
 use crate::memory::MemoryProbe;
+use crate::model::config::DecoderConfig;
 use candle_core::Device;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -40,7 +40,7 @@ pub struct SourceOptions {
 impl ModelSource {
     pub fn parse(s: &str) -> Result<Self> {
         if let Some(preset) = s.strip_prefix("synthetic:") {
-            Qwen2Config::preset(preset)?;
+            DecoderConfig::preset(preset)?;
             return Ok(Self::Synthetic(preset.to_string()));
         }
         let path = Path::new(s);
@@ -116,7 +116,7 @@ fn find_tokenizer(explicit: Option<&Path>, dir: Option<&Path>) -> Result<Option<
 
 /// A source opened: its config, weights, tokenizer and chat template, nothing loaded yet.
 pub struct OpenedSource {
-    pub cfg: Qwen2Config,
+    pub cfg: DecoderConfig,
     pub weights: Box<dyn WeightSource>,
     pub tokenizer: Option<Tokenizer>,
     /// The model's chat template, when it is ChatML (`model::chat`).
@@ -124,12 +124,12 @@ pub struct OpenedSource {
 }
 
 /// A model folder's config.json.
-pub fn dir_config(dir: &Path) -> Result<Qwen2Config> {
+pub fn dir_config(dir: &Path) -> Result<DecoderConfig> {
     let cfg_path = dir.join("config.json");
     if !cfg_path.is_file() {
         return Err(LabError::input(format!("{} has no config.json", dir.display())));
     }
-    Qwen2Config::from_file(&cfg_path)
+    DecoderConfig::from_file(&cfg_path)
 }
 
 pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> {
@@ -142,7 +142,7 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
     };
     match source {
         ModelSource::Synthetic(preset) => {
-            let cfg = Qwen2Config::preset(preset)?;
+            let cfg = DecoderConfig::preset(preset)?;
             // Qwen2.5's tokenizer ships with the lab: a synthetic Qwen2.5 tokenizes as the real one.
             let tokenizer = match find_tokenizer(opts.tokenizer.as_deref(), None)? {
                 Some(t) => Some(t),
@@ -169,7 +169,7 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
 
 /// A model loaded onto a device, with what it took.
 pub struct LoadedModel {
-    pub model: Qwen2,
+    pub model: Decoder,
     pub tokenizer: Option<Tokenizer>,
     pub chat: Option<ChatMl>,
     pub load_s: f64,
@@ -208,7 +208,7 @@ pub fn load_opened(
         }
         probe.check()
     })?;
-    let model = Qwen2::new(&opened.cfg, precision, weights, device)?;
+    let model = Decoder::new(&opened.cfg, precision, weights, device)?;
     device.synchronize()?;
     Ok(LoadedModel {
         model,

@@ -8,7 +8,7 @@
 //! slot's compute is done, so it overlaps the layers in between (double buffering with 2 slots);
 //! on the CPU (tests) the same schedule copies at once.
 
-use super::qwen2::layer::Layer;
+use super::decoder::layer::Layer;
 use crate::error::{LabError, Result};
 use candle_core::{Device, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -15,7 +15,7 @@ pub const QWEN2_SPLIT: &str =
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pre {
     /// Qwen2's regex, then byte-level without a regex (Qwen2, Qwen2.5, DeepSeek-R1's Qwen distills).
-    Qwen2,
+    Decoder,
     /// GPT-2's byte-level regex.
     Gpt2,
 }
@@ -23,7 +23,7 @@ pub enum Pre {
 impl Pre {
     pub fn from_gguf(name: &str) -> Option<Self> {
         match name {
-            "qwen2" | "deepseek-r1-qwen" => Some(Self::Qwen2),
+            "qwen2" | "deepseek-r1-qwen" => Some(Self::Decoder),
             "gpt-2" | "default" => Some(Self::Gpt2),
             _ => None,
         }
@@ -31,7 +31,7 @@ impl Pre {
 
     pub fn gguf_name(self) -> &'static str {
         match self {
-            Self::Qwen2 => "qwen2",
+            Self::Decoder => "qwen2",
             Self::Gpt2 => "gpt-2",
         }
     }
@@ -44,12 +44,12 @@ impl Pre {
         let parts = pre["pretokenizers"].as_array()?;
         let split = parts.iter().find(|p| p["type"] == "Split")?;
         (split["pattern"]["Regex"] == QWEN2_SPLIT && parts.iter().any(|p| p["type"] == "ByteLevel"))
-            .then_some(Self::Qwen2)
+            .then_some(Self::Decoder)
     }
 
     fn pre_tokenizer(self) -> Json {
         match self {
-            Self::Qwen2 => json!({"type": "Sequence", "pretokenizers": [
+            Self::Decoder => json!({"type": "Sequence", "pretokenizers": [
                 {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": false},
                 {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]}),
             Self::Gpt2 => {
@@ -84,7 +84,7 @@ pub fn build(mut vocab: Map<String, Json>, merges: Vec<String>, added: &[Added],
         "version": "1.0", "truncation": null, "padding": null,
         "added_tokens": added,
         // Qwen2's tokenizer.json normalizes to NFC; llama.cpp skips it (the same on NFC text).
-        "normalizer": if pre == Pre::Qwen2 { json!({"type": "NFC"}) } else { Json::Null },
+        "normalizer": if pre == Pre::Decoder { json!({"type": "NFC"}) } else { Json::Null },
         "pre_tokenizer": pre.pre_tokenizer(),
         "post_processor": byte_level,
         "decoder": byte_level,
@@ -164,7 +164,7 @@ pub fn qwen25() -> Result<Tokenizer> {
         .enumerate()
         .map(|(i, c)| Added { id: QWEN25_FIRST_ADDED + i as u32, content: c.to_string(), special: i < 14 })
         .collect();
-    build(vocab, merges, &added, Pre::Qwen2)
+    build(vocab, merges, &added, Pre::Decoder)
 }
 
 /// The shipped tokenizer for a model whose vocabulary holds Qwen2.5's ids (every Qwen2.5 preset),

@@ -9,8 +9,8 @@
 //! time with a graph, back-propagates the gradient of its output (the surrogate
 //! `sum(output · grad.detach())` has exactly that gradient) and frees it before the next layer.
 
+use super::decoder::{Decoder, Logits};
 use super::kv_cache::CacheKind;
-use super::qwen2::{Logits, Qwen2};
 use super::AttentionMode;
 use crate::error::{LabError, Result};
 use candle_core::backprop::GradStore;
@@ -23,7 +23,7 @@ pub struct StepGrads {
 }
 
 /// `model` ready to train: trainable weights and the differentiable forward.
-pub fn trainable(model: Qwen2) -> Result<Qwen2> {
+pub fn trainable(model: Decoder) -> Result<Decoder> {
     let mut model = model.into_trainable()?;
     model.attention = AttentionMode::Differentiable;
     Ok(model)
@@ -36,14 +36,14 @@ pub fn shift(ids: &Tensor) -> Result<(Tensor, Tensor)> {
 }
 
 /// Mean cross-entropy of `logits` (pieces [batch, rows, vocab]) against `target` ([batch · s]).
-fn cross_entropy(model: &Qwen2, pieces: Vec<Tensor>, target: &Tensor) -> Result<Tensor> {
+fn cross_entropy(model: &Decoder, pieces: Vec<Tensor>, target: &Tensor) -> Result<Tensor> {
     let logits = Tensor::cat(&pieces, 1)?;
     drop(pieces);
     let logits = logits.reshape(((), model.cfg.vocab_size))?.to_dtype(DType::F32)?;
     Ok(candle_nn::loss::cross_entropy(&logits, target)?)
 }
 
-fn check(model: &Qwen2) -> Result<()> {
+fn check(model: &Decoder) -> Result<()> {
     if model.attention != AttentionMode::Differentiable {
         return Err(LabError::other("a training step needs the differentiable forward (train::trainable)"));
     }
@@ -55,7 +55,7 @@ fn check(model: &Qwen2) -> Result<()> {
 /// Only the weights' gradients are returned: candle's store also holds gradients of constants
 /// the graph used (see `estimate::training::constant_grads_layer`), dropped here.
 pub fn gradients(
-    model: &Qwen2,
+    model: &Decoder,
     input: &Tensor,
     target: &Tensor,
     checkpoint: bool,
@@ -95,7 +95,7 @@ fn merge(into: &mut GradStore, from: &mut GradStore, tensors: &[Tensor]) -> Resu
     Ok(())
 }
 
-fn checkpointed(model: &Qwen2, input: &Tensor, target: &Tensor, forward_done: &mut dyn FnMut()) -> Result<StepGrads> {
+fn checkpointed(model: &Decoder, input: &Tensor, target: &Tensor, forward_done: &mut dyn FnMut()) -> Result<StepGrads> {
     let (b, s) = input.dims2()?;
     let cfg = &model.cfg;
     let layers = cfg.num_hidden_layers;
@@ -143,17 +143,17 @@ fn checkpointed(model: &Qwen2, input: &Tensor, target: &Tensor, forward_done: &m
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::qwen2::config::Qwen2Config;
+    use crate::model::config::DecoderConfig;
     use crate::model::weights::{load_all, Synthetic};
     use crate::model::Precision;
     use candle_core::Device;
 
-    fn tiny_model(tied: bool) -> Qwen2 {
-        let mut cfg = Qwen2Config::preset("tiny").unwrap();
+    fn tiny_model(tied: bool) -> Decoder {
+        let mut cfg = DecoderConfig::preset("tiny").unwrap();
         cfg.tie_word_embeddings = tied;
         let mut source = Synthetic::new(cfg.clone(), 5);
         let w = load_all(&cfg, &mut source, Precision::F32, &Device::Cpu, None, |_, _| Ok(())).unwrap();
-        trainable(Qwen2::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap()).unwrap()
+        trainable(Decoder::new(&cfg, Precision::F32, w, &Device::Cpu).unwrap()).unwrap()
     }
 
     /// Checkpointing recomputes the same graph: the same loss and the same gradients.

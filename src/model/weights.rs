@@ -2,8 +2,8 @@
 //! `gguf`. Each source hands out one tensor at a time, already on the target device in the
 //! requested precision, so nothing larger than one tensor is ever staged.
 
+use super::config::{DecoderConfig, TensorSpec};
 use super::precision::{Held, Precision};
-use super::qwen2::config::{Qwen2Config, TensorSpec};
 use crate::error::{cause, LabError, Result};
 use crate::memory::MemoryProbe;
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -48,14 +48,14 @@ pub trait WeightSource {
     fn contains(&self, name: &str) -> bool;
     /// The bytes the weights take once loaded in `precision` when the file fixes them (a GGUF's
     /// own block types); None where the precision's plan decides (`estimate::weight_bytes`).
-    fn stored_bytes(&self, _cfg: &Qwen2Config, _precision: Precision) -> Option<u64> {
+    fn stored_bytes(&self, _cfg: &DecoderConfig, _precision: Precision) -> Option<u64> {
         None
     }
     fn describe(&self) -> String;
 }
 
 /// Dense tensor → the requested precision: a dtype cast, or the plan's quantization.
-fn convert(t: Tensor, spec: &TensorSpec, precision: Precision, cfg: &Qwen2Config, device: &Device) -> Result<Weight> {
+fn convert(t: Tensor, spec: &TensorSpec, precision: Precision, cfg: &DecoderConfig, device: &Device) -> Result<Weight> {
     match precision.held(cfg, spec) {
         Held::Dense(dtype) => Ok(Weight::Dense(t.to_dtype(dtype)?.to_device(device)?)),
         Held::Blocks(q) => Ok(Weight::Quant(Arc::new(super::quantize::quantize_rows(&t, q, device)?))),
@@ -75,14 +75,14 @@ pub(crate) fn check_shape(name: &str, got: &[usize], want: &[usize]) -> Result<(
 /// Seeded random weights with the checkpoint's exact names and shapes: N(0, 0.02) matrices and
 /// biases, norms at 1. Memory and speed do not depend on the values.
 pub struct Synthetic {
-    pub cfg: Qwen2Config,
+    pub cfg: DecoderConfig,
     pub seed: u64,
 }
 
 const STD: f32 = 0.02;
 
 impl Synthetic {
-    pub fn new(cfg: Qwen2Config, seed: u64) -> Self {
+    pub fn new(cfg: DecoderConfig, seed: u64) -> Self {
         Self { cfg, seed }
     }
 
@@ -172,7 +172,7 @@ impl WeightSource for Synthetic {
 /// file's dtype are read and copied by `upload` instead).
 pub struct Safetensors {
     st: candle_core::safetensors::MmapedSafetensors,
-    cfg: Qwen2Config,
+    cfg: DecoderConfig,
     files: Vec<PathBuf>,
     #[cfg(feature = "cuda")]
     index: HashMap<String, super::upload::Entry>,
@@ -181,7 +181,7 @@ pub struct Safetensors {
 }
 
 impl Safetensors {
-    pub fn open(files: &[PathBuf], cfg: &Qwen2Config) -> Result<Self> {
+    pub fn open(files: &[PathBuf], cfg: &DecoderConfig) -> Result<Self> {
         if files.is_empty() {
             return Err(LabError::input("no *.safetensors file found"));
         }
@@ -293,7 +293,7 @@ impl WeightSource for Safetensors {
 
 /// The first tensor of `source` (in module order) that holds a NaN or an infinity, read one at a
 /// time on the CPU in F32: what names the culprit once a generation's logits are not finite.
-pub fn first_non_finite(cfg: &Qwen2Config, source: &mut dyn WeightSource) -> Result<Option<String>> {
+pub fn first_non_finite(cfg: &DecoderConfig, source: &mut dyn WeightSource) -> Result<Option<String>> {
     for spec in cfg.tensor_specs() {
         if !source.contains(&spec.name) {
             continue;
@@ -310,7 +310,7 @@ pub fn first_non_finite(cfg: &Qwen2Config, source: &mut dyn WeightSource) -> Res
 /// and the CPU capacity checkpoint); an error there stops the load. An OOM is captured by `probe`
 /// while the tensors loaded so far are still held, so its snapshot shows memory at that moment.
 pub fn load_all(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     source: &mut dyn WeightSource,
     precision: Precision,
     device: &Device,
@@ -324,7 +324,7 @@ pub fn load_all(
 /// GPU, synthetic weights are made there, far faster than on the CPU), so at most one tensor is
 /// ever off its home. The offload stage loads models larger than the card this way.
 pub fn load_placed(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     source: &mut dyn WeightSource,
     precision: Precision,
     load_on: &Device,

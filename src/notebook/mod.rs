@@ -340,8 +340,8 @@ pub fn card_table() -> Result<Table> {
 /// The model presets: parameters, weight GiB by precision, KV bytes per token in BF16.
 pub fn preset_table() -> Result<Table> {
     use crate::estimate::{kv_bytes_per_token, weight_bytes};
-    let names: Vec<&str> = crate::model::qwen2::config::PRESETS.iter().map(|(n, _)| *n).collect();
-    let cfgs = names.iter().map(|n| crate::model::Qwen2Config::preset(n)).collect::<Result<Vec<_>>>()?;
+    let names: Vec<&str> = crate::model::config::PRESETS.iter().map(|(n, _)| *n).collect();
+    let cfgs = names.iter().map(|n| crate::model::DecoderConfig::preset(n)).collect::<Result<Vec<_>>>()?;
     let gib = |p: Precision| cfgs.iter().map(|c| crate::memory::gib(weight_bytes(c, p))).collect::<Vec<_>>();
     Ok(Table::from(polars::df!(
         "preset" => names.iter().map(|s| s.to_string()).collect::<Vec<_>>(),

@@ -6,14 +6,14 @@ use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::Path;
 use vram_lab::model::weights::{Synthetic, WeightSource};
-use vram_lab::model::{Precision, Qwen2Config};
+use vram_lab::model::{DecoderConfig, Precision};
 
-pub fn tiny() -> Qwen2Config {
-    Qwen2Config::preset("tiny").unwrap()
+pub fn tiny() -> DecoderConfig {
+    DecoderConfig::preset("tiny").unwrap()
 }
 
 /// Every tensor of the synthetic tiny model, dense F32 on CPU, by HF name.
-pub fn tensors(cfg: &Qwen2Config, seed: u64) -> HashMap<String, Tensor> {
+pub fn tensors(cfg: &DecoderConfig, seed: u64) -> HashMap<String, Tensor> {
     let mut src = Synthetic::new(cfg.clone(), seed);
     cfg.tensor_specs()
         .iter()
@@ -23,7 +23,7 @@ pub fn tensors(cfg: &Qwen2Config, seed: u64) -> HashMap<String, Tensor> {
 
 /// A model directory as transformers saves one: config.json + safetensors (optionally sharded
 /// with an index), in `dtype`.
-pub fn write_dir(dir: &Path, cfg: &Qwen2Config, seed: u64, dtype: DType, shards: usize) {
+pub fn write_dir(dir: &Path, cfg: &DecoderConfig, seed: u64, dtype: DType, shards: usize) {
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(cfg).unwrap()).unwrap();
     let t = tensors(cfg, seed);

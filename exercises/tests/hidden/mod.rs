@@ -2,7 +2,7 @@
 //! The grader's hidden configs: the lab's presets, and models drawn from a seeded generator
 //! (splitmix64). `EXERCISES_SEED=<number>` draws another set; the default seed is fixed.
 
-use vram_lab::model::{config::PRESETS, Precision, Qwen2Config};
+use vram_lab::model::{config::PRESETS, DecoderConfig, Precision};
 
 /// The seed unless `EXERCISES_SEED` gives another.
 pub const SEED: u64 = 0x5eed_2026_0000_0041;
@@ -38,15 +38,15 @@ impl Rng {
 
 /// A model the lab can price: heads of a usual size, K/V heads dividing the query heads, an MLP a
 /// multiple of 64 wide, any vocabulary and depth, tied or not.
-pub fn random_config(rng: &mut Rng) -> Qwen2Config {
+pub fn random_config(rng: &mut Rng) -> DecoderConfig {
     let heads = rng.pick(&[1u64, 2, 3, 4, 6, 7, 8, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64]);
     let divisors: Vec<u64> = (1..=heads).filter(|d| heads.is_multiple_of(*d)).collect();
     let kv_heads = rng.pick(&divisors);
     let head_dim = rng.pick(&[32u64, 64, 80, 96, 128, 256]);
     let hidden = heads * head_dim;
     let intermediate = 64 * rng.range(1, (hidden * 6 / 64).max(1));
-    let base = Qwen2Config::preset("tiny").expect("the tiny preset");
-    Qwen2Config {
+    let base = DecoderConfig::preset("tiny").expect("the tiny preset");
+    DecoderConfig {
         vocab_size: rng.range(1, 160_000) as usize,
         hidden_size: hidden as usize,
         intermediate_size: intermediate as usize,
@@ -60,9 +60,9 @@ pub fn random_config(rng: &mut Rng) -> Qwen2Config {
 }
 
 /// The lab's presets, then `RANDOM_MODELS` random ones.
-pub fn models(salt: u64, random: usize) -> Vec<(String, Qwen2Config)> {
+pub fn models(salt: u64, random: usize) -> Vec<(String, DecoderConfig)> {
     let mut rng = Rng::new(salt);
-    let presets = PRESETS.iter().map(|(name, _)| (name.to_string(), Qwen2Config::preset(name).expect("a preset")));
+    let presets = PRESETS.iter().map(|(name, _)| (name.to_string(), DecoderConfig::preset(name).expect("a preset")));
     let drawn = (0..random).map(|i| (format!("random model {i}"), random_config(&mut rng)));
     presets.chain(drawn).collect()
 }
@@ -78,7 +78,7 @@ pub struct Shape {
     pub tied: bool,
 }
 
-pub fn shape(cfg: &Qwen2Config) -> Shape {
+pub fn shape(cfg: &DecoderConfig) -> Shape {
     assert_eq!(
         cfg.head_dim(),
         cfg.hidden_size / cfg.num_attention_heads,
@@ -104,9 +104,9 @@ pub fn act_bytes(p: Precision) -> u64 {
 
 /// The hidden models vary what the formulas read, so a formula that ignores an input cannot pass
 /// by luck.
-pub fn assert_varied(all: &[(String, Qwen2Config)]) {
+pub fn assert_varied(all: &[(String, DecoderConfig)]) {
     let distinct =
-        |f: fn(&Qwen2Config) -> usize| all.iter().map(|(_, c)| f(c)).collect::<std::collections::BTreeSet<_>>().len();
+        |f: fn(&DecoderConfig) -> usize| all.iter().map(|(_, c)| f(c)).collect::<std::collections::BTreeSet<_>>().len();
     assert!(
         distinct(|c| c.num_hidden_layers) > 40
             && distinct(|c| c.num_key_value_heads) > 5

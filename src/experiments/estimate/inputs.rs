@@ -6,18 +6,18 @@ use crate::estimate;
 use crate::estimate::fit::{self, Inference, Runtime};
 use crate::model::attention::AttentionMode;
 use crate::model::gguf::Gguf;
-use crate::model::{self, Logits, Precision, Qwen2Config};
+use crate::model::{self, DecoderConfig, Logits, Precision};
 use crate::session::Session;
 use crate::units::grouped;
 use std::path::PathBuf;
 
 /// The model's config: --config, else the session's model; and the GGUF file when the model is
 /// one, whose tensors price its weights.
-pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(Qwen2Config, Option<Gguf>)> {
+pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(DecoderConfig, Option<Gguf>)> {
     // A Hub GGUF file is fetched (or found in the cache) only when it is what gets priced.
     let source = if path.is_some() { s.source.clone() } else { s.source.fetched(&s.opts)? };
     match (path, &source) {
-        (Some(p), _) => Ok((Qwen2Config::from_file(p)?, None)),
+        (Some(p), _) => Ok((DecoderConfig::from_file(p)?, None)),
         // A GGUF's header is enough to price it, even when the file was cut short.
         (None, model::ModelSource::Gguf(file)) => {
             let (gguf, truncated) = Gguf::open_header(file)?;
@@ -35,7 +35,7 @@ pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(Qwen2Con
 
 /// A workload of the model: a GGUF's weights priced by its own tensors.
 pub fn workload(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     gguf: Option<&Gguf>,
     precision: Precision,
     seq: usize,
@@ -47,7 +47,7 @@ pub fn workload(
 }
 
 pub fn ledger_rows(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     w: &Inference,
     runtime: &Runtime,
     gguf: Option<&Gguf>,

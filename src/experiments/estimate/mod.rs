@@ -18,7 +18,7 @@ use crate::hw::Card;
 use crate::limits;
 use crate::memory::{gib, mib};
 use crate::model::gguf::Gguf;
-use crate::model::{Logits, Precision, Qwen2Config};
+use crate::model::{DecoderConfig, Logits, Precision};
 use inputs::{ledger_rows, model_config, workload};
 use tables::{col, CURVE, FIT, LEDGER, PARALLEL, TRAINING, TRAIN_CARDS, TRAIN_DP, TRAIN_STEP};
 use training_tables::{train_cards_table, train_dp_table, train_step_table, training_table};
@@ -205,7 +205,7 @@ impl Stage for Estimate {
 /// Per GPU, for each precision the layout can hold: `tp` splits dense weights only.
 fn parallel_table(
     s: &mut Session,
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     gguf: Option<&Gguf>,
     c: &EstimateConfig,
     layout: &str,

@@ -4,12 +4,12 @@
 use super::tables::col;
 use crate::error::Result;
 use crate::estimate::training::{self, Optimizer, TrainSetup};
-use crate::model::Qwen2Config;
+use crate::model::DecoderConfig;
 use polars::prelude::*;
 
 /// The training ledger for the configured setup, beside FP32 Adam (the articles' rule) and BF16
 /// mixed precision.
-pub fn training_table(cfg: &Qwen2Config, optimizer: Optimizer, zero: u8, gpus: u64) -> Result<DataFrame> {
+pub fn training_table(cfg: &DecoderConfig, optimizer: Optimizer, zero: u8, gpus: u64) -> Result<DataFrame> {
     let params = cfg.param_count() as u64;
     let configured = TrainSetup { weight_bytes: 2, master_f32: true, optimizer, zero, gpus };
     let setups = [
@@ -45,7 +45,7 @@ pub fn training_table(cfg: &Qwen2Config, optimizer: Optimizer, zero: u8, gpus: u
 /// The lab's F32 training step at this batch and context (`vram-lab train`), without and with
 /// gradient checkpointing: what it keeps, its busiest moments and its peak, beside the articles'
 /// rule (16 B per parameter plus batch × seq × hidden × layers × 4 B of activations).
-pub fn train_step_table(cfg: &Qwen2Config, sh: training::TrainShape) -> Result<DataFrame> {
+pub fn train_step_table(cfg: &DecoderConfig, sh: training::TrainShape) -> Result<DataFrame> {
     let params = cfg.param_count() as u64;
     let l = training::ledger(params, &TrainSetup::fp32_adam());
     let [off, on] = [false, true].map(|ck| training::step_activations(cfg, params, sh, ck));
@@ -96,7 +96,7 @@ pub fn train_step_table(cfg: &Qwen2Config, sh: training::TrainShape) -> Result<D
 /// Unequal cards under data parallelism: the largest micro-batch each card holds (the lab's F32
 /// step, `overhead` beside it), and the same global batch split evenly.
 pub fn train_cards_table(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     seq: usize,
     checkpoint: bool,
     cards: &[crate::hw::Card],
@@ -131,7 +131,7 @@ pub fn train_cards_table(
 /// PyTorch's DataParallel beside DDP on `gpus` GPUs, each taking `per_gpu`, F32 AdamW
 /// (`estimate::data_parallel`): what each GPU holds over a step.
 pub fn train_dp_table(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     per_gpu: training::TrainShape,
     gpus: u64,
     checkpoint: bool,

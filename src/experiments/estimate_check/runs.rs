@@ -7,7 +7,7 @@ use crate::estimate::sweep;
 use crate::frame::{floats, strings};
 use crate::hw::Card;
 use crate::model::attention::AttentionMode;
-use crate::model::{Logits, Precision, Qwen2Config};
+use crate::model::{DecoderConfig, Logits, Precision};
 use crate::session::run_folder::read_csv;
 use std::path::{Path, PathBuf};
 
@@ -28,7 +28,7 @@ pub fn find(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
 /// The run's model and card: env.json beside the CSV (one stage per folder) or manifest.json
 /// in the folder above (a `run` with a folder per stage). The model is a synthetic preset's
 /// config, or None for a model file (a GGUF), which is not committed beside its run.
-pub fn run_context(csv: &Path) -> Result<(Option<Qwen2Config>, Option<String>)> {
+pub fn run_context(csv: &Path) -> Result<(Option<DecoderConfig>, Option<String>)> {
     for dir in csv.ancestors().skip(1).take(2) {
         for name in ["env.json", "manifest.json"] {
             let Ok(text) = std::fs::read_to_string(dir.join(name)) else { continue };
@@ -41,7 +41,7 @@ pub fn run_context(csv: &Path) -> Result<(Option<Qwen2Config>, Option<String>)> 
                 Some(obj) => obj.get("name").and_then(|n| n.as_str()).map(String::from),
                 None => None,
             };
-            return Ok((preset.map(Qwen2Config::preset).transpose()?, card));
+            return Ok((preset.map(DecoderConfig::preset).transpose()?, card));
         }
     }
     Err(LabError::input(format!("{}: no env.json or manifest.json names its model", csv.display())))
@@ -103,7 +103,7 @@ pub struct SweepLimit {
 /// A folder's sweeps: its attempts in the order the process ran them, the tokens the quantized
 /// buffer was sized for before each, and the bisections' limits.
 pub struct Folder {
-    pub cfg: Qwen2Config,
+    pub cfg: DecoderConfig,
     pub card: Option<Card>,
     pub attempts: Vec<Attempt>,
     pub seen: Vec<u64>,

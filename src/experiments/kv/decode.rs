@@ -5,8 +5,8 @@ use super::sweep::{random_ids, warm_up};
 use crate::error::{LabError, Result};
 use crate::estimate;
 use crate::memory::{fmt_bytes, guarded, tensor_bytes};
-use crate::model::qwen2::last_logits;
-use crate::model::{CacheKind, Logits, Qwen2};
+use crate::model::decoder::last_logits;
+use crate::model::{CacheKind, Decoder, Logits};
 use crate::session::Session;
 use crate::stage::Outcome;
 use std::time::Instant;
@@ -35,7 +35,7 @@ pub struct DecodePoint {
 /// checkpoint, reading memory at each; `kind` picks the preallocated or the concatenating cache.
 pub fn decode_sweep(
     s: &mut Session,
-    model: &Qwen2,
+    model: &Decoder,
     kind: CacheKind,
     prompt_len: usize,
     checkpoints: &[usize],

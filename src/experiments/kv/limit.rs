@@ -3,7 +3,7 @@
 
 use super::sweep::{say_step, step, PrefillStep};
 use crate::error::Result;
-use crate::model::{Logits, Qwen2};
+use crate::model::{Decoder, Logits};
 use crate::search::bisect;
 use crate::session::Session;
 use crate::stage::Outcome;
@@ -26,7 +26,7 @@ pub struct ContextLimit {
 /// After a sweep that ended in an OOM, finds the longest prefill that fits to within `resolution`.
 pub fn find_limit(
     s: &mut Session,
-    model: &Qwen2,
+    model: &Decoder,
     sweep: &[PrefillStep],
     logits: Logits,
     resolution: usize,

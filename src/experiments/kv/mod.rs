@@ -14,7 +14,7 @@ use crate::estimate;
 use crate::experiments::oom;
 use crate::limits;
 use crate::memory::{fmt_bytes, mib};
-use crate::model::{AttentionMode, CacheKind, Logits, Precision, Qwen2};
+use crate::model::{AttentionMode, CacheKind, Decoder, Logits, Precision};
 use crate::reference::report;
 use crate::session::Session;
 use crate::stage::{Finding, Scale, Stage, StageOutput, View};
@@ -114,7 +114,13 @@ struct KvResults {
 }
 
 /// A prefill sweep, then the bisection when it ran out of memory; the trials join the steps.
-fn prefill_with_limit(s: &mut Session, model: &Qwen2, cfg: &KvConfig, logits: Logits, r: &mut KvResults) -> Result<()> {
+fn prefill_with_limit(
+    s: &mut Session,
+    model: &Decoder,
+    cfg: &KvConfig,
+    logits: Logits,
+    r: &mut KvResults,
+) -> Result<()> {
     let mut steps = prefill_sweep(s, model, &cfg.prefill_lengths(), logits, &mut r.diagnoses)?;
     if cfg.resolution > 0 {
         if let Some(limit) = find_limit(s, model, &steps, logits, cfg.resolution)? {

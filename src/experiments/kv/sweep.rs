@@ -6,7 +6,7 @@ use crate::error::{LabError, Result};
 use crate::estimate::{self, Workload};
 use crate::experiments::oom;
 use crate::memory::{fmt_bytes, guarded, tensor_bytes, Category, Held};
-use crate::model::{Logits, Qwen2};
+use crate::model::{Decoder, Logits};
 use crate::session::Session;
 use crate::stage::Outcome;
 use candle_core::Tensor;
@@ -75,7 +75,7 @@ pub fn random_ids(batch: usize, seq: usize, vocab: usize, seed: u64, device: &ca
 }
 
 /// One prefill of `batch` × `seq` random ids from an empty cache, memory read before and after.
-pub fn step(s: &Session, model: &Qwen2, seq: usize, batch: usize, logits: Logits) -> PrefillStep {
+pub fn step(s: &Session, model: &Decoder, seq: usize, batch: usize, logits: Logits) -> PrefillStep {
     s.console.step(format!(
         "prefill {} {batch} × {seq}, {} logits, {} attention",
         model.precision,
@@ -171,7 +171,7 @@ pub fn say_step(s: &mut Session, st: &PrefillStep) {
 
 /// One short forward, so buffers the runtime keeps for good (cuBLAS workspace, candle's quantized
 /// matmul workspace, CPU GEMM packing) are in the base before the first reading.
-pub fn warm_up(model: &Qwen2) {
+pub fn warm_up(model: &Decoder) {
     let _ = crate::model::generate::warmup(model, &[1, 2, 3, 4]);
 }
 
@@ -179,7 +179,7 @@ pub fn warm_up(model: &Qwen2) {
 /// one that does not fit.
 fn sweep(
     s: &mut Session,
-    model: &Qwen2,
+    model: &Decoder,
     sizes: impl Iterator<Item = (usize, usize)>,
     logits: Logits,
     diagnoses: &mut Vec<oom::Row>,
@@ -206,7 +206,7 @@ fn sweep(
 
 /// The diagnosis of a sweep's OOM: what the failed step held and what would have made it fit,
 /// with the transient per token of the last step that fitted.
-fn diagnose_last(s: &Session, model: &Qwen2, steps: &[PrefillStep], logits: Logits, out: &mut Vec<oom::Row>) {
+fn diagnose_last(s: &Session, model: &Decoder, steps: &[PrefillStep], logits: Logits, out: &mut Vec<oom::Row>) {
     let Some(failed) = steps.last().filter(|st| st.outcome == Outcome::Oom) else { return };
     let Some(report) = &failed.oom else { return };
     let measured = steps
@@ -227,7 +227,7 @@ fn diagnose_last(s: &Session, model: &Qwen2, steps: &[PrefillStep], logits: Logi
 /// The report's prefill sweep on a loaded model: batch 1, `lengths` in order.
 pub fn prefill_sweep(
     s: &mut Session,
-    model: &Qwen2,
+    model: &Decoder,
     lengths: &[usize],
     logits: Logits,
     diagnoses: &mut Vec<oom::Row>,
@@ -238,7 +238,7 @@ pub fn prefill_sweep(
 /// Batch 1, 2, 4, … at a fixed length.
 pub fn batch_sweep(
     s: &mut Session,
-    model: &Qwen2,
+    model: &Decoder,
     seq: usize,
     max_batch: usize,
     logits: Logits,

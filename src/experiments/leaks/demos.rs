@@ -6,8 +6,8 @@ use crate::estimate::{self, Workload};
 use crate::experiments::oom;
 use crate::hw::Card;
 use crate::memory::{fmt_bytes, guarded, mib, tensor_bytes, Category, Held, MemoryMonitor};
-use crate::model::qwen2::last_logits;
-use crate::model::{Logits, Qwen2};
+use crate::model::decoder::last_logits;
+use crate::model::{Decoder, Logits};
 use crate::session::Session;
 use crate::stage::Outcome;
 use candle_core::Tensor;
@@ -61,13 +61,13 @@ impl Run {
     }
 }
 
-fn random_ids(s: &Session, model: &Qwen2, batch: usize, seq: usize, salt: u64) -> Result<Tensor> {
+fn random_ids(s: &Session, model: &Decoder, batch: usize, seq: usize, salt: u64) -> Result<Tensor> {
     crate::experiments::kv::random_ids(batch, seq, model.cfg.vocab_size, s.opts.seed ^ salt, model.device())
 }
 
 /// Requests of a prompt and a few generated tokens, each with its own cache; the leaky run keeps
 /// every cache in a history, the clean one drops it.
-pub fn kv_pair(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig) -> Result<Vec<Run>> {
+pub fn kv_pair(s: &mut Session, model: &Decoder, cfg: &LeaksConfig) -> Result<Vec<Run>> {
     let weights = model.weight_bytes();
     let len = cfg.prompt + cfg.new_tokens;
     let per_request = estimate::kv_bytes_per_token(&model.cfg, model.act_dtype().size_in_bytes()) * len as u64;
@@ -130,7 +130,7 @@ pub fn kv_pair(s: &mut Session, model: &Qwen2, cfg: &LeaksConfig) -> Result<Vec<
 }
 
 /// One prefill of `batch` × `seq` (last-token logits) with its own cache, read after.
-fn prefill(s: &Session, model: &Qwen2, batch: usize, seq: usize) -> Result<(u64, u64)> {
+fn prefill(s: &Session, model: &Decoder, batch: usize, seq: usize) -> Result<(u64, u64)> {
     guarded(&s.probe, &format!("prefill of {batch} × {seq} tokens"), || {
         let mut cache = model.new_cache(batch, seq)?;
         let logits = model.forward(&random_ids(s, model, batch, seq, 7)?, &mut cache, Logits::Last)?;
@@ -143,7 +143,7 @@ fn prefill(s: &Session, model: &Qwen2, batch: usize, seq: usize) -> Result<(u64,
 /// say fits, then twice that. The overflow's OOM is diagnosed.
 pub fn batch_pair(
     s: &mut Session,
-    model: &Qwen2,
+    model: &Decoder,
     cfg: &LeaksConfig,
     diagnoses: &mut Vec<oom::Row>,
 ) -> Result<Vec<Run>> {
@@ -170,7 +170,7 @@ pub fn batch_pair(
 
 fn batch_runs(
     s: &mut Session,
-    model: &Qwen2,
+    model: &Decoder,
     cfg: &LeaksConfig,
     weights: u64,
     diagnoses: &mut Vec<oom::Row>,
@@ -251,7 +251,7 @@ fn batch_runs(
 
 /// Forward passes whose last-token logits are kept in a list: with plain weights each keeps a
 /// row of logits; with trainable weights each keeps its graph. Returns the model, trainable.
-pub fn autograd_pair(s: &mut Session, model: Qwen2, cfg: &LeaksConfig) -> Result<(Vec<Run>, Qwen2)> {
+pub fn autograd_pair(s: &mut Session, model: Decoder, cfg: &LeaksConfig) -> Result<(Vec<Run>, Decoder)> {
     let plain = autograd_run(s, &model, cfg, false)?;
     s.console.step("leaks: weights made trainable (Var)");
     let model = model.into_trainable()?;
@@ -260,7 +260,7 @@ pub fn autograd_pair(s: &mut Session, model: Qwen2, cfg: &LeaksConfig) -> Result
 }
 
 /// One run of the autograd pair on `m`, whose weights are trainable or not.
-fn autograd_run(s: &mut Session, m: &Qwen2, cfg: &LeaksConfig, trainable: bool) -> Result<Run> {
+fn autograd_run(s: &mut Session, m: &Decoder, cfg: &LeaksConfig, trainable: bool) -> Result<Run> {
     let weights = m.weight_bytes();
     let variant = if trainable { "trainable weights" } else { "plain weights" };
     s.console.step(format!(

@@ -8,7 +8,7 @@ pub mod tables;
 
 use crate::error::{LabError, Result};
 use crate::memory::disk::{self, ReadTime};
-use crate::model::{self, checkpoint, ModelSource, Precision, Qwen2Config};
+use crate::model::{self, checkpoint, DecoderConfig, ModelSource, Precision};
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
 use crate::{estimate, limits};
@@ -100,7 +100,7 @@ impl LoadRow {
 fn checkpoints(
     s: &mut Session,
     source: &ModelSource,
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     c: &LoadConfig,
     dir: &Path,
 ) -> Result<Vec<Checkpoint>> {
@@ -186,7 +186,7 @@ fn in_dir(d: PathBuf, precisions: Vec<Precision>) -> Result<Vec<Checkpoint>> {
 
 /// Why the synthetic checkpoint cannot be written in `dir`, if it cannot: both checkpoints and a
 /// 10 % margin must fit the disk's free space (AutoDL's system disk is small).
-fn no_room(source: &ModelSource, cfg: &Qwen2Config, c: &LoadConfig, dir: &Path) -> Result<Option<String>> {
+fn no_room(source: &ModelSource, cfg: &DecoderConfig, c: &LoadConfig, dir: &Path) -> Result<Option<String>> {
     if !matches!(source, ModelSource::Synthetic(_)) {
         return Ok(None);
     }
@@ -213,7 +213,7 @@ fn prepare(files: &[PathBuf], cold: bool) -> Result<Option<f64>> {
 
 fn measure(
     s: &mut Session,
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     ck: &Checkpoint,
     disk_rows: &mut Vec<DiskRow>,
     loads: &mut Vec<LoadRow>,

@@ -21,7 +21,7 @@ pub mod tables;
 
 use crate::error::Result;
 use crate::hw::{self, Card};
-use crate::model::{self, Precision, Qwen2Config};
+use crate::model::{self, DecoderConfig, Precision};
 use crate::reference;
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Scale, Stage, StageOutput, View};
@@ -171,7 +171,7 @@ impl Stage for Offload {
         let mut out = StageOutput::default();
         out.table(TABLE, table(&rows, report_model)?);
         out.table(BANDWIDTHS_TABLE, bandwidths_table(&bw, s.device.is_cuda())?);
-        let target = Qwen2Config::preset(&cfg.predict_model)?;
+        let target = DecoderConfig::preset(&cfg.predict_model)?;
         let card = Card::parse(&cfg.predict_card)?;
         let own = hw::own_card(&s.device);
         let p = predict(&rows, &bw, own.as_ref(), &target, &card, cfg.precision);

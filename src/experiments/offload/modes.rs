@@ -5,7 +5,7 @@ use super::config::{Mode, OffloadConfig};
 use crate::error::{LabError, Result};
 use crate::memory::{fmt_bytes, Snapshot};
 use crate::model::placement::{Bandwidths, Home, PartBytes, Placement, Strategy};
-use crate::model::{self, generate, GenerateConfig, Qwen2};
+use crate::model::{self, generate, Decoder, GenerateConfig};
 use crate::session::Session;
 use crate::stage::Outcome;
 use rand::{Rng, SeedableRng};
@@ -60,7 +60,7 @@ impl Row {
 
 /// Measures decode speed and memory of a built model; `before` is the snapshot taken before the
 /// mode loaded anything (device memory used beyond it includes managed pages).
-fn generate_in(s: &mut Session, model: &Qwen2, cfg: &OffloadConfig, row: &mut Row, before: &Snapshot) -> Result<()> {
+fn generate_in(s: &mut Session, model: &Decoder, cfg: &OffloadConfig, row: &mut Row, before: &Snapshot) -> Result<()> {
     row.loaded = Some(s.probe.snapshot(&format!("{}: loaded", row.mode)));
     let prompt = prompt_ids(model.cfg.vocab_size, cfg.prompt, s.opts.seed);
     let gen_cfg = GenerateConfig { max_new_tokens: cfg.new_tokens, stop_at_eos: false, ..Default::default() };
@@ -129,7 +129,7 @@ pub fn run_placed(
             )
         })?;
         let model = crate::memory::guarded(&s.probe, "placing the model", || {
-            Qwen2::new_placed(&mcfg, cfg.precision, weights, &device, &placement)
+            Decoder::new_placed(&mcfg, cfg.precision, weights, &device, &placement)
         })?;
         generate_in(s, &model, cfg, &mut row, &before)
     })();
@@ -191,7 +191,7 @@ pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwi
             Mode::ManagedPrefetch => block.prefetch_to_gpu()?,
             _ => {}
         }
-        let model = Qwen2::new(&mcfg, cfg.precision, on_block, &device)?;
+        let model = Decoder::new(&mcfg, cfg.precision, on_block, &device)?;
         let measured = generate_in(s, &model, cfg, &mut row, &before);
         // The model's tensors before the block they live in.
         drop(model);

@@ -5,7 +5,7 @@ use super::modes::Row;
 use crate::hw::Card;
 use crate::memory::fmt_bytes;
 use crate::model::placement::{Bandwidths, Home, PartBytes, Placement, Strategy};
-use crate::model::{Precision, Qwen2Config};
+use crate::model::{DecoderConfig, Precision};
 use crate::{estimate, reference};
 
 /// What the oversubscription case would give, from this run's measurements.
@@ -25,7 +25,7 @@ pub fn predict(
     rows: &[Row],
     bw: &Bandwidths,
     own: Option<&Card>,
-    model: &Qwen2Config,
+    model: &DecoderConfig,
     card: &Card,
     precision: Precision,
 ) -> Vec<Prediction> {

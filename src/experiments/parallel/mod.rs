@@ -17,7 +17,7 @@ use crate::memory::mib;
 use crate::model::attention::AttentionMode;
 use crate::model::parallel::group::on_each;
 use crate::model::parallel::{rank_ledger, Group};
-use crate::model::{self, generate, GenerateConfig, Logits, Precision, Qwen2Config};
+use crate::model::{self, generate, DecoderConfig, GenerateConfig, Logits, Precision};
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
 use rand::{Rng, SeedableRng};
@@ -75,7 +75,7 @@ impl Default for ParallelConfig {
 }
 
 /// What the ledger predicts for one of `gpus` ranks (1: the whole model).
-fn predicted(cfg: &Qwen2Config, c: &ParallelConfig, gpus: usize) -> Result<Row> {
+fn predicted(cfg: &DecoderConfig, c: &ParallelConfig, gpus: usize) -> Result<Row> {
     let w = Inference {
         precision: c.precision,
         seq: c.prompt,
@@ -111,7 +111,7 @@ fn ceiling(bytes: u64, read_gbs: f64) -> Option<f64> {
 
 /// The bytes a decoding step reads: the weights but the embedding table (one row of it is read),
 /// unless the head reads it too (tied).
-fn read_per_token(cfg: &Qwen2Config, weights: u64, kv: u64, act: u64) -> u64 {
+fn read_per_token(cfg: &DecoderConfig, weights: u64, kv: u64, act: u64) -> u64 {
     let table = if cfg.tie_word_embeddings { 0 } else { (cfg.vocab_size * cfg.hidden_size) as u64 * act };
     weights.saturating_sub(table) + kv
 }
@@ -195,7 +195,7 @@ fn same_tokens(reference: &[u32], tokens: &[u32]) -> usize {
 /// The layouts, then the whole model on one device, into the stage's table and findings. The
 /// group runs first, so each GPU meets NCCL as a fresh process does (the one-device run before it
 /// left the first GPU's driver state changed: 88 MiB less was read there on 2026-11-25).
-fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<StageOutput> {
+fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig) -> Result<StageOutput> {
     let devs = crate::model::parallel::group::devices(&s.device, c.gpus)?;
     let cuda = s.device.is_cuda();
     let bw = s.bandwidths()?;
@@ -299,7 +299,7 @@ fn measure(s: &mut Session, cfg: &Qwen2Config, c: &ParallelConfig) -> Result<Sta
 /// their rows and the loop's greedy tokens (the same arithmetic as a rank's, in one place).
 fn one_device(
     s: &mut Session,
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     c: &ParallelConfig,
     prompt: &[u32],
     gen: &GenerateConfig,

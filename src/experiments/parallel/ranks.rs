@@ -7,7 +7,7 @@ use crate::error::{LabError, Result};
 use crate::memory::{guarded, MemoryProbe};
 use crate::model::parallel::{load_rank, Group};
 use crate::model::source::{self, ModelSource, SourceOptions};
-use crate::model::{generate, GenerateConfig, Precision, Qwen2Config};
+use crate::model::{generate, DecoderConfig, GenerateConfig, Precision};
 use candle_core::{Device, Tensor};
 
 /// What one rank measured, bytes (None where its device cannot tell: the CPU's ranks share one heap).
@@ -30,7 +30,7 @@ pub struct RankRun {
 
 /// What every layout runs (the ranks of a group, a pipeline's stages): the model and the prompt.
 pub struct Request<'a> {
-    pub cfg: &'a Qwen2Config,
+    pub cfg: &'a DecoderConfig,
     pub precision: Precision,
     pub source: &'a ModelSource,
     pub opts: &'a SourceOptions,

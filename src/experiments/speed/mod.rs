@@ -11,7 +11,7 @@ pub mod tables;
 use crate::error::{LabError, Result};
 use crate::estimate::{self, fit};
 use crate::model::generate::{self, DecodeTiming};
-use crate::model::{AttentionMode, Logits, Precision, Qwen2};
+use crate::model::{AttentionMode, Decoder, Logits, Precision};
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
 use crate::{limits, reference};
@@ -102,7 +102,7 @@ fn outcome_of<T>(r: Result<T>) -> Result<(Outcome, Option<T>)> {
 fn bench_model(
     s: &mut Session,
     c: &BenchConfig,
-    model: &Qwen2,
+    model: &Decoder,
     base: u64,
     p: Precision,
     v: Variant,

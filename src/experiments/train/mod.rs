@@ -16,7 +16,7 @@ use crate::hw::Card;
 use crate::limits;
 use crate::memory::mib;
 use crate::model::optim::{AdamW, ParamsAdamW};
-use crate::model::{train, AttentionMode, Logits, Precision, Qwen2Config};
+use crate::model::{train, AttentionMode, DecoderConfig, Logits, Precision};
 use crate::session::Session;
 use crate::stage::{Finding, Stage, StageOutput, View};
 use serde::{Deserialize, Serialize};
@@ -88,7 +88,7 @@ fn first_layout(cfg: &TrainConfig, ranks: usize, cards: bool) -> Result<(&'stati
 
 /// The step on data-parallel ranks, each rank's bytes beside the ledger of its ZeRO stage; with
 /// --cards each rank emulates its card, under the planner's micro-batches and under an even split.
-fn data_parallel(s: &mut Session, cfg: &TrainConfig, model_cfg: Qwen2Config, sh: TrainShape) -> Result<StageOutput> {
+fn data_parallel(s: &mut Session, cfg: &TrainConfig, model_cfg: DecoderConfig, sh: TrainShape) -> Result<StageOutput> {
     let params = model_cfg.param_count() as u64;
     let ckpt = cfg.checkpointing.first().copied().unwrap_or(false);
     let cards = cfg.cards.iter().map(|n| Card::parse(n)).collect::<Result<Vec<_>>>()?;

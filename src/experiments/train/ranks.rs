@@ -12,7 +12,7 @@ use crate::model::parallel::data::DataParallel;
 use crate::model::parallel::{group, Group};
 use crate::model::source::{self, ModelSource, SourceOptions};
 use crate::model::weights::load_all;
-use crate::model::{train, Precision, Qwen2, Qwen2Config};
+use crate::model::{train, Decoder, DecoderConfig, Precision};
 use candle_core::Device;
 
 /// What one rank held, bytes (CPU ranks share one heap: their tensors' bytes, and no peak).
@@ -34,7 +34,7 @@ pub struct RankStep {
 }
 
 pub struct Setup<'a> {
-    pub cfg: &'a Qwen2Config,
+    pub cfg: &'a DecoderConfig,
     pub source: &'a ModelSource,
     pub opts: &'a SourceOptions,
     /// Each rank's micro-batch (sequences), in rank order; None: each rank plans its own from
@@ -95,7 +95,7 @@ fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankSte
         guarded(&probe, "loading", || {
             let mut weights = source::open(s.source, s.opts)?.weights;
             let w = load_all(s.cfg, weights.as_mut(), Precision::F32, &device, Some(&probe), |_, _| Ok(()))?;
-            train::trainable(Qwen2::new(s.cfg, Precision::F32, w, &device)?)
+            train::trainable(Decoder::new(s.cfg, Precision::F32, w, &device)?)
         }),
     )?;
     let vars = model.vars()?;

@@ -8,7 +8,7 @@ use crate::estimate::training::{self, articles_activations, step_activations, st
 use crate::experiments::kv::random_ids;
 use crate::memory::{fmt_bytes, guarded, mib};
 use crate::model::optim::AdamW;
-use crate::model::{train, Qwen2, Qwen2Config};
+use crate::model::{train, Decoder, DecoderConfig};
 use crate::session::Session;
 use crate::stage::{Finding, StageOutput};
 
@@ -27,7 +27,7 @@ pub(super) struct Measured {
 /// `steps` steps of forward, backward and AdamW on `sh`; memory relative to `base` (weights and states).
 pub(super) fn run_steps(
     s: &Session,
-    model: &Qwen2,
+    model: &Decoder,
     opt: &mut AdamW,
     sh: TrainShape,
     steps: usize,
@@ -71,7 +71,7 @@ pub(super) fn run_steps(
 
 /// One setting's rows: each item measured beside the lab's formula and the articles'.
 pub(super) fn rows_for(
-    model_cfg: &Qwen2Config,
+    model_cfg: &DecoderConfig,
     params: u64,
     sh: TrainShape,
     checkpoint: bool,
@@ -98,7 +98,7 @@ pub(super) fn rows_for(
 
 /// The step's need by the formula (weights, states and the peak above them, with and without
 /// checkpointing) when the F32 weights alone did not load, and the 7B scale table.
-pub(super) fn too_large(s: &mut Session, cfg: &Qwen2Config, sh: TrainShape, oom: &str) -> Result<StageOutput> {
+pub(super) fn too_large(s: &mut Session, cfg: &DecoderConfig, sh: TrainShape, oom: &str) -> Result<StageOutput> {
     let p = cfg.param_count() as u64;
     let mut out = StageOutput::default();
     s.say(format!(

@@ -3,7 +3,7 @@
 use crate::error::Result;
 use crate::estimate::training::{self, step_peak, TrainSetup, TrainShape};
 use crate::memory::mib;
-use crate::model::Qwen2Config;
+use crate::model::DecoderConfig;
 use crate::stage::{ChartSpec, Series, View};
 use polars::prelude::*;
 
@@ -101,7 +101,7 @@ pub fn memory_table(rows: &[Row]) -> Result<DataFrame> {
 /// The articles' "FP32 training of a 7B model needs 112 GB" beside the lab's estimate of the
 /// same case (Qwen2.5-7B, F32 AdamW, this run's batch and context), with and without checkpointing.
 pub fn scale_table(sh: TrainShape) -> Result<DataFrame> {
-    let cfg = Qwen2Config::preset("qwen2.5-7b")?;
+    let cfg = DecoderConfig::preset("qwen2.5-7b")?;
     let p = cfg.param_count() as u64;
     let states = training::ledger(p, &TrainSetup::fp32_adam()).total();
     let gb = |b: u64| b as f64 / 1e9;

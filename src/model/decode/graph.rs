@@ -9,15 +9,15 @@
 
 use super::step::{OwnKernels, Tables};
 use crate::error::{LabError, Result};
+use crate::model::decoder::{last_logits, Decoder, Logits};
 use crate::model::kv_cache::KvCache;
-use crate::model::qwen2::{last_logits, Logits, Qwen2};
 use crate::model::sampling::check_finite;
 use candle_core::{DType, Tensor};
 
 /// A decoder whose state (ids, position, cache) is in device memory; `step` runs one token, and
 /// on CUDA `capture` turns the step into a graph that `advance` replays.
 pub struct StaticDecoder<'a> {
-    model: &'a Qwen2,
+    model: &'a Decoder,
     cache: KvCache,
     tables: Tables,
     /// [batch, 1] u32: the step's input, overwritten with its output.
@@ -34,7 +34,7 @@ pub struct StaticDecoder<'a> {
 impl<'a> StaticDecoder<'a> {
     /// Prefills `prompt` ([batch, s] u32) into a cache of `capacity` positions and holds the
     /// greedy ids that follow.
-    pub fn prefill(model: &'a Qwen2, prompt: &Tensor, capacity: usize, own: OwnKernels) -> Result<Self> {
+    pub fn prefill(model: &'a Decoder, prompt: &Tensor, capacity: usize, own: OwnKernels) -> Result<Self> {
         let (b, s) = prompt.dims2()?;
         let mut cache = model.new_cache(b, capacity)?;
         let logits = last_logits(&model.forward(prompt, &mut cache, Logits::Last)?)?;
@@ -134,15 +134,15 @@ mod tests {
     use super::*;
     use crate::model::{generate, Precision};
 
-    fn tiny() -> Qwen2 {
-        let cfg = crate::model::Qwen2Config::preset("tiny").unwrap();
+    fn tiny() -> Decoder {
+        let cfg = crate::model::DecoderConfig::preset("tiny").unwrap();
         let mut src = crate::model::weights::Synthetic::new(cfg.clone(), 5);
         let w =
             crate::model::weights::load_all(&cfg, &mut src, Precision::F32, &candle_core::Device::Cpu, None, |_, _| {
                 Ok(())
             })
             .unwrap();
-        Qwen2::new(&cfg, Precision::F32, w, &candle_core::Device::Cpu).unwrap()
+        Decoder::new(&cfg, Precision::F32, w, &candle_core::Device::Cpu).unwrap()
     }
 
     /// The static step (position in device memory, attention over the whole capacity with a

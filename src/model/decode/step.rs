@@ -4,8 +4,8 @@
 //! captured decoder (`graph.rs`) owns them.
 
 use crate::error::{LabError, Result};
+use crate::model::config::DecoderConfig;
 use crate::model::kernels::{Fused, Part};
-use crate::model::qwen2::config::Qwen2Config;
 use candle_core::{DType, Device, Tensor};
 
 /// What the static step reads for every position of the cache's capacity.
@@ -51,7 +51,7 @@ pub struct StepInputs<'a> {
 }
 
 impl<'a> StepInputs<'a> {
-    pub fn new(tables: &'a Tables, pos: &'a Tensor, batch: usize, cfg: &Qwen2Config) -> Self {
+    pub fn new(tables: &'a Tables, pos: &'a Tensor, batch: usize, cfg: &DecoderConfig) -> Self {
         let (kv_heads, head_dim) = (cfg.num_key_value_heads, cfg.head_dim());
         Self {
             tables,

@@ -1,6 +1,6 @@
 //! Tensor names and shapes as a GGUF writes them: llama.cpp's names, row length first.
 
-use crate::model::qwen2::config::{Qwen2Config, TensorSpec};
+use crate::model::config::{DecoderConfig, TensorSpec};
 
 /// HF tensor name → llama.cpp's GGUF name (Qwen2 and Qwen3 need no Q/K permutation: they use
 /// NeoX RoPE). A mixture's experts share one 3-D tensor a layer in a GGUF (`ffn_gate_exps`), so
@@ -44,6 +44,6 @@ pub fn gguf_tensor(spec: &TensorSpec) -> (String, Vec<u64>) {
 }
 
 /// The tensors a config implies, as a GGUF names and shapes them.
-pub fn gguf_tensors(cfg: &Qwen2Config) -> Vec<(String, Vec<u64>)> {
+pub fn gguf_tensors(cfg: &DecoderConfig) -> Vec<(String, Vec<u64>)> {
     cfg.tensor_specs().iter().map(gguf_tensor).collect()
 }

@@ -3,7 +3,7 @@
 use super::header::Header;
 use super::names::gguf_name;
 use crate::error::{cause, LabError, Result};
-use crate::model::config::{Family, Qwen2Config, TensorSpec};
+use crate::model::config::{DecoderConfig, Family, TensorSpec};
 use crate::model::precision::Precision;
 use crate::model::weights::{check_shape, Weight, WeightSource};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
@@ -57,7 +57,7 @@ impl Gguf {
 
     /// The config from `<arch>.*` metadata (qwen2, qwen3, qwen3moe, llama — Llama, Mistral and,
     /// with experts, Mixtral); the vocabulary size from the embedding's shape.
-    pub fn config(&self) -> Result<Qwen2Config> {
+    pub fn config(&self) -> Result<DecoderConfig> {
         let h = &self.header;
         let arch = h
             .str("general.architecture")
@@ -97,7 +97,7 @@ impl Gguf {
                 (family == Family::Qwen3Moe).then(|| self.md_uint(&key("expert_feed_forward_length"))).transpose()?,
             ),
         };
-        let cfg = Qwen2Config {
+        let cfg = DecoderConfig {
             model_type: family,
             vocab_size: vocab,
             hidden_size: hidden,
@@ -122,14 +122,14 @@ impl Gguf {
             moe_intermediate_size,
         };
         let json = serde_json::to_string(&cfg)?;
-        Qwen2Config::from_json(&json, &self.path())
+        DecoderConfig::from_json(&json, &self.path())
     }
 
     /// The bytes `cfg`'s weights take once loaded in `precision`, as `load` makes them: under Q4
     /// each block-quantized tensor as the file stores it and the rest in the activation dtype
     /// (F32, or BF16 for q4_k_m); dequantized to the
     /// precision's dtype otherwise.
-    pub fn loaded_bytes(&self, cfg: &Qwen2Config, precision: Precision) -> u64 {
+    pub fn loaded_bytes(&self, cfg: &DecoderConfig, precision: Precision) -> u64 {
         let mut names: Vec<String> = cfg.tensor_specs().iter().map(|s| gguf_name(&s.name)).collect();
         // A mixture's experts map to one tensor a layer: counted once.
         let mut seen = std::collections::HashSet::new();
@@ -194,7 +194,7 @@ impl WeightSource for Gguf {
         self.header.tensor(&gguf_name(name)).is_some()
     }
 
-    fn stored_bytes(&self, cfg: &Qwen2Config, precision: Precision) -> Option<u64> {
+    fn stored_bytes(&self, cfg: &DecoderConfig, precision: Precision) -> Option<u64> {
         Some(self.loaded_bytes(cfg, precision))
     }
 

@@ -3,7 +3,7 @@
 //! other way, a tokenizer.json written into a file's metadata.
 
 use crate::error::{LabError, Result};
-use crate::model::qwen2::config::Qwen2Config;
+use crate::model::config::DecoderConfig;
 use crate::model::tokenizer::{build, Added, Pre};
 use candle_core::quantized::gguf_file::Value;
 use serde_json::{json, Value as Json};
@@ -65,7 +65,7 @@ pub fn from_header(h: &Header) -> Result<Option<Tokenizer>> {
 
 /// A tokenizer.json as llama.cpp's converter stores it: every id up to the model's vocabulary
 /// (`[PADn]` where the tokenizer has none), token types, merges as "a b" strings, special ids.
-pub fn to_metadata(tok: &Tokenizer, cfg: &Qwen2Config) -> Result<Vec<(String, Value)>> {
+pub fn to_metadata(tok: &Tokenizer, cfg: &DecoderConfig) -> Result<Vec<(String, Value)>> {
     let spec: Json =
         serde_json::from_str(&tok.to_string(false).map_err(|e| LabError::other(format!("tokenizer: {e}")))?)?;
     let pre = Pre::from_json(&spec["pre_tokenizer"]).ok_or_else(|| {

@@ -7,9 +7,9 @@ use super::recipe::{self, FileType, ModelClass};
 use super::types::GgmlType;
 use super::{gguf_tensors, tokenizer};
 use crate::error::{LabError, Result};
+use crate::model::config::DecoderConfig;
 use crate::model::precision::{ggml_dtype_for, Precision};
 use crate::model::quantize::quantize_rows;
-use crate::model::qwen2::config::Qwen2Config;
 use crate::model::weights::WeightSource;
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::QTensor;
@@ -46,7 +46,7 @@ impl Planned {
 }
 
 /// Every tensor of `cfg` with the type `plan` gives it, in the checkpoint's order.
-pub fn plan(cfg: &Qwen2Config, plan: Plan) -> Vec<Planned> {
+pub fn plan(cfg: &DecoderConfig, plan: Plan) -> Vec<Planned> {
     let named = gguf_tensors(cfg);
     let types: Vec<GgmlType> = match plan {
         Plan::Llama(ftype) => {
@@ -64,7 +64,7 @@ pub fn plan(cfg: &Qwen2Config, plan: Plan) -> Vec<Planned> {
 }
 
 /// The qwen2.* keys llama.cpp's loader reads, `general.*`, and the tokenizer when there is one.
-pub fn metadata(cfg: &Qwen2Config, plan: Plan, tok: Option<&tokenizers::Tokenizer>) -> Result<Vec<(String, Value)>> {
+pub fn metadata(cfg: &DecoderConfig, plan: Plan, tok: Option<&tokenizers::Tokenizer>) -> Result<Vec<(String, Value)>> {
     let u = |v: usize| Value::U32(v as u32);
     let mut md: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String("qwen2".into())),
@@ -186,7 +186,7 @@ fn encode(dense: &candle_core::Tensor, ty: GgmlType) -> Result<Vec<u8>> {
 /// Writes `cfg`'s weights from `source` as a GGUF file under `plan`, with the tokenizer's
 /// metadata when there is one; `each` runs after every tensor. Returns the tensors written.
 pub fn write_gguf(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     source: &mut dyn WeightSource,
     out: &Path,
     which: Plan,

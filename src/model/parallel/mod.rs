@@ -20,35 +20,35 @@ pub use shard::{rank_ledger, shard_config, shard_tensor, shard_weights, RankLedg
 use crate::error::Result;
 use crate::memory::MemoryProbe;
 use crate::model::weights::{Weight, WeightSource};
-use crate::model::{Precision, Qwen2, Qwen2Config};
+use crate::model::{Decoder, DecoderConfig, Precision};
 use candle_core::Device;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The model of rank `comm.rank()`: its shard of the whole model's weights, on `device`.
 pub fn rank_model(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     precision: Precision,
     weights: HashMap<String, Weight>,
     device: &Device,
     comm: Arc<dyn AllReduce>,
-) -> Result<Qwen2> {
+) -> Result<Decoder> {
     let rank_cfg = shard_config(cfg, comm.ranks())?;
     let w = shard_weights(weights, cfg, comm.rank(), comm.ranks())?;
-    Ok(Qwen2::new(&rank_cfg, precision, w, device)?.into_rank(comm))
+    Ok(Decoder::new(&rank_cfg, precision, w, device)?.into_rank(comm))
 }
 
 /// Rank `comm.rank()`'s model read from `source` tensor by tensor, each cut to the rank's part as
 /// it arrives: a rank never holds more than its shard and one whole tensor, so a model loads on
 /// GPUs that could not hold it whole. An OOM is captured by `probe` (the rank's device).
 pub fn load_rank(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     precision: Precision,
     source: &mut dyn WeightSource,
     device: &Device,
     comm: Arc<dyn AllReduce>,
     probe: Option<&MemoryProbe>,
-) -> Result<Qwen2> {
+) -> Result<Decoder> {
     let (rank, ranks) = (comm.rank(), comm.ranks());
     let rank_cfg = shard_config(cfg, ranks)?;
     let mut w = HashMap::new();
@@ -66,5 +66,5 @@ pub fn load_rank(
             }
         };
     }
-    Ok(Qwen2::new(&rank_cfg, precision, w, device)?.into_rank(comm))
+    Ok(Decoder::new(&rank_cfg, precision, w, device)?.into_rank(comm))
 }

@@ -8,7 +8,7 @@
 use crate::error::{LabError, Result};
 use crate::memory::MemoryProbe;
 use crate::model::weights::WeightSource;
-use crate::model::{Precision, Qwen2, Qwen2Config};
+use crate::model::{Decoder, DecoderConfig, Precision};
 use candle_core::Device;
 use std::collections::HashMap;
 
@@ -35,13 +35,13 @@ pub fn stage_of(name: &str, split: &[(usize, usize)]) -> Result<usize> {
 /// The model with stage `i`'s tensors loaded straight onto `devices[i]`; the model's own device
 /// (its rotary table, the logits) is the last stage's. `probes[i]` captures an OOM on device `i`.
 pub fn load_pipeline(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     precision: Precision,
     source: &mut dyn WeightSource,
     devices: &[Device],
     split: &[(usize, usize)],
     probes: &[MemoryProbe],
-) -> Result<Qwen2> {
+) -> Result<Decoder> {
     if devices.len() != split.len() || split.last().map(|s| s.1) != Some(cfg.num_hidden_layers) {
         return Err(LabError::input(format!(
             "{} devices for a pipeline of {} stages over {} layers",
@@ -72,7 +72,7 @@ pub fn load_pipeline(
         })?;
         w.insert(name, t);
     }
-    Qwen2::new(cfg, precision, w, &devices[last])
+    Decoder::new(cfg, precision, w, &devices[last])
 }
 
 #[cfg(test)]

@@ -6,11 +6,11 @@
 
 use crate::error::{LabError, Result};
 use crate::model::weights::Weight;
-use crate::model::Qwen2Config;
+use crate::model::DecoderConfig;
 use std::collections::HashMap;
 
 /// The config a rank computes with: its heads, K/V heads and MLP width; the head size kept.
-pub fn shard_config(cfg: &Qwen2Config, ranks: usize) -> Result<Qwen2Config> {
+pub fn shard_config(cfg: &DecoderConfig, ranks: usize) -> Result<DecoderConfig> {
     check(cfg, ranks)?;
     let mut c = cfg.clone();
     c.head_dim = Some(cfg.head_dim());
@@ -21,7 +21,7 @@ pub fn shard_config(cfg: &Qwen2Config, ranks: usize) -> Result<Qwen2Config> {
 }
 
 /// Whether `ranks` divides what is split.
-pub fn check(cfg: &Qwen2Config, ranks: usize) -> Result<()> {
+pub fn check(cfg: &DecoderConfig, ranks: usize) -> Result<()> {
     if ranks == 0 {
         return Err(LabError::input("tensor parallelism needs at least one rank"));
     }
@@ -39,7 +39,7 @@ pub fn check(cfg: &Qwen2Config, ranks: usize) -> Result<()> {
 
 /// The slice of tensor `name` that `rank` of `ranks` holds: (dimension, start, length), or None
 /// for a tensor every rank holds whole.
-pub fn slice_of(name: &str, cfg: &Qwen2Config, rank: usize, ranks: usize) -> Option<(usize, usize, usize)> {
+pub fn slice_of(name: &str, cfg: &DecoderConfig, rank: usize, ranks: usize) -> Option<(usize, usize, usize)> {
     let d = cfg.head_dim();
     let q = cfg.num_attention_heads * d / ranks;
     let kv = cfg.num_key_value_heads * d / ranks;
@@ -62,7 +62,7 @@ pub fn slice_of(name: &str, cfg: &Qwen2Config, rank: usize, ranks: usize) -> Opt
 /// shared. Dense weights only: a quantized block does not split at a head's boundary.
 pub fn shard_weights(
     w: HashMap<String, Weight>,
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     rank: usize,
     ranks: usize,
 ) -> Result<HashMap<String, Weight>> {
@@ -71,7 +71,7 @@ pub fn shard_weights(
 }
 
 /// Rank `rank`'s part of one tensor (the tensor itself when every rank holds it whole).
-pub fn shard_tensor(name: &str, weight: Weight, cfg: &Qwen2Config, rank: usize, ranks: usize) -> Result<Weight> {
+pub fn shard_tensor(name: &str, weight: Weight, cfg: &DecoderConfig, rank: usize, ranks: usize) -> Result<Weight> {
     let Some((dim, start, len)) = slice_of(name, cfg, rank, ranks) else { return Ok(weight) };
     let Weight::Dense(t) = weight else {
         return Err(LabError::input(format!(
@@ -102,7 +102,7 @@ impl RankLedger {
 /// What each rank of `ranks` holds of `cfg` at `dtype_bytes` per weight, with a KV cache of
 /// `tokens` positions at `kv_bytes` per element.
 pub fn rank_ledger(
-    cfg: &Qwen2Config,
+    cfg: &DecoderConfig,
     ranks: usize,
     dtype_bytes: u64,
     tokens: u64,
@@ -130,8 +130,8 @@ pub fn rank_ledger(
 mod tests {
     use super::*;
 
-    fn tiny() -> Qwen2Config {
-        Qwen2Config::preset("tiny").unwrap()
+    fn tiny() -> DecoderConfig {
+        DecoderConfig::preset("tiny").unwrap()
     }
 
     #[test]

@@ -3,14 +3,13 @@
 //! written in place, attention is bounded (see attention.rs), RoPE angles are computed in F32, and
 //! a prompt may be fed in any split of prefix and continuation. The layers are `layer.rs`.
 
-use super::config::Qwen2Config;
 use super::crossing::{moved_to, RopeTables};
 use super::embedding::Embedding;
-use super::layer::{norm, normed_step, parts, take, take_dense, Layer, StepOut};
+use super::layer::{norm, take, take_dense, Layer};
 use super::linear::Linear;
 use crate::error::{LabError, Result};
 use crate::model::attention::{check_elems, AttentionMode};
-use crate::model::decode::StepInputs;
+use crate::model::config::DecoderConfig;
 use crate::model::kv_cache::{CacheKind, KvCache};
 use crate::model::placement::{Home, Placement};
 use crate::model::precision::Precision;
@@ -47,8 +46,8 @@ impl Logits {
     }
 }
 
-pub struct Qwen2 {
-    pub cfg: Qwen2Config,
+pub struct Decoder {
+    pub cfg: DecoderConfig,
     pub precision: Precision,
     pub attention: AttentionMode,
     pub(super) embed: Embedding,
@@ -62,10 +61,10 @@ pub struct Qwen2 {
     pub(super) streamer: Option<Streamer>,
 }
 
-impl Qwen2 {
-    /// Builds the model from weights named as in the HF checkpoint (see `Qwen2Config::tensor_specs`).
+impl Decoder {
+    /// Builds the model from weights named as in the HF checkpoint (see `DecoderConfig::tensor_specs`).
     pub fn new(
-        cfg: &Qwen2Config,
+        cfg: &DecoderConfig,
         precision: Precision,
         mut w: HashMap<String, Weight>,
         device: &Device,
@@ -108,7 +107,7 @@ impl Qwen2 {
     /// a `Streamer` with `placement.slots` buffers on `gpu`. A tied head on the GPU is a copy of
     /// the host embedding table.
     pub fn new_placed(
-        cfg: &Qwen2Config,
+        cfg: &DecoderConfig,
         precision: Precision,
         mut w: HashMap<String, Weight>,
         gpu: &Device,
@@ -312,36 +311,6 @@ impl Qwen2 {
         self.head(&x, logits)
     }
 
-    /// The greedy next ids ([batch, 1]) after `ids` ([batch, 1]) at the position `pos` holds
-    /// ([1] u32, in device memory), through `Layer::decode_static`: `tables` holds the rotary
-    /// table and the mask's inputs for the cache's capacity.
-    pub(crate) fn decode_static(
-        &self,
-        ids: &Tensor,
-        pos: &Tensor,
-        tables: &crate::model::decode::Tables,
-        cache: &KvCache,
-    ) -> Result<Tensor> {
-        let cfg = &self.cfg;
-        let b = ids.dim(0)?;
-        let step = StepInputs::new(tables, pos, b, cfg);
-        let mut x = self.embed(ids)?;
-        for (l, slot_) in self.layers.iter().enumerate() {
-            let LayerSlot::Resident(layer) = slot_ else {
-                return Err(LabError::Unsupported("graph decoding needs every layer resident on the GPU".into()));
-            };
-            let (kc, vc) = cache.full(l)?;
-            x = layer.decode_static(x, cfg, &step, &kc, &vc)?;
-        }
-        // The head of `head(.., Logits::Last)` for one position, through the step's kernels.
-        let logits =
-            match normed_step(parts([&self.lm_head]).as_deref(), &x, &self.norm, cfg.rms_norm_eps, false, &step)? {
-                StepOut::Product(y) => y,
-                StepOut::Normed(h) => self.lm_head.forward(&h)?,
-            };
-        step.argmax(&logits)
-    }
-
     /// The token embedding of `ids` ([batch, s]) in the activation dtype.
     pub(crate) fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         Ok(self.embed.forward(&moved_to(ids, &self.embed.device())?)?.to_dtype(self.act_dtype())?)
@@ -386,7 +355,7 @@ impl Qwen2 {
     }
 }
 
-impl Qwen2 {
+impl Decoder {
     fn streamer(&self) -> Result<&Streamer> {
         self.streamer.as_ref().ok_or_else(|| LabError::other("a streamed layer without a streamer"))
     }

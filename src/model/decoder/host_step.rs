@@ -4,11 +4,11 @@
 //! stage's 14 CPU layers on an H100 host (a new tensor per op, rayon's dispatch for small ones),
 //! a quarter of the token; what is left here is the products' reading.
 
-use super::config::Qwen2Config;
 use super::layer::Layer;
 use super::linear::Linear;
 use crate::error::Result;
 use crate::model::attention::AttentionMode;
+use crate::model::config::DecoderConfig;
 use crate::model::kv_cache::KvCache;
 use candle_core::{DType, Device, Tensor};
 
@@ -43,7 +43,7 @@ impl Layer {
         &self,
         x: Tensor,
         l: usize,
-        cfg: &Qwen2Config,
+        cfg: &DecoderConfig,
         rope: &(Tensor, Tensor),
         cache: &mut KvCache,
         offset: usize,
@@ -64,7 +64,7 @@ impl Layer {
         &self,
         x: &Tensor,
         l: usize,
-        cfg: &Qwen2Config,
+        cfg: &DecoderConfig,
         rope: &(Tensor, Tensor),
         cache: &mut KvCache,
         offset: usize,
@@ -121,11 +121,11 @@ mod tests {
     #[test]
     fn equals_forward_and_runs_for_a_cpu_layer() {
         for preset in ["tiny", "tiny-qwen3", "tiny-llama"] {
-            step_equals_forward(&Qwen2Config::preset(preset).unwrap());
+            step_equals_forward(&DecoderConfig::preset(preset).unwrap());
         }
     }
 
-    fn step_equals_forward(cfg: &Qwen2Config) {
+    fn step_equals_forward(cfg: &DecoderConfig) {
         let dev = Device::Cpu;
         let mut src = Synthetic::new(cfg.clone(), 3);
         let mut w: std::collections::HashMap<String, Weight> = cfg

@@ -4,11 +4,11 @@
 use super::embedding::Embedding;
 use super::layer::Layer;
 use super::linear::Linear;
-use super::model::{LayerSlot, Qwen2};
+use super::model::{Decoder, LayerSlot};
 use crate::error::{LabError, Result};
 use candle_core::Tensor;
 
-impl Qwen2 {
+impl Decoder {
     /// The same model with every dense weight a trainable `Var`, as a model left in training
     /// mode: candle then records each op's inputs, so an output keeps its whole forward graph
     /// alive. Tensors are converted one at a time (the peak is one tensor above the model);
@@ -27,7 +27,7 @@ impl Qwen2 {
                 q => q,
             })
         }
-        let Qwen2 { cfg, precision, attention, embed, layers, norm, lm_head, device, weight_bytes, streamer } = self;
+        let Decoder { cfg, precision, attention, embed, layers, norm, lm_head, device, weight_bytes, streamer } = self;
         if streamer.is_some() {
             return Err(LabError::Unsupported("a model with streamed layers cannot be made trainable".into()));
         }
@@ -69,7 +69,7 @@ impl Qwen2 {
                 reduce: None,
             }));
         }
-        Ok(Qwen2 {
+        Ok(Decoder {
             cfg,
             precision,
             attention,

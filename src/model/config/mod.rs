@@ -6,48 +6,12 @@ use crate::error::{LabError, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// The `model_type` of config.json (GGUF's `general.architecture` maps onto it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Family {
-    #[default]
-    Qwen2,
-    Qwen3,
-    Llama,
-    Mistral,
-    Qwen3Moe,
-    Mixtral,
-}
+mod family;
+mod fields;
+mod layout;
 
-impl Family {
-    pub const ALL: [Family; 6] =
-        [Family::Qwen2, Family::Qwen3, Family::Llama, Family::Mistral, Family::Qwen3Moe, Family::Mixtral];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Qwen2 => "qwen2",
-            Family::Qwen3 => "qwen3",
-            Family::Llama => "llama",
-            Family::Mistral => "mistral",
-            Family::Qwen3Moe => "qwen3_moe",
-            Family::Mixtral => "mixtral",
-        }
-    }
-
-    /// Qwen2 alone biases q, k and v (transformers' `Qwen2Attention`).
-    pub fn qkv_bias(self) -> bool {
-        self == Family::Qwen2
-    }
-
-    /// Qwen3 normalises each head of q and k before RoPE (`q_norm`, `k_norm`, one weight of head_dim).
-    pub fn qk_norm(self) -> bool {
-        matches!(self, Family::Qwen3 | Family::Qwen3Moe)
-    }
-
-    pub fn is_moe(self) -> bool {
-        matches!(self, Family::Qwen3Moe | Family::Mixtral)
-    }
-}
+pub use family::Family;
+pub use layout::TensorSpec;
 
 /// Llama 3.1's RoPE scaling (`rope_type` llama3): long wavelengths slowed by `factor`, short
 /// ones kept, the band between blended (transformers' `_compute_llama3_parameters`).
@@ -121,167 +85,29 @@ fn default_hidden_act() -> String {
     "silu".into()
 }
 
-/// The config.json fields the lab reads or that change nothing it computes (training-only
-/// settings, bookkeeping). Any other field is refused by name: a model that sets something the
-/// lab does not implement would compute or price something else without a word.
-const KNOWN_FIELDS: &[&str] = &[
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "rms_norm_eps",
-    "rope_theta",
-    "max_position_embeddings",
-    "tie_word_embeddings",
-    "hidden_act",
-    "bos_token_id",
-    "eos_token_id",
-    "torch_dtype",
-    "dtype",
-    "head_dim",
-    "model_type",
-    "rope_scaling",
-    "sliding_window",
-    "num_experts",
-    "num_local_experts",
-    "num_experts_per_tok",
-    "moe_intermediate_size",
-    // checked below: only their off or default values are taken
-    "rope_parameters",
-    "use_sliding_window",
-    "max_window_layers",
-    "layer_types",
-    "use_mrope",
-    "quantization_config",
-    "attention_bias",
-    "mlp_bias",
-    "decoder_sparse_step",
-    "mlp_only_layers",
-    "norm_topk_prob",
-    "output_router_logits",
-    // nothing the lab computes depends on these: dropout, initialisation and the router's losses
-    // act in training only; Llama's `pretraining_tp` slices the same products
-    "architectures",
-    "attention_dropout",
-    "initializer_range",
-    "transformers_version",
-    "use_cache",
-    "pad_token_id",
-    "_name_or_path",
-    "pretraining_tp",
-    "router_aux_loss_coef",
-    "router_jitter_noise",
-];
-
-/// The first field of `obj` the lab does not implement for `family`, as a sentence naming it.
-fn unimplemented_field(
-    family: Family,
-    obj: &serde_json::Map<String, serde_json::Value>,
-) -> std::result::Result<(), String> {
-    use serde_json::Value;
-    let off = |k: &str| matches!(obj.get(k), None | Some(Value::Null) | Some(Value::Bool(false)));
-    let name = family.name();
-    if let Some(k) = obj.keys().find(|k| !KNOWN_FIELDS.contains(&k.as_str())) {
-        return Err(format!("field `{}` is not one the lab implements for {name}", k.escape_debug()));
-    }
-    if let Some(r) = obj.get("rope_scaling").filter(|r| !r.is_null()) {
-        let kind = r.get("rope_type").or_else(|| r.get("type")).and_then(|t| t.as_str()).unwrap_or("");
-        if kind != "llama3" || family != Family::Llama {
-            return Err(format!("`rope_scaling` = {r} is set: the lab computes plain RoPE, and Llama 3.1's llama3 scaling for llama (no YaRN, linear or dynamic scaling)"));
-        }
-    }
-    if let Some(p) = obj.get("rope_parameters").filter(|p| !p.is_null()) {
-        let plain = p.as_object().is_some_and(|m| {
-            m.keys().all(|k| k == "rope_theta" || k == "rope_type") && m.get("rope_type").is_none_or(|t| t == "default")
-        });
-        if !plain {
-            return Err(format!("`rope_parameters` = {p} asks for more than plain RoPE (rope_type default and rope_theta): the lab computes plain RoPE"));
-        }
-    }
-    // Qwen2 and Qwen3 write a window they do not use unless use_sliding_window is on.
-    if !off("use_sliding_window") {
-        return Err(
-            "`use_sliding_window` is on: the lab computes full attention in every layer (no sliding window)".into()
-        );
-    }
-    if let Some(types) = obj.get("layer_types").filter(|t| !t.is_null()) {
-        if !types.as_array().is_some_and(|a| a.iter().all(|t| t == "full_attention")) {
-            return Err("`layer_types` names a layer that is not full_attention: the lab computes full attention in every layer".into());
-        }
-    }
-    if !off("use_mrope") {
-        return Err("`use_mrope` is on: the lab computes one-dimensional RoPE (no multimodal RoPE)".into());
-    }
-    if !off("quantization_config") {
-        return Err("`quantization_config` is set: the lab reads F32, F16 and BF16 checkpoints (GPTQ, AWQ and bitsandbytes weights are not priced or computed; use a GGUF)".into());
-    }
-    // transformers' Qwen2 biases q, k and v whatever the field says; the others bias nothing.
-    if family != Family::Qwen2 && !off("attention_bias") {
-        return Err(format!("`attention_bias` is on: the lab's {name} has no bias in attention"));
-    }
-    if !off("mlp_bias") {
-        return Err("`mlp_bias` is on: the lab's MLP has no bias".into());
-    }
-    if !off("output_router_logits") {
-        return Err("`output_router_logits` is on: the lab returns the logits only".into());
-    }
-    if obj.get("decoder_sparse_step").is_some_and(|v| v.as_u64() != Some(1)) {
-        return Err("`decoder_sparse_step` is not 1: the lab prices a mixture of experts in every layer".into());
-    }
-    if obj.get("mlp_only_layers").is_some_and(|v| !v.as_array().is_some_and(|a| a.is_empty())) {
-        return Err("`mlp_only_layers` names dense layers: the lab prices a mixture of experts in every layer".into());
-    }
-    let counted = obj.contains_key("num_experts") || obj.contains_key("num_local_experts");
-    if family.is_moe() && !counted {
-        return Err(format!("{name} needs a count of experts (`num_experts` or `num_local_experts`)"));
-    }
-    if !family.is_moe() && counted {
-        return Err(format!("`num_experts` marks a mixture of experts, and {name} is dense (model_type qwen3_moe or mixtral for a mixture)"));
-    }
-    if family == Family::Qwen3Moe && !obj.contains_key("moe_intermediate_size") {
-        return Err("qwen3_moe needs `moe_intermediate_size` (one expert's width)".into());
-    }
-    Ok(())
-}
-
 /// The presets under data/models, embedded so the binary needs no data folder.
 pub const PRESETS: &[(&str, &str)] = &[
-    ("tiny", include_str!("../../data/models/tiny.json")),
-    ("qwen2.5-0.5b", include_str!("../../data/models/qwen2.5-0.5b.json")),
-    ("qwen2.5-1.5b", include_str!("../../data/models/qwen2.5-1.5b.json")),
-    ("qwen2.5-3b", include_str!("../../data/models/qwen2.5-3b.json")),
-    ("qwen2.5-7b", include_str!("../../data/models/qwen2.5-7b.json")),
-    ("qwen2.5-14b", include_str!("../../data/models/qwen2.5-14b.json")),
-    ("qwen2.5-32b", include_str!("../../data/models/qwen2.5-32b.json")),
-    ("qwen2.5-72b", include_str!("../../data/models/qwen2.5-72b.json")),
-    ("qwen3-8b", include_str!("../../data/models/qwen3-8b.json")),
-    ("qwen3-14b", include_str!("../../data/models/qwen3-14b.json")),
-    ("llama-2-7b", include_str!("../../data/models/llama-2-7b.json")),
-    ("llama-2-70b", include_str!("../../data/models/llama-2-70b.json")),
-    ("llama-3.1-8b", include_str!("../../data/models/llama-3.1-8b.json")),
-    ("mistral-7b", include_str!("../../data/models/mistral-7b.json")),
-    ("qwen3-30b-a3b", include_str!("../../data/models/qwen3-30b-a3b.json")),
-    ("mixtral-8x7b", include_str!("../../data/models/mixtral-8x7b.json")),
-    ("tiny-qwen3", include_str!("../../data/models/tiny-qwen3.json")),
-    ("tiny-llama", include_str!("../../data/models/tiny-llama.json")),
-    ("tiny-mistral", include_str!("../../data/models/tiny-mistral.json")),
-    ("tiny-moe", include_str!("../../data/models/tiny-moe.json")),
+    ("tiny", include_str!("../../../data/models/tiny.json")),
+    ("qwen2.5-0.5b", include_str!("../../../data/models/qwen2.5-0.5b.json")),
+    ("qwen2.5-1.5b", include_str!("../../../data/models/qwen2.5-1.5b.json")),
+    ("qwen2.5-3b", include_str!("../../../data/models/qwen2.5-3b.json")),
+    ("qwen2.5-7b", include_str!("../../../data/models/qwen2.5-7b.json")),
+    ("qwen2.5-14b", include_str!("../../../data/models/qwen2.5-14b.json")),
+    ("qwen2.5-32b", include_str!("../../../data/models/qwen2.5-32b.json")),
+    ("qwen2.5-72b", include_str!("../../../data/models/qwen2.5-72b.json")),
+    ("qwen3-8b", include_str!("../../../data/models/qwen3-8b.json")),
+    ("qwen3-14b", include_str!("../../../data/models/qwen3-14b.json")),
+    ("llama-2-7b", include_str!("../../../data/models/llama-2-7b.json")),
+    ("llama-2-70b", include_str!("../../../data/models/llama-2-70b.json")),
+    ("llama-3.1-8b", include_str!("../../../data/models/llama-3.1-8b.json")),
+    ("mistral-7b", include_str!("../../../data/models/mistral-7b.json")),
+    ("qwen3-30b-a3b", include_str!("../../../data/models/qwen3-30b-a3b.json")),
+    ("mixtral-8x7b", include_str!("../../../data/models/mixtral-8x7b.json")),
+    ("tiny-qwen3", include_str!("../../../data/models/tiny-qwen3.json")),
+    ("tiny-llama", include_str!("../../../data/models/tiny-llama.json")),
+    ("tiny-mistral", include_str!("../../../data/models/tiny-mistral.json")),
+    ("tiny-moe", include_str!("../../../data/models/tiny-moe.json")),
 ];
-
-/// One weight tensor of the checkpoint: its HF name and shape (rows = output features).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TensorSpec {
-    pub name: String,
-    pub shape: Vec<usize>,
-}
-
-impl TensorSpec {
-    pub fn elem_count(&self) -> usize {
-        self.shape.iter().product()
-    }
-}
 
 impl DecoderConfig {
     pub fn preset(name: &str) -> Result<Self> {
@@ -343,7 +169,7 @@ impl DecoderConfig {
                     bad(&format!("model_type {t}: the lab knows {}", names.join(", ")))
                 })?,
             };
-            unimplemented_field(family, obj).map_err(|e| bad(&e))?;
+            fields::unimplemented_field(family, obj).map_err(|e| bad(&e))?;
             // Llama 2's config.json has no rope_theta: transformers' default for the family.
             if !obj.contains_key("rope_theta") && family != Family::Qwen2 {
                 let theta = if family == Family::Mixtral { 1e6 } else { 1e4 };
@@ -514,78 +340,6 @@ impl DecoderConfig {
             _ => vec![],
         }
     }
-
-    /// Every weight tensor in module order (embedding, layers, final norm, lm_head), as HF names them.
-    pub fn tensor_specs(&self) -> Vec<TensorSpec> {
-        let (h, i, q, kv, d) = (self.hidden_size, self.intermediate_size, self.q_dim(), self.kv_dim(), self.head_dim());
-        let spec = |name: String, shape: Vec<usize>| TensorSpec { name, shape };
-        let family = self.model_type;
-        let mut out = vec![spec("model.embed_tokens.weight".into(), vec![self.vocab_size, h])];
-        for l in 0..self.num_hidden_layers {
-            let p = format!("model.layers.{l}");
-            out.push(spec(format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
-            if family.qkv_bias() {
-                out.push(spec(format!("{p}.self_attn.q_proj.bias"), vec![q]));
-            }
-            out.push(spec(format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
-            if family.qkv_bias() {
-                out.push(spec(format!("{p}.self_attn.k_proj.bias"), vec![kv]));
-            }
-            out.push(spec(format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
-            if family.qkv_bias() {
-                out.push(spec(format!("{p}.self_attn.v_proj.bias"), vec![kv]));
-            }
-            out.push(spec(format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
-            if family.qk_norm() {
-                out.push(spec(format!("{p}.self_attn.q_norm.weight"), vec![d]));
-                out.push(spec(format!("{p}.self_attn.k_norm.weight"), vec![d]));
-            }
-            match (family, self.experts()) {
-                (Family::Mixtral, Some(e)) => {
-                    out.push(spec(format!("{p}.block_sparse_moe.gate.weight"), vec![e.experts, h]));
-                    for x in 0..e.experts {
-                        let ex = format!("{p}.block_sparse_moe.experts.{x}");
-                        out.push(spec(format!("{ex}.w1.weight"), vec![e.width, h]));
-                        out.push(spec(format!("{ex}.w2.weight"), vec![h, e.width]));
-                        out.push(spec(format!("{ex}.w3.weight"), vec![e.width, h]));
-                    }
-                }
-                (_, Some(e)) => {
-                    out.push(spec(format!("{p}.mlp.gate.weight"), vec![e.experts, h]));
-                    for x in 0..e.experts {
-                        let ex = format!("{p}.mlp.experts.{x}");
-                        out.push(spec(format!("{ex}.gate_proj.weight"), vec![e.width, h]));
-                        out.push(spec(format!("{ex}.up_proj.weight"), vec![e.width, h]));
-                        out.push(spec(format!("{ex}.down_proj.weight"), vec![h, e.width]));
-                    }
-                }
-                (_, None) => out.extend([
-                    spec(format!("{p}.mlp.gate_proj.weight"), vec![i, h]),
-                    spec(format!("{p}.mlp.up_proj.weight"), vec![i, h]),
-                    spec(format!("{p}.mlp.down_proj.weight"), vec![h, i]),
-                ]),
-            }
-            out.push(spec(format!("{p}.input_layernorm.weight"), vec![h]));
-            out.push(spec(format!("{p}.post_attention_layernorm.weight"), vec![h]));
-        }
-        out.push(spec("model.norm.weight".into(), vec![h]));
-        if !self.tie_word_embeddings {
-            out.push(spec("lm_head.weight".into(), vec![self.vocab_size, h]));
-        }
-        out
-    }
-
-    pub fn param_count(&self) -> usize {
-        self.tensor_specs().iter().map(TensorSpec::elem_count).sum()
-    }
-
-    /// The parameters one token reads: every tensor but the experts a token's router does not
-    /// pick (the whole model for a dense one). Decode's ceiling follows from these bytes.
-    pub fn active_param_count(&self) -> usize {
-        let Some(e) = self.experts() else { return self.param_count() };
-        let idle = (e.experts - e.active) * 3 * self.hidden_size * e.width * self.num_hidden_layers;
-        self.param_count() - idle
-    }
 }
 
 #[cfg(test)]
@@ -709,4 +463,3 @@ mod tests {
         assert_eq!(cfg.eos_ids(), vec![9]);
     }
 }
-pub type Qwen2Config = DecoderConfig; // TEMPORARY: removed with the rename

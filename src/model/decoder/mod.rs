@@ -1,0 +1,17 @@
+//! The one decoder the lab runs for every dense family (Qwen2/2.5, Qwen3, Llama, Mistral; the
+//! config says which parts a layer has), as candle-transformers' model files read: plain structs
+//! with `new` and `forward`. The linear layer (`linear`), the token embedding (`embedding`), the
+//! decoder layer (`layer`), its static decoding step (`static_step`), a CPU layer's decoding step
+//! (`host_step`), the model (`model`) and the model as trainable variables (`trainable`), moving a
+//! pass's tensors between devices (`crossing`). The config is `model::config`.
+
+pub mod crossing;
+pub mod embedding;
+pub mod host_step;
+pub mod layer;
+pub mod linear;
+pub mod model;
+pub mod static_step;
+pub mod trainable;
+
+pub use model::{last_logits, Decoder, Logits};
