@@ -26,6 +26,66 @@ pub const LAYERS: &[(&str, &[&str])] = &[
     ("entry points: notebooks, commands, the binary", &["notebook", "commands", "main", "lib"]),
 ];
 
+/// model/'s own sub-layers, lowest first: a file of model/ imports its own sub-layer and the ones
+/// below. The longest prefix places a file (`model::decoder::linear` is a layer, the rest of
+/// `model::decoder` is the decoder).
+pub const MODEL_LAYERS: &[(&str, &[&str])] = &[
+    (
+        "the config: families, the fields taken, the tensor layout",
+        &["model::config", "model::quantize", "model::profile"],
+    ),
+    (
+        "formats and dtypes: precision, GGUF, safetensors, the Hub, tokenizers, chat templates",
+        &[
+            "model::precision",
+            "model::gguf",
+            "model::hub",
+            "model::weights",
+            "model::upload",
+            "model::checkpoint",
+            "model::tokenizer",
+            "model::chat",
+        ],
+    ),
+    (
+        "layers and kernels: linear, embedding, attention, KV cache, a step's inputs, sampling, where layers live",
+        &[
+            "model::kernels",
+            "model::host_linear",
+            "model::host_attention",
+            "model::attention",
+            "model::kv_cache",
+            "model::decode::step",
+            "model::decoder::linear",
+            "model::decoder::embedding",
+            "model::parallel::comm",
+            "model::sampling",
+            "model::placement",
+        ],
+    ),
+    (
+        "the decoder: its layer, the streamer of offloaded layers, the model, a source loaded",
+        &["model::decoder", "model::streamer", "model::source"],
+    ),
+    (
+        "running it: generation, the decode graph, training, several GPUs",
+        &["model::generate", "model::decode", "model::train", "model::optim", "model::parallel"],
+    ),
+];
+
+/// The sub-layer of a module inside model/ (None for the facade `model` and outside model/).
+pub fn model_layer_of(module: &str) -> Option<usize> {
+    let mut best: Option<(usize, usize)> = None;
+    for (i, (_, prefixes)) in MODEL_LAYERS.iter().enumerate() {
+        for p in prefixes.iter().filter(|p| module == **p || module.starts_with(&format!("{p}::"))) {
+            if best.is_none_or(|(_, len)| p.len() > len) {
+                best = Some((i, p.len()));
+            }
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
 /// The layer of a module path (`model::gguf::header`): its first segment's.
 pub fn layer_of(module: &str) -> Option<usize> {
     let top = module.split("::").next().unwrap_or("");
@@ -95,6 +155,27 @@ impl Graph {
             }
         }
         out
+    }
+
+    /// The imports inside model/ that go up its sub-layers (`MODEL_LAYERS`). The facade
+    /// (`model/mod.rs`, re-exports only) is no file's import.
+    pub fn model_upward(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (from, tos) in &self.edges {
+            for to in tos {
+                if let (Some(a), Some(b)) = (model_layer_of(from), model_layer_of(to)) {
+                    if b > a {
+                        out.push((from.clone(), to.clone()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Files of model/ without a sub-layer in `MODEL_LAYERS`.
+    pub fn model_unplaced(&self) -> Vec<String> {
+        self.files.keys().filter(|m| m.starts_with("model::") && model_layer_of(m).is_none()).cloned().collect()
     }
 
     /// Modules without a layer in `LAYERS`.
@@ -193,6 +274,12 @@ impl Graph {
             }
             s += "\n";
         }
+        s += "## model/, by sub-layer (lowest first; a file imports its own and those below)\n\n";
+        for (i, (what, prefixes)) in MODEL_LAYERS.iter().enumerate() {
+            s +=
+                &format!("{i}. {what}: {}\n", prefixes.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", "));
+        }
+        s += "\n";
         let circles = self.circles();
         s += &format!("Circles: {}.\n", if circles.is_empty() { "none".to_string() } else { format!("{circles:?}") });
         s

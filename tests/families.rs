@@ -190,3 +190,43 @@ fn a_cache_past_mistrals_window_is_refused() {
     };
     assert!(err.contains("sliding window of 32"), "{err}");
 }
+
+/// A Qwen3 GGUF the lab writes reads back as the same model (family, head size, every tensor
+/// exactly in F32, the q/k norms included); a Llama one is refused in a line, since llama.cpp
+/// stores Llama's q and k permuted for its RoPE and the lab does not write that.
+#[test]
+fn a_qwen3_gguf_round_trips_and_a_llama_one_is_refused() {
+    use vram_lab::model::gguf::Gguf;
+    use vram_lab::model::weights::WeightSource;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("q3.gguf");
+    let quantize = |preset: &str, to: &std::path::Path| {
+        common::lab_quiet(&[
+            "quantize",
+            "--model",
+            &format!("synthetic:{preset}"),
+            "--type",
+            "f32",
+            "--to",
+            to.to_str().unwrap(),
+        ])
+    };
+    let o = quantize("tiny-qwen3", &path);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    let want = DecoderConfig::preset("tiny-qwen3").unwrap();
+    let (mut g, truncated) = Gguf::open_header(&path).unwrap();
+    assert!(truncated.is_none());
+    let got = g.config().unwrap();
+    assert_eq!(
+        (got.model_type, got.head_dim(), got.q_dim(), got.param_count()),
+        (want.model_type, want.head_dim(), want.q_dim(), want.param_count())
+    );
+    let values = common::tensors(&want, 42); // the CLI's default seed
+    for spec in want.tensor_specs() {
+        let t = g.load(&spec, Precision::F32, &Device::Cpu).unwrap().dense().unwrap();
+        assert_eq!(common::max_abs_diff(&t, &values[&spec.name]), 0.0, "{}", spec.name);
+    }
+    let o = quantize("tiny-llama", &tmp.path().join("l.gguf"));
+    assert!(!o.status.success());
+    assert!(common::output_text(&o).contains("qwen2 and qwen3"), "{}", common::output_text(&o));
+}

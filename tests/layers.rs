@@ -5,7 +5,7 @@
 #[path = "../examples/module_graph.rs"]
 mod module_graph;
 
-use module_graph::{code_of, layer_of, Graph};
+use module_graph::{code_of, layer_of, model_layer_of, Graph};
 use std::path::Path;
 
 fn graph() -> Graph {
@@ -23,6 +23,24 @@ fn no_file_imports_a_higher_layer() {
         up.len(),
         up.iter().map(|(a, b)| format!("  {a} -> {b}")).collect::<Vec<_>>().join("\n")
     );
+}
+
+/// Inside model/ too: config, formats, layers and kernels, the decoder, running it
+/// (`module_graph::MODEL_LAYERS`, docs/ARCHITECTURE.md), no import running back up.
+#[test]
+fn no_model_file_imports_a_higher_sub_layer() {
+    let g = graph();
+    assert!(g.model_unplaced().is_empty(), "model/ files without a sub-layer: {:?}", g.model_unplaced());
+    let up = g.model_upward();
+    assert!(
+        up.is_empty(),
+        "upward imports inside model/ ({}):\n{}",
+        up.len(),
+        up.iter().map(|(a, b)| format!("  {a} -> {b}")).collect::<Vec<_>>().join("\n")
+    );
+    // The longest prefix places a file: the decoder's linear layer sits below the decoder.
+    assert_eq!((model_layer_of("model::decoder::linear"), model_layer_of("model::decoder::model")), (Some(2), Some(3)));
+    assert_eq!(model_layer_of("model"), None);
 }
 
 #[test]

@@ -134,9 +134,9 @@ fn original() -> Vec<Case> {
         case("cli", "estimate", "out").file("out", "a file where the run folder should go"),
         // config.json, through `estimate --config`.
         case("config.json", "estimate --config missing.json", "missing.json"),
-        case("config.json", "estimate --config c.json", "not a usable Qwen2 config").file("c.json", ""),
-        case("config.json", "estimate --config c.json", "not a usable Qwen2 config").file("c.json", "{"),
-        case("config.json", "estimate --config c.json", "not a usable Qwen2 config").file("c.json", "[1, 2]"),
+        case("config.json", "estimate --config c.json", "not a usable model config").file("c.json", ""),
+        case("config.json", "estimate --config c.json", "not a usable model config").file("c.json", "{"),
+        case("config.json", "estimate --config c.json", "not a usable model config").file("c.json", "[1, 2]"),
         case("config.json", "estimate --config c.json", "num_attention_heads")
             .file("c.json", config_with("hidden_size", 250.into())),
         case("config.json", "estimate --config c.json", "num_key_value_heads")
@@ -351,17 +351,23 @@ fn configs() -> Vec<Case> {
         case("config.json", est, "layer_types")
             .file("c.json", cfg("layer_types", serde_json::json!(["sliding_attention", "full_attention"]))),
         case("config.json", est, "partial_rotary_factor").file("c.json", cfg("partial_rotary_factor", 0.5.into())),
-        case("config.json", est, "attention_bias").file("c.json", cfg("attention_bias", true.into())),
+        // Qwen2 biases q, k and v whatever the field says; Llama with a bias is not implemented.
+        case("config.json", est, "attention_bias").file("c.json", {
+            let mut v = tiny_json();
+            v["model_type"] = "llama".into();
+            v["attention_bias"] = true.into();
+            json(v)
+        }),
         case("config.json", est, "quantization_config")
             .file("c.json", cfg("quantization_config", serde_json::json!({"quant_method": "awq", "bits": 4}))),
         case("config.json", est, "use_mrope").file("c.json", cfg("use_mrope", true.into())),
         case("config.json", est, "head_dim").file("c.json", json(head_dim)),
         case("config.json", est, "head_dim").file("c.json", cfg("head_dim", 3.into())),
-        case("config.json", est, "mistral").file("c.json", cfg("model_type", "mistral".into())),
+        case("config.json", est, "gemma3").file("c.json", cfg("model_type", "gemma3".into())),
         case("config.json", est, "more than").file("c.json", padded),
         case("config.json", est, "not a regular file").fifo("c.json"),
         case("config.json", "estimate --config /dev/zero", "not a regular file"),
-        case("config.json", est, "not a usable Qwen2 config").link("c.json", VICTIM),
+        case("config.json", est, "not a usable model config").link("c.json", VICTIM),
     ]
 }
 

@@ -234,7 +234,7 @@ impl DecoderConfig {
             ));
         }
         if !self.head_dim().is_multiple_of(2) {
-            return Err(format!("the head dimension {} must be even for RoPE", self.head_dim()));
+            return Err(format!("the head dimension (head_dim) {} must be even for RoPE", self.head_dim()));
         }
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0) {
             return Err(format!("rms_norm_eps = {} must lie between 0 and 1", self.rms_norm_eps));

@@ -7,7 +7,7 @@ use super::recipe::{self, FileType, ModelClass};
 use super::types::GgmlType;
 use super::{gguf_tensors, tokenizer};
 use crate::error::{LabError, Result};
-use crate::model::config::DecoderConfig;
+use crate::model::config::{DecoderConfig, Family};
 use crate::model::precision::{ggml_dtype_for, Precision};
 use crate::model::quantize::quantize_rows;
 use crate::model::weights::WeightSource;
@@ -63,21 +63,38 @@ pub fn plan(cfg: &DecoderConfig, plan: Plan) -> Vec<Planned> {
     named.into_iter().zip(types).map(|((name, ne), ty)| Planned { name, ne, ty }).collect()
 }
 
-/// The qwen2.* keys llama.cpp's loader reads, `general.*`, and the tokenizer when there is one.
+/// The `<arch>.*` keys llama.cpp's loader reads (qwen2, qwen3), `general.*`, and the tokenizer
+/// when there is one. Llama and Mistral are refused: llama.cpp stores their q and k rows permuted
+/// for its RoPE, which the lab does not write.
 pub fn metadata(cfg: &DecoderConfig, plan: Plan, tok: Option<&tokenizers::Tokenizer>) -> Result<Vec<(String, Value)>> {
+    let arch = match cfg.model_type {
+        Family::Qwen2 | Family::Qwen3 => cfg.model_type.name(),
+        other => {
+            return Err(crate::error::LabError::input(format!(
+                "the lab writes GGUF files of qwen2 and qwen3, not {} (llama.cpp's convert_hf_to_gguf.py writes those)",
+                other.name()
+            )))
+        }
+    };
     let u = |v: usize| Value::U32(v as u32);
+    let key = |k: &str| format!("{arch}.{k}");
     let mut md: Vec<(String, Value)> = vec![
-        ("general.architecture".into(), Value::String("qwen2".into())),
-        ("general.name".into(), Value::String("vram-lab qwen2".into())),
-        ("qwen2.block_count".into(), u(cfg.num_hidden_layers)),
-        ("qwen2.context_length".into(), u(cfg.max_position_embeddings)),
-        ("qwen2.embedding_length".into(), u(cfg.hidden_size)),
-        ("qwen2.feed_forward_length".into(), u(cfg.intermediate_size)),
-        ("qwen2.attention.head_count".into(), u(cfg.num_attention_heads)),
-        ("qwen2.attention.head_count_kv".into(), u(cfg.num_key_value_heads)),
-        ("qwen2.rope.freq_base".into(), Value::F32(cfg.rope_theta as f32)),
-        ("qwen2.attention.layer_norm_rms_epsilon".into(), Value::F32(cfg.rms_norm_eps as f32)),
+        ("general.architecture".into(), Value::String(arch.into())),
+        ("general.name".into(), Value::String(format!("vram-lab {arch}"))),
+        (key("block_count"), u(cfg.num_hidden_layers)),
+        (key("context_length"), u(cfg.max_position_embeddings)),
+        (key("embedding_length"), u(cfg.hidden_size)),
+        (key("feed_forward_length"), u(cfg.intermediate_size)),
+        (key("attention.head_count"), u(cfg.num_attention_heads)),
+        (key("attention.head_count_kv"), u(cfg.num_key_value_heads)),
+        (key("rope.freq_base"), Value::F32(cfg.rope_theta as f32)),
+        (key("attention.layer_norm_rms_epsilon"), Value::F32(cfg.rms_norm_eps as f32)),
     ];
+    // Written where the head is not hidden / heads (Qwen3-0.6B), as convert_hf_to_gguf.py does.
+    if cfg.q_dim() != cfg.hidden_size {
+        md.push((key("attention.key_length"), u(cfg.head_dim())));
+        md.push((key("attention.value_length"), u(cfg.head_dim())));
+    }
     if let Plan::Llama(ftype) = plan {
         md.push(("general.file_type".into(), Value::U32(ftype.llama_ftype())));
         md.push(("general.quantization_version".into(), Value::U32(2)));
