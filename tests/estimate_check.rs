@@ -107,8 +107,7 @@ fn longest_context_within_2_percent() {
     // was modelled on Qwen2.5's shapes. Measured there: 77-166 MiB for the GQA models (the ledger
     // assumes more: their search is 2.4-3.8 % short) and 1.2 GiB for Llama-2-7B's MHA cache (the
     // search 7.3 % long). Held to that until the slack is modelled per shape.
-    let (fam, retried): (Vec<_>, Vec<_>) =
-        retried.into_iter().partition(|x| x.file.contains("2026-11-27-families/"));
+    let (fam, retried): (Vec<_>, Vec<_>) = retried.into_iter().partition(|x| x.file.contains("2026-11-27-families/"));
     assert_eq!(fam.len(), 4, "the four families' BF16 limits");
     for x in &fam {
         assert!(x.err_pct().abs() <= 7.5, "{}: measured {}, ledger {}", x.file, x.max_context, x.predicted_max_context);
