@@ -54,8 +54,18 @@ fn argmax(logits: &Tensor) -> u32 {
     logits.argmax(0).unwrap().to_scalar::<u32>().unwrap()
 }
 
-fn same(cfg: &DecoderConfig, stock: (Tensor, Vec<u32>)) {
+/// The lab's greedy run beside candle-transformers' (`forward(ids, offset)`: the last position's
+/// logits) on the same prompt: every step's logits within 1e-4 of their scale, the same tokens.
+fn same(cfg: &DecoderConfig, mut forward: impl FnMut(&Tensor, usize) -> Tensor) {
     let prompt = common::ids(23, cfg.vocab_size, 5);
+    let mut offset = 0;
+    let mut step = |ids: &[u32]| {
+        let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+        let out = forward(&t, offset).flatten_all().unwrap();
+        offset += ids.len();
+        out
+    };
+    let stock = greedy(&prompt, &mut step);
     let (logits, tokens) = lab_run(cfg, &prompt);
     let scale = common::max_abs(&stock.0);
     assert!(scale > 1e-3, "logits must not be trivially zero");
@@ -79,14 +89,7 @@ fn qwen3_as_candle_transformers() {
     let scfg: qwen3::Config = serde_json::from_value(j).unwrap();
     let vb = VarBuilder::from_tensors(weights(&cfg), DType::F32, &Device::Cpu);
     let mut model = qwen3::ModelForCausalLM::new(&scfg, vb).unwrap();
-    let mut offset = 0;
-    let mut step = |ids: &[u32]| {
-        let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-        let out = model.forward(&t, offset).unwrap().flatten_all().unwrap();
-        offset += ids.len();
-        out
-    };
-    same(&cfg, greedy(&common::ids(23, cfg.vocab_size, 5), &mut step));
+    same(&cfg, |t, offset| model.forward(t, offset).unwrap());
 }
 
 #[test]
@@ -98,14 +101,7 @@ fn llama3_as_candle_transformers() {
     let vb = VarBuilder::from_tensors(weights(&cfg), DType::F32, &Device::Cpu);
     let model = llama::Llama::load(vb, &scfg).unwrap();
     let mut cache = llama::Cache::new(true, DType::F32, &scfg, &Device::Cpu).unwrap();
-    let mut offset = 0;
-    let mut step = |ids: &[u32]| {
-        let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-        let out = model.forward(&t, offset, &mut cache).unwrap().flatten_all().unwrap();
-        offset += ids.len();
-        out
-    };
-    same(&cfg, greedy(&common::ids(23, cfg.vocab_size, 5), &mut step));
+    same(&cfg, |t, offset| model.forward(t, offset, &mut cache).unwrap());
 }
 
 #[test]
@@ -114,14 +110,7 @@ fn mistral_as_candle_transformers() {
     let scfg: mistral::Config = serde_json::from_value(stock_json(&cfg)).unwrap();
     let vb = VarBuilder::from_tensors(weights(&cfg), DType::F32, &Device::Cpu);
     let mut model = mistral::Model::new(&scfg, vb).unwrap();
-    let mut offset = 0;
-    let mut step = |ids: &[u32]| {
-        let t = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-        let out = model.forward(&t, offset).unwrap().flatten_all().unwrap();
-        offset += ids.len();
-        out
-    };
-    same(&cfg, greedy(&common::ids(23, cfg.vocab_size, 5), &mut step));
+    same(&cfg, |t, offset| model.forward(t, offset).unwrap());
 }
 
 /// A mixture is priced, not computed: loading one says so in a line.

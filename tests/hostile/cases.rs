@@ -208,6 +208,11 @@ fn original() -> Vec<Case> {
             .file("m.gguf", patched(gguf.clone(), 24, &(1u64 << 62).to_le_bytes())),
         case("gguf", "estimate --model m.gguf", "architecture").file("m.gguf", {
             let at = find(&gguf, b"qwen2");
+            patched(gguf.clone(), at, b"gemma")
+        }),
+        // A family the lab reads whose keys the file lacks: the missing key, named.
+        case("gguf", "estimate --model m.gguf", "llama.attention.head_count").file("m.gguf", {
+            let at = find(&gguf, b"qwen2");
             patched(gguf.clone(), at, b"llama")
         }),
         case("gguf", "estimate --model m.gguf", "m.gguf")

@@ -129,6 +129,9 @@ impl DecoderConfig {
     pub fn from_json(text: &str, origin: &str) -> Result<Self> {
         let bad = |e: &dyn std::fmt::Display| LabError::input(format!("{origin} is not a usable model config: {e}"));
         let mut json: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(&e))?;
+        if !json.is_object() {
+            return Err(bad(&"a config.json is one JSON object of named fields"));
+        }
         if let Some(obj) = json.as_object_mut() {
             // transformers 5 moves rope_theta into rope_parameters ...
             if !obj.contains_key("rope_theta") {
