@@ -2,7 +2,7 @@
 //! The grader's hidden configs: the lab's presets, and models drawn from a seeded generator
 //! (splitmix64). `EXERCISES_SEED=<number>` draws another set; the default seed is fixed.
 
-use vram_lab::model::{config::PRESETS, DecoderConfig, Precision};
+use vram_lab::model::{config::PRESETS, DecoderConfig, Family, Precision};
 
 /// The seed unless `EXERCISES_SEED` gives another.
 pub const SEED: u64 = 0x5eed_2026_0000_0041;
@@ -59,10 +59,15 @@ pub fn random_config(rng: &mut Rng) -> DecoderConfig {
     }
 }
 
-/// The lab's presets, then `RANDOM_MODELS` random ones.
+/// The lab's Qwen2 presets, then `RANDOM_MODELS` random ones.
 pub fn models(salt: u64, random: usize) -> Vec<(String, DecoderConfig)> {
     let mut rng = Rng::new(salt);
-    let presets = PRESETS.iter().map(|(name, _)| (name.to_string(), DecoderConfig::preset(name).expect("a preset")));
+    // The exercises' formulas are Qwen2's (q, k, v biased; q as wide as the hidden size): the
+    // Qwen2 presets, not the other families'.
+    let presets = PRESETS
+        .iter()
+        .map(|(name, _)| (name.to_string(), DecoderConfig::preset(name).expect("a preset")))
+        .filter(|(_, cfg)| cfg.model_type == Family::Qwen2);
     let drawn = (0..random).map(|i| (format!("random model {i}"), random_config(&mut rng)));
     presets.chain(drawn).collect()
 }
