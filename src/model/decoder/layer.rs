@@ -1,6 +1,7 @@
-//! One Qwen2 decoder layer: attention and MLP over linear layers of dense or quantized weights,
-//! its forward pass (prefill and cached decoding), the static decoding step's fused path, and
-//! moving or stacking its weights. The model (`model.rs`) holds the layers.
+//! One decoder layer, of whichever dense family the config names: attention and MLP over linear
+//! layers of dense or quantized weights, the parts its family has (q/k/v biases, q/k norms), its
+//! forward pass (prefill and cached decoding), and moving or stacking its weights. Its static
+//! decoding step is `static_step.rs`; the model (`model.rs`) holds the layers.
 
 use super::linear::Linear;
 use crate::error::{LabError, Result};
@@ -64,12 +65,13 @@ impl Layer {
             lin("mlp.up_proj", false)?,
             lin("mlp.down_proj", false)?,
         );
-        let qk_norm = match family.qk_norm() {
-            true => Some((
+        let qk_norm = if family.qk_norm() {
+            Some((
                 take_dense(w, &format!("{p}.self_attn.q_norm.weight"), act)?,
                 take_dense(w, &format!("{p}.self_attn.k_norm.weight"), act)?,
-            )),
-            false => None,
+            ))
+        } else {
+            None
         };
         Ok(Self {
             q,

@@ -1,4 +1,4 @@
-//! The lab's Qwen2 forward pass: one implementation for every precision. Dense weights go through
+//! The lab's decoder forward pass, every dense family and every precision. Dense weights go through
 //! candle_nn::Linear, GGUF blocks through candle's QMatMul. The KV cache is preallocated and
 //! written in place, attention is bounded (see attention.rs), RoPE angles are computed in F32, and
 //! a prompt may be fed in any split of prefix and continuation. The layers are `layer.rs`.
