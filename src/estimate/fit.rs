@@ -68,6 +68,18 @@ impl Inference {
     pub fn weights(&self, cfg: &DecoderConfig) -> u64 {
         self.stored.unwrap_or_else(|| weight_bytes(cfg, self.precision))
     }
+
+    /// The workload's prefill, as `transient::phases` prices it.
+    pub fn prefill(&self) -> Prefill {
+        Prefill {
+            seq: self.seq,
+            batch: self.batch,
+            act_bytes: self.precision.act_dtype().size_in_bytes(),
+            logits: self.logits,
+            attention: self.attention,
+            cast: self.precision.casts_products(),
+        }
+    }
 }
 
 /// What a workload needs on the device, part by part.
@@ -113,17 +125,7 @@ pub fn ledger(cfg: &DecoderConfig, w: &Inference, runtime: u64) -> Ledger {
 /// old and the new buffer at once, in the first layer's down projection.
 pub fn ledger_after(cfg: &DecoderConfig, w: &Inference, runtime: u64, seen: u64) -> Ledger {
     let act = w.precision.act_dtype().size_in_bytes();
-    let p = transient::phases(
-        cfg,
-        &Prefill {
-            seq: w.seq,
-            batch: w.batch,
-            act_bytes: act,
-            logits: w.logits,
-            attention: w.attention,
-            cast: w.precision.casts_products(),
-        },
-    );
+    let p = transient::phases(cfg, &w.prefill());
     let tokens = (w.seq * w.batch) as u64;
     let kept = workspace::held(cfg, w.precision, seen.max(tokens));
     let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - kept;

@@ -13,7 +13,7 @@ use crate::error::{LabError, Result};
 use crate::estimate::bytes::{kv_bytes_per_token, weight_bytes, with_layers};
 use crate::estimate::fit::{self, Inference};
 use crate::estimate::training::{step_peak, TrainShape};
-use crate::estimate::transient::{self, Prefill};
+use crate::estimate::transient;
 use crate::model::parallel::shard::{rank_ledger, shard_config};
 use crate::model::DecoderConfig;
 use serde::Serialize;
@@ -187,17 +187,7 @@ pub fn pipeline(cfg: &DecoderConfig, w: &Inference, gpus: usize, runtime: u64) -
     // A stage before the last runs layers only: its busiest moment is the layers' (the logits
     // are the last stage's), counted whole, as no logits stay beside it.
     let layers_peak = if one.peak_at == "logits" {
-        let p = transient::phases(
-            cfg,
-            &Prefill {
-                seq: w.seq,
-                batch: w.batch,
-                act_bytes: act,
-                logits: w.logits,
-                attention: w.attention,
-                cast: w.precision.casts_products(),
-            },
-        );
+        let p = transient::phases(cfg, &w.prefill());
         p.attention.max(p.o_proj).max(p.mlp)
     } else {
         one.transient + one.logits

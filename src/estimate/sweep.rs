@@ -4,7 +4,7 @@
 
 use super::bytes::{kv_bytes_per_token, weight_bytes};
 use super::fit::{ledger_after, Inference};
-use super::transient::{self, Prefill};
+use super::transient;
 use super::workspace;
 use crate::memory::policy::POOL_SLACK;
 use crate::model::DecoderConfig;
@@ -15,17 +15,7 @@ use crate::search::bisect;
 /// the old. A prefill that fitted did.
 pub fn reaches_growth(cfg: &DecoderConfig, w: &Inference, runtime: u64, seen: u64, capacity: u64) -> bool {
     let act = w.precision.act_dtype().size_in_bytes();
-    let p = transient::phases(
-        cfg,
-        &Prefill {
-            seq: w.seq,
-            batch: w.batch,
-            act_bytes: act,
-            logits: w.logits,
-            attention: w.attention,
-            cast: w.precision.casts_products(),
-        },
-    );
+    let p = transient::phases(cfg, &w.prefill());
     let tokens = (w.seq * w.batch) as u64;
     let held = workspace::held(cfg, w.precision, seen);
     let base = weight_bytes(cfg, w.precision) + held + kv_bytes_per_token(cfg, act) * tokens + runtime;
