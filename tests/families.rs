@@ -1,13 +1,13 @@
-//! Qwen3, Llama (with Llama 3.1's RoPE scaling) and Mistral in the lab's one decoder against
-//! candle-transformers' own model of each family, on the same random weights (F32, CPU): the
-//! same logits at every step of a greedy run and the same tokens. The norms' weights are drawn
+//! Qwen3, Llama (with Llama 3.1's RoPE scaling), Mistral and the mixtures Qwen3-MoE and Mixtral
+//! in the lab's one decoder against candle-transformers' own model of each family, on the same
+//! random weights (F32, CPU): the same logits at every step of a greedy run and the same tokens. The norms' weights are drawn
 //! away from 1 so a q norm applied to k (or not at all) shows.
 
 mod common;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::{llama, mistral, qwen3};
+use candle_transformers::models::{llama, mistral, mixtral, qwen3, qwen3_moe};
 use std::collections::HashMap;
 use vram_lab::model::decoder::last_logits;
 use vram_lab::model::weights::Weight;
@@ -113,16 +113,45 @@ fn mistral_as_candle_transformers() {
     same(&cfg, |t, offset| model.forward(t, offset).unwrap());
 }
 
-/// A mixture is priced, not computed: loading one says so in a line.
+/// Qwen3-MoE's mixture, with the picked experts' weights renormalised (Qwen3-30B-A3B's
+/// `norm_topk_prob`) and not: the router, the top-k and each expert's weighted sum as
+/// candle-transformers' reference block computes them.
 #[test]
-fn a_mixture_is_refused_by_the_runtime() {
-    let cfg = DecoderConfig::preset("tiny-moe").unwrap();
-    let w = weights(&cfg).into_iter().map(|(k, v)| (k, Weight::Dense(v))).collect();
-    let err = match Decoder::new(&cfg, Precision::F32, w, &Device::Cpu) {
-        Ok(_) => panic!("a mixture of experts was computed"),
-        Err(e) => e.to_string(),
-    };
-    assert!(err.contains("mixture of experts") && err.contains("price"), "{err}");
+fn qwen3_moe_as_candle_transformers() {
+    for renormalize in [true, false] {
+        let mut cfg = DecoderConfig::preset("tiny-moe").unwrap();
+        cfg.norm_topk_prob = Some(renormalize);
+        let mut j = stock_json(&cfg);
+        j["attention_bias"] = false.into();
+        j["max_window_layers"] = cfg.num_hidden_layers.into();
+        j["use_sliding_window"] = false.into();
+        j["decoder_sparse_step"] = 1.into();
+        let scfg: qwen3_moe::Config = serde_json::from_value(j).unwrap();
+        let vb = VarBuilder::from_tensors(weights(&cfg), DType::F32, &Device::Cpu);
+        let mut model = qwen3_moe::ModelForCausalLM::new(&scfg, vb).unwrap();
+        same(&cfg, |t, offset| model.forward(t, offset).unwrap());
+    }
+}
+
+/// Mixtral's mixture (the experts `w1`, `w3`, `w2` under `block_sparse_moe`, always renormalised)
+/// on a small config of its shape.
+#[test]
+fn mixtral_as_candle_transformers() {
+    let mut j = stock_json(&DecoderConfig::preset("tiny-mistral").unwrap());
+    j["model_type"] = "mixtral".into();
+    j["num_local_experts"] = 4.into();
+    j["num_experts_per_tok"] = 2.into();
+    j.as_object_mut().unwrap().remove("sliding_window");
+    let cfg = DecoderConfig::from_json(&j.to_string(), "tiny mixtral").unwrap();
+    assert_eq!(cfg.experts().map(|e| (e.experts, e.active, e.renormalize)), Some((4, 2, true)));
+    let mut stock = stock_json(&cfg);
+    stock["num_local_experts"] = 4.into();
+    stock["sliding_window"] = 1_000_000.into();
+    stock["use_flash_attn"] = false.into();
+    let scfg: mixtral::Config = serde_json::from_value(stock).unwrap();
+    let vb = VarBuilder::from_tensors(weights(&cfg), DType::F32, &Device::Cpu);
+    let mut model = mixtral::Model::new(&scfg, vb).unwrap();
+    same(&cfg, |t, offset| model.forward(t, offset).unwrap());
 }
 
 /// Each family's published config.json alone in a folder, as a user copies it from a model card:

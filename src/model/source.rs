@@ -164,6 +164,12 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
                     path.display()
                 )));
             }
+            if cfg.model_type.is_moe() {
+                return Err(LabError::input(format!(
+                    "{}: a mixture's GGUF holds each layer's experts in one tensor; the lab prices it (estimate, plan) and computes mixtures from safetensors or synthetic presets",
+                    path.display()
+                )));
+            }
             // An explicit tokenizer.json or one beside the file wins; else the file's own.
             let tokenizer = match find_tokenizer(opts.tokenizer.as_deref(), path.parent())? {
                 Some(t) => Some(t),

@@ -105,28 +105,21 @@ impl Synthetic {
             let v = self.host_values(&spec.name, spec.elem_count())?;
             return Ok(Tensor::from_vec(v, spec.shape.as_slice(), device)?.to_dtype(dtype)?);
         }
-        // On the GPU: curand makes F32 only; fill the target in row blocks so the F32 staging
-        // stays small (the 7B embedding would otherwise need 2 GiB of F32 next to it). The
-        // generator is reseeded per tensor, so every load of a process draws the same model.
-        device.set_seed(self.tensor_seed(&spec.name))?;
         if dtype == DType::F32 {
+            device.set_seed(self.tensor_seed(&spec.name))?;
             return Ok(Tensor::randn(0f32, STD, spec.shape.as_slice(), device)?);
         }
-        let out = Tensor::zeros(spec.shape.as_slice(), dtype, device)?;
-        let rows = spec.shape[0];
-        let cols: usize = spec.shape[1..].iter().product();
-        let block = (16 << 20) / cols.max(1);
-        let block = block.max(1);
-        let mut r = 0;
-        while r < rows {
-            let n = block.min(rows - r);
-            let mut shape = spec.shape.clone();
-            shape[0] = n;
-            let part = Tensor::randn(0f32, STD, shape.as_slice(), device)?.to_dtype(dtype)?;
-            out.slice_set(&part, 0, r)?;
-            r += n;
-        }
-        Ok(out)
+        // 16-bit on the GPU: drawn on the host by every core and copied up in one allocation of
+        // the tensor's size, as a checkpoint loads. Drawing on the GPU needs F32 staging beside
+        // the target, and those holes left Llama-2-7B's weights 875 MiB of partly used pool
+        // chunks (`anatomy_timeline.csv` in data/results/h200/2026-11-27-families).
+        let (n, seed, shape) = (spec.elem_count(), self.tensor_seed(&spec.name), spec.shape.as_slice());
+        let host = match dtype {
+            DType::BF16 => Tensor::from_vec(parallel_normal(n, seed, half::bf16::from_f32)?, shape, &Device::Cpu)?,
+            DType::F16 => Tensor::from_vec(parallel_normal(n, seed, half::f16::from_f32)?, shape, &Device::Cpu)?,
+            _ => Tensor::from_vec(parallel_normal(n, seed, |x| x)?, shape, &Device::Cpu)?.to_dtype(dtype)?,
+        };
+        Ok(host.to_device(device)?)
     }
 
     /// Q4 without quantizing billions of values: quantize one seeded block of up to 256 rows on
@@ -146,6 +139,20 @@ impl Synthetic {
         let storage = candle_core::quantized::QStorage::from_data(std::borrow::Cow::Owned(all), device, q)?;
         Ok(Weight::Quant(Arc::new(QTensor::new(storage, (rows, cols))?)))
     }
+}
+
+/// `n` draws of N(0, STD) from `seed` as `T`, in blocks of 1 Mi values, each block its own
+/// stream, drawn by rayon's threads: the same values on any number of cores.
+fn parallel_normal<T: Copy + Default + Send>(n: usize, seed: u64, to: fn(f32) -> T) -> Result<Vec<T>> {
+    use rand::rngs::SmallRng;
+    use rayon::prelude::*;
+    let normal = Normal::new(0.0f32, STD).map_err(|e| LabError::other(format!("synthetic weights: {e}")))?;
+    let mut v = vec![T::default(); n];
+    v.par_chunks_mut(1 << 20).enumerate().for_each(|(i, block)| {
+        let mut rng = SmallRng::seed_from_u64(seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        block.iter_mut().for_each(|x| *x = to(normal.sample(&mut rng)));
+    });
+    Ok(v)
 }
 
 impl WeightSource for Synthetic {

@@ -30,6 +30,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "num_local_experts",
     "num_experts_per_tok",
     "moe_intermediate_size",
+    "norm_topk_prob",
     // checked below: only their off or default values are taken
     "rope_parameters",
     "use_sliding_window",
@@ -41,7 +42,6 @@ const KNOWN_FIELDS: &[&str] = &[
     "mlp_bias",
     "decoder_sparse_step",
     "mlp_only_layers",
-    "norm_topk_prob",
     "output_router_logits",
     // nothing the lab computes depends on these: dropout, initialisation and the router's losses
     // act in training only; Llama's `pretraining_tp` slices the same products

@@ -68,6 +68,9 @@ pub struct DecoderConfig {
     /// One Qwen3-MoE expert's width (Mixtral's is `intermediate_size`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_intermediate_size: Option<usize>,
+    /// Qwen3-MoE: the picked experts' weights renormalised to sum to 1 (Mixtral always does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub norm_topk_prob: Option<bool>,
 }
 
 /// A mixture of experts in every layer: `experts` MLPs of `width`, `active` of them per token.
@@ -76,6 +79,8 @@ pub struct Experts {
     pub experts: usize,
     pub active: usize,
     pub width: usize,
+    /// The picked experts' router weights divided by their sum.
+    pub renormalize: bool,
 }
 
 fn default_max_position_embeddings() -> usize {
@@ -186,6 +191,7 @@ impl DecoderConfig {
             if !family.is_moe() {
                 obj.remove("num_experts_per_tok");
                 obj.remove("moe_intermediate_size");
+                obj.remove("norm_topk_prob");
             }
         }
         let cfg: Self = serde_json::from_value(json).map_err(|e| bad(&e))?;
@@ -299,18 +305,8 @@ impl DecoderConfig {
             Family::Mixtral => self.intermediate_size,
             _ => self.moe_intermediate_size?,
         };
-        Some(Experts { experts: self.num_experts?, active: self.num_experts_per_tok?, width })
-    }
-
-    /// A config the lab can compute, or one line saying why not (a mixture is priced only).
-    pub fn computable(&self) -> Result<()> {
-        if self.model_type.is_moe() {
-            return Err(LabError::input(format!(
-                "{} is a mixture of experts: `estimate` and `plan` price it, the lab does not compute it",
-                self.model_type.name()
-            )));
-        }
-        Ok(())
+        let renormalize = self.model_type == Family::Mixtral || self.norm_topk_prob.unwrap_or(false);
+        Some(Experts { experts: self.num_experts?, active: self.num_experts_per_tok?, width, renormalize })
     }
 
     /// RoPE's inverse frequencies, one per pair of the head's dimensions, with Llama 3.1's

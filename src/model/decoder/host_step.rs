@@ -4,7 +4,7 @@
 //! stage's 14 CPU layers on an H100 host (a new tensor per op, rayon's dispatch for small ones),
 //! a quarter of the token; what is left here is the products' reading.
 
-use super::layer::Layer;
+use super::layer::{Layer, Mlp};
 use super::linear::Linear;
 use crate::error::Result;
 use crate::model::attention::AttentionMode;
@@ -71,7 +71,9 @@ impl Layer {
     ) -> Result<Option<Tensor>> {
         let (b, s, hidden) = x.dims3()?;
         let Some((Linear::Host(qkv), Linear::Host(gate_up))) = self.fused.as_ref() else { return Ok(None) };
-        let (Linear::Host(o), Linear::Host(down)) = (&self.o, &self.down) else { return Ok(None) };
+        let (Linear::Host(o), Mlp::Dense { down: Linear::Host(down), .. }) = (&self.o, &self.mlp) else {
+            return Ok(None);
+        };
         if b != 1 || s != 1 || self.reduce.is_some() {
             return Ok(None);
         }

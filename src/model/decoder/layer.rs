@@ -1,9 +1,11 @@
-//! One decoder layer, of whichever dense family the config names: attention and MLP over linear
-//! layers of dense or quantized weights, the parts its family has (q/k/v biases, q/k norms), its
-//! forward pass (prefill and cached decoding), and moving or stacking its weights. Its static
-//! decoding step is `static_step.rs`; the model (`model.rs`) holds the layers.
+//! One decoder layer, of whichever family the config names: attention and an MLP (or a mixture of
+//! experts, `mixture.rs`) over linear layers of dense or quantized weights, the parts its family
+//! has (q/k/v biases, q/k norms), its forward pass (prefill and cached decoding), and moving or
+//! stacking its weights. Its static decoding step is `static_step.rs`; the model (`model.rs`)
+//! holds the layers.
 
 use super::linear::Linear;
+use super::mixture::Mixture;
 use crate::error::{LabError, Result};
 use crate::model::attention::{attend, AttentionMode};
 use crate::model::config::DecoderConfig;
@@ -20,9 +22,7 @@ pub(crate) struct Layer {
     pub(super) k: Linear,
     pub(super) v: Linear,
     pub(super) o: Linear,
-    pub(super) gate: Linear,
-    pub(super) up: Linear,
-    pub(super) down: Linear,
+    pub(super) mlp: Mlp,
     pub(super) ln1: Tensor,
     pub(super) ln2: Tensor,
     /// Qwen3's per-head RMS norms of q and k, before RoPE (one weight of head_dim each).
@@ -33,6 +33,13 @@ pub(crate) struct Layer {
     /// A tensor-parallel rank's communicator: the attention's and the MLP's outputs are partial
     /// sums (o and down hold a share of their input columns), summed across ranks.
     pub(super) reduce: Option<RankComm>,
+}
+
+/// The feed-forward part: one SwiGLU MLP, or a mixture of experts.
+#[derive(Debug, Clone)]
+pub(crate) enum Mlp {
+    Dense { gate: Linear, up: Linear, down: Linear },
+    Mixture(Mixture),
 }
 
 /// The weight `name`, taken out of `w` (each is used once).
@@ -59,12 +66,16 @@ impl Layer {
             lin("self_attn.k_proj", family.qkv_bias())?,
             lin("self_attn.v_proj", family.qkv_bias())?,
         );
-        let (o, gate, up, down) = (
-            lin("self_attn.o_proj", false)?,
-            lin("mlp.gate_proj", false)?,
-            lin("mlp.up_proj", false)?,
-            lin("mlp.down_proj", false)?,
-        );
+        let o = lin("self_attn.o_proj", false)?;
+        let mlp = if family.is_moe() {
+            Mlp::Mixture(Mixture::new(cfg, l, w)?)
+        } else {
+            Mlp::Dense {
+                gate: lin("mlp.gate_proj", false)?,
+                up: lin("mlp.up_proj", false)?,
+                down: lin("mlp.down_proj", false)?,
+            }
+        };
         let qk_norm = if family.qk_norm() {
             Some((
                 take_dense(w, &format!("{p}.self_attn.q_norm.weight"), act)?,
@@ -78,9 +89,7 @@ impl Layer {
             k,
             v,
             o,
-            gate,
-            up,
-            down,
+            mlp,
             ln1: take_dense(w, &format!("{p}.input_layernorm.weight"), act)?,
             ln2: take_dense(w, &format!("{p}.post_attention_layernorm.weight"), act)?,
             qk_norm,
@@ -94,14 +103,30 @@ impl Layer {
         self.ln1.device()
     }
 
-    fn linears(&self) -> [&Linear; 7] {
-        [&self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down]
+    /// q, k, v, o, then the MLP's products (the router and each expert's for a mixture).
+    fn linears(&self) -> Vec<&Linear> {
+        let mut out = vec![&self.q, &self.k, &self.v, &self.o];
+        match &self.mlp {
+            Mlp::Dense { gate, up, down } => out.extend([gate, up, down]),
+            Mlp::Mixture(m) => out.extend(m.linears()),
+        }
+        out
+    }
+
+    /// The dense MLP's gate, up and down, or a line saying a mixture runs only the forward pass.
+    pub(super) fn dense_mlp(&self) -> Result<(&Linear, &Linear, &Linear)> {
+        match &self.mlp {
+            Mlp::Dense { gate, up, down } => Ok((gate, up, down)),
+            Mlp::Mixture(_) => Err(LabError::Unsupported(
+                "a mixture of experts runs the lab's forward pass only (prefill and the decoding loop on one device: no CPU layers, static step, training or tensor parallelism)".into(),
+            )),
+        }
     }
 
     /// Its tensors in a fixed order (what a streamed layer copies): q, k, v weights and biases
     /// where the family has them, o, gate, up, down, the two norms, q and k's norms where set.
     pub(crate) fn tensors(&self) -> Result<Vec<Tensor>> {
-        let mut out = Vec::with_capacity(14);
+        let mut out = Vec::new();
         for lin in self.linears() {
             let (w, b) = lin.dense_parts()?;
             out.push(w);
@@ -118,7 +143,7 @@ impl Layer {
     pub(crate) fn with_tensors(&self, t: Vec<Tensor>) -> Result<Self> {
         let mut t = t.into_iter();
         let mut next = || t.next().ok_or_else(|| LabError::other("a layer's tensors are fewer than its parts"));
-        let mut lins = Vec::with_capacity(7);
+        let mut lins = Vec::new();
         for lin in self.linears() {
             let w = next()?;
             let b = if lin.dense_parts()?.1.is_some() { Some(next()?) } else { None };
@@ -129,9 +154,14 @@ impl Layer {
             Some(_) => Some((next()?, next()?)),
             None => None,
         };
-        let [q, k, v, o, gate, up, down]: [Linear; 7] =
-            lins.try_into().map_err(|_| LabError::other("a layer has 7 products"))?;
-        Ok(Self { q, k, v, o, gate, up, down, ln1, ln2, qk_norm, fused: None, reduce: None })
+        let mut lins = lins.into_iter();
+        let mut lin = || lins.next().ok_or_else(|| LabError::other("a layer's products are fewer than its parts"));
+        let (q, k, v, o) = (lin()?, lin()?, lin()?, lin()?);
+        let mlp = match &self.mlp {
+            Mlp::Dense { .. } => Mlp::Dense { gate: lin()?, up: lin()?, down: lin()? },
+            Mlp::Mixture(m) => Mlp::Mixture(m.with_linears(&mut lins)?),
+        };
+        Ok(Self { q, k, v, o, mlp, ln1, ln2, qk_norm, fused: None, reduce: None })
     }
 
     /// The same weights with no backward recorded (views of the same storage): what a
@@ -151,16 +181,15 @@ impl Layer {
     pub(super) fn to_host(&self) -> Result<Self> {
         let cpu = Device::Cpu;
         let host = |w: Tensor, b: Option<Tensor>| -> Result<Linear> { Ok(Linear::Host(HostLinear::new(w, b)?)) };
+        let (gate, up, down) = self.dense_mlp()?;
         let (qkv, [q, k, v]) = stack([&self.q, &self.k, &self.v], &cpu, host)?;
-        let (gate_up, [gate, up]) = stack([&self.gate, &self.up], &cpu, host)?;
+        let (gate_up, [gate, up]) = stack([gate, up], &cpu, host)?;
         Ok(Self {
             q,
             k,
             v,
             o: self.o.to_host()?,
-            gate,
-            up,
-            down: self.down.to_host()?,
+            mlp: Mlp::Dense { gate, up, down: down.to_host()? },
             // In F32, as the layer computes (see `forward`).
             ln1: self.ln1.to_device(&cpu)?.to_dtype(DType::F32)?,
             ln2: self.ln2.to_device(&cpu)?.to_dtype(DType::F32)?,
@@ -181,16 +210,15 @@ impl Layer {
         let dev = self.device().clone();
         let dense =
             |w: Tensor, b: Option<Tensor>| -> Result<Linear> { Ok(Linear::Dense(candle_nn::Linear::new(w, b))) };
+        let (gate, up, down) = self.dense_mlp()?;
         let (qkv, [q, k, v]) = stack([&self.q, &self.k, &self.v], &dev, dense)?;
-        let (gate_up, [gate, up]) = stack([&self.gate, &self.up], &dev, dense)?;
+        let (gate_up, [gate, up]) = stack([gate, up], &dev, dense)?;
         Ok(Self {
             q,
             k,
             v,
             o: self.o.clone(),
-            gate,
-            up,
-            down: self.down.clone(),
+            mlp: Mlp::Dense { gate, up, down: down.clone() },
             ln1: self.ln1.clone(),
             ln2: self.ln2.clone(),
             qk_norm: self.qk_norm.clone(),
@@ -206,7 +234,10 @@ impl Layer {
                 let y = gate_up.forward(h)?;
                 (candle_nn::ops::silu(&y.narrow(2, 0, i)?)? * y.narrow(2, i, i)?)?
             }
-            None => (candle_nn::ops::silu(&self.gate.forward(h)?)? * self.up.forward(h)?)?,
+            None => {
+                let (gate, up, _) = self.dense_mlp()?;
+                (candle_nn::ops::silu(&gate.forward(h)?)? * up.forward(h)?)?
+            }
         })
     }
 
@@ -283,8 +314,13 @@ impl Layer {
         };
         let x = (x + self.summed(self.o.forward(&a)?)?)?;
         let h = norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
-        let m = self.gated(&h, fused.is_some(), cfg.intermediate_size)?;
-        Ok((x + self.summed(self.down.forward(&m)?)?)?.to_dtype(act)?)
+        match &self.mlp {
+            Mlp::Dense { down, .. } => {
+                let m = self.gated(&h, fused.is_some(), cfg.intermediate_size)?;
+                Ok((x + self.summed(down.forward(&m)?)?)?.to_dtype(act)?)
+            }
+            Mlp::Mixture(mix) => Ok((x + self.summed(mix.forward(&h)?)?)?.to_dtype(act)?),
+        }
     }
 
     /// The full output from this rank's partial one (itself without tensor parallelism).

@@ -1,7 +1,8 @@
-//! The one decoder the lab runs for every dense family (Qwen2/2.5, Qwen3, Llama, Mistral; the
-//! config says which parts a layer has), as candle-transformers' model files read: plain structs
-//! with `new` and `forward`. The linear layer (`linear`), the token embedding (`embedding`), the
-//! decoder layer (`layer`), its static decoding step (`static_step`), a CPU layer's decoding step
+//! The one decoder the lab runs for every family (Qwen2/2.5, Qwen3, Llama, Mistral, and the
+//! mixtures Qwen3-MoE and Mixtral; the config says which parts a layer has), as
+//! candle-transformers' model files read: plain structs with `new` and `forward`. The linear layer
+//! (`linear`), the token embedding (`embedding`), the decoder layer (`layer`) and its mixture of
+//! experts (`mixture`), its static decoding step (`static_step`), a CPU layer's decoding step
 //! (`host_step`), the model (`model`) and the model as trainable variables (`trainable`), moving a
 //! pass's tensors between devices (`crossing`). The config is `model::config`.
 
@@ -10,6 +11,7 @@ pub mod embedding;
 pub mod host_step;
 pub mod layer;
 pub mod linear;
+pub mod mixture;
 pub mod model;
 pub mod static_step;
 pub mod trainable;

@@ -69,7 +69,6 @@ impl Decoder {
         mut w: HashMap<String, Weight>,
         device: &Device,
     ) -> Result<Self> {
-        cfg.computable()?;
         let weight_bytes = w.values().map(Weight::bytes).sum();
         let act = precision.act_dtype();
         let embed_w = take(&mut w, "model.embed_tokens.weight")?;
@@ -215,7 +214,7 @@ impl Decoder {
         let mut n = 0;
         for slot in &mut self.layers {
             if let LayerSlot::Resident(layer) = slot {
-                if layer.fused.is_none() && matches!(layer.q, Linear::Dense(_)) {
+                if layer.fused.is_none() && matches!(layer.q, Linear::Dense(_)) && layer.dense_mlp().is_ok() {
                     *layer = layer.fused_on_device()?;
                     n += 1;
                 }

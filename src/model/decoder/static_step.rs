@@ -117,12 +117,13 @@ impl Layer {
             }
         };
         let x = self.o.forward_step(&a, Some(&x), step)?;
-        let m = normed_step(parts([&self.gate, &self.up]).as_deref(), &x, &self.ln2, eps, true, step)?;
+        let (gate, up, down) = self.dense_mlp()?;
+        let m = normed_step(parts([gate, up]).as_deref(), &x, &self.ln2, eps, true, step)?;
         let m = match m {
             StepOut::Product(m) => m,
             StepOut::Normed(h) => self.gated(&h, self.fused.is_some(), cfg.intermediate_size)?,
         };
-        self.down.forward_step(&m, Some(&x), step)
+        down.forward_step(&m, Some(&x), step)
     }
 }
 

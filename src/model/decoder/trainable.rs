@@ -2,7 +2,7 @@
 //! optimizer updates.
 
 use super::embedding::Embedding;
-use super::layer::Layer;
+use super::layer::{Layer, Mlp};
 use super::linear::Linear;
 use super::model::{Decoder, LayerSlot};
 use crate::error::{LabError, Result};
@@ -51,14 +51,15 @@ impl Decoder {
         let mut out = Vec::with_capacity(layers.len());
         for slot in layers {
             let LayerSlot::Resident(l) = slot else { continue };
+            let Mlp::Dense { gate, up, down } = l.mlp else {
+                return Err(LabError::Unsupported("training a mixture of experts: the lab trains dense models".into()));
+            };
             out.push(LayerSlot::Resident(Layer {
                 q: lin(l.q)?,
                 k: lin(l.k)?,
                 v: lin(l.v)?,
                 o: lin(l.o)?,
-                gate: lin(l.gate)?,
-                up: lin(l.up)?,
-                down: lin(l.down)?,
+                mlp: Mlp::Dense { gate: lin(gate)?, up: lin(up)?, down: lin(down)? },
                 ln1: var(l.ln1)?,
                 ln2: var(l.ln2)?,
                 qk_norm: match l.qk_norm {

@@ -120,6 +120,8 @@ impl Gguf {
             num_experts,
             num_experts_per_tok,
             moe_intermediate_size,
+            // llama.cpp's qwen3moe graph renormalises the picked experts' weights.
+            norm_topk_prob: (family == Family::Qwen3Moe).then_some(true),
         };
         let json = serde_json::to_string(&cfg)?;
         DecoderConfig::from_json(&json, &self.path())

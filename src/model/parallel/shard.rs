@@ -25,6 +25,12 @@ pub fn check(cfg: &DecoderConfig, ranks: usize) -> Result<()> {
     if ranks == 0 {
         return Err(LabError::input("tensor parallelism needs at least one rank"));
     }
+    if cfg.model_type.is_moe() {
+        return Err(LabError::input(format!(
+            "{} is a mixture of experts: the lab splits dense models over GPUs (expert parallelism is not built)",
+            cfg.model_type.name()
+        )));
+    }
     for (what, n) in [
         ("key/value heads", cfg.num_key_value_heads),
         ("attention heads", cfg.num_attention_heads),
