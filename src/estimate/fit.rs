@@ -124,8 +124,14 @@ pub fn ledger(cfg: &DecoderConfig, w: &Inference, runtime: u64) -> Ledger {
 /// process keeps the quantized matmul's buffer for the longest of them, and growing it holds the
 /// old and the new buffer at once, in the first layer's down projection.
 pub fn ledger_after(cfg: &DecoderConfig, w: &Inference, runtime: u64, seen: u64) -> Ledger {
+    ledger_routed(cfg, w, runtime, seen, None)
+}
+
+/// As `ledger_after`, a mixture's busiest expert taking `routed` tokens (as a run recorded
+/// them; None: every token, what a plan must leave room for).
+pub fn ledger_routed(cfg: &DecoderConfig, w: &Inference, runtime: u64, seen: u64, routed: Option<u64>) -> Ledger {
     let act = w.precision.act_dtype().size_in_bytes();
-    let p = transient::phases(cfg, &w.prefill());
+    let p = transient::phases_routed(cfg, &w.prefill(), routed);
     let tokens = (w.seq * w.batch) as u64;
     let kept = workspace::held(cfg, w.precision, seen.max(tokens));
     let growth = p.down_proj + workspace::at_growth(cfg, w.precision, seen, tokens) - kept;

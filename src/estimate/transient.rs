@@ -115,8 +115,15 @@ pub fn pool_slack(chunked: u64, slack: u64) -> u64 {
     (chunked as u128 * slack as u128 / POOL_CHUNK as u128) as u64
 }
 
-/// The four moments of `p` on `cfg`.
+/// The four moments of `p` on `cfg` (a mixture's busiest expert taking every token: the most a
+/// router can send one expert, what a plan must leave room for).
 pub fn phases(cfg: &DecoderConfig, p: &Prefill) -> Phases {
+    phases_routed(cfg, p, None)
+}
+
+/// The four moments of `p` on `cfg`, a mixture's busiest expert taking `routed` tokens (a run
+/// records it, `model::decoder::mixture::take_busiest`; None: every token).
+pub fn phases_routed(cfg: &DecoderConfig, p: &Prefill, routed: Option<u64>) -> Phases {
     let a = p.act_bytes as u64;
     let (b, s) = (p.batch as u64, p.seq as u64);
     let tokens = b * s;
@@ -199,7 +206,7 @@ pub fn phases(cfg: &DecoderConfig, p: &Prefill) -> Phases {
             + share(1, last_copy)
             + if cast_of(last_rows) > 0 { chunk_share([last_rows * 2 * h, last_rows * 2 * v]) } else { 0 }
     };
-    let chunked = Chunked {
+    let mut chunked = Chunked {
         attention: layer_share + attention_share,
         o_proj: layer_share
             + copy_share
@@ -225,7 +232,49 @@ pub fn phases(cfg: &DecoderConfig, p: &Prefill) -> Phases {
             + if cast { share(1, tokens * 2 * i) } else { 0 },
         logits: share(2, tokens * h) + share(2, rope / 2) + share(1, cache) + head_share,
     };
+    let (mut mlp, mut down_proj) = (mlp, down_proj);
+    if let Some(e) = cfg.experts() {
+        let before = layer + tokens * (qw + h) + copies;
+        let before_share = layer_share + share(1, tokens * qw) + share(1, tokens * h) + copy_share;
+        let m = mixture(e, h, a, tokens, routed.unwrap_or(tokens).min(tokens), p.cast);
+        (mlp, chunked.mlp) = (before + m.peak.0, before_share + m.peak.1);
+        (down_proj, chunked.down_proj) = (before + m.down.0, before_share + m.down.1);
+    }
     Phases { attention, o_proj, mlp, down_proj, logits, logits_kept, chunked }
+}
+
+/// A mixture's bytes above what the layer holds before it (`model::decoder::mixture`), with their
+/// chunk shares: at its busiest and when the busiest expert's down projection is called.
+struct MixtureMoments {
+    peak: (u64, u64),
+    down: (u64, u64),
+}
+
+/// `n` tokens, the busiest expert taking `m`; `h` the hidden bytes of a token, `a` an activation's.
+/// The routing: the router's logits, their F32 copy and softmax. Then the output sum (n × h)
+/// stays, and per expert its rows (u32) and weights (activation dtype) and the gathered input
+/// (m × h) beside, in turn: gate, silu(gate), up and their product (cast: the input and up in
+/// F32 too, as the dense MLP's); the product, the down projection and its weighted copy (cast:
+/// the product in F32); the weighted copy and the new sum.
+fn mixture(e: crate::model::config::Experts, h: u64, a: u64, n: u64, m: u64, cast: bool) -> MixtureMoments {
+    let logits = n * e.experts as u64 * a;
+    let f32_copy = if a == 4 { 0 } else { n * e.experts as u64 * 4 };
+    let routing = (logits + f32_copy + n * e.experts as u64 * 4, chunk_share([logits, f32_copy, n * e.experts as u64 * 4]));
+    let w = e.width as u64 * a;
+    let cast = cast && m > super::workspace::MMVQ_MAX_ROWS;
+    let held = n * h + m * (4 + a) + m * h;
+    let held_share = share(1, n * h) + share(1, m * 4) + share(1, m * a) + share(1, m * h);
+    let gated = (
+        4 * m * w + if cast { m * (w + 2 * h) } else { 0 },
+        share(4, m * w) + if cast { share(1, m * 2 * h) + share(1, m * 2 * w) } else { 0 },
+    );
+    let down_in = if cast { 3 * m * w } else { m * w };
+    let down_in_share = share(1, m * w) + if cast { share(1, m * 2 * w) } else { 0 };
+    let down = (down_in + 2 * m * h, down_in_share + share(2, m * h));
+    let add = (m * h + n * h, share(1, m * h) + share(1, n * h));
+    let experts = [gated, down, add].into_iter().max_by_key(|x| x.0).unwrap_or_default();
+    let peak = if routing.0 > held + experts.0 { routing } else { (held + experts.0, held_share + experts.1) };
+    MixtureMoments { peak, down: (held + down_in, held_share + down_in_share) }
 }
 
 /// Bounded attention's own bytes at its busiest chunk (`attention::bounded`): the outputs of

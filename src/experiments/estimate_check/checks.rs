@@ -71,7 +71,7 @@ pub fn steps_of(folders: &[Folder]) -> Vec<StepCheck> {
     let mut out = Vec::new();
     for f in folders {
         for (a, &seen) in f.attempts.iter().zip(&f.seen).filter(|(a, _)| a.ok) {
-            let l = fit::ledger_after(&f.cfg, &a.w, 0, seen);
+            let l = fit::ledger_routed(&f.cfg, &a.w, 0, seen, a.routed);
             out.push(StepCheck {
                 file: a.file.clone(),
                 precision: a.w.precision,

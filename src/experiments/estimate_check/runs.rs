@@ -87,6 +87,8 @@ pub struct Attempt {
     pub ok: bool,
     /// base + held, peak, transient (MiB), for the steps that fitted.
     pub measured: (f64, f64, f64),
+    /// A mixture's busiest expert's tokens, where the run recorded them.
+    pub routed: Option<u64>,
 }
 
 /// A bisection's row of kv_limit.csv, with the sweep it closed.
@@ -135,6 +137,10 @@ fn read_attempts(f: &Path, root: &Path) -> Result<Vec<Vec<Attempt>>> {
     let (seq, batch) = (floats(&df, "seq")?, floats(&df, "batch")?);
     let (base, held, peak, transient) =
         (floats(&df, "base_mib")?, floats(&df, "held_mib")?, floats(&df, "peak_mib")?, floats(&df, "transient_mib")?);
+    let routed: Vec<Option<u64>> = match floats(&df, "busiest_expert_tokens") {
+        Ok(v) => v.iter().map(|&x| (x.is_finite() && x >= 0.0).then_some(x as u64)).collect(),
+        Err(_) => vec![None; n],
+    };
     let mut groups: Vec<(String, Vec<Attempt>)> = Vec::new();
     for r in 0..n {
         let Some(logits) = lg[r] else { continue };
@@ -152,6 +158,7 @@ fn read_attempts(f: &Path, root: &Path) -> Result<Vec<Vec<Attempt>>> {
             w,
             ok: outcome[r] == "ok",
             measured: (base[r] + held[r], peak[r], transient[r]),
+            routed: routed[r],
         };
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, g)) => g.push(a),

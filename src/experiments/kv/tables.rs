@@ -38,6 +38,8 @@ pub mod col {
     pub const PREFILL_TOK_S: &str = "prefill_tok_s";
     pub const OOM_REQUEST_MIB: &str = "oom_request_mib";
     pub const OOM_DURING: &str = "oom_during";
+    /// A mixture's runs only: the most tokens one expert took (`PrefillStep::busiest_expert`).
+    pub const BUSIEST_EXPERT_TOKENS: &str = "busiest_expert_tokens";
     // kv_limit
     pub const CARD: &str = "card";
     pub const MAX_CONTEXT: &str = "max_context";
@@ -132,7 +134,17 @@ pub fn prefill_table(steps: &[PrefillStep]) -> Result<DataFrame> {
         col::PREFILL_TOK_S => steps.iter().map(|st| if st.outcome.is_ok() { (st.seq * st.batch) as f64 / st.seconds.max(1e-9) } else { f64::NAN }).collect::<Vec<_>>(),
         col::OOM_REQUEST_MIB => steps.iter().map(|st| st.oom_request.map(mib)).collect::<Vec<_>>(),
         col::OOM_DURING => steps.iter().map(|st| st.oom_during.clone()).collect::<Vec<_>>(),
-    )?)
+    )?
+    .pipe(|df| with_busiest_expert(df, steps))?)
+}
+
+/// A mixture's tables gain the busiest expert's tokens; a dense model's stay as they were.
+fn with_busiest_expert(mut df: DataFrame, steps: &[PrefillStep]) -> PolarsResult<DataFrame> {
+    if steps.iter().any(|st| st.busiest_expert.is_some()) {
+        let v: Vec<Option<u64>> = steps.iter().map(|st| st.busiest_expert).collect();
+        df.with_column(Column::new(col::BUSIEST_EXPERT_TOKENS.into(), v))?;
+    }
+    Ok(df)
 }
 
 pub fn decode_table(points: &[DecodePoint]) -> Result<DataFrame> {

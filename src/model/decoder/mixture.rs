@@ -90,6 +90,7 @@ impl Mixture {
             candle_nn::ops::softmax_last_dim(&logits.to_dtype(DType::F32)?)?.to_vec2::<f32>()?
         };
         let (rows, weights) = route(&probs, self.active, self.renormalize);
+        drop(probs);
         let busiest = rows.iter().map(Vec::len).max().unwrap_or(0);
         BUSIEST.fetch_max(busiest, Ordering::Relaxed);
         let mut out = x.zeros_like()?;
