@@ -259,7 +259,8 @@ struct MixtureMoments {
 fn mixture(e: crate::model::config::Experts, h: u64, a: u64, n: u64, m: u64, cast: bool) -> MixtureMoments {
     let logits = n * e.experts as u64 * a;
     let f32_copy = if a == 4 { 0 } else { n * e.experts as u64 * 4 };
-    let routing = (logits + f32_copy + n * e.experts as u64 * 4, chunk_share([logits, f32_copy, n * e.experts as u64 * 4]));
+    let routing =
+        (logits + f32_copy + n * e.experts as u64 * 4, chunk_share([logits, f32_copy, n * e.experts as u64 * 4]));
     let w = e.width as u64 * a;
     let cast = cast && m > super::workspace::MMVQ_MAX_ROWS;
     let held = n * h + m * (4 + a) + m * h;

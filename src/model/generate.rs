@@ -73,8 +73,9 @@ pub fn generate_with(
     mut on_token: impl FnMut(usize),
 ) -> Result<Generation> {
     check_request(model.cfg.vocab_size, prompt, cfg)?;
-    // The static step's fused kernels have no all-reduce: a tensor-parallel rank takes the loop below.
-    if cfg.temperature.is_none() && model.all_on_gpu() && !model.is_rank() {
+    // The static step's fused kernels have no all-reduce: a tensor-parallel rank takes the loop
+    // below; so does a mixture, whose routing is read on the host every layer.
+    if cfg.temperature.is_none() && model.all_on_gpu() && !model.is_rank() && model.cfg.experts().is_none() {
         return generate_static(model, prompt, cfg, on_token);
     }
     let device = model.device();
