@@ -102,15 +102,28 @@ fn longest_context_within_2_percent() {
         assert!(retried.iter().any(|x| x.logits == logits && x.attention == attention), "{logits:?} {attention}");
     }
     assert!(retried.iter().any(|x| x.card == "a4000") && retried.iter().any(|x| x.file.contains("/3b/")));
-    // Issue 42's families (Qwen3-8B, Llama-3.1-8B, Llama-2-7B, Mistral-7B; data/results/h200/
-    // 2026-11-27-families/RUN.md): every peak equals the ledger, but the pool's slack at the edge
-    // was modelled on Qwen2.5's shapes. Measured there: 77-166 MiB for the GQA models (the ledger
-    // assumes more: their search is 2.4-3.8 % short) and 1.2 GiB for Llama-2-7B's MHA cache (the
-    // search 7.3 % long). Held to that until the slack is modelled per shape.
+    // Issue 42's families (Qwen3-8B, Llama-3.1-8B, Llama-2-7B, Mistral-7B) and Qwen3-30B-A3B: every
+    // peak equals the ledger, but the pool's slack at the edge was modelled on Qwen2.5's worst
+    // layer. In `2026-11-27-families` Llama-2-7B's synthetic weights were drawn through F32
+    // staging on the GPU that left 875 MiB of partly used chunks (the ledger 7.3 % long); drawn on
+    // the host since (`2026-11-27-mixtures/RUN.md`), every search is short of the bisection by one
+    // to four steps of 256 tokens: the ledger never promises more than the card gives.
     let (fam, retried): (Vec<_>, Vec<_>) = retried.into_iter().partition(|x| x.file.contains("2026-11-27-families/"));
     assert_eq!(fam.len(), 4, "the four families' BF16 limits");
     for x in &fam {
         assert!(x.err_pct().abs() <= 7.5, "{}: measured {}, ledger {}", x.file, x.max_context, x.predicted_max_context);
+    }
+    let (mix, retried): (Vec<_>, Vec<_>) = retried.into_iter().partition(|x| x.file.contains("2026-11-27-mixtures/"));
+    assert_eq!(mix.len(), 5, "the four families and Qwen3-30B-A3B");
+    for x in &mix {
+        let steps_short = (x.max_context as f64 - x.predicted_max_context as f64) / x.resolution as f64;
+        assert!(
+            (0.0..=4.0).contains(&steps_short),
+            "{}: measured {}, ledger {}",
+            x.file,
+            x.max_context,
+            x.predicted_max_context
+        );
     }
     for x in &retried {
         let step = 100.0 * x.resolution as f64 / x.max_context as f64;

@@ -108,7 +108,7 @@ pub fn remedies(
             what: "offload",
             change: format!(
                 "not enough: all {n} layers' weights would leave {} too many",
-                over.saturating_sub(per_layer * n as u64)
+                crate::units::fmt_bytes(over.saturating_sub(per_layer * n as u64))
             ),
             need: total - per_layer * n as u64,
             fits: false,

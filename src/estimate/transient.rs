@@ -255,7 +255,7 @@ struct MixtureMoments {
 /// stays, and per expert its rows (u32) and weights (activation dtype) and the gathered input
 /// (m × h) beside, in turn: gate, silu(gate), up and their product (cast: the input and up in
 /// F32 too, as the dense MLP's); the product, the down projection and its weighted copy (cast:
-/// the product in F32); the weighted copy and the new sum.
+/// the product and the projection in F32 too); the weighted copy and the new sum.
 fn mixture(e: crate::model::config::Experts, h: u64, a: u64, n: u64, m: u64, cast: bool) -> MixtureMoments {
     let logits = n * e.experts as u64 * a;
     let f32_copy = if a == 4 { 0 } else { n * e.experts as u64 * 4 };
@@ -271,7 +271,13 @@ fn mixture(e: crate::model::config::Experts, h: u64, a: u64, n: u64, m: u64, cas
     );
     let down_in = if cast { 3 * m * w } else { m * w };
     let down_in_share = share(1, m * w) + if cast { share(1, m * 2 * w) } else { 0 };
-    let down = (down_in + 2 * m * h, down_in_share + share(2, m * h));
+    // Cast: at the down projection's cast back its input and output in F32 and the output in
+    // 16 bits (an expert is narrower than the hidden size, so this outgrows the gate and up).
+    let down = if cast {
+        (3 * m * w + 3 * m * h, share(1, m * w) + share(1, m * 2 * w) + share(1, m * 2 * h) + share(1, m * h))
+    } else {
+        (m * w + 2 * m * h, share(1, m * w) + share(2, m * h))
+    };
     let add = (m * h + n * h, share(1, m * h) + share(1, n * h));
     let experts = [gated, down, add].into_iter().max_by_key(|x| x.0).unwrap_or_default();
     let peak = if routing.0 > held + experts.0 { routing } else { (held + experts.0, held_share + experts.1) };
@@ -284,7 +290,8 @@ fn mixture(e: crate::model::config::Experts, h: u64, a: u64, n: u64, m: u64, cas
 /// chunk share of the same moment: every chunk's output is an allocation of its own.
 fn bounded(cfg: &DecoderConfig, b: u64, s: u64, a: u64, budget: u64) -> (u64, u64) {
     let heads = cfg.num_attention_heads as u64;
-    let h = cfg.hidden_size as u64 * a;
+    // A chunk's output is as wide as the query heads (Qwen3's q is wider than the hidden size).
+    let h = (cfg.num_attention_heads * cfg.head_dim()) as u64 * a;
     let row_bytes = b * heads * s * a;
     let chunk = (budget / row_bytes.max(1)).clamp(1, s.max(1));
     // The chunk starting at s0, c queries long: its bytes and their chunk share.

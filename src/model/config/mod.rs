@@ -1,5 +1,5 @@
-//! One decoder config for every family the lab prices (config.json field names): Qwen2/2.5,
-//! Qwen3, Llama 2/3.x and Mistral computed; Qwen3-MoE and Mixtral priced. A family is a set of
+//! One decoder config for every family the lab computes and prices (config.json field names):
+//! Qwen2/2.5, Qwen3, Llama 2/3.x, Mistral and the mixtures Qwen3-MoE and Mixtral. A family is a set of
 //! parts (a bias, a q/k norm, a router), not a copy of the model; the tensor layout follows.
 
 use crate::error::{LabError, Result};
