@@ -210,10 +210,10 @@ fn a_cache_past_mistrals_window_is_refused() {
 }
 
 /// A Qwen3 GGUF the lab writes reads back as the same model (family, head size, every tensor
-/// exactly in F32, the q/k norms included); a Llama one is refused in a line, since llama.cpp
-/// stores Llama's q and k permuted for its RoPE and the lab does not write that.
+/// exactly in F32, the q/k norms included); a Llama 3.1 one is refused in a line, since llama.cpp
+/// carries its scaled RoPE as a tensor the lab does not write.
 #[test]
-fn a_qwen3_gguf_round_trips_and_a_llama_one_is_refused() {
+fn a_qwen3_gguf_round_trips_and_a_scaled_llama_one_is_refused() {
     use vram_lab::model::gguf::Gguf;
     use vram_lab::model::weights::WeightSource;
     let tmp = tempfile::tempdir().unwrap();
@@ -244,7 +244,58 @@ fn a_qwen3_gguf_round_trips_and_a_llama_one_is_refused() {
         let t = g.load(&spec, Precision::F32, &Device::Cpu).unwrap().dense().unwrap();
         assert_eq!(common::max_abs_diff(&t, &values[&spec.name]), 0.0, "{}", spec.name);
     }
+    // tiny-llama scales its RoPE as Llama 3.1 does: llama.cpp carries that as a tensor the lab
+    // does not write.
     let o = quantize("tiny-llama", &tmp.path().join("l.gguf"));
     assert!(!o.status.success());
-    assert!(common::output_text(&o).contains("qwen2 and qwen3"), "{}", common::output_text(&o));
+    assert!(common::output_text(&o).contains("with rope_scaling"), "{}", common::output_text(&o));
+}
+
+/// A Llama GGUF as llama.cpp's converter lays it out: in the file (read by candle's own GGUF
+/// reader) q's and k's rows are in llama.cpp's RoPE order; loaded by the lab they are the
+/// checkpoint's again, in F32 and in Q8_0 (whole quantized rows move), and the F32 file computes
+/// the checkpoint's logits.
+#[test]
+fn a_llama_gguf_holds_q_and_k_in_llamacpp_order() {
+    use candle_core::quantized::gguf_file;
+    use vram_lab::model::gguf::recipe::FileType;
+    use vram_lab::model::gguf::{permute, writer, Gguf};
+    use vram_lab::model::weights::{load_all, Synthetic, WeightSource};
+    let mut j = stock_json(&DecoderConfig::preset("tiny-llama").unwrap());
+    j.as_object_mut().unwrap().remove("rope_scaling");
+    let cfg = DecoderConfig::from_json(&j.to_string(), "tiny llama").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let cpu = Device::Cpu;
+    let logits = |source: &mut dyn WeightSource| {
+        let w = load_all(&cfg, source, Precision::F32, &cpu, None, |_, _| Ok(())).unwrap();
+        let model = Decoder::new(&cfg, Precision::F32, w, &cpu).unwrap();
+        let mut cache = model.new_cache(1, 16).unwrap();
+        let ids = Tensor::new(common::ids(5, cfg.vocab_size, 9).as_slice(), &cpu).unwrap().unsqueeze(0).unwrap();
+        last_logits(&model.forward(&ids, &mut cache, Logits::Last).unwrap()).unwrap()
+    };
+    for (ty, name) in [(FileType::F32, "f32.gguf"), (FileType::Q8_0, "q8.gguf")] {
+        let path = tmp.path().join(name);
+        let mut synthetic = Synthetic::new(cfg.clone(), 42);
+        writer::write_gguf(&cfg, &mut synthetic, &path, writer::Plan::Llama(ty), None, |_| {}).unwrap();
+        let mut g = Gguf::open(&path).unwrap();
+        let mut file = std::fs::File::open(&path).unwrap();
+        let content = gguf_file::Content::read(&mut file).unwrap();
+        for (hf, ggml, heads) in [
+            ("model.layers.1.self_attn.q_proj.weight", "blk.1.attn_q.weight", cfg.num_attention_heads),
+            ("model.layers.1.self_attn.k_proj.weight", "blk.1.attn_k.weight", cfg.num_key_value_heads),
+        ] {
+            let in_file = content.tensor(&mut file, ggml, &cpu).unwrap().dequantize(&cpu).unwrap();
+            let spec = cfg.tensor_specs().into_iter().find(|s| s.name == hf).unwrap();
+            let loaded = g.load(&spec, Precision::F32, &cpu).unwrap().dense().unwrap();
+            let order: Vec<u32> =
+                permute::file_to_checkpoint(spec.shape[0], heads).unwrap().iter().map(|&r| r as u32).collect();
+            let reordered = loaded.index_select(&Tensor::new(order.as_slice(), &cpu).unwrap(), 0).unwrap();
+            assert_eq!(common::max_abs_diff(&in_file, &reordered), 0.0, "{name} {ggml}");
+            assert!(common::max_abs_diff(&in_file, &loaded) > 0.0, "{name} {ggml}: the file's rows are permuted");
+        }
+        if ty == FileType::F32 {
+            let (ours, theirs) = (logits(&mut g), logits(&mut synthetic));
+            assert!(common::max_abs_diff(&ours, &theirs) < 1e-5 * common::max_abs(&theirs).max(1.0));
+        }
+    }
 }

@@ -9,7 +9,7 @@ use super::precision::Precision;
 use super::weights::{self, Safetensors, Synthetic, WeightSource};
 use crate::error::{LabError, Result};
 use crate::memory::MemoryProbe;
-use crate::model::config::{DecoderConfig, Family};
+use crate::model::config::DecoderConfig;
 use candle_core::Device;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -156,11 +156,10 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
         ModelSource::Gguf(path) => {
             let gguf = Gguf::open(path)?;
             let cfg = gguf.config()?;
-            // llama.cpp permutes Llama's q and k rows for its RoPE (convert_hf_to_gguf.py's
-            // `permute`): computed as stored they would give another model.
-            if matches!(cfg.model_type, Family::Llama | Family::Mistral | Family::Mixtral) {
+            // Llama 3.1's scaled RoPE travels as a tensor of factors the lab does not read.
+            if gguf.header.tensor("rope_freqs.weight").is_some() {
                 return Err(LabError::input(format!(
-                    "{}: a llama GGUF stores q and k permuted for llama.cpp's RoPE; the lab prices it (estimate, plan) but computes qwen2 and qwen3 GGUFs only",
+                    "{}: its RoPE is scaled (rope_freqs.weight, Llama 3.1's); the lab prices it (estimate, plan) but computes GGUFs without RoPE scaling (use the safetensors folder)",
                     path.display()
                 )));
             }

@@ -2,6 +2,7 @@
 
 use super::header::Header;
 use super::names::gguf_name;
+use super::permute;
 use crate::error::{cause, LabError, Result};
 use crate::model::config::{DecoderConfig, Family, TensorSpec};
 use crate::model::precision::Precision;
@@ -146,6 +147,21 @@ impl Gguf {
             .sum()
     }
 
+    /// The heads of `name` when its rows are in llama.cpp's RoPE order: a Llama file's q and k.
+    fn permuted_heads(&self, name: &str) -> Result<Option<usize>> {
+        if self.header.str("general.architecture") != Some("llama") {
+            return Ok(None);
+        }
+        let key = if name.ends_with(".attn_q.weight") {
+            "llama.attention.head_count"
+        } else if name.ends_with(".attn_k.weight") {
+            "llama.attention.head_count_kv"
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(self.md_uint(key)?))
+    }
+
     /// One tensor's bytes from the data section, as candle's quantized tensor on `device`.
     fn read(&mut self, name: &str, device: &Device) -> Result<candle_core::quantized::QTensor> {
         let path = self.path();
@@ -171,6 +187,11 @@ impl Gguf {
         let mut raw = vec![0u8; bytes as usize];
         self.file.seek(SeekFrom::Start(start as u64))?;
         self.file.read_exact(&mut raw)?;
+        // A Llama file's q and k rows are in llama.cpp's RoPE order (`permute`): back to the checkpoint's.
+        if let Some(heads) = self.permuted_heads(name)? {
+            let order = permute::inverse(&permute::file_to_checkpoint(info.shape()[0], heads)?);
+            raw = permute::reorder_rows(&raw, &order)?;
+        }
         qtensor_from_ggml(dtype, &raw, info.shape(), device)
             .map_err(|e| LabError::input(format!("{path}: tensor {name}: {}", cause(&e))))
     }

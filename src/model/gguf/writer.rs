@@ -63,16 +63,18 @@ pub fn plan(cfg: &DecoderConfig, plan: Plan) -> Vec<Planned> {
     named.into_iter().zip(types).map(|((name, ne), ty)| Planned { name, ne, ty }).collect()
 }
 
-/// The `<arch>.*` keys llama.cpp's loader reads (qwen2, qwen3), `general.*`, and the tokenizer
-/// when there is one. Llama and Mistral are refused: llama.cpp stores their q and k rows permuted
-/// for its RoPE, which the lab does not write.
+/// The `<arch>.*` keys llama.cpp's loader reads (qwen2, qwen3, llama), `general.*`, and the
+/// tokenizer when there is one. Refused: Mistral (its window has no key), Llama 3.1's scaled RoPE
+/// (llama.cpp carries it as a `rope_freqs` tensor the lab does not write) and the mixtures.
 pub fn metadata(cfg: &DecoderConfig, plan: Plan, tok: Option<&tokenizers::Tokenizer>) -> Result<Vec<(String, Value)>> {
     let arch = match cfg.model_type {
         Family::Qwen2 | Family::Qwen3 => cfg.model_type.name(),
+        Family::Llama if cfg.rope_scaling.is_none() => "llama",
         other => {
             return Err(crate::error::LabError::input(format!(
-                "the lab writes GGUF files of qwen2 and qwen3, not {} (llama.cpp's convert_hf_to_gguf.py writes those)",
-                other.name()
+                "the lab writes GGUF files of qwen2, qwen3 and llama without RoPE scaling, not {}{} (llama.cpp's convert_hf_to_gguf.py writes those)",
+                other.name(),
+                if other == Family::Llama { " with rope_scaling" } else { "" }
             )))
         }
     };
@@ -94,6 +96,9 @@ pub fn metadata(cfg: &DecoderConfig, plan: Plan, tok: Option<&tokenizers::Tokeni
     if cfg.q_dim() != cfg.hidden_size {
         md.push((key("attention.key_length"), u(cfg.head_dim())));
         md.push((key("attention.value_length"), u(cfg.head_dim())));
+    }
+    if arch == "llama" {
+        md.push((key("rope.dimension_count"), u(cfg.head_dim())));
     }
     if let Plan::Llama(ftype) = plan {
         md.push(("general.file_type".into(), Value::U32(ftype.llama_ftype())));
@@ -229,7 +234,19 @@ pub fn write_gguf(
     write_header(&mut w, &md, &tensors)?;
     for (spec, t) in cfg.tensor_specs().iter().zip(&tensors) {
         let dense = source.load(spec, Precision::F32, &Device::Cpu)?.dense()?;
-        let bytes = encode(&dense, t.ty)?;
+        let mut bytes = encode(&dense, t.ty)?;
+        // Llama's q and k rows in llama.cpp's RoPE order, as its converter writes them.
+        if cfg.model_type == Family::Llama {
+            let heads = match spec.name.rsplit('.').nth(1) {
+                Some("q_proj") => Some(cfg.num_attention_heads),
+                Some("k_proj") => Some(cfg.num_key_value_heads),
+                _ => None,
+            };
+            if let Some(heads) = heads.filter(|_| spec.name.ends_with(".weight")) {
+                bytes =
+                    super::permute::reorder_rows(&bytes, &super::permute::file_to_checkpoint(spec.shape[0], heads)?)?;
+            }
+        }
         // The header already gave every offset: a tensor of another size would shift the rest.
         if bytes.len() as u64 != t.bytes() {
             return Err(LabError::other(format!(
