@@ -217,3 +217,173 @@ fn hub_gguf_file() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(tmp.path().join("est/estimate/estimate_ledger.csv").is_file());
 }
+
+/// Qwen2.5-7B's GGUF header in llama.cpp's Q4_K_M recipe, as the lab writes it (no tokenizer), and
+/// the file's whole length; `range` writes the tensors of that range of the plan only (a part of
+/// a split file), `split` the `split.*` keys.
+fn q7_gguf_header(range: std::ops::Range<usize>, split: Option<(u16, u16)>) -> (Vec<u8>, u64) {
+    use candle_core::quantized::gguf_file::Value;
+    use vram_lab::model::gguf::header::Header;
+    use vram_lab::model::gguf::recipe::FileType;
+    use vram_lab::model::gguf::writer;
+    let cfg = vram_lab::model::DecoderConfig::preset("qwen2.5-7b").unwrap();
+    let plan = writer::Plan::Llama(FileType::Q4KM);
+    let tensors = writer::plan(&cfg, plan)[range].to_vec();
+    let mut md = writer::metadata(&cfg, plan, None).unwrap();
+    if let Some((no, count)) = split {
+        md.push(("split.no".into(), Value::U16(no)));
+        md.push(("split.count".into(), Value::U16(count)));
+    }
+    let mut w = std::io::Cursor::new(Vec::new());
+    writer::write_header(&mut w, &md, &tensors).unwrap();
+    let head = w.into_inner();
+    let len = Header::from_prefix(&head, u64::MAX, Path::new("q7")).unwrap().unwrap().needs();
+    (head, len)
+}
+
+/// A sparse file of the stand-in Hub: its name, first bytes and length.
+type Sparse = (String, Vec<u8>, u64);
+
+/// Qwen2.5-7B's safetensors in two BF16 shards: each shard's header (its 8-byte length and JSON)
+/// and length, and the index naming them.
+fn q7_safetensors() -> (Vec<Sparse>, Vec<u8>) {
+    let cfg = vram_lab::model::DecoderConfig::preset("qwen2.5-7b").unwrap();
+    let specs = cfg.tensor_specs();
+    let half = specs.len() / 2;
+    let names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"];
+    let mut weight_map = serde_json::Map::new();
+    let mut shards = Vec::new();
+    for (i, part) in [&specs[..half], &specs[half..]].into_iter().enumerate() {
+        let (mut head, mut at) = (serde_json::Map::new(), 0u64);
+        for t in part {
+            let bytes = t.elem_count() as u64 * 2;
+            head.insert(
+                t.name.clone(),
+                serde_json::json!({"dtype": "BF16", "shape": t.shape, "data_offsets": [at, at + bytes]}),
+            );
+            weight_map.insert(t.name.clone(), names[i].into());
+            at += bytes;
+        }
+        let json = serde_json::to_vec(&head).unwrap();
+        let mut out = (json.len() as u64).to_le_bytes().to_vec();
+        out.extend(json);
+        let len = out.len() as u64 + at;
+        shards.push((names[i].to_string(), out, len));
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    (shards, serde_json::to_vec(&index).unwrap())
+}
+
+fn ledger_csv(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("estimate/estimate_ledger.csv")).unwrap()
+}
+
+/// The fetched share `estimate` prints for a Hub model (`… (0.0123 % of them)`).
+fn fetched_pct(out: &str) -> f64 {
+    let line = out.lines().find(|l| l.contains("fetched by Range requests")).unwrap_or_else(|| panic!("{out}"));
+    let pct = line.rsplit_once(" (").and_then(|(_, p)| p.split_once(" % of them")).map(|(p, _)| p);
+    pct.and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no share in `{line}`"))
+}
+
+/// `estimate` sizes a Hub model from headers alone: a 4.4 GiB Q4_K_M GGUF (whole, split in two
+/// parts, and from a server that ignores Range) and a 15 GB safetensors repo give the ledger the
+/// local file or the config.json folder gives, fetching under 1 % of the files, every request for
+/// a weight file a Range request.
+#[test]
+fn hub_sizing_reads_headers_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = vram_lab::model::gguf::writer::plan(
+        &vram_lab::model::DecoderConfig::preset("qwen2.5-7b").unwrap(),
+        vram_lab::model::gguf::writer::Plan::Llama(vram_lab::model::gguf::recipe::FileType::Q4KM),
+    )
+    .len();
+    let (head, len) = q7_gguf_header(0..n, None);
+    let (p1, l1) = q7_gguf_header(0..n / 2, Some((0, 2)));
+    let (p2, l2) = q7_gguf_header(n / 2..n, Some((1, 2)));
+    let gguf = Repo::new(BTreeMap::new())
+        .sparse("q7-q4_k_m.gguf", head.clone(), len)
+        .sparse("q7-00001-of-00002.gguf", p1, l1)
+        .sparse("q7-00002-of-00002.gguf", p2, l2);
+    let stubborn = Repo::new(BTreeMap::new())
+        .sparse("q7-q4_k_m.gguf", head.clone(), len)
+        .attack("q7-q4_k_m.gguf", Attack::IgnoreRange);
+    let (shards, index) = q7_safetensors();
+    let config = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/models/qwen2.5-7b.json")).unwrap();
+    let mut files = BTreeMap::new();
+    files.insert("config.json".to_string(), config.clone());
+    files.insert(hub_server::INDEX.to_string(), index);
+    let mut st = Repo::new(files);
+    for (name, h, l) in &shards {
+        st = st.sparse(name, h.clone(), *l);
+    }
+    let mut repos = BTreeMap::new();
+    repos.insert("org/q7-gguf".to_string(), gguf);
+    repos.insert("org/q7-stubborn".to_string(), stubborn);
+    repos.insert("org/q7".to_string(), st);
+    let hub = Hub::start(repos);
+
+    // The local references: the GGUF as a sparse file, the config.json alone in a folder.
+    let local = tmp.path().join("q7-q4_k_m.gguf");
+    std::fs::write(&local, &head).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&local).unwrap().set_len(len).unwrap();
+    let only_config = tmp.path().join("q7-config");
+    std::fs::create_dir(&only_config).unwrap();
+    std::fs::write(only_config.join("config.json"), &config).unwrap();
+    let estimate = |model: &str, out: &str, precisions: &str| {
+        let dir = tmp.path().join(out);
+        let args = [
+            "estimate",
+            "--model",
+            model,
+            "--precisions",
+            precisions,
+            "--card",
+            "rtx4090",
+            "--out",
+            dir.to_str().unwrap(),
+        ];
+        let (o, took) = lab(&hub.addr, tmp.path(), &args);
+        assert!(o.status.success(), "{model}:\n{}", text(&o));
+        assert!(took < Duration::from_secs(60), "{model} took {took:?}");
+        (ledger_csv(&dir), text(&o))
+    };
+    let (want, _) = estimate(local.to_str().unwrap(), "local-gguf", "q4_k_m");
+    for (model, out) in [
+        ("org/q7-gguf:q7-q4_k_m.gguf", "hub-gguf"),
+        ("org/q7-gguf:q7-00002-of-00002.gguf", "hub-split"),
+        ("org/q7-stubborn:q7-q4_k_m.gguf", "hub-stubborn"),
+    ] {
+        let (got, said) = estimate(model, out, "q4_k_m");
+        assert_eq!(got, want, "{model}");
+        assert!(fetched_pct(&said) < 1.0, "{model}: {said}");
+    }
+    let (want, _) = estimate(only_config.to_str().unwrap(), "local-st", "bf16,q4_k_m");
+    let (got, said) = estimate("org/q7", "hub-st", "bf16,q4_k_m");
+    assert_eq!(got, want);
+    assert!(fetched_pct(&said) < 1.0, "{said}");
+    assert!(said.contains("the headers list 7,615,616,512 parameters in BF16"), "{said}");
+    let weights: Vec<_> =
+        hub.seen().into_iter().filter(|s| s.path.ends_with(".gguf") || s.path.ends_with(".safetensors")).collect();
+    assert!(weights.len() >= 6 && weights.iter().all(|s| s.range.is_some()), "{weights:?}");
+    // Nothing was downloaded into the cache but the metadata files.
+    let mut cached = Vec::new();
+    for e in walk(&tmp.path().join("hf")) {
+        if e.is_file() {
+            cached.push(e);
+        }
+    }
+    assert!(cached.iter().all(|p| std::fs::metadata(p).unwrap().len() < 1 << 20), "{cached:?}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -127,6 +127,8 @@ pub enum Attack {
     Shorter,
     /// Half the body sent, then silence with the connection open.
     Stall,
+    /// A Range request answered 200 with the whole file, as a server without ranges does.
+    IgnoreRange,
 }
 
 /// One served repo: its files, files it lists but answers 404 for (a broken mirror), whether
@@ -142,6 +144,9 @@ pub struct Repo {
     /// The repo info's `sha`, when not the commit.
     pub sha: Option<String>,
     pub attacks: BTreeMap<String, Attack>,
+    /// Files served as their first bytes then zeros up to a length (a model's header with its
+    /// tensors left out: sizing reads only the header).
+    pub sparse: BTreeMap<String, (Vec<u8>, u64)>,
 }
 
 impl Repo {
@@ -154,7 +159,13 @@ impl Repo {
             listed_extra: vec![],
             sha: None,
             attacks: BTreeMap::new(),
+            sparse: BTreeMap::new(),
         }
+    }
+
+    pub fn sparse(mut self, file: &str, head: Vec<u8>, len: u64) -> Self {
+        self.sparse.insert(file.to_string(), (head, len));
+        self
     }
 
     pub fn attack(mut self, file: &str, attack: Attack) -> Self {
@@ -168,6 +179,7 @@ impl Repo {
 pub struct Seen {
     pub path: String,
     pub authorization: Option<String>,
+    pub range: Option<String>,
 }
 
 /// A Hub stand-in on 127.0.0.1: answers each request on its own connection (`Connection: close`)
@@ -257,10 +269,16 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
             k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
         })
     };
-    let range_start: Option<usize> = header("range")
-        .and_then(|r| r.strip_prefix("bytes=").map(str::to_string))
-        .and_then(|r| r.split('-').next().and_then(|a| a.trim().parse().ok()));
-    log.lock().unwrap().push(Seen { path: path.clone(), authorization: header("authorization") });
+    // bytes=a- or bytes=a-b (inclusive).
+    let range: Option<(u64, Option<u64>)> = header("range").and_then(|r| {
+        let (a, b) = r.strip_prefix("bytes=")?.split_once('-')?;
+        Some((a.trim().parse().ok()?, b.trim().parse().ok()))
+    });
+    log.lock().unwrap().push(Seen {
+        path: path.clone(),
+        authorization: header("authorization"),
+        range: header("range"),
+    });
 
     let mut reply = |status: &str, headers: &[(&str, String)], body: &[u8]| {
         let mut head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
@@ -300,6 +318,17 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         [org, name, "resolve", "main", file] => (false, format!("{org}/{name}"), file.to_string()),
         _ => return reply("404 Not Found", &[], b"no such route"),
     };
+    if let Some((head, len)) = repos.get(&repo).and_then(|r| r.sparse.get(&file)) {
+        let r = &repos[&repo];
+        return serve_sparse(
+            s,
+            r,
+            &file,
+            head,
+            *len,
+            range.filter(|_| !matches!(r.attacks.get(&file), Some(Attack::IgnoreRange))),
+        );
+    }
     let Some((r, body)) =
         repos.get(&repo).filter(|r| !r.withheld.contains(&file)).and_then(|r| Some((r, r.files.get(&file)?)))
     else {
@@ -374,11 +403,52 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         Some(Attack::Commit(c)) => headers[1].1 = c.clone(),
         _ => {}
     }
-    match range_start {
-        Some(a) if a < body.len() => {
-            headers.push(("Content-Range", format!("bytes {a}-{}/{}", body.len() - 1, body.len())));
-            reply("206 Partial Content", &headers, &body[a..])
+    match range.filter(|_| !matches!(attack, Some(Attack::IgnoreRange))) {
+        Some((a, b)) if (a as usize) < body.len() => {
+            let end = b.map_or(body.len() - 1, |b| (b as usize).min(body.len() - 1));
+            headers.push(("Content-Range", format!("bytes {a}-{end}/{}", body.len())));
+            reply("206 Partial Content", &headers, &body[a as usize..=end])
         }
         _ => reply("200 OK", &headers, body),
+    }
+}
+
+/// A sparse file: `head`, then zeros up to `len` bytes; a range of it, or the whole file sent in
+/// pieces until the client stops reading.
+fn serve_sparse(
+    s: &mut TcpStream,
+    r: &Repo,
+    file: &str,
+    head: &[u8],
+    len: u64,
+    range: Option<(u64, Option<u64>)>,
+) -> std::io::Result<()> {
+    let piece = |a: u64, b: u64| -> Vec<u8> { (a..=b).map(|i| head.get(i as usize).copied().unwrap_or(0)).collect() };
+    let common = format!(
+        "ETag: \"{}\"\r\nX-Repo-Commit: {}\r\nAccept-Ranges: bytes\r\nConnection: close\r\n",
+        etag(file.as_bytes()),
+        r.commit
+    );
+    match range {
+        Some((a, b)) if a < len => {
+            let end = b.map_or(len - 1, |b| b.min(len - 1));
+            let body = piece(a, end);
+            let head = format!(
+                "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {a}-{end}/{len}\r\n{common}\r\n",
+                body.len()
+            );
+            s.write_all(head.as_bytes())?;
+            s.write_all(&body)
+        }
+        _ => {
+            s.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n{common}\r\n").as_bytes())?;
+            let mut at = 0u64;
+            while at < len {
+                let end = (at + (1 << 20)).min(len) - 1;
+                s.write_all(&piece(at, end))?;
+                at = end + 1;
+            }
+            Ok(())
+        }
     }
 }

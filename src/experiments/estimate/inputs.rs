@@ -6,21 +6,47 @@ use crate::estimate;
 use crate::estimate::fit::{self, Inference, Runtime};
 use crate::model::attention::AttentionMode;
 use crate::model::gguf::Gguf;
+use crate::model::hub::headers;
 use crate::model::{self, DecoderConfig, Logits, Precision};
 use crate::session::Session;
-use crate::units::grouped;
-use std::path::PathBuf;
+use crate::units::{fmt_bytes, grouped};
+use std::path::{Path, PathBuf};
 
 /// The model's config: --config, else the session's model; and the GGUF file when the model is
-/// one, whose tensors price its weights.
+/// one, whose tensors price its weights. A Hub model is priced from its headers alone (Range
+/// requests; `model::hub::headers`), never downloaded.
 pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(DecoderConfig, Option<Gguf>)> {
-    // A Hub GGUF file is fetched (or found in the cache) only when it is what gets priced.
-    let source = if path.is_some() { s.source.clone() } else { s.source.fetched(&s.opts)? };
-    match (path, &source) {
-        (Some(p), _) => Ok((DecoderConfig::from_file(p)?, None)),
+    if let Some(p) = path {
+        return Ok((DecoderConfig::from_file(p)?, None));
+    }
+    let cache = s.opts.cache_dir.clone();
+    match s.source.clone() {
+        model::ModelSource::HubFile { repo, file } => {
+            let (header, got) = headers::gguf_header_from_hub(&repo, &file, cache.as_deref())?;
+            s.say(fetched_line(&format!("{repo}:{file}"), "its header", got));
+            let gguf = Gguf::from_header(header)?;
+            Ok((gguf.config()?, Some(gguf)))
+        }
+        model::ModelSource::Hub(repo) => {
+            let (config, shards, got) = headers::safetensors_headers_from_hub(&repo, cache.as_deref())?;
+            let dir = config.parent().unwrap_or(Path::new("."));
+            let cfg = model::source::dir_config(dir)?;
+            let params: u128 = shards.iter().map(|h| h.params()).sum();
+            let dtypes: std::collections::BTreeSet<&str> =
+                shards.iter().flat_map(|h| h.tensors.iter().map(|(_, d, _)| d.as_str())).collect();
+            let what = format!("config.json and the headers of {} safetensors file(s)", shards.len());
+            s.say(fetched_line(&repo, &what, got));
+            s.say(format!(
+                "{repo}: the headers list {} parameters in {}; config.json implies {}",
+                grouped_u128(params),
+                dtypes.into_iter().collect::<Vec<_>>().join(", "),
+                grouped(cfg.param_count() as u64)
+            ));
+            Ok((cfg, None))
+        }
         // A GGUF's header is enough to price it, even when the file was cut short.
-        (None, model::ModelSource::Gguf(file)) => {
-            let (gguf, truncated) = Gguf::open_header(file)?;
+        model::ModelSource::Gguf(file) => {
+            let (gguf, truncated) = Gguf::open_header(&file)?;
             if let Some(e) = truncated {
                 s.say(format!("{e}: priced from its header"));
             }
@@ -28,9 +54,27 @@ pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(DecoderC
         }
         // A folder is priced from its config.json alone, as a user copies it from a model card:
         // the weights' bytes follow from the shapes and the precision asked for.
-        (None, model::ModelSource::Dir(dir)) => Ok((model::source::dir_config(dir)?, None)),
-        (None, source) => Ok((model::source::open(source, &s.opts)?.cfg, None)),
+        model::ModelSource::Dir(dir) => Ok((model::source::dir_config(&dir)?, None)),
+        source => Ok((model::source::open(&source, &s.opts)?.cfg, None)),
     }
+}
+
+/// What sizing a Hub model fetched, beside the size of the files it priced.
+fn fetched_line(model: &str, what: &str, got: headers::Fetched) -> String {
+    let share = if got.of > 0 {
+        format!(" ({:.4} % of them)", 100.0 * got.bytes as f64 / got.of as f64)
+    } else {
+        String::new()
+    };
+    format!(
+        "{model}: priced from {what}: {} fetched by Range requests of {} in the files{share}",
+        fmt_bytes(got.bytes),
+        if got.of > 0 { fmt_bytes(got.of) } else { "an unknown size".into() }
+    )
+}
+
+fn grouped_u128(n: u128) -> String {
+    u64::try_from(n).map(grouped).unwrap_or_else(|_| n.to_string())
 }
 
 /// A workload of the model: a GGUF's weights priced by its own tensors.

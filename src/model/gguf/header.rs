@@ -69,11 +69,14 @@ pub struct Header {
 struct Bounded<R> {
     r: R,
     left: u64,
+    /// A length or count asked for more than was left: a prefix of a file may hold it all.
+    ran_out: bool,
 }
 
 impl<R: Read> Bounded<R> {
     fn bytes(&mut self, n: u64, what: &str) -> std::result::Result<Vec<u8>, String> {
         if n > self.left {
+            self.ran_out = true;
             return Err(format!("{what} needs {n} bytes, the file has {} left", self.left));
         }
         let mut buf = vec![0u8; n as usize];
@@ -101,6 +104,7 @@ impl<R: Read> Bounded<R> {
     fn count(&mut self, min: u64, what: &str) -> std::result::Result<u64, String> {
         let n = self.u64(what)?;
         if n.saturating_mul(min) > self.left {
+            self.ran_out = true;
             return Err(format!("{what} = {n} cannot fit in the {} bytes left", self.left));
         }
         Ok(n)
@@ -186,8 +190,23 @@ impl Header {
             .map_err(|why| LabError::input(format!("{} is not a readable GGUF file ({why})", path.display())))
     }
 
+    /// The header from `prefix`, the first bytes of a file of `file_len` bytes (a Range request's):
+    /// None when it runs past them (fetch more), an error for a file that is not GGUF.
+    pub fn from_prefix(prefix: &[u8], file_len: u64, path: &Path) -> Result<Option<Self>> {
+        let mut r = Bounded { r: prefix, left: prefix.len() as u64, ran_out: false };
+        match Self::parse_bounded(&mut r, path) {
+            Ok(h) => Ok(Some(Self { file_len: file_len.max(h.data_offset), ..h })),
+            Err(_) if r.ran_out && (prefix.len() as u64) < file_len => Ok(None),
+            Err(why) => Err(LabError::input(format!("{} is not a readable GGUF file ({why})", path.display()))),
+        }
+    }
+
     fn parse(r: impl Read, file_len: u64, path: &Path) -> std::result::Result<Self, String> {
-        let mut r = Bounded { r, left: file_len };
+        Self::parse_bounded(&mut Bounded { r, left: file_len, ran_out: false }, path)
+    }
+
+    fn parse_bounded<R: Read>(r: &mut Bounded<R>, path: &Path) -> std::result::Result<Self, String> {
+        let file_len = r.left;
         if &r.array::<4>("the magic")? != b"GGUF" {
             return Err("no GGUF magic".into());
         }
@@ -236,6 +255,22 @@ impl Header {
             }
         }
         Ok(Self { path: path.to_path_buf(), version, metadata, tensors, index, data_offset, file_len })
+    }
+
+    /// The tensors of another part of a split file (`-00002-of-00003.gguf`) added to this one's,
+    /// for pricing: their offsets are each part's own.
+    pub fn absorb(&mut self, other: Header) -> Result<()> {
+        for t in other.tensors {
+            if self.index.insert(t.name.clone(), self.tensors.len()).is_some() {
+                return Err(LabError::input(format!(
+                    "{}: tensor {} is in two parts of the split file",
+                    other.path.display(),
+                    t.name.escape_debug()
+                )));
+            }
+            self.tensors.push(t);
+        }
+        Ok(())
     }
 
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {

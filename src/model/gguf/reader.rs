@@ -16,7 +16,8 @@ use std::sync::Arc;
 /// A GGUF file as a weight source: its header read once, each tensor read when loaded.
 pub struct Gguf {
     pub header: Header,
-    file: std::fs::File,
+    /// None for a header fetched alone (`model::hub::headers`): priced, not loaded.
+    file: Option<std::fs::File>,
 }
 
 impl Gguf {
@@ -36,7 +37,13 @@ impl Gguf {
         header.check_types()?;
         let (file, _) = crate::paths::open_regular(path, u64::MAX, true)?;
         let truncated = header.truncated();
-        Ok((Self { header, file }, truncated))
+        Ok((Self { header, file: Some(file) }, truncated))
+    }
+
+    /// A header read without its file (the first bytes of a Hub file, by Range requests).
+    pub fn from_header(header: Header) -> Result<Self> {
+        header.check_types()?;
+        Ok(Self { header, file: None })
     }
 
     fn path(&self) -> String {
@@ -185,8 +192,11 @@ impl Gguf {
             });
         }
         let mut raw = vec![0u8; bytes as usize];
-        self.file.seek(SeekFrom::Start(start as u64))?;
-        self.file.read_exact(&mut raw)?;
+        let file = self.file.as_mut().ok_or_else(|| {
+            LabError::input(format!("{path}: only its header was fetched; download the file to load {name}"))
+        })?;
+        file.seek(SeekFrom::Start(start as u64))?;
+        file.read_exact(&mut raw)?;
         // A Llama file's q and k rows are in llama.cpp's RoPE order (`permute`): back to the checkpoint's.
         if let Some(heads) = self.permuted_heads(name)? {
             let order = permute::inverse(&permute::file_to_checkpoint(info.shape()[0], heads)?);

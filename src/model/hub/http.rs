@@ -78,10 +78,23 @@ impl Client {
 
     /// GET `url`, following redirects by hand; `deadline` bounds the whole request when given.
     fn get(&self, url: &str, deadline: Option<Instant>) -> Result<(ureq::Response, Meta), Fail> {
+        self.get_range(url, deadline, None)
+    }
+
+    /// GET `url` (bytes `first..=last` of it when `range` is given), redirects followed by hand.
+    fn get_range(
+        &self,
+        url: &str,
+        deadline: Option<Instant>,
+        range: Option<(u64, u64)>,
+    ) -> Result<(ureq::Response, Meta), Fail> {
         let mut url = url.to_string();
         let mut meta = Meta::default();
         for hop in 0..=MAX_REDIRECTS {
             let mut req = self.agent.get(&url).set("Accept-Encoding", "identity");
+            if let Some((first, last)) = range {
+                req = req.set("Range", &format!("bytes={first}-{last}"));
+            }
             if let Some(d) = deadline {
                 req = req.timeout(d.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)));
             }
@@ -143,6 +156,46 @@ impl Client {
     }
 
     /// The wall-clock limit of a file `announced` bytes long of which `got` have come.
+    /// `len` bytes of `file` of `repo` from `start` (fewer at the file's end) within `timeout`, by a
+    /// Range request: a 206 answer must start where asked; a server that ignores Range and sends
+    /// the whole file (200) is read only up to `start + len` and then dropped. Returns the bytes
+    /// and the file's size where the answer gives it.
+    pub fn range(
+        &self,
+        repo: &str,
+        file: &str,
+        start: u64,
+        len: u64,
+        timeout: Duration,
+    ) -> Result<(Vec<u8>, Option<u64>), Fail> {
+        let url = format!("{}/{repo}/resolve/main/{file}", self.endpoint);
+        let last = start.saturating_add(len.max(1)) - 1;
+        let (resp, _) = self.get_range(&url, Some(Instant::now() + timeout), Some((start, last)))?;
+        let (skip, total) = match resp.status() {
+            206 => {
+                let cr = resp.header("Content-Range").unwrap_or_default();
+                let (span, total) =
+                    cr.trim().strip_prefix("bytes ").and_then(|r| r.split_once('/')).unwrap_or(("", ""));
+                let first = span.split('-').next().and_then(|a| a.trim().parse::<u64>().ok());
+                if first != Some(start) {
+                    return Err(Fail::Why(format!(
+                        "asked for bytes from {start}, the answer's Content-Range is `{}`",
+                        cr.escape_debug()
+                    )));
+                }
+                (0, total.trim().parse::<u64>().ok())
+            }
+            200 => (start, resp.header("Content-Length").and_then(|v| v.trim().parse::<u64>().ok())),
+            code => return Err(Fail::Status(code)),
+        };
+        let mut reader = resp.into_reader().take(skip + len);
+        std::io::copy(&mut (&mut reader).take(skip), &mut std::io::sink())
+            .map_err(|e| Fail::Net(format!("the answer was cut short: {e}")))?;
+        let mut out = Vec::new();
+        reader.read_to_end(&mut out).map_err(|e| Fail::Net(format!("the answer was cut short: {e}")))?;
+        Ok((out, total))
+    }
+
     fn wall(&self, announced: u64, got: u64) -> Duration {
         match self.file_s {
             Some(s) => Duration::from_secs(s),

@@ -1,9 +1,11 @@
 //! A Hugging Face repo through the lab's own Hub client: the endpoint (HF_ENDPOINT) and cache
 //! (`--cache-dir`, HF_HUB_CACHE, HF_HOME) honoured, a probe with a timeout, downloads bounded in
 //! time and bytes, every name the server sends checked before it becomes a path, and the cache
-//! used when the Hub cannot be reached. The cache keeps hf-hub's layout (`cache`).
+//! used when the Hub cannot be reached. The cache keeps hf-hub's layout (`cache`). Sizing needs
+//! only the files' headers (`headers`: Range requests).
 
 mod cache;
+pub mod headers;
 mod http;
 pub mod names;
 
