@@ -210,6 +210,9 @@ pub trait Stage {
     /// What the stage does and what the report printed, for report.html (Chinese with English).
     const INTRO: &'static str;
     type Config: clap::Args + Serialize + DeserializeOwned + Default + Clone;
+    /// The list flags whose values may repeat (two cards alike, equal shares); every other list
+    /// names a row or a column once.
+    const REPEATABLE: &'static [&'static str] = &[];
 
     /// The config for a CPU run of the tiny model; the default is the report's setting.
     fn cpu_config() -> Self::Config {
@@ -289,8 +292,10 @@ impl<S: Stage> AnyStage for Registered<S> {
                 if from_user {
                     // Each list a stage takes names a row or a column once: a value given twice
                     // wrote two rows under one name.
-                    if let Some(twice) =
-                        value.as_array().and_then(|a| a.iter().enumerate().find(|(i, v)| a[..*i].contains(v)))
+                    if let Some(twice) = value
+                        .as_array()
+                        .filter(|_| !S::REPEATABLE.contains(&field.as_str()))
+                        .and_then(|a| a.iter().enumerate().find(|(i, v)| a[..*i].contains(v)))
                     {
                         return Err(LabError::input(format!("--{} lists {} twice", field.replace('_', "-"), twice.1)));
                     }

@@ -235,7 +235,7 @@ fn the_parallel_stage_on_two_cpu_ranks() {
 #[test]
 fn a_pipeline_of_stages_gives_the_whole_models_logits() {
     use vram_lab::estimate::parallel::pipeline_split;
-    use vram_lab::model::parallel::pipeline::load_pipeline;
+    use vram_lab::model::parallel::pipeline::{load_pipeline, Ends};
     use vram_lab::model::weights::Synthetic;
     let ids = Tensor::new(&[7u32, 70, 700, 7, 77][..], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     let run = |m: &Decoder| m.forward(&ids, &mut m.new_cache(1, 16).unwrap(), Logits::All).unwrap().remove(0);
@@ -247,8 +247,10 @@ fn a_pipeline_of_stages_gives_the_whole_models_logits() {
         let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, 2).unwrap();
         let devices = vec![Device::Cpu; 2];
         let probes: Vec<_> = devices.iter().map(vram_lab::memory::MemoryProbe::new).collect();
-        let piped = load_pipeline(&cfg, Precision::F32, &mut Synthetic::new(cfg.clone(), 5), &devices, &split, &probes)
-            .unwrap();
+        let ends = Ends::first_and_last(2);
+        let piped =
+            load_pipeline(&cfg, Precision::F32, &mut Synthetic::new(cfg.clone(), 5), &devices, &split, ends, &probes)
+                .unwrap();
         assert_eq!(max_abs_diff(&run(&piped), &run(&whole)), 0.0, "tied {tied}");
         // A tied table is held twice: once for the embedding, once for the head.
         let table = if tied { (cfg.vocab_size * cfg.hidden_size * 4) as u64 } else { 0 };
@@ -257,10 +259,76 @@ fn a_pipeline_of_stages_gives_the_whole_models_logits() {
     // A split that does not cover the layers is one clear error.
     let cfg = tiny();
     let devices = vec![Device::Cpu; 2];
-    let e = load_pipeline(&cfg, Precision::F32, &mut Synthetic::new(cfg.clone(), 5), &devices, &[(0, 1), (1, 1)], &[])
-        .err()
-        .unwrap();
+    let ends = Ends::first_and_last(2);
+    let e = load_pipeline(
+        &cfg,
+        Precision::F32,
+        &mut Synthetic::new(cfg.clone(), 5),
+        &devices,
+        &[(0, 1), (1, 1)],
+        ends,
+        &[],
+    )
+    .err()
+    .unwrap();
     assert!(e.to_string().contains("pipeline"), "{e}");
+}
+
+/// A quantized model over two stages as llama.cpp places it (`--split-mode layer`, even shares):
+/// the token embedding in host memory, the rest on the stages as the ledger says, and the one
+/// device's greedy tokens; a tensor-parallel split of it is refused in a line naming the pipeline.
+#[test]
+fn a_quantized_model_pipelines_as_llamacpp_places_it() {
+    use polars::prelude::*;
+    let dir = tempfile::tempdir().unwrap();
+    let run = |layouts: &str, out: &str| {
+        common::lab_quiet(&[
+            "parallel",
+            "--device",
+            "cpu",
+            "--model",
+            "synthetic:tiny",
+            "--gpus",
+            "2",
+            "--precision",
+            "q4_k_m",
+            "--layouts",
+            layouts,
+            "--out",
+            dir.path().join(out).to_str().unwrap(),
+        ])
+    };
+    let o = run("pipeline", "q4");
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    let df = common::read_csv(&dir.path().join("q4/parallel/parallel_ranks.csv"));
+    let layout: Vec<String> =
+        df.column("layout").unwrap().str().unwrap().iter().map(|s| s.unwrap().to_string()).collect();
+    assert_eq!(
+        layout[2..],
+        ["pipeline × 2, llama.cpp split [1.0, 1.0]", "pipeline × 2, llama.cpp split [1.0, 1.0]"],
+        "{df}"
+    );
+    let f = |c: &str| df.column(c).unwrap().cast(&DataType::Float64).unwrap().f64().unwrap().iter().collect::<Vec<_>>();
+    let (wp, eq, n) = (f("weights_predicted_mib"), f("tokens_equal_to_one_device"), f("tokens"));
+    let cfg = vram_lab::model::DecoderConfig::preset("tiny").unwrap();
+    let embed = cfg
+        .tensor_specs()
+        .into_iter()
+        .find(|s| s.name == "model.embed_tokens.weight")
+        .map(|s| Precision::Q4KM.held(&cfg, &s).bytes(s.elem_count()))
+        .unwrap() as f64
+        / (1u64 << 20) as f64;
+    assert!(
+        (wp[2].unwrap() + wp[3].unwrap() + embed - wp[0].unwrap()).abs() < 1e-9,
+        "the embedding in host memory: {df}"
+    );
+    assert_eq!((eq[2], eq[3]), (n[2], n[3]), "{df}");
+    let o = run("tensor", "q4-tp");
+    assert!(
+        !o.status.success() && common::output_text(&o).contains("--layouts pipeline"),
+        "{}",
+        common::output_text(&o)
+    );
 }
 
 /// Data parallelism on two CPU threads, one sequence each: after a step of DDP, ZeRO-1 or ZeRO-2

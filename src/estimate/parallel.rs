@@ -213,6 +213,112 @@ pub fn pipeline(cfg: &DecoderConfig, w: &Inference, gpus: usize, runtime: u64) -
         .collect())
 }
 
+/// llama.cpp's layer split (`--split-mode layer` with every layer on a GPU; llama-model.cpp,
+/// `load_tensors`): `layers` + 1 slots, the last the output layer, slot `i` on the first GPU whose
+/// cumulative share of `shares` (normalised, in f32 as llama.cpp sums them) exceeds
+/// `i / (layers + 1)`. Returns each GPU's layers (first..last, maybe none) and the output's GPU.
+/// llama.cpp's `-ts` gives the shares; without it, each GPU's free memory.
+pub fn llamacpp_split(layers: usize, shares: &[f64]) -> Result<(Vec<(usize, usize)>, usize)> {
+    if shares.is_empty() || shares.iter().any(|s| !s.is_finite() || *s < 0.0) || shares.iter().sum::<f64>() <= 0.0 {
+        return Err(LabError::input(format!("a split of {shares:?}: each share at least 0, not all 0")));
+    }
+    let sum: f32 = shares.iter().map(|&s| s as f32).sum();
+    let mut acc = 0f32;
+    let cumulative: Vec<f32> = shares
+        .iter()
+        .map(|&s| {
+            acc += s as f32;
+            acc / sum
+        })
+        .collect();
+    let slots = (layers + 1) as f32;
+    let gpu_of = |slot: usize| {
+        let x = slot as f32 / slots;
+        cumulative.iter().position(|&c| c > x).unwrap_or(shares.len() - 1)
+    };
+    let mut ranges = vec![(0, 0); shares.len()];
+    let mut first = 0;
+    for (g, range) in ranges.iter_mut().enumerate() {
+        let mut last = first;
+        while last < layers && gpu_of(last) == g {
+            last += 1;
+        }
+        *range = (first, last);
+        first = last;
+    }
+    Ok((ranges, gpu_of(layers)))
+}
+
+/// The bytes of layer `l`'s tensors in `w`'s precision (a Q4_K_M layer promoted by llama.cpp's
+/// `use_more_bits` holds Q6_K where the others hold Q4_K).
+fn layer_bytes(cfg: &DecoderConfig, w: &Inference, l: usize) -> u64 {
+    let prefix = format!("model.layers.{l}.");
+    with_layers(cfg, 1)
+        .tensor_specs()
+        .into_iter()
+        .filter(|s| s.name.starts_with("model.layers.0."))
+        .map(|s| {
+            let spec = crate::model::config::TensorSpec {
+                name: s.name.replacen("model.layers.0.", &prefix, 1),
+                shape: s.shape,
+            };
+            w.precision.held(cfg, &spec).bytes(spec.elem_count())
+        })
+        .sum()
+}
+
+/// Pipeline placement as llama.cpp makes it over GPUs with `shares` of the layers
+/// (`llamacpp_split`): each GPU's layers, the final norm and the output layer on the output's GPU
+/// (a tied table copied there), the token embedding in host memory; weights tensor by tensor.
+/// Each GPU computing layers keeps candle's quantized-matmul buffer (one per device) beside its
+/// transient, which the last one's logits moment may top.
+pub fn pipeline_llamacpp(cfg: &DecoderConfig, w: &Inference, shares: &[f64], runtime: u64) -> Result<Vec<GpuNeed>> {
+    let (split, output) = llamacpp_split(cfg.num_hidden_layers, shares)?;
+    let act = w.precision.act_dtype().size_in_bytes();
+    let outside = with_layers(cfg, 0).tensor_specs();
+    let held = |name: &str| {
+        outside.iter().find(|s| s.name == name).map(|s| w.precision.held(cfg, s).bytes(s.elem_count())).unwrap_or(0)
+    };
+    let head = held("model.norm.weight")
+        + if cfg.tie_word_embeddings { held("model.embed_tokens.weight") } else { held("lm_head.weight") };
+    let tokens = (w.seq * w.batch) as u64;
+    let per_layer_kv = kv_bytes_per_token(cfg, act) / cfg.num_hidden_layers as u64 * tokens;
+    let one = fit::ledger(cfg, w, 0);
+    let p = transient::phases(cfg, &w.prefill());
+    // Layers alone: their busiest moment, no logits beside it.
+    let layers_peak = p.attention.max(p.o_proj).max(p.mlp);
+    // Layers are of two kinds at most (`use_more_bits`): price one of each.
+    let n = cfg.num_hidden_layers;
+    let more = |l: usize| crate::model::gguf::recipe::use_more_bits(l as i64, n as i64);
+    let priced = |kind: bool| (0..n).find(|&l| more(l) == kind).map(|l| layer_bytes(cfg, w, l)).unwrap_or(0);
+    let (promoted, plain) = (priced(true), priced(false));
+    let bytes_of = |l: usize| if more(l) { promoted } else { plain };
+    // A device's quantized buffer grows in its first down projection, the old beside the new.
+    let growth = p.down_proj + super::workspace::at_growth(cfg, w.precision, 0, tokens);
+    Ok(split
+        .iter()
+        .enumerate()
+        .map(|(gpu, &(a, b))| {
+            let (computes, out) = (b > a, gpu == output);
+            GpuNeed {
+                gpu,
+                layers: (a, b),
+                weights: (a..b).map(bytes_of).sum::<u64>() + if out { head } else { 0 },
+                kv_cache: (b - a) as u64 * per_layer_kv,
+                transient: match (computes, out) {
+                    (true, true) => one.transient + one.workspace,
+                    (false, true) => one.transient,
+                    (true, false) => (layers_peak + one.workspace).max(growth),
+                    (false, false) => 0,
+                },
+                logits: if out { one.logits } else { 0 },
+                nccl: 0,
+                runtime: if computes || out { runtime } else { 0 },
+            }
+        })
+        .collect())
+}
+
 /// The largest micro-batch of `seq` tokens a card of `capacity` bytes trains with the lab's F32
 /// step under data parallelism (every card holds the whole model, its gradients and AdamW states),
 /// `overhead` (the CUDA runtime, NCCL's buffers) held beside it; 0 when not even one sequence fits.
@@ -346,5 +452,42 @@ mod tests {
         assert_eq!(nccl::peers(3, 0, &[1, 2, 0]), (2, 1));
         let three: Vec<u64> = (0..3).map(|r| nccl_bytes(3, r) >> 20).collect();
         assert_eq!(three, [fixed + 36 * 2 + 42 * 10, fixed + 42 * 2 + 42 * 10, fixed + 42 * 2 + 36 * 10]);
+    }
+
+    /// llama.cpp's split by hand: 28 layers and the output are 29 slots; even shares put slots
+    /// below 29 / 2 (0..=14) on the first GPU; 24:16 puts those below 0.6 × 29 (0..=17) there;
+    /// 80 layers even: 0..=40 (81 slots). The output's slot (the last) is the last GPU's.
+    #[test]
+    fn llamacpp_split_by_hand() {
+        assert_eq!(llamacpp_split(28, &[1.0, 1.0]).unwrap(), (vec![(0, 15), (15, 28)], 1));
+        assert_eq!(llamacpp_split(28, &[24.0, 16.0]).unwrap(), (vec![(0, 18), (18, 28)], 1));
+        assert_eq!(llamacpp_split(80, &[1.0, 1.0]).unwrap(), (vec![(0, 41), (41, 80)], 1));
+        // A GPU given no share gets no layers.
+        assert_eq!(llamacpp_split(4, &[1.0, 0.0, 1.0]).unwrap(), (vec![(0, 3), (3, 3), (3, 4)], 2));
+        assert!(llamacpp_split(4, &[]).is_err() && llamacpp_split(4, &[0.0, 0.0]).is_err());
+        assert!(llamacpp_split(4, &[1.0, -1.0]).is_err());
+    }
+
+    /// The cards hold every weight but the token embedding (in host memory), the whole cache, and
+    /// the quantized buffer once each; the output's card the logits.
+    #[test]
+    fn llamacpp_pipeline_adds_up() {
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
+        for p in [Precision::Bf16, Precision::Q4KM] {
+            let w = w(p);
+            let g = pipeline_llamacpp(&cfg, &w, &[1.0, 1.0], 7).unwrap();
+            let embed = with_layers(&cfg, 0)
+                .tensor_specs()
+                .into_iter()
+                .find(|s| s.name == "model.embed_tokens.weight")
+                .map(|s| p.held(&cfg, &s).bytes(s.elem_count()))
+                .unwrap();
+            assert_eq!(g.iter().map(|g| g.weights).sum::<u64>(), weight_bytes(&cfg, p) - embed, "{p}");
+            let one = fit::ledger(&cfg, &w, 0);
+            assert_eq!(g.iter().map(|g| g.kv_cache).sum::<u64>(), one.kv_cache);
+            assert_eq!((g[0].logits, g[1].logits), (0, one.logits));
+            assert_eq!(g[1].transient, one.transient + one.workspace);
+            assert!(g[0].transient >= one.workspace && g.iter().all(|g| g.runtime == 7));
+        }
     }
 }

@@ -62,6 +62,16 @@ fn convert(t: Tensor, spec: &TensorSpec, precision: Precision, cfg: &DecoderConf
     }
 }
 
+/// The weight `name`, taken out of `w` (each is used once).
+pub(crate) fn take(w: &mut HashMap<String, Weight>, name: &str) -> Result<Weight> {
+    w.remove(name).ok_or_else(|| LabError::input(format!("weight {name} is missing")))
+}
+
+/// The dense weight `name`, taken out of `w`, in `dtype`.
+pub(crate) fn take_dense(w: &mut HashMap<String, Weight>, name: &str, dtype: DType) -> Result<Tensor> {
+    Ok(take(w, name)?.dense()?.to_dtype(dtype)?)
+}
+
 pub(crate) fn check_shape(name: &str, got: &[usize], want: &[usize]) -> Result<()> {
     if got != want {
         return Err(LabError::input(format!("tensor {name} has shape {got:?}, the config implies {want:?}")));

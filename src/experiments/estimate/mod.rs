@@ -5,6 +5,7 @@
 //! and, with `--train`, what a training step keeps per GPU beside the articles' 16 B/parameter.
 //! `plan` inverts it for one card.
 
+pub mod cards;
 pub mod inputs;
 pub mod plan;
 pub mod tables;

@@ -1,6 +1,7 @@
 //! The planner: for one card, per precision, the longest context, the largest batch at the context
 //! wanted and the decode ceiling; the best choice first.
 
+use super::cards;
 use super::inputs::{model_config, workload};
 use super::tables;
 use super::tables::{col, PLAN};
@@ -9,7 +10,8 @@ use crate::estimate::fit::{self, CardFit, Runtime};
 use crate::hw::Card;
 use crate::limits;
 use crate::memory::mib;
-use crate::model::{Logits, Precision};
+use crate::model::gguf::Gguf;
+use crate::model::{DecoderConfig, Logits, Precision};
 use crate::session::Session;
 use crate::stage::{Finding, Stage, StageOutput, View};
 use polars::prelude::*;
@@ -26,11 +28,20 @@ pub struct PlanConfig {
     /// A config.json to plan for instead of --model
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Two cards or more of one host (e.g. 24GiB,24GiB or rtx4090,a4000): the model pipelined over
+    /// them as llama.cpp's --split-mode layer places it
+    #[arg(long, value_delimiter = ',')]
+    #[serde(default)]
+    pub cards: Vec<String>,
+    /// With --cards: the layers' shares per card, as llama.cpp's --tensor-split (default: each card's memory)
+    #[arg(long, value_delimiter = ',', requires = "cards")]
+    #[serde(default)]
+    pub split: Vec<f64>,
 }
 
 impl Default for PlanConfig {
     fn default() -> Self {
-        Self { seq: 4096, config: None }
+        Self { seq: 4096, config: None, cards: Vec::new(), split: Vec::new() }
     }
 }
 
@@ -41,9 +52,13 @@ impl Stage for Plan {
         "For one card: per precision, the longest context, the largest batch at the context wanted, and the decode ceiling; the best choice first";
     const INTRO: &'static str = "The estimator inverted: given a card, which precision keeps the context wanted with the most headroom and the fastest decoding? Higher precision is preferred when it fits; Q4 otherwise. 给定一张卡,选精度、上下文和批量。";
     type Config = PlanConfig;
+    const REPEATABLE: &'static [&'static str] = &["cards", "split"];
 
     fn run(s: &mut Session, c: &PlanConfig) -> Result<StageOutput> {
         let (cfg, gguf) = model_config(s, &c.config)?;
+        if !c.cards.is_empty() {
+            return plan_cards(s, c, &cfg, gguf.as_ref());
+        }
         // The session's --card (rtx4090, a4000, …, or a size), else the report's RTX 4090.
         let card = match s.probe.card() {
             Some(card) => card.clone(),
@@ -115,4 +130,46 @@ impl Stage for Plan {
     fn views() -> Vec<View> {
         tables::plan_views()
     }
+}
+
+/// The plan over several cards (`cards`): per precision the largest card's need, the longest
+/// context and largest batch every card holds; the best as for one card.
+fn plan_cards(s: &mut Session, c: &PlanConfig, cfg: &DecoderConfig, gguf: Option<&Gguf>) -> Result<StageOutput> {
+    let runtime = Runtime::assumed().bytes();
+    let (cards, shares) = cards::cards_and_shares(&c.cards, &c.split, runtime)?;
+    let caps: Vec<u64> = cards.iter().map(Card::total_bytes).collect();
+    fit::check(cfg, &workload(cfg, None, Precision::F32, c.seq, 1, Logits::Last))?;
+    let rows = [Precision::F32, Precision::Bf16, Precision::Q4KM]
+        .into_iter()
+        .map(|p| cards::fit_cards(cfg, gguf, p, c.seq, &cards, &shares, runtime))
+        .collect::<Result<Vec<_>>>()?;
+    let best = rows
+        .iter()
+        .position(|r| r.fits(&caps))
+        .unwrap_or_else(|| rows.iter().enumerate().max_by_key(|(_, r)| r.max_context).map(|(i, _)| i).unwrap_or(0));
+    let r = &rows[best];
+    let names = cards.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(" + ");
+    let layers: Vec<String> = r.gpus.iter().map(|g| format!("{}..{}", g.layers.0, g.layers.1)).collect();
+    let verdict = if r.fits(&caps) {
+        format!(
+            "{}: {} tokens fit, layers {} (llama.cpp's split {:?}); up to {} tokens at batch 1, {} sequences of {} tokens",
+            r.precision,
+            c.seq,
+            layers.join(" / "),
+            shares.iter().map(|x| (x * 1000.0 / shares.iter().sum::<f64>()).round() / 1000.0).collect::<Vec<_>>(),
+            r.max_context,
+            r.max_batch,
+            c.seq
+        )
+    } else if r.max_context > 0 {
+        format!("{} tokens fit in no precision; {} reaches {} tokens", c.seq, r.precision, r.max_context)
+    } else {
+        "the model fits these cards in no precision".to_string()
+    };
+    s.say(format!("{names}: {verdict}"));
+    let mut out = StageOutput::default();
+    out.findings
+        .push(Finding::new(format!("plan for {names}"), "tok/s", None).ceiling(r.decode_ceiling_tok_s).note(verdict));
+    cards::tables(&mut out, &rows, &cards, best)?;
+    Ok(out)
 }

@@ -63,6 +63,9 @@ pub const TRAIN_DP: &str = "estimate_train_data_parallel";
 
 pub const PLAN: &str = "plan";
 
+/// The planner over several cards: each card's share (`plan --cards`).
+pub const PLAN_GPUS: &str = "plan_gpus";
+
 pub const PARALLEL: &str = "estimate_parallel";
 
 /// Memory against context per precision, with each card's capacity as a line.
@@ -172,6 +175,14 @@ pub fn plan_views() -> Vec<View> {
         columns: &[RANK, PRECISION, NEED_MIB, FITS, HEADROOM_MIB, MAX_CONTEXT, MAX_BATCH, DECODE_CEILING],
         group_by: &[],
         chart: None,
-        explain: "need = the ledger's total at the context wanted (batch 1, last-token logits, the runtime's overhead included). The decode ceiling is the card's bandwidth ÷ bytes read per token; stage 1 measures how close the lab's decoding comes to it on a GPU. 每种精度:所需显存、最长上下文、最大批量和解码上限。",
+        explain: "need = the ledger's total at the context wanted (batch 1, last-token logits, the runtime's overhead included); over several cards, the largest card's. The decode ceiling is the card's bandwidth ÷ bytes read per token; stage 1 measures how close the lab's decoding comes to it on a GPU. 每种精度:所需显存、最长上下文、最大批量和解码上限。",
+    }, View {
+        name: "plan_gpus",
+        table: PLAN_GPUS,
+        caption: "Planner — each card's share of the pipeline (llama.cpp's --split-mode layer: the token embedding in host memory, the output layer on the last card's slot)",
+        columns: &[PRECISION, GPU, CARD, LAYERS, WEIGHTS_MIB, KV_CACHE_MIB, TRANSIENT_MIB, LOGITS_MIB, RUNTIME_MIB, NEED_MIB, CARD_MIB, FITS],
+        group_by: &[],
+        chart: None,
+        explain: "Each card's layers as llama.cpp assigns them (--tensor-split, default each card's memory), its weights tensor by tensor, its share of the KV cache, the forward's transient (candle's quantized-matmul buffer included: one per device), the logits on the output's card, and the runtime. 多卡流水线:每张卡的层、权重、KV 与瞬时显存。",
     }]
 }

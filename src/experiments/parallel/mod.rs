@@ -5,21 +5,20 @@
 //! whole model on one device: decode beside the group's, and the group's greedy tokens beside its.
 
 pub mod pipeline;
+pub mod predicted;
 pub mod ranks;
 pub mod tables;
 
 use crate::error::{LabError, Result};
-use crate::estimate::fit::Inference;
-use crate::estimate::parallel::tensor_parallel;
 use crate::hw;
 use crate::limits;
 use crate::memory::mib;
-use crate::model::attention::AttentionMode;
 use crate::model::parallel::group::on_each;
-use crate::model::parallel::{rank_ledger, Group};
-use crate::model::{self, generate, DecoderConfig, GenerateConfig, Logits, Precision};
+use crate::model::parallel::Group;
+use crate::model::{self, generate, DecoderConfig, GenerateConfig, Precision};
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
+use predicted::{ceiling, predicted, rank_row, read_per_token};
 use rand::{Rng, SeedableRng};
 use ranks::{run_rank, Plan, RankRun, Request};
 use serde::{Deserialize, Serialize};
@@ -48,6 +47,12 @@ pub struct ParallelConfig {
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = ParallelConfig::default().layouts)]
     #[serde(default = "all_layouts")]
     pub layouts: Vec<Layout>,
+    /// The pipeline's layers per GPU as llama.cpp's --tensor-split shares them (e.g. 3,2); set,
+    /// or with a quantized precision (even shares), the pipeline is placed as llama.cpp places it:
+    /// the token embedding in host memory, the output layer on the last slot's GPU
+    #[arg(long, value_delimiter = ',')]
+    #[serde(default)]
+    pub split: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -70,70 +75,8 @@ impl Default for ParallelConfig {
             new_tokens: 64,
             no_single: false,
             layouts: all_layouts(),
+            split: Vec::new(),
         }
-    }
-}
-
-/// What the ledger predicts for one of `gpus` ranks (1: the whole model).
-fn predicted(cfg: &DecoderConfig, c: &ParallelConfig, gpus: usize) -> Result<Row> {
-    let w = Inference {
-        precision: c.precision,
-        seq: c.prompt,
-        batch: 1,
-        logits: Logits::Last,
-        attention: AttentionMode::default(),
-        stored: None,
-    };
-    let need = tensor_parallel(cfg, &w, gpus, 0)?.remove(0);
-    // generate holds a cache for the prompt and every new token.
-    let dtype = c.precision.dense_dtype().map(|d| d.size_in_bytes() as u64).unwrap_or(2);
-    let kv = rank_ledger(
-        cfg,
-        gpus,
-        dtype,
-        (c.prompt + c.new_tokens) as u64,
-        c.precision.act_dtype().size_in_bytes() as u64,
-    )?
-    .kv_cache;
-    Ok(Row {
-        weights_predicted: need.weights,
-        nccl_predicted: need.nccl,
-        kv_predicted: kv,
-        peak_above_predicted: kv + need.transient + need.logits,
-        ..Default::default()
-    })
-}
-
-/// Decode's ceiling on a device reading `bytes` a token at `read_gbs`.
-fn ceiling(bytes: u64, read_gbs: f64) -> Option<f64> {
-    (bytes > 0 && read_gbs > 0.0).then(|| read_gbs * 1e9 / bytes as f64)
-}
-
-/// The bytes a decoding step reads: the weights but the embedding table (one row of it is read),
-/// unless the head reads it too (tied).
-fn read_per_token(cfg: &DecoderConfig, weights: u64, kv: u64, act: u64) -> u64 {
-    let table = if cfg.tie_word_embeddings { 0 } else { (cfg.vocab_size * cfg.hidden_size) as u64 * act };
-    weights.saturating_sub(table) + kv
-}
-
-fn rank_row(r: &RankRun, p: &Row, gpus: usize, ceiling_tok_s: Option<f64>) -> Row {
-    Row {
-        layout: format!("tensor-parallel × {gpus}"),
-        rank: r.rank,
-        device: r.device.clone(),
-        weights: Some(r.weights),
-        nccl: r.nccl,
-        kv_cache: Some(r.kv_cache),
-        peak_above_weights: r.peak_above_weights,
-        load_peak: r.load_peak,
-        prefill_tok_s: Some(r.prefill_tok_s),
-        decode_tok_s: Some(r.decode_tok_s),
-        ceiling_tok_s,
-        tokens: r.tokens.len(),
-        outcome: Outcome::OK.into(),
-        // Per rank, as NCCL connects its peers; none where the ranks are threads (`p` says 0).
-        nccl_predicted: if p.nccl_predicted > 0 { crate::estimate::parallel::nccl_bytes(gpus, r.rank) } else { 0 },
-        ..p.clone()
     }
 }
 
@@ -144,6 +87,7 @@ impl Stage for Parallel {
         "The model split over N GPUs (tensor parallel, NCCL): every GPU's bytes measured beside the ledger, decode and greedy tokens beside one GPU";
     const INTRO: &'static str = "相关文章讲到单卡放不下时的多卡方案。这里把模型按 Megatron 方式切到 N 张卡上(每张卡持有自己的注意力头和 MLP 列,每层两次 all-reduce,NCCL 负责通信),逐卡测量权重、NCCL 缓冲、KV cache 和生成时的峰值,与估算器的逐卡账本并列;再与单卡运行比较解码速度和贪心输出。<br>The related articles turn to several cards when one cannot hold the model. Here the model is split over N GPUs the way Megatron splits it (each GPU holds its attention heads and MLP columns; two all-reduces a layer, over NCCL), and every GPU's weights, NCCL buffers, KV cache and generation peak are read from that GPU beside the estimator's per-GPU ledger (`estimate --tp N`); then decode speed and the greedy tokens beside the whole model on one GPU. On the CPU the ranks are threads exchanging tensors.";
     type Config = ParallelConfig;
+    const REPEATABLE: &'static [&'static str] = &["split"];
 
     fn cpu_config() -> ParallelConfig {
         ParallelConfig { prompt: 16, new_tokens: 12, ..Default::default() }
@@ -163,11 +107,14 @@ impl Stage for Parallel {
         if c.layouts.contains(&Layout::Tensor) {
             crate::model::parallel::shard::check(&cfg, c.gpus)?;
         }
-        if c.precision.dense_dtype().is_none() {
+        if c.precision.dense_dtype().is_none() && c.layouts.contains(&Layout::Tensor) {
             return Err(LabError::input(format!(
-                "tensor parallelism splits dense weights (bf16, f16, f32), not {}",
+                "tensor parallelism splits dense weights (bf16, f16, f32), not {}; a quantized model splits by layers (--layouts pipeline)",
                 c.precision
             )));
+        }
+        if !c.split.is_empty() && c.split.len() != c.gpus {
+            return Err(LabError::input(format!("--split gives {} shares for {} GPUs", c.split.len(), c.gpus)));
         }
         // Each rank reads its own device; a card emulated on the first would skew the group.
         let lifted = s.probe.card().cloned();
@@ -208,7 +155,7 @@ fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig) -> Result<S
 
     if c.layouts.contains(&Layout::Tensor) {
         s.console.step(format!("tensor-parallel over {} {}", c.gpus, if cuda { "GPUs" } else { "CPU threads" }));
-        let mut p = predicted(cfg, c, c.gpus)?;
+        let mut p = predicted(cfg, c.precision, c.prompt, c.new_tokens, c.gpus)?;
         if !cuda {
             p.nccl_predicted = 0; // threads exchange tensors in the heap: no NCCL
         }
@@ -263,7 +210,13 @@ fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig) -> Result<S
             prompt: &prompt,
             gen: gen.clone(),
         };
-        let (mut stages, tokens) = pipeline::run(&req, devs.clone())?;
+        // llama.cpp's placement for a quantized model (even shares unless given) or a split given.
+        let shares = match (c.split.is_empty(), c.precision.is_quantized()) {
+            (false, _) => Some(c.split.clone()),
+            (true, true) => Some(vec![1.0; c.gpus]),
+            (true, false) => None,
+        };
+        let (mut stages, tokens) = pipeline::run(&req, devs.clone(), shares.as_deref())?;
         for r in &mut stages {
             if let Some(w) = r.weights {
                 r.ceiling_tok_s = ceiling(read_per_token(cfg, w, r.kv_cache.unwrap_or(0), act), bw.device);
@@ -308,7 +261,11 @@ fn one_device(
 ) -> Result<(Vec<Row>, Option<Vec<u32>>)> {
     s.console.step("the whole model on one device");
     let cuda = s.device.is_cuda();
-    let mut row = Row { layout: "one device".into(), device: hw::describe(&s.device), ..predicted(cfg, c, 1)? };
+    let mut row = Row {
+        layout: "one device".into(),
+        device: hw::describe(&s.device),
+        ..predicted(cfg, c.precision, c.prompt, c.new_tokens, 1)?
+    };
     let before = s.probe.settled("before")?;
     let run = s.load(c.precision).and_then(|lm| {
         let loaded = s.probe.settled("loaded")?;

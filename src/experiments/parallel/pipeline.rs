@@ -1,16 +1,17 @@
 //! The pipeline layout of the parallel stage: whole layers per GPU (`model::parallel::pipeline`,
-//! split by the estimator's `pipeline_split`), one thread driving the stages in turn; every GPU's
-//! weights and generation peak read from its own device beside `estimate --pp N`'s ledger.
+//! split by the estimator's `pipeline_split`, or as llama.cpp splits them given shares), one thread
+//! driving the stages in turn; every GPU's weights and generation peak read from its own device
+//! beside the ledger (`estimate --pp N`, `plan --cards`).
 
 use super::ranks::Request;
 use super::tables::Row;
 use crate::error::Result;
 use crate::estimate::fit::Inference;
-use crate::estimate::parallel::pipeline;
+use crate::estimate::parallel::{llamacpp_split, pipeline, pipeline_llamacpp};
 use crate::hw;
 use crate::memory::{guarded, MemoryProbe};
 use crate::model::attention::AttentionMode;
-use crate::model::parallel::pipeline::load_pipeline;
+use crate::model::parallel::pipeline::{load_pipeline, Ends};
 use crate::model::parallel::rank_ledger;
 use crate::model::source;
 use crate::model::{generate, Logits};
@@ -23,10 +24,14 @@ fn snapshots(probes: &[MemoryProbe]) -> Result<Vec<crate::memory::Snapshot>> {
 
 /// One row per stage, measured on its device (GPUs; the CPU's stages share one heap: none) beside
 /// the ledger, and the greedy tokens (none after an OOM). The KV cache per stage is the measured
-/// whole cache's share by layers (every layer's is the same size).
-pub fn run(r: &Request, devices: Vec<Device>) -> Result<(Vec<Row>, Vec<u32>)> {
+/// whole cache's share by layers (every layer's is the same size). `shares`: llama.cpp's
+/// placement with these shares of the layers (the embedding in host memory); None: the lab's.
+pub fn run(r: &Request, devices: Vec<Device>, shares: Option<&[f64]>) -> Result<(Vec<Row>, Vec<u32>)> {
     let n = devices.len();
-    let layout = format!("pipeline × {n}");
+    let layout = match shares {
+        Some(s) => format!("pipeline × {n}, llama.cpp split {s:?}"),
+        None => format!("pipeline × {n}"),
+    };
     let w = Inference {
         precision: r.precision,
         seq: r.prompt.len(),
@@ -35,7 +40,13 @@ pub fn run(r: &Request, devices: Vec<Device>) -> Result<(Vec<Row>, Vec<u32>)> {
         attention: AttentionMode::default(),
         stored: None,
     };
-    let need = pipeline(r.cfg, &w, n, 0)?;
+    let (need, ends) = match shares {
+        Some(s) => (
+            pipeline_llamacpp(r.cfg, &w, s, 0)?,
+            Ends { embed: None, head: llamacpp_split(r.cfg.num_hidden_layers, s)?.1 },
+        ),
+        None => (pipeline(r.cfg, &w, n, 0)?, Ends::first_and_last(n)),
+    };
     let split: Vec<(usize, usize)> = need.iter().map(|g| g.layers).collect();
     let layers = r.cfg.num_hidden_layers as u64;
     let dtype = r.precision.dense_dtype().map(|d| d.size_in_bytes() as u64).unwrap_or(2);
@@ -67,7 +78,7 @@ pub fn run(r: &Request, devices: Vec<Device>) -> Result<(Vec<Row>, Vec<u32>)> {
     let before = snapshots(&probes)?;
     let run = guarded(&probes[0], "the pipeline", || {
         let mut weights = source::open(r.source, r.opts)?.weights;
-        let model = load_pipeline(r.cfg, r.precision, weights.as_mut(), &devices, &split, &probes)?;
+        let model = load_pipeline(r.cfg, r.precision, weights.as_mut(), &devices, &split, ends, &probes)?;
         let loaded = snapshots(&probes)?;
         probes.iter().for_each(|p| p.reset_peak());
         let g = generate(&model, r.prompt, &r.gen)?;

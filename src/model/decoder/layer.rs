@@ -12,7 +12,7 @@ use crate::model::config::DecoderConfig;
 use crate::model::host_linear::HostLinear;
 use crate::model::kv_cache::KvCache;
 use crate::model::parallel::comm::RankComm;
-use crate::model::weights::Weight;
+use crate::model::weights::{take, take_dense, Weight};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 
@@ -40,15 +40,6 @@ pub(crate) struct Layer {
 pub(crate) enum Mlp {
     Dense { gate: Linear, up: Linear, down: Linear },
     Mixture(Mixture),
-}
-
-/// The weight `name`, taken out of `w` (each is used once).
-pub(super) fn take(w: &mut HashMap<String, Weight>, name: &str) -> Result<Weight> {
-    w.remove(name).ok_or_else(|| LabError::input(format!("weight {name} is missing")))
-}
-
-pub(super) fn take_dense(w: &mut HashMap<String, Weight>, name: &str, dtype: DType) -> Result<Tensor> {
-    Ok(take(w, name)?.dense()?.to_dtype(dtype)?)
 }
 
 impl Layer {

@@ -5,7 +5,7 @@
 
 use super::crossing::{moved_to, RopeTables};
 use super::embedding::Embedding;
-use super::layer::{norm, take, take_dense, Layer};
+use super::layer::{norm, Layer};
 use super::linear::Linear;
 use crate::error::{LabError, Result};
 use crate::model::attention::{check_elems, AttentionMode};
@@ -14,7 +14,7 @@ use crate::model::kv_cache::{CacheKind, KvCache};
 use crate::model::placement::{Home, Placement};
 use crate::model::precision::Precision;
 use crate::model::streamer::Streamer;
-use crate::model::weights::Weight;
+use crate::model::weights::{take, take_dense, Weight};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 
