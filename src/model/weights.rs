@@ -33,6 +33,19 @@ impl Weight {
         }
     }
 
+    /// The weight on `device` (itself when it is there already); quantized blocks are copied as
+    /// they are.
+    pub fn to_device(self, device: &Device) -> Result<Weight> {
+        match self {
+            Self::Dense(t) if !t.device().same_device(device) => Ok(Self::Dense(t.to_device(device)?)),
+            Self::Quant(q) if !q.device().same_device(device) => {
+                let storage = candle_core::quantized::QStorage::from_data(q.data()?, device, q.dtype())?;
+                Ok(Self::Quant(Arc::new(QTensor::new(storage, q.shape())?)))
+            }
+            w => Ok(w),
+        }
+    }
+
     pub fn dense(self) -> Result<Tensor> {
         match self {
             Self::Dense(t) => Ok(t),
