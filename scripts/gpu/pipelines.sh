@@ -10,4 +10,6 @@ cd "$(dirname "$0")/../.."
 TIMEOUT=${TIMEOUT:-420} bash scripts/gpu/run.sh \
   "pipeline-32b-q4km=parallel --model synthetic:qwen2.5-32b --precision q4_k_m --gpus 2 --layouts pipeline" \
   "pipeline-72b-q4km=parallel --model synthetic:qwen2.5-72b --precision q4_k_m --gpus 2 --layouts pipeline" \
-  "pipeline-72b-q4km-3-2=parallel --model synthetic:qwen2.5-72b --precision q4_k_m --gpus 2 --layouts pipeline --split 3,2 --no-single"
+  "pipeline-72b-q4km-3-2=parallel --model synthetic:qwen2.5-72b --precision q4_k_m --gpus 2 --layouts pipeline --split 3,2 --no-single" \
+  "pipeline-32b-q4km-f32=parallel --model synthetic:qwen2.5-32b --precision q4_k_m-f32 --gpus 2 --layouts pipeline" \
+  "pipeline-7b-bf16-split=parallel --model synthetic:qwen2.5-7b --precision bf16 --gpus 2 --layouts pipeline --split 1,1"
