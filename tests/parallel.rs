@@ -146,11 +146,22 @@ fn a_rank_loaded_tensor_by_tensor_equals_a_rank_cut_from_the_whole() {
     }
 }
 
+/// A parallel run's `parallel_ranks.csv` under `out`, and its rows' layouts.
+fn ranks_table(out: &std::path::Path) -> (polars::prelude::DataFrame, Vec<String>) {
+    let df = common::read_csv(&out.join("parallel/parallel_ranks.csv"));
+    let layout = df.column("layout").unwrap().str().unwrap().iter().map(|s| s.unwrap().to_string()).collect();
+    (df, layout)
+}
+
+/// A column of `df` as floats (nulls as None).
+fn floats(df: &polars::prelude::DataFrame, c: &str) -> Vec<Option<f64>> {
+    df.column(c).unwrap().cast(&polars::prelude::DataType::Float64).unwrap().f64().unwrap().iter().collect()
+}
+
 /// `vram-lab parallel` on the CPU: two ranks as threads and a pipeline of two stages, each row's
 /// bytes the ledger's, every layout's greedy tokens the one device's.
 #[test]
 fn the_parallel_stage_on_two_cpu_ranks() {
-    use polars::prelude::*;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let o = common::lab_quiet(&[
@@ -165,9 +176,7 @@ fn the_parallel_stage_on_two_cpu_ranks() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", common::output_text(&o));
-    let df = common::read_csv(&out.join("parallel/parallel_ranks.csv"));
-    let layout: Vec<String> =
-        df.column("layout").unwrap().str().unwrap().iter().map(|s| s.unwrap().to_string()).collect();
+    let (df, layout) = ranks_table(&out);
     assert_eq!(
         layout,
         [
@@ -180,7 +189,7 @@ fn the_parallel_stage_on_two_cpu_ranks() {
         ],
         "{df}"
     );
-    let f = |c: &str| df.column(c).unwrap().cast(&DataType::Float64).unwrap().f64().unwrap().iter().collect::<Vec<_>>();
+    let f = |c: &str| floats(&df, c);
     let (w, wp, kv, kvp) =
         (f("weights_mib"), f("weights_predicted_mib"), f("kv_cache_mib"), f("kv_cache_predicted_mib"));
     let (eq, n) = (f("tokens_equal_to_one_device"), f("tokens"));
@@ -279,7 +288,6 @@ fn a_pipeline_of_stages_gives_the_whole_models_logits() {
 /// device's greedy tokens; a tensor-parallel split of it is refused in a line naming the pipeline.
 #[test]
 fn a_quantized_model_pipelines_as_llamacpp_places_it() {
-    use polars::prelude::*;
     let dir = tempfile::tempdir().unwrap();
     let run = |layouts: &str, out: &str| {
         common::lab_quiet(&[
@@ -300,15 +308,13 @@ fn a_quantized_model_pipelines_as_llamacpp_places_it() {
     };
     let o = run("pipeline", "q4");
     assert!(o.status.success(), "{}", common::output_text(&o));
-    let df = common::read_csv(&dir.path().join("q4/parallel/parallel_ranks.csv"));
-    let layout: Vec<String> =
-        df.column("layout").unwrap().str().unwrap().iter().map(|s| s.unwrap().to_string()).collect();
+    let (df, layout) = ranks_table(&dir.path().join("q4"));
     assert_eq!(
         layout[2..],
         ["pipeline × 2, llama.cpp split [1.0, 1.0]", "pipeline × 2, llama.cpp split [1.0, 1.0]"],
         "{df}"
     );
-    let f = |c: &str| df.column(c).unwrap().cast(&DataType::Float64).unwrap().f64().unwrap().iter().collect::<Vec<_>>();
+    let f = |c: &str| floats(&df, c);
     let (wp, eq, n) = (f("weights_predicted_mib"), f("tokens_equal_to_one_device"), f("tokens"));
     let cfg = vram_lab::model::DecoderConfig::preset("tiny").unwrap();
     let embed = cfg

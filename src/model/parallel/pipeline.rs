@@ -89,10 +89,10 @@ pub fn load_pipeline(
         // What goes to host memory is made on the first device, where a load onto one device
         // makes it (synthetic weights are drawn differently on a GPU), then moved.
         let home = stage.map_or(Device::Cpu, |i| devices[i].clone());
-        let t = source.load(&spec, precision, &devices[stage.unwrap_or(0)]).and_then(|w| w.to_device(&home)).map_err(|e| {
-            let at = stage.map_or("host memory".to_string(), |i| format!("pipeline stage {i} of {}", devices.len()));
-            MemoryProbe::capture_in(stage.and_then(|i| probes.get(i)), e, &format!("loading {name} ({at})"))
-        })?;
+        let at = stage.map_or("host memory".to_string(), |i| format!("pipeline stage {i} of {}", devices.len()));
+        let t = source.load(&spec, precision, &devices[stage.unwrap_or(0)]).and_then(|w| w.to_device(&home)).map_err(
+            |e| MemoryProbe::capture_in(stage.and_then(|i| probes.get(i)), e, &format!("loading {name} ({at})")),
+        )?;
         w.insert(name, t);
     }
     Decoder::new(cfg, precision, w, &devices[ends.head])
