@@ -146,6 +146,14 @@ fn a_rank_loaded_tensor_by_tensor_equals_a_rank_cut_from_the_whole() {
     }
 }
 
+/// `vram-lab parallel` of the tiny model on the CPU with `args`, into `out`.
+fn parallel_on_cpu(out: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["parallel", "--device", "cpu", "--model", "synthetic:tiny"];
+    all.extend_from_slice(args);
+    all.extend(["--out", out.to_str().unwrap()]);
+    common::lab_quiet(&all)
+}
+
 /// A parallel run's `parallel_ranks.csv` under `out`, and its rows' layouts.
 fn ranks_table(out: &std::path::Path) -> (polars::prelude::DataFrame, Vec<String>) {
     let df = common::read_csv(&out.join("parallel/parallel_ranks.csv"));
@@ -164,17 +172,7 @@ fn floats(df: &polars::prelude::DataFrame, c: &str) -> Vec<Option<f64>> {
 fn the_parallel_stage_on_two_cpu_ranks() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let o = common::lab_quiet(&[
-        "parallel",
-        "--device",
-        "cpu",
-        "--model",
-        "synthetic:tiny",
-        "--gpus",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = parallel_on_cpu(&out, &["--gpus", "2"]);
     assert!(o.status.success(), "{}", common::output_text(&o));
     let (df, layout) = ranks_table(&out);
     assert_eq!(
@@ -221,19 +219,7 @@ fn the_parallel_stage_on_two_cpu_ranks() {
     // 3 ranks do not divide the tiny model's 2 K/V heads, nor can 3 stages share its 2 layers:
     // one line each, no panic.
     for (layouts, says) in [("tensor", "do not divide"), ("pipeline", "each stage needs at least one layer")] {
-        let o = common::lab_quiet(&[
-            "parallel",
-            "--device",
-            "cpu",
-            "--model",
-            "synthetic:tiny",
-            "--gpus",
-            "3",
-            "--layouts",
-            layouts,
-            "--out",
-            dir.path().join(layouts).to_str().unwrap(),
-        ]);
+        let o = parallel_on_cpu(&dir.path().join(layouts), &["--gpus", "3", "--layouts", layouts]);
         assert!(!o.status.success());
         assert!(common::output_text(&o).contains(says), "{}", common::output_text(&o));
     }
@@ -290,21 +276,7 @@ fn a_pipeline_of_stages_gives_the_whole_models_logits() {
 fn a_quantized_model_pipelines_as_llamacpp_places_it() {
     let dir = tempfile::tempdir().unwrap();
     let run = |layouts: &str, out: &str| {
-        common::lab_quiet(&[
-            "parallel",
-            "--device",
-            "cpu",
-            "--model",
-            "synthetic:tiny",
-            "--gpus",
-            "2",
-            "--precision",
-            "q4_k_m",
-            "--layouts",
-            layouts,
-            "--out",
-            dir.path().join(out).to_str().unwrap(),
-        ])
+        parallel_on_cpu(&dir.path().join(out), &["--gpus", "2", "--precision", "q4_k_m", "--layouts", layouts])
     };
     let o = run("pipeline", "q4");
     assert!(o.status.success(), "{}", common::output_text(&o));
