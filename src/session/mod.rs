@@ -252,14 +252,35 @@ impl Session {
         }
     }
 
-    /// The emulated card's name, or "none".
     /// The run's manifest so far: its model, card, machine and the stages recorded.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
     }
 
+    /// The card this session emulates, if any.
+    pub fn card(&self) -> Option<&crate::hw::Card> {
+        self.probe.card()
+    }
+
+    /// The emulated card's name, or "none".
     pub fn card_name(&self) -> String {
-        self.probe.card().map(|c| c.name.clone()).unwrap_or_else(|| "none".into())
+        self.card().map(|c| c.name.clone()).unwrap_or_else(|| "none".into())
+    }
+
+    /// `f` on the whole device when `lift`: the emulated card lifted for it (saying `why`) and put
+    /// back after, whatever `f` returns. A stage that must see every byte of its GPUs (each rank of
+    /// a group, the CPU's one heap) runs in this scope.
+    pub fn whole_device<T>(&mut self, lift: bool, why: &str, f: impl FnOnce(&mut Session) -> Result<T>) -> Result<T> {
+        let lifted = self.card().filter(|_| lift).cloned();
+        if lifted.is_some() {
+            self.probe.stop_emulating();
+            self.say(why);
+        }
+        let out = f(self);
+        if let Some(card) = &lifted {
+            self.probe.emulate(card)?;
+        }
+        out
     }
 
     /// The device read, pinned host → device and host read bandwidths of this machine, measured

@@ -60,7 +60,7 @@ impl Stage for Plan {
             return plan_cards(s, c, &cfg, gguf.as_ref());
         }
         // The session's --card (rtx4090, a4000, …, or a size), else the report's RTX 4090.
-        let card = match s.probe.card() {
+        let card = match s.card() {
             Some(card) => card.clone(),
             None => Card::parse("rtx4090")?,
         };

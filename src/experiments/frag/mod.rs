@@ -55,7 +55,7 @@ fn model_capacity(s: &Session, cfg: &FragConfig) -> Result<u64> {
         _ => {
             // An allocator's granules (2 MiB pages, 20 MiB segments) do not scale with a card:
             // a scaled card's story is told at the report's sizes on the card it stands for.
-            let card = match s.probe.card().filter(|c| c.name != SCALED) {
+            let card = match s.card().filter(|c| c.name != SCALED) {
                 Some(c) => c.clone(),
                 None => Card::parse(&cfg.model_card)?,
             };

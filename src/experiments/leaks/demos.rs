@@ -155,7 +155,7 @@ pub fn batch_pair(
         return Ok(Vec::new());
     }
     // Without an emulated card, a temporary one: the weights and `batch_room_mib` (CPU tests).
-    let temporary = s.probe.card().is_none() && cfg.batch_room_mib > 0.0;
+    let temporary = s.card().is_none() && cfg.batch_room_mib > 0.0;
     if temporary {
         let base = s.probe.snapshot("base").allocated;
         let card = Card::parse(&format!("{}MiB", mib(base) + cfg.batch_room_mib))?;

@@ -127,19 +127,11 @@ impl Stage for Offload {
         ));
         // On CPU the "GPU" layers and the host layers share one heap: a scaled card's cap would
         // count the host's copy too. The budget stands for the card here; the cap is lifted.
-        let lifted = match s.probe.card() {
-            Some(c) if c.is_scaled() && !s.device.is_cuda() => Some(c.clone()),
-            _ => None,
-        };
-        if lifted.is_some() {
-            s.probe.stop_emulating();
-            s.say(format!(
-                "CPU: the scaled card is lifted in this stage; the GPU budget ({}) stands for it",
-                cfg.gpu_budget
-            ));
-        }
+        let lift = s.card().is_some_and(|c| c.is_scaled()) && !s.device.is_cuda();
+        let why =
+            format!("CPU: the scaled card is lifted in this stage; the GPU budget ({}) stands for it", cfg.gpu_budget);
         let mut rows = Vec::new();
-        let modes = (|| -> Result<()> {
+        s.whole_device(lift, &why, |s| {
             for &mode in &cfg.modes {
                 s.check_stop()?;
                 let row = match mode.strategy() {
@@ -155,11 +147,7 @@ impl Stage for Offload {
                 rows.push(row);
             }
             Ok(())
-        })();
-        if let Some(card) = &lifted {
-            s.probe.emulate(card)?;
-        }
-        modes?;
+        })?;
         if let Some(p) = &cfg.pytorch {
             rows.extend(pytorch_rows(p)?);
         }

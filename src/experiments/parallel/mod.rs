@@ -117,16 +117,9 @@ impl Stage for Parallel {
             return Err(LabError::input(format!("--split gives {} shares for {} GPUs", c.split.len(), c.gpus)));
         }
         // Each rank reads its own device; a card emulated on the first would skew the group.
-        let lifted = s.probe.card().cloned();
-        if lifted.is_some() {
-            s.probe.stop_emulating();
-            s.say("the card emulation is lifted in this stage: every rank uses its whole device");
-        }
-        let out = measure(s, &cfg, c);
-        if let Some(card) = &lifted {
-            s.probe.emulate(card)?;
-        }
-        out
+        s.whole_device(true, "the card emulation is lifted in this stage: every rank uses its whole device", |s| {
+            measure(s, &cfg, c)
+        })
     }
 
     fn views() -> Vec<View> {
