@@ -7,6 +7,8 @@
 
 #[path = "common/hub_server.rs"]
 mod hub_server;
+#[path = "common/snapshot.rs"]
+mod snapshot;
 
 use hub_server::{fixture, repo_files, Attack, Hub, Repo, COMMIT, COMMIT2, GENERATE, SHARDS};
 use std::collections::BTreeMap;
@@ -366,24 +368,9 @@ fn hub_sizing_reads_headers_only() {
         hub.seen().into_iter().filter(|s| s.path.ends_with(".gguf") || s.path.ends_with(".safetensors")).collect();
     assert!(weights.len() >= 6 && weights.iter().all(|s| s.range.is_some()), "{weights:?}");
     // Nothing was downloaded into the cache but the metadata files.
-    let mut cached = Vec::new();
-    for e in walk(&tmp.path().join("hf")) {
-        if e.is_file() {
-            cached.push(e);
-        }
-    }
-    assert!(cached.iter().all(|p| std::fs::metadata(p).unwrap().len() < 1 << 20), "{cached:?}");
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() && !p.is_symlink() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
+    let cached = snapshot::snapshot(&tmp.path().join("hf"), None);
+    assert!(
+        cached.values().all(|seen| !matches!(seen, snapshot::Seen::File(len, ..) if *len >= 1 << 20)),
+        "{cached:?}"
+    );
 }

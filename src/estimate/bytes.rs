@@ -9,13 +9,18 @@ pub fn weight_bytes(cfg: &DecoderConfig, precision: Precision) -> u64 {
     sum_over_tensors(cfg, |s| precision.held(cfg, s).bytes(s.elem_count()))
 }
 
-/// `price` summed over every tensor of `cfg`, one layer of each kind priced and multiplied: the
+/// `price` summed over every tensor of `cfg`, one layer of each kind priced (`per_layer`): the
 /// searches call this hundreds of times, and a 4,096-layer config has 49,000 tensors to name.
-/// Layers differ only where llama.cpp's `use_more_bits` promotes one (Q4_K_M's attn_v and
-/// ffn_down), so there are at most two kinds.
 pub fn sum_over_tensors(cfg: &DecoderConfig, price: impl Fn(&TensorSpec) -> u64) -> u64 {
-    let n = cfg.num_hidden_layers;
     let outside: u64 = with_layers(cfg, 0).tensor_specs().iter().map(&price).sum();
+    outside + (0..cfg.num_hidden_layers).map(per_layer(cfg, &price)).sum::<u64>()
+}
+
+/// `price` summed over layer `i`'s tensors, as a function of `i`. Layers differ only where
+/// llama.cpp's `use_more_bits` promotes one (Q4_K_M's attn_v and ffn_down), so there are at most
+/// two kinds, and one layer of each is priced.
+pub fn per_layer(cfg: &DecoderConfig, price: impl Fn(&TensorSpec) -> u64) -> impl Fn(usize) -> u64 {
+    let n = cfg.num_hidden_layers;
     let first: Vec<TensorSpec> =
         with_layers(cfg, 1).tensor_specs().into_iter().filter(|s| s.name.starts_with("model.layers.0.")).collect();
     let layer = |i: usize| -> u64 {
@@ -27,13 +32,10 @@ pub fn sum_over_tensors(cfg: &DecoderConfig, price: impl Fn(&TensorSpec) -> u64)
             })
             .sum()
     };
-    let more = |i: usize| use_more_bits(i as i64, n as i64);
-    let promoted = (0..n).filter(|&i| more(i)).count();
-    [(true, promoted), (false, n - promoted)]
-        .into_iter()
-        .filter_map(|(kind, count)| (0..n).find(|&i| more(i) == kind).map(|i| count as u64 * layer(i)))
-        .sum::<u64>()
-        + outside
+    let more = move |i: usize| use_more_bits(i as i64, n as i64);
+    let one = |kind: bool| (0..n).find(|&i| more(i) == kind).map(layer).unwrap_or(0);
+    let (promoted, plain) = (one(true), one(false));
+    move |i| if more(i) { promoted } else { plain }
 }
 
 /// The bytes of the experts a token's router does not pick (0 for a dense model): batch-1

@@ -10,7 +10,7 @@
 //! and MLP width, the hidden size whole): q and the attention output at the rank's query width.
 
 use crate::error::{LabError, Result};
-use crate::estimate::bytes::{kv_bytes_per_token, weight_bytes, with_layers};
+use crate::estimate::bytes::{kv_bytes_per_token, per_layer, weight_bytes, with_layers};
 use crate::estimate::fit::{self, Inference};
 use crate::estimate::training::{step_peak, TrainShape};
 use crate::estimate::transient;
@@ -249,24 +249,6 @@ pub fn llamacpp_split(layers: usize, shares: &[f64]) -> Result<(Vec<(usize, usiz
     Ok((ranges, gpu_of(layers)))
 }
 
-/// The bytes of layer `l`'s tensors in `w`'s precision (a Q4_K_M layer promoted by llama.cpp's
-/// `use_more_bits` holds Q6_K where the others hold Q4_K).
-fn layer_bytes(cfg: &DecoderConfig, w: &Inference, l: usize) -> u64 {
-    let prefix = format!("model.layers.{l}.");
-    with_layers(cfg, 1)
-        .tensor_specs()
-        .into_iter()
-        .filter(|s| s.name.starts_with("model.layers.0."))
-        .map(|s| {
-            let spec = crate::model::config::TensorSpec {
-                name: s.name.replacen("model.layers.0.", &prefix, 1),
-                shape: s.shape,
-            };
-            w.precision.held(cfg, &spec).bytes(spec.elem_count())
-        })
-        .sum()
-}
-
 /// Pipeline placement as llama.cpp makes it over GPUs with `shares` of the layers
 /// (`llamacpp_split`): each GPU's layers, the final norm and the output layer on the output's GPU
 /// (a tied table copied there), the token embedding in host memory; weights tensor by tensor.
@@ -287,12 +269,7 @@ pub fn pipeline_llamacpp(cfg: &DecoderConfig, w: &Inference, shares: &[f64], run
     let p = transient::phases(cfg, &w.prefill());
     // Layers alone: their busiest moment, no logits beside it.
     let layers_peak = p.attention.max(p.o_proj).max(p.mlp);
-    // Layers are of two kinds at most (`use_more_bits`): price one of each.
-    let n = cfg.num_hidden_layers;
-    let more = |l: usize| crate::model::gguf::recipe::use_more_bits(l as i64, n as i64);
-    let priced = |kind: bool| (0..n).find(|&l| more(l) == kind).map(|l| layer_bytes(cfg, w, l)).unwrap_or(0);
-    let (promoted, plain) = (priced(true), priced(false));
-    let bytes_of = |l: usize| if more(l) { promoted } else { plain };
+    let bytes_of = per_layer(cfg, |s| w.precision.held(cfg, s).bytes(s.elem_count()));
     // A device's quantized buffer grows in its first down projection, the old beside the new.
     let growth = p.down_proj + super::workspace::at_growth(cfg, w.precision, 0, tokens);
     Ok(split
@@ -303,7 +280,7 @@ pub fn pipeline_llamacpp(cfg: &DecoderConfig, w: &Inference, shares: &[f64], run
             GpuNeed {
                 gpu,
                 layers: (a, b),
-                weights: (a..b).map(bytes_of).sum::<u64>() + if out { head } else { 0 },
+                weights: (a..b).map(&bytes_of).sum::<u64>() + if out { head } else { 0 },
                 kv_cache: (b - a) as u64 * per_layer_kv,
                 transient: match (computes, out) {
                     (true, true) => one.transient + one.workspace,

@@ -82,11 +82,7 @@ impl Stage for Plan {
                 )
             })
             .collect();
-        // The best: the most precise that fits the context wanted (F32 > BF16 > Q4), else the one
-        // with the longest context.
-        let best = rows.iter().position(|r| r.1.fits()).unwrap_or_else(|| {
-            rows.iter().enumerate().max_by_key(|(_, r)| r.1.max_context).map(|(i, _)| i).unwrap_or(0)
-        });
+        let best = best(rows.iter().map(|r| (r.1.fits(), r.1.max_context)));
         let mut out = StageOutput::default();
         let (p, f) = rows[best];
         let (need, ctx, batch, ceiling) = (f.need, f.max_context, f.max_batch, f.decode_ceiling_tok_s);
@@ -132,6 +128,14 @@ impl Stage for Plan {
     }
 }
 
+/// The best of the rows, each (fits the context wanted, its longest context), most precise first:
+/// the first that fits, else the one with the longest context.
+fn best(rows: impl Iterator<Item = (bool, usize)> + Clone) -> usize {
+    rows.clone()
+        .position(|(fits, _)| fits)
+        .unwrap_or_else(|| rows.enumerate().max_by_key(|(_, (_, context))| *context).map(|(i, _)| i).unwrap_or(0))
+}
+
 /// The plan over several cards (`cards`): per precision the largest card's need, the longest
 /// context and largest batch every card holds; the best as for one card.
 fn plan_cards(s: &mut Session, c: &PlanConfig, cfg: &DecoderConfig, gguf: Option<&Gguf>) -> Result<StageOutput> {
@@ -143,10 +147,7 @@ fn plan_cards(s: &mut Session, c: &PlanConfig, cfg: &DecoderConfig, gguf: Option
         .into_iter()
         .map(|p| cards::fit_cards(cfg, gguf, p, c.seq, &cards, &shares, runtime))
         .collect::<Result<Vec<_>>>()?;
-    let best = rows
-        .iter()
-        .position(|r| r.fits(&caps))
-        .unwrap_or_else(|| rows.iter().enumerate().max_by_key(|(_, r)| r.max_context).map(|(i, _)| i).unwrap_or(0));
+    let best = best(rows.iter().map(|r| (r.fits(&caps), r.max_context)));
     let r = &rows[best];
     let names = cards.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(" + ");
     let layers: Vec<String> = r.gpus.iter().map(|g| format!("{}..{}", g.layers.0, g.layers.1)).collect();

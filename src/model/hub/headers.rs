@@ -29,7 +29,6 @@ pub struct Fetched {
 /// One safetensors file's tensors as its header lists them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardHeader {
-    pub file: String,
     /// (name, dtype, shape) of each tensor.
     pub tensors: Vec<(String, String, Vec<u64>)>,
 }
@@ -147,7 +146,7 @@ pub fn parse_safetensors_header(file: &str, json: &[u8]) -> Result<ShardHeader> 
             _ => return Err(bad(format!("tensor `{}` has no dtype or shape", name.escape_debug()))),
         }
     }
-    Ok(ShardHeader { file: file.to_string(), tensors })
+    Ok(ShardHeader { tensors })
 }
 
 /// The parts of a split GGUF (`name-00001-of-00003.gguf`): every part's name, in order; the file
