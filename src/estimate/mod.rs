@@ -7,6 +7,7 @@
 pub mod bytes;
 pub mod data_parallel;
 pub mod fit;
+pub mod llamacpp;
 pub mod need;
 pub mod parallel;
 pub mod pool;

@@ -6,6 +6,7 @@
 //! `plan` inverts it for one card.
 
 pub mod cards;
+pub mod engine;
 pub mod inputs;
 pub mod plan;
 pub mod tables;
@@ -13,11 +14,13 @@ pub mod training_tables;
 
 use crate::error::Result;
 use crate::estimate::fit::{self, CardFit, Runtime};
+use crate::estimate::llamacpp::CacheType;
 use crate::estimate::parallel;
 use crate::estimate::training::{self, Optimizer};
 use crate::hw::Card;
 use crate::limits;
 use crate::memory::{gib, mib};
+use crate::model::gguf::recipe::FileType;
 use crate::model::gguf::Gguf;
 use crate::model::{DecoderConfig, Logits, Precision};
 use inputs::{ledger_rows, model_config, workload};
@@ -77,6 +80,50 @@ pub struct EstimateConfig {
     /// Inference as a pipeline over this many GPUs (whole layers per GPU, split by weight)
     #[arg(long, conflicts_with = "tp", value_parser = limits::count(MAX_PARALLEL))]
     pub pp: Option<usize>,
+    /// Whose memory: the lab's runtime, or llama.cpp's for the same GGUF at --seq (its -c) and
+    /// the flags below
+    #[arg(long, value_enum, default_value_t = Engine::Lab)]
+    pub engine: Engine,
+    /// --engine llama.cpp: the GGUF types to price a preset or config.json in (a GGUF file is
+    /// priced in its own)
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![FileType::Q4KM])]
+    pub gguf_types: Vec<FileType>,
+    /// --engine llama.cpp: -ngl, layers on the GPU counting the output (default: all)
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=limits::MAX_LAYERS as u64 + 1))]
+    pub ngl: Option<usize>,
+    /// --engine llama.cpp: -fa (default on)
+    #[arg(long, value_enum)]
+    pub fa: Option<Switch>,
+    /// --engine llama.cpp: -ctk, the K cache's type (default f16)
+    #[arg(long, value_enum)]
+    pub ctk: Option<CacheType>,
+    /// --engine llama.cpp: -ctv, the V cache's type (default f16)
+    #[arg(long, value_enum)]
+    pub ctv: Option<CacheType>,
+    /// --engine llama.cpp: -b, the logical batch (default 2048)
+    #[arg(long, value_parser = limits::count(limits::MAX_SEQ))]
+    pub n_batch: Option<usize>,
+    /// --engine llama.cpp: -ub, the micro-batch (default 512)
+    #[arg(long, value_parser = limits::count(limits::MAX_SEQ))]
+    pub ub: Option<usize>,
+}
+
+/// Whose memory `estimate` prices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum Engine {
+    /// The lab's own runtime (candle): what its stages measure.
+    Lab,
+    /// llama.cpp (llama-server, llama-cli, and what wraps them: ollama, LM Studio) on CUDA.
+    #[value(name = "llama.cpp")]
+    #[serde(rename = "llama.cpp")]
+    LlamaCpp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Switch {
+    On,
+    Off,
 }
 
 /// GPUs of one host a tensor-parallel or pipeline plan is priced for.
@@ -98,6 +145,14 @@ impl Default for EstimateConfig {
             checkpointing: false,
             tp: None,
             pp: None,
+            engine: Engine::Lab,
+            gguf_types: vec![FileType::Q4KM],
+            ngl: None,
+            fa: None,
+            ctk: None,
+            ctv: None,
+            n_batch: None,
+            ub: None,
         }
     }
 }
@@ -111,7 +166,11 @@ impl Stage for Estimate {
     type Config = EstimateConfig;
 
     fn run(s: &mut Session, c: &EstimateConfig) -> Result<StageOutput> {
+        let launch = engine::launch(c)?;
         let (cfg, gguf) = model_config(s, &c.config)?;
+        if let Some(l) = launch {
+            return engine::llamacpp(s, &cfg, gguf.as_ref(), &c.gguf_types, &l);
+        }
         let runtime = Runtime::assumed();
         let cards = Card::presets();
         let (mut lp, mut li, mut lm, mut lf) = (vec![], vec![], vec![], vec![]);

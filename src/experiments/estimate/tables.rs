@@ -45,6 +45,11 @@ pub mod col {
     pub const DDP_GIB: &str = "ddp_every_gpu_gib";
     pub const DP_FIRST_GIB: &str = "data_parallel_first_gpu_gib";
     pub const DP_OTHER_GIB: &str = "data_parallel_other_gpus_gib";
+    pub const MODEL: &str = "model";
+    pub const DEVICE: &str = "device";
+    pub const MODEL_MIB: &str = "model_mib";
+    pub const CONTEXT_MIB: &str = "context_mib";
+    pub const COMPUTE_MIB: &str = "compute_mib";
 }
 
 pub const LEDGER: &str = "estimate_ledger";
@@ -67,6 +72,9 @@ pub const PLAN: &str = "plan";
 pub const PLAN_GPUS: &str = "plan_gpus";
 
 pub const PARALLEL: &str = "estimate_parallel";
+
+/// llama.cpp's buffers per device (`--engine llama.cpp`).
+pub const LLAMACPP: &str = "estimate_llamacpp";
 
 /// Memory against context per precision, with each card's capacity as a line.
 const CURVE_CHART: ChartSpec = ChartSpec {
@@ -134,6 +142,15 @@ pub fn views() -> Vec<View> {
             group_by: &[PRECISION],
             chart: None,
             explain: "`--tp N`: every GPU holds its share of each layer's heads and MLP (q, k, v, gate, up by rows; o, down by columns: one all-reduce after each) and the embedding, norms and head whole; the K/V heads are split too, so N must divide them. `--pp N`: whole layers per GPU, split so the weights are as even as whole layers allow, the embedding on the first and the head on the last. NCCL's own memory is the layout its log gave: 10 MiB a channel for each peer a GPU receives from, 2 MiB for each it sends to, over its ring and chain (two H100s: 1,120 MiB a GPU; four H200s: 1,164 to 1,404, within 0.4 %); beyond four GPUs NCCL's choice of chains is assumed. 多卡推理:张量并行与流水线,每张卡的权重、KV 缓存、瞬时峰值与 NCCL 缓冲。",
+        },
+        View {
+            name: "llamacpp",
+            table: LLAMACPP,
+            caption: "Estimator — llama.cpp's buffers per device (MiB), --engine llama.cpp",
+            columns: &[MODEL, DEVICE, MODEL_MIB, CONTEXT_MIB, COMPUTE_MIB, TOTAL_MIB],
+            group_by: &[],
+            chart: None,
+            explain: "llama.cpp 自己分配的三块显存:模型权重(输入层的词嵌入留在主机内存,-ngl 之外的层也在主机)、KV 缓存(-c 向上取整到 256 个单元,按 -ctk/-ctv 的类型)、计算缓冲区(ggml 的分配器在预留的图上走一遍的最高水位:开启 flash attention 时通常是 logits 那一刻,关闭时是注意力分数矩阵)。CUDA 上下文和 llama.cpp 的临时池在这之外。<br>What llama.cpp allocates itself, as its memory breakdown prints it: the model (the token embedding stays in host memory, as do layers beyond -ngl), the KV cache (-c rounded up to 256 cells, in -ctk/-ctv) and the compute buffer (the high-water mark of ggml's allocator over the graph llama.cpp reserves: with flash attention usually the logits' moment, without it the attention scores). The CUDA context and llama.cpp's scratch pool come beside these.",
         },
         View {
             name: "train_step",

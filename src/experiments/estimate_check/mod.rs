@@ -5,6 +5,7 @@
 //! anywhere, and `tests/estimate_check.rs` holds it to 3 %.
 
 pub mod checks;
+pub mod llamacpp;
 pub mod runs;
 pub mod summary;
 pub mod tables;
@@ -18,7 +19,7 @@ use polars::prelude::*;
 use runs::kv_folders;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use tables::{LIMITS, PREFILL, SUMMARY};
+use tables::{LIMITS, LLAMACPP, PREFILL, SUMMARY};
 
 pub use checks::{limits, steps, weights};
 
@@ -129,6 +130,11 @@ impl Stage for Check {
             );
         }
         out.table(SUMMARY, summary::table(&wt, &st, &lim)?);
+        let launches = llamacpp::launches(&c.results)?;
+        if !launches.is_empty() {
+            llamacpp_findings(s, &mut out, &launches);
+            out.table(LLAMACPP, llamacpp_table(&launches)?);
+        }
         // The loads as rows of the same table: seq 0, allocated = the weights.
         let mut rows: Vec<StepCheck> = wt
             .iter()
@@ -195,4 +201,51 @@ impl Stage for Check {
     fn model(_cfg: &CheckConfig, _run_model: &str) -> Option<String> {
         None
     }
+}
+
+/// The error matrix's headline: the median and worst error of llama.cpp's buffers, and how many
+/// launches land within the bar, max(1 %, 64 MiB).
+fn llamacpp_findings(s: &mut Session, out: &mut StageOutput, l: &[llamacpp::LaunchCheck]) {
+    let mut abs: Vec<f64> = l.iter().map(|x| x.err_pct().abs()).collect();
+    abs.sort_by(f64::total_cmp);
+    let median = abs[abs.len() / 2];
+    let within = l.iter().filter(|x| x.err_mib().abs() <= (0.01 * x.measured_total()).max(64.0)).count();
+    let worst = l.iter().max_by(|a, b| a.err_mib().abs().total_cmp(&b.err_mib().abs())).expect("not empty");
+    s.say(format!(
+        "llama.cpp: {} launches, median |error| {median:.2} %, {within} within max(1 %, 64 MiB); worst {:+.1} MiB ({})",
+        l.len(),
+        worst.err_mib(),
+        worst.file
+    ));
+    out.findings.push(
+        Finding::new("llama.cpp's GPU buffers: the median |error| of the estimate", "%", Some(median))
+            .note(format!("{} launches; {within} within max(1 %, 64 MiB)", l.len())),
+    );
+    out.findings.push(
+        Finding::new("llama.cpp's GPU buffers: the worst error", "MiB", Some(worst.err_mib())).note(worst.file.clone()),
+    );
+}
+
+fn llamacpp_table(l: &[llamacpp::LaunchCheck]) -> Result<DataFrame> {
+    use tables::col::*;
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let f = |g: &dyn Fn(&llamacpp::LaunchCheck) -> f64| l.iter().map(g).collect::<Vec<f64>>();
+    Ok(df!(
+        FILE => l.iter().map(|x| x.file.clone()).collect::<Vec<_>>(),
+        PRESET => l.iter().map(|x| x.preset.clone()).collect::<Vec<_>>(),
+        TYPE => l.iter().map(|x| x.ftype.name().to_string()).collect::<Vec<_>>(),
+        FLAGS => l.iter().map(|x| x.launch.flags()).collect::<Vec<_>>(),
+        MODEL_MIB => f(&|x| x.measured[0]),
+        PREDICTED_MODEL_MIB => f(&|x| mib(x.predicted.model)),
+        KV_MIB => f(&|x| x.measured[1]),
+        PREDICTED_KV_MIB => f(&|x| mib(x.predicted.context)),
+        COMPUTE_MIB => f(&|x| x.measured[2]),
+        PREDICTED_COMPUTE_MIB => f(&|x| mib(x.predicted.compute)),
+        SELF_MIB => f(&|x| x.measured_total()),
+        PREDICTED_SELF_MIB => f(&|x| x.predicted_total()),
+        ERR_MIB => f(&|x| x.err_mib()),
+        ERR_PCT => f(&|x| x.err_pct()),
+        NVIDIA_SMI_MIB => f(&|x| x.smi_mib),
+        OUTSIDE_MIB => f(&|x| x.outside_mib()),
+    )?)
 }

@@ -30,6 +30,21 @@ pub mod col {
     pub const WORST_ERR_PCT: &str = "worst_err_pct";
     pub const WORST_CASE: &str = "worst_case";
     pub const NOTE: &str = "note";
+    pub const PRESET: &str = "preset";
+    pub const TYPE: &str = "type";
+    pub const FLAGS: &str = "flags";
+    pub const MODEL_MIB: &str = "model_mib";
+    pub const PREDICTED_MODEL_MIB: &str = "predicted_model_mib";
+    pub const KV_MIB: &str = "kv_mib";
+    pub const PREDICTED_KV_MIB: &str = "predicted_kv_mib";
+    pub const COMPUTE_MIB: &str = "compute_mib";
+    pub const PREDICTED_COMPUTE_MIB: &str = "predicted_compute_mib";
+    pub const SELF_MIB: &str = "self_mib";
+    pub const PREDICTED_SELF_MIB: &str = "predicted_self_mib";
+    pub const ERR_MIB: &str = "err_mib";
+    pub const ERR_PCT: &str = "err_pct";
+    pub const NVIDIA_SMI_MIB: &str = "nvidia_smi_mib";
+    pub const OUTSIDE_MIB: &str = "outside_buffers_mib";
 }
 
 pub const SUMMARY: &str = "check_summary";
@@ -38,10 +53,22 @@ pub const PREFILL: &str = "check_prefill";
 
 pub const LIMITS: &str = "check_limits";
 
+/// llama.cpp's buffers per launch beside `estimate --engine llama.cpp`.
+pub const LLAMACPP: &str = "check_llamacpp";
+
 /// The stage's views: what the console, report.html and the notebooks show, in order.
 pub fn views() -> Vec<View> {
     use col::*;
     vec![
+        View {
+            name: "llamacpp",
+            table: LLAMACPP,
+            caption: "Estimator check — llama.cpp's own GPU buffers per launch beside `estimate --engine llama.cpp` (MiB)",
+            columns: &[FILE, PRESET, TYPE, FLAGS, MODEL_MIB, PREDICTED_MODEL_MIB, KV_MIB, PREDICTED_KV_MIB, COMPUTE_MIB, PREDICTED_COMPUTE_MIB, SELF_MIB, PREDICTED_SELF_MIB, ERR_MIB, ERR_PCT, NVIDIA_SMI_MIB, OUTSIDE_MIB],
+            group_by: &[],
+            chart: None,
+            explain: "每次 llama.cpp 启动:它日志里打印的 GPU 模型缓冲、KV 缓冲、计算缓冲,旁边是估算器对同一模型同一组参数的预测,以及 nvidia-smi 看到的整个进程显存(多出来的是 CUDA 上下文、cuBLAS 和 llama.cpp 的临时池)。<br>Each llama.cpp launch: the GPU's model, KV and compute buffers as its log printed them, beside the estimate for the same model and flags, and the whole process as nvidia-smi listed it (beyond the buffers: the CUDA context, cuBLAS and llama.cpp's scratch pool).",
+        },
         View {
             name: "summary",
             table: SUMMARY,

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# llama.cpp's device memory beside `vram-lab estimate --engine llama.cpp`: llama-completion and
+# llama-server built here with CUDA, run on the GPU machine over a grid of GGUF types, contexts,
+# KV-cache types, flash attention and offloaded layers, each launch's memory read twice: llama.cpp's
+# own breakdown (model / context / compute per device, printed at exit) and the process's device
+# memory as nvidia-smi lists it (the CUDA context and llama.cpp's pools included).
+#
+#   scripts/reference/llama_memory.sh build WORK BIN.tar.xz       # here: the two tools, packed
+#   scripts/reference/llama_memory.sh run   WORK OUT LAB BIN.tar.xz GRID.csv   # on the GPU machine
+#
+# `build` takes llama.cpp from the llama-cpp-python sdist on PyPI (the version
+# scripts/reference/llama_quantize.sh uses) and needs a CUDA toolkit (scripts/cuda/setup-cuda-build.sh
+# installs one); CUDA_ARCH (default 90: H100/H200; 89 for an RTX 4090, 86 for a 3090 or A4000).
+# Static except for cuBLAS and the CUDA runtime, which the GPU machine has beside PyTorch.
+# The server's web UI is left out (LLAMA_BUILD_UI=OFF, no prebuilt download): the API is the same.
+set -euo pipefail
+cmd=$1 WORK=$(realpath -m "$2")
+SDIST_VERSION=0.3.36
+mkdir -p "$WORK"
+
+if [ "$cmd" = build ]; then
+  BIN=$(realpath -m "$3")
+  command -v nvcc >/dev/null || { [ -f /opt/cuda13/env.sh ] && source /opt/cuda13/env.sh; }
+  [ -x "$WORK/venv/bin/cmake" ] || { python3 -m venv "$WORK/venv" && "$WORK/venv/bin/pip" install --quiet cmake; }
+  SRC=$WORK/llama_cpp_python-$SDIST_VERSION/vendor/llama.cpp
+  [ -d "$SRC" ] || {
+    "$WORK/venv/bin/pip" download --quiet --no-deps --no-binary llama-cpp-python "llama-cpp-python==$SDIST_VERSION" -d "$WORK"
+    tar xzf "$WORK/llama_cpp_python-$SDIST_VERSION.tar.gz" -C "$WORK"
+  }
+  commit=$(cat "$WORK/llama_cpp_python-$SDIST_VERSION/.git/modules/vendor/llama.cpp/HEAD" 2>/dev/null || echo "sdist $SDIST_VERSION")
+  cpu=${LLAMA_CPU_FLAGS:--DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON}
+  # shellcheck disable=SC2086
+  "$WORK/venv/bin/cmake" -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+    -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DGGML_NATIVE=OFF $cpu \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF >"$WORK/cmake.log"
+  "$WORK/venv/bin/cmake" --build "$WORK/build" --target llama-completion llama-server -j "$(nproc)" >"$WORK/build.log"
+  mkdir -p "$WORK/pack"
+  strip -o "$WORK/pack/llama-completion" "$WORK/build/bin/llama-completion"
+  strip -o "$WORK/pack/llama-server" "$WORK/build/bin/llama-server"
+  echo "$commit" >"$WORK/pack/commit"
+  mkdir -p "$(dirname "$BIN")"
+  tar cf - -C "$WORK/pack" . | xz -9e -T2 >"$BIN"
+  ls -la "$BIN"
+  exit 0
+fi
+
+# run: GRID.csv has a header and one launch per row:
+#   preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch
+# The lab writes each (preset, type) as a GGUF once (synthetic weights with Qwen2.5's tokenizer;
+# memory does not depend on the values). Each launch is llama-completion with `-fit off` (so
+# llama.cpp changes none of the flags it is given), a prompt longer than the micro-batch and 4
+# decoded tokens; nvidia-smi lists its device memory every 50 ms (the peak is kept). OUT gets
+# launches.csv (the grid, exit code, nvidia-smi's peak) and one log per launch (llama.cpp's own
+# buffer sizes, which `vram-lab check --engine llama.cpp` reads).
+OUT=$(realpath -m "$3") LAB=$(realpath "$4") BIN=$(realpath "$5") GRID=$(realpath "$6")
+mkdir -p "$OUT/logs" "$WORK/bin"
+python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])" "$BIN" "$WORK/bin"
+chmod +x "$WORK/bin/llama-completion" "$WORK/bin/llama-server"
+cp "$WORK/bin/commit" "$OUT/llama-cpp-commit.txt"
+cp "$GRID" "$OUT/grid.csv"
+# About 3,000 tokens of text, more than the largest micro-batch the grid uses.
+python3 - "$WORK/prompt.txt" <<'PY'
+import sys
+line = "显存解剖学: the KV cache grows with every token, the weights do not. 权重不变, 缓存增长。 "
+open(sys.argv[1], "w").write(line * 130)
+PY
+# Every (preset, type) written at once, in parallel, before the first launch.
+pids=()
+while IFS=, read -r preset type _; do
+  "$LAB" quantize --quiet --device cpu --model "synthetic:$preset" --type "$type" --to "$WORK/$preset-$type.gguf" \
+    >"$OUT/logs/quantize-$preset-$type.log" 2>&1 &
+  pids+=($!)
+done < <(tail -n +2 "$GRID" | cut -d, -f1,2 | sort -u)
+for p in "${pids[@]}"; do wait "$p"; done
+echo "id,preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch,rc,seconds,smi_peak_mib" >"$OUT/launches.csv"
+id=0
+tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ubatch; do
+  [ -n "$preset" ] || continue
+  gguf=$WORK/$preset-$type.gguf
+  id=$((id + 1))
+  log=$OUT/logs/launch-$id.log
+  t0=$(date +%s.%N)
+  # SCHED_DEBUG_CELLS="1 4": those launches also print llama.cpp's graph, node by node, with the
+  # backend of each (GGML_SCHED_DEBUG=2): the order its allocator sees.
+  dbg=0
+  case " ${SCHED_DEBUG_CELLS:-} " in *" $id "*) dbg=2 ;; esac
+  GGML_SCHED_DEBUG=$dbg "$WORK/bin/llama-completion" -m "$gguf" -c "$ctx" -ngl "$ngl" -fa "$fa" -ctk "$ctk" -ctv "$ctv" -b "$batch" -ub "$ubatch" \
+    -fit off -f "$WORK/prompt.txt" -n 4 --temp 0 -no-cnv --no-display-prompt >"$log" 2>&1 </dev/null &
+  pid=$!
+  peak=0
+  while kill -0 "$pid" 2>/dev/null; do
+    m=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk -F', ' -v p="$pid" '$1 == p {print $2}')
+    [ -n "$m" ] && [ "$m" -gt "$peak" ] && peak=$m
+    sleep 0.05
+  done
+  wait "$pid" && rc=0 || rc=$?
+  t1=$(date +%s.%N)
+  echo "$id,$preset,$type,$ctx,$ngl,$fa,$ctk,$ctv,$batch,$ubatch,$rc,$(awk "BEGIN{print $t1 - $t0}"),$peak" >>"$OUT/launches.csv"
+done
+rm -f "$WORK"/*.gguf

@@ -1,0 +1,378 @@
+//! The graph llama.cpp reserves its compute buffers with (`llama_context::sched_reserve`: a
+//! prompt micro-batch of `min(n_ctx, n_ubatch)` tokens, every one an output, over the whole KV
+//! cache), node by node in the order ggml builds it for a dense decoder (`src/models/qwen2.cpp`,
+//! `llama.cpp`, `qwen3.cpp`; `llm_graph_context::build_attn`, `build_ffn`), with the backend each
+//! node runs on and the copies ggml's scheduler makes where a node reads another backend's tensor
+//! (`ggml_backend_sched_split_graph`). `alloc::reserve` walks it.
+
+use crate::model::config::DecoderConfig;
+
+pub const GPU: usize = 0;
+pub const CPU: usize = 1;
+/// Not yet assigned to a backend.
+const UNSET: usize = 2;
+
+/// One tensor of the graph: a node, an input, or an external (a weight, the KV cache).
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    /// Bytes its buffer type allocates (`get_alloc_size`).
+    pub size: u64,
+    pub srcs: Vec<usize>,
+    pub view_of: Option<usize>,
+    /// Its op may write over its first same-layout parent (`ggml_op_can_inplace`).
+    pub inplace: bool,
+    pub input: bool,
+    pub output: bool,
+    /// Bytes that live elsewhere (weights, the KV cache): never allocated here.
+    pub external: bool,
+    pub backend: usize,
+    /// Same layout, same bytes: what in-place reuse compares (`ggml_are_same_layout`).
+    pub layout: (u32, [u64; 3]),
+    /// A flash-attention node: the K (and V) values it may hold as F16 copies.
+    pub fa_cells: u64,
+    /// ggml_get_rows (the embedding lookup, the outputs' rows): never offloaded for its rows.
+    pub get_rows: bool,
+}
+
+#[derive(Default)]
+pub struct Graph {
+    pub tensors: Vec<Tensor>,
+    pub nodes: Vec<usize>,
+}
+
+/// What shapes the reserved graph: the micro-batch, the KV cells, attention's path, the cache's
+/// types (their bytes per value), and which layers (and the output) run on the GPU.
+pub struct Shape {
+    pub tokens: u64,
+    pub kv_cells: u64,
+    pub flash: bool,
+    /// Bytes per row of `kv_dim` values of K and of V in the cache.
+    pub k_row: u64,
+    pub v_row: u64,
+    pub k_quantized: bool,
+    pub v_quantized: bool,
+    pub first_gpu_layer: usize,
+    pub output_on_gpu: bool,
+}
+
+const F32: u32 = 0;
+const F16: u32 = 1;
+const I32: u32 = 26;
+const I64: u32 = 27;
+
+fn bytes_of(ty: u32, elems: u64) -> u64 {
+    match ty {
+        F16 => 2 * elems,
+        I64 => 8 * elems,
+        _ => 4 * elems,
+    }
+}
+
+impl Graph {
+    fn push(&mut self, t: Tensor) -> usize {
+        self.tensors.push(t);
+        self.tensors.len() - 1
+    }
+
+    /// A weight or a cache of `size` bytes held in `backend`'s memory.
+    fn external(&mut self, backend: usize, size: u64) -> usize {
+        self.push(Tensor {
+            size,
+            srcs: vec![],
+            view_of: None,
+            inplace: false,
+            input: false,
+            output: false,
+            external: true,
+            backend,
+            layout: (u32::MAX, [0; 3]),
+            fa_cells: 0,
+            get_rows: false,
+        })
+    }
+
+    fn input(&mut self, ty: u32, ne: [u64; 3]) -> usize {
+        let size = bytes_of(ty, ne.iter().product());
+        self.push(Tensor {
+            size,
+            srcs: vec![],
+            view_of: None,
+            inplace: false,
+            input: true,
+            output: false,
+            external: false,
+            backend: CPU,
+            layout: (ty, ne),
+            fa_cells: 0,
+            get_rows: false,
+        })
+    }
+
+    /// A node making a new tensor of `ne` in `ty`; its backend is assigned once the graph is whole.
+    fn op(&mut self, srcs: &[usize], ty: u32, ne: [u64; 3], inplace: bool) -> usize {
+        let t = self.push(Tensor {
+            size: bytes_of(ty, ne.iter().product()),
+            srcs: srcs.to_vec(),
+            view_of: None,
+            inplace,
+            input: false,
+            output: false,
+            external: false,
+            backend: UNSET,
+            layout: (ty, ne),
+            fa_cells: 0,
+            get_rows: !inplace && srcs.len() == 2 && self.tensors[srcs[1]].layout.0 == I32,
+        });
+        self.nodes.push(t);
+        t
+    }
+
+    /// A view node (reshape, permute, view, or a write into `of` such as set_rows, reading
+    /// `more`): no bytes of its own; as large as what it views, should another backend copy it.
+    fn view(&mut self, of: usize, more: &[usize]) -> usize {
+        let mut t = self.tensors[of].clone();
+        t.srcs = [&[of][..], more].concat();
+        t.view_of = Some(self.tensors[of].view_of.unwrap_or(of));
+        t.inplace = false;
+        t.input = false;
+        t.output = false;
+        t.backend = UNSET;
+        t.fa_cells = 0;
+        t.get_rows = false;
+        let v = self.push(t);
+        self.nodes.push(v);
+        v
+    }
+}
+
+/// The bytes of layer `il`'s weight `name` (`attn_q`, `ffn_down`, …; `output` and
+/// `output_norm` with `il` = the layer count) as its buffer holds it.
+pub type WeightBytes<'a> = &'a dyn Fn(usize, &str) -> u64;
+
+/// The reserved graph of `cfg` (a dense decoder) over `s`, each node on its backend, with the
+/// scheduler's copies between backends.
+pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
+    let mut g = Graph::default();
+    let n = s.tokens;
+    let (e, q, kv, hd) = (cfg.hidden_size as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64, cfg.head_dim() as u64);
+    let (h, hkv, ff, vocab) = (
+        cfg.num_attention_heads as u64,
+        cfg.num_key_value_heads as u64,
+        cfg.intermediate_size as u64,
+        cfg.vocab_size as u64,
+    );
+    let layers = cfg.num_hidden_layers;
+    let bias = cfg.model_type.qkv_bias();
+    let qk_norm = cfg.model_type.qk_norm();
+
+    // The token embedding is read on the host (llama.cpp keeps the input layer there).
+    let tok_embd = g.external(CPU, 0);
+    let tokens = g.input(I32, [n, 1, 1]);
+    let mut inp_l = g.op(&[tok_embd, tokens], F32, [e, n, 1], false);
+    let pos = g.input(I32, [n, 1, 1]);
+    let k_idxs = g.input(I64, [n, 1, 1]);
+    let v_idxs = g.input(I64, [if s.flash { n } else { n * kv }, 1, 1]);
+    let mask = g.input(if s.flash { F16 } else { F32 }, [s.kv_cells, n, 1]);
+    let out_ids = g.input(I32, [n, 1, 1]);
+
+    for il in 0..layers {
+        let b = if il >= s.first_gpu_layer { GPU } else { CPU };
+        let w = |g: &mut Graph, name: &str| g.external(b, weight(il, name));
+        let inp_sa = inp_l;
+        let norm = g.op(&[inp_l], F32, [e, n, 1], true);
+        let wn = w(&mut g, "attn_norm");
+        let cur = g.op(&[norm, wn], F32, [e, n, 1], true);
+        let proj = |g: &mut Graph, name: &str, width: u64| {
+            let wt = w(g, name);
+            let mut t = g.op(&[wt, cur], F32, [width, n, 1], false);
+            if bias {
+                let bt = g.external(b, 4 * width);
+                t = g.op(&[t, bt], F32, [width, n, 1], true);
+            }
+            t
+        };
+        let head_norm = |g: &mut Graph, t: usize, heads: u64, name: &str| {
+            if !qk_norm {
+                return t;
+            }
+            let nt = g.op(&[t], F32, [hd, heads, n], true);
+            let wt = w(g, name);
+            g.op(&[nt, wt], F32, [hd, heads, n], true)
+        };
+        // q, then v, then k: the order build_attn expands them in.
+        let q_mm = proj(&mut g, "attn_q", q);
+        let q_3d = g.view(q_mm, &[]);
+        let q_n = head_norm(&mut g, q_3d, h, "attn_q_norm");
+        let q_rope = g.op(&[q_n, pos], F32, [hd, h, n], true);
+        let v_mm = proj(&mut g, "attn_v", kv);
+        let v_3d = g.view(v_mm, &[]);
+        let k_mm = proj(&mut g, "attn_k", kv);
+        let k_3d = g.view(k_mm, &[]);
+        let k_n = head_norm(&mut g, k_3d, hkv, "attn_k_norm");
+        let k_rope = g.op(&[k_n, pos], F32, [hd, hkv, n], true);
+        // The cache is this layer's device's (llama.cpp offloads it with the layer).
+        let k_cache = g.external(b, s.k_row * s.kv_cells);
+        let v_cache = g.external(b, s.v_row * s.kv_cells);
+        let k_2d = g.view(k_rope, &[]);
+        g.view(k_cache, &[k_2d, k_idxs]);
+        let v_2d = g.view(v_3d, &[]);
+        g.view(v_cache, &[v_2d, v_idxs]);
+        let k_view = g.view(k_cache, &[]);
+        let v_view = g.view(v_cache, &[]);
+        let q_4d = g.view(q_rope, &[]);
+        let q_perm = g.view(q_4d, &[]);
+        let k_perm = g.view(k_view, &[]);
+        let v_perm = g.view(v_view, &[]);
+        let attn = if s.flash {
+            let fa = g.op(&[q_perm, k_perm, v_perm, mask], F32, [hd, h, n], false);
+            g.tensors[fa].fa_cells = hd * hkv * s.kv_cells;
+            g.view(fa, &[])
+        } else {
+            let kq = g.op(&[k_perm, q_perm], F32, [s.kv_cells, n, h], false);
+            let sm = g.op(&[kq, mask], F32, [s.kv_cells, n, h], true);
+            let kqv = g.op(&[v_perm, sm], F32, [hd, n, h], false);
+            let perm = g.view(kqv, &[]);
+            g.op(&[perm], F32, [hd * h, n, 1], false)
+        };
+        let wo = w(&mut g, "attn_output");
+        let mut cur = g.op(&[wo, attn], F32, [e, n, 1], false);
+        let mut res = inp_sa;
+        if il == layers - 1 {
+            cur = g.op(&[cur, out_ids], F32, [e, n, 1], false);
+            res = g.op(&[inp_sa, out_ids], F32, [e, n, 1], false);
+        }
+        let ffn_inp = g.op(&[cur, res], F32, [e, n, 1], true);
+        let norm = g.op(&[ffn_inp], F32, [e, n, 1], true);
+        let wn = w(&mut g, "ffn_norm");
+        let cur = g.op(&[norm, wn], F32, [e, n, 1], true);
+        let (wg, wu, wd) = (w(&mut g, "ffn_gate"), w(&mut g, "ffn_up"), w(&mut g, "ffn_down"));
+        let gate = g.op(&[wg, cur], F32, [ff, n, 1], false);
+        let up = g.op(&[wu, cur], F32, [ff, n, 1], false);
+        let glu = g.op(&[gate, up], F32, [ff, n, 1], false);
+        let down = g.op(&[wd, glu], F32, [e, n, 1], false);
+        inp_l = g.op(&[down, ffn_inp], F32, [e, n, 1], true);
+    }
+    let b = if s.output_on_gpu { GPU } else { CPU };
+    let norm = g.op(&[inp_l], F32, [e, n, 1], true);
+    let wn = g.external(b, weight(layers, "output_norm"));
+    let result_norm = g.op(&[norm, wn], F32, [e, n, 1], true);
+    let out = g.external(b, weight(layers, "output"));
+    let logits = g.op(&[out, result_norm], F32, [vocab, n, 1], false);
+    g.tensors[result_norm].output = true;
+    g.tensors[logits].output = true;
+    assign(&mut g, n);
+    for t in g.tensors.iter_mut() {
+        if t.fa_cells > 0 && t.backend == GPU {
+            // The MMA kernel reads a quantized cache through F16 copies made inside the output's
+            // allocation (`ggml_cuda_flash_attn_ext_get_alloc_size`).
+            let pad = |x: u64| x.div_ceil(128) * 128;
+            if s.k_quantized {
+                t.size = pad(t.size) + 2 * t.fa_cells;
+            }
+            if s.v_quantized {
+                t.size = pad(t.size) + 2 * t.fa_cells;
+            }
+        }
+    }
+    with_copies(g)
+}
+
+/// ggml's scheduler's backend for each node (`ggml_backend_sched_split_graph`, passes 1-2): a
+/// node reading a weight runs where the weight is, or on the GPU when the weight is on the host
+/// and the node handles at least 32 rows (op offload); one writing or viewing the cache runs
+/// where the cache is; the rest take the GPU from a neighbour (down, then up), else the CPU.
+fn assign(g: &mut Graph, tokens: u64) {
+    let nodes = g.nodes.clone();
+    for &i in &nodes {
+        let t = &g.tensors[i];
+        let fixed = if let Some(v) = t.view_of.filter(|&v| g.tensors[v].external) {
+            Some(g.tensors[v].backend)
+        } else if let Some(w) = t.srcs.iter().find(|&&s| g.tensors[s].external && g.tensors[s].view_of.is_none()) {
+            let home = g.tensors[*w].backend;
+            // Every node here handles one row per token (`get_op_batch_size`); get_rows none.
+            Some(if home == CPU && tokens >= 32 && !t.get_rows { GPU } else { home })
+        } else {
+            None
+        };
+        if let Some(b) = fixed {
+            g.tensors[i].backend = b;
+        }
+    }
+    for order in [false, true] {
+        let mut cur = UNSET;
+        let seq: Vec<usize> = if order { nodes.iter().rev().copied().collect() } else { nodes.clone() };
+        for i in seq {
+            match g.tensors[i].backend {
+                GPU => cur = GPU,
+                CPU => cur = UNSET,
+                _ if cur == GPU => g.tensors[i].backend = GPU,
+                _ => {}
+            }
+        }
+    }
+    for &i in &nodes {
+        if g.tensors[i].backend == UNSET {
+            g.tensors[i].backend = CPU;
+        }
+    }
+}
+
+/// The scheduler's split: each run of nodes on one backend reads the other backend's tensors
+/// through copies it allocates at the run's start (one copy per tensor and backend, kept while
+/// any node reads it). Host weights of a node offloaded to the GPU are copied too.
+fn with_copies(mut g: Graph) -> Graph {
+    let mut nodes = Vec::with_capacity(g.nodes.len());
+    let mut copies: std::collections::HashMap<(usize, usize), usize> = Default::default();
+    let mut i = 0;
+    while i < g.nodes.len() {
+        let backend = g.tensors[g.nodes[i]].backend;
+        let mut j = i;
+        while j < g.nodes.len() && g.tensors[g.nodes[j]].backend == backend {
+            j += 1;
+        }
+        let mut start = Vec::new();
+        for k in i..j {
+            let node = g.nodes[k];
+            let srcs = g.tensors[node].srcs.clone();
+            let mut new_srcs = Vec::with_capacity(srcs.len());
+            for s in srcs {
+                let st = &g.tensors[s];
+                let home = if st.external || st.input {
+                    if st.input {
+                        CPU
+                    } else {
+                        st.backend
+                    }
+                } else {
+                    st.backend
+                };
+                if home == backend {
+                    new_srcs.push(s);
+                    continue;
+                }
+                let c = *copies.entry((s, backend)).or_insert_with(|| {
+                    let mut t = g.tensors[s].clone();
+                    t.srcs = vec![];
+                    t.view_of = None;
+                    t.input = false;
+                    t.output = false;
+                    t.external = false;
+                    t.inplace = false;
+                    t.fa_cells = 0;
+                    t.backend = backend;
+                    g.tensors.push(t);
+                    let c = g.tensors.len() - 1;
+                    start.push(c);
+                    c
+                });
+                new_srcs.push(c);
+            }
+            g.tensors[node].srcs = new_srcs;
+        }
+        nodes.extend(start);
+        nodes.extend_from_slice(&g.nodes[i..j]);
+        i = j;
+    }
+    g.nodes = nodes;
+    g
+}

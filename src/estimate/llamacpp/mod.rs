@@ -1,0 +1,316 @@
+//! The memory llama.cpp takes for a GGUF (`--engine llama.cpp`), per device and term by term as
+//! it allocates it: the model buffers (`llama_model::load_tensors`: the input layer on the host,
+//! the last `-ngl` layers and the output on the GPU, each tensor padded as the CUDA buffer type
+//! pads it), the KV cache (`llama_kv_cache`: `-c` rounded up to 256 cells, each layer on its
+//! layer's device, in `-ctk`/`-ctv`), and the compute buffers (`graph`, `alloc`: ggml's allocator
+//! replayed over the graph llama.cpp reserves). Source read: llama.cpp as
+//! `scripts/reference/llama_memory.sh` builds it.
+
+pub mod alloc;
+pub mod graph;
+
+use crate::error::{LabError, Result};
+use crate::model::config::DecoderConfig;
+use crate::model::gguf::types::GgmlType;
+use crate::model::gguf::writer::Planned;
+use serde::{Deserialize, Serialize};
+
+/// The KV-cache types llama.cpp's `-ctk`/`-ctv` take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheType {
+    F32,
+    F16,
+    Bf16,
+    #[value(name = "q8_0")]
+    #[serde(rename = "q8_0")]
+    Q8_0,
+    #[value(name = "q4_0")]
+    #[serde(rename = "q4_0")]
+    Q4_0,
+    #[value(name = "q4_1")]
+    #[serde(rename = "q4_1")]
+    Q4_1,
+    #[value(name = "q5_0")]
+    #[serde(rename = "q5_0")]
+    Q5_0,
+    #[value(name = "q5_1")]
+    #[serde(rename = "q5_1")]
+    Q5_1,
+}
+
+impl CacheType {
+    pub fn ggml(self) -> GgmlType {
+        let name = match self {
+            Self::F32 => "F32",
+            Self::F16 => "F16",
+            Self::Bf16 => "BF16",
+            Self::Q8_0 => "Q8_0",
+            Self::Q4_0 => "Q4_0",
+            Self::Q4_1 => "Q4_1",
+            Self::Q5_0 => "Q5_0",
+            Self::Q5_1 => "Q5_1",
+        };
+        GgmlType::from_name(name).expect("every cache type is a ggml type")
+    }
+
+    pub fn is_quantized(self) -> bool {
+        self.ggml().block > 1
+    }
+}
+
+/// The flags of one llama.cpp launch that decide its memory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Launch {
+    /// `-c`
+    pub ctx: usize,
+    /// `-ngl`; None: every layer and the output (`-ngl 99`, llama.cpp's default).
+    pub gpu_layers: Option<usize>,
+    /// `-fa on|off`
+    pub flash: bool,
+    pub cache_k: CacheType,
+    pub cache_v: CacheType,
+    /// `-b`, `-ub`
+    pub batch: usize,
+    pub ubatch: usize,
+}
+
+impl Default for Launch {
+    fn default() -> Self {
+        Self {
+            ctx: 4096,
+            gpu_layers: None,
+            flash: true,
+            cache_k: CacheType::F16,
+            cache_v: CacheType::F16,
+            batch: 2048,
+            ubatch: 512,
+        }
+    }
+}
+
+impl Launch {
+    /// The flags as llama.cpp spells them.
+    pub fn flags(&self) -> String {
+        let ngl = self.gpu_layers.map(|n| n.to_string()).unwrap_or_else(|| "99".into());
+        let name = |t: CacheType| t.ggml().name.to_ascii_lowercase();
+        format!(
+            "-c {} -ngl {ngl} -fa {} -ctk {} -ctv {} -b {} -ub {}",
+            self.ctx,
+            if self.flash { "on" } else { "off" },
+            name(self.cache_k),
+            name(self.cache_v),
+            self.batch,
+            self.ubatch
+        )
+    }
+}
+
+/// One device's buffers, as llama.cpp's memory breakdown names them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Buffers {
+    pub model: u64,
+    /// The KV cache (llama.cpp's "context").
+    pub context: u64,
+    pub compute: u64,
+}
+
+impl Buffers {
+    /// llama.cpp's "self": what it allocated itself.
+    pub fn total(&self) -> u64 {
+        self.model + self.context + self.compute
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Memory {
+    pub gpu: Buffers,
+    pub host: Buffers,
+    /// Repeating layers on the GPU, and whether the output layer is.
+    pub gpu_layers: usize,
+    pub output_on_gpu: bool,
+    /// KV cells (`-c` rounded up to 256) and the reserved micro-batch.
+    pub cells: u64,
+    pub tokens: u64,
+}
+
+/// CUDA buffers align every tensor to 128 B (`ggml_backend_cuda_buffer_type_get_alignment`).
+const CUDA_ALIGNMENT: u64 = 128;
+/// A quantized matrix's rows are padded to 512 values on the GPU (`MATRIX_ROW_PADDING`).
+const MATRIX_ROW_PADDING: u64 = 512;
+/// llama.cpp rounds the context up to this many cells.
+const CTX_PAD: u64 = 256;
+
+fn pad(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+/// Bytes of `ty` for `elems` values (whole blocks).
+fn type_bytes(ty: GgmlType, elems: u64) -> u64 {
+    elems.div_ceil(ty.block as u64) * ty.bytes as u64
+}
+
+/// What the CUDA buffer type allocates for a tensor (`ggml_backend_cuda_buffer_type_get_alloc_size`
+/// padded to the alignment).
+fn cuda_alloc(t: &Planned) -> u64 {
+    let mut size = t.bytes();
+    let ne0 = t.ne.first().copied().unwrap_or(1);
+    if t.ty.block > 1 && !ne0.is_multiple_of(MATRIX_ROW_PADDING) {
+        size += type_bytes(t.ty, MATRIX_ROW_PADDING - ne0 % MATRIX_ROW_PADDING);
+    }
+    pad(size, CUDA_ALIGNMENT)
+}
+
+/// Which layer a GGUF tensor belongs to: `blk.N.` → N, the output layer's → `layers`, the token
+/// embedding → None (the input layer, always on the host).
+fn layer_of(name: &str, layers: usize) -> Option<usize> {
+    if let Some(rest) = name.strip_prefix("blk.") {
+        return rest.split('.').next().and_then(|n| n.parse().ok());
+    }
+    (name != "token_embd.weight").then_some(layers)
+}
+
+/// llama.cpp's memory for `cfg` stored as `tensors` (a GGUF's, or a recipe's plan) under `l`.
+pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Memory> {
+    if cfg.model_type.is_moe() {
+        return Err(LabError::input(format!(
+            "--engine llama.cpp prices dense models; {} is a mixture of experts",
+            cfg.model_type.name()
+        )));
+    }
+    if cfg.sliding_window.is_some() {
+        return Err(LabError::input(
+            "--engine llama.cpp: a sliding window (Mistral) keeps a second cache llama.cpp sizes apart; not priced",
+        ));
+    }
+    if l.cache_v.is_quantized() && !l.flash {
+        return Err(LabError::input(format!(
+            "-ctv {:?}: llama.cpp refuses a quantized V cache without flash attention (-fa on)",
+            l.cache_v
+        )));
+    }
+    if l.ctx == 0 || l.batch == 0 || l.ubatch == 0 {
+        return Err(LabError::input("--engine llama.cpp: -c, -b and -ub are at least 1"));
+    }
+    let layers = cfg.num_hidden_layers;
+    let ngl = l.gpu_layers.unwrap_or(layers + 1).min(layers + 1);
+    let first_gpu_layer = layers + 1 - ngl;
+    let on_gpu = |layer: Option<usize>| layer.is_some_and(|i| i >= first_gpu_layer);
+
+    let mut gpu = Buffers::default();
+    let mut host = Buffers::default();
+    let mut weight = std::collections::HashMap::new();
+    for t in tensors {
+        let layer = layer_of(&t.name, layers);
+        if on_gpu(layer) {
+            gpu.model += cuda_alloc(t);
+        } else {
+            host.model += t.bytes();
+        }
+        if let Some(i) = layer {
+            let short = t.name.trim_start_matches(&format!("blk.{i}.")).trim_end_matches(".weight");
+            let held = if on_gpu(layer) { cuda_alloc(t) } else { t.bytes() };
+            weight.insert((i, short.to_string()), held);
+        }
+    }
+    // A tied head: llama.cpp loads the token embedding a second time as the output layer.
+    if !tensors.iter().any(|t| t.name == "output.weight") {
+        if let Some(embd) = tensors.iter().find(|t| t.name == "token_embd.weight") {
+            if on_gpu(Some(layers)) {
+                gpu.model += cuda_alloc(embd);
+            }
+            weight.insert((layers, "output".into()), cuda_alloc(embd));
+        }
+    }
+
+    let cells = pad(l.ctx as u64, CTX_PAD);
+    let kv = cfg.kv_dim() as u64;
+    let (k_row, v_row) = (type_bytes(l.cache_k.ggml(), kv), type_bytes(l.cache_v.ggml(), kv));
+    let per_layer = pad(k_row * cells, CUDA_ALIGNMENT) + pad(v_row * cells, CUDA_ALIGNMENT);
+    let gpu_layers = layers - first_gpu_layer.min(layers);
+    gpu.context = per_layer * gpu_layers as u64;
+    host.context = (k_row + v_row) * cells * (layers - gpu_layers) as u64;
+
+    let tokens = (l.ubatch.min(l.batch) as u64).min(cells);
+    let shape = graph::Shape {
+        tokens,
+        kv_cells: cells,
+        flash: l.flash,
+        k_row,
+        v_row,
+        k_quantized: l.cache_k.is_quantized(),
+        v_quantized: l.cache_v.is_quantized(),
+        first_gpu_layer,
+        output_on_gpu: on_gpu(Some(layers)),
+    };
+    let bytes = |i: usize, name: &str| weight.get(&(i, name.to_string())).copied().unwrap_or(0);
+    let g = graph::build(cfg, &shape, &bytes);
+    let high = alloc::reserve(&g, 2, CUDA_ALIGNMENT);
+    // Even with -ngl 0 a CUDA build offloads the prompt's large products (op offload).
+    gpu.compute = high[graph::GPU];
+    host.compute = high[graph::CPU];
+    Ok(Memory { gpu, host, gpu_layers, output_on_gpu: on_gpu(Some(layers)), cells, tokens })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::gguf::recipe::FileType;
+    use crate::model::gguf::writer::{plan, Plan};
+
+    fn qwen7b(ftype: FileType) -> (DecoderConfig, Vec<Planned>) {
+        let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
+        let tensors = plan(&cfg, Plan::Llama(ftype));
+        (cfg, tensors)
+    }
+
+    /// The KV cache is `-c` rounded up to 256 cells × 2 × layers × the KV width in the cache's
+    /// type: Qwen2.5-7B at -c 4000 holds 4,096 cells of 28 × 512 values, F16 2 B and Q8_0
+    /// 34 B per 32.
+    #[test]
+    fn kv_cache_in_cells_of_256_and_the_cache_type() {
+        let (cfg, t) = qwen7b(FileType::Q4KM);
+        let m = memory(&cfg, &t, &Launch { ctx: 4000, ..Launch::default() }).unwrap();
+        assert_eq!(m.cells, 4096);
+        assert_eq!(m.gpu.context, 2 * 28 * 512 * 2 * 4096);
+        let q8 = Launch { ctx: 4000, cache_k: CacheType::Q8_0, cache_v: CacheType::Q8_0, ..Launch::default() };
+        assert_eq!(memory(&cfg, &t, &q8).unwrap().gpu.context, 2 * 28 * (512 / 32 * 34) * 4096);
+    }
+
+    /// -ngl N puts the last N − 1 layers and the output on the GPU; the token embedding never.
+    #[test]
+    fn gpu_layers_count_from_the_top_with_the_output() {
+        let (cfg, t) = qwen7b(FileType::Q8_0);
+        let all = memory(&cfg, &t, &Launch::default()).unwrap();
+        let embd = t.iter().find(|x| x.name == "token_embd.weight").unwrap().bytes();
+        assert_eq!(all.host.model, embd);
+        assert_eq!((all.gpu_layers, all.output_on_gpu), (28, true));
+        let part = memory(&cfg, &t, &Launch { gpu_layers: Some(14), ..Launch::default() }).unwrap();
+        assert_eq!((part.gpu_layers, part.output_on_gpu), (13, true));
+        assert_eq!(part.gpu.context * 28, all.gpu.context * 13);
+        let none = memory(&cfg, &t, &Launch { gpu_layers: Some(0), ..Launch::default() }).unwrap();
+        assert_eq!((none.gpu.model, none.gpu.context, none.gpu_layers), (0, 0, 0));
+    }
+
+    /// Flash attention holds no score matrix: off, the compute buffer grows with the context
+    /// (n_kv × tokens × heads × 4 B of scores); on, it is the logits' moment (vocab × tokens ×
+    /// 4 B) until a quantized cache's F16 copies for one layer (2 × n_kv × 512 × 2 B) top it.
+    #[test]
+    fn compute_buffer_grows_with_context_only_without_flash_attention() {
+        let (cfg, t) = qwen7b(FileType::Q4KM);
+        let at = |ctx: usize, flash: bool, k: CacheType| {
+            memory(&cfg, &t, &Launch { ctx, flash, cache_k: k, cache_v: k, ..Launch::default() }).unwrap().gpu.compute
+        };
+        let scores = |ctx: u64| ctx * 512 * 28 * 4;
+        let logits = 152_064 * 512 * 4;
+        let off = at(32768, false, CacheType::F16);
+        assert!(off >= scores(32768) && off < scores(32768) + (512 << 20), "{off}");
+        for ctx in [4096, 32768, 131072] {
+            let on = at(ctx, true, CacheType::F16);
+            assert!(on >= logits && on < logits + (16 << 20), "{ctx}: {on}");
+        }
+        let copies = 2 * 2 * 512 * 131072;
+        assert!(at(131072, true, CacheType::Q8_0) > logits.max(copies));
+        assert!(memory(&cfg, &t, &Launch { flash: false, cache_v: CacheType::Q8_0, ..Launch::default() }).is_err());
+    }
+}

@@ -1,0 +1,126 @@
+//! `estimate --engine llama.cpp`: what llama.cpp allocates for the same model, per device and
+//! term by term (`crate::estimate::llamacpp`), for the file's own types or llama-quantize's.
+
+use super::tables::{col, LLAMACPP};
+use super::{Engine, EstimateConfig, Switch};
+use crate::error::{LabError, Result};
+use crate::estimate::llamacpp::{self, Launch};
+use crate::memory::mib;
+use crate::model::gguf::recipe::FileType;
+use crate::model::gguf::writer::{self, Planned};
+use crate::model::gguf::Gguf;
+use crate::model::DecoderConfig;
+use crate::session::Session;
+use crate::stage::{Finding, StageOutput};
+use polars::prelude::*;
+
+/// The launch `c` asks llama.cpp's memory for; None for the lab's engine, which refuses
+/// llama.cpp's flags by name.
+pub fn launch(c: &EstimateConfig) -> Result<Option<Launch>> {
+    let given = [
+        ("--ngl", c.ngl.is_some()),
+        ("--fa", c.fa.is_some()),
+        ("--ctk", c.ctk.is_some()),
+        ("--ctv", c.ctv.is_some()),
+        ("--n-batch", c.n_batch.is_some()),
+        ("--ub", c.ub.is_some()),
+        ("--gguf-types", c.gguf_types != EstimateConfig::default().gguf_types),
+    ];
+    if c.engine == Engine::Lab {
+        if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
+            return Err(LabError::input(format!(
+                "{flag} is a flag of --engine llama.cpp; the lab's engine has no such setting"
+            )));
+        }
+        return Ok(None);
+    }
+    for (flag, set) in
+        [("--train", c.train), ("--tp", c.tp.is_some()), ("--pp", c.pp.is_some()), ("--batch", c.batch != 1)]
+    {
+        if set {
+            return Err(LabError::input(format!(
+                "{flag} is not priced for --engine llama.cpp (one sequence, one GPU)"
+            )));
+        }
+    }
+    let d = Launch::default();
+    Ok(Some(Launch {
+        ctx: c.seq,
+        gpu_layers: c.ngl,
+        flash: c.fa.map(|f| f == Switch::On).unwrap_or(d.flash),
+        cache_k: c.ctk.unwrap_or(d.cache_k),
+        cache_v: c.ctv.unwrap_or(d.cache_v),
+        batch: c.n_batch.unwrap_or(d.batch),
+        ubatch: c.ub.unwrap_or(d.ubatch),
+    }))
+}
+
+/// Every tensor of a GGUF as llama.cpp's loader sees it.
+fn file_tensors(g: &Gguf) -> Result<Vec<Planned>> {
+    g.header
+        .tensors
+        .iter()
+        .map(|t| {
+            let ty = t.ggml_type().ok_or_else(|| {
+                LabError::input(format!("{}: {} is not a type llama.cpp loads", t.name, t.type_name()))
+            })?;
+            Ok(Planned { name: t.name.clone(), ne: t.ne.clone(), ty })
+        })
+        .collect()
+}
+
+pub fn llamacpp(
+    s: &mut Session,
+    cfg: &DecoderConfig,
+    gguf: Option<&Gguf>,
+    types: &[FileType],
+    l: &Launch,
+) -> Result<StageOutput> {
+    let priced: Vec<(String, Vec<Planned>)> = match gguf {
+        Some(g) => vec![(g.header.str("general.name").unwrap_or("the GGUF file").to_string(), file_tensors(g)?)],
+        None => types.iter().map(|t| (t.name().to_string(), writer::plan(cfg, writer::Plan::Llama(*t)))).collect(),
+    };
+    let mut rows: (Vec<String>, Vec<&str>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) = Default::default();
+    let mut out = StageOutput::default();
+    for (what, tensors) in &priced {
+        let m = llamacpp::memory(cfg, tensors, l)?;
+        for (device, b) in [("gpu", m.gpu), ("host", m.host)] {
+            rows.0.push(what.clone());
+            rows.1.push(device);
+            rows.2.push(mib(b.model));
+            rows.3.push(mib(b.context));
+            rows.4.push(mib(b.compute));
+            rows.5.push(mib(b.total()));
+        }
+        s.say(format!(
+            "llama.cpp {} ({what}): GPU {:.2} MiB = model {:.2} + KV {:.2} ({} cells) + compute {:.2} ({} layers and {} the output on the GPU; {}-token micro-batch); host {:.2} MiB",
+            l.flags(),
+            mib(m.gpu.total()),
+            mib(m.gpu.model),
+            mib(m.gpu.context),
+            m.cells,
+            mib(m.gpu.compute),
+            m.gpu_layers,
+            if m.output_on_gpu { "with" } else { "without" },
+            m.tokens,
+            mib(m.host.total()),
+        ));
+        out.findings.push(
+            Finding::new(format!("llama.cpp {what}: GPU buffers at {}", l.flags()), "MiB", None)
+                .predicted(mib(m.gpu.total()))
+                .note("model + KV cache + compute buffer, as llama.cpp's memory breakdown counts them (its 'self'); the CUDA context and its pools come beside it"),
+        );
+    }
+    out.table(
+        LLAMACPP,
+        df!(
+            col::MODEL => rows.0,
+            col::DEVICE => rows.1,
+            col::MODEL_MIB => rows.2,
+            col::CONTEXT_MIB => rows.3,
+            col::COMPUTE_MIB => rows.4,
+            col::TOTAL_MIB => rows.5,
+        )?,
+    );
+    Ok(out)
+}

@@ -1,0 +1,161 @@
+//! llama.cpp's own buffers, launch by launch (`scripts/reference/llama_memory.sh` wrote
+//! `launches.csv` and one log per launch), beside `estimate --engine llama.cpp` for the same
+//! model and flags: the model, the KV cache and the compute buffer on the GPU as llama.cpp's log
+//! prints them, and the process's device memory as nvidia-smi listed it.
+
+use super::runs::find;
+use crate::error::{LabError, Result};
+use crate::estimate::llamacpp::{self, Buffers, CacheType, Launch};
+use crate::frame::{floats, strings};
+use crate::model::gguf::recipe::FileType;
+use crate::model::gguf::writer::{plan, Plan};
+use crate::model::DecoderConfig;
+use crate::session::run_folder::read_csv;
+use clap::ValueEnum;
+use std::path::Path;
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// One launch: what llama.cpp printed beside the estimate.
+#[derive(Debug, Clone)]
+pub struct LaunchCheck {
+    pub file: String,
+    pub preset: String,
+    pub ftype: FileType,
+    pub launch: Launch,
+    /// The GPU's buffers in MiB as llama.cpp's log gives them (two decimals).
+    pub measured: [f64; 3],
+    pub predicted: Buffers,
+    /// nvidia-smi's largest figure for the process, MiB.
+    pub smi_mib: f64,
+}
+
+impl LaunchCheck {
+    pub fn measured_total(&self) -> f64 {
+        self.measured.iter().sum()
+    }
+
+    pub fn predicted_total(&self) -> f64 {
+        self.predicted.total() as f64 / MIB
+    }
+
+    pub fn err_mib(&self) -> f64 {
+        self.predicted_total() - self.measured_total()
+    }
+
+    pub fn err_pct(&self) -> f64 {
+        100.0 * self.err_mib() / self.measured_total()
+    }
+
+    /// What the process held beyond llama.cpp's buffers: the CUDA context, cuBLAS, its pools.
+    pub fn outside_mib(&self) -> f64 {
+        self.smi_mib - self.measured_total()
+    }
+}
+
+/// The GPU's model, KV and compute buffers (MiB) a llama.cpp log printed, or None when it printed
+/// no compute buffer (the launch failed before reserving).
+pub fn parse_log(text: &str) -> Option<[f64; 3]> {
+    let mut sums = [0.0; 3];
+    let mut compute = None;
+    for line in text.lines() {
+        let Some((left, right)) = line.split_once(" buffer size =") else { continue };
+        let Some(mib) = right.split_whitespace().next().and_then(|x| x.parse::<f64>().ok()) else { continue };
+        let words: Vec<&str> = left.split_whitespace().collect();
+        let [.., device, kind] = words[..] else { continue };
+        if !device.starts_with("CUDA") || device.starts_with("CUDA_Host") {
+            continue;
+        }
+        match kind {
+            "model" => sums[0] += mib,
+            "KV" => sums[1] += mib,
+            // Printed once per reserve; the last one is the buffer kept.
+            "compute" => compute = Some(mib),
+            _ => {}
+        }
+    }
+    sums[2] = compute?;
+    Some(sums)
+}
+
+/// Every launch under `root` that finished, with its estimate.
+pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
+    let mut files = Vec::new();
+    find(root, "launches.csv", &mut files);
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let dir = f.parent().unwrap_or(root);
+        let df = read_csv(&f)?;
+        let (preset, ty, fa, ctk, ctv) = (
+            strings(&df, "preset")?,
+            strings(&df, "type")?,
+            strings(&df, "fa")?,
+            strings(&df, "ctk")?,
+            strings(&df, "ctv")?,
+        );
+        let (id, ctx, ngl, batch, ubatch, rc, smi) = (
+            floats(&df, "id")?,
+            floats(&df, "ctx")?,
+            floats(&df, "ngl")?,
+            floats(&df, "batch")?,
+            floats(&df, "ubatch")?,
+            floats(&df, "rc")?,
+            floats(&df, "smi_peak_mib")?,
+        );
+        let file = f.strip_prefix(root).unwrap_or(&f).display().to_string();
+        for i in 0..df.height() {
+            if rc[i] != 0.0 {
+                continue;
+            }
+            let bad = |what: &str| LabError::input(format!("{file} row {}: {what}", i + 1));
+            let cache = |s: &str| CacheType::from_str(s, true).map_err(|_| bad(&format!("cache type {s}")));
+            let count = |x: f64| (x.is_finite() && x >= 0.0 && x <= u32::MAX as f64).then_some(x as usize);
+            let launch = Launch {
+                ctx: count(ctx[i]).ok_or_else(|| bad("ctx"))?,
+                gpu_layers: count(ngl[i]),
+                flash: fa[i] == "on",
+                cache_k: cache(&ctk[i])?,
+                cache_v: cache(&ctv[i])?,
+                batch: count(batch[i]).ok_or_else(|| bad("batch"))?,
+                ubatch: count(ubatch[i]).ok_or_else(|| bad("ubatch"))?,
+            };
+            let ftype = FileType::from_str(&ty[i], true).map_err(|_| bad(&format!("type {}", ty[i])))?;
+            let id = count(id[i]).ok_or_else(|| bad("id"))?;
+            let log = std::fs::read_to_string(dir.join("logs").join(format!("launch-{id}.log")))
+                .map_err(|e| bad(&format!("its log: {e}")))?;
+            let Some(measured) = parse_log(&log) else { continue };
+            let cfg = DecoderConfig::preset(&preset[i])?;
+            let predicted = llamacpp::memory(&cfg, &plan(&cfg, Plan::Llama(ftype)), &launch)?.gpu;
+            out.push(LaunchCheck {
+                file: format!("{file}#{id}"),
+                preset: preset[i].clone(),
+                ftype,
+                launch,
+                measured,
+                predicted,
+                smi_mib: smi[i],
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The GPU's buffers are summed from llama.cpp's own lines; the host's and pinned buffers are
+    /// not the GPU's; the last compute line is the buffer kept.
+    #[test]
+    fn a_log_gives_the_gpus_three_buffers() {
+        let log = "load_tensors:   CPU_Mapped model buffer size =   292.36 MiB\n\
+                   load_tensors:        CUDA0 model buffer size =  4168.09 MiB\n\
+                   llama_kv_cache:      CUDA0 KV buffer size =   224.00 MiB\n\
+                   sched_reserve:      CUDA0 compute buffer size =   300.00 MiB\n\
+                   sched_reserve:  CUDA_Host compute buffer size =    15.01 MiB\n\
+                   sched_reserve:      CUDA0 compute buffer size =   304.00 MiB\n";
+        assert_eq!(parse_log(log), Some([4168.09, 224.0, 304.0]));
+        assert_eq!(parse_log("load_tensors: CUDA0 model buffer size = 1.00 MiB\n"), None);
+    }
+}

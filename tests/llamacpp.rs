@@ -1,0 +1,124 @@
+//! `estimate --engine llama.cpp` as a user runs it: llama.cpp's buffers for a preset in the
+//! types asked, for a GGUF file in its own, the flags of the lab's engine refused by name, and
+//! llama.cpp's own refusals.
+
+mod common;
+
+use std::process::{Command, Output};
+use vram_lab::estimate::llamacpp::{memory, CacheType, Launch};
+use vram_lab::model::gguf::recipe::FileType;
+use vram_lab::model::gguf::writer::{plan, Plan};
+use vram_lab::model::DecoderConfig;
+
+fn lab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vram-lab")).args(args).arg("--quiet").output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn rows(dir: &std::path::Path) -> Vec<Vec<String>> {
+    let t = std::fs::read_to_string(dir.join("estimate/estimate_llamacpp.csv")).unwrap();
+    t.lines().skip(1).map(|l| l.split(',').map(str::to_string).collect()).collect()
+}
+
+/// The command's table holds, per type and device, what the library computes for the same flags.
+#[test]
+fn estimate_prints_llamacpp_buffers_per_type() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("e");
+    let o = lab(&[
+        "estimate",
+        "--engine",
+        "llama.cpp",
+        "--model",
+        "synthetic:qwen2.5-7b",
+        "--seq",
+        "20000",
+        "--gguf-types",
+        "q4_k_m,bf16",
+        "--ctk",
+        "q8_0",
+        "--ctv",
+        "q8_0",
+        "--ngl",
+        "20",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = rows(&out);
+    assert_eq!(r.len(), 4, "{r:?}");
+    let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
+    let l = Launch {
+        ctx: 20000,
+        gpu_layers: Some(20),
+        cache_k: CacheType::Q8_0,
+        cache_v: CacheType::Q8_0,
+        ..Launch::default()
+    };
+    for (i, t) in [FileType::Q4KM, FileType::Bf16].into_iter().enumerate() {
+        let m = memory(&cfg, &plan(&cfg, Plan::Llama(t)), &l).unwrap();
+        let gpu = &r[2 * i];
+        assert_eq!((gpu[0].as_str(), gpu[1].as_str()), (t.name(), "gpu"));
+        let mib = |b: u64| b as f64 / 1048576.0;
+        for (col, want) in [(2, m.gpu.model), (3, m.gpu.context), (4, m.gpu.compute)] {
+            let got: f64 = gpu[col].parse().unwrap();
+            assert!((got - mib(want)).abs() < 0.01, "{t:?} column {col}: {got} vs {}", mib(want));
+        }
+    }
+    // -ngl 20 of 28 layers: 19 layers' cache on the GPU, 9 on the host, in Q8_0 (34 B per 32 values).
+    let kv_layer = 2.0 * (512.0 / 32.0 * 34.0) * 20224.0 / 1048576.0;
+    let (gpu_kv, host_kv): (f64, f64) = (r[0][3].parse().unwrap(), r[1][3].parse().unwrap());
+    assert!((gpu_kv - 19.0 * kv_layer).abs() < 0.01 && (host_kv - 9.0 * kv_layer).abs() < 0.01, "{gpu_kv} {host_kv}");
+}
+
+/// A GGUF is priced by its own tensors: the file's types, not a recipe's.
+#[test]
+fn a_gguf_file_is_priced_in_its_own_types() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tmp.path().join("m.gguf");
+    let o = lab(&["quantize", "--model", "synthetic:tiny", "--type", "q8_0", "--to", gguf.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = tmp.path().join("e");
+    let o =
+        lab(&["estimate", "--engine", "llama.cpp", "--model", gguf.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = rows(&out);
+    assert_eq!(r.len(), 2);
+    let cfg = DecoderConfig::preset("tiny").unwrap();
+    let m = memory(&cfg, &plan(&cfg, Plan::Llama(FileType::Q8_0)), &Launch::default()).unwrap();
+    let got: f64 = r[0][2].parse().unwrap();
+    assert!((got - m.gpu.model as f64 / 1048576.0).abs() < 0.01, "{got}");
+}
+
+#[test]
+fn flags_of_the_other_engine_are_refused_by_name() {
+    for (args, needle) in [
+        (vec!["estimate", "--ngl", "10"], "--ngl is a flag of --engine llama.cpp"),
+        (vec!["estimate", "--ctk", "q8_0"], "--ctk is a flag of --engine llama.cpp"),
+        (vec!["estimate", "--engine", "llama.cpp", "--tp", "2"], "--tp is not priced for --engine llama.cpp"),
+        (
+            vec!["estimate", "--engine", "llama.cpp", "--fa", "off", "--ctv", "q8_0"],
+            "quantized V cache without flash attention",
+        ),
+    ] {
+        let o = lab(&args);
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(needle) && !t.contains("panicked"), "{args:?}:\n{t}");
+    }
+}
+
+/// Mistral v0.1's window keeps a second, windowed cache in llama.cpp: refused, not mispriced.
+#[test]
+fn a_sliding_window_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = DecoderConfig::preset("mistral-7b").unwrap();
+    cfg.sliding_window = Some(4096);
+    let file = tmp.path().join("config.json");
+    std::fs::write(&file, serde_json::to_string(&cfg).unwrap()).unwrap();
+    let o = lab(&["estimate", "--engine", "llama.cpp", "--config", file.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("sliding window") && !t.contains("panicked"), "{t}");
+}
