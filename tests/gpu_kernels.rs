@@ -49,6 +49,30 @@ fn kernels_compile() {
     }
 }
 
+/// Every kernel's PTX targets the capability the binary is built for (`CUDA_COMPUTE_CAP`: an
+/// RTX 4090 build carries 8.9 PTX, which this card's driver compiles for itself), and a launch the
+/// built-for card could not make is refused before it is made: a kernel bounded to 128 threads a
+/// block, asked for 256.
+#[test]
+fn kernels_target_the_built_for_card() {
+    use vram_lab::model::kernels::target::{arch, built_for, launchable};
+    let ptx = vram_lab::model::kernels::decode::ptx().unwrap();
+    if let Some(cap) = built_for() {
+        let want = format!(".target sm_{}", cap.max(1));
+        assert!(ptx.contains(&want), "decode PTX is not for compute {cap}: {}", &ptx[..ptx.len().min(400)]);
+        eprintln!("built for compute {cap}: NVRTC arch {:?}", arch(0));
+    }
+    let Some((_, dev)) = gpu() else { return };
+    let src = "extern \"C\" __global__ void __launch_bounds__(128) bounded(float *x) { x[threadIdx.x] = 1.0f; }";
+    let ptx = candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(src).unwrap();
+    let f = dev.get_or_load_custom_func("bounded", "vram_lab_test_bounded", &ptx.to_src()).unwrap().into_cuda_function();
+    assert!(launchable(&f, "bounded", 128).is_ok());
+    let e = launchable(&f, "bounded", 256).unwrap_err().to_string();
+    assert!(e.contains("256 threads"), "{e}");
+    // The lab's own kernels pass the same check as they load.
+    assert!(DecodeKernels::new(&dev, DType::BF16).unwrap().is_some());
+}
+
 /// x [.., k] in F32 rounded as the quantized product rounds it: per 32 values, to multiples of
 /// d = (largest |x|) / 127 (llama.cpp's q8_1).
 fn q8(x: &Tensor) -> Tensor {

@@ -4,13 +4,24 @@
 #   bash scripts/cuda/build-gpu-binary.sh            # CUDA_COMPUTE_CAP=90: H100 / H200
 #   CUDA_COMPUTE_CAP=89 bash scripts/cuda/build-gpu-binary.sh   # RTX 4090 (86: RTX 3090, A4000)
 #   FEATURES=nccl bash scripts/cuda/build-gpu-binary.sh          # several GPUs (needs libnccl.so.2 there)
+#   SUFFIX=-89 ...     packs .gpu/vram-lab-89.xz instead (CARGO_TARGET_DIR keeps two builds apart)
+#   TESTS="gpu_kernels" ...   also packs those GPU test binaries as .gpu/gpu_kernels$SUFFIX.xz
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# env.sh sets CUDA_COMPUTE_CAP=90 unless it is set already.
 source /opt/cuda13/env.sh
+echo "CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP"
+target=${CARGO_TARGET_DIR:-target}
+suffix=${SUFFIX:-}
 cargo build --release --features "${FEATURES:-cuda}"
 mkdir -p .gpu
 # The commit the notebooks' first output names (the GPU machine's copy has no git).
 git rev-parse --short HEAD > .gpu/commit 2>/dev/null || echo unknown > .gpu/commit
 # -9e: the repository and the binaries travel together under a 64 MiB limit.
-xz -T0 -9e -c target/release/vram-lab > .gpu/vram-lab.xz
-ls -la .gpu/vram-lab.xz
+xz -T0 -9e -c "$target/release/vram-lab" > ".gpu/vram-lab$suffix.xz"
+for t in ${TESTS:-}; do
+  exe=$(cargo test --release --features "${FEATURES:-cuda}" --test "$t" --no-run --message-format=json 2>/dev/null |
+    python3 -c "import json,sys; print([m['executable'] for m in map(json.loads, sys.stdin) if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['name'] == sys.argv[1]][-1])" "$t")
+  xz -T0 -9e -c "$exe" > ".gpu/$t$suffix.xz"
+done
+ls -la .gpu/

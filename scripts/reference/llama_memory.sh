@@ -6,7 +6,8 @@
 # memory as nvidia-smi lists it (the CUDA context and llama.cpp's pools included).
 #
 #   scripts/reference/llama_memory.sh build WORK BIN.tar.xz       # here: the two tools, packed
-#   scripts/reference/llama_memory.sh run   WORK OUT LAB BIN.tar.xz GRID.csv   # on the GPU machine
+#   scripts/reference/llama_memory.sh write WORK LAB GRID.csv      # there: the GGUFs
+#   scripts/reference/llama_memory.sh run   WORK OUT BIN.tar.xz GRID.csv   # there: the launches
 #
 # `build` takes llama.cpp from the llama-cpp-python sdist on PyPI (the version
 # scripts/reference/llama_quantize.sh uses) and needs a CUDA toolkit (scripts/cuda/setup-cuda-build.sh
@@ -34,10 +35,12 @@ if [ "$cmd" = build ]; then
     -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DGGML_NATIVE=OFF $cpu \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF >"$WORK/cmake.log"
-  "$WORK/venv/bin/cmake" --build "$WORK/build" --target llama-completion llama-server -j "$(nproc)" >"$WORK/build.log"
+  # LLAMA_TARGETS=llama-completion builds the one tool the grid launches (the server takes longer).
+  targets=${LLAMA_TARGETS:-llama-completion llama-server}
+  # shellcheck disable=SC2086
+  "$WORK/venv/bin/cmake" --build "$WORK/build" --target $targets -j "$(nproc)" >>"$WORK/build.log"
   mkdir -p "$WORK/pack"
-  strip -o "$WORK/pack/llama-completion" "$WORK/build/bin/llama-completion"
-  strip -o "$WORK/pack/llama-server" "$WORK/build/bin/llama-server"
+  for t in $targets; do strip -o "$WORK/pack/$t" "$WORK/build/bin/$t"; done
   echo "$commit" >"$WORK/pack/commit"
   mkdir -p "$(dirname "$BIN")"
   tar cf - -C "$WORK/pack" . | xz -9e -T2 >"$BIN"
@@ -45,34 +48,42 @@ if [ "$cmd" = build ]; then
   exit 0
 fi
 
-# run: GRID.csv has a header and one launch per row:
+# write: the lab writes each (preset, type) of GRID as a GGUF in WORK, all at once in parallel
+# (synthetic weights with Qwen2.5's tokenizer; memory does not depend on the values).
+#   scripts/reference/llama_memory.sh write WORK LAB GRID.csv
+# run: every launch of GRID.csv (a header, then one launch per row:
 #   preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch
-# The lab writes each (preset, type) as a GGUF once (synthetic weights with Qwen2.5's tokenizer;
-# memory does not depend on the values). Each launch is llama-completion with `-fit off` (so
-# llama.cpp changes none of the flags it is given), a prompt longer than the micro-batch and 4
-# decoded tokens; nvidia-smi lists its device memory every 50 ms (the peak is kept). OUT gets
-# launches.csv (the grid, exit code, nvidia-smi's peak) and one log per launch (llama.cpp's own
-# buffer sizes, which `vram-lab check --engine llama.cpp` reads).
-OUT=$(realpath -m "$3") LAB=$(realpath "$4") BIN=$(realpath "$5") GRID=$(realpath "$6")
+# ) over the GGUFs `write` left in WORK: llama-completion with `-fit off` (so llama.cpp changes
+# none of the flags it is given), a prompt longer than the micro-batch and 4 decoded tokens, while
+# nvidia-smi lists the process's device memory every 50 ms (the peak is kept). OUT gets
+# launches.csv (the grid, exit code, seconds, nvidia-smi's peak) and one log per launch (llama.cpp's
+# own buffer sizes, which `vram-lab check` reads). The two steps may run in two device calls (the
+# tools and the lab binary together pass the 64 MiB a call carries).
+#   scripts/reference/llama_memory.sh run WORK OUT BIN.tar.xz GRID.csv
+if [ "$cmd" = write ]; then
+  LAB=$(realpath "$3") GRID=$(realpath "$4")
+  mkdir -p "$WORK/quantize-logs"
+  pids=()
+  while IFS=, read -r preset type _; do
+    [ -s "$WORK/$preset-$type.gguf" ] && continue
+    ("$LAB" quantize --quiet --device cpu --model "synthetic:$preset" --type "$type" --to "$WORK/$preset-$type.gguf.part" \
+      >"$WORK/quantize-logs/$preset-$type.log" 2>&1 && mv "$WORK/$preset-$type.gguf.part" "$WORK/$preset-$type.gguf") &
+    pids+=($!)
+  done < <(tail -n +2 "$GRID" | cut -d, -f1,2 | sort -u)
+  for p in "${pids[@]}"; do wait "$p"; done
+  ls -la "$WORK"/*.gguf
+  exit 0
+fi
+
+OUT=$(realpath -m "$3") BIN=$(realpath "$4") GRID=$(realpath "$5")
 mkdir -p "$OUT/logs" "$WORK/bin"
 python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])" "$BIN" "$WORK/bin"
-chmod +x "$WORK/bin/llama-completion" "$WORK/bin/llama-server"
+chmod +x "$WORK/bin/"llama-*
 cp "$WORK/bin/commit" "$OUT/llama-cpp-commit.txt"
 cp "$GRID" "$OUT/grid.csv"
+cp -r "$WORK/quantize-logs" "$OUT/" 2>/dev/null || true
 # About 3,000 tokens of text, more than the largest micro-batch the grid uses.
-python3 - "$WORK/prompt.txt" <<'PY'
-import sys
-line = "显存解剖学: the KV cache grows with every token, the weights do not. 权重不变, 缓存增长。 "
-open(sys.argv[1], "w").write(line * 130)
-PY
-# Every (preset, type) written at once, in parallel, before the first launch.
-pids=()
-while IFS=, read -r preset type _; do
-  "$LAB" quantize --quiet --device cpu --model "synthetic:$preset" --type "$type" --to "$WORK/$preset-$type.gguf" \
-    >"$OUT/logs/quantize-$preset-$type.log" 2>&1 &
-  pids+=($!)
-done < <(tail -n +2 "$GRID" | cut -d, -f1,2 | sort -u)
-for p in "${pids[@]}"; do wait "$p"; done
+python3 -c "import sys; open(sys.argv[1], 'w').write('显存解剖学: the KV cache grows with every token, the weights do not. 权重不变, 缓存增长。 ' * 130)" "$WORK/prompt.txt"
 echo "id,preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch,rc,seconds,smi_peak_mib" >"$OUT/launches.csv"
 id=0
 tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ubatch; do
@@ -80,13 +91,13 @@ tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ub
   gguf=$WORK/$preset-$type.gguf
   id=$((id + 1))
   log=$OUT/logs/launch-$id.log
-  t0=$(date +%s.%N)
   # SCHED_DEBUG_CELLS="1 4": those launches also print llama.cpp's graph, node by node, with the
   # backend of each (GGML_SCHED_DEBUG=2): the order its allocator sees.
   dbg=0
   case " ${SCHED_DEBUG_CELLS:-} " in *" $id "*) dbg=2 ;; esac
-  GGML_SCHED_DEBUG=$dbg "$WORK/bin/llama-completion" -m "$gguf" -c "$ctx" -ngl "$ngl" -fa "$fa" -ctk "$ctk" -ctv "$ctv" -b "$batch" -ub "$ubatch" \
-    -fit off -f "$WORK/prompt.txt" -n 4 --temp 0 -no-cnv --no-display-prompt >"$log" 2>&1 </dev/null &
+  t0=$(date +%s.%N)
+  GGML_SCHED_DEBUG=$dbg "$WORK/bin/llama-completion" -m "$gguf" -c "$ctx" -ngl "$ngl" -fa "$fa" -ctk "$ctk" -ctv "$ctv" \
+    -b "$batch" -ub "$ubatch" -fit off -f "$WORK/prompt.txt" -n 4 --temp 0 -no-cnv --no-display-prompt >"$log" 2>&1 </dev/null &
   pid=$!
   peak=0
   while kill -0 "$pid" 2>/dev/null; do
@@ -98,4 +109,3 @@ tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ub
   t1=$(date +%s.%N)
   echo "$id,$preset,$type,$ctx,$ngl,$fa,$ctk,$ctv,$batch,$ubatch,$rc,$(awk "BEGIN{print $t1 - $t0}"),$peak" >>"$OUT/launches.csv"
 done
-rm -f "$WORK"/*.gguf

@@ -75,7 +75,9 @@ fn source() -> String {
 pub fn ptx() -> Result<String> {
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     crate::memory::cuda_copy::ptx_once(&PTX, || {
-        Ok(candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(source()).map_err(err)?.to_src())
+        use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+        let opts = CompileOptions { arch: super::target::arch(0), ..Default::default() };
+        Ok(compile_ptx_with_opts(source(), opts).map_err(err)?.to_src())
     })
 }
 
@@ -101,14 +103,17 @@ impl DecodeKernels {
     pub fn new(dev: &CudaDevice, dtype: DType) -> Result<Option<Self>> {
         let Some(target) = Target::new(dev, dtype) else { return Ok(None) };
         let (name, ptx) = (target.name(), ptx()?);
-        let load = |f: &str| target.load("vram_lab_decode", &ptx, f);
-        let gemv = gemv_variants().map(|v| load(&gemv_name(name, v))).collect::<Result<Vec<_>>>()?;
+        // Each with the threads a block of it is launched with (below).
+        let load = |f: &str, threads: u32| target.load("vram_lab_decode", &ptx, f, threads);
+        let gemv = gemv_variants()
+            .map(|v| load(&gemv_name(name, v), 32 * v.3 as u32 * GEMV_ROWS_PER_BLOCK))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Some(Self {
             target: target.clone(),
-            qkv: load(&format!("vram_lab_qkv_store_{name}"))?,
+            qkv: load(&format!("vram_lab_qkv_store_{name}"), 256)?,
             gemv,
-            attend: load(&format!("vram_lab_attend_{name}"))?,
-            argmax: load(&format!("vram_lab_argmax_{name}"))?,
+            attend: load(&format!("vram_lab_attend_{name}"), 512)?,
+            argmax: load(&format!("vram_lab_argmax_{name}"), 1024)?,
             quant: QuantKernels::for_target(target.clone())?,
         }))
     }

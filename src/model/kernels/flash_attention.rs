@@ -16,12 +16,13 @@ const SOURCE: &str = include_str!("flash_attention.cu");
 /// The head sizes the kernel is built for (Qwen2.5: 64 for 0.5B, 128 from 1.5B).
 pub const HEAD_DIMS: [usize; 2] = [64, 128];
 
-/// The kernel compiled to PTX for compute 8.0 by NVRTC (no GPU needed), once per process.
+/// The kernel compiled to PTX by NVRTC (no GPU needed), once per process: for compute 8.0, or
+/// the capability the build names (`target::arch`).
 pub fn ptx() -> Result<String> {
     use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     crate::memory::cuda_copy::ptx_once(&PTX, || {
-        let opts = CompileOptions { arch: Some("compute_80"), ..Default::default() };
+        let opts = CompileOptions { arch: super::target::arch(80), ..Default::default() };
         Ok(compile_ptx_with_opts(SOURCE, opts)
             .map_err(|e| LabError::other(format!("flash attention kernel: {e:?}")))?
             .to_src())
@@ -64,9 +65,9 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Optio
     if !takes {
         return Ok(None);
     }
-    let func: CudaFunction = dev
-        .get_or_load_custom_func(&format!("vram_lab_flash_bf16_d{d}_r{ROWS}"), "vram_lab_flash", &ptx()?)?
-        .into_cuda_function();
+    let name = format!("vram_lab_flash_bf16_d{d}_r{ROWS}");
+    let func: CudaFunction = dev.get_or_load_custom_func(&name, "vram_lab_flash", &ptx()?)?.into_cuda_function();
+    super::target::launchable(&func, &name, ROWS as u32 * 2)?;
     let stream = dev.cuda_stream();
     let ptr = |x: &Tensor| crate::memory::cuda_copy::start_ptr(x, &stream);
     let out = crate::memory::cuda_copy::uninit(dev, DType::BF16, vec![b, s, heads * d])?;

@@ -55,7 +55,9 @@ fn source() -> String {
 pub fn ptx() -> Result<String> {
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     crate::memory::cuda_copy::ptx_once(&PTX, || {
-        Ok(candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(source()).map_err(err)?.to_src())
+        use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+        let opts = CompileOptions { arch: super::target::arch(0), ..Default::default() };
+        Ok(compile_ptx_with_opts(source(), opts).map_err(err)?.to_src())
     })
 }
 
@@ -90,11 +92,11 @@ impl QuantKernels {
     /// The kernels for a target the decoding kernels were already made for.
     pub(super) fn for_target(target: Target) -> Result<Self> {
         let (name, ptx) = (target.name(), ptx()?);
-        let load = |f: &str| target.load("vram_lab_quant_gemv", &ptx, f);
+        let load = |f: &str, threads: u32| target.load("vram_lab_quant_gemv", &ptx, f, threads);
         Ok(Self {
-            quantize: load(&format!("vram_lab_q8_quantize_{name}"))?,
-            quantize_norm: load(&format!("vram_lab_q8_quantize_norm_{name}"))?,
-            gemv: variants().map(|v| load(&gemv_name(name, v))).collect::<Result<Vec<_>>>()?,
+            quantize: load(&format!("vram_lab_q8_quantize_{name}"), QUANTIZE_THREADS)?,
+            quantize_norm: load(&format!("vram_lab_q8_quantize_norm_{name}"), QUANTIZE_THREADS)?,
+            gemv: variants().map(|v| load(&gemv_name(name, v), 32 * ROWS_PER_BLOCK)).collect::<Result<Vec<_>>>()?,
             target,
         })
     }

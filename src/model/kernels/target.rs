@@ -33,9 +33,12 @@ impl Target {
         }
     }
 
-    /// The entry point `f` of `module` (compiled from `ptx` the first time; candle caches it).
-    pub fn load(&self, module: &str, ptx: &str, f: &str) -> Result<CudaFunction> {
-        Ok(self.dev.get_or_load_custom_func(f, module, ptx)?.into_cuda_function())
+    /// The entry point `f` of `module` (compiled from `ptx` the first time; candle caches it),
+    /// checked to launch with `threads` per block on the card the binary is built for.
+    pub fn load(&self, module: &str, ptx: &str, f: &str, threads: u32) -> Result<CudaFunction> {
+        let func = self.dev.get_or_load_custom_func(f, module, ptx)?.into_cuda_function();
+        launchable(&func, f, threads)?;
+        Ok(func)
     }
 
     /// Where `t` starts in device memory.
@@ -47,4 +50,56 @@ impl Target {
     pub fn ours(&self, ts: &[&Tensor]) -> bool {
         ts.iter().all(|t| t.dtype() == self.dtype && t.is_contiguous())
     }
+}
+
+/// The compute capability the binary was built for: `CUDA_COMPUTE_CAP` at build time (candle's
+/// kernels are PTX for it; 89 for an RTX 4090, 86 for an RTX 3090 or A4000), None when the build
+/// left it to candle's detection.
+pub fn built_for() -> Option<u32> {
+    option_env!("VRAM_LAB_COMPUTE_CAP").and_then(|c| c.parse().ok())
+}
+
+/// NVRTC's virtual architecture for a kernel that needs at least `min` (the tensor-core kernel:
+/// 80): the build's capability when it names one, so a build for an RTX 4090 runs 8.9 PTX here
+/// too (the driver compiles it for a newer card), else `min`.
+pub fn arch(min: u32) -> Option<&'static str> {
+    let cap = built_for().map_or(min, |c| c.max(min));
+    Some(match cap {
+        0 => return None,
+        ..=80 => "compute_80",
+        81..=86 => "compute_86",
+        87 => "compute_87",
+        88..=89 => "compute_89",
+        _ => "compute_90",
+    })
+}
+
+/// Shared memory one block may use on a card of compute capability `cap` (the opt-in maximum,
+/// CUDA Programming Guide's table of technical specifications): 8.6 and 8.9 have 99 KiB, 8.0
+/// and 8.7 163 KiB, 9.0 227 KiB.
+pub fn shared_per_block(cap: u32) -> u32 {
+    match cap {
+        86 | 89 => 99 * 1024,
+        80 | 87 => 163 * 1024,
+        _ if cap >= 90 => 227 * 1024,
+        _ => 48 * 1024,
+    }
+}
+
+/// Refuses a kernel that would not launch with `threads` per block on the card the binary is
+/// built for (this card's capability when the build names none): more shared memory than that
+/// card gives a block, or more threads than its registers allow.
+pub fn launchable(f: &CudaFunction, name: &str, threads: u32) -> Result<()> {
+    let shared = f.shared_size_bytes().map_err(|e| crate::error::LabError::other(format!("{name}: {e:?}")))? as u32;
+    let most = f.max_threads_per_block().map_err(|e| crate::error::LabError::other(format!("{name}: {e:?}")))? as u32;
+    let cap = built_for().unwrap_or(90);
+    if shared > shared_per_block(cap) || threads > most {
+        return Err(crate::error::LabError::other(format!(
+            "kernel {name}: {shared} B of shared memory and {threads} threads a block; compute {}.{} gives a block {} B and this build of it {most} threads",
+            cap / 10,
+            cap % 10,
+            shared_per_block(cap)
+        )));
+    }
+    Ok(())
 }
