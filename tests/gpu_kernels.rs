@@ -65,7 +65,8 @@ fn kernels_target_the_built_for_card() {
     let Some((_, dev)) = gpu() else { return };
     let src = "extern \"C\" __global__ void __launch_bounds__(128) bounded(float *x) { x[threadIdx.x] = 1.0f; }";
     let ptx = candle_core::cuda_backend::cudarc::nvrtc::compile_ptx(src).unwrap();
-    let f = dev.get_or_load_custom_func("bounded", "vram_lab_test_bounded", &ptx.to_src()).unwrap().into_cuda_function();
+    let f =
+        dev.get_or_load_custom_func("bounded", "vram_lab_test_bounded", &ptx.to_src()).unwrap().into_cuda_function();
     assert!(launchable(&f, "bounded", 128).is_ok());
     let e = launchable(&f, "bounded", 256).unwrap_err().to_string();
     assert!(e.contains("256 threads"), "{e}");

@@ -92,12 +92,13 @@ tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ub
   id=$((id + 1))
   log=$OUT/logs/launch-$id.log
   # SCHED_DEBUG_CELLS="1 4": those launches also print llama.cpp's graph, node by node, with the
-  # backend of each (GGML_SCHED_DEBUG=2): the order its allocator sees.
-  dbg=0
-  case " ${SCHED_DEBUG_CELLS:-} " in *" $id "*) dbg=2 ;; esac
+  # backend of each (GGML_SCHED_DEBUG=2, debug-level lines: -v): the order its allocator sees.
+  # -lv 4: llama.cpp's buffer sizes and its memory breakdown are trace-level lines.
+  dbg=0 verbosity="-lv 4"
+  case " ${SCHED_DEBUG_CELLS:-} " in *" $id "*) dbg=2 verbosity="-v" ;; esac
   t0=$(date +%s.%N)
   GGML_SCHED_DEBUG=$dbg "$WORK/bin/llama-completion" -m "$gguf" -c "$ctx" -ngl "$ngl" -fa "$fa" -ctk "$ctk" -ctv "$ctv" \
-    -b "$batch" -ub "$ubatch" -fit off -f "$WORK/prompt.txt" -n 4 --temp 0 -no-cnv --no-display-prompt >"$log" 2>&1 </dev/null &
+    -b "$batch" -ub "$ubatch" $verbosity -fit off -f "$WORK/prompt.txt" -n 4 --temp 0 -no-cnv --no-display-prompt >"$log" 2>&1 </dev/null &
   pid=$!
   peak=0
   while kill -0 "$pid" 2>/dev/null; do

@@ -114,7 +114,7 @@ pub fn reserve(g: &Graph, backends: usize, alignment: u64) -> Vec<u64> {
     // Views counted, and the graph's inputs allocated first, in the order nodes name them.
     for &n in &g.nodes {
         let x = &g.tensors[n];
-        if let Some(v) = x.view_of {
+        if let (Some(v), false) = (x.view_of, x.dep) {
             st[v].views += 1;
         }
         if x.input {

@@ -25,6 +25,9 @@ pub struct Tensor {
     pub output: bool,
     /// Bytes that live elsewhere (weights, the KV cache): never allocated here.
     pub external: bool,
+    /// A weight (an external that is not the cache): reading one from another backend starts a
+    /// new split, so the copies of the last one's weights can be reused.
+    pub weight: bool,
     pub backend: usize,
     /// Same layout, same bytes: what in-place reuse compares (`ggml_are_same_layout`).
     pub layout: (u32, [u64; 3]),
@@ -32,6 +35,9 @@ pub struct Tensor {
     pub fa_cells: u64,
     /// ggml_get_rows (the embedding lookup, the outputs' rows): never offloaded for its rows.
     pub get_rows: bool,
+    /// The scheduler's dependency node before a copy: reads what is copied, holds no bytes and
+    /// does not count as a view of it.
+    pub dep: bool,
 }
 
 #[derive(Default)]
@@ -84,10 +90,12 @@ impl Graph {
             input: false,
             output: false,
             external: true,
+            weight: true,
             backend,
             layout: (u32::MAX, [0; 3]),
             fa_cells: 0,
             get_rows: false,
+            dep: false,
         })
     }
 
@@ -101,10 +109,12 @@ impl Graph {
             input: true,
             output: false,
             external: false,
+            weight: false,
             backend: CPU,
             layout: (ty, ne),
             fa_cells: 0,
             get_rows: false,
+            dep: false,
         })
     }
 
@@ -118,10 +128,12 @@ impl Graph {
             input: false,
             output: false,
             external: false,
+            weight: false,
             backend: UNSET,
             layout: (ty, ne),
             fa_cells: 0,
             get_rows: !inplace && srcs.len() == 2 && self.tensors[srcs[1]].layout.0 == I32,
+            dep: false,
         });
         self.nodes.push(t);
         t
@@ -139,6 +151,7 @@ impl Graph {
         t.backend = UNSET;
         t.fa_cells = 0;
         t.get_rows = false;
+        t.weight = false;
         let v = self.push(t);
         self.nodes.push(v);
         v
@@ -213,6 +226,8 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         // The cache is this layer's device's (llama.cpp offloads it with the layer).
         let k_cache = g.external(b, s.k_row * s.kv_cells);
         let v_cache = g.external(b, s.v_row * s.kv_cells);
+        g.tensors[k_cache].weight = false;
+        g.tensors[v_cache].weight = false;
         let k_2d = g.view(k_rope, &[]);
         g.view(k_cache, &[k_2d, k_idxs]);
         let v_2d = g.view(v_3d, &[]);
@@ -277,12 +292,14 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
     with_copies(g)
 }
 
-/// ggml's scheduler's backend for each node (`ggml_backend_sched_split_graph`, passes 1-2): a
-/// node reading a weight runs where the weight is, or on the GPU when the weight is on the host
-/// and the node handles at least 32 rows (op offload); one writing or viewing the cache runs
-/// where the cache is; the rest take the GPU from a neighbour (down, then up), else the CPU.
+/// ggml's scheduler's backend for each node (`ggml_backend_sched_split_graph`, passes 1, 2 and
+/// 5): a node reading a weight runs where the weight is, or on the GPU when the weight is on the
+/// host and the node handles at least 32 rows (op offload); one writing or viewing the cache runs
+/// where the cache is; the rest, views aside, take the GPU from a neighbour (down, then up), then
+/// any neighbour's backend; a view runs where what it views does.
 fn assign(g: &mut Graph, tokens: u64) {
     let nodes = g.nodes.clone();
+    let root = |g: &Graph, i: usize| g.tensors[i].view_of.unwrap_or(i);
     for &i in &nodes {
         let t = &g.tensors[i];
         let fixed = if let Some(v) = t.view_of.filter(|&v| g.tensors[v].external) {
@@ -298,81 +315,99 @@ fn assign(g: &mut Graph, tokens: u64) {
             g.tensors[i].backend = b;
         }
     }
-    for order in [false, true] {
+    // Views are skipped while backends spread (`ggml_is_view_op`).
+    let computed: Vec<usize> = nodes.iter().copied().filter(|&i| g.tensors[i].view_of.is_none()).collect();
+    for (only_gpu, reverse) in [(true, false), (true, true), (false, false), (false, true)] {
         let mut cur = UNSET;
-        let seq: Vec<usize> = if order { nodes.iter().rev().copied().collect() } else { nodes.clone() };
+        let seq: Vec<usize> = if reverse { computed.iter().rev().copied().collect() } else { computed.clone() };
         for i in seq {
             match g.tensors[i].backend {
-                GPU => cur = GPU,
-                CPU => cur = UNSET,
-                _ if cur == GPU => g.tensors[i].backend = GPU,
-                _ => {}
+                CPU if only_gpu => cur = UNSET,
+                UNSET if cur != UNSET => g.tensors[i].backend = cur,
+                UNSET => {}
+                b => cur = b,
             }
         }
     }
     for &i in &nodes {
         if g.tensors[i].backend == UNSET {
-            g.tensors[i].backend = CPU;
+            let r = root(g, i);
+            g.tensors[i].backend = if r != i && g.tensors[r].backend != UNSET { g.tensors[r].backend } else { CPU };
         }
     }
 }
 
-/// The scheduler's split: each run of nodes on one backend reads the other backend's tensors
+/// The scheduler's split: a run of nodes on one backend reads the other backend's tensors
 /// through copies it allocates at the run's start (one copy per tensor and backend, kept while
-/// any node reads it). Host weights of a node offloaded to the GPU are copied too.
+/// any node reads it; host weights of a node offloaded to the GPU too). A node reading another
+/// backend's weight starts a new run when the current one already has copies, so the last
+/// weight's copy is freed before the next is made.
 fn with_copies(mut g: Graph) -> Graph {
-    let mut nodes = Vec::with_capacity(g.nodes.len());
+    let mut out: Vec<usize> = Vec::with_capacity(g.nodes.len());
     let mut copies: std::collections::HashMap<(usize, usize), usize> = Default::default();
-    let mut i = 0;
-    while i < g.nodes.len() {
-        let backend = g.tensors[g.nodes[i]].backend;
-        let mut j = i;
-        while j < g.nodes.len() && g.tensors[g.nodes[j]].backend == backend {
-            j += 1;
+    // Where the current run starts in `out`, its backend, and how many copies it has.
+    let (mut run_start, mut run_backend, mut run_inputs) = (0, usize::MAX, 0);
+    let home = |g: &Graph, s: usize| if g.tensors[s].input { CPU } else { g.tensors[s].backend };
+    let nodes = g.nodes.clone();
+    for node in nodes {
+        let backend = g.tensors[node].backend;
+        let foreign_weight = g.tensors[node].srcs.iter().any(|&s| g.tensors[s].weight && home(&g, s) != backend);
+        if backend != run_backend || (foreign_weight && run_inputs > 0) {
+            run_start = out.len();
+            run_backend = backend;
+            run_inputs = 0;
         }
-        let mut start = Vec::new();
-        for k in i..j {
-            let node = g.nodes[k];
-            let srcs = g.tensors[node].srcs.clone();
-            let mut new_srcs = Vec::with_capacity(srcs.len());
-            for s in srcs {
-                let st = &g.tensors[s];
-                let home = if st.external || st.input {
-                    if st.input {
-                        CPU
-                    } else {
-                        st.backend
-                    }
-                } else {
-                    st.backend
-                };
-                if home == backend {
-                    new_srcs.push(s);
-                    continue;
-                }
-                let c = *copies.entry((s, backend)).or_insert_with(|| {
+        let srcs = g.tensors[node].srcs.clone();
+        let mut new_srcs = Vec::with_capacity(srcs.len());
+        for s in srcs {
+            let from = home(&g, s);
+            if from == backend {
+                new_srcs.push(s);
+                continue;
+            }
+            let c = match copies.get(&(s, backend)) {
+                Some(&c) => c,
+                None => {
+                    // The scheduler's dependency on what is copied (a view that reads it, not
+                    // counted as a view): the original is released once the copy is made.
+                    let mut dep = g.tensors[s].clone();
+                    dep.size = 0;
+                    dep.srcs = vec![s];
+                    dep.view_of = Some(g.tensors[s].view_of.unwrap_or(s));
+                    dep.dep = true;
+                    dep.input = false;
+                    dep.output = false;
+                    dep.external = false;
+                    dep.weight = false;
+                    dep.inplace = false;
+                    dep.fa_cells = 0;
+                    dep.backend = from;
+                    g.tensors.push(dep);
                     let mut t = g.tensors[s].clone();
                     t.srcs = vec![];
                     t.view_of = None;
                     t.input = false;
                     t.output = false;
                     t.external = false;
+                    t.weight = false;
                     t.inplace = false;
                     t.fa_cells = 0;
+                    t.dep = false;
                     t.backend = backend;
                     g.tensors.push(t);
                     let c = g.tensors.len() - 1;
-                    start.push(c);
+                    let at = run_start + 2 * run_inputs;
+                    out.splice(at..at, [c - 1, c]);
+                    run_inputs += 1;
+                    copies.insert((s, backend), c);
                     c
-                });
-                new_srcs.push(c);
-            }
-            g.tensors[node].srcs = new_srcs;
+                }
+            };
+            new_srcs.push(c);
         }
-        nodes.extend(start);
-        nodes.extend_from_slice(&g.nodes[i..j]);
-        i = j;
+        g.tensors[node].srcs = new_srcs;
+        out.push(node);
     }
-    g.nodes = nodes;
+    g.nodes = out;
     g
 }

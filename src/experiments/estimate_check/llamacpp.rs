@@ -122,8 +122,10 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
             };
             let ftype = FileType::from_str(&ty[i], true).map_err(|_| bad(&format!("type {}", ty[i])))?;
             let id = count(id[i]).ok_or_else(|| bad("id"))?;
-            let log = std::fs::read_to_string(dir.join("logs").join(format!("launch-{id}.log")))
+            // The generated text in the log is whatever the synthetic weights decode to: bytes.
+            let log = std::fs::read(dir.join("logs").join(format!("launch-{id}.log")))
                 .map_err(|e| bad(&format!("its log: {e}")))?;
+            let log = String::from_utf8_lossy(&log);
             let Some(measured) = parse_log(&log) else { continue };
             let cfg = DecoderConfig::preset(&preset[i])?;
             let predicted = llamacpp::memory(&cfg, &plan(&cfg, Plan::Llama(ftype)), &launch)?.gpu;
