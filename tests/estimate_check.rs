@@ -336,3 +336,23 @@ fn training_steps_within_10_percent() {
     // without checkpointing.
     assert!(checked >= 14, "only {checked} training steps found");
 }
+
+/// llama.cpp's own GPU buffers (model, KV cache, compute) in every committed launch equal
+/// `estimate --engine llama.cpp` for the same model and flags, to a quarter MiB: the committed
+/// H200 grids (`data/results/h200/2026-11-27-llamacpp-memory`, 116 launches: Qwen2.5 0.5B-14B and
+/// Qwen3-8B, Q4_K_M to BF16, 4k-64k cells, flash attention on and off, F16/Q8_0/Q4_0 caches,
+/// micro-batches 128-4096, full and partial offload).
+#[test]
+fn llamacpp_buffers_of_every_committed_launch() {
+    use vram_lab::experiments::estimate_check::llamacpp::launches;
+    let l = launches(results()).unwrap();
+    assert!(l.len() >= 100, "only {} llama.cpp launches found", l.len());
+    for x in &l {
+        let predicted = [x.predicted.model, x.predicted.context, x.predicted.compute].map(|b| b as f64 / 1048576.0);
+        for (what, (m, p)) in ["model", "KV", "compute"].iter().zip(x.measured.iter().zip(predicted)) {
+            assert!((m - p).abs() <= 0.25, "{} {} {}: {what} measured {m:.2} MiB, predicted {p:.2}", x.file, x.preset, x.launch.flags());
+        }
+    }
+    // Partial offloads are among them: the scheduler's copies are what they exercise.
+    assert!(l.iter().filter(|x| x.launch.gpu_layers.is_some_and(|n| n < 20)).count() >= 8);
+}

@@ -78,6 +78,24 @@ pub fn parse_log(text: &str) -> Option<[f64; 3]> {
     Some(sums)
 }
 
+/// Launch `id`'s log, as written or gzipped (the launches that printed their whole graph are
+/// megabytes). The generated text in it is whatever the synthetic weights decode to: bytes, read
+/// lossily.
+fn read_log(logs: &Path, id: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let plain = logs.join(format!("launch-{id}.log"));
+    let bytes = match std::fs::read(&plain) {
+        Ok(b) => b,
+        Err(_) => {
+            let mut b = Vec::new();
+            let f = std::fs::File::open(logs.join(format!("launch-{id}.log.gz")))?;
+            flate2::read::GzDecoder::new(f).take(1 << 30).read_to_end(&mut b)?;
+            b
+        }
+    };
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Every launch under `root` that finished, with its estimate.
 pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
     let mut files = Vec::new();
@@ -122,10 +140,7 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
             };
             let ftype = FileType::from_str(&ty[i], true).map_err(|_| bad(&format!("type {}", ty[i])))?;
             let id = count(id[i]).ok_or_else(|| bad("id"))?;
-            // The generated text in the log is whatever the synthetic weights decode to: bytes.
-            let log = std::fs::read(dir.join("logs").join(format!("launch-{id}.log")))
-                .map_err(|e| bad(&format!("its log: {e}")))?;
-            let log = String::from_utf8_lossy(&log);
+            let log = read_log(&dir.join("logs"), id).map_err(|e| bad(&format!("its log: {e}")))?;
             let Some(measured) = parse_log(&log) else { continue };
             let cfg = DecoderConfig::preset(&preset[i])?;
             let predicted = llamacpp::memory(&cfg, &plan(&cfg, Plan::Llama(ftype)), &launch)?.gpu;
