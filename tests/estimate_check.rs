@@ -350,7 +350,13 @@ fn llamacpp_buffers_of_every_committed_launch() {
     for x in &l {
         let predicted = [x.predicted.model, x.predicted.context, x.predicted.compute].map(|b| b as f64 / 1048576.0);
         for (what, (m, p)) in ["model", "KV", "compute"].iter().zip(x.measured.iter().zip(predicted)) {
-            assert!((m - p).abs() <= 0.25, "{} {} {}: {what} measured {m:.2} MiB, predicted {p:.2}", x.file, x.preset, x.launch.flags());
+            assert!(
+                (m - p).abs() <= 0.25,
+                "{} {} {}: {what} measured {m:.2} MiB, predicted {p:.2}",
+                x.file,
+                x.preset,
+                x.launch.flags()
+            );
         }
     }
     // Partial offloads are among them: the scheduler's copies are what they exercise.

@@ -147,7 +147,7 @@ fn pad(x: u64, to: u64) -> u64 {
 
 /// Bytes of `ty` for `elems` values (whole blocks).
 fn type_bytes(ty: GgmlType, elems: u64) -> u64 {
-    elems.div_ceil(ty.block as u64) * ty.bytes as u64
+    elems.div_ceil(ty.block) * ty.bytes
 }
 
 /// What the CUDA buffer type allocates for a tensor (`ggml_backend_cuda_buffer_type_get_alloc_size`

@@ -80,18 +80,12 @@ pub fn llamacpp(
         Some(g) => vec![(g.header.str("general.name").unwrap_or("the GGUF file").to_string(), file_tensors(g)?)],
         None => types.iter().map(|t| (t.name().to_string(), writer::plan(cfg, writer::Plan::Llama(*t)))).collect(),
     };
-    let mut rows: (Vec<String>, Vec<&str>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) = Default::default();
+    // (what, device, its buffers) per row.
+    let mut rows: Vec<(String, &str, llamacpp::Buffers)> = Vec::new();
     let mut out = StageOutput::default();
     for (what, tensors) in &priced {
         let m = llamacpp::memory(cfg, tensors, l)?;
-        for (device, b) in [("gpu", m.gpu), ("host", m.host)] {
-            rows.0.push(what.clone());
-            rows.1.push(device);
-            rows.2.push(mib(b.model));
-            rows.3.push(mib(b.context));
-            rows.4.push(mib(b.compute));
-            rows.5.push(mib(b.total()));
-        }
+        rows.extend([("gpu", m.gpu), ("host", m.host)].map(|(device, b)| (what.clone(), device, b)));
         s.say(format!(
             "llama.cpp {} ({what}): GPU {:.2} MiB = model {:.2} + KV {:.2} ({} cells) + compute {:.2} ({} layers and {} the output on the GPU; {}-token micro-batch); host {:.2} MiB",
             l.flags(),
@@ -111,15 +105,18 @@ pub fn llamacpp(
                 .note("model + KV cache + compute buffer, as llama.cpp's memory breakdown counts them (its 'self'); the CUDA context and its pools come beside it"),
         );
     }
+    s.say(
+        "beyond these buffers nvidia-smi counts the CUDA context, cuBLAS and llama.cpp's scratch pool: 600-609 MiB with flash attention on and quantized weights, up to 1,106 MiB with it off, on an H200 (data/results/h200/2026-11-27-llamacpp-memory); not yet predicted",
+    );
     out.table(
         LLAMACPP,
         df!(
-            col::MODEL => rows.0,
-            col::DEVICE => rows.1,
-            col::MODEL_MIB => rows.2,
-            col::CONTEXT_MIB => rows.3,
-            col::COMPUTE_MIB => rows.4,
-            col::TOTAL_MIB => rows.5,
+            col::MODEL => rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+            col::DEVICE => rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+            col::MODEL_MIB => rows.iter().map(|r| mib(r.2.model)).collect::<Vec<_>>(),
+            col::CONTEXT_MIB => rows.iter().map(|r| mib(r.2.context)).collect::<Vec<_>>(),
+            col::COMPUTE_MIB => rows.iter().map(|r| mib(r.2.compute)).collect::<Vec<_>>(),
+            col::TOTAL_MIB => rows.iter().map(|r| mib(r.2.total())).collect::<Vec<_>>(),
         )?,
     );
     Ok(out)
