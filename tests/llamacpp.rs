@@ -4,19 +4,12 @@
 
 mod common;
 
-use std::process::{Command, Output};
 use vram_lab::estimate::llamacpp::{memory, CacheType, Launch};
 use vram_lab::model::gguf::recipe::FileType;
 use vram_lab::model::gguf::writer::{plan, Plan};
 use vram_lab::model::DecoderConfig;
 
-fn lab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vram-lab")).args(args).arg("--quiet").output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+use common::{lab_quiet as lab, output_text as text};
 
 fn rows(dir: &std::path::Path) -> Vec<Vec<String>> {
     let t = std::fs::read_to_string(dir.join("estimate/estimate_llamacpp.csv")).unwrap();

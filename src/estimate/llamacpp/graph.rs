@@ -40,6 +40,26 @@ pub struct Tensor {
     pub dep: bool,
 }
 
+impl Tensor {
+    /// The same bytes and layout as a plain tensor of `backend`: no sources, no view, no flags.
+    fn detached(&self, backend: usize) -> Tensor {
+        Tensor {
+            srcs: vec![],
+            view_of: None,
+            inplace: false,
+            input: false,
+            output: false,
+            external: false,
+            weight: false,
+            backend,
+            fa_cells: 0,
+            get_rows: false,
+            dep: false,
+            ..self.clone()
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Graph {
     pub tensors: Vec<Tensor>,
@@ -370,30 +390,15 @@ fn with_copies(mut g: Graph) -> Graph {
                 None => {
                     // The scheduler's dependency on what is copied (a view that reads it, not
                     // counted as a view): the original is released once the copy is made.
-                    let mut dep = g.tensors[s].clone();
-                    dep.size = 0;
-                    dep.srcs = vec![s];
-                    dep.view_of = Some(g.tensors[s].view_of.unwrap_or(s));
-                    dep.dep = true;
-                    dep.input = false;
-                    dep.output = false;
-                    dep.external = false;
-                    dep.weight = false;
-                    dep.inplace = false;
-                    dep.fa_cells = 0;
-                    dep.backend = from;
+                    let dep = Tensor {
+                        size: 0,
+                        srcs: vec![s],
+                        view_of: Some(g.tensors[s].view_of.unwrap_or(s)),
+                        dep: true,
+                        ..g.tensors[s].detached(from)
+                    };
                     g.tensors.push(dep);
-                    let mut t = g.tensors[s].clone();
-                    t.srcs = vec![];
-                    t.view_of = None;
-                    t.input = false;
-                    t.output = false;
-                    t.external = false;
-                    t.weight = false;
-                    t.inplace = false;
-                    t.fa_cells = 0;
-                    t.dep = false;
-                    t.backend = backend;
+                    let t = g.tensors[s].detached(backend);
                     g.tensors.push(t);
                     let c = g.tensors.len() - 1;
                     let at = run_start + 2 * run_inputs;
