@@ -3,14 +3,14 @@
 //! cache), node by node in the order ggml builds it for a dense decoder (`src/models/qwen2.cpp`,
 //! `llama.cpp`, `qwen3.cpp`; `llm_graph_context::build_attn`, `build_ffn`), with the backend each
 //! node runs on and the copies ggml's scheduler makes where a node reads another backend's tensor
-//! (`ggml_backend_sched_split_graph`). `alloc::reserve` walks it.
+//! (`sched`). `alloc::reserve` walks it.
 
 use crate::model::config::DecoderConfig;
 
 pub const GPU: usize = 0;
 pub const CPU: usize = 1;
-/// Not yet assigned to a backend.
-const UNSET: usize = 2;
+/// Not yet assigned to a backend (`sched::assign` assigns every node).
+pub const UNSET: usize = 2;
 
 /// One tensor of the graph: a node, an input, or an external (a weight, the KV cache).
 #[derive(Clone, Debug)]
@@ -42,7 +42,7 @@ pub struct Tensor {
 
 impl Tensor {
     /// The same bytes and layout as a plain tensor of `backend`: no sources, no view, no flags.
-    fn detached(&self, backend: usize) -> Tensor {
+    pub fn detached(&self, backend: usize) -> Tensor {
         Tensor {
             srcs: vec![],
             view_of: None,
@@ -182,8 +182,8 @@ impl Graph {
 /// `output_norm` with `il` = the layer count) as its buffer holds it.
 pub type WeightBytes<'a> = &'a dyn Fn(usize, &str) -> u64;
 
-/// The reserved graph of `cfg` (a dense decoder) over `s`, each node on its backend, with the
-/// scheduler's copies between backends.
+/// The reserved graph of `cfg` (a dense decoder) over `s`, in ggml's node order; `sched` gives
+/// each node its backend and adds the copies between backends.
 pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
     let mut g = Graph::default();
     let n = s.tokens;
@@ -295,124 +295,5 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
     let logits = g.op(&[out, result_norm], F32, [vocab, n, 1], false);
     g.tensors[result_norm].output = true;
     g.tensors[logits].output = true;
-    assign(&mut g, n);
-    for t in g.tensors.iter_mut() {
-        if t.fa_cells > 0 && t.backend == GPU {
-            // The MMA kernel reads a quantized cache through F16 copies made inside the output's
-            // allocation (`ggml_cuda_flash_attn_ext_get_alloc_size`).
-            let pad = |x: u64| x.div_ceil(128) * 128;
-            if s.k_quantized {
-                t.size = pad(t.size) + 2 * t.fa_cells;
-            }
-            if s.v_quantized {
-                t.size = pad(t.size) + 2 * t.fa_cells;
-            }
-        }
-    }
-    with_copies(g)
-}
-
-/// ggml's scheduler's backend for each node (`ggml_backend_sched_split_graph`, passes 1, 2 and
-/// 5): a node reading a weight runs where the weight is, or on the GPU when the weight is on the
-/// host and the node handles at least 32 rows (op offload); one writing or viewing the cache runs
-/// where the cache is; the rest, views aside, take the GPU from a neighbour (down, then up), then
-/// any neighbour's backend; a view runs where what it views does.
-fn assign(g: &mut Graph, tokens: u64) {
-    let nodes = g.nodes.clone();
-    let root = |g: &Graph, i: usize| g.tensors[i].view_of.unwrap_or(i);
-    for &i in &nodes {
-        let t = &g.tensors[i];
-        let fixed = if let Some(v) = t.view_of.filter(|&v| g.tensors[v].external) {
-            Some(g.tensors[v].backend)
-        } else if let Some(w) = t.srcs.iter().find(|&&s| g.tensors[s].external && g.tensors[s].view_of.is_none()) {
-            let home = g.tensors[*w].backend;
-            // Every node here handles one row per token (`get_op_batch_size`); get_rows none.
-            Some(if home == CPU && tokens >= 32 && !t.get_rows { GPU } else { home })
-        } else {
-            None
-        };
-        if let Some(b) = fixed {
-            g.tensors[i].backend = b;
-        }
-    }
-    // Views are skipped while backends spread (`ggml_is_view_op`).
-    let computed: Vec<usize> = nodes.iter().copied().filter(|&i| g.tensors[i].view_of.is_none()).collect();
-    for (only_gpu, reverse) in [(true, false), (true, true), (false, false), (false, true)] {
-        let mut cur = UNSET;
-        let seq: Vec<usize> = if reverse { computed.iter().rev().copied().collect() } else { computed.clone() };
-        for i in seq {
-            match g.tensors[i].backend {
-                CPU if only_gpu => cur = UNSET,
-                UNSET if cur != UNSET => g.tensors[i].backend = cur,
-                UNSET => {}
-                b => cur = b,
-            }
-        }
-    }
-    for &i in &nodes {
-        if g.tensors[i].backend == UNSET {
-            let r = root(g, i);
-            g.tensors[i].backend = if r != i && g.tensors[r].backend != UNSET { g.tensors[r].backend } else { CPU };
-        }
-    }
-}
-
-/// The scheduler's split: a run of nodes on one backend reads the other backend's tensors
-/// through copies it allocates at the run's start (one copy per tensor and backend, kept while
-/// any node reads it; host weights of a node offloaded to the GPU too). A node reading another
-/// backend's weight starts a new run when the current one already has copies, so the last
-/// weight's copy is freed before the next is made.
-fn with_copies(mut g: Graph) -> Graph {
-    let mut out: Vec<usize> = Vec::with_capacity(g.nodes.len());
-    let mut copies: std::collections::HashMap<(usize, usize), usize> = Default::default();
-    // Where the current run starts in `out`, its backend, and how many copies it has.
-    let (mut run_start, mut run_backend, mut run_inputs) = (0, usize::MAX, 0);
-    let home = |g: &Graph, s: usize| if g.tensors[s].input { CPU } else { g.tensors[s].backend };
-    let nodes = g.nodes.clone();
-    for node in nodes {
-        let backend = g.tensors[node].backend;
-        let foreign_weight = g.tensors[node].srcs.iter().any(|&s| g.tensors[s].weight && home(&g, s) != backend);
-        if backend != run_backend || (foreign_weight && run_inputs > 0) {
-            run_start = out.len();
-            run_backend = backend;
-            run_inputs = 0;
-        }
-        let srcs = g.tensors[node].srcs.clone();
-        let mut new_srcs = Vec::with_capacity(srcs.len());
-        for s in srcs {
-            let from = home(&g, s);
-            if from == backend {
-                new_srcs.push(s);
-                continue;
-            }
-            let c = match copies.get(&(s, backend)) {
-                Some(&c) => c,
-                None => {
-                    // The scheduler's dependency on what is copied (a view that reads it, not
-                    // counted as a view): the original is released once the copy is made.
-                    let dep = Tensor {
-                        size: 0,
-                        srcs: vec![s],
-                        view_of: Some(g.tensors[s].view_of.unwrap_or(s)),
-                        dep: true,
-                        ..g.tensors[s].detached(from)
-                    };
-                    g.tensors.push(dep);
-                    let t = g.tensors[s].detached(backend);
-                    g.tensors.push(t);
-                    let c = g.tensors.len() - 1;
-                    let at = run_start + 2 * run_inputs;
-                    out.splice(at..at, [c - 1, c]);
-                    run_inputs += 1;
-                    copies.insert((s, backend), c);
-                    c
-                }
-            };
-            new_srcs.push(c);
-        }
-        g.tensors[node].srcs = new_srcs;
-        out.push(node);
-    }
-    g.nodes = out;
     g
 }

@@ -8,6 +8,7 @@
 
 pub mod alloc;
 pub mod graph;
+pub mod sched;
 
 use crate::error::{LabError, Result};
 use crate::model::config::DecoderConfig;
@@ -170,6 +171,19 @@ fn layer_of(name: &str, layers: usize) -> Option<usize> {
     (name != "token_embd.weight").then_some(layers)
 }
 
+/// The MMA flash-attention kernel reads a quantized cache through F16 copies it makes inside its
+/// output's allocation (`ggml_cuda_flash_attn_ext_get_alloc_size`): on the GPU only.
+fn flash_copies_on_gpu(g: &mut graph::Graph, s: &graph::Shape) {
+    for t in g.tensors.iter_mut().filter(|t| t.fa_cells > 0 && t.backend == graph::GPU) {
+        if s.k_quantized {
+            t.size = pad(t.size, CUDA_ALIGNMENT) + 2 * t.fa_cells;
+        }
+        if s.v_quantized {
+            t.size = pad(t.size, CUDA_ALIGNMENT) + 2 * t.fa_cells;
+        }
+    }
+}
+
 /// llama.cpp's memory for `cfg` stored as `tensors` (a GGUF's, or a recipe's plan) under `l`.
 pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Memory> {
     if cfg.model_type.is_moe() {
@@ -244,7 +258,10 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
         output_on_gpu: on_gpu(Some(layers)),
     };
     let bytes = |i: usize, name: &str| weight.get(&(i, name.to_string())).copied().unwrap_or(0);
-    let g = graph::build(cfg, &shape, &bytes);
+    let mut g = graph::build(cfg, &shape, &bytes);
+    sched::assign(&mut g, tokens);
+    flash_copies_on_gpu(&mut g, &shape);
+    let g = sched::with_copies(g);
     let high = alloc::reserve(&g, 2, CUDA_ALIGNMENT);
     // Even with -ngl 0 a CUDA build offloads the prompt's large products (op offload).
     gpu.compute = high[graph::GPU];

@@ -2,9 +2,9 @@
 //! term by term (`crate::estimate::llamacpp`), for the file's own types or llama-quantize's.
 
 use super::tables::{col, LLAMACPP};
-use super::{Engine, EstimateConfig, Switch};
 use crate::error::{LabError, Result};
-use crate::estimate::llamacpp::{self, Launch};
+use crate::estimate::llamacpp::{self, CacheType, Launch};
+use crate::limits;
 use crate::memory::mib;
 use crate::model::gguf::recipe::FileType;
 use crate::model::gguf::writer::{self, Planned};
@@ -13,10 +13,76 @@ use crate::model::DecoderConfig;
 use crate::session::Session;
 use crate::stage::{Finding, StageOutput};
 use polars::prelude::*;
+use serde::{Deserialize, Serialize};
 
-/// The launch `c` asks llama.cpp's memory for; None for the lab's engine, which refuses
-/// llama.cpp's flags by name.
-pub fn launch(c: &EstimateConfig) -> Result<Option<Launch>> {
+/// llama.cpp's flags, and whose memory `estimate` prices.
+#[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
+pub struct LlamaCppFlags {
+    /// Whose memory: the lab's runtime, or llama.cpp's for the same GGUF at --seq (its -c) and
+    /// the flags below
+    #[arg(long, value_enum, default_value_t = Engine::Lab)]
+    pub engine: Engine,
+    /// --engine llama.cpp: the GGUF types to price a preset or config.json in (a GGUF file is
+    /// priced in its own)
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![FileType::Q4KM])]
+    pub gguf_types: Vec<FileType>,
+    /// --engine llama.cpp: -ngl, layers on the GPU counting the output (default: all)
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=limits::MAX_LAYERS as u64 + 1))]
+    pub ngl: Option<usize>,
+    /// --engine llama.cpp: -fa (default on)
+    #[arg(long, value_enum)]
+    pub fa: Option<Switch>,
+    /// --engine llama.cpp: -ctk, the K cache's type (default f16)
+    #[arg(long, value_enum)]
+    pub ctk: Option<CacheType>,
+    /// --engine llama.cpp: -ctv, the V cache's type (default f16)
+    #[arg(long, value_enum)]
+    pub ctv: Option<CacheType>,
+    /// --engine llama.cpp: -b, the logical batch (default 2048)
+    #[arg(long, value_parser = limits::count(limits::MAX_SEQ))]
+    pub n_batch: Option<usize>,
+    /// --engine llama.cpp: -ub, the micro-batch (default 512)
+    #[arg(long, value_parser = limits::count(limits::MAX_SEQ))]
+    pub ub: Option<usize>,
+}
+
+impl Default for LlamaCppFlags {
+    fn default() -> Self {
+        Self {
+            engine: Engine::Lab,
+            gguf_types: vec![FileType::Q4KM],
+            ngl: None,
+            fa: None,
+            ctk: None,
+            ctv: None,
+            n_batch: None,
+            ub: None,
+        }
+    }
+}
+
+/// Whose memory `estimate` prices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum Engine {
+    /// The lab's own runtime (candle): what its stages measure.
+    Lab,
+    /// llama.cpp (llama-server, llama-cli, and what wraps them: ollama, LM Studio) on CUDA.
+    #[value(name = "llama.cpp")]
+    #[serde(rename = "llama.cpp")]
+    LlamaCpp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Switch {
+    On,
+    Off,
+}
+
+/// The launch `c` asks llama.cpp's memory for at `seq` (its -c); None for the lab's engine, which
+/// refuses llama.cpp's flags by name. `others`: the estimator's flags llama.cpp's pricing has no
+/// place for, and whether each was given.
+pub fn launch(c: &LlamaCppFlags, seq: usize, others: &[(&str, bool)]) -> Result<Option<Launch>> {
     let given = [
         ("--ngl", c.ngl.is_some()),
         ("--fa", c.fa.is_some()),
@@ -24,7 +90,7 @@ pub fn launch(c: &EstimateConfig) -> Result<Option<Launch>> {
         ("--ctv", c.ctv.is_some()),
         ("--n-batch", c.n_batch.is_some()),
         ("--ub", c.ub.is_some()),
-        ("--gguf-types", c.gguf_types != EstimateConfig::default().gguf_types),
+        ("--gguf-types", c.gguf_types != LlamaCppFlags::default().gguf_types),
     ];
     if c.engine == Engine::Lab {
         if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
@@ -34,9 +100,7 @@ pub fn launch(c: &EstimateConfig) -> Result<Option<Launch>> {
         }
         return Ok(None);
     }
-    for (flag, set) in
-        [("--train", c.train), ("--tp", c.tp.is_some()), ("--pp", c.pp.is_some()), ("--batch", c.batch != 1)]
-    {
+    for &(flag, set) in others {
         if set {
             return Err(LabError::input(format!(
                 "{flag} is not priced for --engine llama.cpp (one sequence, one GPU)"
@@ -45,7 +109,7 @@ pub fn launch(c: &EstimateConfig) -> Result<Option<Launch>> {
     }
     let d = Launch::default();
     Ok(Some(Launch {
-        ctx: c.seq,
+        ctx: seq,
         gpu_layers: c.ngl,
         flash: c.fa.map(|f| f == Switch::On).unwrap_or(d.flash),
         cache_k: c.ctk.unwrap_or(d.cache_k),

@@ -14,15 +14,14 @@ pub mod training_tables;
 
 use crate::error::Result;
 use crate::estimate::fit::{self, CardFit, Runtime};
-use crate::estimate::llamacpp::CacheType;
 use crate::estimate::parallel;
 use crate::estimate::training::{self, Optimizer};
 use crate::hw::Card;
 use crate::limits;
 use crate::memory::{gib, mib};
-use crate::model::gguf::recipe::FileType;
 use crate::model::gguf::Gguf;
 use crate::model::{DecoderConfig, Logits, Precision};
+use engine::LlamaCppFlags;
 use inputs::{ledger_rows, model_config, workload};
 use tables::{col, CURVE, FIT, LEDGER, PARALLEL, TRAINING, TRAIN_CARDS, TRAIN_DP, TRAIN_STEP};
 use training_tables::{train_cards_table, train_dp_table, train_step_table, training_table};
@@ -80,50 +79,10 @@ pub struct EstimateConfig {
     /// Inference as a pipeline over this many GPUs (whole layers per GPU, split by weight)
     #[arg(long, conflicts_with = "tp", value_parser = limits::count(MAX_PARALLEL))]
     pub pp: Option<usize>,
-    /// Whose memory: the lab's runtime, or llama.cpp's for the same GGUF at --seq (its -c) and
-    /// the flags below
-    #[arg(long, value_enum, default_value_t = Engine::Lab)]
-    pub engine: Engine,
-    /// --engine llama.cpp: the GGUF types to price a preset or config.json in (a GGUF file is
-    /// priced in its own)
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![FileType::Q4KM])]
-    pub gguf_types: Vec<FileType>,
-    /// --engine llama.cpp: -ngl, layers on the GPU counting the output (default: all)
-    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=limits::MAX_LAYERS as u64 + 1))]
-    pub ngl: Option<usize>,
-    /// --engine llama.cpp: -fa (default on)
-    #[arg(long, value_enum)]
-    pub fa: Option<Switch>,
-    /// --engine llama.cpp: -ctk, the K cache's type (default f16)
-    #[arg(long, value_enum)]
-    pub ctk: Option<CacheType>,
-    /// --engine llama.cpp: -ctv, the V cache's type (default f16)
-    #[arg(long, value_enum)]
-    pub ctv: Option<CacheType>,
-    /// --engine llama.cpp: -b, the logical batch (default 2048)
-    #[arg(long, value_parser = limits::count(limits::MAX_SEQ))]
-    pub n_batch: Option<usize>,
-    /// --engine llama.cpp: -ub, the micro-batch (default 512)
-    #[arg(long, value_parser = limits::count(limits::MAX_SEQ))]
-    pub ub: Option<usize>,
-}
-
-/// Whose memory `estimate` prices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-pub enum Engine {
-    /// The lab's own runtime (candle): what its stages measure.
-    Lab,
-    /// llama.cpp (llama-server, llama-cli, and what wraps them: ollama, LM Studio) on CUDA.
-    #[value(name = "llama.cpp")]
-    #[serde(rename = "llama.cpp")]
-    LlamaCpp,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Switch {
-    On,
-    Off,
+    /// `--engine llama.cpp` and its flags
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub llama: LlamaCppFlags,
 }
 
 /// GPUs of one host a tensor-parallel or pipeline plan is priced for.
@@ -145,14 +104,7 @@ impl Default for EstimateConfig {
             checkpointing: false,
             tp: None,
             pp: None,
-            engine: Engine::Lab,
-            gguf_types: vec![FileType::Q4KM],
-            ngl: None,
-            fa: None,
-            ctk: None,
-            ctv: None,
-            n_batch: None,
-            ub: None,
+            llama: LlamaCppFlags::default(),
         }
     }
 }
@@ -166,10 +118,12 @@ impl Stage for Estimate {
     type Config = EstimateConfig;
 
     fn run(s: &mut Session, c: &EstimateConfig) -> Result<StageOutput> {
-        let launch = engine::launch(c)?;
+        let others =
+            [("--train", c.train), ("--tp", c.tp.is_some()), ("--pp", c.pp.is_some()), ("--batch", c.batch != 1)];
+        let launch = engine::launch(&c.llama, c.seq, &others)?;
         let (cfg, gguf) = model_config(s, &c.config)?;
         if let Some(l) = launch {
-            return engine::llamacpp(s, &cfg, gguf.as_ref(), &c.gguf_types, &l);
+            return engine::llamacpp(s, &cfg, gguf.as_ref(), &c.llama.gguf_types, &l);
         }
         let runtime = Runtime::assumed();
         let cards = Card::presets();

@@ -1,0 +1,110 @@
+//! ggml's scheduler over the reserved graph (`ggml_backend_sched_split_graph`): the backend each
+//! node runs on, and the copies it makes where a node reads another backend's tensor, each
+//! allocated at the start of the run of nodes that needs it.
+
+use super::graph::{Graph, Tensor, CPU, GPU, UNSET};
+
+/// ggml's scheduler's backend for each node (`ggml_backend_sched_split_graph`, passes 1, 2 and
+/// 5): a node reading a weight runs where the weight is, or on the GPU when the weight is on the
+/// host and the node handles at least 32 rows (op offload); one writing or viewing the cache runs
+/// where the cache is; the rest, views aside, take the GPU from a neighbour (down, then up), then
+/// any neighbour's backend; a view runs where what it views does.
+pub fn assign(g: &mut Graph, tokens: u64) {
+    let nodes = g.nodes.clone();
+    let root = |g: &Graph, i: usize| g.tensors[i].view_of.unwrap_or(i);
+    for &i in &nodes {
+        let t = &g.tensors[i];
+        let fixed = if let Some(v) = t.view_of.filter(|&v| g.tensors[v].external) {
+            Some(g.tensors[v].backend)
+        } else if let Some(w) = t.srcs.iter().find(|&&s| g.tensors[s].external && g.tensors[s].view_of.is_none()) {
+            let home = g.tensors[*w].backend;
+            // Every node here handles one row per token (`get_op_batch_size`); get_rows none.
+            Some(if home == CPU && tokens >= 32 && !t.get_rows { GPU } else { home })
+        } else {
+            None
+        };
+        if let Some(b) = fixed {
+            g.tensors[i].backend = b;
+        }
+    }
+    // Views are skipped while backends spread (`ggml_is_view_op`).
+    let computed: Vec<usize> = nodes.iter().copied().filter(|&i| g.tensors[i].view_of.is_none()).collect();
+    for (only_gpu, reverse) in [(true, false), (true, true), (false, false), (false, true)] {
+        let mut cur = UNSET;
+        let seq: Vec<usize> = if reverse { computed.iter().rev().copied().collect() } else { computed.clone() };
+        for i in seq {
+            match g.tensors[i].backend {
+                CPU if only_gpu => cur = UNSET,
+                UNSET if cur != UNSET => g.tensors[i].backend = cur,
+                UNSET => {}
+                b => cur = b,
+            }
+        }
+    }
+    for &i in &nodes {
+        if g.tensors[i].backend == UNSET {
+            let r = root(g, i);
+            g.tensors[i].backend = if r != i && g.tensors[r].backend != UNSET { g.tensors[r].backend } else { CPU };
+        }
+    }
+}
+
+/// The scheduler's split: a run of nodes on one backend reads the other backend's tensors
+/// through copies it allocates at the run's start (one copy per tensor and backend, kept while
+/// any node reads it; host weights of a node offloaded to the GPU too). A node reading another
+/// backend's weight starts a new run when the current one already has copies, so the last
+/// weight's copy is freed before the next is made.
+pub fn with_copies(mut g: Graph) -> Graph {
+    let mut out: Vec<usize> = Vec::with_capacity(g.nodes.len());
+    let mut copies: std::collections::HashMap<(usize, usize), usize> = Default::default();
+    // Where the current run starts in `out`, its backend, and how many copies it has.
+    let (mut run_start, mut run_backend, mut run_inputs) = (0, usize::MAX, 0);
+    let home = |g: &Graph, s: usize| if g.tensors[s].input { CPU } else { g.tensors[s].backend };
+    let nodes = g.nodes.clone();
+    for node in nodes {
+        let backend = g.tensors[node].backend;
+        let foreign_weight = g.tensors[node].srcs.iter().any(|&s| g.tensors[s].weight && home(&g, s) != backend);
+        if backend != run_backend || (foreign_weight && run_inputs > 0) {
+            run_start = out.len();
+            run_backend = backend;
+            run_inputs = 0;
+        }
+        let srcs = g.tensors[node].srcs.clone();
+        let mut new_srcs = Vec::with_capacity(srcs.len());
+        for s in srcs {
+            let from = home(&g, s);
+            if from == backend {
+                new_srcs.push(s);
+                continue;
+            }
+            let c = match copies.get(&(s, backend)) {
+                Some(&c) => c,
+                None => {
+                    // The scheduler's dependency on what is copied (a view that reads it, not
+                    // counted as a view): the original is released once the copy is made.
+                    let dep = Tensor {
+                        size: 0,
+                        srcs: vec![s],
+                        view_of: Some(g.tensors[s].view_of.unwrap_or(s)),
+                        dep: true,
+                        ..g.tensors[s].detached(from)
+                    };
+                    g.tensors.push(dep);
+                    let t = g.tensors[s].detached(backend);
+                    g.tensors.push(t);
+                    let c = g.tensors.len() - 1;
+                    let at = run_start + 2 * run_inputs;
+                    out.splice(at..at, [c - 1, c]);
+                    run_inputs += 1;
+                    copies.insert((s, backend), c);
+                    c
+                }
+            };
+            new_srcs.push(c);
+        }
+        g.tensors[node].srcs = new_srcs;
+        out.push(node);
+    }
+    g.nodes = out;
+    g
+}
