@@ -61,15 +61,6 @@ pub fn views() -> Vec<View> {
     use col::*;
     vec![
         View {
-            name: "llamacpp",
-            table: LLAMACPP,
-            caption: "Estimator check — llama.cpp's own GPU buffers per launch beside `estimate --engine llama.cpp` (MiB)",
-            columns: &[FILE, PRESET, TYPE, FLAGS, MODEL_MIB, PREDICTED_MODEL_MIB, KV_MIB, PREDICTED_KV_MIB, COMPUTE_MIB, PREDICTED_COMPUTE_MIB, SELF_MIB, PREDICTED_SELF_MIB, ERR_MIB, ERR_PCT, NVIDIA_SMI_MIB, OUTSIDE_MIB],
-            group_by: &[],
-            chart: None,
-            explain: "每次 llama.cpp 启动:它日志里打印的 GPU 模型缓冲、KV 缓冲、计算缓冲,旁边是估算器对同一模型同一组参数的预测,以及 nvidia-smi 看到的整个进程显存(多出来的是 CUDA 上下文、cuBLAS 和 llama.cpp 的临时池)。<br>Each llama.cpp launch: the GPU's model, KV and compute buffers as its log printed them, beside the estimate for the same model and flags, and the whole process as nvidia-smi listed it (beyond the buffers: the CUDA context, cuBLAS and llama.cpp's scratch pool).",
-        },
-        View {
             name: "summary",
             table: SUMMARY,
             caption: "Estimator check — the summary: how many checks, how many within tolerance, the worst miss",
@@ -95,6 +86,15 @@ pub fn views() -> Vec<View> {
             group_by: &[FILE],
             chart: None,
             explain: "predicted_max_context: the KV stage's own search (the same doubling lengths, the same bisection grid) run on the ledger, the card's total less the runtime outside the pool. The ledger counts the pool's chunks: CUDA's pool maps 32 MiB at a time and after a trim keeps every chunk a live allocation touches: 25.1 MiB per chunk of live allocations (each counted up to a chunk) at the traced worst layer (data/results/h200/2026-11-23-pool). With oom_retry (a failed request retried after the pool is trimmed, as PyTorch retries after releasing its cache) the bisections land within about 1 % of it, whether the edge is the logits, the attention or the MLP, on an RTX 4090 and an A4000, 7B and 3B; the A4000's BF16 edge at 3,584 tokens is one bisection step (7 %) above; the same command in two processes differed by one step (24,064 and 24,320). Runs before the retry stopped where the pool's mapped memory hit the card: 16,128 tokens instead of 24,064. 最长上下文:同一搜索在账本上的结果(计入内存池 32 MiB 分块的余量);失败后整理内存池再重试,误差约 1 %(A4000 BF16 短上下文差一个二分步长)。",
+        },
+        View {
+            name: "llamacpp",
+            table: LLAMACPP,
+            caption: "Estimator check — llama.cpp's own GPU buffers per launch beside `estimate --engine llama.cpp` (MiB)",
+            columns: &[FILE, PRESET, TYPE, FLAGS, MODEL_MIB, PREDICTED_MODEL_MIB, KV_MIB, PREDICTED_KV_MIB, COMPUTE_MIB, PREDICTED_COMPUTE_MIB, SELF_MIB, PREDICTED_SELF_MIB, ERR_MIB, ERR_PCT, NVIDIA_SMI_MIB, OUTSIDE_MIB],
+            group_by: &[],
+            chart: None,
+            explain: "每次 llama.cpp 启动:它日志里打印的 GPU 模型缓冲、KV 缓冲、计算缓冲,旁边是估算器对同一模型同一组参数的预测,以及 nvidia-smi 看到的整个进程显存(多出来的是 CUDA 上下文、cuBLAS 和 llama.cpp 的临时池)。<br>Each llama.cpp launch: the GPU's model, KV and compute buffers as its log printed them, beside the estimate for the same model and flags, and the whole process as nvidia-smi listed it (beyond the buffers: the CUDA context, cuBLAS and llama.cpp's scratch pool).",
         },
     ]
 }
