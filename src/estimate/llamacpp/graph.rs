@@ -40,10 +40,14 @@ pub struct Tensor {
     pub dep: bool,
 }
 
+/// No layout: weights and caches are never allocated here, so never reused in place.
+const NO_LAYOUT: (u32, [u64; 3]) = (u32::MAX, [0; 3]);
+
 impl Tensor {
-    /// The same bytes and layout as a plain tensor of `backend`: no sources, no view, no flags.
-    pub fn detached(&self, backend: usize) -> Tensor {
+    /// A tensor of `size` bytes and `layout` on `backend`: no sources, no view, no flags.
+    fn plain(size: u64, layout: (u32, [u64; 3]), backend: usize) -> Tensor {
         Tensor {
+            size,
             srcs: vec![],
             view_of: None,
             inplace: false,
@@ -52,11 +56,16 @@ impl Tensor {
             external: false,
             weight: false,
             backend,
+            layout,
             fa_cells: 0,
             get_rows: false,
             dep: false,
-            ..self.clone()
         }
+    }
+
+    /// The same bytes and layout as a plain tensor of `backend`.
+    pub fn detached(&self, backend: usize) -> Tensor {
+        Tensor::plain(self.size, self.layout, backend)
     }
 }
 
@@ -100,60 +109,28 @@ impl Graph {
         self.tensors.len() - 1
     }
 
-    /// A weight or a cache of `size` bytes held in `backend`'s memory.
-    fn external(&mut self, backend: usize, size: u64) -> usize {
-        self.push(Tensor {
-            size,
-            srcs: vec![],
-            view_of: None,
-            inplace: false,
-            input: false,
-            output: false,
-            external: true,
-            weight: true,
-            backend,
-            layout: (u32::MAX, [0; 3]),
-            fa_cells: 0,
-            get_rows: false,
-            dep: false,
-        })
+    /// A weight of `size` bytes held in `backend`'s memory.
+    fn weight(&mut self, backend: usize, size: u64) -> usize {
+        self.push(Tensor { external: true, weight: true, ..Tensor::plain(size, NO_LAYOUT, backend) })
+    }
+
+    /// A layer's K or V cache of `size` bytes on `backend`: external, but not a weight.
+    fn cache(&mut self, backend: usize, size: u64) -> usize {
+        self.push(Tensor { external: true, ..Tensor::plain(size, NO_LAYOUT, backend) })
     }
 
     fn input(&mut self, ty: u32, ne: [u64; 3]) -> usize {
-        let size = bytes_of(ty, ne.iter().product());
-        self.push(Tensor {
-            size,
-            srcs: vec![],
-            view_of: None,
-            inplace: false,
-            input: true,
-            output: false,
-            external: false,
-            weight: false,
-            backend: CPU,
-            layout: (ty, ne),
-            fa_cells: 0,
-            get_rows: false,
-            dep: false,
-        })
+        self.push(Tensor { input: true, ..Tensor::plain(bytes_of(ty, ne.iter().product()), (ty, ne), CPU) })
     }
 
     /// A node making a new tensor of `ne` in `ty`; its backend is assigned once the graph is whole.
     fn op(&mut self, srcs: &[usize], ty: u32, ne: [u64; 3], inplace: bool) -> usize {
+        let get_rows = !inplace && srcs.len() == 2 && self.tensors[srcs[1]].layout.0 == I32;
         let t = self.push(Tensor {
-            size: bytes_of(ty, ne.iter().product()),
             srcs: srcs.to_vec(),
-            view_of: None,
             inplace,
-            input: false,
-            output: false,
-            external: false,
-            weight: false,
-            backend: UNSET,
-            layout: (ty, ne),
-            fa_cells: 0,
-            get_rows: !inplace && srcs.len() == 2 && self.tensors[srcs[1]].layout.0 == I32,
-            dep: false,
+            get_rows,
+            ..Tensor::plain(bytes_of(ty, ne.iter().product()), (ty, ne), UNSET)
         });
         self.nodes.push(t);
         t
@@ -162,17 +139,9 @@ impl Graph {
     /// A view node (reshape, permute, view, or a write into `of` such as set_rows, reading
     /// `more`): no bytes of its own; as large as what it views, should another backend copy it.
     fn view(&mut self, of: usize, more: &[usize]) -> usize {
-        let mut t = self.tensors[of].clone();
-        t.srcs = [&[of][..], more].concat();
-        t.view_of = Some(self.tensors[of].view_of.unwrap_or(of));
-        t.inplace = false;
-        t.input = false;
-        t.output = false;
-        t.backend = UNSET;
-        t.fa_cells = 0;
-        t.get_rows = false;
-        t.weight = false;
-        let v = self.push(t);
+        let root = self.tensors[of].view_of.unwrap_or(of);
+        let srcs = [&[of][..], more].concat();
+        let v = self.push(Tensor { srcs, view_of: Some(root), ..self.tensors[of].detached(UNSET) });
         self.nodes.push(v);
         v
     }
@@ -199,7 +168,7 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
     let qk_norm = cfg.model_type.qk_norm();
 
     // The token embedding is read on the host (llama.cpp keeps the input layer there).
-    let tok_embd = g.external(CPU, 0);
+    let tok_embd = g.weight(CPU, 0);
     let tokens = g.input(I32, [n, 1, 1]);
     let mut inp_l = g.op(&[tok_embd, tokens], F32, [e, n, 1], false);
     let pos = g.input(I32, [n, 1, 1]);
@@ -210,7 +179,7 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
 
     for il in 0..layers {
         let b = if il >= s.first_gpu_layer { GPU } else { CPU };
-        let w = |g: &mut Graph, name: &str| g.external(b, weight(il, name));
+        let w = |g: &mut Graph, name: &str| g.weight(b, weight(il, name));
         let inp_sa = inp_l;
         let norm = g.op(&[inp_l], F32, [e, n, 1], true);
         let wn = w(&mut g, "attn_norm");
@@ -219,7 +188,7 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
             let wt = w(g, name);
             let mut t = g.op(&[wt, cur], F32, [width, n, 1], false);
             if bias {
-                let bt = g.external(b, 4 * width);
+                let bt = g.weight(b, 4 * width);
                 t = g.op(&[t, bt], F32, [width, n, 1], true);
             }
             t
@@ -244,10 +213,8 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         let k_n = head_norm(&mut g, k_3d, hkv, "attn_k_norm");
         let k_rope = g.op(&[k_n, pos], F32, [hd, hkv, n], true);
         // The cache is this layer's device's (llama.cpp offloads it with the layer).
-        let k_cache = g.external(b, s.k_row * s.kv_cells);
-        let v_cache = g.external(b, s.v_row * s.kv_cells);
-        g.tensors[k_cache].weight = false;
-        g.tensors[v_cache].weight = false;
+        let k_cache = g.cache(b, s.k_row * s.kv_cells);
+        let v_cache = g.cache(b, s.v_row * s.kv_cells);
         let k_2d = g.view(k_rope, &[]);
         g.view(k_cache, &[k_2d, k_idxs]);
         let v_2d = g.view(v_3d, &[]);
@@ -289,9 +256,9 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
     }
     let b = if s.output_on_gpu { GPU } else { CPU };
     let norm = g.op(&[inp_l], F32, [e, n, 1], true);
-    let wn = g.external(b, weight(layers, "output_norm"));
+    let wn = g.weight(b, weight(layers, "output_norm"));
     let result_norm = g.op(&[norm, wn], F32, [e, n, 1], true);
-    let out = g.external(b, weight(layers, "output"));
+    let out = g.weight(b, weight(layers, "output"));
     let logits = g.op(&[out, result_norm], F32, [vocab, n, 1], false);
     g.tensors[result_norm].output = true;
     g.tensors[logits].output = true;

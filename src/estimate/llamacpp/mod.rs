@@ -42,17 +42,17 @@ pub enum CacheType {
 
 impl CacheType {
     pub fn ggml(self) -> GgmlType {
-        let name = match self {
-            Self::F32 => "F32",
-            Self::F16 => "F16",
-            Self::Bf16 => "BF16",
-            Self::Q8_0 => "Q8_0",
-            Self::Q4_0 => "Q4_0",
-            Self::Q4_1 => "Q4_1",
-            Self::Q5_0 => "Q5_0",
-            Self::Q5_1 => "Q5_1",
-        };
-        GgmlType::from_name(name).expect("every cache type is a ggml type")
+        use candle_core::quantized::GgmlDType as D;
+        GgmlType::of(match self {
+            Self::F32 => D::F32,
+            Self::F16 => D::F16,
+            Self::Bf16 => D::BF16,
+            Self::Q8_0 => D::Q8_0,
+            Self::Q4_0 => D::Q4_0,
+            Self::Q4_1 => D::Q4_1,
+            Self::Q5_0 => D::Q5_0,
+            Self::Q5_1 => D::Q5_1,
+        })
     }
 
     pub fn is_quantized(self) -> bool {

@@ -57,17 +57,17 @@ pub fn assign(g: &mut Graph, tokens: u64) {
 pub fn with_copies(mut g: Graph) -> Graph {
     let mut out: Vec<usize> = Vec::with_capacity(g.nodes.len());
     let mut copies: std::collections::HashMap<(usize, usize), usize> = Default::default();
-    // Where the current run starts in `out`, its backend, and how many copies it has.
-    let (mut run_start, mut run_backend, mut run_inputs) = (0, usize::MAX, 0);
+    // The current run: its backend, its copies (each after its dependency), its nodes.
+    let (mut run_backend, mut run_copies, mut run_nodes) = (usize::MAX, Vec::new(), Vec::new());
     let home = |g: &Graph, s: usize| if g.tensors[s].input { CPU } else { g.tensors[s].backend };
     let nodes = g.nodes.clone();
     for node in nodes {
         let backend = g.tensors[node].backend;
         let foreign_weight = g.tensors[node].srcs.iter().any(|&s| g.tensors[s].weight && home(&g, s) != backend);
-        if backend != run_backend || (foreign_weight && run_inputs > 0) {
-            run_start = out.len();
+        if backend != run_backend || (foreign_weight && !run_copies.is_empty()) {
+            out.append(&mut run_copies);
+            out.append(&mut run_nodes);
             run_backend = backend;
-            run_inputs = 0;
         }
         let srcs = g.tensors[node].srcs.clone();
         let mut new_srcs = Vec::with_capacity(srcs.len());
@@ -93,9 +93,7 @@ pub fn with_copies(mut g: Graph) -> Graph {
                     let t = g.tensors[s].detached(backend);
                     g.tensors.push(t);
                     let c = g.tensors.len() - 1;
-                    let at = run_start + 2 * run_inputs;
-                    out.splice(at..at, [c - 1, c]);
-                    run_inputs += 1;
+                    run_copies.extend([c - 1, c]);
                     copies.insert((s, backend), c);
                     c
                 }
@@ -103,8 +101,10 @@ pub fn with_copies(mut g: Graph) -> Graph {
             new_srcs.push(c);
         }
         g.tensors[node].srcs = new_srcs;
-        out.push(node);
+        run_nodes.push(node);
     }
+    out.append(&mut run_copies);
+    out.append(&mut run_nodes);
     g.nodes = out;
     g
 }

@@ -131,7 +131,7 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
             let count = |x: f64| (x.is_finite() && x >= 0.0 && x <= u32::MAX as f64).then_some(x as usize);
             let launch = Launch {
                 ctx: count(ctx[i]).ok_or_else(|| bad("ctx"))?,
-                gpu_layers: count(ngl[i]),
+                gpu_layers: Some(count(ngl[i]).ok_or_else(|| bad("ngl"))?),
                 flash: fa[i] == "on",
                 cache_k: cache(&ctk[i])?,
                 cache_v: cache(&ctv[i])?,

@@ -206,11 +206,11 @@ impl Stage for Check {
 /// The error matrix's headline: the median and worst error of llama.cpp's buffers, and how many
 /// launches land within the bar, max(1 %, 64 MiB).
 fn llamacpp_findings(s: &mut Session, out: &mut StageOutput, l: &[llamacpp::LaunchCheck]) {
+    let Some(worst) = l.iter().max_by(|a, b| a.err_mib().abs().total_cmp(&b.err_mib().abs())) else { return };
     let mut abs: Vec<f64> = l.iter().map(|x| x.err_pct().abs()).collect();
     abs.sort_by(f64::total_cmp);
     let median = abs[abs.len() / 2];
     let within = l.iter().filter(|x| x.err_mib().abs() <= (0.01 * x.measured_total()).max(64.0)).count();
-    let worst = l.iter().max_by(|a, b| a.err_mib().abs().total_cmp(&b.err_mib().abs())).expect("not empty");
     s.say(format!(
         "llama.cpp: {} launches, median |error| {median:.2} %, {within} within max(1 %, 64 MiB); worst {:+.1} MiB ({})",
         l.len(),

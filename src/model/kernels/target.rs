@@ -87,8 +87,8 @@ pub fn shared_per_block(cap: u32) -> u32 {
 }
 
 /// Refuses a kernel that would not launch with `threads` per block on the card the binary is
-/// built for (this card's capability when the build names none): more shared memory than that
-/// card gives a block, or more threads than its registers allow.
+/// built for (9.0, the H100's and H200's, when the build names none): more shared memory than
+/// that card gives a block, or more threads than its registers allow.
 pub fn launchable(f: &CudaFunction, name: &str, threads: u32) -> Result<()> {
     let shared = f.shared_size_bytes().map_err(|e| crate::error::LabError::other(format!("{name}: {e:?}")))? as u32;
     let most = f.max_threads_per_block().map_err(|e| crate::error::LabError::other(format!("{name}: {e:?}")))? as u32;
