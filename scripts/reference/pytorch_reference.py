@@ -200,8 +200,9 @@ def frag(args, out):
         out.write(r.stdout)
 
 
-def synthetic_model(path, device):
-    """transformers' Qwen2 with the preset's exact shapes and N(0, 0.02) BF16 weights on `device`."""
+def synthetic_model(path, device, dtype="bfloat16"):
+    """transformers' model of the preset's family with its exact shapes and N(0, 0.02) weights
+    (BF16 unless `dtype` names another torch dtype) on `device`."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -209,7 +210,7 @@ def synthetic_model(path, device):
     cfg_dict.pop("architectures", None)
     cfg = AutoConfig.for_model(cfg_dict.pop("model_type", "qwen2"), **cfg_dict)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(cfg, torch_dtype=getattr(torch, dtype))
     model = model.to_empty(device=device)
     with torch.no_grad():
         # Drawn on the GPU a tensor at a time (normal_ on 7.6B CPU values takes minutes).

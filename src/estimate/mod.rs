@@ -14,6 +14,7 @@ pub mod pool;
 pub mod scaled;
 pub mod sweep;
 pub mod training;
+pub mod transformers;
 pub mod transient;
 pub mod workspace;
 

@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 /// llama.cpp's flags, and whose memory `estimate` prices.
 #[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
 pub struct LlamaCppFlags {
-    /// Whose memory: the lab's runtime, or llama.cpp's for the same GGUF at --seq (its -c) and
-    /// the flags below
+    /// Whose memory: the lab's runtime; llama.cpp's for the same GGUF at --seq (its -c) and the
+    /// flags below; or transformers' in the report's KV-cache sweep up to --seq tokens
     #[arg(long, value_enum, default_value_t = Engine::Lab)]
     pub engine: Engine,
     /// --engine llama.cpp: the GGUF types to price a preset or config.json in (a GGUF file is
@@ -70,6 +70,20 @@ pub enum Engine {
     #[value(name = "llama.cpp")]
     #[serde(rename = "llama.cpp")]
     LlamaCpp,
+    /// transformers on PyTorch (the report's stack): `from_pretrained`, then the report's
+    /// KV-cache sweep.
+    #[serde(rename = "transformers")]
+    Transformers,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Lab => "lab",
+            Self::LlamaCpp => "llama.cpp",
+            Self::Transformers => "transformers",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -79,8 +93,8 @@ pub enum Switch {
     Off,
 }
 
-/// The launch `c` asks llama.cpp's memory for at `seq` (its -c); None for the lab's engine, which
-/// refuses llama.cpp's flags by name. `others`: the estimator's flags llama.cpp's pricing has no
+/// The launch `c` asks llama.cpp's memory for at `seq` (its -c); None for the other engines, which
+/// refuse llama.cpp's flags by name. `others`: the estimator's flags llama.cpp's pricing has no
 /// place for, and whether each was given.
 pub fn launch(c: &LlamaCppFlags, seq: usize, others: &[(&str, bool)]) -> Result<Option<Launch>> {
     let given = [
@@ -92,20 +106,26 @@ pub fn launch(c: &LlamaCppFlags, seq: usize, others: &[(&str, bool)]) -> Result<
         ("--ub", c.ub.is_some()),
         ("--gguf-types", c.gguf_types != LlamaCppFlags::default().gguf_types),
     ];
-    if c.engine == Engine::Lab {
+    if c.engine != Engine::LlamaCpp {
         if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
             return Err(LabError::input(format!(
-                "{flag} is a flag of --engine llama.cpp; the lab's engine has no such setting"
+                "{flag} is a flag of --engine llama.cpp; --engine {} has no such setting",
+                c.engine.name()
             )));
         }
-        return Ok(None);
     }
-    for &(flag, set) in others {
-        if set {
-            return Err(LabError::input(format!(
-                "{flag} is not priced for --engine llama.cpp (one sequence, one GPU)"
-            )));
+    if c.engine != Engine::Lab {
+        for &(flag, set) in others {
+            if set {
+                return Err(LabError::input(format!(
+                    "{flag} is not priced for --engine {} (one sequence, one GPU)",
+                    c.engine.name()
+                )));
+            }
         }
+    }
+    if c.engine != Engine::LlamaCpp {
+        return Ok(None);
     }
     let d = Launch::default();
     Ok(Some(Launch {

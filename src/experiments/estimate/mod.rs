@@ -11,6 +11,7 @@ pub mod inputs;
 pub mod plan;
 pub mod tables;
 pub mod training_tables;
+pub mod transformers;
 
 use crate::error::Result;
 use crate::estimate::fit::{self, CardFit, Runtime};
@@ -124,6 +125,12 @@ impl Stage for Estimate {
         let (cfg, gguf) = model_config(s, &c.config)?;
         if let Some(l) = launch {
             return engine::llamacpp(s, &cfg, gguf.as_ref(), &c.llama.gguf_types, &l);
+        }
+        if c.llama.engine == engine::Engine::Transformers {
+            // The default list's Q4_K_M is llama.cpp's; transformers loads the dense dtypes.
+            let dense = [Precision::Bf16, Precision::F32];
+            let default = c.precisions == EstimateConfig::default().precisions;
+            return transformers::sweep(s, &cfg, if default { &dense } else { &c.precisions }, c.seq);
         }
         let runtime = Runtime::assumed();
         let cards = Card::presets();

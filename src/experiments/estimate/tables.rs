@@ -50,6 +50,12 @@ pub mod col {
     pub const MODEL_MIB: &str = "model_mib";
     pub const CONTEXT_MIB: &str = "context_mib";
     pub const COMPUTE_MIB: &str = "compute_mib";
+    pub const DTYPE: &str = "dtype";
+    pub const BEFORE_GIB: &str = "before_gib";
+    pub const AFTER_GIB: &str = "after_gib";
+    pub const PEAK_GIB: &str = "peak_gib";
+    pub const RESERVED_GIB: &str = "reserved_gib";
+    pub const OUTCOME: &str = "outcome";
 }
 
 pub const LEDGER: &str = "estimate_ledger";
@@ -75,6 +81,10 @@ pub const PARALLEL: &str = "estimate_parallel";
 
 /// llama.cpp's buffers per device (`--engine llama.cpp`).
 pub const LLAMACPP: &str = "estimate_llamacpp";
+
+/// transformers' allocated, peak and reserved memory per length of the report's sweep
+/// (`--engine transformers`).
+pub const TRANSFORMERS: &str = "estimate_transformers";
 
 /// Memory against context per precision, with each card's capacity as a line.
 const CURVE_CHART: ChartSpec = ChartSpec {
@@ -151,6 +161,15 @@ pub fn views() -> Vec<View> {
             group_by: &[],
             chart: None,
             explain: "llama.cpp 自己分配的三块显存:模型权重(输入层的词嵌入留在主机内存,-ngl 之外的层也在主机)、KV 缓存(-c 向上取整到 256 个单元,按 -ctk/-ctv 的类型)、计算缓冲区(ggml 的分配器在预留的图上走一遍的最高水位:开启 flash attention 时通常是 logits 那一刻,关闭时是注意力分数矩阵)。CUDA 上下文和 llama.cpp 的临时池在这之外。<br>What llama.cpp allocates itself, as its memory breakdown prints it: the model (the token embedding stays in host memory, as do layers beyond -ngl), the KV cache (-c rounded up to 256 cells, in -ctk/-ctv) and the compute buffer (the high-water mark of ggml's allocator over the graph llama.cpp reserves: with flash attention usually the logits' moment, without it the attention scores). The CUDA context and llama.cpp's scratch pool come beside these.",
+        },
+        View {
+            name: "transformers",
+            table: TRANSFORMERS,
+            caption: "Estimator — transformers' memory in the report's KV-cache sweep (GiB), --engine transformers",
+            columns: &[DTYPE, SEQ, BEFORE_GIB, AFTER_GIB, PEAK_GIB, RESERVED_GIB, OUTCOME],
+            group_by: &[],
+            chart: None,
+            explain: "报告的 KV 缓存扫描脚本在 transformers 下逐长度的显存:前向开始时(上一个长度的输出仍被 `_` 持有)、结束后、峰值、PyTorch 缓存分配器保留的总量,直到某个请求超出显卡。每个长度都保留全部位置的 logits(seq × 词表),所以 7B 模型在 16,384 个 token 时要一次申请 4.64 GiB。<br>The report's KV-cache sweep under transformers, length by length: allocated when the forward starts (the previous length's output still held by `_`), after it, the peak, and what PyTorch's caching allocator keeps reserved, until a request no longer fits the card. Every position's logits are kept (seq × vocab), which is the 4.64 GiB request a 7B model makes at 16,384 tokens.",
         },
         View {
             name: "train_step",

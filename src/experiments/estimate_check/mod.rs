@@ -9,6 +9,7 @@ pub mod llamacpp;
 pub mod runs;
 pub mod summary;
 pub mod tables;
+pub mod transformers;
 
 use crate::error::Result;
 use crate::model::Logits;
@@ -19,7 +20,7 @@ use polars::prelude::*;
 use runs::kv_folders;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use tables::{LIMITS, LLAMACPP, PREFILL, SUMMARY};
+use tables::{LIMITS, LLAMACPP, PREFILL, SUMMARY, TRANSFORMERS};
 
 pub use checks::{limits, steps, weights};
 
@@ -134,6 +135,11 @@ impl Stage for Check {
         if !launches.is_empty() {
             llamacpp_findings(s, &mut out, &launches);
             out.table(LLAMACPP, llamacpp_table(&launches)?);
+        }
+        let sweeps = transformers::sweeps(&c.results)?;
+        if !sweeps.is_empty() {
+            out.findings.extend(transformers::findings(&sweeps));
+            out.table(TRANSFORMERS, transformers::table(&sweeps)?);
         }
         // The loads as rows of the same table: seq 0, allocated = the weights.
         let mut rows: Vec<StepCheck> = wt

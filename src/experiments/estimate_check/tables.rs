@@ -45,6 +45,13 @@ pub mod col {
     pub const ERR_PCT: &str = "err_pct";
     pub const NVIDIA_SMI_MIB: &str = "nvidia_smi_mib";
     pub const OUTSIDE_MIB: &str = "outside_buffers_mib";
+    pub const DTYPE: &str = "dtype";
+    pub const CARD_MIB: &str = "card_mib";
+    pub const OUTCOME: &str = "outcome";
+    pub const PREDICTED_OUTCOME: &str = "predicted_outcome";
+    pub const RESERVED_MIB: &str = "reserved_mib";
+    pub const PREDICTED_RESERVED_MIB: &str = "predicted_reserved_mib";
+    pub const RESERVED_ERR_PCT: &str = "reserved_err_pct";
 }
 
 pub const SUMMARY: &str = "check_summary";
@@ -55,6 +62,9 @@ pub const LIMITS: &str = "check_limits";
 
 /// llama.cpp's buffers per launch beside `estimate --engine llama.cpp`.
 pub const LLAMACPP: &str = "check_llamacpp";
+
+/// transformers' memory per length of the report's sweep beside `estimate --engine transformers`.
+pub const TRANSFORMERS: &str = "check_transformers";
 
 /// The stage's views: what the console, report.html and the notebooks show, in order.
 pub fn views() -> Vec<View> {
@@ -95,6 +105,15 @@ pub fn views() -> Vec<View> {
             group_by: &[],
             chart: None,
             explain: "每次 llama.cpp 启动:它日志里打印的 GPU 模型缓冲、KV 缓冲、计算缓冲,旁边是估算器对同一模型同一组参数的预测,以及 nvidia-smi 看到的整个进程显存(多出来的是 CUDA 上下文、cuBLAS 和 llama.cpp 的临时池)。<br>Each llama.cpp launch: the GPU's model, KV and compute buffers as its log printed them, beside the estimate for the same model and flags, and the whole process as nvidia-smi listed it (beyond the buffers: the CUDA context, cuBLAS and llama.cpp's scratch pool).",
+        },
+            View {
+            name: "transformers",
+            table: TRANSFORMERS,
+            caption: "Estimator check — transformers in the report's KV-cache sweep beside `estimate --engine transformers` (MiB)",
+            columns: &[FILE, PRESET, DTYPE, CARD_MIB, SEQ, OUTCOME, PREDICTED_OUTCOME, ALLOCATED_MIB, PREDICTED_ALLOCATED_MIB, ALLOCATED_ERR_PCT, PEAK_MIB, PREDICTED_PEAK_MIB, PEAK_ERR_PCT, RESERVED_MIB, PREDICTED_RESERVED_MIB, RESERVED_ERR_PCT],
+            group_by: &[],
+            chart: None,
+            explain: "报告的 KV 缓存扫描脚本(scripts/reference/transformers_memory.py)在 GPU 上逐长度实测的 PyTorch 已分配、峰值和保留显存,旁边是估算器把同一扫描逐个请求重放给 PyTorch 缓存分配器模型的结果;seq 0 是加载之后。card_mib 0 表示整块 GPU。<br>The report's KV-cache sweep (scripts/reference/transformers_memory.py) measured on the GPU, length by length: PyTorch's allocated bytes after the forward (or, at an OOM, what was held when Python caught it), the peak and the reserved bytes, beside the estimate's replay of the same sweep, request by request, through its model of PyTorch's caching allocator. seq 0 is the load; card_mib 0 is the whole GPU.",
         },
     ]
 }
