@@ -2,6 +2,8 @@
 //! transformers`) against every sweep committed under data/results, and its forward's requests
 //! against PyTorch's own allocator history.
 
+mod common;
+
 use std::io::Read;
 use std::path::Path;
 use vram_lab::estimate::transformers::caching::{round_size, Caching};
@@ -130,5 +132,32 @@ fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
         } else if p.to_string_lossy().ends_with(".trace.jsonl.gz") {
             out.push(p);
         }
+    }
+}
+
+/// The command a user runs: the report's model on the report's card ends its sweep at 16,384
+/// tokens; what the engine does not price is refused by name.
+#[test]
+fn the_command_prints_the_sweep_and_refuses_what_it_does_not_price() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let args = ["estimate", "--engine", "transformers", "--model", "synthetic:qwen2.5-7b", "--card", "rtx4090"];
+    let o = common::lab_quiet(
+        &[&args[..], &["--precisions", "bf16", "--seq", "65536", "--out", out.to_str().unwrap()]].concat(),
+    );
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    let df = common::read_csv(&out.join("estimate").join("estimate_transformers.csv"));
+    let seq = df.column("seq").unwrap().cast(&polars::prelude::DataType::UInt64).unwrap();
+    let outcome = df.column("outcome").unwrap().str().unwrap().clone();
+    assert_eq!(seq.u64().unwrap().into_no_null_iter().collect::<Vec<_>>(), [1024, 2048, 4096, 8192, 16384]);
+    assert!(outcome.get(4).unwrap().starts_with("OOM: tried to allocate 4.64 GiB"));
+    for (extra, needle) in [
+        (vec!["--precisions", "q4_k_m"], "q4_k_m is not priced"),
+        (vec!["--ngl", "10"], "--ngl is a flag of --engine llama.cpp"),
+        (vec!["--tp", "2"], "--tp is not priced for --engine transformers"),
+    ] {
+        let o = common::lab_quiet(&[&args[..], &extra[..]].concat());
+        let t = common::output_text(&o);
+        assert!(!o.status.success() && t.contains(needle) && !t.contains("panicked"), "{extra:?}:\n{t}");
     }
 }
