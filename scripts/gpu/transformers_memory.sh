@@ -43,8 +43,6 @@ if [ ! -e "$R/started" ]; then
   cat "$script"
   setsid bash "$script" >> "$R/progress.txt" 2>&1 &
 fi
-t0=$SECONDS
-while [ ! -e "$R/done" ] && [ $((SECONDS - t0)) -lt "$WAIT" ]; do sleep 5; done
+bash scripts/gpu/wait_for.sh "$R/done" "$WAIT" || echo "### still running after ${WAIT} s: call again"
 cat "$R/progress.txt"
-[ -e "$R/done" ] || echo "### still running after ${WAIT} s: call again"
 tar czf "$OUT/results.tar.gz" -C /tmp tfm-results
