@@ -155,6 +155,7 @@ fn the_command_prints_the_sweep_and_refuses_what_it_does_not_price() {
         (vec!["--precisions", "q4_k_m"], "q4_k_m is not priced"),
         (vec!["--ngl", "10"], "--ngl is a flag of --engine llama.cpp"),
         (vec!["--tp", "2"], "--tp is not priced for --engine transformers"),
+        (vec!["--logits", "all"], "--logits is not priced for --engine transformers"),
     ] {
         let o = common::lab_quiet(&[&args[..], &extra[..]].concat());
         let t = common::output_text(&o);

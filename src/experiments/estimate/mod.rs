@@ -119,8 +119,15 @@ impl Stage for Estimate {
     type Config = EstimateConfig;
 
     fn run(s: &mut Session, c: &EstimateConfig) -> Result<StageOutput> {
-        let others =
-            [("--train", c.train), ("--tp", c.tp.is_some()), ("--pp", c.pp.is_some()), ("--batch", c.batch != 1)];
+        // The other engines keep what their own programs keep (llama.cpp the last position's
+        // logits, the report's script every position's): --logits is the lab's setting.
+        let others = [
+            ("--train", c.train),
+            ("--tp", c.tp.is_some()),
+            ("--pp", c.pp.is_some()),
+            ("--batch", c.batch != 1),
+            ("--logits", c.logits != EstimateConfig::default().logits),
+        ];
         let launch = engine::launch(&c.llama, c.seq, &others)?;
         let (cfg, gguf) = model_config(s, &c.config)?;
         if let Some(l) = launch {
