@@ -49,7 +49,7 @@ fn the_transformers_table_is_current() {
     let mut groups: BTreeMap<(String, String, String), Vec<_>> = BTreeMap::new();
     for x in &s {
         let card = match x.card_mib {
-            c if c == 0.0 => "H200 (whole)".to_string(),
+            0.0 => "H200 (whole)".to_string(),
             24084.5 => "RTX 4090".to_string(),
             16376.0 => "A4000".to_string(),
             c => format!("{c} MiB"),
