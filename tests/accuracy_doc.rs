@@ -37,7 +37,8 @@ fn the_llamacpp_table_is_current() {
             let worst = v.iter().map(|x| x.err_mib().abs()).fold(0.0, f64::max);
             let on: Vec<f64> = v.iter().filter(|x| x.launch.flash).map(|x| x.outside_mib()).collect();
             let off: Vec<f64> = v.iter().filter(|x| !x.launch.flash).map(|x| x.outside_mib()).collect();
-            format!("| {preset} | {ty} | {} | {worst:.2} | {} | {} |", v.len(), range(&on), range(&off))
+            let smi = v.iter().map(|x| x.smi_err_mib().abs()).fold(0.0, f64::max);
+            format!("| {preset} | {ty} | {} | {worst:.2} | {} | {} | {smi:.1} |", v.len(), range(&on), range(&off))
         })
         .collect();
     assert_eq!(page_rows("| model | type | launches |"), want);

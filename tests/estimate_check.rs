@@ -359,6 +359,19 @@ fn llamacpp_buffers_of_every_committed_launch() {
             );
         }
     }
+    // The whole process as nvidia-smi listed it: within max(1 %, 64 MiB) of the prediction for the
+    // launch's own prompt (the context, cuBLAS and the scratch pool beside the buffers).
+    for x in &l {
+        let bar = (0.01 * x.smi_mib).max(64.0);
+        assert!(
+            x.smi_err_mib().abs() <= bar,
+            "{} {}: nvidia-smi {:.0} MiB, predicted {:.0}",
+            x.file,
+            x.launch.flags(),
+            x.smi_mib,
+            x.predicted_smi_mib()
+        );
+    }
     // Partial offloads are among them: the scheduler's copies are what they exercise.
     assert!(l.iter().filter(|x| x.launch.gpu_layers.is_some_and(|n| n < 20)).count() >= 8);
 }

@@ -13,6 +13,20 @@ source /opt/cuda13/env.sh
 echo "CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP"
 target=${CARGO_TARGET_DIR:-target}
 suffix=${SUFFIX:-}
+# candle's statically linked kernels (its GGUF MMQ/MMVQ products, libmoe.a) are compiled as
+# `-gencode=arch=compute_CC,code=sm_CC`: machine code for that card alone. Below 9.0 the PTX is
+# embedded beside it too, so that the H100/H200 the tests run on can JIT what an RTX 4090 runs
+# (without it the 8.9 build's quantized prefill launched nothing there and read back NaN). Cargo
+# does not see NVCC_APPEND_FLAGS, so candle-kernels is rebuilt when they change.
+if [ "$CUDA_COMPUTE_CAP" -lt 90 ]; then
+  export NVCC_APPEND_FLAGS="-gencode=arch=compute_$CUDA_COMPUTE_CAP,code=compute_$CUDA_COMPUTE_CAP"
+fi
+stamp="$target/release/.nvcc-append-flags"
+if [ "$(cat "$stamp" 2>/dev/null)" != "${NVCC_APPEND_FLAGS:-}" ]; then
+  cargo clean --release -p candle-kernels
+  mkdir -p "$target/release"
+  echo "${NVCC_APPEND_FLAGS:-}" > "$stamp"
+fi
 cargo build --release --features "${FEATURES:-cuda}"
 mkdir -p .gpu
 # The commit the notebooks' first output names (the GPU machine's copy has no git).

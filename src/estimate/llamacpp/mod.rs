@@ -8,6 +8,7 @@
 
 pub mod alloc;
 pub mod graph;
+pub mod process;
 pub mod sched;
 
 use crate::error::{LabError, Result};
@@ -160,6 +161,12 @@ fn cuda_alloc(t: &Planned) -> u64 {
         size += type_bytes(t.ty, MATRIX_ROW_PADDING - ne0 % MATRIX_ROW_PADDING);
     }
     pad(size, CUDA_ALIGNMENT)
+}
+
+/// Whether the model's widest products (the MLP's down projection) run through ggml's quantized
+/// kernels (MMQ) rather than cuBLAS: true for every block-quantized type.
+pub fn mmq_weights(tensors: &[Planned]) -> bool {
+    tensors.iter().find(|t| t.name.ends_with("ffn_down.weight")).is_some_and(|t| t.ty.block > 1)
 }
 
 /// Which layer a GGUF tensor belongs to: `blk.N.` → N, the output layer's → `layers`, the token

@@ -3,7 +3,7 @@
 
 use super::tables::{col, LLAMACPP};
 use crate::error::{LabError, Result};
-use crate::estimate::llamacpp::{self, CacheType, Launch};
+use crate::estimate::llamacpp::{self, process, CacheType, Launch};
 use crate::limits;
 use crate::memory::mib;
 use crate::model::gguf::recipe::FileType;
@@ -189,9 +189,23 @@ pub fn llamacpp(
                 .note("model + KV cache + compute buffer, as llama.cpp's memory breakdown counts them (its 'self'); the CUDA context and its pools come beside it"),
         );
     }
-    s.say(
-        "beyond these buffers nvidia-smi counts the CUDA context, cuBLAS and llama.cpp's scratch pool: 600-609 MiB with flash attention on and quantized weights, up to 1,106 MiB with it off, on an H200 (data/results/h200/2026-11-27-llamacpp-memory); not yet predicted",
-    );
+    for (what, tensors) in &priced {
+        let b = process::beyond(cfg, l, llamacpp::mmq_weights(tensors), l.ctx as u64);
+        let gpu = llamacpp::memory(cfg, tensors, l)?.gpu.total();
+        s.say(format!(
+            "llama.cpp {what}: nvidia-smi after a prompt filling -c {}: {:.0} MiB = the buffers + the CUDA context {:.0} + cuBLAS {:.0} + the scratch pool {:.0} (the H200's context; docs/accuracy.md)",
+            l.ctx,
+            mib(gpu + b.total()),
+            mib(b.context),
+            mib(b.cublas),
+            mib(b.pool)
+        ));
+        out.findings.push(
+            Finding::new(format!("llama.cpp {what}: the process as nvidia-smi lists it, a full prompt"), "MiB", None)
+                .predicted(mib(gpu + b.total()))
+                .note("the GPU buffers, the CUDA context and kernels, cuBLAS once used, ggml-cuda's scratch pool"),
+        );
+    }
     out.table(
         LLAMACPP,
         df!(

@@ -5,6 +5,7 @@
 
 use super::runs::find;
 use crate::error::{LabError, Result};
+use crate::estimate::llamacpp::process::{self, Beyond};
 use crate::estimate::llamacpp::{self, Buffers, CacheType, Launch};
 use crate::frame::{floats, strings};
 use crate::model::gguf::recipe::FileType;
@@ -28,6 +29,10 @@ pub struct LaunchCheck {
     pub predicted: Buffers,
     /// nvidia-smi's largest figure for the process, MiB.
     pub smi_mib: f64,
+    /// The prompt's tokens, as llama.cpp's log counts them.
+    pub prompt: u64,
+    /// What the process holds beyond the buffers, predicted for that prompt.
+    pub beyond: Beyond,
 }
 
 impl LaunchCheck {
@@ -51,6 +56,21 @@ impl LaunchCheck {
     pub fn outside_mib(&self) -> f64 {
         self.smi_mib - self.measured_total()
     }
+
+    /// The whole process as nvidia-smi would list it: the buffers and what lies beyond them.
+    pub fn predicted_smi_mib(&self) -> f64 {
+        (self.predicted.total() + self.beyond.total()) as f64 / MIB
+    }
+
+    pub fn smi_err_mib(&self) -> f64 {
+        self.predicted_smi_mib() - self.smi_mib
+    }
+}
+
+/// The prompt's tokens a llama.cpp log counted ("prompt eval time = … / 3900 tokens").
+pub fn prompt_tokens(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.contains("prompt eval time"))?;
+    line.rsplit_once('/')?.1.split_whitespace().next()?.parse().ok()
 }
 
 /// The GPU's model, KV and compute buffers (MiB) a llama.cpp log printed, or None when it printed
@@ -142,8 +162,11 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
             let id = count(id[i]).ok_or_else(|| bad("id"))?;
             let log = read_log(&dir.join("logs"), id).map_err(|e| bad(&format!("its log: {e}")))?;
             let Some(measured) = parse_log(&log) else { continue };
+            let Some(prompt) = prompt_tokens(&log) else { continue };
             let cfg = DecoderConfig::preset(&preset[i])?;
-            let predicted = llamacpp::memory(&cfg, &plan(&cfg, Plan::Llama(ftype)), &launch)?.gpu;
+            let tensors = plan(&cfg, Plan::Llama(ftype));
+            let predicted = llamacpp::memory(&cfg, &tensors, &launch)?.gpu;
+            let beyond = process::beyond(&cfg, &launch, llamacpp::mmq_weights(&tensors), prompt);
             out.push(LaunchCheck {
                 file: format!("{file}#{id}"),
                 preset: preset[i].clone(),
@@ -152,6 +175,8 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
                 measured,
                 predicted,
                 smi_mib: smi[i],
+                prompt,
+                beyond,
             });
         }
     }
@@ -174,5 +199,12 @@ mod tests {
                    sched_reserve:      CUDA0 compute buffer size =   304.00 MiB\n";
         assert_eq!(parse_log(log), Some([4168.09, 224.0, 304.0]));
         assert_eq!(parse_log("load_tensors: CUDA0 model buffer size = 1.00 MiB\n"), None);
+    }
+
+    #[test]
+    fn a_log_gives_the_prompts_tokens() {
+        let log = "common_perf_print: prompt eval time =     433.35 ms /  3900 tokens (    0.11 ms per token)\n";
+        assert_eq!(prompt_tokens(log), Some(3900));
+        assert_eq!(prompt_tokens("no timing here"), None);
     }
 }

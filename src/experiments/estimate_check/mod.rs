@@ -230,6 +230,14 @@ fn llamacpp_findings(s: &mut Session, out: &mut StageOutput, l: &[llamacpp::Laun
     out.findings.push(
         Finding::new("llama.cpp's GPU buffers: the worst error", "MiB", Some(worst.err_mib())).note(worst.file.clone()),
     );
+    // The whole process as nvidia-smi lists it: buffers, context, cuBLAS and the scratch pool.
+    if let Some(w) = l.iter().max_by(|a, b| a.smi_err_mib().abs().total_cmp(&b.smi_err_mib().abs())) {
+        let within = l.iter().filter(|x| x.smi_err_mib().abs() <= (0.01 * x.smi_mib).max(64.0)).count();
+        out.findings.push(
+            Finding::new("llama.cpp's whole process (nvidia-smi): the worst error", "MiB", Some(w.smi_err_mib()))
+                .note(format!("{}; {within} of {} within max(1 %, 64 MiB)", w.file, l.len())),
+        );
+    }
 }
 
 fn llamacpp_table(l: &[llamacpp::LaunchCheck]) -> Result<DataFrame> {
@@ -253,5 +261,7 @@ fn llamacpp_table(l: &[llamacpp::LaunchCheck]) -> Result<DataFrame> {
         ERR_PCT => f(&|x| x.err_pct()),
         NVIDIA_SMI_MIB => f(&|x| x.smi_mib),
         OUTSIDE_MIB => f(&|x| x.outside_mib()),
+        PREDICTED_NVIDIA_SMI_MIB => f(&|x| x.predicted_smi_mib()),
+        NVIDIA_SMI_ERR_MIB => f(&|x| x.smi_err_mib()),
     )?)
 }

@@ -45,6 +45,8 @@ pub mod col {
     pub const ERR_PCT: &str = "err_pct";
     pub const NVIDIA_SMI_MIB: &str = "nvidia_smi_mib";
     pub const OUTSIDE_MIB: &str = "outside_buffers_mib";
+    pub const PREDICTED_NVIDIA_SMI_MIB: &str = "predicted_nvidia_smi_mib";
+    pub const NVIDIA_SMI_ERR_MIB: &str = "nvidia_smi_err_mib";
     pub const DTYPE: &str = "dtype";
     pub const CARD_MIB: &str = "card_mib";
     pub const OUTCOME: &str = "outcome";
@@ -101,10 +103,10 @@ pub fn views() -> Vec<View> {
             name: "llamacpp",
             table: LLAMACPP,
             caption: "Estimator check — llama.cpp's own GPU buffers per launch beside `estimate --engine llama.cpp` (MiB)",
-            columns: &[FILE, PRESET, TYPE, FLAGS, MODEL_MIB, PREDICTED_MODEL_MIB, KV_MIB, PREDICTED_KV_MIB, COMPUTE_MIB, PREDICTED_COMPUTE_MIB, SELF_MIB, PREDICTED_SELF_MIB, ERR_MIB, ERR_PCT, NVIDIA_SMI_MIB, OUTSIDE_MIB],
+            columns: &[FILE, PRESET, TYPE, FLAGS, MODEL_MIB, PREDICTED_MODEL_MIB, KV_MIB, PREDICTED_KV_MIB, COMPUTE_MIB, PREDICTED_COMPUTE_MIB, SELF_MIB, PREDICTED_SELF_MIB, ERR_MIB, ERR_PCT, NVIDIA_SMI_MIB, OUTSIDE_MIB, PREDICTED_NVIDIA_SMI_MIB, NVIDIA_SMI_ERR_MIB],
             group_by: &[],
             chart: None,
-            explain: "每次 llama.cpp 启动:它日志里打印的 GPU 模型缓冲、KV 缓冲、计算缓冲,旁边是估算器对同一模型同一组参数的预测,以及 nvidia-smi 看到的整个进程显存(多出来的是 CUDA 上下文、cuBLAS 和 llama.cpp 的临时池)。<br>Each llama.cpp launch: the GPU's model, KV and compute buffers as its log printed them, beside the estimate for the same model and flags, and the whole process as nvidia-smi listed it (beyond the buffers: the CUDA context, cuBLAS and llama.cpp's scratch pool).",
+            explain: "每次 llama.cpp 启动:它日志里打印的 GPU 模型缓冲、KV 缓冲、计算缓冲,旁边是估算器对同一模型同一组参数的预测,以及 nvidia-smi 看到的整个进程显存(多出来的是 CUDA 上下文、cuBLAS 和 llama.cpp 的临时池)。<br>Each llama.cpp launch: the GPU's model, KV and compute buffers as its log printed them, beside the estimate for the same model and flags, and the whole process as nvidia-smi listed it beside its prediction (beyond the buffers: the CUDA context with its kernels, cuBLAS once used, and ggml-cuda's scratch pool at the launch's own prompt; the H200's constants).",
         },
             View {
             name: "transformers",
