@@ -115,3 +115,40 @@ fn a_sliding_window_is_refused_by_name() {
     let t = text(&o);
     assert!(!o.status.success() && t.contains("sliding window") && !t.contains("panicked"), "{t}");
 }
+
+/// `plan --engine llama.cpp`: the context chosen fits the card less the margin and the next 256
+/// cells do not; flags of the other engine are refused by name.
+#[test]
+fn plan_picks_the_longest_context_that_fits() {
+    use vram_lab::estimate::llamacpp::process;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("plan");
+    let args = ["plan", "--engine", "llama.cpp", "--model", "synthetic:qwen2.5-32b", "--card", "rtx4090"];
+    let o = lab(&[&args[..], &["--out", out.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = std::fs::read_to_string(out.join("plan").join("plan_llamacpp.csv")).unwrap();
+    let f16: Vec<&str> = csv.lines().map(|l| l.split(',').collect::<Vec<_>>()).find(|row| row[1] == "f16").unwrap();
+    let ctx: usize = f16[3].parse().unwrap();
+    let cfg = DecoderConfig::preset("qwen2.5-32b").unwrap();
+    let tensors = plan(&cfg, Plan::Llama(FileType::Q4KM));
+    let need = |ctx| {
+        let l = Launch { ctx, ..Launch::default() };
+        memory(&cfg, &tensors, &l).unwrap().gpu.total() + process::beyond(&cfg, &l, true, ctx as u64).total()
+    };
+    let budget = vram_lab::hw::Card::parse("rtx4090").unwrap().total_bytes() - (256 << 20);
+    assert!(ctx > 4096 && need(ctx) <= budget && need(ctx + 256) > budget, "{ctx}");
+    for (extra, needle) in [
+        (vec!["--cards", "24GiB,24GiB"], "--cards is not planned for --engine llama.cpp"),
+        (
+            vec!["--engine", "lab", "--margin-mib", "512"],
+            "--margin-mib and --gguf-types are flags of --engine llama.cpp",
+        ),
+    ] {
+        let base: Vec<&str> =
+            if extra.contains(&"lab") { vec!["plan", "--model", "synthetic:qwen2.5-7b"] } else { args.to_vec() };
+        let extra: Vec<&str> = extra.into_iter().filter(|a| *a != "--engine" && *a != "lab").collect();
+        let o = lab(&[&base[..], &extra[..]].concat());
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(needle) && !t.contains("panicked"), "{extra:?}:\n{t}");
+    }
+}

@@ -62,9 +62,10 @@ impl Default for LlamaCppFlags {
 }
 
 /// Whose memory `estimate` prices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum Engine {
     /// The lab's own runtime (candle): what its stages measure.
+    #[default]
     Lab,
     /// llama.cpp (llama-server, llama-cli, and what wraps them: ollama, LM Studio) on CUDA.
     #[value(name = "llama.cpp")]
@@ -153,6 +154,14 @@ fn file_tensors(g: &Gguf) -> Result<Vec<Planned>> {
         .collect()
 }
 
+/// The tensors llama.cpp loads: a GGUF file's own, or a preset's in each of `types`, named.
+pub fn priced(cfg: &DecoderConfig, gguf: Option<&Gguf>, types: &[FileType]) -> Result<Vec<(String, Vec<Planned>)>> {
+    Ok(match gguf {
+        Some(g) => vec![(g.header.str("general.name").unwrap_or("the GGUF file").to_string(), file_tensors(g)?)],
+        None => types.iter().map(|t| (t.name().to_string(), writer::plan(cfg, writer::Plan::Llama(*t)))).collect(),
+    })
+}
+
 pub fn llamacpp(
     s: &mut Session,
     cfg: &DecoderConfig,
@@ -160,10 +169,7 @@ pub fn llamacpp(
     types: &[FileType],
     l: &Launch,
 ) -> Result<StageOutput> {
-    let priced: Vec<(String, Vec<Planned>)> = match gguf {
-        Some(g) => vec![(g.header.str("general.name").unwrap_or("the GGUF file").to_string(), file_tensors(g)?)],
-        None => types.iter().map(|t| (t.name().to_string(), writer::plan(cfg, writer::Plan::Llama(*t)))).collect(),
-    };
+    let priced = priced(cfg, gguf, types)?;
     // (what, device, its buffers) per row.
     let mut rows: Vec<(String, &str, llamacpp::Buffers)> = Vec::new();
     let mut out = StageOutput::default();

@@ -9,6 +9,7 @@ pub mod cards;
 pub mod engine;
 pub mod inputs;
 pub mod plan;
+pub mod plan_llamacpp;
 pub mod tables;
 pub mod training_tables;
 pub mod transformers;

@@ -2,14 +2,16 @@
 //! wanted and the decode ceiling; the best choice first.
 
 use super::cards;
+use super::engine::Engine;
 use super::inputs::{model_config, workload};
 use super::tables;
 use super::tables::{col, PLAN};
-use crate::error::Result;
+use crate::error::{LabError, Result};
 use crate::estimate::fit::{self, CardFit, Runtime};
 use crate::hw::Card;
 use crate::limits;
 use crate::memory::mib;
+use crate::model::gguf::recipe::FileType;
 use crate::model::gguf::Gguf;
 use crate::model::{DecoderConfig, Logits, Precision};
 use crate::session::Session;
@@ -37,11 +39,40 @@ pub struct PlanConfig {
     #[arg(long, value_delimiter = ',', requires = "cards")]
     #[serde(default)]
     pub split: Vec<f64>,
+    /// Whose memory: the lab's runtime, or llama.cpp's (the llama-server flags that fit)
+    #[arg(long, value_enum, default_value_t = Engine::Lab)]
+    #[serde(default)]
+    pub engine: Engine,
+    /// --engine llama.cpp: MiB of the card left free beyond the whole process's need
+    #[arg(long, default_value_t = 256.0, value_parser = limits::mib_f64)]
+    #[serde(default = "default_margin")]
+    pub margin_mib: f64,
+    /// --engine llama.cpp: the GGUF types to plan a preset or config.json in (a GGUF file is
+    /// planned in its own)
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![FileType::Q4KM])]
+    #[serde(default = "default_types")]
+    pub gguf_types: Vec<FileType>,
+}
+
+fn default_margin() -> f64 {
+    256.0
+}
+
+fn default_types() -> Vec<FileType> {
+    vec![FileType::Q4KM]
 }
 
 impl Default for PlanConfig {
     fn default() -> Self {
-        Self { seq: 4096, config: None, cards: Vec::new(), split: Vec::new() }
+        Self {
+            seq: 4096,
+            config: None,
+            cards: Vec::new(),
+            split: Vec::new(),
+            engine: Engine::Lab,
+            margin_mib: default_margin(),
+            gguf_types: default_types(),
+        }
     }
 }
 
@@ -56,6 +87,28 @@ impl Stage for Plan {
 
     fn run(s: &mut Session, c: &PlanConfig) -> Result<StageOutput> {
         let (cfg, gguf) = model_config(s, &c.config)?;
+        match c.engine {
+            Engine::LlamaCpp if !c.cards.is_empty() => {
+                return Err(LabError::input(
+                    "--cards is not planned for --engine llama.cpp yet: plan one card (--card)".to_string(),
+                ))
+            }
+            Engine::LlamaCpp => {
+                return super::plan_llamacpp::plan(s, &cfg, gguf.as_ref(), &c.gguf_types, c.seq, c.margin_mib)
+            }
+            Engine::Transformers => return Err(LabError::input(
+                "plan --engine transformers is not built: `estimate --engine transformers` prices the report's sweep"
+                    .to_string(),
+            )),
+            Engine::Lab => {}
+        }
+        let defaults = PlanConfig::default();
+        if c.margin_mib != defaults.margin_mib || c.gguf_types != defaults.gguf_types {
+            return Err(LabError::input(
+                "--margin-mib and --gguf-types are flags of --engine llama.cpp; the lab's plan has no such setting"
+                    .to_string(),
+            ));
+        }
         if !c.cards.is_empty() {
             return plan_cards(s, c, &cfg, gguf.as_ref());
         }

@@ -56,6 +56,9 @@ pub mod col {
     pub const PEAK_GIB: &str = "peak_gib";
     pub const RESERVED_GIB: &str = "reserved_gib";
     pub const OUTCOME: &str = "outcome";
+    pub const CACHE: &str = "cache";
+    pub const NGL: &str = "ngl";
+    pub const COMMAND: &str = "command";
 }
 
 pub const LEDGER: &str = "estimate_ledger";
@@ -73,6 +76,9 @@ pub const TRAIN_CARDS: &str = "estimate_train_cards";
 pub const TRAIN_DP: &str = "estimate_train_data_parallel";
 
 pub const PLAN: &str = "plan";
+
+/// The llama-server flags that fit a card (`plan --engine llama.cpp`).
+pub const PLAN_LLAMACPP: &str = "plan_llamacpp";
 
 /// The planner over several cards: each card's share (`plan --cards`).
 pub const PLAN_GPUS: &str = "plan_gpus";
@@ -212,6 +218,14 @@ pub fn plan_views() -> Vec<View> {
         group_by: &[],
         chart: None,
         explain: "need = the ledger's total at the context wanted (batch 1, last-token logits, the runtime's overhead included); over several cards, the largest card's. The decode ceiling is the card's bandwidth ÷ bytes read per token; stage 1 measures how close the lab's decoding comes to it on a GPU. 每种精度:所需显存、最长上下文、最大批量和解码上限。",
+    }, View {
+        name: "plan_llamacpp",
+        table: PLAN_LLAMACPP,
+        caption: "Planner — llama-server's flags that fit the card with the margin left free, --engine llama.cpp",
+        columns: &[MODEL, CACHE, NGL, SEQ, NEED_MIB, CARD_MIB, COMMAND],
+        group_by: &[],
+        chart: None,
+        explain: "每种量化与 KV 缓存类型:所有层放进显卡时能开到的最长上下文(-c),放不下整个模型时在想要的上下文下能放进的最多层数(-ngl);need 是 nvidia-smi 会显示的整个进程(llama.cpp 的缓冲区、CUDA 上下文、cuBLAS、临时池,按填满上下文的提示词计),卡的容量减去余量以内。<br>Per type and KV-cache type: every layer on the GPU at the longest context (-c) that fits, or, when the model does not fit whole, the most layers (-ngl) at the context wanted. need is the whole process as nvidia-smi would list it (llama.cpp's buffers, the CUDA context, cuBLAS, the scratch pool, after a prompt filling the context), within the card less the margin.",
     }, View {
         name: "plan_gpus",
         table: PLAN_GPUS,

@@ -1,0 +1,159 @@
+//! `plan --engine llama.cpp`: the `llama-server` flags that fit a card, with a margin left free:
+//! every layer on the GPU at the longest context that fits, or, when the model does not fit
+//! whole, the most layers at the context wanted. The need is the whole process as nvidia-smi
+//! lists it after a prompt filling the context (`estimate::llamacpp` and its `process`).
+
+use super::engine::priced;
+use super::tables::{col, PLAN_LLAMACPP};
+use crate::error::Result;
+use crate::estimate::llamacpp::{self, process, CacheType, Launch};
+use crate::hw::Card;
+use crate::memory::mib;
+use crate::model::gguf::recipe::FileType;
+use crate::model::gguf::writer::Planned;
+use crate::model::gguf::Gguf;
+use crate::model::DecoderConfig;
+use crate::session::Session;
+use crate::stage::{Finding, StageOutput};
+use polars::prelude::*;
+
+/// llama.cpp rounds a context up to this many cells; the plan steps by it.
+const CELLS: usize = 256;
+
+fn cache_name(t: CacheType) -> String {
+    t.ggml().name.to_ascii_lowercase()
+}
+
+/// The process's need for launch `l`: llama.cpp's GPU buffers and what lies beyond them.
+fn need(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<u64> {
+    let gpu = llamacpp::memory(cfg, tensors, l)?.gpu.total();
+    Ok(gpu + process::beyond(cfg, l, llamacpp::mmq_weights(tensors), l.ctx as u64).total())
+}
+
+/// One row of the plan: the launch chosen and what it needs (None: nothing fits).
+struct Row {
+    what: String,
+    launch: Launch,
+    need: Option<u64>,
+}
+
+impl Row {
+    fn command(&self) -> String {
+        match self.need {
+            None => "does not fit".into(),
+            Some(_) => format!("llama-server -m MODEL.gguf {}", self.launch.flags()),
+        }
+    }
+}
+
+/// The largest `x` in `lo..=hi` (stepping by `step`) with `fits(x)`, when `fits(lo)`; fits is
+/// taken as monotone.
+fn largest(lo: usize, hi: usize, step: usize, fits: impl Fn(usize) -> Result<bool>) -> Result<Option<usize>> {
+    if !fits(lo)? {
+        return Ok(None);
+    }
+    let (mut good, mut bad) = (lo / step, hi / step + 1);
+    while bad - good > 1 {
+        let mid = (good + bad) / 2;
+        if fits(mid * step)? {
+            good = mid;
+        } else {
+            bad = mid;
+        }
+    }
+    Ok(Some(good * step))
+}
+
+pub fn plan(
+    s: &mut Session,
+    cfg: &DecoderConfig,
+    gguf: Option<&Gguf>,
+    types: &[FileType],
+    seq: usize,
+    margin_mib: f64,
+) -> Result<StageOutput> {
+    let card = match s.card() {
+        Some(card) => card.clone(),
+        None => Card::parse("rtx4090")?,
+    };
+    let margin = (margin_mib.max(0.0) * 1048576.0) as u64;
+    let budget = card.total_bytes().saturating_sub(margin);
+    let longest = (cfg.max_position_embeddings / CELLS).max(1) * CELLS;
+    let mut rows = Vec::new();
+    for (what, tensors) in priced(cfg, gguf, types)? {
+        for cache in [CacheType::F16, CacheType::Q8_0] {
+            let launch = |ctx: usize, gpu_layers: Option<usize>| Launch {
+                ctx,
+                gpu_layers,
+                flash: true,
+                cache_k: cache,
+                cache_v: cache,
+                ..Launch::default()
+            };
+            let fits = |l: Launch| -> Result<bool> { Ok(need(cfg, &tensors, &l)? <= budget) };
+            let (chosen, fitted) = match largest(CELLS, longest, CELLS, |ctx| fits(launch(ctx, None)))? {
+                Some(ctx) => (launch(ctx, None), true),
+                None => {
+                    let ctx = seq.min(longest);
+                    match largest(0, cfg.num_hidden_layers + 1, 1, |n| fits(launch(ctx, Some(n))))? {
+                        Some(n) => (launch(ctx, Some(n)), true),
+                        None => (launch(ctx, Some(0)), false),
+                    }
+                }
+            };
+            let need = if fitted { Some(need(cfg, &tensors, &chosen)?) } else { None };
+            rows.push(Row { what: what.clone(), launch: chosen, need });
+        }
+    }
+    let mut out = StageOutput::default();
+    for r in &rows {
+        s.say(format!(
+            "{} on {} (a {margin_mib:.0} MiB margin), cache {}: {}{}",
+            r.what,
+            card.label,
+            cache_name(r.launch.cache_k),
+            r.command(),
+            r.need.map(|n| format!(" — {:.0} MiB as nvidia-smi would list it", mib(n))).unwrap_or_default()
+        ));
+        out.findings.push(
+            Finding::new(
+                format!(
+                    "llama.cpp {} on {}, cache {}: the need planned",
+                    r.what,
+                    card.name,
+                    cache_name(r.launch.cache_k)
+                ),
+                "MiB",
+                None,
+            )
+            .predicted(r.need.map(mib))
+            .note(r.command()),
+        );
+    }
+    out.table(
+        PLAN_LLAMACPP,
+        df!(
+            col::MODEL => rows.iter().map(|r| r.what.clone()).collect::<Vec<_>>(),
+            col::CACHE => rows.iter().map(|r| cache_name(r.launch.cache_k)).collect::<Vec<_>>(),
+            col::NGL => rows.iter().map(|r| r.launch.gpu_layers.map(|n| n as u64).unwrap_or(99)).collect::<Vec<_>>(),
+            col::SEQ => rows.iter().map(|r| r.launch.ctx as u64).collect::<Vec<_>>(),
+            col::NEED_MIB => rows.iter().map(|r| r.need.map(mib)).collect::<Vec<_>>(),
+            col::CARD_MIB => rows.iter().map(|_| card.total_mib).collect::<Vec<_>>(),
+            col::COMMAND => rows.iter().map(Row::command).collect::<Vec<_>>(),
+        )?,
+    );
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn largest_finds_the_edge_by_steps() {
+        let r = largest(256, 32768, 256, |x| Ok(x <= 10_000)).unwrap();
+        assert_eq!(r, Some(9984));
+        assert_eq!(largest(256, 32768, 256, |_| Ok(false)).unwrap(), None);
+        assert_eq!(largest(256, 1024, 256, |_| Ok(true)).unwrap(), Some(1024));
+    }
+}
