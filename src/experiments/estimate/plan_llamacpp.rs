@@ -41,7 +41,8 @@ impl Row {
     fn command(&self) -> String {
         match self.need {
             None => "does not fit".into(),
-            Some(_) => format!("llama-server -m MODEL.gguf {}", self.launch.flags()),
+            // One slot: the estimate prices one sequence (the server's default is several).
+            Some(_) => format!("llama-server -m MODEL.gguf {} -np 1", self.launch.flags()),
         }
     }
 }
