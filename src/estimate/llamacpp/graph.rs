@@ -79,6 +79,9 @@ pub struct Graph {
 /// types (their bytes per value), and which layers (and the output) run on the GPU.
 pub struct Shape {
     pub tokens: u64,
+    /// The rows the last layer keeps (`n_outputs` of the reserve: every token for
+    /// llama-completion, one per slot for llama-server).
+    pub outputs: u64,
     pub kv_cells: u64,
     pub flash: bool,
     /// Bytes per row of `kv_dim` values of K and of V in the cache.
@@ -175,7 +178,8 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
     let k_idxs = g.input(I64, [n, 1, 1]);
     let v_idxs = g.input(I64, [if s.flash { n } else { n * kv }, 1, 1]);
     let mask = g.input(if s.flash { F16 } else { F32 }, [s.kv_cells, n, 1]);
-    let out_ids = g.input(I32, [n, 1, 1]);
+    let no = s.outputs.min(n).max(1);
+    let out_ids = g.input(I32, [no, 1, 1]);
 
     for il in 0..layers {
         let b = if il >= s.first_gpu_layer { GPU } else { CPU };
@@ -239,27 +243,29 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         let wo = w(&mut g, "attn_output");
         let mut cur = g.op(&[wo, attn], F32, [e, n, 1], false);
         let mut res = inp_sa;
+        // The last layer goes on with the outputs' rows only.
+        let m = if il == layers - 1 { no } else { n };
         if il == layers - 1 {
-            cur = g.op(&[cur, out_ids], F32, [e, n, 1], false);
-            res = g.op(&[inp_sa, out_ids], F32, [e, n, 1], false);
+            cur = g.op(&[cur, out_ids], F32, [e, m, 1], false);
+            res = g.op(&[inp_sa, out_ids], F32, [e, m, 1], false);
         }
-        let ffn_inp = g.op(&[cur, res], F32, [e, n, 1], true);
-        let norm = g.op(&[ffn_inp], F32, [e, n, 1], true);
+        let ffn_inp = g.op(&[cur, res], F32, [e, m, 1], true);
+        let norm = g.op(&[ffn_inp], F32, [e, m, 1], true);
         let wn = w(&mut g, "ffn_norm");
-        let cur = g.op(&[norm, wn], F32, [e, n, 1], true);
+        let cur = g.op(&[norm, wn], F32, [e, m, 1], true);
         let (wg, wu, wd) = (w(&mut g, "ffn_gate"), w(&mut g, "ffn_up"), w(&mut g, "ffn_down"));
-        let gate = g.op(&[wg, cur], F32, [ff, n, 1], false);
-        let up = g.op(&[wu, cur], F32, [ff, n, 1], false);
-        let glu = g.op(&[gate, up], F32, [ff, n, 1], false);
-        let down = g.op(&[wd, glu], F32, [e, n, 1], false);
-        inp_l = g.op(&[down, ffn_inp], F32, [e, n, 1], true);
+        let gate = g.op(&[wg, cur], F32, [ff, m, 1], false);
+        let up = g.op(&[wu, cur], F32, [ff, m, 1], false);
+        let glu = g.op(&[gate, up], F32, [ff, m, 1], false);
+        let down = g.op(&[wd, glu], F32, [e, m, 1], false);
+        inp_l = g.op(&[down, ffn_inp], F32, [e, m, 1], true);
     }
     let b = if s.output_on_gpu { GPU } else { CPU };
-    let norm = g.op(&[inp_l], F32, [e, n, 1], true);
+    let norm = g.op(&[inp_l], F32, [e, no, 1], true);
     let wn = g.weight(b, weight(layers, "output_norm"));
-    let result_norm = g.op(&[norm, wn], F32, [e, n, 1], true);
+    let result_norm = g.op(&[norm, wn], F32, [e, no, 1], true);
     let out = g.weight(b, weight(layers, "output"));
-    let logits = g.op(&[out, result_norm], F32, [vocab, n, 1], false);
+    let logits = g.op(&[out, result_norm], F32, [vocab, no, 1], false);
     g.tensors[result_norm].output = true;
     g.tensors[logits].output = true;
     g

@@ -75,6 +75,9 @@ pub struct Launch {
     /// `-b`, `-ub`
     pub batch: usize,
     pub ubatch: usize,
+    /// The outputs the compute buffer is reserved for (`n_outputs_max`): None for `-b`, as
+    /// llama-completion reserves; llama-server reserves one per slot (`-np`).
+    pub outputs: Option<usize>,
 }
 
 impl Default for Launch {
@@ -87,6 +90,7 @@ impl Default for Launch {
             cache_v: CacheType::F16,
             batch: 2048,
             ubatch: 512,
+            outputs: None,
         }
     }
 }
@@ -96,8 +100,9 @@ impl Launch {
     pub fn flags(&self) -> String {
         let ngl = self.gpu_layers.map(|n| n.to_string()).unwrap_or_else(|| "99".into());
         let name = |t: CacheType| t.ggml().name.to_ascii_lowercase();
+        let slots = self.outputs.map(|n| format!(" -np {n}")).unwrap_or_default();
         format!(
-            "-c {} -ngl {ngl} -fa {} -ctk {} -ctv {} -b {} -ub {}",
+            "-c {} -ngl {ngl} -fa {} -ctk {} -ctv {} -b {} -ub {}{slots}",
             self.ctx,
             if self.flash { "on" } else { "off" },
             name(self.cache_k),
@@ -255,6 +260,7 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     let tokens = (l.ubatch.min(l.batch) as u64).min(cells);
     let shape = graph::Shape {
         tokens,
+        outputs: l.outputs.unwrap_or(l.batch) as u64,
         kv_cells: cells,
         flash: l.flash,
         k_row,

@@ -44,6 +44,11 @@ pub struct LlamaCppFlags {
     /// --engine llama.cpp: -ub, the micro-batch (default 512)
     #[arg(long, value_parser = limits::count(limits::MAX_SEQ))]
     pub ub: Option<usize>,
+    /// --engine llama.cpp: llama-server's -np (its slots): the compute buffer is reserved for one
+    /// output per slot (unset: llama-cli's, for every token of -b)
+    #[arg(long, value_parser = limits::count(limits::MAX_BATCH))]
+    #[serde(default)]
+    pub np: Option<usize>,
 }
 
 impl Default for LlamaCppFlags {
@@ -57,6 +62,7 @@ impl Default for LlamaCppFlags {
             ctv: None,
             n_batch: None,
             ub: None,
+            np: None,
         }
     }
 }
@@ -105,6 +111,7 @@ pub fn launch(c: &LlamaCppFlags, seq: usize, others: &[(&str, bool)]) -> Result<
         ("--ctv", c.ctv.is_some()),
         ("--n-batch", c.n_batch.is_some()),
         ("--ub", c.ub.is_some()),
+        ("--np", c.np.is_some()),
         ("--gguf-types", c.gguf_types != LlamaCppFlags::default().gguf_types),
     ];
     if c.engine != Engine::LlamaCpp {
@@ -137,6 +144,7 @@ pub fn launch(c: &LlamaCppFlags, seq: usize, others: &[(&str, bool)]) -> Result<
         cache_v: c.ctv.unwrap_or(d.cache_v),
         batch: c.n_batch.unwrap_or(d.batch),
         ubatch: c.ub.unwrap_or(d.ubatch),
+        outputs: c.np,
     }))
 }
 

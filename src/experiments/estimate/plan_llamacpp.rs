@@ -41,8 +41,7 @@ impl Row {
     fn command(&self) -> String {
         match self.need {
             None => "does not fit".into(),
-            // One slot: the estimate prices one sequence (the server's default is several).
-            Some(_) => format!("llama-server -m MODEL.gguf {} -np 1", self.launch.flags()),
+            Some(_) => format!("llama-server -m MODEL.gguf {}", self.launch.flags()),
         }
     }
 }
@@ -89,6 +88,9 @@ pub fn plan(
                 flash: true,
                 cache_k: cache,
                 cache_v: cache,
+                // llama-server with one slot (`-np 1`, printed with the flags): the estimate prices
+                // one sequence, and the server reserves its compute buffer for one output a slot.
+                outputs: Some(1),
                 ..Launch::default()
             };
             let fits = |l: Launch| -> Result<bool> { Ok(need(cfg, &tensors, &l)? <= budget) };

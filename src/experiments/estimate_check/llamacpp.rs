@@ -157,6 +157,8 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
                 cache_v: cache(&ctv[i])?,
                 batch: count(batch[i]).ok_or_else(|| bad("batch"))?,
                 ubatch: count(ubatch[i]).ok_or_else(|| bad("ubatch"))?,
+                // llama-completion reserves for every token of -b.
+                outputs: None,
             };
             let ftype = FileType::from_str(&ty[i], true).map_err(|_| bad(&format!("type {}", ty[i])))?;
             let id = count(id[i]).ok_or_else(|| bad("id"))?;
