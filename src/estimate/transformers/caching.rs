@@ -135,14 +135,17 @@ impl Caching {
     /// A segment mapped before the model starts (a measured state): `used` bytes live at its
     /// start, the rest one cached block.
     pub fn resume_segment(&mut self, small: bool, size: u64, used: u64) {
-        let id = self.new_segment(small, size);
-        let seg = self.segments.last_mut().expect("just pushed");
+        let id = self.next_segment;
+        self.next_segment += 1;
+        let used = used.min(size);
+        let mut blocks = vec![Block { offset: 0, size: used, live: used > 0 }];
+        if size > used {
+            blocks.push(Block { offset: used, size: size - used, live: false });
+        }
+        blocks.retain(|b| b.size > 0);
+        self.segments.push(Segment { id, small, blocks });
         if used > 0 {
-            seg.blocks[0] = Block { offset: 0, size: used.min(size), live: true };
-            if size > used {
-                seg.blocks.push(Block { offset: used, size: size - used, live: false });
-            }
-            self.allocated += used.min(size);
+            self.allocated += used;
             self.live.insert(self.next_handle, (id, 0));
             self.next_handle += 1;
         }

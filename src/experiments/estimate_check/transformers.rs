@@ -98,6 +98,10 @@ fn check_file(path: &Path, name: String) -> Result<Option<SweepCheck>> {
     let card = if start.card > 0.0 { (start.card * (1u64 << 20) as f64) as u64 } else { start.device_total };
     // Every sweep ran on an H200, emulated card or not: its cuBLAS workspace is Hopper's.
     let target = Target::card(card, true);
+    // The lengths come from a file: the replay runs them only within the lab's own bounds.
+    if let Some(l) = lines.iter().find(|l| l.kind == "step" && (l.seq == 0 || l.seq > crate::limits::MAX_SEQ)) {
+        return Err(bad(format!("a length of {} tokens is outside 1 to {}", l.seq, crate::limits::MAX_SEQ)));
+    }
     let measured_steps: Vec<Step> = lines
         .iter()
         .filter(|l| l.kind == "step")
