@@ -176,6 +176,8 @@ impl Caching {
                     return Err(Oom { request: size, allocated: self.allocated, reserved: self.reserved() });
                 }
                 self.new_segment(small, want);
+                // Reserved grows only here.
+                self.peak_reserved = self.peak_reserved.max(self.reserved());
                 (self.segments.len() - 1, 0)
             }
         };
@@ -191,7 +193,6 @@ impl Caching {
         let (taken, at) = (seg.blocks[b].size, (seg.id, seg.blocks[b].offset));
         self.allocated += taken;
         self.peak = self.peak.max(self.allocated);
-        self.peak_reserved = self.peak_reserved.max(self.reserved());
         let handle = self.next_handle;
         self.next_handle += 1;
         self.live.insert(handle, at);

@@ -202,10 +202,9 @@ pub fn llamacpp(
                 .predicted(mib(m.gpu.total()))
                 .note("model + KV cache + compute buffer, as llama.cpp's memory breakdown counts them (its 'self'); the CUDA context and its pools come beside it"),
         );
-    }
-    for (what, tensors) in &priced {
+        // And the whole process as nvidia-smi would list it, for the same buffers.
         let b = process::beyond(cfg, l, llamacpp::mmq_weights(tensors), l.ctx as u64);
-        let gpu = llamacpp::memory(cfg, tensors, l)?.gpu.total();
+        let gpu = m.gpu.total();
         s.say(format!(
             "llama.cpp {what}: nvidia-smi after a prompt filling -c {}: {:.0} MiB = the buffers + the CUDA context {:.0} + cuBLAS {:.0} + the scratch pool {:.0} (the H200's context; docs/accuracy.md)",
             l.ctx,
