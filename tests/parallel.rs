@@ -7,6 +7,7 @@ use candle_core::{Device, Tensor};
 use common::{max_abs, max_abs_diff, tensors, tiny};
 use std::collections::HashMap;
 use std::sync::Arc;
+use vram_lab::model::decode::{OwnKernels, StaticDecoder};
 use vram_lab::model::parallel::{rank_ledger, rank_model, AllReduce, ThreadComm};
 use vram_lab::model::weights::Weight;
 use vram_lab::model::{generate, Decoder, GenerateConfig, Logits, Precision};
@@ -18,6 +19,19 @@ fn weights(seed: u64) -> HashMap<String, Weight> {
 /// Each rank's all-position logits for `prompt`, its greedy tokens and its weight bytes.
 fn run_ranks(ranks: usize, prompt: &[u32]) -> Vec<(Tensor, Vec<u32>, u64)> {
     run_ranks_of(&tiny(), ranks, prompt)
+}
+
+/// The greedy tokens of `model`'s static decoding step (what a GPU rank captures as a CUDA graph,
+/// its sums inside), run step by step: the prefill's token and 11 more.
+fn static_tokens(model: &Decoder, prompt: &[u32]) -> Vec<u32> {
+    let ids = Tensor::new(prompt, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let mut dec = StaticDecoder::prefill(model, &ids, prompt.len() + 12, OwnKernels::All).unwrap();
+    let mut out = dec.ids().unwrap();
+    for _ in 1..12 {
+        dec.step().unwrap();
+        out.extend(dec.ids().unwrap());
+    }
+    out
 }
 
 fn run_ranks_of(cfg: &vram_lab::model::DecoderConfig, ranks: usize, prompt: &[u32]) -> Vec<(Tensor, Vec<u32>, u64)> {
@@ -36,6 +50,8 @@ fn run_ranks_of(cfg: &vram_lab::model::DecoderConfig, ranks: usize, prompt: &[u3
                     let logits = model.forward(&ids, &mut cache, Logits::All).unwrap().remove(0);
                     let gen =
                         generate(&model, prompt, &GenerateConfig { max_new_tokens: 12, ..Default::default() }).unwrap();
+                    // The static step sums across ranks after o and down, as the loop does.
+                    assert_eq!(static_tokens(&model, prompt), gen.generated_ids, "the static step of a rank");
                     (logits, gen.generated_ids, model.weight_bytes())
                 })
             })

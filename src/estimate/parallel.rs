@@ -213,6 +213,12 @@ pub fn pipeline(cfg: &DecoderConfig, w: &Inference, gpus: usize, runtime: u64) -
         .collect())
 }
 
+/// llama.cpp's default shares without `-ts`: each GPU's free memory, here each card's memory
+/// less what the runtime takes of it (`runtime` bytes).
+pub fn shares_by_memory(cards: &[crate::hw::Card], runtime: u64) -> Vec<f64> {
+    cards.iter().map(|c| c.total_bytes().saturating_sub(runtime) as f64).collect()
+}
+
 /// llama.cpp's layer split (`--split-mode layer` with every layer on a GPU; llama-model.cpp,
 /// `load_tensors`): `layers` + 1 slots, the last the output layer, slot `i` on the first GPU whose
 /// cumulative share of `shares` (normalised, in f32 as llama.cpp sums them) exceeds

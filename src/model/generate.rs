@@ -73,9 +73,10 @@ pub fn generate_with(
     mut on_token: impl FnMut(usize),
 ) -> Result<Generation> {
     check_request(model.cfg.vocab_size, prompt, cfg)?;
-    // The static step's fused kernels have no all-reduce: a tensor-parallel rank takes the loop
-    // below; so does a mixture, whose routing is read on the host every layer.
-    if cfg.temperature.is_none() && model.all_on_gpu() && !model.is_rank() && model.cfg.experts().is_none() {
+    // A tensor-parallel rank takes the static step when its sums can be captured with it (NCCL),
+    // else the loop below (threads meeting on the host); a mixture takes the loop, its routing is
+    // read on the host every layer.
+    if cfg.temperature.is_none() && model.all_on_gpu() && model.sums_capturable() && model.cfg.experts().is_none() {
         return generate_static(model, prompt, cfg, on_token);
     }
     let device = model.device();

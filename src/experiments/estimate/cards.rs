@@ -38,7 +38,7 @@ pub fn cards_and_shares(names: &[String], split: &[f64], runtime: u64) -> Result
     }
     let cards = names.iter().map(|n| Card::parse(n)).collect::<Result<Vec<_>>>()?;
     let shares = if split.is_empty() {
-        cards.iter().map(|c| c.total_bytes().saturating_sub(runtime) as f64).collect()
+        crate::estimate::parallel::shares_by_memory(&cards, runtime)
     } else if split.len() == cards.len() {
         split.to_vec()
     } else {

@@ -10,7 +10,7 @@ pub mod ranks;
 pub mod tables;
 
 use crate::error::{LabError, Result};
-use crate::hw;
+use crate::hw::{self, Card};
 use crate::limits;
 use crate::memory::mib;
 use crate::model::parallel::group::on_each;
@@ -53,6 +53,12 @@ pub struct ParallelConfig {
     #[arg(long, value_delimiter = ',')]
     #[serde(default)]
     pub split: Vec<f64>,
+    /// The card each GPU emulates (names or sizes: rtx4090,16GiB), one per GPU (it sets --gpus):
+    /// each rank or stage holds a ballast so that its GPU has the card's memory. Without --split
+    /// the pipeline shares the layers by the cards' memory, as llama.cpp and `plan --cards` do
+    #[arg(long, value_delimiter = ',')]
+    #[serde(default)]
+    pub cards: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -76,6 +82,7 @@ impl Default for ParallelConfig {
             no_single: false,
             layouts: all_layouts(),
             split: Vec::new(),
+            cards: Vec::new(),
         }
     }
 }
@@ -87,7 +94,7 @@ impl Stage for Parallel {
         "The model split over N GPUs (tensor parallel, NCCL): every GPU's bytes measured beside the ledger, decode and greedy tokens beside one GPU";
     const INTRO: &'static str = "相关文章讲到单卡放不下时的多卡方案。这里把模型按 Megatron 方式切到 N 张卡上(每张卡持有自己的注意力头和 MLP 列,每层两次 all-reduce,NCCL 负责通信),逐卡测量权重、NCCL 缓冲、KV cache 和生成时的峰值,与估算器的逐卡账本并列;再与单卡运行比较解码速度和贪心输出。<br>The related articles turn to several cards when one cannot hold the model. Here the model is split over N GPUs the way Megatron splits it (each GPU holds its attention heads and MLP columns; two all-reduces a layer, over NCCL), and every GPU's weights, NCCL buffers, KV cache and generation peak are read from that GPU beside the estimator's per-GPU ledger (`estimate --tp N`); then decode speed and the greedy tokens beside the whole model on one GPU. On the CPU the ranks are threads exchanging tensors.";
     type Config = ParallelConfig;
-    const REPEATABLE: &'static [&'static str] = &["split"];
+    const REPEATABLE: &'static [&'static str] = &["split", "cards"];
 
     fn cpu_config() -> ParallelConfig {
         ParallelConfig { prompt: 16, new_tokens: 12, ..Default::default() }
@@ -98,6 +105,9 @@ impl Stage for Parallel {
         let cfg = opened.cfg.clone();
         drop(opened);
         let mut c = c.clone();
+        if !c.cards.is_empty() {
+            c.gpus = c.cards.len();
+        }
         if s.device.is_cuda() && hw::cuda_device_count() < c.gpus {
             let n = hw::cuda_device_count().max(1);
             s.say(format!("{} GPUs asked, {n} here: the group is {n}", c.gpus));
@@ -116,9 +126,13 @@ impl Stage for Parallel {
         if !c.split.is_empty() && c.split.len() != c.gpus {
             return Err(LabError::input(format!("--split gives {} shares for {} GPUs", c.split.len(), c.gpus)));
         }
+        let cards = c.cards.iter().map(|n| Card::parse(n)).collect::<Result<Vec<_>>>()?;
+        if !cards.is_empty() && cards.len() != c.gpus {
+            return Err(LabError::input(format!("--cards names {} cards for {} GPUs here", cards.len(), c.gpus)));
+        }
         // Each rank reads its own device; a card emulated on the first would skew the group.
         s.whole_device(true, "the card emulation is lifted in this stage: every rank uses its whole device", |s| {
-            measure(s, &cfg, c)
+            measure(s, &cfg, c, &cards)
         })
     }
 
@@ -135,7 +149,7 @@ fn same_tokens(reference: &[u32], tokens: &[u32]) -> usize {
 /// The layouts, then the whole model on one device, into the stage's table and findings. The
 /// group runs first, so each GPU meets NCCL as a fresh process does (the one-device run before it
 /// left the first GPU's driver state changed: 88 MiB less was read there on 2026-11-25).
-fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig) -> Result<StageOutput> {
+fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig, cards: &[Card]) -> Result<StageOutput> {
     let devs = crate::model::parallel::group::devices(&s.device, c.gpus)?;
     let cuda = s.device.is_cuda();
     let bw = s.bandwidths()?;
@@ -160,7 +174,7 @@ fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig) -> Result<S
             prompt: &prompt,
             gen: gen.clone(),
         };
-        let plan = Plan { req, group: Group::new(c.gpus, cuda)? };
+        let plan = Plan { req, group: Group::new(c.gpus, cuda)?, cards: cards.to_vec() };
         let results: Vec<Result<RankRun>> = on_each(devs.clone(), |rank, dev| run_rank(&plan, rank, dev));
         let mut rows = Vec::new();
         let mut tokens = Vec::new();
@@ -203,13 +217,16 @@ fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig) -> Result<S
             prompt: &prompt,
             gen: gen.clone(),
         };
-        // llama.cpp's placement for a quantized model (even shares unless given) or a split given.
-        let shares = match (c.split.is_empty(), c.precision.is_quantized()) {
-            (false, _) => Some(c.split.clone()),
-            (true, true) => Some(vec![1.0; c.gpus]),
-            (true, false) => None,
+        // llama.cpp's placement for a quantized model or on cards (the shares given, else by the
+        // cards' memory, else even), or a dense model's split given.
+        let runtime = crate::estimate::fit::Runtime::assumed().bytes();
+        let shares = match (c.split.is_empty(), cards.is_empty(), c.precision.is_quantized()) {
+            (false, _, _) => Some(c.split.clone()),
+            (true, false, _) => Some(crate::estimate::parallel::shares_by_memory(cards, runtime)),
+            (true, true, true) => Some(vec![1.0; c.gpus]),
+            (true, true, false) => None,
         };
-        let (mut stages, tokens) = pipeline::run(&req, devs.clone(), shares.as_deref())?;
+        let (mut stages, tokens) = pipeline::run(&req, devs.clone(), shares.as_deref(), cards)?;
         for r in &mut stages {
             if let Some(w) = r.weights {
                 r.ceiling_tok_s = ceiling(read_per_token(cfg, w, r.kv_cache.unwrap_or(0), act), bw.device);

@@ -8,7 +8,7 @@ use super::tables::Row;
 use crate::error::Result;
 use crate::estimate::fit::Inference;
 use crate::estimate::parallel::{llamacpp_split, pipeline, pipeline_llamacpp};
-use crate::hw;
+use crate::hw::{self, Card};
 use crate::memory::{guarded, MemoryProbe};
 use crate::model::attention::AttentionMode;
 use crate::model::parallel::pipeline::{load_pipeline, Ends};
@@ -26,7 +26,9 @@ fn snapshots(probes: &[MemoryProbe]) -> Result<Vec<crate::memory::Snapshot>> {
 /// the ledger, and the greedy tokens (none after an OOM). The KV cache per stage is the measured
 /// whole cache's share by layers (every layer's is the same size). `shares`: llama.cpp's
 /// placement with these shares of the layers (the embedding in host memory); None: the lab's.
-pub fn run(r: &Request, devices: Vec<Device>, shares: Option<&[f64]>) -> Result<(Vec<Row>, Vec<u32>)> {
+/// `cards`: the card each stage's GPU emulates (none: the whole GPUs; the CPU's stages share one
+/// heap, where the cards are only planned).
+pub fn run(r: &Request, devices: Vec<Device>, shares: Option<&[f64]>, cards: &[Card]) -> Result<(Vec<Row>, Vec<u32>)> {
     let n = devices.len();
     let layout = match shares {
         Some(s) => format!("pipeline × {n}, llama.cpp split {s:?}"),
@@ -65,7 +67,10 @@ pub fn run(r: &Request, devices: Vec<Device>, shares: Option<&[f64]>) -> Result<
             Row {
                 layout: layout.clone(),
                 rank: g.gpu,
-                device: hw::describe(&devices[g.gpu]),
+                device: match cards.get(g.gpu) {
+                    Some(c) => format!("{} as {}", hw::describe(&devices[g.gpu]), c.name),
+                    None => hw::describe(&devices[g.gpu]),
+                },
                 weights_predicted: g.weights,
                 kv_predicted: kv,
                 peak_above_predicted: kv + g.transient + g.logits,
@@ -73,8 +78,13 @@ pub fn run(r: &Request, devices: Vec<Device>, shares: Option<&[f64]>) -> Result<
             }
         })
         .collect();
-    let probes: Vec<MemoryProbe> = devices.iter().map(MemoryProbe::new).collect();
+    let mut probes: Vec<MemoryProbe> = devices.iter().map(MemoryProbe::new).collect();
     let cuda = devices[0].is_cuda();
+    if cuda {
+        for (p, c) in probes.iter_mut().zip(cards) {
+            p.emulate(c)?;
+        }
+    }
     let before = snapshots(&probes)?;
     let run = guarded(&probes[0], "the pipeline", || {
         let mut weights = source::open(r.source, r.opts)?.weights;

@@ -4,6 +4,7 @@
 //! all-reduce it will never join.
 
 use crate::error::{LabError, Result};
+use crate::hw::Card;
 use crate::memory::{guarded, MemoryProbe};
 use crate::model::parallel::{load_rank, Group};
 use crate::model::source::{self, ModelSource, SourceOptions};
@@ -38,15 +39,17 @@ pub struct Request<'a> {
     pub gen: GenerateConfig,
 }
 
-/// What every rank shares: the request (model, prompt) and where the ranks meet.
+/// What every rank shares: the request (model, prompt), where the ranks meet, and the card each
+/// rank emulates (empty: every rank its whole device).
 pub struct Plan<'a> {
     pub req: Request<'a>,
     pub group: Group,
+    pub cards: Vec<Card>,
 }
 
 /// Rank `rank` of `plan.group` on `device`.
 pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
-    let probe = MemoryProbe::new(&device);
+    let mut probe = MemoryProbe::new(&device);
     let cuda = device.is_cuda();
     probe.warm_up()?;
     let base = probe.settled("")?;
@@ -62,6 +65,10 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
         })(),
     )?;
     let comm = comm.ok_or_else(|| LabError::other("no communicator"))?;
+    // The card counts what the process already holds on the device (context, NCCL), as a real one
+    // would; the CPU's ranks share one heap, where a card per rank is not held.
+    let card = plan.cards.get(rank).filter(|_| cuda).map(|c| probe.emulate(c).map(|_| ()));
+    plan.group.meet.settle("emulating the cards", card.unwrap_or(Ok(())))?;
     let joined = probe.settled("")?;
     let nccl = joined.outside_pool_since(&base).filter(|_| cuda);
     probe.reset_peak();
@@ -81,7 +88,10 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
     let done = probe.settled("")?;
     Ok(RankRun {
         rank,
-        device: crate::hw::describe(&device),
+        device: match plan.cards.get(rank) {
+            Some(c) => format!("{} as {}", crate::hw::describe(&device), c.name),
+            None => crate::hw::describe(&device),
+        },
         nccl,
         weights: if cuda { loaded.allocated.saturating_sub(joined.allocated) } else { model.weight_bytes() },
         load_peak: cuda.then(|| loaded.peak.saturating_sub(joined.allocated)),

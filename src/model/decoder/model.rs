@@ -176,9 +176,12 @@ impl Decoder {
         self
     }
 
-    /// Whether the layers sum across tensor-parallel ranks.
-    pub fn is_rank(&self) -> bool {
-        self.layers.iter().any(|l| matches!(l, LayerSlot::Resident(layer) if layer.reduce.is_some()))
+    /// Whether a CUDA graph can record every sum across ranks (true without tensor parallelism).
+    pub fn sums_capturable(&self) -> bool {
+        self.layers.iter().all(|l| match l {
+            LayerSlot::Resident(layer) => layer.reduce.as_ref().is_none_or(|c| c.0.capturable()),
+            LayerSlot::Streamed => true,
+        })
     }
 
     pub fn all_on_gpu(&self) -> bool {

@@ -13,6 +13,11 @@ pub trait AllReduce: Send + Sync {
     fn ranks(&self) -> usize;
     /// The sum of every rank's `x` (same shape on each), on this rank's device.
     fn all_reduce_sum(&self, x: &Tensor) -> Result<Tensor>;
+    /// Whether a CUDA graph can record the sum (no host work inside it), so a rank decodes with
+    /// the captured static step.
+    fn capturable(&self) -> bool {
+        false
+    }
 }
 
 /// A rank's communicator as a model's layers hold it.

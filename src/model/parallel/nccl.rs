@@ -22,7 +22,10 @@ impl GroupId {
         // Set before any rank's thread starts.
         // Connections made when a rank joins (NCCL otherwise connects each algorithm at its first
         // use): all of NCCL's buffers exist once the group is formed, where the lab measures them.
-        for (var, value) in [("NCCL_NVLS_ENABLE", "0"), ("NCCL_RUNTIME_CONNECT", "0")] {
+        // No registration of buffers a CUDA graph captured: a rank's captured step sums into
+        // buffers the graph allocates and frees around each sum (a decode step's few KB go
+        // through NCCL's own buffers either way).
+        for (var, value) in [("NCCL_NVLS_ENABLE", "0"), ("NCCL_RUNTIME_CONNECT", "0"), ("NCCL_GRAPH_REGISTER", "0")] {
             if std::env::var_os(var).is_none() {
                 std::env::set_var(var, value);
             }
@@ -67,6 +70,12 @@ impl AllReduce for NcclComm {
 
     fn all_reduce_sum(&self, x: &Tensor) -> Result<Tensor> {
         Ok(x.contiguous()?.apply_op1_no_bwd(self)?)
+    }
+
+    /// NCCL's collectives can be captured in a CUDA graph since 2.9 (NCCL's user guide, "Using
+    /// NCCL with CUDA Graphs"); the output is allocated stream-ordered, which a graph records too.
+    fn capturable(&self) -> bool {
+        true
     }
 }
 
