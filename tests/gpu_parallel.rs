@@ -8,7 +8,7 @@
 use candle_core::{Device, Tensor};
 use vram_lab::estimate::parallel::pipeline_split;
 use vram_lab::memory::MemoryProbe;
-use vram_lab::model::parallel::pipeline::load_pipeline;
+use vram_lab::model::parallel::pipeline::{load_pipeline, Ends};
 use vram_lab::model::weights::{load_all, Synthetic};
 use vram_lab::model::{generate, Decoder, DecoderConfig, GenerateConfig, Logits, Precision};
 
@@ -38,7 +38,16 @@ fn one_gpu_loop(cfg: &DecoderConfig, precision: Precision, dev: &Device) -> Deco
 fn piped(cfg: &DecoderConfig, precision: Precision, devices: &[Device]) -> Decoder {
     let split = pipeline_split(cfg.num_hidden_layers, 1, 1, 1, devices.len()).unwrap();
     let probes: Vec<_> = devices.iter().map(MemoryProbe::new).collect();
-    load_pipeline(cfg, precision, &mut Synthetic::new(cfg.clone(), 9), devices, &split, &probes).unwrap()
+    load_pipeline(
+        cfg,
+        precision,
+        &mut Synthetic::new(cfg.clone(), 9),
+        devices,
+        &split,
+        Ends::first_and_last(devices.len()),
+        &probes,
+    )
+    .unwrap()
 }
 
 fn prompt(cfg: &DecoderConfig) -> Vec<u32> {
@@ -228,4 +237,62 @@ fn a_pipelines_tokens_over_repeated_runs() {
         }
     }
     assert!(bad.is_empty(), "{bad:?}");
+}
+
+/// Two ranks joined as the parallel stage joins them (NCCL, and the peer-memory sum where the GPUs
+/// reach each other's memory): 200 sums of a decoding step's size in BF16 and F32, with and without
+/// a residual, each equal on both ranks to the bit and to the host's sum (BF16: the sum rounded,
+/// then the residual added and rounded; F32 within rounding), and the same through NCCL alone.
+/// The sums alternate between the peer buffer's two sets and run back to back, as in a step.
+#[cfg(feature = "nccl")]
+#[test]
+fn the_peer_sum_equals_the_sum_on_the_host() {
+    use candle_core::DType;
+    use vram_lab::model::parallel::{group::on_each, Group};
+    let Some((a, b)) = two_gpus() else { return };
+    for peer in [true, false] {
+        if !peer {
+            std::env::set_var("VRAM_LAB_PEER_SUM", "0");
+        }
+        let group = Group::new(2, true).unwrap();
+        let results = on_each(vec![a.clone(), b.clone()], |rank, dev| {
+            let comm = group.join(rank, &dev)?;
+            assert_eq!(comm.path().starts_with("peer memory"), peer, "rank {rank}: {}", comm.path());
+            let mut out = Vec::new();
+            for i in 0..200u64 {
+                let dtype = if i % 2 == 0 { DType::BF16 } else { DType::F32 };
+                let n = [3584usize, 5120, 8192, 1000][i as usize % 4];
+                // Each rank's partial from its own seed, the residual shared: the host rebuilds both.
+                let part = |r: u64| -> Vec<f32> {
+                    (0..n).map(|k| (((k as u64 * 31 + i * 7 + r * 1013) % 97) as f32 - 48.0) / 16.0).collect()
+                };
+                let x = Tensor::new(part(rank as u64), &dev)?.to_dtype(dtype)?;
+                let res = Tensor::new(part(9), &dev)?.to_dtype(dtype)?;
+                let y = if i % 3 == 0 { comm.all_reduce_sum(&x)? } else { comm.all_reduce_add(&x, &res)? };
+                out.push((i, dtype, n, y.to_dtype(DType::F32)?.to_vec1::<f32>()?));
+            }
+            Ok(out)
+        });
+        let (r0, r1) = match (&results[0], &results[1]) {
+            (Ok(r0), Ok(r1)) => (r0, r1),
+            _ => panic!(
+                "a rank failed: {:?}",
+                results.iter().map(|r| r.as_ref().err().map(|e| e.to_string())).collect::<Vec<_>>()
+            ),
+        };
+        for ((i, dtype, n, y0), (_, _, _, y1)) in r0.iter().zip(r1) {
+            assert_eq!(y0, y1, "peer {peer}: sum {i}: the ranks hold different bits");
+            let part = |r: u64| -> Vec<f32> {
+                (0..*n).map(|k| (((k as u64 * 31 + i * 7 + r * 1013) % 97) as f32 - 48.0) / 16.0).collect()
+            };
+            let (p0, p1, res) = (part(0), part(1), part(9));
+            for k in 0..*n {
+                // The partials are multiples of 1/16 below 4: exact in BF16 and in their sum.
+                let want = if i % 3 == 0 { p0[k] + p1[k] } else { p0[k] + p1[k] + res[k] };
+                let tol = if *dtype == DType::BF16 { want.abs() / 128.0 } else { 1e-6 };
+                assert!((y0[k] - want).abs() <= tol, "peer {peer}: sum {i} element {k}: {} for {want}", y0[k]);
+            }
+        }
+    }
+    std::env::remove_var("VRAM_LAB_PEER_SUM");
 }

@@ -172,7 +172,7 @@ pub fn largest_free_block(dev: &CudaDevice) -> Result<u64> {
     ctx.bind_to_thread().map_err(LabError::other)?;
     let (free, _) = mem_info(dev)?;
     let granule = crate::memory::policy::GRANULE;
-    let (lo, _) = crate::search::bisect(0, free as u64 + granule, granule, |b| {
+    let (lo, _) = crate::search::bisect(0, free + granule, granule, |b| {
         // SAFETY: a trial allocation freed at once.
         Ok(match unsafe { result::malloc_sync(b as usize) } {
             Ok(p) => {

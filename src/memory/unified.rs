@@ -74,7 +74,7 @@ impl Managed {
     /// A tensor of `shape` and `dtype` over the block at `offset` (16-byte aligned).
     pub fn tensor(&mut self, offset: usize, shape: &Shape, dtype: DType) -> Result<Tensor> {
         let n = shape.elem_count();
-        if offset % 16 != 0 || offset + n * dtype.size_in_bytes() > self.bytes {
+        if !offset.is_multiple_of(16) || offset + n * dtype.size_in_bytes() > self.bytes {
             return Err(LabError::other("a tensor outside its managed block or misaligned"));
         }
         let stream = self.dev.cuda_stream();

@@ -268,7 +268,7 @@ impl DecodeKernels {
         let takes = d % 32 == 0
             && d <= 256
             && kv > 0
-            && heads % kv == 0
+            && heads.is_multiple_of(kv)
             && y.elem_count() == b * (heads + 2 * kv) * d
             && cos.dims().last() == Some(&(d / 2))
             && sin.dims() == cos.dims()

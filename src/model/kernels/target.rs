@@ -66,7 +66,7 @@ pub fn arch(min: u32) -> Option<&'static str> {
     let cap = built_for().map_or(min, |c| c.max(min));
     Some(match cap {
         0 => return None,
-        ..=80 => "compute_80",
+        1..=80 => "compute_80",
         81..=86 => "compute_86",
         87 => "compute_87",
         88..=89 => "compute_89",
