@@ -100,12 +100,16 @@ pub struct GpuNeed {
     pub transient: u64,
     pub logits: u64,
     pub nccl: u64,
+    /// What the pool maps beyond the live bytes at the busiest moment (`fit::Ledger::pool`): the
+    /// one-GPU ledger's for the same prefill, as a stage's busiest moment holds the same
+    /// activations. A card that must hold the need must hold this too.
+    pub pool: u64,
     pub runtime: u64,
 }
 
 impl GpuNeed {
     pub fn total(&self) -> u64 {
-        self.weights + self.kv_cache + self.transient + self.logits + self.nccl + self.runtime
+        self.weights + self.kv_cache + self.transient + self.logits + self.nccl + self.pool + self.runtime
     }
 }
 
@@ -131,6 +135,7 @@ pub fn tensor_parallel(cfg: &DecoderConfig, w: &Inference, gpus: usize, runtime:
             transient: one.transient,
             logits: one.logits,
             nccl: nccl_bytes(gpus, gpu),
+            pool: one.pool,
             runtime,
         })
         .collect())
@@ -207,6 +212,7 @@ pub fn pipeline(cfg: &DecoderConfig, w: &Inference, gpus: usize, runtime: u64) -
                 // The lab's stages hand one hidden state to the next (through the host), no
                 // collective: no NCCL buffers.
                 nccl: 0,
+                pool: one.pool,
                 runtime,
             }
         })
@@ -296,6 +302,7 @@ pub fn pipeline_llamacpp(cfg: &DecoderConfig, w: &Inference, shares: &[f64], run
                 },
                 logits: if out { one.logits } else { 0 },
                 nccl: 0,
+                pool: if computes || out { one.pool } else { 0 },
                 runtime: if computes || out { runtime } else { 0 },
             }
         })

@@ -229,7 +229,10 @@ fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig, cards: &[Ca
             (true, true, true) => Some(vec![1.0; c.gpus]),
             (true, true, false) => None,
         };
-        let (mut stages, tokens) = pipeline::run(&req, devs.clone(), shares.as_deref(), cards)?;
+        let (mut stages, tokens, oom) = pipeline::run(&req, devs.clone(), shares.as_deref(), cards)?;
+        if let Some(oom) = oom {
+            s.say(format!("the pipeline: {oom}"));
+        }
         for r in &mut stages {
             if let Some(w) = r.weights {
                 r.ceiling_tok_s = ceiling(read_per_token(cfg, w, r.kv_cache.unwrap_or(0), act), bw.device);

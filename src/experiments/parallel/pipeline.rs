@@ -23,12 +23,17 @@ fn snapshots(probes: &[MemoryProbe]) -> Result<Vec<crate::memory::Snapshot>> {
 }
 
 /// One row per stage, measured on its device (GPUs; the CPU's stages share one heap: none) beside
-/// the ledger, and the greedy tokens (none after an OOM). The KV cache per stage is the measured
+/// the ledger, the greedy tokens (none after an OOM) and the OOM's line. The KV cache per stage is the measured
 /// whole cache's share by layers (every layer's is the same size). `shares`: llama.cpp's
 /// placement with these shares of the layers (the embedding in host memory); None: the lab's.
 /// `cards`: the card each stage's GPU emulates (none: the whole GPUs; the CPU's stages share one
 /// heap, where the cards are only planned).
-pub fn run(r: &Request, devices: Vec<Device>, shares: Option<&[f64]>, cards: &[Card]) -> Result<(Vec<Row>, Vec<u32>)> {
+pub fn run(
+    r: &Request,
+    devices: Vec<Device>,
+    shares: Option<&[f64]>,
+    cards: &[Card],
+) -> Result<(Vec<Row>, Vec<u32>, Option<String>)> {
     let n = devices.len();
     let layout = match shares {
         Some(s) => format!("pipeline × {n}, llama.cpp split {s:?}"),
@@ -99,7 +104,23 @@ pub fn run(r: &Request, devices: Vec<Device>, shares: Option<&[f64]>, cards: &[C
         Ok(x) => x,
         Err(e @ crate::error::LabError::Oom(_)) => {
             let outcome = Outcome::from_error(&e).as_str();
-            return Ok((predicted.into_iter().map(|p| Row { outcome: outcome.clone(), ..p }).collect(), vec![]));
+            let rows = predicted.into_iter().map(|p| Row { outcome: outcome.clone(), ..p }).collect();
+            // Every GPU's state at the OOM: the error names the first GPU's probe, whichever ran out.
+            let each: Vec<String> = probes
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let s = p.snapshot("oom");
+                    let free = s.device_free.map_or("—".into(), |f| format!("{:.1}", crate::memory::mib(f)));
+                    format!(
+                        "GPU {i}: {:.1} MiB held, peak {:.1}, pool {:.1}, free {free}",
+                        crate::memory::mib(s.allocated),
+                        crate::memory::mib(s.peak),
+                        crate::memory::mib(s.reserved)
+                    )
+                })
+                .collect();
+            return Ok((rows, vec![], Some(format!("{e} ({})", each.join("; ")))));
         }
         Err(e) => return Err(e),
     };
@@ -120,5 +141,5 @@ pub fn run(r: &Request, devices: Vec<Device>, shares: Option<&[f64]>, cards: &[C
             }
         })
         .collect();
-    Ok((rows, g.generated_ids))
+    Ok((rows, g.generated_ids, None))
 }

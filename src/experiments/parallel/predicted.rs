@@ -40,6 +40,7 @@ pub fn predicted(
             transient: l.transient + l.workspace,
             logits: l.logits,
             nccl: 0,
+            pool: l.pool,
             runtime: 0,
         }
     } else {
