@@ -28,7 +28,6 @@ specs=(
   "tp14=parallel --model synthetic:qwen2.5-14b --gpus 2 --layouts tensor"
   "tp32=parallel --model synthetic:qwen2.5-32b --gpus 2 --layouts tensor"
   "tp14-nccl=$(nccl 14b tp14-nccl)"
-  "tp32-nccl=$(nccl 32b tp32-nccl)"
   "tp7f32=parallel --model synthetic:qwen2.5-7b --precision f32 --gpus 2 --layouts tensor"
   "tp7=parallel --model synthetic:qwen2.5-7b --gpus 2 --layouts tensor"
   "pp32-4090=parallel --model synthetic:qwen2.5-32b --precision q4_k_m --layouts pipeline --cards rtx4090,rtx4090"
@@ -40,6 +39,7 @@ specs=(
   "pp32-24-16-edge=$(pp 32b 24GiB,16GiB "$EDGE_32_24_16" --no-single)"
   "pp32-24-16-past=$(pp 32b 24GiB,16GiB $((EDGE_32_24_16 + 1024)) --no-single)"
   "pp32-4090-edge=$(pp 32b rtx4090,rtx4090 "$EDGE_32_4090" --no-single)"
+  "tp32-nccl=$(nccl 32b tp32-nccl)"
 )
 # The peer sum's GPU test first, when its binary is carried (FEATURES=nccl TESTS=gpu_parallel
 # bash scripts/cuda/build-gpu-binary.sh): 200 sums on both ranks beside the host's.
