@@ -27,8 +27,6 @@ pub struct RankRun {
     pub prefill_tok_s: f64,
     pub decode_tok_s: f64,
     pub tokens: Vec<u32>,
-    /// How the rank's sums travel (`AllReduce::path`).
-    pub sums: &'static str,
 }
 
 /// What every layout runs (the ranks of a group, a pipeline's stages): the model and the prompt.
@@ -67,7 +65,6 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
         })(),
     )?;
     let comm = comm.ok_or_else(|| LabError::other("no communicator"))?;
-    let sums = comm.path();
     // The card counts what the process already holds on the device (context, NCCL), as a real one
     // would; the CPU's ranks share one heap, where a card per rank is not held.
     let card = plan.cards.get(rank).filter(|_| cuda).map(|c| probe.emulate(c).map(|_| ()));
@@ -103,6 +100,5 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
         prefill_tok_s: g.prefill_tok_s(),
         decode_tok_s: g.decode_tok_s(),
         tokens: g.generated_ids,
-        sums,
     })
 }

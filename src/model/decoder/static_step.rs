@@ -128,11 +128,11 @@ impl Layer {
 
     /// `x` + `lin`(`input`) in the static step: the residual in the product's kernel, or for a
     /// tensor-parallel rank (whose product is a partial sum) with the all-reduce, which a CUDA
-    /// graph records with the rest of the step (NCCL's sums and the peer sum are capturable).
+    /// graph records with the rest of the step (NCCL's sums are capturable).
     fn residual_step(&self, lin: &Linear, input: &Tensor, x: Tensor, step: &StepInputs) -> Result<Tensor> {
         match &self.reduce {
             None => lin.forward_step(input, Some(&x), step),
-            Some(c) => c.0.all_reduce_add(&lin.forward_step(input, None, step)?, &x),
+            Some(c) => Ok((x + c.0.all_reduce_sum(&lin.forward_step(input, None, step)?)?)?),
         }
     }
 }

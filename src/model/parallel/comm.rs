@@ -13,15 +13,6 @@ pub trait AllReduce: Send + Sync {
     fn ranks(&self) -> usize;
     /// The sum of every rank's `x` (same shape on each), on this rank's device.
     fn all_reduce_sum(&self, x: &Tensor) -> Result<Tensor>;
-    /// `x` + the sum of every rank's `y`: a residual added to the joined output (one kernel where
-    /// the sum has one).
-    fn all_reduce_add(&self, y: &Tensor, x: &Tensor) -> Result<Tensor> {
-        Ok((x + self.all_reduce_sum(y)?)?)
-    }
-    /// How the sums travel, for the console: threads on the host, NCCL, or peer memory for small sums.
-    fn path(&self) -> &'static str {
-        "threads meeting on the host"
-    }
     /// Whether a CUDA graph can record the sum (no host work inside it), so a rank decodes with
     /// the captured static step.
     fn capturable(&self) -> bool {

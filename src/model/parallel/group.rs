@@ -16,8 +16,6 @@ pub struct Group {
     threads: Vec<ThreadComm>,
     #[allow(dead_code)]
     nccl: Option<NcclId>,
-    #[cfg(feature = "nccl")]
-    peers: super::peer::PeerTable,
     pub meet: Rendezvous,
 }
 
@@ -37,13 +35,7 @@ impl Group {
             }
             None
         };
-        Ok(Self {
-            threads: ThreadComm::group(ranks),
-            nccl,
-            #[cfg(feature = "nccl")]
-            peers: super::peer::PeerTable::new(ranks),
-            meet: Rendezvous::new(ranks),
-        })
+        Ok(Self { threads: ThreadComm::group(ranks), nccl, meet: Rendezvous::new(ranks) })
     }
 
     pub fn ranks(&self) -> usize {
@@ -56,7 +48,7 @@ impl Group {
             #[cfg(feature = "nccl")]
             Device::Cuda(dev) if self.ranks() > 1 => {
                 let id = self.nccl.ok_or_else(|| LabError::other("no NCCL id"))?;
-                Ok(Arc::new(super::nccl::NcclComm::join(dev, rank, self.ranks(), id, &self.peers)?))
+                Ok(Arc::new(super::nccl::NcclComm::join(dev, rank, self.ranks(), id)?))
             }
             _ => Ok(Arc::new(self.threads[rank].clone())),
         }

@@ -10,8 +10,6 @@ pub mod data;
 pub mod group;
 #[cfg(feature = "nccl")]
 pub mod nccl;
-#[cfg(feature = "nccl")]
-pub mod peer;
 pub mod pipeline;
 pub mod shard;
 

@@ -4,7 +4,6 @@
 //! it at once (`ncclCommInitRank` waits for all of them).
 
 use super::comm::AllReduce;
-use super::peer::{PeerSum, PeerTable};
 use crate::error::{LabError, Result};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::nccl::safe::{Comm, Id, ReduceOp};
@@ -37,11 +36,9 @@ impl GroupId {
     }
 }
 
-/// One rank's communicator: NCCL, and the peer-memory sum for a decoding step's small sums where
-/// the GPUs reach each other's memory (`peer`).
+/// One rank's communicator.
 pub struct NcclComm {
     comm: Comm,
-    peer: Option<PeerSum>,
 }
 
 // A rank's communicator is made and used by that rank's thread only; the trait asks Send + Sync
@@ -51,15 +48,14 @@ unsafe impl Sync for NcclComm {}
 
 impl NcclComm {
     /// Joins the group as `rank` of `ranks` on `dev` (blocks until every rank has joined).
-    pub fn join(dev: &CudaDevice, rank: usize, ranks: usize, id: GroupId, peers: &PeerTable) -> Result<Self> {
+    pub fn join(dev: &CudaDevice, rank: usize, ranks: usize, id: GroupId) -> Result<Self> {
         let stream = dev.cuda_stream();
         // ncclCommInitRank joins on the thread's current device: cudarc does not make the rank's
         // context current here, and a fresh thread's default is GPU 0 (every rank on one GPU).
         stream.context().bind_to_thread().map_err(|e| LabError::other(format!("NCCL: rank {rank}: {e:?}")))?;
         let comm = Comm::from_rank(stream, rank, ranks, Id::uninit(id.0))
             .map_err(|e| LabError::other(format!("NCCL: rank {rank} of {ranks} could not join ({e:?})")))?;
-        let peer = PeerSum::join(dev, rank, ranks, peers);
-        Ok(Self { comm, peer })
+        Ok(Self { comm })
     }
 }
 
@@ -73,26 +69,7 @@ impl AllReduce for NcclComm {
     }
 
     fn all_reduce_sum(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.contiguous()?;
-        if let Some(sum) = self.peer.as_ref().map(|p| p.sum(&x, None)).transpose()?.flatten() {
-            return Ok(sum);
-        }
-        Ok(x.apply_op1_no_bwd(self)?)
-    }
-
-    fn path(&self) -> &'static str {
-        match self.peer {
-            Some(_) => "peer memory for a step's sums (one kernel each), NCCL for the prefill's",
-            None => "NCCL",
-        }
-    }
-
-    fn all_reduce_add(&self, y: &Tensor, x: &Tensor) -> Result<Tensor> {
-        let y = y.contiguous()?;
-        if let Some(sum) = self.peer.as_ref().map(|p| p.sum(&y, Some(x))).transpose()?.flatten() {
-            return Ok(sum);
-        }
-        Ok((x + y.apply_op1_no_bwd(self)?)?)
+        Ok(x.contiguous()?.apply_op1_no_bwd(self)?)
     }
 
     /// NCCL's collectives can be captured in a CUDA graph since 2.9 (NCCL's user guide, "Using
