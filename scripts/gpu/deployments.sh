@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Issue 43's deployments on two GPUs of one host, in one call:
-#  - tensor-parallel decode (each rank's step captured as one CUDA graph, its sums inside: peer
-#    memory, and NCCL alone beside it) beside the whole model on one GPU: 7B, 14B, 32B in BF16, 7B
-#    in F32 (tokens without BF16's rounding);
+#  - tensor-parallel decode (each rank's step captured as one CUDA graph, NCCL's sums inside) beside
+#    the whole model on one GPU: 7B, 14B, 32B in BF16, 7B in F32 (tokens without BF16's rounding);
 #  - Q4_K_M pipelines placed as llama.cpp places them, each GPU emulating a user's card: two RTX
 #    4090s (32B and 72B, at 160 tokens and at the longest context `plan --cards` predicts, then
 #    past it) and 24 GiB + 16 GiB (32B), each GPU's weights, KV and peak beside the ledger.
@@ -10,7 +9,8 @@
 # command); a run at the edge must fit and one past it must not.
 #   here:  FEATURES=nccl bash scripts/cuda/build-gpu-binary.sh
 #   there: carry .gpu/vram-lab.xz;  WAIT=560 bash scripts/gpu/deployments.sh   (again to wait and pack)
-# ONLY="tp14 pp72" runs only the named commands (a name or its prefix before the first dash).
+# ONLY="tp14 pp72-4090-edge" runs only those (scripts/gpu/run.sh). The committed runs' RUN.md
+# names the version of this script each call ran.
 set -u
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0
@@ -22,12 +22,9 @@ EDGE_32_4090=${EDGE_32_4090:-26589}
 EDGE_32_24_16=${EDGE_32_24_16:-16308}
 # Prompt and decoded tokens fill the context: the prompt is the edge less the 64 decoded.
 pp() { echo "parallel --model synthetic:qwen2.5-$1 --precision q4_k_m --layouts pipeline --cards $2 --prompt $(($3 - 64)) --new-tokens 64 ${4:-}"; }
-# The same ranks with every sum on NCCL (VRAM_LAB_PEER_SUM=0), the peer-memory sum's like.
-nccl() { echo "sh:VRAM_LAB_PEER_SUM=0 timeout ${TIMEOUT:-240} /tmp/vram-lab parallel --model synthetic:qwen2.5-$1 --gpus 2 --layouts tensor --no-single --quiet --out \$R/$2"; }
 specs=(
   "tp14=parallel --model synthetic:qwen2.5-14b --gpus 2 --layouts tensor"
   "tp32=parallel --model synthetic:qwen2.5-32b --gpus 2 --layouts tensor"
-  "tp14-nccl=$(nccl 14b tp14-nccl)"
   "tp7f32=parallel --model synthetic:qwen2.5-7b --precision f32 --gpus 2 --layouts tensor"
   "tp7=parallel --model synthetic:qwen2.5-7b --gpus 2 --layouts tensor"
   "pp32-4090=parallel --model synthetic:qwen2.5-32b --precision q4_k_m --layouts pipeline --cards rtx4090,rtx4090"
@@ -39,14 +36,5 @@ specs=(
   "pp32-24-16-edge=$(pp 32b 24GiB,16GiB "$EDGE_32_24_16" --no-single)"
   "pp32-24-16-past=$(pp 32b 24GiB,16GiB $((EDGE_32_24_16 + 1024)) --no-single)"
   "pp32-4090-edge=$(pp 32b rtx4090,rtx4090 "$EDGE_32_4090" --no-single)"
-  "tp32-nccl=$(nccl 32b tp32-nccl)"
 )
-# The peer sum's GPU test first, when its binary is carried (FEATURES=nccl TESTS=gpu_parallel
-# bash scripts/cuda/build-gpu-binary.sh): 200 sums on both ranks beside the host's.
-[ -e .gpu/gpu_parallel.xz ] && specs=("test-peer=sh:bash scripts/gpu/test_binary.sh .gpu/gpu_parallel.xz peer_sum" "${specs[@]}")
-picked=()
-for s in "${specs[@]}"; do
-  name=${s%%=*}
-  if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" ${name%%-*} "* || " $ONLY " == *" $name "* ]]; then picked+=("$s"); fi
-done
-REPORTS=0 TIMEOUT=${TIMEOUT:-240} WAIT=${WAIT:-560} bash scripts/gpu/run.sh "${picked[@]}"
+REPORTS=0 TIMEOUT=${TIMEOUT:-240} WAIT=${WAIT:-560} bash scripts/gpu/run.sh "${specs[@]}"

@@ -49,9 +49,4 @@ for t in .gpu/gpu_*.xz; do
   b=$(basename "$t" .xz)
   specs+=("test-$b=sh:bash scripts/gpu/test_binary.sh $t")
 done
-picked=()
-for s in "${specs[@]}"; do
-  name=${s%%=*}
-  if [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" ${name%%-*} "* || " $ONLY " == *" $name "* ]]; then picked+=("$s"); fi
-done
-REPORTS=0 TIMEOUT=${TIMEOUT:-150} WAIT=${WAIT:-400} bash scripts/gpu/run.sh "${picked[@]}"
+REPORTS=0 TIMEOUT=${TIMEOUT:-150} WAIT=${WAIT:-400} bash scripts/gpu/run.sh "${specs[@]}"

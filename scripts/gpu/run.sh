@@ -5,6 +5,7 @@
 # A spec "NAME=sh:COMMAND" runs a shell command instead (the PyTorch reference script, say), with
 # $R (the results folder) set, its output in $R/NAME.stdout.txt:
 #   "torch-frag=sh:python3 scripts/reference/pytorch_reference.py frag --card 24084.5 --out \$R/torch-frag.jsonl"
+# ONLY="NAME ..." runs only those specs (a name, or a name's part before its first dash).
 # TIMEOUT=SECONDS stops each vram-lab command after that long (exit 124): a group of GPUs blocked
 # in a collective that one rank never joins cannot hold the whole call.
 # Expects .gpu/vram-lab.xz (made by scripts/cuda/build-gpu-binary.sh). Runs each command in turn,
@@ -30,6 +31,15 @@ if [ ! -e "$R/started" ]; then
   date -u +%Y-%m-%dT%H:%M:%SZ > "$R/started"
   /tmp/vram-lab info --quiet > "$R/info.txt" 2>&1
   [ $# -gt 0 ] || set -- "run=run"
+  # ONLY="tp14 ddp": only the specs of those names, or whose name before its first dash is one.
+  if [ -n "${ONLY:-}" ]; then
+    picked=()
+    for spec in "$@"; do
+      name=${spec%%=*}
+      [[ " $ONLY " == *" ${name%%-*} "* || " $ONLY " == *" $name "* ]] && picked+=("$spec")
+    done
+    set -- "${picked[@]}"
+  fi
   script=$R/commands.sh
   : > "$script"
   echo "export R=$R" >> "$script"
