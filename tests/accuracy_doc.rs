@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use vram_lab::experiments::estimate_check::{llamacpp::launches, transformers::sweeps};
+use vram_lab::experiments::check::{llamacpp::launches, transformers::sweeps};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

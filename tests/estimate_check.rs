@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 use vram_lab::estimate::transient::{phases, Prefill};
-use vram_lab::experiments::estimate_check::{limits, steps, weights};
+use vram_lab::experiments::check::{limits, steps, weights};
 use vram_lab::model::{AttentionMode, Logits, Precision};
 
 fn results() -> &'static Path {
@@ -344,7 +344,7 @@ fn training_steps_within_10_percent() {
 /// micro-batches 128-4096, full and partial offload).
 #[test]
 fn llamacpp_buffers_of_every_committed_launch() {
-    use vram_lab::experiments::estimate_check::llamacpp::launches;
+    use vram_lab::experiments::check::llamacpp::launches;
     let l = launches(results()).unwrap();
     assert!(l.len() >= 100, "only {} llama.cpp launches found", l.len());
     for x in &l {

@@ -163,7 +163,7 @@ fn every_planned_server_launch_fits_its_card() {
     use std::io::Read;
     use std::path::Path;
     use vram_lab::estimate::llamacpp::{mmq_weights, process};
-    use vram_lab::experiments::estimate_check::llamacpp::parse_log;
+    use vram_lab::experiments::check::llamacpp::parse_log;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h200/2026-11-27-llamacpp-server/run-2/launches");
     let csv = std::fs::read_to_string(dir.join("server_launches.csv")).unwrap();
     let mut lines = csv.lines();

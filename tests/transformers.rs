@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::Path;
 use vram_lab::estimate::transformers::caching::{round_size, Caching};
 use vram_lab::estimate::transformers::{forward, sweep, Dtype, Load, Target};
-use vram_lab::experiments::estimate_check::transformers::sweeps;
+use vram_lab::experiments::check::transformers::sweeps;
 use vram_lab::hw::Card;
 use vram_lab::model::DecoderConfig;
 

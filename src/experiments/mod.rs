@@ -1,18 +1,18 @@
-//! One module per report stage, each a `Stage` (see `stage.rs`). The registry below is the list
+//! One module per report stage, each a `Stage` (see `stage.rs`) in the folder of its command. The registry below is the list
 //! `vram-lab run` runs in order and the CLI turns into subcommands.
 
 pub mod anatomy;
 pub mod bandwidth;
+pub mod bench;
+pub mod check;
 pub mod estimate;
-pub mod estimate_check;
 pub mod frag;
 pub mod kv;
 pub mod leaks;
-pub mod loading;
+pub mod load;
 pub mod offload;
 pub mod oom;
 pub mod parallel;
-pub mod speed;
 pub mod train;
 
 use crate::stage::{register, AnyStage};
@@ -21,18 +21,18 @@ use crate::stage::{register, AnyStage};
 pub fn registry() -> Vec<Box<dyn AnyStage>> {
     vec![
         register::<anatomy::Anatomy>(),
-        register::<loading::Loading>(),
+        register::<load::Load>(),
         register::<kv::KvCache>(),
         register::<frag::Frag>(),
         register::<leaks::Leaks>(),
         register::<bandwidth::Bandwidth>(),
         register::<offload::Offload>(),
-        register::<speed::Bench>(),
+        register::<bench::Bench>(),
         register::<estimate::Estimate>(),
         register::<estimate::Plan>(),
         register::<train::Train>(),
         register::<parallel::Parallel>(),
-        register::<estimate_check::Check>(),
+        register::<check::Check>(),
     ]
 }
 

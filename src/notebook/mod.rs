@@ -260,10 +260,10 @@ pub struct Estimator {
 }
 
 pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Estimator> {
-    use crate::experiments::{estimate, estimate_check};
+    use crate::experiments::{check, estimate};
     let est = estimate::EstimateConfig { seq, batch, train: true, ..Default::default() };
     let plan = estimate::PlanConfig { seq, ..Default::default() };
-    let check = estimate_check::CheckConfig { results: results_dir() };
+    let check = check::CheckConfig { results: results_dir() };
     let stages = vec![
         ("estimate", serde_json::to_value(est)?),
         ("plan", serde_json::to_value(plan)?),

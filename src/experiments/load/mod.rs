@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use tables::{col, DISK_TABLE, TIME_TABLE};
 
-pub struct Loading;
+pub struct Load;
 
 #[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 pub struct LoadConfig {
@@ -276,7 +276,7 @@ fn measure(
     Ok(())
 }
 
-impl Stage for Loading {
+impl Stage for Load {
     const NAME: &'static str = "load";
     const TITLE: &'static str = "Stage 1b — loading time / 加载时间";
     const ABOUT: &'static str =
