@@ -31,7 +31,9 @@ fn whole(cfg: &DecoderConfig, precision: Precision, dev: &Device) -> Decoder {
 /// The whole model on `dev` decoding through the ranks' loop (a group of one): the arithmetic a
 /// pipeline's stages do, in the same order.
 fn one_gpu_loop(cfg: &DecoderConfig, precision: Precision, dev: &Device) -> Decoder {
-    whole(cfg, precision, dev).into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0)))
+    whole(cfg, precision, dev)
+        .into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0)))
+        .unwrap()
 }
 
 /// The same weights as a pipeline of one stage a device, split by the estimator.
@@ -84,7 +86,7 @@ fn pipeline_equals_one_gpu(devices: &[Device]) {
         assert_eq!(diff, 0.0, "{precision}: {n} stages computed something else");
         let gen = GenerateConfig { max_new_tokens: 32, ..Default::default() };
         let want = generate(
-            &whole.into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0))),
+            &whole.into_rank(std::sync::Arc::new(vram_lab::model::parallel::ThreadComm::group(1).remove(0))).unwrap(),
             &prompt,
             &gen,
         )

@@ -289,7 +289,7 @@ fn one_device(
         // The same model as a group of one: the loop a rank decodes with (candle's ops, a sum
         // per half-layer that is the identity), so the group's speed has a like beside it.
         let one = crate::model::parallel::ThreadComm::group(1).remove(0);
-        let looped = generate(&lm.model.into_rank(std::sync::Arc::new(one)), prompt, gen)?;
+        let looped = generate(&lm.model.into_rank(std::sync::Arc::new(one))?, prompt, gen)?;
         Ok((bytes, loaded, done, g, looped))
     });
     let (tensor_bytes, loaded, done, g, looped) = match run {

@@ -74,7 +74,7 @@ impl Layer {
         let (Linear::Host(o), Mlp::Dense { down: Linear::Host(down), .. }) = (&self.o, &self.mlp) else {
             return Ok(None);
         };
-        if b != 1 || s != 1 || self.reduce.is_some() {
+        if b != 1 || s != 1 {
             return Ok(None);
         }
         let (heads, kv, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());

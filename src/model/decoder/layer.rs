@@ -30,9 +30,6 @@ pub(crate) struct Layer {
     /// q|k|v and gate|up as one product each (CPU layers: four rayon calls per layer, not seven;
     /// GPU layers: fewer launches per token); q, k, v, gate, up are views into these.
     pub(super) fused: Option<(Linear, Linear)>,
-    /// A tensor-parallel rank's communicator: the attention's and the MLP's outputs are partial
-    /// sums (o and down hold a share of their input columns), summed across ranks.
-    pub(super) reduce: Option<RankComm>,
 }
 
 /// The feed-forward part: one SwiGLU MLP, or a mixture of experts.
@@ -85,7 +82,6 @@ impl Layer {
             ln2: take_dense(w, &format!("{p}.post_attention_layernorm.weight"), act)?,
             qk_norm,
             fused: None,
-            reduce: None,
         })
     }
 
@@ -130,7 +126,8 @@ impl Layer {
         Ok(out)
     }
 
-    /// A dense layer of this one's parts from `t`, in the order of `tensors`.
+    /// A dense layer of this one's parts from `t`, in the order of `tensors` (a rank's row-parallel
+    /// products stay row-parallel).
     pub(crate) fn with_tensors(&self, t: Vec<Tensor>) -> Result<Self> {
         let mut t = t.into_iter();
         let mut next = || t.next().ok_or_else(|| LabError::other("a layer's tensors are fewer than its parts"));
@@ -138,7 +135,11 @@ impl Layer {
         for lin in self.linears() {
             let w = next()?;
             let b = if lin.dense_parts()?.1.is_some() { Some(next()?) } else { None };
-            lins.push(Linear::Dense(candle_nn::Linear::new(w, b)));
+            let dense = Linear::Dense(candle_nn::Linear::new(w, b));
+            lins.push(match lin {
+                Linear::RowParallel(_, comm) => dense.row_parallel(comm.clone()),
+                _ => dense,
+            });
         }
         let (ln1, ln2) = (next()?, next()?);
         let qk_norm = match self.qk_norm {
@@ -152,7 +153,7 @@ impl Layer {
             Mlp::Dense { .. } => Mlp::Dense { gate: lin()?, up: lin()?, down: lin()? },
             Mlp::Mixture(m) => Mlp::Mixture(m.with_linears(&mut lins)?),
         };
-        Ok(Self { q, k, v, o, mlp, ln1, ln2, qk_norm, fused: None, reduce: None })
+        Ok(Self { q, k, v, o, mlp, ln1, ln2, qk_norm, fused: None })
     }
 
     /// The same weights with no backward recorded (views of the same storage): what a
@@ -191,7 +192,6 @@ impl Layer {
                 None => None,
             },
             fused: Some((qkv, gate_up)),
-            reduce: self.reduce.clone(),
         })
     }
 
@@ -214,7 +214,6 @@ impl Layer {
             ln2: self.ln2.clone(),
             qk_norm: self.qk_norm.clone(),
             fused: Some((qkv, gate_up)),
-            reduce: self.reduce.clone(),
         })
     }
 
@@ -303,23 +302,33 @@ impl Layer {
                 (a.transpose(1, 2)?.reshape((b, s, heads * d))?, Some(a))
             }
         };
-        let x = (x + self.summed(self.o.forward(&a)?)?)?;
+        let x = (x + self.o.forward(&a)?)?;
         let h = norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
         match &self.mlp {
             Mlp::Dense { down, .. } => {
                 let m = self.gated(&h, fused.is_some(), cfg.intermediate_size)?;
-                Ok((x + self.summed(down.forward(&m)?)?)?.to_dtype(act)?)
+                Ok((x + down.forward(&m)?)?.to_dtype(act)?)
             }
-            Mlp::Mixture(mix) => Ok((x + self.summed(mix.forward(&h)?)?)?.to_dtype(act)?),
+            Mlp::Mixture(mix) => Ok((x + mix.forward(&h)?)?.to_dtype(act)?),
         }
     }
 
-    /// The full output from this rank's partial one (itself without tensor parallelism).
-    fn summed(&self, y: Tensor) -> Result<Tensor> {
-        match &self.reduce {
-            Some(c) => c.0.all_reduce_sum(&y),
-            None => Ok(y),
-        }
+    /// This layer as a tensor-parallel rank's: o and down become row-parallel products summed
+    /// across `comm`'s group (the layer must hold the rank's shard). A mixture is refused.
+    pub(super) fn into_rank(self, comm: &RankComm) -> Result<Self> {
+        let Mlp::Dense { gate, up, down } = self.mlp else {
+            return Err(LabError::Unsupported("tensor parallelism of a mixture of experts is not built".into()));
+        };
+        Ok(Self {
+            o: self.o.row_parallel(comm.clone()),
+            mlp: Mlp::Dense { gate, up, down: down.row_parallel(comm.clone()) },
+            ..self
+        })
+    }
+
+    /// Whether a CUDA graph can record its products (a rank's sums included).
+    pub(super) fn capturable(&self) -> bool {
+        self.linears().iter().all(|l| l.capturable())
     }
 }
 

@@ -1,10 +1,13 @@
 //! A linear layer over dense weights (candle_nn's product) or GGUF blocks (candle's QMatMul, cast
-//! as candle's CUDA MMQ path casts), on the GPU or in host memory, with an optional bias.
+//! as candle's CUDA MMQ path casts), on the GPU or in host memory, with an optional bias; and a
+//! tensor-parallel rank's row-parallel product, which completes its partial sum across the group
+//! (tensor parallelism lives in the linear layer, as in mistral.rs: a layer holds no communicator).
 
 use crate::error::{LabError, Result};
 use crate::model::decode::StepInputs;
 use crate::model::host_linear::HostLinear;
 use crate::model::kernels::{Fused, Part, Weights};
+use crate::model::parallel::comm::RankComm;
 use crate::model::weights::Weight;
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Module, Tensor};
@@ -16,6 +19,9 @@ pub(crate) enum Linear {
     Quant(QMatMul, Option<Tensor>),
     /// Computed on the CPU from host memory (an offloaded layer).
     Host(HostLinear),
+    /// A rank's share of a product whose input columns are split over the group (o and down,
+    /// Megatron's row-parallel layer): its output is a partial sum, summed across the ranks.
+    RowParallel(Box<Linear>, RankComm),
 }
 
 impl Linear {
@@ -30,6 +36,7 @@ impl Linear {
         match self {
             Self::Dense(l) => Ok(l.forward(x)?),
             Self::Host(h) => h.forward(x),
+            Self::RowParallel(l, c) => c.0.all_reduce_sum(&l.forward(x)?),
             Self::Quant(q, bias) => {
                 // candle's CUDA quantized matmul takes BF16 (over 8 rows it casts to F32 and back
                 // itself); its CPU path and a dequantized matrix take F32: cast around them the
@@ -57,6 +64,15 @@ impl Linear {
     /// `forward` (+ `res`) in the static decoding step: through the step's matrix-vector kernel
     /// when it has one, the bias and the residual in the same kernel.
     pub(super) fn forward_step(&self, x: &Tensor, res: Option<&Tensor>, step: &StepInputs) -> Result<Tensor> {
+        // A partial sum is summed before the residual is added: the share's product through the
+        // step's kernel, then the all-reduce (which a CUDA graph records with the step).
+        if let Self::RowParallel(l, c) = self {
+            let y = c.0.all_reduce_sum(&l.forward_step(x, None, step)?)?;
+            return Ok(match res {
+                Some(r) => (r + y)?,
+                None => y,
+            });
+        }
         if let Some(part) = self.part() {
             if let Some(y) = step.gemv(&[part], x, Fused { res, ..Default::default() })? {
                 return Ok(y);
@@ -69,11 +85,25 @@ impl Linear {
         })
     }
 
+    /// Whether a CUDA graph can record the product (a row-parallel one: whether its sum can be).
+    pub(super) fn capturable(&self) -> bool {
+        match self {
+            Self::RowParallel(_, c) => c.0.capturable(),
+            _ => true,
+        }
+    }
+
+    /// This product as a rank's row-parallel share, summed across `comm`'s group.
+    pub(super) fn row_parallel(self, comm: RankComm) -> Self {
+        Self::RowParallel(Box::new(self), comm)
+    }
+
     /// The same weights computed on the CPU.
     pub(super) fn to_host(&self) -> Result<Self> {
         match self {
             Self::Dense(l) => Ok(Self::Host(HostLinear::new(l.weight().clone(), l.bias().cloned())?)),
             Self::Host(h) => Ok(Self::Host(h.clone())),
+            Self::RowParallel(l, c) => Ok(Self::RowParallel(Box::new(l.to_host()?), c.clone())),
             Self::Quant(..) => Err(LabError::Unsupported(
                 "CPU layers of the offload compute dense weights (BF16, F16 or F32), not GGUF blocks".into(),
             )),
@@ -85,6 +115,7 @@ impl Linear {
         match self {
             Self::Dense(l) => Ok((l.weight().clone(), l.bias().cloned())),
             Self::Host(h) => Ok((h.weight().clone(), h.bias().cloned())),
+            Self::RowParallel(l, _) => l.dense_parts(),
             Self::Quant(..) => Err(LabError::Unsupported("streaming moves dense weights, not GGUF blocks".into())),
         }
     }

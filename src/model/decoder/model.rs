@@ -167,19 +167,25 @@ impl Decoder {
     /// This model as one rank of a tensor-parallel group: its layers sum their attention and MLP
     /// outputs across the group (the model must be built from the rank's shard,
     /// `model::parallel::shard_weights`).
-    pub fn into_rank(mut self, comm: std::sync::Arc<dyn crate::model::parallel::AllReduce>) -> Self {
-        for slot in &mut self.layers {
-            if let LayerSlot::Resident(layer) = slot {
-                layer.reduce = Some(crate::model::parallel::comm::RankComm(comm.clone()));
-            }
-        }
-        self
+    pub fn into_rank(mut self, comm: std::sync::Arc<dyn crate::model::parallel::AllReduce>) -> Result<Self> {
+        let comm = crate::model::parallel::comm::RankComm(comm);
+        let layers = std::mem::take(&mut self.layers);
+        self.layers = layers
+            .into_iter()
+            .map(|slot| match slot {
+                LayerSlot::Resident(layer) => Ok(LayerSlot::Resident(layer.into_rank(&comm)?)),
+                LayerSlot::Streamed => {
+                    Err(LabError::Unsupported("a tensor-parallel rank keeps every layer on its GPU".into()))
+                }
+            })
+            .collect::<Result<_>>()?;
+        Ok(self)
     }
 
     /// Whether a CUDA graph can record every sum across ranks (true without tensor parallelism).
     pub fn sums_capturable(&self) -> bool {
         self.layers.iter().all(|l| match l {
-            LayerSlot::Resident(layer) => layer.reduce.as_ref().is_none_or(|c| c.0.capturable()),
+            LayerSlot::Resident(layer) => layer.capturable(),
             LayerSlot::Streamed => true,
         })
     }

@@ -116,24 +116,14 @@ impl Layer {
                 masked_attention(&(q * scale)?.reshape((b, kv_heads, group, d))?, kc, vc, step)?
             }
         };
-        let x = self.residual_step(&self.o, &a, x, step)?;
+        let x = self.o.forward_step(&a, Some(&x), step)?;
         let (gate, up, down) = self.dense_mlp()?;
         let m = normed_step(parts([gate, up]).as_deref(), &x, &self.ln2, eps, true, step)?;
         let m = match m {
             StepOut::Product(m) => m,
             StepOut::Normed(h) => self.gated(&h, self.fused.is_some(), cfg.intermediate_size)?,
         };
-        self.residual_step(down, &m, x, step)
-    }
-
-    /// `x` + `lin`(`input`) in the static step: the residual in the product's kernel, or for a
-    /// tensor-parallel rank (whose product is a partial sum) with the all-reduce, which a CUDA
-    /// graph records with the rest of the step (NCCL's sums are capturable).
-    fn residual_step(&self, lin: &Linear, input: &Tensor, x: Tensor, step: &StepInputs) -> Result<Tensor> {
-        match &self.reduce {
-            None => lin.forward_step(input, Some(&x), step),
-            Some(c) => Ok((x + c.0.all_reduce_sum(&lin.forward_step(input, None, step)?)?)?),
-        }
+        down.forward_step(&m, Some(&x), step)
     }
 }
 

@@ -67,7 +67,6 @@ impl Decoder {
                     None => None,
                 },
                 fused: None,
-                reduce: None,
             }));
         }
         Ok(Decoder {

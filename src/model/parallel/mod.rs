@@ -1,9 +1,9 @@
-//! Tensor parallelism of Qwen2 over N ranks (Megatron's split): which rows and columns of each
-//! weight a rank holds (`shard`), and the sum that joins the ranks' partial outputs (`comm`:
-//! threads of one process on any device, NCCL across GPUs, `nccl`). Data-parallel training with
-//! ZeRO's sharded states and gradients: `data`. A rank is an ordinary `Qwen2` built
-//! from its shard with a communicator: its layers sum the attention and MLP outputs across ranks
-//! before each residual.
+//! Tensor parallelism of a dense decoder over N ranks (Megatron's split): which rows and columns
+//! of each weight a rank holds (`shard`), and the sum that joins the ranks' partial outputs
+//! (`comm`: threads of one process on any device, NCCL across GPUs, `nccl`). Data-parallel
+//! training with ZeRO's sharded states and gradients: `data`. A rank is an ordinary `Decoder`
+//! built from its shard whose o and down are row-parallel linear layers (`Decoder::into_rank`):
+//! they sum the attention's and the MLP's outputs across ranks before each residual.
 
 pub mod comm;
 pub mod data;
@@ -35,7 +35,7 @@ pub fn rank_model(
 ) -> Result<Decoder> {
     let rank_cfg = shard_config(cfg, comm.ranks())?;
     let w = shard_weights(weights, cfg, comm.rank(), comm.ranks())?;
-    Ok(Decoder::new(&rank_cfg, precision, w, device)?.into_rank(comm))
+    Decoder::new(&rank_cfg, precision, w, device)?.into_rank(comm)
 }
 
 /// Rank `comm.rank()`'s model read from `source` tensor by tensor, each cut to the rank's part as
@@ -66,5 +66,5 @@ pub fn load_rank(
             }
         };
     }
-    Ok(Decoder::new(&rank_cfg, precision, w, device)?.into_rank(comm))
+    Decoder::new(&rank_cfg, precision, w, device)?.into_rank(comm)
 }
