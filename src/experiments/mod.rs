@@ -1,5 +1,5 @@
-//! One module per report stage, each a `Stage` (see `stage.rs`) in the folder of its command. The registry below is the list
-//! `vram-lab run` runs in order and the CLI turns into subcommands.
+//! One module per report stage, each a `Stage` (see `stage.rs`) in the folder of its command.
+//! The registry below is the list `vram-lab run` runs in order and the CLI turns into subcommands.
 
 pub mod anatomy;
 pub mod bandwidth;

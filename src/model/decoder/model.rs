@@ -162,11 +162,9 @@ impl Decoder {
         &self.device
     }
 
-    /// Whether every layer, the embedding and the head are resident on the GPU: what the static
-    /// decoding step (`graph.rs`) needs.
-    /// This model as one rank of a tensor-parallel group: its layers sum their attention and MLP
-    /// outputs across the group (the model must be built from the rank's shard,
-    /// `model::parallel::shard_weights`).
+    /// This model as one rank of a tensor-parallel group: each layer's o and down become
+    /// row-parallel products summed across the group (the model must be built from the rank's
+    /// shard, `model::parallel::shard_weights`). A mixture or a streamed layer is refused.
     pub fn into_rank(mut self, comm: std::sync::Arc<dyn crate::model::parallel::AllReduce>) -> Result<Self> {
         let comm = crate::model::parallel::comm::RankComm(comm);
         let layers = std::mem::take(&mut self.layers);
@@ -190,6 +188,8 @@ impl Decoder {
         })
     }
 
+    /// Whether every layer, the embedding and the head are resident on the GPU: what the static
+    /// decoding step (`graph.rs`) needs.
     pub fn all_on_gpu(&self) -> bool {
         // One GPU: a pipeline's stages on several GPUs run the loop, not the one-stream static step.
         let gpu = |d: &Device| d.is_cuda() && d.same_device(&self.device);
