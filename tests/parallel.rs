@@ -325,6 +325,42 @@ fn a_quantized_model_pipelines_as_llamacpp_places_it() {
     );
 }
 
+/// `--cards`: the pipeline shares the layers by the cards' memory as `plan --cards` does (a 24 GiB
+/// card takes more of them than a 16 GiB one), each row names its card, and the run's tokens are
+/// the one device's; cards that do not match the split, or an unknown card, are refused in a line.
+#[test]
+fn cards_share_a_pipeline_by_their_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--precision", "q4_k_m", "--layouts", "pipeline", "--cards", "24GiB,16GiB"];
+    let o = parallel_on_cpu(&dir.path().join("cards"), &args);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    let (df, layout) = ranks_table(&dir.path().join("cards"));
+    let runtime = vram_lab::estimate::fit::Runtime::assumed().bytes();
+    let (_, shares) =
+        vram_lab::experiments::estimate::cards::cards_and_shares(&["24GiB".into(), "16GiB".into()], &[], runtime)
+            .unwrap();
+    assert!(shares[0] > shares[1]);
+    assert!(layout[2].contains(&format!("{shares:?}")), "{layout:?}");
+    let devices: Vec<String> = df.column("device").unwrap().str().unwrap().iter().map(|s| s.unwrap().into()).collect();
+    assert!(devices[2].ends_with("as 24gib") && devices[3].ends_with("as 16gib"), "{devices:?}");
+    let cfg = vram_lab::model::DecoderConfig::preset("tiny").unwrap();
+    let (split, _) = vram_lab::estimate::parallel::llamacpp_split(cfg.num_hidden_layers, &shares).unwrap();
+    assert!(split[0].1 - split[0].0 > split[1].1 - split[1].0, "{split:?}");
+    let f = |c: &str| floats(&df, c);
+    assert_eq!((f("tokens_equal_to_one_device")[2], f("tokens")[2]), (f("tokens")[2], f("tokens")[2]), "{df}");
+    for (i, (bad, says)) in [
+        (vec!["--cards", "24GiB,16GiB", "--split", "1,1,1"], "--split gives 3 shares"),
+        (vec!["--cards", "rtx9999,16GiB"], "rtx9999"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let o = parallel_on_cpu(&dir.path().join(format!("bad-{i}")), &bad);
+        let text = common::output_text(&o);
+        assert!(!o.status.success() && text.contains(says), "{bad:?}: {text}");
+    }
+}
+
 /// Data parallelism on two CPU threads, one sequence each: after a step of DDP, ZeRO-1 or ZeRO-2
 /// every rank holds the weights one rank gets from both sequences, and under ZeRO the ranks'
 /// AdamW moments cover the model once between them.
