@@ -626,6 +626,14 @@ fn estimate_prices_each_gpu_of_a_tensor_parallel_and_a_pipeline_plan() {
     assert!(text(&o).contains("q4_k_m: tensor parallelism splits dense weights"), "{}", text(&o));
     for r in &rows {
         assert_eq!(r["kv_cache_mib"].parse::<f64>().unwrap() * 2.0, single);
+        // The total is its parts, the pool's chunks included: no term hidden from the table.
+        let part = |c: &str| r[c].parse::<f64>().unwrap();
+        let parts: f64 =
+            ["weights_mib", "kv_cache_mib", "transient_mib", "logits_mib", "nccl_mib", "pool_mib", "runtime_mib"]
+                .iter()
+                .map(|c| part(c))
+                .sum();
+        assert!((parts - part("total_mib")).abs() < 1e-6, "{r:?}");
     }
     let (o, pp) = run(&["--pp", "2"], "pp");
     assert!(o.status.success(), "{}", text(&o));

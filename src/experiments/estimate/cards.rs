@@ -116,6 +116,7 @@ pub fn tables(out: &mut StageOutput, rows: &[CardsFit], cards: &[Card], best: us
             col::KV_CACHE_MIB => each().map(|(_, g)| mib(g.kv_cache)).collect::<Vec<_>>(),
             col::TRANSIENT_MIB => each().map(|(_, g)| mib(g.transient)).collect::<Vec<_>>(),
             col::LOGITS_MIB => each().map(|(_, g)| mib(g.logits)).collect::<Vec<_>>(),
+            col::POOL_MIB => each().map(|(_, g)| mib(g.pool)).collect::<Vec<_>>(),
             col::RUNTIME_MIB => each().map(|(_, g)| mib(g.runtime)).collect::<Vec<_>>(),
             col::NEED_MIB => each().map(|(_, g)| mib(g.total())).collect::<Vec<_>>(),
             col::CARD_MIB => each().map(|(_, g)| mib(caps[g.gpu])).collect::<Vec<_>>(),

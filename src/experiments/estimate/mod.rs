@@ -283,6 +283,7 @@ fn parallel_table(
         col::TRANSIENT_MIB => m(|g| g.transient),
         col::LOGITS_MIB => m(|g| g.logits),
         col::NCCL_MIB => m(|g| g.nccl),
+        col::POOL_MIB => m(|g| g.pool),
         col::RUNTIME_MIB => m(|g| g.runtime),
         col::TOTAL_MIB => m(|g| g.total()),
     )?;

@@ -34,6 +34,7 @@ pub mod col {
     pub const TRANSIENT_MIB: &str = "transient_mib";
     pub const LOGITS_MIB: &str = "logits_mib";
     pub const NCCL_MIB: &str = "nccl_mib";
+    pub const POOL_MIB: &str = "pool_mib";
     pub const RUNTIME_MIB: &str = "runtime_mib";
     pub const TOTAL_MIB: &str = "total_mib";
     pub const CARD_GIB: &str = "card_gib";
@@ -154,10 +155,10 @@ pub fn views() -> Vec<View> {
             name: "parallel",
             table: PARALLEL,
             caption: "Estimator — inference over several GPUs, per GPU (MiB)",
-            columns: &[LAYOUT, GPU, LAYERS, WEIGHTS_MIB, KV_CACHE_MIB, TRANSIENT_MIB, LOGITS_MIB, NCCL_MIB, RUNTIME_MIB, TOTAL_MIB],
+            columns: &[LAYOUT, GPU, LAYERS, WEIGHTS_MIB, KV_CACHE_MIB, TRANSIENT_MIB, LOGITS_MIB, NCCL_MIB, POOL_MIB, RUNTIME_MIB, TOTAL_MIB],
             group_by: &[PRECISION],
             chart: None,
-            explain: "`--tp N`: every GPU holds its share of each layer's heads and MLP (q, k, v, gate, up by rows; o, down by columns: one all-reduce after each) and the embedding, norms and head whole; the K/V heads are split too, so N must divide them. `--pp N`: whole layers per GPU, split so the weights are as even as whole layers allow, the embedding on the first and the head on the last. NCCL's own memory is the layout its log gave: 10 MiB a channel for each peer a GPU receives from, 2 MiB for each it sends to, over its ring and chain (two H100s: 1,120 MiB a GPU; four H200s: 1,164 to 1,404, within 0.4 %); beyond four GPUs NCCL's choice of chains is assumed. 多卡推理:张量并行与流水线,每张卡的权重、KV 缓存、瞬时峰值与 NCCL 缓冲。",
+            explain: "`--tp N`: every GPU holds its share of each layer's heads and MLP (q, k, v, gate, up by rows; o, down by columns: one all-reduce after each) and the embedding, norms and head whole; the K/V heads are split too, so N must divide them. `--pp N`: whole layers per GPU, split so the weights are as even as whole layers allow, the embedding on the first and the head on the last. NCCL's own memory is the layout its log gave: 10 MiB a channel for each peer a GPU receives from, 2 MiB for each it sends to, over its ring and chain (two H100s: 1,120 MiB a GPU; four H200s: 1,164 to 1,404, within 0.4 %); beyond four GPUs NCCL's choice of chains is assumed. The pool column is what the allocator maps beyond the live bytes at the busiest moment (its 32 MiB chunks), as the one-GPU ledger counts it. 多卡推理:张量并行与流水线,每张卡的权重、KV 缓存、瞬时峰值与 NCCL 缓冲。",
         },
         View {
             name: "llamacpp",
@@ -230,9 +231,9 @@ pub fn plan_views() -> Vec<View> {
         name: "plan_gpus",
         table: PLAN_GPUS,
         caption: "Planner — each card's share of the pipeline (llama.cpp's --split-mode layer: the token embedding in host memory, the output layer on the last card's slot)",
-        columns: &[PRECISION, GPU, CARD, LAYERS, WEIGHTS_MIB, KV_CACHE_MIB, TRANSIENT_MIB, LOGITS_MIB, RUNTIME_MIB, NEED_MIB, CARD_MIB, FITS],
+        columns: &[PRECISION, GPU, CARD, LAYERS, WEIGHTS_MIB, KV_CACHE_MIB, TRANSIENT_MIB, LOGITS_MIB, POOL_MIB, RUNTIME_MIB, NEED_MIB, CARD_MIB, FITS],
         group_by: &[],
         chart: None,
-        explain: "Each card's layers as llama.cpp assigns them (--tensor-split, default each card's memory), its weights tensor by tensor, its share of the KV cache, the forward's transient (candle's quantized-matmul buffer included: one per device), the logits on the output's card, and the runtime. 多卡流水线:每张卡的层、权重、KV 与瞬时显存。",
+        explain: "Each card's layers as llama.cpp assigns them (--tensor-split, default each card's memory), its weights tensor by tensor, its share of the KV cache, the forward's transient (candle's quantized-matmul buffer included: one per device), the logits on the output's card, the pool's chunks beyond the live bytes, and the runtime. 多卡流水线:每张卡的层、权重、KV 与瞬时显存。",
     }]
 }
