@@ -166,6 +166,14 @@ pub fn describe(device: &Device) -> String {
     }
 }
 
+/// `describe`, with the card it emulates when there is one ("cuda:1 NVIDIA H200 as rtx4090").
+pub fn describe_as(device: &Device, card: Option<&Card>) -> String {
+    match card {
+        Some(c) => format!("{} as {}", describe(device), c.name),
+        None => describe(device),
+    }
+}
+
 /// The ordinal of a CUDA device (cuda:N).
 #[cfg(feature = "cuda")]
 pub fn gpu_ordinal(dev: &candle_core::CudaDevice) -> usize {

@@ -72,10 +72,7 @@ pub fn run(
             Row {
                 layout: layout.clone(),
                 rank: g.gpu,
-                device: match cards.get(g.gpu) {
-                    Some(c) => format!("{} as {}", hw::describe(&devices[g.gpu]), c.name),
-                    None => hw::describe(&devices[g.gpu]),
-                },
+                device: hw::describe_as(&devices[g.gpu], cards.get(g.gpu)),
                 weights_predicted: g.weights,
                 kv_predicted: kv,
                 peak_above_predicted: kv + g.transient + g.logits,

@@ -88,10 +88,7 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
     let done = probe.settled("")?;
     Ok(RankRun {
         rank,
-        device: match plan.cards.get(rank) {
-            Some(c) => format!("{} as {}", crate::hw::describe(&device), c.name),
-            None => crate::hw::describe(&device),
-        },
+        device: crate::hw::describe_as(&device, plan.cards.get(rank)),
         nccl,
         weights: if cuda { loaded.allocated.saturating_sub(joined.allocated) } else { model.weight_bytes() },
         load_peak: cuda.then(|| loaded.peak.saturating_sub(joined.allocated)),

@@ -106,10 +106,7 @@ fn run_rank(s: &Setup, g: &Group, rank: usize, device: Device) -> Result<RankSte
         DataParallel::new(vars, ParamsAdamW { lr: 1e-5, ..Default::default() }, s.zero, comm),
     )?;
     let states = if cuda { probe.settled("")?.allocated - base - weights } else { dp.state_elems() as u64 * 8 };
-    let device_name = match s.cards.get(rank) {
-        Some(c) => format!("{} as {}", crate::hw::describe(&device), c.name),
-        None => crate::hw::describe(&device),
-    };
+    let device_name = crate::hw::describe_as(&device, s.cards.get(rank));
     let mut out = RankStep { rank, device: device_name, weights, states, batch, nccl, ..Default::default() };
     for step in 0..s.steps {
         // Each rank its own sequences (the seed by rank), as a sampler gives each its share.
