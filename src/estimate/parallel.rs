@@ -1,6 +1,6 @@
 //! Inference across the GPUs of one host, per GPU. Tensor parallelism: each GPU holds a shard of
-//! every layer (`model::parallel::shard`: whole heads and MLP columns per rank) and the embedding,
-//! norms and head whole. Pipeline: whole layers per GPU, the first also holding the embedding, the
+//! every layer (`model::parallel::shard`: whole heads and MLP columns per rank) and of an untied
+//! head (its vocabulary rows), the embedding and norms whole. Pipeline: whole layers per GPU, the first also holding the embedding, the
 //! last the final norm and the head (a tied table is held by both), split so the GPUs' weights
 //! are as even as whole layers allow; a hidden state crosses between stages, no NCCL. Per GPU:
 //! weights, KV cache, the forward's transient and logits, NCCL's own memory and the runtime
@@ -386,12 +386,12 @@ mod tests {
         let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
         let one = fit::ledger(&cfg, &w(Precision::Bf16), 0);
         let tp = tensor_parallel(&cfg, &w(Precision::Bf16), 2, 0).unwrap();
-        // Each rank: half the layers' weights and the KV cache (2 of 4 K/V heads), the
-        // embedding and head whole.
+        // Each rank: half the layers' weights, of the head and of the KV cache (2 of 4 K/V
+        // heads), the embedding whole.
         assert_eq!(tp[0].kv_cache * 2, one.kv_cache);
-        let embed_head = 2 * (cfg.vocab_size * cfg.hidden_size * 2) as u64;
+        let embed = (cfg.vocab_size * cfg.hidden_size * 2) as u64;
         assert!(
-            tp[0].weights > one.weights / 2 && tp[0].weights < one.weights / 2 + embed_head,
+            tp[0].weights > one.weights / 2 && tp[0].weights < one.weights / 2 + embed,
             "{} vs {}",
             tp[0].weights,
             one.weights

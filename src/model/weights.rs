@@ -54,9 +54,36 @@ impl Weight {
     }
 }
 
+/// A part of a tensor: (dimension, start, length), as a tensor-parallel rank holds it.
+pub type Part = (usize, usize, usize);
+
+impl Weight {
+    /// `part` of the weight, copied out so the whole can be freed (the weight itself for None).
+    /// Dense weights only: a quantized block does not split at a head's boundary.
+    pub fn part(self, name: &str, part: Option<Part>) -> Result<Weight> {
+        let Some((dim, start, len)) = part else { return Ok(self) };
+        match self {
+            Self::Dense(t) => Ok(Self::Dense(t.narrow(dim, start, len)?.force_contiguous()?)),
+            Self::Quant(_) => Err(LabError::input(format!(
+                "{name} is quantized: tensor parallelism splits dense weights (BF16, F16, F32)"
+            ))),
+        }
+    }
+}
+
 pub trait WeightSource {
     /// One tensor, on `device`, in `precision` (vectors stay F32 under Q4).
     fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight>;
+    /// `part` of one tensor: the whole loaded and cut, unless the source can read the part alone.
+    fn load_part(
+        &mut self,
+        spec: &TensorSpec,
+        precision: Precision,
+        device: &Device,
+        part: Option<Part>,
+    ) -> Result<Weight> {
+        self.load(spec, precision, device)?.part(&spec.name, part)
+    }
     /// Whether the checkpoint holds this tensor (lm_head is absent when embeddings are tied).
     fn contains(&self, name: &str) -> bool;
     /// The bytes the weights take once loaded in `precision` when the file fixes them (a GGUF's
@@ -132,15 +159,22 @@ impl Synthetic {
             device.set_seed(self.tensor_seed(&spec.name))?;
             return Ok(Tensor::randn(0f32, STD, spec.shape.as_slice(), device)?);
         }
-        // 16-bit on the GPU: drawn on the host by every core and copied up in one allocation of
-        // the tensor's size, as a checkpoint loads. Drawing on the GPU needs F32 staging beside
-        // the target, and those holes left Llama-2-7B's weights 875 MiB of partly used pool
-        // chunks (`anatomy_timeline.csv` in data/results/h200/2026-11-27-families).
-        let (n, seed, shape) = (spec.elem_count(), self.tensor_seed(&spec.name), spec.shape.as_slice());
+        self.drawn(spec, dtype, device, None)
+    }
+
+    /// 16-bit on the GPU, or its `part`: drawn on the host by every core and copied up in one
+    /// allocation of the part's size, as a checkpoint loads. Drawing on the GPU needs F32 staging
+    /// beside the target, and those holes left Llama-2-7B's weights 875 MiB of partly used pool
+    /// chunks (`anatomy_timeline.csv` in data/results/h200/2026-11-27-families). A value depends
+    /// on its index only, so a rank draws its part alone: drawing whole tensors on every rank of
+    /// 72B stalled four GPUs' loading (data/results/h200x4/2026-11-27-tp72-timeout).
+    fn drawn(&self, spec: &TensorSpec, dtype: DType, device: &Device, part: Option<Part>) -> Result<Tensor> {
+        let seed = self.tensor_seed(&spec.name);
+        let (shape, v) = counter_normal(&spec.shape, part, seed);
         let host = match dtype {
-            DType::BF16 => Tensor::from_vec(parallel_normal(n, seed, half::bf16::from_f32)?, shape, &Device::Cpu)?,
-            DType::F16 => Tensor::from_vec(parallel_normal(n, seed, half::f16::from_f32)?, shape, &Device::Cpu)?,
-            _ => Tensor::from_vec(parallel_normal(n, seed, |x| x)?, shape, &Device::Cpu)?.to_dtype(dtype)?,
+            DType::BF16 => Tensor::from_vec(v.iter().map(|&x| half::bf16::from_f32(x)).collect(), shape, &Device::Cpu)?,
+            DType::F16 => Tensor::from_vec(v.iter().map(|&x| half::f16::from_f32(x)).collect(), shape, &Device::Cpu)?,
+            _ => Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dtype)?,
         };
         Ok(host.to_device(device)?)
     }
@@ -153,7 +187,7 @@ impl Synthetic {
         // would spend minutes quantizing 256-row tiles. The CPU lab keeps its values.
         let (tile_rows, values) = if device.is_cuda() {
             let tile_rows = rows.min(16);
-            (tile_rows, parallel_normal(tile_rows * cols, self.tensor_seed(&spec.name), |x| x)?)
+            (tile_rows, counter_normal(&[tile_rows, cols], None, self.tensor_seed(&spec.name)).1)
         } else {
             let tile_rows = rows.min(256);
             (tile_rows, self.host_values(&spec.name, tile_rows * cols)?)
@@ -172,18 +206,40 @@ impl Synthetic {
     }
 }
 
-/// `n` draws of N(0, STD) from `seed` as `T`, in blocks of 1 Mi values, each block its own
-/// stream, drawn by rayon's threads: the same values on any number of cores.
-fn parallel_normal<T: Copy + Default + Send>(n: usize, seed: u64, to: fn(f32) -> T) -> Result<Vec<T>> {
-    use rand::rngs::SmallRng;
+/// The values of `part` of a tensor of `shape` (all of it for None) and the part's shape: value
+/// `i` (row-major index in the whole tensor) is the sum of four 16-bit uniforms of a hash of
+/// (`seed`, `i`), centred and scaled to STD: nearly normal, and any part is drawn alone, by
+/// rayon's threads, the same on any number of cores.
+fn counter_normal(shape: &[usize], part: Option<Part>, seed: u64) -> (Vec<usize>, Vec<f32>) {
     use rayon::prelude::*;
-    let normal = Normal::new(0.0f32, STD).map_err(|e| LabError::other(format!("synthetic weights: {e}")))?;
-    let mut v = vec![T::default(); n];
-    v.par_chunks_mut(1 << 20).enumerate().for_each(|(i, block)| {
-        let mut rng = SmallRng::seed_from_u64(seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        block.iter_mut().for_each(|x| *x = to(normal.sample(&mut rng)));
+    // A vector is one row; a matrix's leading dimensions are its rows.
+    let cols = shape.last().copied().unwrap_or(1).max(1);
+    let rows = shape.iter().product::<usize>() / cols;
+    let last = shape.len().saturating_sub(1);
+    let (row0, nrows, col0, ncols) = match part {
+        Some((d, start, len)) if d == last => (0, rows, start, len),
+        Some((0, start, len)) => (start, len, 0, cols),
+        _ => (0, rows, 0, cols),
+    };
+    let mut out_shape = shape.to_vec();
+    if let Some((d, _, len)) = part {
+        out_shape[d] = len;
+    }
+    let scale = STD * 3f32.sqrt() / 65536.0;
+    let mut v = vec![0f32; nrows * ncols];
+    v.par_chunks_mut(ncols.max(1)).enumerate().for_each(|(r, row)| {
+        let base = ((row0 + r) * cols + col0) as u64;
+        for (c, x) in row.iter_mut().enumerate() {
+            let mut z = seed ^ (base + c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            let sum = (z & 0xffff) + ((z >> 16) & 0xffff) + ((z >> 32) & 0xffff) + (z >> 48);
+            // Four uniforms on [0, 65536) sum to a mean of 131,070 and a variance of 4/12 of 65536².
+            *x = (sum as f32 - 131_070.0) * scale;
+        }
     });
-    Ok(v)
+    (out_shape, v)
 }
 
 impl WeightSource for Synthetic {
@@ -191,6 +247,21 @@ impl WeightSource for Synthetic {
         match precision.held(&self.cfg, spec) {
             Held::Dense(dtype) => Ok(Weight::Dense(self.dense(spec, dtype, device)?)),
             Held::Blocks(q) => self.quantized(spec, q, device),
+        }
+    }
+
+    fn load_part(
+        &mut self,
+        spec: &TensorSpec,
+        precision: Precision,
+        device: &Device,
+        part: Option<Part>,
+    ) -> Result<Weight> {
+        match precision.held(&self.cfg, spec) {
+            Held::Dense(dtype @ (DType::BF16 | DType::F16)) if part.is_some() && device.is_cuda() => {
+                Ok(Weight::Dense(self.drawn(spec, dtype, device, part)?))
+            }
+            _ => self.load(spec, precision, device)?.part(&spec.name, part),
         }
     }
 
@@ -390,4 +461,37 @@ pub fn load_placed(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_of_a_synthetic_tensor_is_the_slice_of_the_whole() {
+        let (shape, whole) = counter_normal(&[6, 10], None, 7);
+        assert_eq!(shape, [6, 10]);
+        let whole = Tensor::from_vec(whole, (6, 10), &Device::Cpu).unwrap();
+        for part in [(0, 2, 3), (1, 4, 5), (1, 0, 10)] {
+            let (shape, v) = counter_normal(&[6, 10], Some(part), 7);
+            let want: Vec<f32> =
+                whole.narrow(part.0, part.1, part.2).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            assert_eq!((shape[part.0], v), (part.2, want), "{part:?}");
+        }
+        // A bias: one row, cut along its only dimension.
+        let (_, bias) = counter_normal(&[10], None, 3);
+        assert_eq!(counter_normal(&[10], Some((0, 5, 5)), 3).1, bias[5..]);
+        // Another seed, other values.
+        assert_ne!(counter_normal(&[10], None, 4).1, bias);
+    }
+
+    #[test]
+    fn synthetic_values_have_the_checkpoints_spread() {
+        let (_, v) = counter_normal(&[1000, 1000], None, 11);
+        let n = v.len() as f64;
+        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
+        let sd = (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
+        assert!(mean.abs() < 1e-4, "mean {mean}");
+        assert!((sd - STD as f64).abs() < 1e-4, "sd {sd}");
+    }
 }

@@ -195,12 +195,13 @@ fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig, cards: &[Ca
         }
         for r in &rows {
             s.say(format!(
-                "rank {}: weights {} MiB (ledger {:.1}), NCCL {} MiB, {} tok/s, {}",
+                "rank {}: weights {} MiB (ledger {:.1}), NCCL {} MiB, {} tok/s{}, {}",
                 r.rank,
                 r.weights.map(|b| format!("{:.1}", mib(b))).unwrap_or_else(|| "—".into()),
                 mib(r.weights_predicted),
                 r.nccl.map(|b| format!("{:.1}", mib(b))).unwrap_or_else(|| "—".into()),
                 r.decode_tok_s.map(|t| format!("{t:.1}")).unwrap_or_else(|| "—".into()),
+                r.decode_tok_s_without_sums.map(|t| format!(" ({t:.1} with its sums skipped)")).unwrap_or_default(),
                 r.outcome
             ));
         }

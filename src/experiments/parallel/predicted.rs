@@ -83,6 +83,7 @@ pub fn rank_row(r: &RankRun, p: &Row, gpus: usize, ceiling_tok_s: Option<f64>) -
         load_peak: r.load_peak,
         prefill_tok_s: Some(r.prefill_tok_s),
         decode_tok_s: Some(r.decode_tok_s),
+        decode_tok_s_without_sums: r.decode_tok_s_without_sums,
         ceiling_tok_s,
         tokens: r.tokens.len(),
         outcome: Outcome::OK.into(),

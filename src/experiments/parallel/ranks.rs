@@ -26,6 +26,9 @@ pub struct RankRun {
     pub kv_cache: u64,
     pub prefill_tok_s: f64,
     pub decode_tok_s: f64,
+    /// Decode with every sum skipped (wrong tokens, the step's own work): the profile of where
+    /// the step's time goes. GPUs whose step is one captured graph only.
+    pub decode_tok_s_without_sums: Option<f64>,
     pub tokens: Vec<u32>,
 }
 
@@ -86,6 +89,17 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
     probe.reset_peak();
     let g = guarded(&probe, "generating", || generate(&model, plan.req.prompt, &plan.req.gen))?;
     let done = probe.settled("")?;
+    let mut without_sums = None;
+    if cuda && model.sums_capturable() {
+        let skipped = crate::model::parallel::comm::skip_sums();
+        plan.group.meet.settle("timing the step without its sums", Ok(()))?;
+        let g = plan
+            .group
+            .meet
+            .settle("timing the step without its sums", generate(&model, plan.req.prompt, &plan.req.gen))?;
+        drop(skipped);
+        without_sums = Some(g.decode_tok_s());
+    }
     Ok(RankRun {
         rank,
         device: crate::hw::describe_as(&device, plan.cards.get(rank)),
@@ -96,6 +110,7 @@ pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
         kv_cache: g.kv_cache_bytes,
         prefill_tok_s: g.prefill_tok_s(),
         decode_tok_s: g.decode_tok_s(),
+        decode_tok_s_without_sums: without_sums,
         tokens: g.generated_ids,
     })
 }

@@ -25,6 +25,8 @@ pub struct Row {
     pub decode_tok_s: Option<f64>,
     /// Decode's ceiling: the bytes a token reads on this device over its measured read bandwidth.
     pub ceiling_tok_s: Option<f64>,
+    /// A rank's decode with its sums skipped (`ranks::RankRun`): the step's own work.
+    pub decode_tok_s_without_sums: Option<f64>,
     /// Generated tokens equal to the one-device run's, counted from the first.
     pub tokens_equal: Option<usize>,
     pub tokens: usize,
@@ -49,6 +51,8 @@ pub mod col {
     pub const PREFILL_TOK_S: &str = "prefill_tok_s";
     pub const DECODE_TOK_S: &str = "decode_tok_s";
     pub const CEILING_TOK_S: &str = "decode_ceiling_tok_s";
+    pub const WITHOUT_SUMS_TOK_S: &str = "decode_without_sums_tok_s";
+    pub const SUMS_MS: &str = "sums_ms_per_token";
     pub const TOKENS_EQUAL: &str = "tokens_equal_to_one_device";
     pub const TOKENS: &str = "tokens";
     pub const OUTCOME: &str = "outcome";
@@ -83,6 +87,12 @@ pub fn table(rows: &[Row]) -> Result<DataFrame> {
         PREFILL_TOK_S => rows.iter().map(|r| r.prefill_tok_s).collect::<Vec<_>>(),
         DECODE_TOK_S => rows.iter().map(|r| r.decode_tok_s).collect::<Vec<_>>(),
         CEILING_TOK_S => rows.iter().map(|r| r.ceiling_tok_s).collect::<Vec<_>>(),
+        WITHOUT_SUMS_TOK_S => rows.iter().map(|r| r.decode_tok_s_without_sums).collect::<Vec<_>>(),
+        // What a token's sums cost: the summed step's time less the step's without them.
+        SUMS_MS => rows.iter().map(|r| match (r.decode_tok_s, r.decode_tok_s_without_sums) {
+            (Some(a), Some(b)) if a > 0.0 && b > 0.0 => Some(1000.0 / a - 1000.0 / b),
+            _ => None,
+        }).collect::<Vec<_>>(),
         TOKENS_EQUAL => rows.iter().map(|r| r.tokens_equal.map(|n| n as u32)).collect::<Vec<_>>(),
         TOKENS => rows.iter().map(|r| r.tokens as u32).collect::<Vec<_>>(),
         OUTCOME => rows.iter().map(|r| r.outcome.clone()).collect::<Vec<_>>(),
@@ -142,7 +152,7 @@ pub fn views() -> Vec<View> {
             columns: &[LAYOUT, RANK, DEVICE, WEIGHTS_MIB, WEIGHTS_PREDICTED_MIB, WEIGHTS_ERROR_PCT, NCCL_MIB, NCCL_PREDICTED_MIB, KV_MIB, KV_PREDICTED_MIB, PEAK_ABOVE_MIB, PEAK_ABOVE_PREDICTED_MIB, PEAK_ABOVE_ERROR_PCT, LOAD_PEAK_MIB, PREFILL_TOK_S, DECODE_TOK_S, CEILING_TOK_S, TOKENS_EQUAL, TOKENS, OUTCOME],
             group_by: &[],
             chart: None,
-            explain: "Each rank holds its heads of q/k/v and its columns of gate/up (rows of o and down), the embedding, norms and head whole, and its K/V heads' share of the cache; one all-reduce after attention and one after the MLP join the ranks. NCCL's own memory (its communicator and channel buffers) is outside candle's pool: read as the device's used bytes that the pool does not explain. On GPUs a rank decodes with the lab's static step captured as one CUDA graph, NCCL's two sums a layer inside it; the one-device row runs the same step unsplit, and the row below it the ranks' loop (candle's ops, one launch at a time) on one device. Greedy tokens are counted against that loop (the same arithmetic; the loop row against the fused step): in BF16 a sum made in another order rounds differently, and a synthetic model's logits are nearly flat, so a rounding can change the greedy pick — F32 shows the layouts agree. A pipeline's stages run in turn on one thread: each GPU waits while the others compute. On the CPU the ranks are threads sharing one heap: weights are the tensors' bytes, and no peak is read. 每个 rank 持有自己的注意力头和 MLP 列;嵌入、归一化和输出层每个 rank 都有完整一份。NCCL 自身的显存在 candle 的内存池之外。",
+            explain: "Each rank holds its heads of q/k/v and its columns of gate/up (rows of o and down), its rows of an untied head (each rank's logits gathered to all through one more sum), the embedding and norms whole, and its K/V heads' share of the cache; one all-reduce after attention and one after the MLP join the ranks. NCCL's own memory (its communicator and channel buffers) is outside candle's pool: read as the device's used bytes that the pool does not explain. On GPUs a rank decodes with the lab's static step captured as one CUDA graph, NCCL's two sums a layer inside it; the one-device row runs the same step unsplit, and the row below it the ranks' loop (candle's ops, one launch at a time) on one device. Greedy tokens are counted against that loop (the same arithmetic; the loop row against the fused step): in BF16 a sum made in another order rounds differently, and a synthetic model's logits are nearly flat, so a rounding can change the greedy pick — F32 shows the layouts agree. A pipeline's stages run in turn on one thread: each GPU waits while the others compute. On the CPU the ranks are threads sharing one heap: weights are the tensors' bytes, and no peak is read. 每个 rank 持有自己的注意力头和 MLP 列;未共享权重的输出层按词表行切分(logits 再汇总到每个 rank);嵌入和归一化每个 rank 都有完整一份。NCCL 自身的显存在 candle 的内存池之外。",
         },
         View {
             name: "per_gpu",
@@ -151,7 +161,7 @@ pub fn views() -> Vec<View> {
             columns: &[RANK, DEVICE, WEIGHTS_MIB, WEIGHTS_PREDICTED_MIB, KV_MIB, KV_PREDICTED_MIB, PEAK_ABOVE_MIB, PEAK_ABOVE_PREDICTED_MIB, NCCL_MIB, NCCL_PREDICTED_MIB, OUTCOME],
             group_by: &[LAYOUT],
             chart: Some(PER_GPU_CHART),
-            explain: "每张卡一根柱:权重、KV cache、生成峰值在权重之上多出的瞬时部分(激活与 logits)、NCCL 的缓冲(在 candle 内存池之外);右边浅色的柱是估算器逐卡账本的同一分解。张量并行的每张卡都持有完整的嵌入和输出层,所以权重多于总量的 1/N;NCCL 在各卡上不同,取决于它连接几个对端。<br>One bar per GPU: the weights, the KV cache, what generation's peak adds above the weights besides the cache (activations, logits), and NCCL's buffers outside candle's pool; the paler bar beside it is the ledger's same split (`estimate --tp N`). A tensor-parallel GPU holds the embedding and the head whole, so more than 1/N of the weights; NCCL differs per GPU with the peers it connects to. The KV cache and the transient are a few MiB against GiB of weights: read them in the table.",
+            explain: "每张卡一根柱:权重、KV cache、生成峰值在权重之上多出的瞬时部分(激活与 logits)、NCCL 的缓冲(在 candle 内存池之外);右边浅色的柱是估算器逐卡账本的同一分解。张量并行的每张卡都持有完整的嵌入,所以权重多于总量的 1/N;NCCL 在各卡上不同,取决于它连接几个对端。<br>One bar per GPU: the weights, the KV cache, what generation's peak adds above the weights besides the cache (activations, logits), and NCCL's buffers outside candle's pool; the paler bar beside it is the ledger's same split (`estimate --tp N`). A tensor-parallel GPU holds the embedding whole, so more than 1/N of the weights; NCCL differs per GPU with the peers it connects to. The KV cache and the transient are a few MiB against GiB of weights: read them in the table.",
         },
         View {
             name: "decode",

@@ -22,6 +22,10 @@ pub(crate) enum Linear {
     /// A rank's share of a product whose input columns are split over the group (o and down,
     /// Megatron's row-parallel layer): its output is a partial sum, summed across the ranks.
     RowParallel(Box<Linear>, RankComm),
+    /// A rank's rows of a product whose output rows are split over the group (the head, split by
+    /// vocabulary as Megatron's parallel output layer): each rank's logits are put in their place
+    /// among zeros and summed, so every rank holds them all.
+    Gathered(Box<Linear>, RankComm),
 }
 
 impl Linear {
@@ -36,7 +40,8 @@ impl Linear {
         match self {
             Self::Dense(l) => Ok(l.forward(x)?),
             Self::Host(h) => h.forward(x),
-            Self::RowParallel(l, c) => c.0.all_reduce_sum(&l.forward(x)?),
+            Self::RowParallel(l, c) => c.sum(&l.forward(x)?),
+            Self::Gathered(l, c) => gather(&l.forward(x)?, c),
             Self::Quant(q, bias) => {
                 // candle's CUDA quantized matmul takes BF16 (over 8 rows it casts to F32 and back
                 // itself); its CPU path and a dequantized matrix take F32: cast around them the
@@ -67,7 +72,7 @@ impl Linear {
         // A partial sum is summed before the residual is added: the share's product through the
         // step's kernel, then the all-reduce (which a CUDA graph records with the step).
         if let Self::RowParallel(l, c) = self {
-            let y = c.0.all_reduce_sum(&l.forward_step(x, None, step)?)?;
+            let y = c.sum(&l.forward_step(x, None, step)?)?;
             return Ok(match res {
                 Some(r) => (r + y)?,
                 None => y,
@@ -88,7 +93,7 @@ impl Linear {
     /// Whether a CUDA graph can record the product (a row-parallel one: whether its sum can be).
     pub(super) fn capturable(&self) -> bool {
         match self {
-            Self::RowParallel(_, c) => c.0.capturable(),
+            Self::RowParallel(_, c) | Self::Gathered(_, c) => c.0.capturable(),
             _ => true,
         }
     }
@@ -98,12 +103,48 @@ impl Linear {
         Self::RowParallel(Box::new(self), comm)
     }
 
+    /// This product as a rank's rows of the output, gathered across `comm`'s group.
+    pub(super) fn gathered(self, comm: RankComm) -> Self {
+        Self::Gathered(Box::new(self), comm)
+    }
+
+    /// The product a rank computes itself (the share of a gathered one), for the step's kernel.
+    pub(super) fn local(&self) -> &Linear {
+        match self {
+            Self::Gathered(l, _) => l,
+            l => l,
+        }
+    }
+
+    /// `y` of `local()` completed as `forward` completes it (gathered across the group).
+    pub(super) fn complete(&self, y: Tensor) -> Result<Tensor> {
+        match self {
+            Self::Gathered(_, c) => gather(&y, c),
+            _ => Ok(y),
+        }
+    }
+
+    /// Output features: the weight's rows.
+    pub(super) fn out_dim(&self) -> Result<usize> {
+        Ok(match self {
+            Self::Dense(l) => l.weight().dim(0)?,
+            Self::Quant(q, _) => match q {
+                QMatMul::QTensor(t) => t.shape().dims()[0],
+                QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t.dim(0)?,
+            },
+            Self::Host(h) => h.weight().dim(0)?,
+            Self::RowParallel(l, _) => l.out_dim()?,
+            Self::Gathered(l, c) => l.out_dim()? * c.0.ranks(),
+        })
+    }
+
     /// The same weights computed on the CPU.
     pub(super) fn to_host(&self) -> Result<Self> {
         match self {
             Self::Dense(l) => Ok(Self::Host(HostLinear::new(l.weight().clone(), l.bias().cloned())?)),
             Self::Host(h) => Ok(Self::Host(h.clone())),
             Self::RowParallel(l, c) => Ok(Self::RowParallel(Box::new(l.to_host()?), c.clone())),
+            Self::Gathered(l, c) => Ok(Self::Gathered(Box::new(l.to_host()?), c.clone())),
             Self::Quant(..) => Err(LabError::Unsupported(
                 "CPU layers of the offload compute dense weights (BF16, F16 or F32), not GGUF blocks".into(),
             )),
@@ -115,8 +156,17 @@ impl Linear {
         match self {
             Self::Dense(l) => Ok((l.weight().clone(), l.bias().cloned())),
             Self::Host(h) => Ok((h.weight().clone(), h.bias().cloned())),
-            Self::RowParallel(l, _) => l.dense_parts(),
+            Self::RowParallel(l, _) | Self::Gathered(l, _) => l.dense_parts(),
             Self::Quant(..) => Err(LabError::Unsupported("streaming moves dense weights, not GGUF blocks".into())),
         }
     }
+}
+
+/// A rank's columns `y` (the last dimension) put in their place among zeros and summed across the
+/// group: every rank gets the whole output, exactly (each sum adds zeros to one value).
+fn gather(y: &Tensor, c: &RankComm) -> Result<Tensor> {
+    let (rank, ranks) = (c.0.rank(), c.0.ranks());
+    let n = y.dim(candle_core::D::Minus1)?;
+    let placed = y.pad_with_zeros(candle_core::D::Minus1, rank * n, (ranks - rank - 1) * n)?;
+    c.sum(&placed)
 }

@@ -163,10 +163,22 @@ impl Decoder {
     }
 
     /// This model as one rank of a tensor-parallel group: each layer's o and down become
-    /// row-parallel products summed across the group (the model must be built from the rank's
-    /// shard, `model::parallel::shard_weights`). A mixture or a streamed layer is refused.
+    /// row-parallel products summed across the group, and a head holding a rank's share of the
+    /// vocabulary gathers its logits (the model must be built from the rank's shard,
+    /// `model::parallel::shard_weights`). A mixture or a streamed layer is refused.
     pub fn into_rank(mut self, comm: std::sync::Arc<dyn crate::model::parallel::AllReduce>) -> Result<Self> {
         let comm = crate::model::parallel::comm::RankComm(comm);
+        let rows = self.lm_head.out_dim()?;
+        if rows != self.cfg.vocab_size {
+            if rows * comm.0.ranks() != self.cfg.vocab_size {
+                return Err(LabError::input(format!(
+                    "a rank's head has {rows} rows: not the vocabulary's {} shared by {} ranks",
+                    self.cfg.vocab_size,
+                    comm.0.ranks()
+                )));
+            }
+            self.lm_head = self.lm_head.gathered(comm.clone());
+        }
         let layers = std::mem::take(&mut self.layers);
         self.layers = layers
             .into_iter()

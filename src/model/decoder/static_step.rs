@@ -36,11 +36,11 @@ impl Decoder {
             x = layer.decode_static(x, cfg, &step, &kc, &vc)?;
         }
         // The head of `head(.., Logits::Last)` for one position, through the step's kernels.
-        let logits =
-            match normed_step(parts([&self.lm_head]).as_deref(), &x, &self.norm, cfg.rms_norm_eps, false, &step)? {
-                StepOut::Product(y) => y,
-                StepOut::Normed(h) => self.lm_head.forward(&h)?,
-            };
+        let head = self.lm_head.local();
+        let logits = match normed_step(parts([head]).as_deref(), &x, &self.norm, cfg.rms_norm_eps, false, &step)? {
+            StepOut::Product(y) => self.lm_head.complete(y)?,
+            StepOut::Normed(h) => self.lm_head.forward(&h)?,
+        };
         step.argmax(&logits)
     }
 }

@@ -5,6 +5,7 @@
 
 use crate::error::{LabError, Result};
 use candle_core::Tensor;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
 /// One rank's handle on the group.
@@ -23,6 +24,37 @@ pub trait AllReduce: Send + Sync {
 /// A rank's communicator as a model's layers hold it.
 #[derive(Clone)]
 pub struct RankComm(pub Arc<dyn AllReduce>);
+
+/// Profiling only: while set, every rank's sum returns the rank's own partial (the outputs are
+/// wrong), so a decoding step timed then is the step's work without its sums, and the
+/// difference from the summed step is what the sums cost (`experiments/parallel/ranks.rs`).
+static SUMS_SKIPPED: AtomicBool = AtomicBool::new(false);
+
+/// Skips the sums of every rank of this process until the guard is dropped. Set it on every
+/// rank before they meet and drop it after they meet again, so no rank records a sum its peers
+/// skip.
+pub fn skip_sums() -> SkippedSums {
+    SUMS_SKIPPED.store(true, Ordering::SeqCst);
+    SkippedSums
+}
+
+pub struct SkippedSums;
+
+impl Drop for SkippedSums {
+    fn drop(&mut self) {
+        SUMS_SKIPPED.store(false, Ordering::SeqCst);
+    }
+}
+
+impl RankComm {
+    /// The sum of every rank's `x` (the rank's own `x` while the sums are skipped).
+    pub fn sum(&self, x: &Tensor) -> Result<Tensor> {
+        if SUMS_SKIPPED.load(Ordering::SeqCst) {
+            return Ok(x.clone());
+        }
+        self.0.all_reduce_sum(x)
+    }
+}
 
 impl std::fmt::Debug for RankComm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -39,8 +39,8 @@ pub fn rank_model(
 }
 
 /// Rank `comm.rank()`'s model read from `source` tensor by tensor, each cut to the rank's part as
-/// it arrives: a rank never holds more than its shard and one whole tensor, so a model loads on
-/// GPUs that could not hold it whole. An OOM is captured by `probe` (the rank's device).
+/// it arrives (synthetic weights draw the part alone): a rank never holds more than its shard and
+/// one whole tensor, so a model loads on GPUs that could not hold it whole. An OOM is captured by `probe` (the rank's device).
 pub fn load_rank(
     cfg: &DecoderConfig,
     precision: Precision,
@@ -53,8 +53,7 @@ pub fn load_rank(
     let rank_cfg = shard_config(cfg, ranks)?;
     let mut w = HashMap::new();
     for spec in cfg.tensor_specs() {
-        let part =
-            source.load(&spec, precision, device).and_then(|whole| shard_tensor(&spec.name, whole, cfg, rank, ranks));
+        let part = source.load_part(&spec, precision, device, shard::slice_of(&spec.name, cfg, rank, ranks));
         match part {
             Ok(p) => w.insert(spec.name.clone(), p),
             Err(e) => {

@@ -1,7 +1,8 @@
 //! Which part of each Qwen2 weight a tensor-parallel rank holds. q, k, v (weights and biases) and
 //! gate, up are split by output rows, whole heads to a rank; o and down by input columns, so each
 //! rank's attention and MLP produce a partial sum of the full output (one all-reduce after each).
-//! The embedding, the norms and the head stay whole on every rank. K/V heads are split too: the
+//! An untied head is split by vocabulary rows (each rank's logits gathered to all); the
+//! embedding and the norms stay whole on every rank. K/V heads are split too: the
 //! rank count must divide them (Qwen2.5-7B's 4 allow 2 or 4 ranks).
 
 use crate::error::{LabError, Result};
@@ -51,6 +52,12 @@ pub fn slice_of(name: &str, cfg: &DecoderConfig, rank: usize, ranks: usize) -> O
     let kv = cfg.num_key_value_heads * d / ranks;
     let mlp = cfg.intermediate_size / ranks;
     let part = |dim: usize, len: usize| Some((dim, rank * len, len));
+    // An untied head is split by vocabulary where the ranks divide it (a tied one is the
+    // embedding, which every rank holds whole).
+    if name == "lm_head.weight" {
+        return (!cfg.tie_word_embeddings && cfg.vocab_size.is_multiple_of(ranks))
+            .then(|| (0, rank * cfg.vocab_size / ranks, cfg.vocab_size / ranks));
+    }
     let leaf = name.strip_prefix("model.layers.")?.split_once('.')?.1;
     match leaf {
         "self_attn.q_proj.weight" | "self_attn.q_proj.bias" => part(0, q),
@@ -78,14 +85,7 @@ pub fn shard_weights(
 
 /// Rank `rank`'s part of one tensor (the tensor itself when every rank holds it whole).
 pub fn shard_tensor(name: &str, weight: Weight, cfg: &DecoderConfig, rank: usize, ranks: usize) -> Result<Weight> {
-    let Some((dim, start, len)) = slice_of(name, cfg, rank, ranks) else { return Ok(weight) };
-    let Weight::Dense(t) = weight else {
-        return Err(LabError::input(format!(
-            "{name} is quantized: tensor parallelism splits dense weights (BF16, F16, F32)"
-        )));
-    };
-    // A row slice is a contiguous view of the whole: copied, so the rank owns only its part.
-    Ok(Weight::Dense(t.narrow(dim, start, len)?.force_contiguous()?))
+    weight.part(name, slice_of(name, cfg, rank, ranks))
 }
 
 /// Bytes one rank holds, by what they are.
@@ -93,7 +93,8 @@ pub fn shard_tensor(name: &str, weight: Weight, cfg: &DecoderConfig, rank: usize
 pub struct RankLedger {
     /// Attention and MLP weights: this rank's share.
     pub sharded: u64,
-    /// Embedding, head (when untied), norms: whole on every rank.
+    /// Embedding, norms, and the head where it is tied or the ranks do not divide the vocabulary:
+    /// whole on every rank.
     pub replicated: u64,
     /// The KV cache for `tokens` tokens: this rank's K/V heads.
     pub kv_cache: u64,
@@ -171,11 +172,17 @@ mod tests {
         let c = tiny();
         let one = rank_ledger(&c, 1, 2, 100, 2).unwrap();
         let two = rank_ledger(&c, 2, 2, 100, 2).unwrap();
-        // Per layer: q 256·256+256, k and v 128·256+128 each, o 256·256, gate/up/down 3·512·256.
+        // Per layer: q 256·256+256, k and v 128·256+128 each, o 256·256, gate/up/down 3·512·256;
+        // the untied head 1024·256, split by its vocabulary rows.
         let layer = 256 * 256 + 256 + 2 * (128 * 256 + 128) + 256 * 256 + 3 * 512 * 256;
-        assert_eq!(one.sharded, c.num_hidden_layers as u64 * layer * 2);
+        let head = 1024 * 256 * 2;
+        assert_eq!(one.sharded, c.num_hidden_layers as u64 * layer * 2 + head);
         assert_eq!(two.sharded * 2, one.sharded);
         assert_eq!(two.replicated, one.replicated);
+        assert_eq!(slice_of("lm_head.weight", &c, 1, 2), Some((0, 512, 512)));
+        // Tied, the head is the embedding: whole on every rank.
+        let tied = DecoderConfig { tie_word_embeddings: true, ..c.clone() };
+        assert_eq!(slice_of("lm_head.weight", &tied, 1, 2), None);
         // KV: 2 (K and V) × layers × one K/V head per rank × 64 × 100 tokens × 2 B.
         assert_eq!(two.kv_cache, 2 * c.num_hidden_layers as u64 * 64 * 100 * 2);
         assert_eq!(one.kv_cache, 2 * two.kv_cache);
