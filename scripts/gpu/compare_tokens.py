@@ -7,7 +7,7 @@ from pathlib import Path
 
 a, b = Path(sys.argv[1]), Path(sys.argv[2])
 differ = 0
-for p in ("bf16", "q4_k_m"):
+for p in ("f32", "bf16", "q4_k_m"):
     runs = []
     for d, cap in ((a, 90), (b, 89)):
         text = (d / f"generate-{p}-{cap}.json").read_text()
