@@ -27,50 +27,31 @@ pub const LAYERS: &[(&str, &[&str])] = &[
 ];
 
 /// model/'s own sub-layers, lowest first: a file of model/ imports its own sub-layer and the ones
-/// below. The longest prefix places a file (`model::decoder::linear` is a layer, the rest of
-/// `model::decoder` is the decoder).
+/// below. The longest prefix places a file (`model::load::source` is the decoder's sub-layer, the rest
+/// of `model::load` formats).
 pub const MODEL_LAYERS: &[(&str, &[&str])] = &[
+    ("the config: families, the fields taken, the tensor layout", &["model::config", "model::quantize", "model::offload::profile"]),
     (
-        "the config: families, the fields taken, the tensor layout",
-        &["model::config", "model::quantize", "model::profile"],
+        "formats and dtypes: precision, GGUF, where weights come from (safetensors, the Hub, checkpoints, tokenizers, chat templates)",
+        &["model::precision", "model::gguf", "model::load"],
     ),
     (
-        "formats and dtypes: precision, GGUF, safetensors, the Hub, tokenizers, chat templates",
-        &[
-            "model::precision",
-            "model::gguf",
-            "model::hub",
-            "model::weights",
-            "model::upload",
-            "model::checkpoint",
-            "model::tokenizer",
-            "model::chat",
-        ],
-    ),
-    (
-        "layers and kernels: linear, embedding, attention, KV cache, a step's inputs, sampling, where layers live",
+        "layers and kernels: linear, embedding, attention, KV cache, the CPU path, a step's inputs, sampling, where layers live",
         &[
             "model::kernels",
-            "model::host_linear",
-            "model::host_attention",
-            "model::attention",
-            "model::kv_cache",
-            "model::decode::step",
-            "model::decoder::linear",
-            "model::decoder::embedding",
+            "model::layers",
+            "model::host",
+            "model::generate::step",
+            "model::generate::sampling",
             "model::parallel::comm",
-            "model::sampling",
-            "model::placement",
+            "model::offload",
         ],
     ),
     (
         "the decoder: its layer, the streamer of offloaded layers, the model, a source loaded",
-        &["model::decoder", "model::streamer", "model::source"],
+        &["model::decoder", "model::offload::streamer", "model::load::source"],
     ),
-    (
-        "running it: generation, the decode graph, training, several GPUs",
-        &["model::generate", "model::decode", "model::train", "model::optim", "model::parallel"],
-    ),
+    ("running it: generation, the decode graph, training, several GPUs", &["model::generate", "model::train", "model::parallel"]),
 ];
 
 /// The sub-layer of a module inside model/ (None for the facade `model` and outside model/).

@@ -277,7 +277,7 @@ fn training_steps_within_10_percent() {
     use vram_lab::estimate::training::{
         ledger, step_activations_updating, TrainSetup, TrainShape, CANDLE_NN_ADAMW_COPIES,
     };
-    use vram_lab::model::optim::UPDATE_COPIES;
+    use vram_lab::model::train::optim::UPDATE_COPIES;
     use vram_lab::model::DecoderConfig;
     let mut checked = 0;
     let runs =

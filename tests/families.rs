@@ -10,7 +10,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::{llama, mistral, mixtral, qwen3, qwen3_moe};
 use std::collections::HashMap;
 use vram_lab::model::decoder::last_logits;
-use vram_lab::model::weights::Weight;
+use vram_lab::model::load::weights::Weight;
 use vram_lab::model::{Decoder, DecoderConfig, Logits, Precision};
 
 const SEED: u64 = 11;
@@ -215,7 +215,7 @@ fn a_cache_past_mistrals_window_is_refused() {
 #[test]
 fn a_qwen3_gguf_round_trips_and_a_scaled_llama_one_is_refused() {
     use vram_lab::model::gguf::Gguf;
-    use vram_lab::model::weights::WeightSource;
+    use vram_lab::model::load::weights::WeightSource;
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("q3.gguf");
     let quantize = |preset: &str, to: &std::path::Path| {
@@ -260,7 +260,8 @@ fn a_llama_gguf_holds_q_and_k_in_llamacpp_order() {
     use candle_core::quantized::gguf_file;
     use vram_lab::model::gguf::recipe::FileType;
     use vram_lab::model::gguf::{permute, writer, Gguf};
-    use vram_lab::model::weights::{load_all, Synthetic, WeightSource};
+    use vram_lab::model::load::synthetic::Synthetic;
+    use vram_lab::model::load::weights::{load_all, WeightSource};
     let mut j = stock_json(&DecoderConfig::preset("tiny-llama").unwrap());
     j.as_object_mut().unwrap().remove("rope_scaling");
     let cfg = DecoderConfig::from_json(&j.to_string(), "tiny llama").unwrap();

@@ -12,7 +12,8 @@ use vram_lab::model::gguf::recipe::FileType;
 use vram_lab::model::gguf::types::GgmlType;
 use vram_lab::model::gguf::writer::{self, Plan, Planned};
 use vram_lab::model::gguf::{tokenizer, Gguf};
-use vram_lab::model::{self, source, DecoderConfig, GenerateConfig, ModelSource, Precision, SourceOptions};
+use vram_lab::model::load::source;
+use vram_lab::model::{self, DecoderConfig, GenerateConfig, ModelSource, Precision, SourceOptions};
 
 /// Qwen2.5-7B under llama.cpp's Q4_K_M, by hand. Matrices: token_embd 152,064 × 3,584 in Q4_K
 /// (144 B per 256 values) = 306,561,024 B; output in Q6_K (210 B per 256) = 447,068,160 B; per
@@ -189,7 +190,7 @@ fn written_files_read_back() {
         let (mut g, truncated) = Gguf::open_header(&path).unwrap();
         assert!(truncated.is_none());
         for spec in cfg.tensor_specs() {
-            use vram_lab::model::weights::WeightSource;
+            use vram_lab::model::load::weights::WeightSource;
             let got = g.load(&spec, Precision::F32, &Device::Cpu).unwrap().dense().unwrap();
             let w = &want[&spec.name];
             let err = common::max_abs_diff(&got, w) / common::max_abs(w).max(1e-6);
@@ -356,7 +357,7 @@ fn shipped_qwen25_tokenizer_equals_the_real_one() {
         })
         .collect();
     assert_eq!(cases.len(), 300);
-    let shipped = model::tokenizer::qwen25().unwrap();
+    let shipped = model::load::tokenizer::qwen25().unwrap();
     assert_eq!(shipped.get_vocab_size(true), 151_665);
 
     let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();

@@ -326,8 +326,8 @@ fn attention_and_argmax_equal_candles() {
 /// the strided view a layer passes; what it does not take is left to the caller.
 #[test]
 fn flash_attention_equals_naive() {
-    use vram_lab::model::attention::{attend, AttentionMode};
     use vram_lab::model::kernels::flash_attention;
+    use vram_lab::model::layers::attention::{attend, AttentionMode};
     let Some((dev, _)) = gpu() else { return };
     for (b, heads, kv, d, s, offset) in
         [(1, 28, 4, 128, 200, 0), (1, 28, 4, 128, 64, 0), (2, 14, 2, 64, 77, 50), (1, 28, 4, 128, 3, 130)]
@@ -367,9 +367,9 @@ fn staged_upload_equals_candles_reading() {
     ]);
     candle_core::safetensors::save(&tensors, &file).unwrap();
     let files = vec![file.clone()];
-    let index = vram_lab::model::upload::index(&files).unwrap();
+    let index = vram_lab::model::load::upload::index(&files).unwrap();
     // 1 MiB buffers: the BF16 tensor (5.7 MiB) takes six pieces.
-    let mut up = vram_lab::model::upload::Uploader::new(&cuda, 1 << 20).unwrap();
+    let mut up = vram_lab::model::load::upload::Uploader::new(&cuda, 1 << 20).unwrap();
     let f = std::fs::File::open(&file).unwrap();
     let on_gpu: Vec<(String, Tensor)> = index.iter().map(|(n, e)| (n.clone(), up.tensor(&f, e).unwrap())).collect();
     drop(up);

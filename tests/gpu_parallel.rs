@@ -8,8 +8,9 @@
 use candle_core::{Device, Tensor};
 use vram_lab::estimate::parallel::pipeline_split;
 use vram_lab::memory::MemoryProbe;
+use vram_lab::model::load::synthetic::Synthetic;
+use vram_lab::model::load::weights::load_all;
 use vram_lab::model::parallel::pipeline::{load_pipeline, Ends};
-use vram_lab::model::weights::{load_all, Synthetic};
 use vram_lab::model::{generate, Decoder, DecoderConfig, GenerateConfig, Logits, Precision};
 
 fn two_gpus() -> Option<(Device, Device)> {

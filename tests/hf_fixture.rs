@@ -5,7 +5,8 @@
 use candle_core::Device;
 use std::path::Path;
 use vram_lab::memory::MemoryProbe;
-use vram_lab::model::{self, source, GenerateConfig, ModelSource, Precision, SourceOptions};
+use vram_lab::model::load::source;
+use vram_lab::model::{self, GenerateConfig, ModelSource, Precision, SourceOptions};
 
 #[test]
 fn greedy_tokens_match_transformers() {

@@ -39,7 +39,7 @@ fn no_model_file_imports_a_higher_sub_layer() {
         up.iter().map(|(a, b)| format!("  {a} -> {b}")).collect::<Vec<_>>().join("\n")
     );
     // The longest prefix places a file: the decoder's linear layer sits below the decoder.
-    assert_eq!((model_layer_of("model::decoder::linear"), model_layer_of("model::decoder::model")), (Some(2), Some(3)));
+    assert_eq!((model_layer_of("model::layers::linear"), model_layer_of("model::decoder::model")), (Some(2), Some(3)));
     assert_eq!(model_layer_of("model"), None);
 }
 

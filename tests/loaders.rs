@@ -7,8 +7,9 @@ use candle_core::{DType, Device, Tensor};
 use vram_lab::memory::MemoryProbe;
 use vram_lab::model::decoder::last_logits;
 use vram_lab::model::gguf::writer::{self, Plan};
-use vram_lab::model::weights::Weight;
-use vram_lab::model::{source, Decoder, DecoderConfig, Logits, ModelSource, Precision, SourceOptions};
+use vram_lab::model::load::source;
+use vram_lab::model::load::weights::Weight;
+use vram_lab::model::{Decoder, DecoderConfig, Logits, ModelSource, Precision, SourceOptions};
 
 const SEED: u64 = 11;
 
@@ -134,8 +135,8 @@ fn presets_carry_real_names_shapes_and_totals() {
     assert_eq!(shape("model.layers.0.self_attn.k_proj.bias"), vec![512]);
     assert_eq!(shape("model.layers.27.mlp.down_proj.weight"), vec![3584, 18944]);
     // Synthetic tensors come out with those shapes.
-    let mut src = vram_lab::model::weights::Synthetic::new(cfg.clone(), 1);
-    use vram_lab::model::weights::WeightSource;
+    let mut src = vram_lab::model::load::synthetic::Synthetic::new(cfg.clone(), 1);
+    use vram_lab::model::load::weights::WeightSource;
     let spec = specs.iter().find(|s| s.name == "model.layers.3.self_attn.k_proj.bias").unwrap();
     let t = src.load(spec, Precision::Bf16, &Device::Cpu).unwrap().dense().unwrap();
     assert_eq!(t.dims(), &[512]);
@@ -147,11 +148,11 @@ fn hub_settings_honour_env_and_cache_dir() {
     let tmp = tempfile::tempdir().unwrap();
     // SAFETY (edition 2021): this test alone touches these variables.
     std::env::set_var("HF_ENDPOINT", "http://127.0.0.1:9");
-    let s = vram_lab::model::hub::HubSettings::from_env(Some(tmp.path()));
+    let s = vram_lab::model::load::hub::HubSettings::from_env(Some(tmp.path()));
     assert_eq!(s.endpoint, "http://127.0.0.1:9");
     assert_eq!(s.cache_dir, tmp.path());
     std::env::set_var("HF_HOME", tmp.path().join("hfhome"));
-    let s = vram_lab::model::hub::HubSettings::from_env(None);
+    let s = vram_lab::model::load::hub::HubSettings::from_env(None);
     assert_eq!(s.cache_dir, tmp.path().join("hfhome").join("hub"));
     // Fetching from a closed port fails with a message naming the endpoint and the cache.
     let opts = SourceOptions { cache_dir: Some(tmp.path().to_path_buf()), ..Default::default() };

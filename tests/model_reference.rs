@@ -6,7 +6,8 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::qwen2 as stock;
 use vram_lab::model::decoder::last_logits;
-use vram_lab::model::weights::{Synthetic, Weight};
+use vram_lab::model::load::synthetic::Synthetic;
+use vram_lab::model::load::weights::Weight;
 use vram_lab::model::{AttentionMode, Decoder, DecoderConfig, Logits, Precision};
 
 const SEED: u64 = 7;
@@ -114,7 +115,8 @@ fn bf16_stays_close_to_f32() {
     let f32_model = lab_model(&cfg);
     let mut src = Synthetic::new(cfg.clone(), SEED);
     let w =
-        vram_lab::model::weights::load_all(&cfg, &mut src, Precision::Bf16, &Device::Cpu, None, |_, _| Ok(())).unwrap();
+        vram_lab::model::load::weights::load_all(&cfg, &mut src, Precision::Bf16, &Device::Cpu, None, |_, _| Ok(()))
+            .unwrap();
     let bf16 = Decoder::new(&cfg, Precision::Bf16, w, &Device::Cpu).unwrap();
     let ids = common::ids(20, cfg.vocab_size, 4);
     let a = lab_last(&f32_model, &mut f32_model.new_cache(1, 32).unwrap(), &ids);

@@ -7,8 +7,8 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use vram_lab::model::decoder::last_logits;
-use vram_lab::model::placement::{Home, Placement, Strategy};
-use vram_lab::model::weights::Weight;
+use vram_lab::model::load::weights::Weight;
+use vram_lab::model::offload::placement::{Home, Placement, Strategy};
 use vram_lab::model::{generate, Decoder, DecoderConfig, GenerateConfig, Logits, Precision};
 
 const SEED: u64 = 5;

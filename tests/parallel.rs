@@ -7,9 +7,9 @@ use candle_core::{Device, Tensor};
 use common::{max_abs, max_abs_diff, tensors, tiny};
 use std::collections::HashMap;
 use std::sync::Arc;
-use vram_lab::model::decode::{OwnKernels, StaticDecoder};
+use vram_lab::model::generate::{OwnKernels, StaticDecoder};
+use vram_lab::model::load::weights::Weight;
 use vram_lab::model::parallel::{rank_ledger, rank_model, AllReduce, ThreadComm};
-use vram_lab::model::weights::Weight;
 use vram_lab::model::{generate, Decoder, GenerateConfig, Logits, Precision};
 
 fn weights(seed: u64) -> HashMap<String, Weight> {
@@ -124,8 +124,8 @@ fn each_rank_holds_its_ledgers_weights() {
 /// Loading a rank tensor by tensor gives the same model as cutting the whole one.
 #[test]
 fn a_rank_loaded_tensor_by_tensor_equals_a_rank_cut_from_the_whole() {
+    use vram_lab::model::load::synthetic::Synthetic;
     use vram_lab::model::parallel::load_rank;
-    use vram_lab::model::weights::Synthetic;
     let cfg = tiny();
     let prompt = [4u32, 8, 15, 16, 23, 42];
     let ids = Tensor::new(&prompt[..], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
@@ -138,7 +138,7 @@ fn a_rank_loaded_tensor_by_tensor_equals_a_rank_cut_from_the_whole() {
                 s.spawn(move || {
                     let mut source = Synthetic::new(cfg.clone(), 3);
                     let loaded = load_rank(&cfg, Precision::F32, &mut source, &Device::Cpu, Arc::new(a), None).unwrap();
-                    let whole = vram_lab::model::weights::load_all(
+                    let whole = vram_lab::model::load::weights::load_all(
                         &cfg,
                         &mut Synthetic::new(cfg.clone(), 3),
                         Precision::F32,
@@ -246,8 +246,8 @@ fn the_parallel_stage_on_two_cpu_ranks() {
 #[test]
 fn a_pipeline_of_stages_gives_the_whole_models_logits() {
     use vram_lab::estimate::parallel::pipeline_split;
+    use vram_lab::model::load::synthetic::Synthetic;
     use vram_lab::model::parallel::pipeline::{load_pipeline, Ends};
-    use vram_lab::model::weights::Synthetic;
     let ids = Tensor::new(&[7u32, 70, 700, 7, 77][..], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
     let run = |m: &Decoder| m.forward(&ids, &mut m.new_cache(1, 16).unwrap(), Logits::All).unwrap().remove(0);
     for tied in [false, true] {
@@ -366,9 +366,9 @@ fn cards_share_a_pipeline_by_their_memory() {
 /// AdamW moments cover the model once between them.
 #[test]
 fn data_parallel_steps_equal_one_rank_on_the_whole_batch() {
-    use vram_lab::model::optim::{AdamW, ParamsAdamW};
     use vram_lab::model::parallel::data::DataParallel;
     use vram_lab::model::train;
+    use vram_lab::model::train::optim::{AdamW, ParamsAdamW};
     let cfg = tiny();
     // eps above the gradients' size: the step is then linear in the gradient (≈ lr · g / eps), so
     // F32 rounding in the averaged gradients stays far below the 1e-5 the weights are held to,

@@ -9,8 +9,8 @@ use vram_lab::estimate::fit::{self, Inference};
 use vram_lab::estimate::pool::{self, AllocModel};
 use vram_lab::limits::*;
 use vram_lab::memory::policy::Policy;
-use vram_lab::model::attention::AttentionMode;
-use vram_lab::model::placement::{Bandwidths, PartBytes, Placement, Strategy as Place};
+use vram_lab::model::layers::attention::AttentionMode;
+use vram_lab::model::offload::placement::{Bandwidths, PartBytes, Placement, Strategy as Place};
 use vram_lab::model::{DecoderConfig, Logits, Precision};
 
 /// Mostly small values (where real models live), sometimes anywhere up to the ceiling.
@@ -114,7 +114,7 @@ proptest! {
         if let Ok(p) = Placement::for_budget(strategy, &parts, budget, reserve, Some(&bw)) {
             prop_assert!(p.gpu_bytes(&parts) + reserve <= budget, "{} + {} > {}", p.gpu_bytes(&parts), reserve, budget);
             let q = Placement::for_budget(strategy, &parts, budget + extra, reserve, Some(&bw)).unwrap();
-            prop_assert!(q.count(vram_lab::model::placement::Home::Gpu) >= p.count(vram_lab::model::placement::Home::Gpu));
+            prop_assert!(q.count(vram_lab::model::offload::placement::Home::Gpu) >= p.count(vram_lab::model::offload::placement::Home::Gpu));
         }
     }
 

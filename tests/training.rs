@@ -8,9 +8,10 @@ mod common;
 use candle_core::{DType, Device, Tensor, Var};
 use vram_lab::estimate::training::{graph, ledger, step_activations, TrainSetup, TrainShape};
 use vram_lab::memory::host::{self, CountingAlloc};
-use vram_lab::model::optim::{AdamW, ParamsAdamW, UPDATE_COPIES};
-use vram_lab::model::weights::Weight;
-use vram_lab::model::weights::{load_all, Synthetic};
+use vram_lab::model::load::synthetic::Synthetic;
+use vram_lab::model::load::weights::load_all;
+use vram_lab::model::load::weights::Weight;
+use vram_lab::model::train::optim::{AdamW, ParamsAdamW, UPDATE_COPIES};
 use vram_lab::model::{train, AttentionMode, CacheKind, Decoder, Logits, Precision};
 
 #[global_allocator]

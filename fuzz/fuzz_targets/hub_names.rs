@@ -8,8 +8,8 @@ mod common;
 
 use libfuzzer_sys::fuzz_target;
 use std::path::{Component, Path};
-use vram_lab::model::hub::names;
-use vram_lab::model::weights::Safetensors;
+use vram_lab::model::load::hub::names;
+use vram_lab::model::load::weights::Safetensors;
 
 fn plain(p: &Path) -> bool {
     p.components().all(|c| matches!(c, Component::Normal(_)))

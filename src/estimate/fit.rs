@@ -8,7 +8,7 @@ use super::workspace;
 use crate::error::{LabError, Result};
 use crate::limits::{check_count, MAX_BATCH, MAX_SEQ, MAX_TERM_BYTES};
 use crate::memory::policy::POOL_SLACK;
-use crate::model::attention::AttentionMode;
+use crate::model::layers::attention::AttentionMode;
 use crate::model::{DecoderConfig, Logits, Precision};
 use crate::units::grouped;
 use serde::{Deserialize, Serialize};

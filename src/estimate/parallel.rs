@@ -340,7 +340,7 @@ pub fn micro_batch(cfg: &DecoderConfig, seq: usize, checkpoint: bool, capacity: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::attention::AttentionMode;
+    use crate::model::layers::attention::AttentionMode;
     use crate::model::{Logits, Precision};
 
     fn w(precision: Precision) -> Inference {

@@ -100,7 +100,7 @@ pub fn longest_context(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::attention::AttentionMode;
+    use crate::model::layers::attention::AttentionMode;
     use crate::model::{Logits, Precision};
 
     fn w(precision: Precision, logits: Logits) -> Inference {

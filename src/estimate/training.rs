@@ -181,7 +181,7 @@ pub struct StepActivations {
     /// Where the peak falls.
     pub phase: &'static str,
     /// The AdamW update's peak above weights and states: the gradients, and three tensors the size
-    /// of the largest weight (`model::optim`, which updates in place: the second moment's line).
+    /// of the largest weight (`model::train::optim`, which updates in place: the second moment's line).
     /// candle_nn's AdamW, which records its update's ops, held 14.
     pub optimizer_peak: u64,
 }
@@ -208,7 +208,7 @@ pub fn step_peak(cfg: &DecoderConfig, params: u64, sh: TrainShape, checkpoint: b
 ///   recomputed with its constants' gradients, four score matrices of its backward, its input and
 ///   output gradients), and the embedding's (every gradient, the table's gradient and its sum).
 pub fn step_activations(cfg: &DecoderConfig, params: u64, sh: TrainShape, checkpoint: bool) -> StepActivations {
-    step_activations_updating(cfg, params, sh, checkpoint, crate::model::optim::UPDATE_COPIES)
+    step_activations_updating(cfg, params, sh, checkpoint, crate::model::train::optim::UPDATE_COPIES)
 }
 
 /// candle_nn's AdamW, which the committed training runs before 2026-11-24 used: its update records

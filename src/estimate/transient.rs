@@ -1,6 +1,6 @@
 //! The prefill's transient peak: the bytes the lab's forward pass holds above the weights and the
 //! (preallocated) KV cache at its busiest moment, counted tensor by tensor from
-//! `model::decoder::Layer::forward` and `model::attention`. Four moments compete:
+//! `model::decoder::Layer::forward` and `model::layers::attention`. Four moments compete:
 //! - attention: the layer's live tensors plus one query chunk's scores, probabilities and output;
 //! - the o projection's residual add, and the MLP's `silu(gate) * up` (four I-sized tensors);
 //! - the logits: the final norm's input and output beside the logits kept.
@@ -15,8 +15,8 @@
 //! allocator (tests/transient.rs) and against every committed GPU prefill (tests/estimate_check.rs).
 
 use crate::memory::policy::POOL_CHUNK;
-use crate::model::attention::AttentionMode;
 use crate::model::config::DecoderConfig;
+use crate::model::layers::attention::AttentionMode;
 use crate::model::Logits;
 
 /// A prefill from an empty cache: `batch` sequences of `seq` tokens, activations of `act_bytes`.

@@ -1,38 +1,27 @@
-//! What a model is and how it runs: config, weights, the forward pass, cache, attention,
-//! generation, and GGUF quantization.
+//! What a model is and how it runs, by concern: the config (`config`), its layers (`layers`:
+//! linear, embedding, attention, KV cache), the decoder built of them (`decoder`), where its
+//! weights come from (`load`), GGUF (`gguf`), the CPU path (`host`), layers kept off the GPU
+//! (`offload`), generating (`generate`), training (`train`), several GPUs (`parallel`), the
+//! lab's CUDA kernels (`kernels`).
 
-pub mod attention;
-pub mod chat;
-pub mod checkpoint;
 pub mod config;
-
-pub mod decode;
 pub mod decoder;
 pub mod generate;
 pub mod gguf;
-pub mod host_attention;
-pub mod host_linear;
-pub mod hub;
+pub mod host;
 pub mod kernels;
-pub mod kv_cache;
-pub mod optim;
+pub mod layers;
+pub mod load;
+pub mod offload;
 pub mod parallel;
-pub mod placement;
 pub mod precision;
-pub mod profile;
 pub mod quantize;
-pub mod sampling;
-pub mod source;
-pub mod streamer;
-pub mod tokenizer;
 pub mod train;
-pub mod upload;
-pub mod weights;
 
-pub use attention::AttentionMode;
 pub use config::{DecoderConfig, Family, TensorSpec};
 pub use decoder::{Decoder, Logits};
 pub use generate::{generate, GenerateConfig, Generation};
-pub use kv_cache::{CacheKind, KvCache};
+pub use layers::attention::AttentionMode;
+pub use layers::kv_cache::{CacheKind, KvCache};
+pub use load::source::{LoadedModel, ModelSource, SourceOptions};
 pub use precision::Precision;
-pub use source::{LoadedModel, ModelSource, SourceOptions};

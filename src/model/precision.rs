@@ -1,9 +1,9 @@
 //! Precisions the lab loads a model in, and their plans: which tensor gets which GGUF block type
 //! (the lab's Q4 plan, or llama.cpp's Q4_K_M recipe), and the dtype the model computes in.
 
-use super::config::{DecoderConfig, TensorSpec};
-use super::gguf::recipe::{self, FileType, ModelClass};
 use crate::error::{LabError, Result};
+use crate::model::config::{DecoderConfig, TensorSpec};
+use crate::model::gguf::recipe::{self, FileType, ModelClass};
 use candle_core::quantized::GgmlDType;
 use candle_core::DType;
 use serde::{Deserialize, Serialize};

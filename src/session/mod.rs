@@ -17,8 +17,8 @@ use crate::estimate::scaled::{scaled_card, Scale, Sizes, SCALED};
 use crate::frame::console_columns;
 use crate::hw::{self, Card};
 use crate::memory::{guarded, MemoryProbe};
-use crate::model::precision::Compute;
-use crate::model::{self, LoadedModel, ModelSource, Precision, SourceOptions};
+use crate::model::load::source::{self as sources, OpenedSource};
+use crate::model::{precision::Compute, LoadedModel, ModelSource, Precision, SourceOptions};
 use candle_core::Device;
 use env::Env;
 use polars::prelude::DataFrame;
@@ -128,7 +128,7 @@ impl SessionArgs {
             None => Ok((None, plain)),
             Some(c) if c.eq_ignore_ascii_case("none") => Ok((None, plain)),
             Some(c) if c.eq_ignore_ascii_case(SCALED) => {
-                let cfg = model::source::open(source, &self.source_options())?.cfg;
+                let cfg = sources::open(source, &self.source_options())?.cfg;
                 Ok((Some(scaled_card(&cfg)?), Sizes::Scaled(Scale::of(&cfg)?)))
             }
             Some(c) => Ok((Some(Card::parse(c)?), plain)),
@@ -295,11 +295,11 @@ impl Session {
     }
 
     /// Loads a source already opened, with a bar over its tensors; an OOM is captured.
-    pub fn load_opened(&mut self, opened: model::source::OpenedSource, precision: Precision) -> Result<LoadedModel> {
+    pub fn load_opened(&mut self, opened: OpenedSource, precision: Precision) -> Result<LoadedModel> {
         self.console.step(format!("loading in {precision}"));
         let pb = self.console.bar(0, &format!("load {precision}"), "tensors");
         let loaded = guarded(&self.probe, &format!("loading in {precision}"), || {
-            model::source::load_opened(opened, precision, &self.device, &self.probe, Some(&pb))
+            sources::load_opened(opened, precision, &self.device, &self.probe, Some(&pb))
         });
         pb.finish_and_clear();
         loaded
@@ -307,7 +307,7 @@ impl Session {
 
     /// Opens the model source and loads it in `precision`.
     pub fn load(&mut self, precision: Precision) -> Result<LoadedModel> {
-        let opened = model::source::open(&self.source, &self.opts)?;
+        let opened = sources::open(&self.source, &self.opts)?;
         self.load_opened(opened, precision)
     }
 

@@ -5,7 +5,8 @@
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::Path;
-use vram_lab::model::weights::{Synthetic, WeightSource};
+use vram_lab::model::load::synthetic::Synthetic;
+use vram_lab::model::load::weights::WeightSource;
 use vram_lab::model::{DecoderConfig, Precision};
 
 pub fn tiny() -> DecoderConfig {

@@ -67,7 +67,7 @@ impl Stage for Bandwidth {
     }
 
     fn run(s: &mut Session, cfg: &BandwidthConfig) -> Result<StageOutput> {
-        let opened = model::source::open(&s.source, &s.opts)?;
+        let opened = model::load::source::open(&s.source, &s.opts)?;
         let weights = estimate::weight_bytes(&opened.cfg, Precision::Bf16);
         let own = hw::own_card(&s.device);
         let mut rows: Vec<(Transfer, String)> = Vec::new();
@@ -93,7 +93,7 @@ impl Stage for Bandwidth {
         let (r, c) = if s.device.is_cuda() { (4 * 18944, 3584) } else { (4096, 1024) };
         let threads = rayon::current_num_threads();
         for (task_rows, prefetch) in [(64, false), (16, false), (256, false), (64, true)] {
-            let tuning = crate::model::host_linear::Tuning { task_rows, prefetch };
+            let tuning = crate::model::host::linear::Tuning { task_rows, prefetch };
             let t = host_gemv(r, c, cfg.reps, tuning)?;
             rows.push((
                 t,
@@ -177,14 +177,19 @@ impl Stage for Bandwidth {
 
 /// The CPU layers' kernel: a BF16 matrix-vector product over a [rows, cols] matrix in host
 /// memory (`HostLinear`), best of `reps`.
-pub fn host_gemv(rows: usize, cols: usize, reps: usize, tuning: crate::model::host_linear::Tuning) -> Result<Transfer> {
+pub fn host_gemv(
+    rows: usize,
+    cols: usize,
+    reps: usize,
+    tuning: crate::model::host::linear::Tuning,
+) -> Result<Transfer> {
     use candle_core::{DType, Device, Tensor};
     let w = Tensor::ones((rows, cols), DType::BF16, &Device::Cpu)?;
     let x = Tensor::ones((1, 1, cols), DType::BF16, &Device::Cpu)?;
-    let lin = crate::model::host_linear::HostLinear::new(w, None)?.with_tuning(tuning);
+    let lin = crate::model::host::linear::HostLinear::new(w, None)?.with_tuning(tuning);
     let seconds = bandwidth::best_of(reps, || lin.forward(&x))?;
     // These products are not a model's: keep them out of the next profile.
-    crate::model::profile::take();
+    crate::model::offload::profile::take();
     let bytes = (rows * cols * 2) as u64;
     Ok(Transfer { test: "host_gemv", bytes, seconds, counted_bytes: bytes })
 }

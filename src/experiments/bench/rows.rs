@@ -1,8 +1,8 @@
 //! What the bench stage varies and what each measurement gives back: the decoder's variants and
 //! the rows of the decode and prefill tables before they become columns.
 
-use crate::model::decode::OwnKernels;
 use crate::model::generate::DecodeTiming;
+use crate::model::generate::OwnKernels;
 use crate::model::Precision;
 use crate::stage::Outcome;
 use serde::{Deserialize, Serialize};

@@ -6,7 +6,7 @@ use crate::estimate::fit::{Inference, Runtime};
 use crate::estimate::sweep;
 use crate::frame::{floats, strings};
 use crate::hw::Card;
-use crate::model::attention::AttentionMode;
+use crate::model::layers::attention::AttentionMode;
 use crate::model::{DecoderConfig, Logits, Precision};
 use crate::session::run_folder::read_csv;
 use std::path::{Path, PathBuf};

@@ -4,9 +4,9 @@
 use crate::error::Result;
 use crate::estimate;
 use crate::estimate::fit::{self, Inference, Runtime};
-use crate::model::attention::AttentionMode;
 use crate::model::gguf::Gguf;
-use crate::model::hub::headers;
+use crate::model::layers::attention::AttentionMode;
+use crate::model::load::hub::headers;
 use crate::model::{self, DecoderConfig, Logits, Precision};
 use crate::session::Session;
 use crate::units::{fmt_bytes, grouped};
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// The model's config: --config, else the session's model; and the GGUF file when the model is
 /// one, whose tensors price its weights. A Hub model is priced from its headers alone (Range
-/// requests; `model::hub::headers`), never downloaded.
+/// requests; `model::load::hub::headers`), never downloaded.
 pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(DecoderConfig, Option<Gguf>)> {
     if let Some(p) = path {
         return Ok((DecoderConfig::from_file(p)?, None));
@@ -30,7 +30,7 @@ pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(DecoderC
         model::ModelSource::Hub(repo) => {
             let (config, shards, got) = headers::safetensors_headers_from_hub(&repo, cache.as_deref())?;
             let dir = config.parent().unwrap_or(Path::new("."));
-            let cfg = model::source::dir_config(dir)?;
+            let cfg = model::load::source::dir_config(dir)?;
             let params: u128 = shards.iter().map(|h| h.params()).sum();
             let dtypes: std::collections::BTreeSet<&str> =
                 shards.iter().flat_map(|h| h.tensors.iter().map(|(_, d, _)| d.as_str())).collect();
@@ -54,8 +54,8 @@ pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(DecoderC
         }
         // A folder is priced from its config.json alone, as a user copies it from a model card:
         // the weights' bytes follow from the shapes and the precision asked for.
-        model::ModelSource::Dir(dir) => Ok((model::source::dir_config(&dir)?, None)),
-        source => Ok((model::source::open(&source, &s.opts)?.cfg, None)),
+        model::ModelSource::Dir(dir) => Ok((model::load::source::dir_config(&dir)?, None)),
+        source => Ok((model::load::source::open(&source, &s.opts)?.cfg, None)),
     }
 }
 

@@ -8,7 +8,8 @@ pub mod tables;
 
 use crate::error::{LabError, Result};
 use crate::memory::disk::{self, ReadTime};
-use crate::model::{self, checkpoint, DecoderConfig, ModelSource, Precision};
+use crate::model::load::checkpoint;
+use crate::model::{self, DecoderConfig, ModelSource, Precision};
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
 use crate::{estimate, limits};
@@ -110,7 +111,7 @@ fn checkpoints(
             let mut out = Vec::new();
             let st_dir = dir.join("safetensors");
             s.console.step("writing the safetensors checkpoint");
-            let mut opened = model::source::open(source, &s.opts)?;
+            let mut opened = model::load::source::open(source, &s.opts)?;
             let (files, seconds) = checkpoint::write_safetensors(
                 cfg,
                 opened.weights.as_mut(),
@@ -129,7 +130,7 @@ fn checkpoints(
             if !c.no_gguf {
                 s.console.step("writing the Q4_K_M GGUF");
                 let path = dir.join("model-q4_k_m.gguf");
-                let mut opened = model::source::open(source, &s.opts)?;
+                let mut opened = model::load::source::open(source, &s.opts)?;
                 let t0 = std::time::Instant::now();
                 // llama.cpp's Q4_K_M, as stage 1's Q4 loads it and as users download it.
                 let plan = model::gguf::writer::Plan::Llama(model::gguf::recipe::FileType::Q4KM);
@@ -149,7 +150,7 @@ fn checkpoints(
             Ok(out)
         }
         ModelSource::Dir(d) => in_dir(d, dense),
-        ModelSource::Hub(repo) => in_dir(model::hub::fetch_from_hub(&repo, s.opts.cache_dir.as_deref())?, dense),
+        ModelSource::Hub(repo) => in_dir(model::load::hub::fetch_from_hub(&repo, s.opts.cache_dir.as_deref())?, dense),
         ModelSource::HubFile { .. } => {
             let f = match source.fetched(&s.opts)? {
                 ModelSource::Gguf(f) => f,
@@ -177,7 +178,7 @@ fn checkpoints(
 fn in_dir(d: PathBuf, precisions: Vec<Precision>) -> Result<Vec<Checkpoint>> {
     Ok(vec![Checkpoint {
         kind: "safetensors",
-        files: model::weights::Safetensors::files_in(&d)?,
+        files: model::load::weights::Safetensors::files_in(&d)?,
         source: ModelSource::Dir(d),
         precisions,
         written: None,
@@ -248,7 +249,7 @@ fn measure(
         for (i, (cache, cold)) in [("cold", true), ("warm", false)].into_iter().enumerate() {
             s.check_stop()?;
             let resident = prepare(&ck.files, cold)?;
-            let opened = model::source::open(&ck.source, &s.opts)?;
+            let opened = model::load::source::open(&ck.source, &s.opts)?;
             let (outcome, load_s) = match s.load_opened(opened, p) {
                 Ok(lm) => (Outcome::Ok, lm.load_s),
                 Err(e @ LabError::Interrupted) => return Err(e),
@@ -294,7 +295,7 @@ impl Stage for Load {
             Some(m) => ModelSource::parse(m)?,
             None => s.source.clone(),
         };
-        let cfg = model::source::open(&source, &s.opts)?.cfg;
+        let cfg = model::load::source::open(&source, &s.opts)?.cfg;
         let dir = match &c.dir {
             Some(d) => d.join(format!("vram-lab-checkpoint-{}", std::process::id())),
             None => s.dir.join(Self::NAME).join("checkpoint"),

@@ -2,7 +2,7 @@
 //! memory), the budget, the prompt and the tokens to decode.
 
 use crate::limits;
-use crate::model::placement::Strategy;
+use crate::model::offload::placement::Strategy;
 use crate::model::Precision;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;

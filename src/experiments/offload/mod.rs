@@ -151,7 +151,7 @@ impl Stage for Offload {
         if let Some(p) = &cfg.pytorch {
             rows.extend(pytorch_rows(p)?);
         }
-        let model_cfg = model::source::open(&s.source, &s.opts)?.cfg;
+        let model_cfg = model::load::source::open(&s.source, &s.opts)?.cfg;
         if let Some(p) = &cfg.llama_cpp {
             rows.extend(llamacpp_rows(p, cfg.precision, model_cfg.num_hidden_layers)?);
         }

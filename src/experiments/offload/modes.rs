@@ -4,7 +4,7 @@
 use super::config::{Mode, OffloadConfig};
 use crate::error::{LabError, Result};
 use crate::memory::{fmt_bytes, Snapshot};
-use crate::model::placement::{Bandwidths, Home, PartBytes, Placement, Strategy};
+use crate::model::offload::placement::{Bandwidths, Home, PartBytes, Placement, Strategy};
 use crate::model::{self, generate, Decoder, GenerateConfig};
 use crate::session::Session;
 use crate::stage::Outcome;
@@ -33,7 +33,7 @@ pub struct Row {
     pub bound: Option<String>,
     /// Per decode step: wall time in CPU layers, in their matrix-vector products and in
     /// CPU↔GPU crossings.
-    pub profile: Option<model::profile::StepProfile>,
+    pub profile: Option<model::offload::profile::StepProfile>,
     pub note: String,
 }
 
@@ -70,10 +70,10 @@ fn generate_in(s: &mut Session, model: &Decoder, cfg: &OffloadConfig, row: &mut 
         let t = std::time::Instant::now();
         model::generate::warmup(model, &prompt)?;
         row.first_pass_s = Some(t.elapsed().as_secs_f64());
-        model::profile::take();
+        model::offload::profile::take();
         generate(model, &prompt, &gen_cfg)
     })?;
-    row.profile = Some(model::profile::take());
+    row.profile = Some(model::offload::profile::take());
     row.tok_s = Some(g.decode_tok_s());
     let after = s.probe.snapshot(&format!("{}: after generating", row.mode));
     row.device_used = after.device_used.zip(before.device_used).map(|(a, b)| a.saturating_sub(b));
@@ -89,7 +89,7 @@ pub fn run_placed(
     budget: u64,
 ) -> Result<Row> {
     let mut row = Row { mode: strategy.name().into(), run_by: "vram-lab".into(), ..Default::default() };
-    let mut opened = model::source::open(&s.source, &s.opts)?;
+    let mut opened = model::load::source::open(&s.source, &s.opts)?;
     let mcfg = opened.cfg.clone();
     let parts = PartBytes::new(&mcfg, cfg.precision.act_dtype().size_in_bytes());
     let reserve = (cfg.reserve_mib * crate::memory::MIB) as u64;
@@ -118,7 +118,7 @@ pub fn run_placed(
     let result = (|| -> Result<()> {
         let device = s.device.clone();
         let weights = crate::memory::guarded(&s.probe, "loading the placed weights", || {
-            model::weights::load_placed(
+            model::load::weights::load_placed(
                 &mcfg,
                 opened.weights.as_mut(),
                 cfg.precision,
@@ -144,7 +144,7 @@ pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwi
         candle_core::Device::Cuda(d) => d.clone(),
         _ => return Err(LabError::Unsupported("unified memory needs a CUDA GPU".into())),
     };
-    let mut opened = model::source::open(&s.source, &s.opts)?;
+    let mut opened = model::load::source::open(&s.source, &s.opts)?;
     let mcfg = opened.cfg.clone();
     let weight_bytes = crate::estimate::weight_bytes(&mcfg, cfg.precision);
     row.host_bytes = Some(weight_bytes);
@@ -163,7 +163,7 @@ pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwi
         let device = s.device.clone();
         // Made on the GPU (fast), kept in host memory, then written into the managed block.
         let host = crate::memory::guarded(&s.probe, "loading the weights to host memory", || {
-            model::weights::load_placed(
+            model::load::weights::load_placed(
                 &mcfg,
                 opened.weights.as_mut(),
                 cfg.precision,
@@ -182,7 +182,7 @@ pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwi
             let t = w.dense()?;
             let n = crate::memory::cuda_copy::with_host_bytes(&t, |b| block.write(at, b).map(|_| b.len()))??;
             let mt = block.tensor(at, t.shape(), t.dtype())?;
-            on_block.insert(name, model::weights::Weight::Dense(mt));
+            on_block.insert(name, model::load::weights::Weight::Dense(mt));
             at += align(n);
         }
         match mode {

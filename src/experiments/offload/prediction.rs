@@ -4,7 +4,7 @@
 use super::modes::Row;
 use crate::hw::Card;
 use crate::memory::fmt_bytes;
-use crate::model::placement::{Bandwidths, Home, PartBytes, Placement, Strategy};
+use crate::model::offload::placement::{Bandwidths, Home, PartBytes, Placement, Strategy};
 use crate::model::{DecoderConfig, Precision};
 use crate::{estimate, reference};
 

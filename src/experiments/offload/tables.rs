@@ -6,7 +6,7 @@ use super::prediction::Prediction;
 use super::pytorch::report_and_article;
 use crate::error::Result;
 use crate::memory::gib;
-use crate::model::placement::{Bandwidths, Home};
+use crate::model::offload::placement::{Bandwidths, Home};
 use crate::stage::{ChartSpec, Series, View};
 use polars::prelude::*;
 

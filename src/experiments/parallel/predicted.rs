@@ -6,7 +6,7 @@ use super::tables::Row;
 use crate::error::Result;
 use crate::estimate::fit::Inference;
 use crate::estimate::parallel::tensor_parallel;
-use crate::model::attention::AttentionMode;
+use crate::model::layers::attention::AttentionMode;
 use crate::model::parallel::rank_ledger;
 use crate::model::{DecoderConfig, Logits, Precision};
 use crate::stage::Outcome;

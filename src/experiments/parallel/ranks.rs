@@ -6,8 +6,8 @@
 use crate::error::{LabError, Result};
 use crate::hw::Card;
 use crate::memory::{guarded, MemoryProbe};
+use crate::model::load::source::{self, ModelSource, SourceOptions};
 use crate::model::parallel::{load_rank, Group};
-use crate::model::source::{self, ModelSource, SourceOptions};
 use crate::model::{generate, DecoderConfig, GenerateConfig, Precision};
 use candle_core::{Device, Tensor};
 

@@ -7,11 +7,11 @@ use crate::error::{LabError, Result};
 use crate::experiments::kv::random_ids;
 use crate::hw::Card;
 use crate::memory::{guarded, MemoryProbe};
-use crate::model::optim::ParamsAdamW;
+use crate::model::load::source::{self, ModelSource, SourceOptions};
+use crate::model::load::weights::load_all;
 use crate::model::parallel::data::DataParallel;
 use crate::model::parallel::{group, Group};
-use crate::model::source::{self, ModelSource, SourceOptions};
-use crate::model::weights::load_all;
+use crate::model::train::optim::ParamsAdamW;
 use crate::model::{train, Decoder, DecoderConfig, Precision};
 use candle_core::Device;
 

@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::estimate::training::{self, articles_activations, step_activations, step_peak, TrainSetup, TrainShape};
 use crate::experiments::kv::random_ids;
 use crate::memory::{fmt_bytes, guarded, mib};
-use crate::model::optim::AdamW;
+use crate::model::train::optim::AdamW;
 use crate::model::{train, Decoder, DecoderConfig};
 use crate::session::Session;
 use crate::stage::{Finding, StageOutput};

@@ -1,7 +1,7 @@
 //! The config.json fields the lab takes, and the first one it does not implement, named: a
 //! field silently ignored would compute or price another model.
 
-use super::family::Family;
+use crate::model::config::family::Family;
 
 /// The config.json fields the lab reads or that change nothing it computes (training-only
 /// settings, bookkeeping). Any other field is refused by name: a model that sets something the

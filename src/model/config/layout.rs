@@ -1,7 +1,7 @@
 //! The tensors a config implies, as HF checkpoints name and shape them, and the parameter counts.
 
-use super::family::Family;
-use super::DecoderConfig;
+use crate::model::config::family::Family;
+use crate::model::config::DecoderConfig;
 
 /// One weight tensor of the checkpoint: its HF name and shape (rows = output features).
 #[derive(Debug, Clone, PartialEq)]

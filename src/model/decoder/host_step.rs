@@ -4,12 +4,12 @@
 //! stage's 14 CPU layers on an H100 host (a new tensor per op, rayon's dispatch for small ones),
 //! a quarter of the token; what is left here is the products' reading.
 
-use super::layer::{Layer, Mlp};
-use super::linear::Linear;
 use crate::error::Result;
-use crate::model::attention::AttentionMode;
 use crate::model::config::DecoderConfig;
-use crate::model::kv_cache::KvCache;
+use crate::model::decoder::layer::{Layer, Mlp};
+use crate::model::layers::attention::AttentionMode;
+use crate::model::layers::kv_cache::KvCache;
+use crate::model::layers::linear::Linear;
 use candle_core::{DType, Device, Tensor};
 
 /// x ⊙ g / rms(x), as candle's `rms_norm` (sums in F32).
@@ -100,7 +100,7 @@ impl Layer {
         let vt = Tensor::from_slice(&y[nq + nk..], (1, kv, 1, d), &Device::Cpu)?.to_dtype(act)?;
         cache.write(l, &kt, &vt)?;
         let (kc, vc) = cache.view(l, offset + 1)?;
-        let Some(a) = crate::model::host_attention::decode(&y[..nq], heads, &kc, &vc, 1.0 / (d as f32).sqrt())? else {
+        let Some(a) = crate::model::host::attention::decode(&y[..nq], heads, &kc, &vc, 1.0 / (d as f32).sqrt())? else {
             return Ok(None);
         };
         let x1: Vec<f32> = o.rows(&a)?.iter().zip(&x0).map(|(o, x)| o + x).collect();
@@ -115,7 +115,8 @@ impl Layer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::weights::{Synthetic, Weight, WeightSource};
+    use crate::model::load::synthetic::Synthetic;
+    use crate::model::load::weights::{Weight, WeightSource};
     use crate::model::Precision;
 
     /// The step equals the layer's `forward` on the same cache, at the first position and after

@@ -4,15 +4,15 @@
 //! stacking its weights. Its static decoding step is `static_step.rs`; the model (`model.rs`)
 //! holds the layers.
 
-use super::linear::Linear;
-use super::mixture::Mixture;
 use crate::error::{LabError, Result};
-use crate::model::attention::{attend, AttentionMode};
 use crate::model::config::DecoderConfig;
-use crate::model::host_linear::HostLinear;
-use crate::model::kv_cache::KvCache;
+use crate::model::decoder::mixture::Mixture;
+use crate::model::host::linear::HostLinear;
+use crate::model::layers::attention::{attend, AttentionMode};
+use crate::model::layers::kv_cache::KvCache;
+use crate::model::layers::linear::Linear;
+use crate::model::load::weights::{take, take_dense, Weight};
 use crate::model::parallel::comm::RankComm;
-use crate::model::weights::{take, take_dense, Weight};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 

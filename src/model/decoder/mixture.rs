@@ -4,10 +4,10 @@
 //! over the picked ones where the family does). One expert at a time, as transformers' and
 //! candle-transformers' reference blocks compute it; `estimate::transient` counts what this holds.
 
-use super::linear::Linear;
 use crate::error::{LabError, Result};
 use crate::model::config::{DecoderConfig, Family};
-use crate::model::weights::{take, Weight};
+use crate::model::layers::linear::Linear;
+use crate::model::load::weights::{take, Weight};
 use candle_core::{DType, Tensor};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,16 +1,14 @@
 //! The one decoder the lab runs for every family (Qwen2/2.5, Qwen3, Llama, Mistral, and the
 //! mixtures Qwen3-MoE and Mixtral; the config says which parts a layer has), as
-//! candle-transformers' model files read: plain structs with `new` and `forward`. The linear layer
-//! (`linear`), the token embedding (`embedding`), the decoder layer (`layer`) and its mixture of
+//! candle-transformers' model files read: plain structs with `new` and `forward`. It is built of the linear layer
+//! (`model::layers::linear`), the token embedding (`model::layers::embedding`), the decoder layer (`layer`) and its mixture of
 //! experts (`mixture`), its static decoding step (`static_step`), a CPU layer's decoding step
 //! (`host_step`), the model (`model`) and the model as trainable variables (`trainable`), moving a
 //! pass's tensors between devices (`crossing`). The config is `model::config`.
 
 pub mod crossing;
-pub mod embedding;
 pub mod host_step;
 pub mod layer;
-pub mod linear;
 pub mod mixture;
 pub mod model;
 pub mod static_step;

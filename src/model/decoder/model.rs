@@ -3,18 +3,18 @@
 //! written in place, attention is bounded (see attention.rs), RoPE angles are computed in F32, and
 //! a prompt may be fed in any split of prefix and continuation. The layers are `layer.rs`.
 
-use super::crossing::{moved_to, RopeTables};
-use super::embedding::Embedding;
-use super::layer::{norm, Layer};
-use super::linear::Linear;
 use crate::error::{LabError, Result};
-use crate::model::attention::{check_elems, AttentionMode};
 use crate::model::config::DecoderConfig;
-use crate::model::kv_cache::{CacheKind, KvCache};
-use crate::model::placement::{Home, Placement};
+use crate::model::decoder::crossing::{moved_to, RopeTables};
+use crate::model::decoder::layer::{norm, Layer};
+use crate::model::layers::attention::{check_elems, AttentionMode};
+use crate::model::layers::embedding::Embedding;
+use crate::model::layers::kv_cache::{CacheKind, KvCache};
+use crate::model::layers::linear::Linear;
+use crate::model::load::weights::{take, take_dense, Weight};
+use crate::model::offload::placement::{Home, Placement};
+use crate::model::offload::streamer::Streamer;
 use crate::model::precision::Precision;
-use crate::model::streamer::Streamer;
-use crate::model::weights::{take, take_dense, Weight};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 
@@ -301,14 +301,14 @@ impl Decoder {
                 let t = std::time::Instant::now();
                 x = moved_to(&x, dev)?;
                 if s == 1 {
-                    crate::model::profile::crossing(t);
+                    crate::model::offload::profile::crossing(t);
                 }
             }
             let r = rope.on(dev)?;
             let t = std::time::Instant::now();
             x = layer.host_step_or_forward(x, l, cfg, &r, cache, offset, self.attention)?;
             if s == 1 && layer.on_host() {
-                crate::model::profile::cpu_layer(t);
+                crate::model::offload::profile::cpu_layer(t);
             }
             if let LayerSlot::Streamed = slot {
                 self.streamer()?.release()?;
@@ -320,12 +320,12 @@ impl Decoder {
             let t = std::time::Instant::now();
             let x = moved_to(&x, &self.device)?;
             if s == 1 {
-                crate::model::profile::crossing(t);
+                crate::model::offload::profile::crossing(t);
             }
             x
         };
         if s == 1 {
-            crate::model::profile::step();
+            crate::model::offload::profile::step();
         }
         cache.advance(s);
         self.head(&x, logits)

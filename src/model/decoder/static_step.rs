@@ -1,16 +1,16 @@
 //! The static decoding step, of a layer and of the model: one position whose index lives in
 //! device memory, so one captured CUDA graph replays the same kernels at every position
-//! (`model::decode::graph`).
+//! (`model::generate::graph`).
 
-use super::layer::{norm, Layer};
-use super::linear::Linear;
-use super::model::{Decoder, LayerSlot};
 use crate::error::{LabError, Result};
-use crate::model::attention::AttentionMode;
 use crate::model::config::DecoderConfig;
-use crate::model::decode::StepInputs;
+use crate::model::decoder::layer::{norm, Layer};
+use crate::model::decoder::model::{Decoder, LayerSlot};
+use crate::model::generate::StepInputs;
 use crate::model::kernels::{Fused, Part};
-use crate::model::kv_cache::KvCache;
+use crate::model::layers::attention::AttentionMode;
+use crate::model::layers::kv_cache::KvCache;
+use crate::model::layers::linear::Linear;
 use candle_core::Tensor;
 
 impl Decoder {
@@ -21,7 +21,7 @@ impl Decoder {
         &self,
         ids: &Tensor,
         pos: &Tensor,
-        tables: &crate::model::decode::Tables,
+        tables: &crate::model::generate::Tables,
         cache: &KvCache,
     ) -> Result<Tensor> {
         let cfg = &self.cfg;

@@ -1,11 +1,11 @@
 //! The model as trainable variables: its weights made candle `Var`s in F32, and the list of them an
 //! optimizer updates.
 
-use super::embedding::Embedding;
-use super::layer::{Layer, Mlp};
-use super::linear::Linear;
-use super::model::{Decoder, LayerSlot};
 use crate::error::{LabError, Result};
+use crate::model::decoder::layer::{Layer, Mlp};
+use crate::model::decoder::model::{Decoder, LayerSlot};
+use crate::model::layers::embedding::Embedding;
+use crate::model::layers::linear::Linear;
 use candle_core::Tensor;
 
 impl Decoder {

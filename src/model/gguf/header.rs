@@ -3,8 +3,8 @@
 //! it. candle's reader refuses a type it has no kernel for (an IQ file), and a file must be
 //! priced before it is loaded, or when it is never loaded at all.
 
-use super::types::GgmlType;
 use crate::error::{LabError, Result};
+use crate::model::gguf::types::GgmlType;
 use candle_core::quantized::gguf_file::Value;
 use std::collections::HashMap;
 use std::io::{BufReader, Read};

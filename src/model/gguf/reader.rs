@@ -1,12 +1,12 @@
 //! A GGUF file as a weight source: its header read once, each tensor read when loaded.
 
-use super::header::Header;
-use super::names::gguf_name;
-use super::permute;
 use crate::error::{cause, LabError, Result};
 use crate::model::config::{DecoderConfig, Family, TensorSpec};
+use crate::model::gguf::header::Header;
+use crate::model::gguf::names::gguf_name;
+use crate::model::gguf::permute;
+use crate::model::load::weights::{check_shape, Weight, WeightSource};
 use crate::model::precision::Precision;
-use crate::model::weights::{check_shape, Weight, WeightSource};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::Device;
 use std::io::{Read, Seek, SeekFrom};
@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// A GGUF file as a weight source: its header read once, each tensor read when loaded.
 pub struct Gguf {
     pub header: Header,
-    /// None for a header fetched alone (`model::hub::headers`): priced, not loaded.
+    /// None for a header fetched alone (`model::load::hub::headers`): priced, not loaded.
     file: Option<std::fs::File>,
 }
 

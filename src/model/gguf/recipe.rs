@@ -4,7 +4,7 @@
 //! replaced by a fallback where a row is not a whole number of blocks. A file the lab writes with
 //! a recipe holds the same types, so the same bytes, as llama.cpp's.
 
-use super::types::GgmlType;
+use crate::model::gguf::types::GgmlType;
 
 /// `llama-quantize`'s file types the lab writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum)]

@@ -4,13 +4,13 @@
 
 use crate::error::{LabError, Result};
 use crate::model::config::DecoderConfig;
-use crate::model::tokenizer::{build, Added, Pre};
+use crate::model::load::tokenizer::{build, Added, Pre};
 use candle_core::quantized::gguf_file::Value;
 use serde_json::{json, Value as Json};
 use std::collections::HashMap;
 use tokenizers::Tokenizer;
 
-use super::header::Header;
+use crate::model::gguf::header::Header;
 
 /// llama.cpp's token types (`llama_token_type`).
 pub const NORMAL: i64 = 1;

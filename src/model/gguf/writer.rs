@@ -2,15 +2,15 @@
 //! known from the recipe before any value is read), then each tensor quantized and appended, so
 //! nothing larger than one tensor is held (a BF16 7B file is 15 GB).
 
-use super::header::DEFAULT_ALIGNMENT;
-use super::recipe::{self, FileType, ModelClass};
-use super::types::GgmlType;
-use super::{gguf_tensors, tokenizer};
 use crate::error::{LabError, Result};
 use crate::model::config::{DecoderConfig, Family};
+use crate::model::gguf::header::DEFAULT_ALIGNMENT;
+use crate::model::gguf::recipe::{self, FileType, ModelClass};
+use crate::model::gguf::types::GgmlType;
+use crate::model::gguf::{gguf_tensors, tokenizer};
+use crate::model::load::weights::WeightSource;
 use crate::model::precision::{ggml_dtype_for, Precision};
 use crate::model::quantize::quantize_rows;
-use crate::model::weights::WeightSource;
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::QTensor;
 use candle_core::Device;

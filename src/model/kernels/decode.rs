@@ -13,10 +13,10 @@
 //! BF16 values are handled as raw 16-bit patterns (no header needed): widened to F32, computed,
 //! rounded to nearest even once.
 
-use super::fused::{Fused, Part, Weights};
-use super::quant_gemv::QuantKernels;
-use super::target::Target;
 use crate::error::{LabError, Result};
+use crate::model::kernels::fused::{Fused, Part, Weights};
+use crate::model::kernels::quant_gemv::QuantKernels;
+use crate::model::kernels::target::Target;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{DType, Tensor};

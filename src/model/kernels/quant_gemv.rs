@@ -6,9 +6,9 @@
 //! product (a cast, the quantization, the product, a cast back, the bias add); here the step is
 //! two kernels a product, with the norm and the additions inside.
 
-use super::fused::Fused;
-use super::target::Target;
 use crate::error::{LabError, Result};
+use crate::model::kernels::fused::Fused;
+use crate::model::kernels::target::Target;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::quantized::{GgmlDType, QTensor};

@@ -7,9 +7,9 @@
 //! only the owned part of each gradient.
 //! The exchanges are sums (`AllReduce`): a gather is a sum where the other ranks give zeros.
 
-use super::comm::AllReduce;
 use crate::error::{LabError, Result};
-use crate::model::optim::{Moments, ParamsAdamW};
+use crate::model::parallel::comm::AllReduce;
+use crate::model::train::optim::{Moments, ParamsAdamW};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use std::sync::Arc;

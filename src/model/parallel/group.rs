@@ -2,13 +2,13 @@
 //! after it, or the CPU for every rank), how each joins (NCCL on GPUs, shared slots on the CPU)
 //! and where they meet between phases.
 
-use super::comm::{AllReduce, Rendezvous, ThreadComm};
 use crate::error::{LabError, Result};
+use crate::model::parallel::comm::{AllReduce, Rendezvous, ThreadComm};
 use candle_core::Device;
 use std::sync::Arc;
 
 #[cfg(feature = "nccl")]
-type NcclId = super::nccl::GroupId;
+type NcclId = crate::model::parallel::nccl::GroupId;
 #[cfg(not(feature = "nccl"))]
 type NcclId = ();
 

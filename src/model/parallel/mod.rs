@@ -19,7 +19,7 @@ pub use shard::{rank_ledger, shard_config, shard_tensor, shard_weights, RankLedg
 
 use crate::error::Result;
 use crate::memory::MemoryProbe;
-use crate::model::weights::{Weight, WeightSource};
+use crate::model::load::weights::{Weight, WeightSource};
 use crate::model::{Decoder, DecoderConfig, Precision};
 use candle_core::Device;
 use std::collections::HashMap;

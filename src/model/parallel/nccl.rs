@@ -3,8 +3,8 @@
 //! Ranks are threads of one process: the launcher makes the unique id and every rank joins with
 //! it at once (`ncclCommInitRank` waits for all of them).
 
-use super::comm::AllReduce;
 use crate::error::{LabError, Result};
+use crate::model::parallel::comm::AllReduce;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::nccl::safe::{Comm, Id, ReduceOp};
 use candle_core::cuda_backend::CudaStorage;

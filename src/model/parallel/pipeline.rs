@@ -8,7 +8,7 @@
 
 use crate::error::{LabError, Result};
 use crate::memory::MemoryProbe;
-use crate::model::weights::WeightSource;
+use crate::model::load::weights::WeightSource;
 use crate::model::{Decoder, DecoderConfig, Precision};
 use candle_core::Device;
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 //! rank count must divide them (Qwen2.5-7B's 4 allow 2 or 4 ranks).
 
 use crate::error::{LabError, Result};
-use crate::model::weights::Weight;
+use crate::model::load::weights::Weight;
 use crate::model::DecoderConfig;
 use std::collections::HashMap;
 

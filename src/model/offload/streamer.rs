@@ -8,8 +8,8 @@
 //! slot's compute is done, so it overlaps the layers in between (double buffering with 2 slots);
 //! on the CPU (tests) the same schedule copies at once.
 
-use super::decoder::layer::Layer;
 use crate::error::{LabError, Result};
+use crate::model::decoder::layer::Layer;
 use candle_core::{Device, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -47,7 +47,7 @@ pub struct Streamer {
 
 impl Streamer {
     /// `layers`: (model index, layer with its tensors in host memory), in forward order.
-    pub(super) fn new(layers: Vec<(usize, Layer)>, slots: usize, device: &Device) -> Result<Self> {
+    pub(crate) fn new(layers: Vec<(usize, Layer)>, slots: usize, device: &Device) -> Result<Self> {
         let slots_n = slots.clamp(1, layers.len().max(1));
         let template = &layers.first().ok_or_else(|| LabError::other("a streamer without layers"))?.1;
         let first = template.tensors()?;
@@ -136,7 +136,7 @@ impl Streamer {
 
     /// Starts a forward pass: the schedule must stand at the first streamed layer. A pass that
     /// failed half way (an OOM) leaves it elsewhere; then the slots are loaded afresh.
-    pub(super) fn start_pass(&self) -> Result<()> {
+    pub(crate) fn start_pass(&self) -> Result<()> {
         let k = self.step.load(Ordering::SeqCst);
         let n = self.order.len();
         if !k.is_multiple_of(n) {
@@ -147,7 +147,7 @@ impl Streamer {
     }
 
     /// The weights of model layer `l`, which must be the next streamed layer due.
-    pub(super) fn acquire(&self, l: usize) -> Result<&Layer> {
+    pub(crate) fn acquire(&self, l: usize) -> Result<&Layer> {
         let k = self.step.load(Ordering::SeqCst);
         let due = self.order[k % self.order.len()];
         if due != l {
@@ -162,7 +162,7 @@ impl Streamer {
     }
 
     /// The layer acquired last has been queued to run: its slot takes the layer due `slots` steps later.
-    pub(super) fn release(&self) -> Result<()> {
+    pub(crate) fn release(&self) -> Result<()> {
         let k = self.step.fetch_add(1, Ordering::SeqCst);
         let next = k + self.slots.len();
         // With as many slots as streamed layers, every slot keeps its layer.

@@ -9,10 +9,12 @@
 //! time with a graph, back-propagates the gradient of its output (the surrogate
 //! `sum(output · grad.detach())` has exactly that gradient) and frees it before the next layer.
 
-use super::decoder::{Decoder, Logits};
-use super::kv_cache::CacheKind;
-use super::AttentionMode;
+pub mod optim;
+
 use crate::error::{LabError, Result};
+use crate::model::decoder::{Decoder, Logits};
+use crate::model::layers::kv_cache::CacheKind;
+use crate::model::AttentionMode;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, Var};
 
@@ -144,7 +146,8 @@ fn checkpointed(model: &Decoder, input: &Tensor, target: &Tensor, forward_done: 
 mod tests {
     use super::*;
     use crate::model::config::DecoderConfig;
-    use crate::model::weights::{load_all, Synthetic};
+    use crate::model::load::synthetic::Synthetic;
+    use crate::model::load::weights::load_all;
     use crate::model::Precision;
     use candle_core::Device;
 

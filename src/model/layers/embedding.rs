@@ -1,25 +1,25 @@
 //! The token embedding: a dense table, or a quantized one looked up block by block on its device.
 
 use crate::error::Result;
-use crate::model::weights::Weight;
+use crate::model::load::weights::Weight;
 use candle_core::{Device, Tensor};
 
 /// Token embedding: a dense table, or a quantized one looked up block by block on its device.
 #[derive(Debug, Clone)]
-pub(super) enum Embedding {
+pub(crate) enum Embedding {
     Dense(Tensor),
     Quant(Weight),
 }
 
 impl Embedding {
-    pub(super) fn device(&self) -> Device {
+    pub(crate) fn device(&self) -> Device {
         match self {
             Self::Dense(t) | Self::Quant(Weight::Dense(t)) => t.device().clone(),
             Self::Quant(Weight::Quant(q)) => q.device(),
         }
     }
 
-    pub(super) fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         let (b, s) = ids.dims2()?;
         let flat = ids.flatten_all()?;
         let rows = match self {

@@ -7,11 +7,11 @@
 //! back. candle 0.11 makes the rest capturable: its kernel-parameter uploads are cached during a
 //! warm-up step (`enable_cuda_graph_htod_cache`) and its allocations are stream-ordered.
 
-use super::step::{OwnKernels, Tables};
 use crate::error::{LabError, Result};
 use crate::model::decoder::{last_logits, Decoder, Logits};
-use crate::model::kv_cache::KvCache;
-use crate::model::sampling::check_finite;
+use crate::model::generate::sampling::check_finite;
+use crate::model::generate::step::{OwnKernels, Tables};
+use crate::model::layers::kv_cache::KvCache;
 use candle_core::{DType, Tensor};
 
 /// A decoder whose state (ids, position, cache) is in device memory; `step` runs one token, and
@@ -136,12 +136,16 @@ mod tests {
 
     fn tiny() -> Decoder {
         let cfg = crate::model::DecoderConfig::preset("tiny").unwrap();
-        let mut src = crate::model::weights::Synthetic::new(cfg.clone(), 5);
-        let w =
-            crate::model::weights::load_all(&cfg, &mut src, Precision::F32, &candle_core::Device::Cpu, None, |_, _| {
-                Ok(())
-            })
-            .unwrap();
+        let mut src = crate::model::load::synthetic::Synthetic::new(cfg.clone(), 5);
+        let w = crate::model::load::weights::load_all(
+            &cfg,
+            &mut src,
+            Precision::F32,
+            &candle_core::Device::Cpu,
+            None,
+            |_, _| Ok(()),
+        )
+        .unwrap();
         Decoder::new(&cfg, Precision::F32, w, &candle_core::Device::Cpu).unwrap()
     }
 

@@ -41,20 +41,20 @@ pub fn take() -> StepProfile {
     }
 }
 
-pub(super) fn step() {
+pub(crate) fn step() {
     STEPS.fetch_add(1, Ordering::Relaxed);
 }
 
-pub(super) fn cpu_layer(since: Instant) {
+pub(crate) fn cpu_layer(since: Instant) {
     CPU_LAYERS.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
 }
 
 /// A host matrix-vector product that read `bytes` of weights.
-pub(super) fn kernel(since: Instant, bytes: u64) {
+pub(crate) fn kernel(since: Instant, bytes: u64) {
     KERNEL.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
     KERNEL_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
-pub(super) fn crossing(since: Instant) {
+pub(crate) fn crossing(since: Instant) {
     CROSSINGS.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
 }

@@ -23,7 +23,7 @@ pub struct HostLinear {
     tuning: Tuning,
 }
 
-pub(super) trait Elem: Copy + Send + Sync {
+pub(crate) trait Elem: Copy + Send + Sync {
     fn f32(self) -> f32;
 }
 impl Elem for bf16 {
@@ -42,7 +42,7 @@ impl Elem for f32 {
 }
 
 #[inline(always)]
-pub(super) fn dot<W: Elem>(w: &[W], x: &[f32]) -> f32 {
+pub(crate) fn dot<W: Elem>(w: &[W], x: &[f32]) -> f32 {
     // 16 independent sums: enough lanes for the compiler to keep two AVX registers busy.
     let mut acc = [0f32; 16];
     let (wc, xc) = (w.chunks_exact(16), x.chunks_exact(16));
@@ -259,7 +259,7 @@ impl HostLinear {
         drop(storage);
         // Decoding steps only (m = 1): a prefill's products are compute-bound, not a read.
         if m == 1 {
-            super::profile::kernel(t0, (n * k * self.weight.dtype().size_in_bytes()) as u64);
+            crate::model::offload::profile::kernel(t0, (n * k * self.weight.dtype().size_in_bytes()) as u64);
         }
         if let Some(b) = &self.bias {
             let b: Vec<f32> = b.to_dtype(DType::F32)?.to_vec1()?;

@@ -3,10 +3,10 @@
 //! length, then that many bytes of JSON); the tensors are never fetched. A file already in the
 //! cache is read there.
 
-use super::http::Fail;
-use super::{names, Run};
 use crate::error::{LabError, Result};
 use crate::model::gguf::header::Header;
+use crate::model::load::hub::http::Fail;
+use crate::model::load::hub::{names, Run};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -156,7 +156,7 @@ pub fn split_parts(file: &str) -> Vec<String> {
         let (rest, of) = stem.rsplit_once("-of-")?;
         let (base, _) = rest.rsplit_once('-')?;
         let n: usize = of.parse().ok().filter(|_| of.len() == 5)?;
-        (1..=n.min(crate::model::hub::MAX_SHARDS))
+        (1..=n.min(crate::model::load::hub::MAX_SHARDS))
             .map(|k| format!("{base}-{k:05}-of-{of}.gguf"))
             .collect::<Vec<_>>()
             .into()

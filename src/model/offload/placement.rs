@@ -9,9 +9,9 @@
 //! The embedding table stays in host memory whenever anything is offloaded: a token needs one row
 //! of it, so it costs host bandwidth of one row, not a GiB of the budget.
 
-use super::config::{DecoderConfig, TensorSpec};
 use crate::error::{LabError, Result};
 pub use crate::memory::bandwidth::Bandwidths;
+use crate::model::config::{DecoderConfig, TensorSpec};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

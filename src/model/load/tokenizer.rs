@@ -109,7 +109,7 @@ pub fn byte_alphabet() -> Vec<char> {
     order
 }
 
-const QWEN25_MERGES_GZ: &[u8] = include_bytes!("../../data/tokenizer/qwen2.5-merges.txt.gz");
+const QWEN25_MERGES_GZ: &[u8] = include_bytes!("../../../data/tokenizer/qwen2.5-merges.txt.gz");
 
 /// Qwen2.5's added tokens from id 151,643: the first 14 special, the tool and fill-in-the-middle
 /// tokens not (as its tokenizer.json has them).

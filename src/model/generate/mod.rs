@@ -1,10 +1,18 @@
 //! Prefill + decode loop with timings: the token generator behind `vram-lab generate` and the
-//! anatomy stage.
+//! anatomy stage; the static step's inputs and kernels (`step`), the decoder that captures the
+//! step as a CUDA graph and replays it (`graph`), and sampling.
 
-use super::decoder::{last_logits, Decoder, Logits};
-use super::sampling::{check_finite, Sampler};
+pub mod graph;
+pub mod sampling;
+pub mod step;
+
+pub use graph::StaticDecoder;
+pub use step::{OwnKernels, StepInputs, Tables};
+
 use crate::error::{LabError, Result};
 use crate::limits::{check_count, MAX_NEW_TOKENS, MAX_SEQ};
+use crate::model::decoder::{last_logits, Decoder, Logits};
+use crate::model::generate::sampling::{check_finite, Sampler};
 use candle_core::Tensor;
 use std::time::Instant;
 
@@ -159,11 +167,11 @@ fn generate_static(
     };
     let t0 = Instant::now();
     let ids = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
-    let mut dec = super::decode::StaticDecoder::prefill(
+    let mut dec = crate::model::generate::StaticDecoder::prefill(
         model,
         &ids,
         prompt.len() + cfg.max_new_tokens,
-        super::decode::OwnKernels::All,
+        crate::model::generate::OwnKernels::All,
     )?;
     let mut out = dec.ids()?;
     let prefill_s = t0.elapsed().as_secs_f64();
@@ -278,13 +286,13 @@ pub fn time_decode_graph(
     prompt: usize,
     steps: usize,
     seed: u64,
-    own: super::decode::OwnKernels,
+    own: crate::model::generate::OwnKernels,
 ) -> Result<DecodeTiming> {
     let device = model.device();
     let ids = Tensor::from_vec(seeded_ids(batch * prompt, model.cfg.vocab_size, seed), (batch, prompt), device)?;
     device.synchronize()?;
     let t0 = Instant::now();
-    let mut dec = super::decode::StaticDecoder::prefill(model, &ids, prompt + steps + 2, own)?;
+    let mut dec = crate::model::generate::StaticDecoder::prefill(model, &ids, prompt + steps + 2, own)?;
     let first = dec.ids()?[0];
     let prefill_s = t0.elapsed().as_secs_f64();
     let mut t = DecodeTiming { batch, prompt, prefill_s, ids: vec![first], ..Default::default() };

@@ -3,8 +3,8 @@
 //! Every folder below the cache root is made one component at a time and must be a real folder:
 //! a symlink planted in the cache is refused, never written through.
 
-use super::names;
 use crate::error::{LabError, Result};
+use crate::model::load::hub::names;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};

@@ -2,14 +2,15 @@
 //! `.gguf` file, or a Hugging Face repo id fetched through `hub` (HF_ENDPOINT, HF_HOME, or
 //! `--cache-dir`). Each resolves to a config, a weight source and, when present, a tokenizer.
 
-use super::chat::{self, ChatMl};
-use super::decoder::Decoder;
-use super::gguf::Gguf;
-use super::precision::Precision;
-use super::weights::{self, Safetensors, Synthetic, WeightSource};
 use crate::error::{LabError, Result};
 use crate::memory::MemoryProbe;
 use crate::model::config::DecoderConfig;
+use crate::model::decoder::Decoder;
+use crate::model::gguf::Gguf;
+use crate::model::load::chat::{self, ChatMl};
+use crate::model::load::synthetic::Synthetic;
+use crate::model::load::weights::{self, Safetensors, WeightSource};
+use crate::model::precision::Precision;
 use candle_core::Device;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -119,7 +120,7 @@ pub struct OpenedSource {
     pub cfg: DecoderConfig,
     pub weights: Box<dyn WeightSource>,
     pub tokenizer: Option<Tokenizer>,
-    /// The model's chat template, when it is ChatML (`model::chat`).
+    /// The model's chat template, when it is ChatML (`model::load::chat`).
     pub chat: Option<ChatMl>,
 }
 
@@ -172,7 +173,7 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
             // An explicit tokenizer.json or one beside the file wins; else the file's own.
             let tokenizer = match find_tokenizer(opts.tokenizer.as_deref(), path.parent())? {
                 Some(t) => Some(t),
-                None => super::gguf::tokenizer::from_header(&gguf.header)?,
+                None => crate::model::gguf::tokenizer::from_header(&gguf.header)?,
             };
             let chat = gguf.chat_template().and_then(|t| ChatMl::from_template(&t));
             Ok(OpenedSource { cfg, weights: Box::new(gguf), tokenizer, chat })

@@ -2,10 +2,10 @@
 //! their index), one shard at a time, so a 7B checkpoint never sits in host memory whole. The
 //! loading stage writes the synthetic model this way to time reading it back.
 
-use super::precision::Precision;
-use super::weights::WeightSource;
 use crate::error::{LabError, Result};
 use crate::model::config::DecoderConfig;
+use crate::model::load::weights::WeightSource;
+use crate::model::precision::Precision;
 use candle_core::{Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -30,9 +30,10 @@ pub fn write_safetensors(
     )?;
     // Group the tensors into shards first: the files' names carry the count.
     let specs: Vec<_> = cfg.tensor_specs().into_iter().filter(|s| source.contains(&s.name)).collect();
-    let bytes =
-        |s: &super::TensorSpec| (s.elem_count() * precision.dense_dtype().map_or(4, |d| d.size_in_bytes())) as u64;
-    let mut groups: Vec<Vec<super::TensorSpec>> = Vec::new();
+    let bytes = |s: &crate::model::TensorSpec| {
+        (s.elem_count() * precision.dense_dtype().map_or(4, |d| d.size_in_bytes())) as u64
+    };
+    let mut groups: Vec<Vec<crate::model::TensorSpec>> = Vec::new();
     let mut filled = 0u64;
     for s in specs {
         let b = bytes(&s);
@@ -74,7 +75,8 @@ pub fn write_safetensors(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::weights::{Safetensors, Synthetic};
+    use crate::model::load::synthetic::Synthetic;
+    use crate::model::load::weights::Safetensors;
 
     #[test]
     fn shards_hold_every_tensor_once_and_read_back_equal() {

@@ -4,11 +4,11 @@
 //! (tensor parallelism lives in the linear layer, as in mistral.rs: a layer holds no communicator).
 
 use crate::error::{LabError, Result};
-use crate::model::decode::StepInputs;
-use crate::model::host_linear::HostLinear;
+use crate::model::generate::StepInputs;
+use crate::model::host::linear::HostLinear;
 use crate::model::kernels::{Fused, Part, Weights};
+use crate::model::load::weights::Weight;
 use crate::model::parallel::comm::RankComm;
-use crate::model::weights::Weight;
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Module, Tensor};
 
@@ -29,14 +29,14 @@ pub(crate) enum Linear {
 }
 
 impl Linear {
-    pub(super) fn new(w: Weight, bias: Option<Tensor>) -> Result<Self> {
+    pub(crate) fn new(w: Weight, bias: Option<Tensor>) -> Result<Self> {
         Ok(match w {
             Weight::Dense(t) => Self::Dense(candle_nn::Linear::new(t, bias)),
             Weight::Quant(q) => Self::Quant(QMatMul::from_arc(q)?, bias),
         })
     }
 
-    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Self::Dense(l) => Ok(l.forward(x)?),
             Self::Host(h) => h.forward(x),
@@ -58,7 +58,7 @@ impl Linear {
     }
 
     /// The weight and bias of a layer on the GPU, as a part of the static step's product.
-    pub(super) fn part(&self) -> Option<Part<'_>> {
+    pub(crate) fn part(&self) -> Option<Part<'_>> {
         match self {
             Self::Dense(l) => Some((Weights::Dense(l.weight()), l.bias())),
             Self::Quant(QMatMul::QTensor(q), bias) => Some((Weights::Quant(q), bias.as_ref())),
@@ -68,7 +68,7 @@ impl Linear {
 
     /// `forward` (+ `res`) in the static decoding step: through the step's matrix-vector kernel
     /// when it has one, the bias and the residual in the same kernel.
-    pub(super) fn forward_step(&self, x: &Tensor, res: Option<&Tensor>, step: &StepInputs) -> Result<Tensor> {
+    pub(crate) fn forward_step(&self, x: &Tensor, res: Option<&Tensor>, step: &StepInputs) -> Result<Tensor> {
         // A partial sum is summed before the residual is added: the share's product through the
         // step's kernel, then the all-reduce (which a CUDA graph records with the step).
         if let Self::RowParallel(l, c) = self {
@@ -91,7 +91,7 @@ impl Linear {
     }
 
     /// Whether a CUDA graph can record the product (a row-parallel one: whether its sum can be).
-    pub(super) fn capturable(&self) -> bool {
+    pub(crate) fn capturable(&self) -> bool {
         match self {
             Self::RowParallel(_, c) | Self::Gathered(_, c) => c.0.capturable(),
             _ => true,
@@ -99,17 +99,17 @@ impl Linear {
     }
 
     /// This product as a rank's row-parallel share, summed across `comm`'s group.
-    pub(super) fn row_parallel(self, comm: RankComm) -> Self {
+    pub(crate) fn row_parallel(self, comm: RankComm) -> Self {
         Self::RowParallel(Box::new(self), comm)
     }
 
     /// This product as a rank's rows of the output, gathered across `comm`'s group.
-    pub(super) fn gathered(self, comm: RankComm) -> Self {
+    pub(crate) fn gathered(self, comm: RankComm) -> Self {
         Self::Gathered(Box::new(self), comm)
     }
 
     /// The product a rank computes itself (the share of a gathered one), for the step's kernel.
-    pub(super) fn local(&self) -> &Linear {
+    pub(crate) fn local(&self) -> &Linear {
         match self {
             Self::Gathered(l, _) => l,
             l => l,
@@ -117,7 +117,7 @@ impl Linear {
     }
 
     /// `y` of `local()` completed as `forward` completes it (gathered across the group).
-    pub(super) fn complete(&self, y: Tensor) -> Result<Tensor> {
+    pub(crate) fn complete(&self, y: Tensor) -> Result<Tensor> {
         match self {
             Self::Gathered(_, c) => gather(&y, c),
             _ => Ok(y),
@@ -125,7 +125,7 @@ impl Linear {
     }
 
     /// Output features: the weight's rows.
-    pub(super) fn out_dim(&self) -> Result<usize> {
+    pub(crate) fn out_dim(&self) -> Result<usize> {
         Ok(match self {
             Self::Dense(l) => l.weight().dim(0)?,
             Self::Quant(q, _) => match q {
@@ -139,7 +139,7 @@ impl Linear {
     }
 
     /// The same weights computed on the CPU.
-    pub(super) fn to_host(&self) -> Result<Self> {
+    pub(crate) fn to_host(&self) -> Result<Self> {
         match self {
             Self::Dense(l) => Ok(Self::Host(HostLinear::new(l.weight().clone(), l.bias().cloned())?)),
             Self::Host(h) => Ok(Self::Host(h.clone())),
@@ -152,7 +152,7 @@ impl Linear {
     }
 
     /// The weight and the bias, for a dense layer.
-    pub(super) fn dense_parts(&self) -> Result<(Tensor, Option<Tensor>)> {
+    pub(crate) fn dense_parts(&self) -> Result<(Tensor, Option<Tensor>)> {
         match self {
             Self::Dense(l) => Ok((l.weight().clone(), l.bias().cloned())),
             Self::Host(h) => Ok((h.weight().clone(), h.bias().cloned())),

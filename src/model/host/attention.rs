@@ -4,8 +4,8 @@
 //! and casts together; here one pass per query head reads the cache in place, heads spread over
 //! rayon's threads.
 
-use super::host_linear::{dot, Elem};
 use crate::error::{LabError, Result};
+use crate::model::host::linear::{dot, Elem};
 use candle_core::{DType, Device, Storage, Tensor};
 use half::bf16;
 use rayon::prelude::*;
@@ -87,7 +87,7 @@ fn heads_out<W: Elem + candle_core::WithDType>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::attention::{attend, AttentionMode};
+    use crate::model::layers::attention::{attend, AttentionMode};
 
     /// Equal to the lab's attention on candle's kernels, over a view of a larger cache (strided),
     /// in BF16 and F32, with grouped heads.

@@ -2,8 +2,8 @@
 //! kept to the endpoint's own host), and each download on a worker thread bounded by a stall limit,
 //! a wall-clock limit checked after every read, and a byte budget.
 
-use super::cache::RepoCache;
-use super::names;
+use crate::model::load::hub::cache::RepoCache;
+use crate::model::load::hub::names;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
