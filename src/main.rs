@@ -11,7 +11,7 @@ use vram_lab::model::gguf::recipe::FileType;
 use vram_lab::report::html;
 use vram_lab::session::run_folder::{RunFolder, RunStatus};
 use vram_lab::session::{expected, Session, SessionArgs};
-use vram_lab::stage::{AnyStage, Sizes};
+use vram_lab::stage::{AnyStage, Ended, Sizes};
 
 // Heap bytes counted, so CPU runs report allocated / peak exactly and can emulate a card.
 #[global_allocator]
@@ -96,19 +96,14 @@ fn run_stages(
     }
     let expected_s: Vec<Option<f64>> = found.iter().map(|e| e.as_ref().map(|e| e.seconds)).collect();
     let bar = session.console.run_bar(stages.len());
-    let mut interrupted = false;
-    for (i, ((stage, _), (_, config))) in stages.iter().zip(configs).enumerate() {
+    let in_turn: Vec<(&dyn AnyStage, serde_json::Value)> =
+        stages.iter().zip(configs).map(|((stage, _), (_, config))| (stage.as_ref(), config)).collect();
+    let ended = vram_lab::stage::run_in_turn(&mut session, &in_turn, |i| {
+        bar.set_position(i as u64);
         bar.set_message(expected::time_left(&expected_s[i..]));
-        if let Err(e) = vram_lab::stage::run(&mut session, stage.as_ref(), config) {
-            interrupted = matches!(e, LabError::Interrupted);
-            if !interrupted {
-                return Err(e);
-            }
-            break;
-        }
-        bar.inc(1);
-    }
+    })?;
     bar.finish_and_clear();
+    let interrupted = ended == Ended::Interrupted;
     let on_input = session.failed_on_input;
     let run = session.finish(|run| html::write(run, &registry()))?;
     if interrupted {

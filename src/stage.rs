@@ -345,6 +345,33 @@ pub fn with_settings(mut config: serde_json::Value, settings: &str) -> Result<se
     Ok(config)
 }
 
+/// How a run of several stages ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Completed,
+    /// Ctrl-C: the stages left were not run; the run folder is still to be written.
+    Interrupted,
+}
+
+/// Runs `stages` in turn in one session, each with its config: the one loop behind `vram-lab run`,
+/// a stage's own command and a notebook's run. `before(i)` is called before stage `i` (a progress
+/// bar's step). A failed stage is recorded and the next one runs (`run`); Ctrl-C ends the loop.
+pub fn run_in_turn(
+    session: &mut Session,
+    stages: &[(&dyn AnyStage, serde_json::Value)],
+    mut before: impl FnMut(usize),
+) -> Result<Ended> {
+    for (i, (stage, config)) in stages.iter().enumerate() {
+        before(i);
+        match run(session, *stage, config.clone()) {
+            Ok(()) => {}
+            Err(LabError::Interrupted) => return Ok(Ended::Interrupted),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Ended::Completed)
+}
+
 /// Runs one stage in `session`: writes its tables and texts into `<run>/<stage>/`, prints its
 /// views and records it in the manifest. A failed stage is recorded and the next one still runs;
 /// only Ctrl-C comes back as an error.

@@ -8,7 +8,7 @@ mod common;
 use polars::prelude::*;
 use std::path::{Path, PathBuf};
 use vram_lab::estimate::fit::Runtime;
-use vram_lab::experiments::estimate::cards::{cards_and_shares, fit_cards};
+use vram_lab::experiments::plan::cards::{cards_and_shares, fit_cards};
 use vram_lab::model::{DecoderConfig, Precision};
 
 /// Every committed run folder of the deployments (both calls) with its stage's config.

@@ -277,7 +277,7 @@ fn a_llama_gguf_holds_q_and_k_in_llamacpp_order() {
     for (ty, name) in [(FileType::F32, "f32.gguf"), (FileType::Q8_0, "q8.gguf")] {
         let path = tmp.path().join(name);
         let mut synthetic = Synthetic::new(cfg.clone(), 42);
-        writer::write_gguf(&cfg, &mut synthetic, &path, writer::Plan::Llama(ty), None, |_| {}).unwrap();
+        writer::write_gguf(&cfg, &mut synthetic, &path, writer::FileTypes::Llama(ty), None, |_| {}).unwrap();
         let mut g = Gguf::open(&path).unwrap();
         let mut file = std::fs::File::open(&path).unwrap();
         let content = gguf_file::Content::read(&mut file).unwrap();

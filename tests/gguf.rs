@@ -10,7 +10,7 @@ use vram_lab::memory::MemoryProbe;
 use vram_lab::model::gguf::header::Header;
 use vram_lab::model::gguf::recipe::FileType;
 use vram_lab::model::gguf::types::GgmlType;
-use vram_lab::model::gguf::writer::{self, Plan, Planned};
+use vram_lab::model::gguf::writer::{self, FileTypes, Planned};
 use vram_lab::model::gguf::{tokenizer, Gguf};
 use vram_lab::model::load::source;
 use vram_lab::model::{self, DecoderConfig, GenerateConfig, ModelSource, Precision, SourceOptions};
@@ -24,7 +24,7 @@ use vram_lab::model::{self, DecoderConfig, GenerateConfig, ModelSource, Precisio
 #[test]
 fn q4_k_m_of_qwen25_7b_by_hand() {
     let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
-    let p = writer::plan(&cfg, Plan::Llama(FileType::Q4KM));
+    let p = writer::plan(&cfg, FileTypes::Llama(FileType::Q4KM));
     let matrices =
         306_561_024 + 447_068_160 + 28 * (2 * 7_225_344 + 2 * 1_032_192 + 3 * 38_191_104) + 14 * (473_088 + 17_504_256);
     let vectors = 28 * (2 * 14_336 + 14_336 + 2_048 + 2_048) + 14_336;
@@ -53,7 +53,7 @@ fn q4_k_m_equals_llama_quantize() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/cpu/2026-11-24-llama-quantize-q4_k_m/tensors.csv");
     let text = std::fs::read_to_string(csv).unwrap();
     let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
-    let plan = writer::plan(&cfg, Plan::Llama(FileType::Q4KM));
+    let plan = writer::plan(&cfg, FileTypes::Llama(FileType::Q4KM));
     let mut rows = 0;
     for line in text.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
@@ -65,7 +65,7 @@ fn q4_k_m_equals_llama_quantize() {
         rows += 1;
     }
     assert_eq!(rows, plan.len());
-    let lab = writer::plan(&cfg, Plan::LabQ4);
+    let lab = writer::plan(&cfg, FileTypes::LabQ4);
     assert_eq!(lab.iter().map(Planned::bytes).sum::<u64>(), 4_425_437_184);
     assert_eq!(vram_lab::estimate::weight_bytes(&cfg, Precision::Q4), 4_425_437_184);
 }
@@ -75,23 +75,23 @@ fn q4_k_m_equals_llama_quantize() {
 /// 29,568-wide ffn_down; a 70B-class model's attn_v takes Q5_K.
 #[test]
 fn fallbacks_and_the_70b_class() {
-    let half = writer::plan(&DecoderConfig::preset("qwen2.5-0.5b").unwrap(), Plan::Llama(FileType::Q4KM));
+    let half = writer::plan(&DecoderConfig::preset("qwen2.5-0.5b").unwrap(), FileTypes::Llama(FileType::Q4KM));
     let ty = |p: &[Planned], n: &str| p.iter().find(|x| x.name == n).unwrap().ty.name;
     assert_eq!(ty(&half, "token_embd.weight"), "Q8_0");
     assert_eq!(ty(&half, "blk.0.attn_q.weight"), "Q5_0");
     assert_eq!(ty(&half, "blk.0.attn_v.weight"), "Q8_0");
     assert_eq!(ty(&half, "blk.0.ffn_down.weight"), "Q6_K"); // 4,864 = 19 × 256
     assert_eq!(ty(&half, "blk.3.ffn_down.weight"), "Q4_K"); // not a use_more_bits layer
-    let big = writer::plan(&DecoderConfig::preset("qwen2.5-72b").unwrap(), Plan::Llama(FileType::Q4KM));
+    let big = writer::plan(&DecoderConfig::preset("qwen2.5-72b").unwrap(), FileTypes::Llama(FileType::Q4KM));
     assert_eq!(ty(&big, "blk.0.ffn_down.weight"), "Q8_0");
     assert_eq!(ty(&big, "blk.11.ffn_down.weight"), "Q5_0");
     assert_eq!(ty(&big, "blk.11.attn_v.weight"), "Q5_K");
     assert_eq!(ty(&big, "blk.0.attn_v.weight"), "Q6_K");
     // Q4_0's and Q8_0's output layers: Q6_K, and Q8_0 stays Q8_0; F16 leaves vectors in F32.
     let seven = DecoderConfig::preset("qwen2.5-7b").unwrap();
-    assert_eq!(ty(&writer::plan(&seven, Plan::Llama(FileType::Q4_0)), "output.weight"), "Q6_K");
-    assert_eq!(ty(&writer::plan(&seven, Plan::Llama(FileType::Q8_0)), "output.weight"), "Q8_0");
-    let f16 = writer::plan(&seven, Plan::Llama(FileType::F16));
+    assert_eq!(ty(&writer::plan(&seven, FileTypes::Llama(FileType::Q4_0)), "output.weight"), "Q6_K");
+    assert_eq!(ty(&writer::plan(&seven, FileTypes::Llama(FileType::Q8_0)), "output.weight"), "Q8_0");
+    let f16 = writer::plan(&seven, FileTypes::Llama(FileType::F16));
     assert_eq!((ty(&f16, "output.weight"), ty(&f16, "blk.0.attn_q.bias")), ("F16", "F32"));
 }
 
@@ -102,8 +102,8 @@ fn estimate_prices_a_header_only_file_by_its_tensors() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("qwen2.5-7b-q4_k_m.gguf");
     let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
-    let planned = writer::plan(&cfg, Plan::Llama(FileType::Q4KM));
-    let md = writer::metadata(&cfg, Plan::Llama(FileType::Q4KM), None).unwrap();
+    let planned = writer::plan(&cfg, FileTypes::Llama(FileType::Q4KM));
+    let md = writer::metadata(&cfg, FileTypes::Llama(FileType::Q4KM), None).unwrap();
     let mut f = std::fs::File::create(&path).unwrap();
     writer::write_header(&mut f, &md, &planned).unwrap();
     drop(f);
@@ -180,7 +180,7 @@ fn written_files_read_back() {
         ]);
         assert!(o.status.success(), "{ftype}: {}", common::output_text(&o));
         let h = Header::read(&path).unwrap();
-        let planned = writer::plan(&cfg, Plan::Llama(ftype));
+        let planned = writer::plan(&cfg, FileTypes::Llama(ftype));
         let got: Vec<(String, u32)> = h.tensors.iter().map(|t| (t.name.clone(), t.type_id)).collect();
         let exp: Vec<(String, u32)> = planned.iter().map(|t| (t.name.clone(), t.ty.id)).collect();
         assert_eq!(got, exp, "{ftype}");
@@ -204,14 +204,14 @@ fn written_files_read_back() {
 #[test]
 fn iq_types_are_priced_not_computed() {
     let cfg = common::tiny();
-    let mut planned = writer::plan(&cfg, Plan::Llama(FileType::Q8_0));
+    let mut planned = writer::plan(&cfg, FileTypes::Llama(FileType::Q8_0));
     let iq = GgmlType::from_name("IQ2_XXS").unwrap();
     let q = planned.iter_mut().find(|t| t.name == "blk.0.ffn_gate.weight").unwrap();
     q.ty = iq;
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("iq.gguf");
     let mut f = std::fs::File::create(&path).unwrap();
-    writer::write_header(&mut f, &writer::metadata(&cfg, Plan::Llama(FileType::Q8_0), None).unwrap(), &planned)
+    writer::write_header(&mut f, &writer::metadata(&cfg, FileTypes::Llama(FileType::Q8_0), None).unwrap(), &planned)
         .unwrap();
     let data: u64 = planned.iter().map(|t| t.bytes().next_multiple_of(32)).sum();
     use std::io::Write;
@@ -363,11 +363,11 @@ fn shipped_qwen25_tokenizer_equals_the_real_one() {
     let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("header.gguf");
-    let md = writer::metadata(&cfg, Plan::Llama(FileType::Q4KM), Some(&shipped)).unwrap();
+    let md = writer::metadata(&cfg, FileTypes::Llama(FileType::Q4KM), Some(&shipped)).unwrap();
     writer::write_header(
         &mut std::fs::File::create(&path).unwrap(),
         &md,
-        &writer::plan(&cfg, Plan::Llama(FileType::Q4KM)),
+        &writer::plan(&cfg, FileTypes::Llama(FileType::Q4KM)),
     )
     .unwrap();
     let h = Header::read(&path).unwrap();

@@ -229,7 +229,7 @@ fn q7_gguf_header(range: std::ops::Range<usize>, split: Option<(u16, u16)>) -> (
     use vram_lab::model::gguf::recipe::FileType;
     use vram_lab::model::gguf::writer;
     let cfg = vram_lab::model::DecoderConfig::preset("qwen2.5-7b").unwrap();
-    let plan = writer::Plan::Llama(FileType::Q4KM);
+    let plan = writer::FileTypes::Llama(FileType::Q4KM);
     let tensors = writer::plan(&cfg, plan)[range].to_vec();
     let mut md = writer::metadata(&cfg, plan, None).unwrap();
     if let Some((no, count)) = split {
@@ -296,7 +296,7 @@ fn hub_sizing_reads_headers_only() {
     let tmp = tempfile::tempdir().unwrap();
     let n = vram_lab::model::gguf::writer::plan(
         &vram_lab::model::DecoderConfig::preset("qwen2.5-7b").unwrap(),
-        vram_lab::model::gguf::writer::Plan::Llama(vram_lab::model::gguf::recipe::FileType::Q4KM),
+        vram_lab::model::gguf::writer::FileTypes::Llama(vram_lab::model::gguf::recipe::FileType::Q4KM),
     )
     .len();
     let (head, len) = q7_gguf_header(0..n, None);

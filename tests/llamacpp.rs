@@ -6,7 +6,7 @@ mod common;
 
 use vram_lab::estimate::llamacpp::{memory, CacheType, Launch};
 use vram_lab::model::gguf::recipe::FileType;
-use vram_lab::model::gguf::writer::{plan, Plan};
+use vram_lab::model::gguf::writer::{plan, FileTypes};
 use vram_lab::model::DecoderConfig;
 
 use common::{lab_quiet as lab, output_text as text};
@@ -52,7 +52,7 @@ fn estimate_prints_llamacpp_buffers_per_type() {
         ..Launch::default()
     };
     for (i, t) in [FileType::Q4KM, FileType::Bf16].into_iter().enumerate() {
-        let m = memory(&cfg, &plan(&cfg, Plan::Llama(t)), &l).unwrap();
+        let m = memory(&cfg, &plan(&cfg, FileTypes::Llama(t)), &l).unwrap();
         let gpu = &r[2 * i];
         assert_eq!((gpu[0].as_str(), gpu[1].as_str()), (t.name(), "gpu"));
         let mib = |b: u64| b as f64 / 1048576.0;
@@ -81,7 +81,7 @@ fn a_gguf_file_is_priced_in_its_own_types() {
     let r = rows(&out);
     assert_eq!(r.len(), 2);
     let cfg = DecoderConfig::preset("tiny").unwrap();
-    let m = memory(&cfg, &plan(&cfg, Plan::Llama(FileType::Q8_0)), &Launch::default()).unwrap();
+    let m = memory(&cfg, &plan(&cfg, FileTypes::Llama(FileType::Q8_0)), &Launch::default()).unwrap();
     let got: f64 = r[0][2].parse().unwrap();
     assert!((got - m.gpu.model as f64 / 1048576.0).abs() < 0.01, "{got}");
 }
@@ -130,7 +130,7 @@ fn plan_picks_the_longest_context_that_fits() {
     let f16: Vec<&str> = csv.lines().map(|l| l.split(',').collect::<Vec<_>>()).find(|row| row[1] == "f16").unwrap();
     let ctx: usize = f16[3].parse().unwrap();
     let cfg = DecoderConfig::preset("qwen2.5-32b").unwrap();
-    let tensors = plan(&cfg, Plan::Llama(FileType::Q4KM));
+    let tensors = plan(&cfg, FileTypes::Llama(FileType::Q4KM));
     let need = |ctx| {
         let l = Launch { ctx, outputs: Some(1), ..Launch::default() };
         memory(&cfg, &tensors, &l).unwrap().gpu.total() + process::beyond(&cfg, &l, true, ctx as u64).total()
@@ -190,7 +190,7 @@ fn every_planned_server_launch_fits_its_card() {
             ubatch: f("ubatch") as usize,
             outputs: Some(1),
         };
-        let tensors = plan(&cfg, Plan::Llama(ty));
+        let tensors = plan(&cfg, FileTypes::Llama(ty));
         let m = memory(&cfg, &tensors, &l).unwrap();
         let need =
             (m.gpu.total() + process::beyond(&cfg, &l, mmq_weights(&tensors), l.ctx as u64).total()) as f64 / 1048576.0;

@@ -6,7 +6,7 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use vram_lab::memory::MemoryProbe;
 use vram_lab::model::decoder::last_logits;
-use vram_lab::model::gguf::writer::{self, Plan};
+use vram_lab::model::gguf::writer::{self, FileTypes};
 use vram_lab::model::load::source;
 use vram_lab::model::load::weights::Weight;
 use vram_lab::model::{Decoder, DecoderConfig, Logits, ModelSource, Precision, SourceOptions};
@@ -62,7 +62,7 @@ fn quantize_then_load_q4_round_trip() {
     // quantize: safetensors → GGUF, with the Q4 plan per tensor.
     let gguf = tmp.path().join("m-q4.gguf");
     let mut opened = source::open(&dir_src, &SourceOptions::default()).unwrap();
-    let rows = writer::write_gguf(&opened.cfg, opened.weights.as_mut(), &gguf, Plan::LabQ4, None, |_| {}).unwrap();
+    let rows = writer::write_gguf(&opened.cfg, opened.weights.as_mut(), &gguf, FileTypes::LabQ4, None, |_| {}).unwrap();
     assert!(rows.iter().any(|r| r.ty.name == "Q4_K") && rows.iter().any(|r| r.ty.name == "Q6_K"));
     let gguf_src = ModelSource::parse(gguf.to_str().unwrap()).unwrap();
 

@@ -3,7 +3,7 @@
 
 use candle_core::Device;
 use vram_lab::memory::host::CountingAlloc;
-use vram_lab::memory::{Category, Held, MemoryMonitor, MemoryProbe};
+use vram_lab::memory::{Category, HeldBytes, MemoryMonitor, MemoryProbe};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -17,7 +17,7 @@ fn a_deliberate_leak_is_flagged_with_its_size() {
     for leak in [true, false] {
         let mut monitor = MemoryMonitor::new(16 << 20);
         let mut kept: Vec<Vec<u8>> = Vec::new();
-        monitor.mark(&probe, "start", Held::default());
+        monitor.mark(&probe, "start", HeldBytes::default());
         for step in 0..4 {
             let buf = vec![1u8; LEAK];
             if leak {
@@ -25,7 +25,7 @@ fn a_deliberate_leak_is_flagged_with_its_size() {
             } else {
                 drop(buf);
             }
-            let held = Held::of(&[(Category::Activations, (kept.len() * LEAK) as u64)]);
+            let held = HeldBytes::of(&[(Category::Activations, (kept.len() * LEAK) as u64)]);
             monitor.mark(&probe, &format!("step {step}"), held);
         }
         let flagged = monitor.leaks();

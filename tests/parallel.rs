@@ -337,8 +337,7 @@ fn cards_share_a_pipeline_by_their_memory() {
     let (df, layout) = ranks_table(&dir.path().join("cards"));
     let runtime = vram_lab::estimate::fit::Runtime::assumed().bytes();
     let (_, shares) =
-        vram_lab::experiments::estimate::cards::cards_and_shares(&["24GiB".into(), "16GiB".into()], &[], runtime)
-            .unwrap();
+        vram_lab::experiments::plan::cards::cards_and_shares(&["24GiB".into(), "16GiB".into()], &[], runtime).unwrap();
     assert!(shares[0] > shares[1]);
     assert!(layout[2].contains(&format!("{shares:?}")), "{layout:?}");
     let devices: Vec<String> = df.column("device").unwrap().str().unwrap().iter().map(|s| s.unwrap().into()).collect();

@@ -130,8 +130,14 @@ pub fn tp_rank_weight_bytes(
 ) -> u64 {
     let kv = kv_heads * (hidden / heads);
     let split = (hidden * hidden + hidden) + 2 * (kv * hidden + kv) + hidden * hidden + 3 * intermediate * hidden;
-    let whole = vocab * hidden * if tied { 1 } else { 2 } + layers * 2 * hidden + hidden;
-    dtype_bytes * (layers * split / gpus + whole)
+    // An untied head is split by vocabulary rows where the GPUs divide them.
+    let head = match (tied, vocab.is_multiple_of(gpus)) {
+        (true, _) => 0,
+        (false, true) => vocab * hidden / gpus,
+        (false, false) => vocab * hidden,
+    };
+    let whole = vocab * hidden + layers * 2 * hidden + hidden;
+    dtype_bytes * (layers * split / gpus + head + whole)
 }
 
 /// Exercise 8: the fixed 832 MiB, and per channel the distinct peers sent to and received from.

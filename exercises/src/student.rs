@@ -177,13 +177,15 @@ pub fn pytorch_step_peak(
 /// **练习 7(笔记本 06 练习 1)· 张量并行时一个 rank 的权重字节。** 模型分到 `gpus` 张卡
 /// (`gpus` 整除 heads、kv_heads 和 intermediate),每个元素 `dtype_bytes` 字节。
 /// 提示:每层的 q/k/v(权重和偏置)、o、gate/up/down 每张卡各持有 1/gpus;
-/// 嵌入、输出层(不共享时)和所有 RMSNorm 每张卡完整一份。形状见练习 1。
+/// 输出层(不与嵌入共享时)按词表行切分,`gpus` 整除 vocab 时每张卡 1/gpus,否则完整一份;
+/// 嵌入和所有 RMSNorm 每张卡完整一份。形状见练习 1。
 ///
 /// **Exercise 7 (notebook 06, exercise 1) · A tensor-parallel rank's weight bytes** for a model
 /// split over `gpus` GPUs (dividing heads, kv_heads and intermediate), `dtype_bytes` per element.
 /// Hint: every layer's q, k, v (weights and biases), o, gate, up and down: each GPU holds 1/gpus of
-/// each; the embedding, the output layer (untied) and every RMS norm: whole on every GPU. The
-/// shapes are exercise 1's.
+/// each; the output layer (untied) split by vocabulary rows, 1/gpus each where `gpus` divides
+/// vocab, else whole; the embedding and every RMS norm: whole on every GPU. The shapes are
+/// exercise 1's.
 pub fn tp_rank_weight_bytes(
     vocab: u64,
     hidden: u64,

@@ -4,7 +4,7 @@ use crate::error::Result;
 use crate::hw::{self};
 use crate::memory::fmt_bytes;
 use crate::model::gguf::recipe::FileType;
-use crate::model::gguf::writer::{self, Plan};
+use crate::model::gguf::writer::{self, FileTypes};
 use crate::model::{self, ModelSource};
 use crate::session::{default_model, SessionArgs};
 use crate::units::grouped;
@@ -22,7 +22,7 @@ pub fn quantize(args: &SessionArgs, to: &Path, ftype: FileType) -> Result<String
         &opened.cfg,
         opened.weights.as_mut(),
         to,
-        Plan::Llama(ftype),
+        FileTypes::Llama(ftype),
         opened.tokenizer.as_ref(),
         |_| pb.inc(1),
     )?;

@@ -49,7 +49,7 @@ fn duration_s(s: &str) -> std::result::Result<f64, String> {
 /// Samples a process's GPU memory (NVML; its RSS where there is no NVML) until it ends, the
 /// duration passes or Ctrl-C; writes the CSV and returns the summary.
 pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
-    use crate::memory::nvml::{Sampler, Source};
+    use crate::memory::nvml::{Poller, Source};
     if w.pid.is_none() && w.command.is_empty() && w.duration_s.is_none() {
         return Err(LabError::input(
             "watch what? give --pid PID, a command after --, or --duration-s to watch the whole GPU",
@@ -77,7 +77,7 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
             return Err(LabError::input(format!("no process {p}")));
         }
     }
-    let sampler = Sampler::new(pid, w.gpu);
+    let sampler = Poller::new(pid, w.gpu);
     let what = match (pid, sampler.source) {
         (Some(p), Source::Nvml) => format!("process {p} on GPU {} (NVML)", w.gpu),
         (Some(p), Source::Rss) => format!("process {p}: no NVML here, its host RSS instead"),

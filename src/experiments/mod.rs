@@ -13,6 +13,7 @@ pub mod load;
 pub mod offload;
 pub mod oom;
 pub mod parallel;
+pub mod plan;
 pub mod train;
 
 use crate::stage::{register, AnyStage};
@@ -22,14 +23,14 @@ pub fn registry() -> Vec<Box<dyn AnyStage>> {
     vec![
         register::<anatomy::Anatomy>(),
         register::<load::Load>(),
-        register::<kv::KvCache>(),
+        register::<kv::Kv>(),
         register::<frag::Frag>(),
         register::<leaks::Leaks>(),
         register::<bandwidth::Bandwidth>(),
         register::<offload::Offload>(),
         register::<bench::Bench>(),
         register::<estimate::Estimate>(),
-        register::<estimate::Plan>(),
+        register::<plan::Plan>(),
         register::<train::Train>(),
         register::<parallel::Parallel>(),
         register::<check::Check>(),

@@ -5,7 +5,7 @@
 
 use crate::error::OomReport;
 use crate::estimate::{self, Workload};
-use crate::memory::{mib, Category, Held};
+use crate::memory::{mib, Category, HeldBytes};
 use crate::model::DecoderConfig;
 use crate::session::Session;
 use polars::prelude::*;
@@ -20,7 +20,7 @@ pub mod col {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Row {
+pub struct Diagnosis {
     pub context: String,
     pub section: &'static str,
     pub item: String,
@@ -35,8 +35,8 @@ fn row(
     item: impl Into<String>,
     bytes: Option<u64>,
     note: impl Into<String>,
-) -> Row {
-    Row {
+) -> Diagnosis {
+    Diagnosis {
         context: context.into(),
         section,
         item: item.into(),
@@ -75,9 +75,9 @@ pub fn diagnose(
     report: &OomReport,
     cfg: &DecoderConfig,
     w: &Workload,
-    held: &Held,
+    held: &HeldBytes,
     m: Measured,
-) -> Vec<Row> {
+) -> Vec<Diagnosis> {
     let transient_per_token = m.transient_per_token;
     // The CPU heap has no pool: its reserved figures are the process's RSS.
     let m = if s.device.is_cuda() { m } else { Measured { pool_factor: 1.0, ..m } };
@@ -161,7 +161,7 @@ pub fn diagnose(
     rows
 }
 
-pub fn table(rows: &[Row]) -> PolarsResult<DataFrame> {
+pub fn table(rows: &[Diagnosis]) -> PolarsResult<DataFrame> {
     df!(
         col::CONTEXT => rows.iter().map(|r| r.context.clone()).collect::<Vec<_>>(),
         col::SECTION => rows.iter().map(|r| r.section).collect::<Vec<_>>(),

@@ -28,7 +28,7 @@ pub mod unified;
 pub use crate::units::{fmt_bytes, gib, mib, GIB, MIB};
 pub use allocator::DeviceAllocator;
 pub use emulation::CardEmulation;
-pub use monitor::{Category, Held, MemoryMonitor};
+pub use monitor::{Category, HeldBytes, MemoryMonitor};
 pub use probe::{check_managed_request, guarded, MemoryProbe};
 pub use snapshot::{tensor_bytes, Snapshot};
 pub use timeline::Timeline;

@@ -34,11 +34,11 @@ impl Category {
 
 /// Bytes held per category at one moment; what the allocator holds beyond them is unattributed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Held(pub Vec<(Category, u64)>);
+pub struct HeldBytes(pub Vec<(Category, u64)>);
 
-impl Held {
+impl HeldBytes {
     pub fn of(pairs: &[(Category, u64)]) -> Self {
-        let mut h = Held::default();
+        let mut h = HeldBytes::default();
         for &(c, b) in pairs {
             h.add(c, b);
         }
@@ -63,7 +63,7 @@ impl Held {
 pub struct Mark {
     pub label: String,
     pub snapshot: Snapshot,
-    pub held: Held,
+    pub held: HeldBytes,
 }
 
 /// Growth from one mark to the next.
@@ -112,7 +112,7 @@ impl MemoryMonitor {
     }
 
     /// Takes a snapshot now (after the device has synchronised) and records it with `held`.
-    pub fn mark(&mut self, probe: &MemoryProbe, label: &str, held: Held) -> &Mark {
+    pub fn mark(&mut self, probe: &MemoryProbe, label: &str, held: HeldBytes) -> &Mark {
         let snapshot = probe.snapshot(label);
         self.push(Mark { label: label.into(), snapshot, held })
     }
@@ -194,7 +194,11 @@ mod tests {
             process_used: None,
             ballast: 0,
         };
-        Mark { label: label.into(), snapshot, held: Held::of(&[(Category::Weights, 1000), (Category::KvCache, kv)]) }
+        Mark {
+            label: label.into(),
+            snapshot,
+            held: HeldBytes::of(&[(Category::Weights, 1000), (Category::KvCache, kv)]),
+        }
     }
 
     #[test]

@@ -36,14 +36,14 @@ pub struct Sample {
 }
 
 /// Reads one process (or, with `pid` None, the whole GPU) on GPU `index`.
-pub struct Sampler {
+pub struct Poller {
     pub pid: Option<u32>,
     pub index: u32,
     pub source: Source,
     start: std::time::Instant,
 }
 
-impl Sampler {
+impl Poller {
     pub fn new(pid: Option<u32>, index: u32) -> Self {
         let source = match nvml().and_then(|n| n.device_by_index(index).ok()) {
             Some(_) => Source::Nvml,

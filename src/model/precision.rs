@@ -228,10 +228,10 @@ mod tests {
     /// walks the tensors in llama.cpp's order) gives each tensor the type `held` gives it.
     #[test]
     fn q4_k_m_holds_the_recipes_types() {
-        use crate::model::gguf::writer::{plan, Plan};
+        use crate::model::gguf::writer::{plan, FileTypes};
         for name in ["qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-72b"] {
             let cfg = DecoderConfig::preset(name).unwrap();
-            let planned = plan(&cfg, Plan::Llama(FileType::Q4KM));
+            let planned = plan(&cfg, FileTypes::Llama(FileType::Q4KM));
             let specs = cfg.tensor_specs();
             assert_eq!(planned.len(), specs.len());
             let mut promoted = 0;

@@ -260,9 +260,9 @@ pub struct Estimator {
 }
 
 pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Estimator> {
-    use crate::experiments::{check, estimate};
+    use crate::experiments::{check, estimate, plan};
     let est = estimate::EstimateConfig { seq, batch, train: true, ..Default::default() };
-    let plan = estimate::PlanConfig { seq, ..Default::default() };
+    let plan = plan::PlanConfig { seq, ..Default::default() };
     let check = check::CheckConfig { results: results_dir() };
     let stages = vec![
         ("estimate", serde_json::to_value(est)?),
@@ -300,9 +300,13 @@ fn formulas_session(model: &str, card: &str) -> Result<Session> {
 
 /// Runs each stage with its config in `session`, then writes the folder and its report.html.
 fn run_in(mut session: Session, stages: Vec<(&str, serde_json::Value)>) -> Result<RunFolder> {
-    for (name, config) in stages {
-        let stage = find(name).ok_or_else(|| LabError::input(format!("no stage `{name}`")))?;
-        crate::stage::run(&mut session, stage.as_ref(), config)?;
+    let found = stages
+        .into_iter()
+        .map(|(name, config)| Ok((find(name).ok_or_else(|| LabError::input(format!("no stage `{name}`")))?, config)))
+        .collect::<Result<Vec<_>>>()?;
+    let in_turn: Vec<_> = found.iter().map(|(stage, config)| (stage.as_ref(), config.clone())).collect();
+    if crate::stage::run_in_turn(&mut session, &in_turn, |_| {})? == crate::stage::Ended::Interrupted {
+        return Err(LabError::Interrupted);
     }
     session.finish(|run| crate::report::html::write(run, &registry()))
 }

@@ -286,11 +286,11 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
 mod tests {
     use super::*;
     use crate::model::gguf::recipe::FileType;
-    use crate::model::gguf::writer::{plan, Plan};
+    use crate::model::gguf::writer::{plan, FileTypes};
 
     fn qwen7b(ftype: FileType) -> (DecoderConfig, Vec<Planned>) {
         let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
-        let tensors = plan(&cfg, Plan::Llama(ftype));
+        let tensors = plan(&cfg, FileTypes::Llama(ftype));
         (cfg, tensors)
     }
 

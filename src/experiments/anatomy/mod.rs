@@ -8,7 +8,7 @@ use crate::error::{LabError, Result};
 use crate::estimate::{self, Workload};
 use crate::experiments::oom;
 use crate::limits;
-use crate::memory::{fmt_bytes, gib, guarded, mib, Category, Held, Snapshot, Timeline};
+use crate::memory::{fmt_bytes, gib, guarded, mib, Category, HeldBytes, Snapshot, Timeline};
 use crate::model::{self, GenerateConfig, Logits, Precision};
 use crate::reference::{self, pytorch_h200, report};
 use crate::session::Session;
@@ -68,7 +68,7 @@ pub struct Scenario {
     pub report_model: bool,
     /// Why it ran out of memory, when it did (its own table).
     #[serde(skip)]
-    pub diagnosis: Vec<oom::Row>,
+    pub diagnosis: Vec<oom::Diagnosis>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -196,7 +196,7 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
             }
             // The weights loaded so far are what was held; the workload is the report's prompt
             // and the tokens to generate. Nothing of this precision fitted, so no transient.
-            let held = Held::of(&[(Category::Weights, r.at.as_ref().map(|s| s.peak).unwrap_or(0))]);
+            let held = HeldBytes::of(&[(Category::Weights, r.at.as_ref().map(|s| s.peak).unwrap_or(0))]);
             let w = Workload {
                 precision: p,
                 seq: crate::reference::REPORT_PROMPT_TOKENS + cfg.max_new_tokens,
@@ -244,7 +244,7 @@ impl Stage for Anatomy {
         for sc in result.scenarios.iter().filter(|sc| !sc.oom_summary.is_empty()) {
             out.text(&format!("oom_summary_{}.txt", sc.precision), sc.oom_summary.clone());
         }
-        let diagnoses: Vec<oom::Row> = result.scenarios.iter().flat_map(|sc| sc.diagnosis.clone()).collect();
+        let diagnoses: Vec<oom::Diagnosis> = result.scenarios.iter().flat_map(|sc| sc.diagnosis.clone()).collect();
         if !diagnoses.is_empty() {
             out.table(OOM_TABLE, oom::table(&diagnoses)?);
         }

@@ -9,7 +9,7 @@ use crate::estimate::llamacpp::process::{self, Beyond};
 use crate::estimate::llamacpp::{self, Buffers, CacheType, Launch};
 use crate::frame::{floats, strings};
 use crate::model::gguf::recipe::FileType;
-use crate::model::gguf::writer::{plan, Plan};
+use crate::model::gguf::writer::{plan, FileTypes};
 use crate::model::DecoderConfig;
 use crate::session::run_folder::read_csv;
 use clap::ValueEnum;
@@ -166,7 +166,7 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
             let Some(measured) = parse_log(&log) else { continue };
             let Some(prompt) = prompt_tokens(&log) else { continue };
             let cfg = DecoderConfig::preset(&preset[i])?;
-            let tensors = plan(&cfg, Plan::Llama(ftype));
+            let tensors = plan(&cfg, FileTypes::Llama(ftype));
             let predicted = llamacpp::memory(&cfg, &tensors, &launch)?.gpu;
             let beyond = process::beyond(&cfg, &launch, llamacpp::mmq_weights(&tensors), prompt);
             out.push(LaunchCheck {

@@ -166,7 +166,7 @@ fn file_tensors(g: &Gguf) -> Result<Vec<Planned>> {
 pub fn priced(cfg: &DecoderConfig, gguf: Option<&Gguf>, types: &[FileType]) -> Result<Vec<(String, Vec<Planned>)>> {
     Ok(match gguf {
         Some(g) => vec![(g.header.str("general.name").unwrap_or("the GGUF file").to_string(), file_tensors(g)?)],
-        None => types.iter().map(|t| (t.name().to_string(), writer::plan(cfg, writer::Plan::Llama(*t)))).collect(),
+        None => types.iter().map(|t| (t.name().to_string(), writer::plan(cfg, writer::FileTypes::Llama(*t)))).collect(),
     })
 }
 

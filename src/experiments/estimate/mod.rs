@@ -5,11 +5,8 @@
 //! and, with `--train`, what a training step keeps per GPU beside the articles' 16 B/parameter.
 //! `plan` inverts it for one card.
 
-pub mod cards;
 pub mod engine;
 pub mod inputs;
-pub mod plan;
-pub mod plan_llamacpp;
 pub mod tables;
 pub mod training_tables;
 pub mod transformers;
@@ -27,8 +24,6 @@ use engine::LlamaCppFlags;
 use inputs::{ledger_rows, model_config, workload};
 use tables::{col, CURVE, FIT, LEDGER, PARALLEL, TRAINING, TRAIN_CARDS, TRAIN_DP, TRAIN_STEP};
 use training_tables::{train_cards_table, train_dp_table, train_step_table, training_table};
-
-pub use plan::{Plan, PlanConfig};
 
 const MIB: f64 = (1u64 << 20) as f64;
 use crate::session::Session;

@@ -28,7 +28,7 @@ use tables::{
 
 pub use sweep::{random_ids, step, PrefillStep};
 
-pub struct KvCache;
+pub struct Kv;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -110,7 +110,7 @@ struct KvResults {
     /// The report's figures stand beside this run only for the report's model.
     report_model: bool,
     /// One diagnosis per sweep that ran out of memory.
-    diagnoses: Vec<oom::Row>,
+    diagnoses: Vec<oom::Diagnosis>,
 }
 
 /// A prefill sweep, then the bisection when it ran out of memory; the trials join the steps.
@@ -253,7 +253,7 @@ impl KvResults {
     }
 }
 
-impl Stage for KvCache {
+impl Stage for Kv {
     const NAME: &'static str = "kv";
     const TITLE: &'static str = "Stage 2 — the KV cache / KV Cache 的线性增长";
     const ABOUT: &'static str = "Stage 2: the KV cache — prefill, decode and batch sweeps with a byte ledger, and the longest context that fits";
@@ -373,7 +373,7 @@ mod tests {
     /// `run` on a GPU without --full: the report's BF16 sweep, coarser; --full is the default's.
     #[test]
     fn quick_sizes_shorten_the_sweep() {
-        let stage = crate::stage::register::<KvCache>();
+        let stage = crate::stage::register::<Kv>();
         let quick = stage.default_config(crate::stage::Sizes::Quick).unwrap();
         let full = stage.default_config(crate::stage::Sizes::Report).unwrap();
         assert_eq!(quick["precisions"], serde_json::json!(["bf16"]));
@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn flags_given_go_over_the_device_defaults() {
-        let stage = crate::stage::register::<KvCache>();
+        let stage = crate::stage::register::<Kv>();
         let m = stage.command().get_matches_from(["kv", "--max", "2048"]);
         let cpu = stage.config_from(&m, crate::stage::Sizes::Cpu).unwrap();
         assert_eq!(

@@ -5,7 +5,7 @@
 use crate::error::{LabError, Result};
 use crate::estimate::{self, Workload};
 use crate::experiments::oom;
-use crate::memory::{fmt_bytes, guarded, tensor_bytes, Category, Held};
+use crate::memory::{fmt_bytes, guarded, tensor_bytes, Category, HeldBytes};
 use crate::model::{Decoder, Logits};
 use crate::session::Session;
 use crate::stage::Outcome;
@@ -188,7 +188,7 @@ fn sweep(
     model: &Decoder,
     sizes: impl Iterator<Item = (usize, usize)>,
     logits: Logits,
-    diagnoses: &mut Vec<oom::Row>,
+    diagnoses: &mut Vec<oom::Diagnosis>,
 ) -> Result<Vec<PrefillStep>> {
     warm_up(model);
     let sizes: Vec<(usize, usize)> = sizes.collect();
@@ -212,7 +212,7 @@ fn sweep(
 
 /// The diagnosis of a sweep's OOM: what the failed step held and what would have made it fit,
 /// with the transient per token of the last step that fitted.
-fn diagnose_last(s: &Session, model: &Decoder, steps: &[PrefillStep], logits: Logits, out: &mut Vec<oom::Row>) {
+fn diagnose_last(s: &Session, model: &Decoder, steps: &[PrefillStep], logits: Logits, out: &mut Vec<oom::Diagnosis>) {
     let Some(failed) = steps.last().filter(|st| st.outcome == Outcome::Oom) else { return };
     let Some(report) = &failed.oom else { return };
     let measured = steps
@@ -221,7 +221,8 @@ fn diagnose_last(s: &Session, model: &Decoder, steps: &[PrefillStep], logits: Lo
         .find(|st| st.outcome.is_ok())
         .map(|st| oom::Measured::from_step(st.base, st.peak, st.after, st.reserved_peak, st.seq * st.batch))
         .unwrap_or(oom::Measured { transient_per_token: 0.0, pool_factor: 1.0 });
-    let held = Held::of(&[(Category::Weights, model.weight_bytes()), (Category::KvCache, failed.predicted_kv_gqa)]);
+    let held =
+        HeldBytes::of(&[(Category::Weights, model.weight_bytes()), (Category::KvCache, failed.predicted_kv_gqa)]);
     let w = Workload { precision: model.precision, seq: failed.seq, batch: failed.batch, logits };
     let context = format!(
         "{} {} × {} ({} logits, {} attention)",
@@ -236,7 +237,7 @@ pub fn prefill_sweep(
     model: &Decoder,
     lengths: &[usize],
     logits: Logits,
-    diagnoses: &mut Vec<oom::Row>,
+    diagnoses: &mut Vec<oom::Diagnosis>,
 ) -> Result<Vec<PrefillStep>> {
     sweep(s, model, lengths.iter().map(|&n| (n, 1)), logits, diagnoses)
 }
@@ -248,7 +249,7 @@ pub fn batch_sweep(
     seq: usize,
     max_batch: usize,
     logits: Logits,
-    diagnoses: &mut Vec<oom::Row>,
+    diagnoses: &mut Vec<oom::Diagnosis>,
 ) -> Result<Vec<PrefillStep>> {
     let batches = std::iter::successors(Some(1usize), |b| Some(b * 2)).take_while(|&b| b <= max_batch);
     sweep(s, model, batches.map(|b| (seq, b)), logits, diagnoses)

@@ -5,7 +5,7 @@ use crate::error::{LabError, Result};
 use crate::estimate::{self, Workload};
 use crate::experiments::oom;
 use crate::hw::Card;
-use crate::memory::{fmt_bytes, guarded, mib, tensor_bytes, Category, Held, MemoryMonitor};
+use crate::memory::{fmt_bytes, guarded, mib, tensor_bytes, Category, HeldBytes, MemoryMonitor};
 use crate::model::decoder::last_logits;
 use crate::model::{Decoder, Logits};
 use crate::session::Session;
@@ -39,7 +39,7 @@ impl Run {
         Self { demo, variant, leaks, monitor, outcomes: Vec::new(), predicted_per_step: None, note: String::new() }
     }
 
-    pub fn mark(&mut self, s: &Session, label: &str, held: Held, outcome: Outcome) {
+    pub fn mark(&mut self, s: &Session, label: &str, held: HeldBytes, outcome: Outcome) {
         self.monitor.mark(&s.probe, label, held);
         self.outcomes.push(outcome);
     }
@@ -98,7 +98,7 @@ pub fn kv_pair(s: &mut Session, model: &Decoder, cfg: &LeaksConfig) -> Result<Ve
         };
         // One request first, dropped: buffers the runtime keeps for good are not a leak.
         drop(request(usize::MAX)?);
-        run.mark(s, "start", Held::of(&[(Category::Weights, weights)]), Outcome::Ok);
+        run.mark(s, "start", HeldBytes::of(&[(Category::Weights, weights)]), Outcome::Ok);
         for r in 0..cfg.requests {
             s.check_stop()?;
             let step = request(r);
@@ -116,7 +116,7 @@ pub fn kv_pair(s: &mut Session, model: &Decoder, cfg: &LeaksConfig) -> Result<Ve
             run.mark(
                 s,
                 &format!("request {}", r + 1),
-                Held::of(&[(Category::Weights, weights), (Category::KvCache, kv)]),
+                HeldBytes::of(&[(Category::Weights, weights), (Category::KvCache, kv)]),
                 outcome.clone(),
             );
             if outcome == Outcome::Oom {
@@ -145,7 +145,7 @@ pub fn batch_pair(
     s: &mut Session,
     model: &Decoder,
     cfg: &LeaksConfig,
-    diagnoses: &mut Vec<oom::Row>,
+    diagnoses: &mut Vec<oom::Diagnosis>,
 ) -> Result<Vec<Run>> {
     let weights = model.weight_bytes();
     // On CPU the capacity is the counting allocator's: without it (a notebook kernel) nothing
@@ -173,7 +173,7 @@ fn batch_runs(
     model: &Decoder,
     cfg: &LeaksConfig,
     weights: u64,
-    diagnoses: &mut Vec<oom::Row>,
+    diagnoses: &mut Vec<oom::Diagnosis>,
 ) -> Result<Vec<Run>> {
     s.console.step(format!("leaks: batches of 1 and {PROBE} sequences of {} tokens, measured", cfg.seq));
     let _ = prefill(s, model, 1, cfg.seq.min(16)); // runtime workspaces into the base
@@ -225,14 +225,14 @@ fn batch_runs(
         );
         s.probe.clear_pending();
         s.probe.reset_peak();
-        run.mark(s, "start", Held::of(&[(Category::Weights, weights)]), Outcome::Ok);
+        run.mark(s, "start", HeldBytes::of(&[(Category::Weights, weights)]), Outcome::Ok);
         let outcome = match prefill(s, model, batch, cfg.seq) {
             Ok(_) => Outcome::Ok,
             Err(LabError::Oom(r)) => {
                 let w = Workload { precision: model.precision, seq: cfg.seq, batch, logits: Logits::Last };
                 let kv = estimate::kv_bytes_per_token(&model.cfg, model.act_dtype().size_in_bytes())
                     * (batch * cfg.seq) as u64;
-                let held = Held::of(&[(Category::Weights, weights), (Category::KvCache, kv)]);
+                let held = HeldBytes::of(&[(Category::Weights, weights), (Category::KvCache, kv)]);
                 let context = format!("{} batch {batch} × {}", model.precision, cfg.seq);
                 diagnoses.extend(oom::diagnose(s, &context, &r, &model.cfg, &w, &held, measured));
                 s.say(format!("batch {batch}: {}", r.headline()));
@@ -242,7 +242,7 @@ fn batch_runs(
         };
         // The peak is what this run needed; the mark after holds only what stayed.
         let peak = s.probe.snapshot("peak").peak;
-        run.mark(s, &format!("batch {batch}"), Held::of(&[(Category::Weights, weights)]), outcome);
+        run.mark(s, &format!("batch {batch}"), HeldBytes::of(&[(Category::Weights, weights)]), outcome);
         run.note.push_str(&format!("; peak {}", fmt_bytes(peak)));
         runs.push(run);
     }
@@ -284,12 +284,12 @@ fn autograd_run(s: &mut Session, m: &Decoder, cfg: &LeaksConfig, trainable: bool
     };
     // Warm-up, as in the kv pair; an OOM here is this run's result, not the stage's end.
     let warm = forward(usize::MAX);
-    run.mark(s, "start", Held::of(&[(Category::Weights, weights)]), Outcome::Ok);
+    run.mark(s, "start", HeldBytes::of(&[(Category::Weights, weights)]), Outcome::Ok);
     if let Err(e) = warm {
         if !matches!(e, LabError::Oom(_)) {
             return Err(e);
         }
-        run.mark(s, "warm-up", Held::of(&[(Category::Weights, weights)]), Outcome::Oom);
+        run.mark(s, "warm-up", HeldBytes::of(&[(Category::Weights, weights)]), Outcome::Oom);
     }
     let mut peaks = Vec::new();
     for f in 0..cfg.requests {
@@ -311,7 +311,7 @@ fn autograd_run(s: &mut Session, m: &Decoder, cfg: &LeaksConfig, trainable: bool
         run.mark(
             s,
             &format!("forward {}", f + 1),
-            Held::of(&[(Category::Weights, weights), (Category::Logits, tensor_bytes(&kept))]),
+            HeldBytes::of(&[(Category::Weights, weights), (Category::Logits, tensor_bytes(&kept))]),
             outcome.clone(),
         );
         if outcome == Outcome::Oom {

@@ -133,7 +133,7 @@ fn checkpoints(
                 let mut opened = model::load::source::open(source, &s.opts)?;
                 let t0 = std::time::Instant::now();
                 // llama.cpp's Q4_K_M, as stage 1's Q4 loads it and as users download it.
-                let plan = model::gguf::writer::Plan::Llama(model::gguf::recipe::FileType::Q4KM);
+                let plan = model::gguf::writer::FileTypes::Llama(model::gguf::recipe::FileType::Q4KM);
                 model::gguf::writer::write_gguf(cfg, opened.weights.as_mut(), &path, plan, None, |_| {})?;
                 std::fs::File::open(&path)?.sync_all()?;
                 let files = vec![path.clone()];

@@ -25,7 +25,7 @@ use crate::model::{self, DecoderConfig, Precision};
 use crate::reference;
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Scale, Stage, StageOutput, View};
-use modes::{run_managed, run_placed, Row};
+use modes::{run_managed, run_placed, ModeRow};
 use prediction::predict;
 use pytorch::{llamacpp_rows, pytorch_rows};
 use tables::{bandwidths_table, predict_table, table, BANDWIDTHS_TABLE, PREDICT_TABLE, TABLE};
@@ -34,7 +34,7 @@ pub use config::{Mode, OffloadConfig};
 
 pub struct Offload;
 
-fn findings(rows: &[Row], report_model: bool) -> Vec<Finding> {
+fn findings(rows: &[ModeRow], report_model: bool) -> Vec<Finding> {
     let rep = |v: f64| report_model.then_some(v);
     let ok = |m: &str| rows.iter().find(|r| r.mode == m && r.outcome.is_ok());
     let mut out = Vec::new();

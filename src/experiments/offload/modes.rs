@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 
 /// One mode's result.
 #[derive(Debug, Clone, Default)]
-pub struct Row {
+pub struct ModeRow {
     pub mode: String,
     pub run_by: String,
     pub outcome: Outcome,
@@ -42,10 +42,10 @@ fn prompt_ids(vocab: usize, n: usize, seed: u64) -> Vec<u32> {
     (0..n).map(|_| rng.random_range(0..vocab as u32)).collect()
 }
 
-impl Row {
+impl ModeRow {
     /// The row of a mode whose run ended with `result`: an OOM or another error is the row's
     /// outcome (the next mode still runs); only Ctrl-C stops the stage.
-    fn settle(mut self, result: Result<()>) -> Result<Row> {
+    fn settle(mut self, result: Result<()>) -> Result<ModeRow> {
         match result {
             Err(LabError::Interrupted) => Err(LabError::Interrupted),
             Err(e) => {
@@ -60,7 +60,13 @@ impl Row {
 
 /// Measures decode speed and memory of a built model; `before` is the snapshot taken before the
 /// mode loaded anything (device memory used beyond it includes managed pages).
-fn generate_in(s: &mut Session, model: &Decoder, cfg: &OffloadConfig, row: &mut Row, before: &Snapshot) -> Result<()> {
+fn generate_in(
+    s: &mut Session,
+    model: &Decoder,
+    cfg: &OffloadConfig,
+    row: &mut ModeRow,
+    before: &Snapshot,
+) -> Result<()> {
     row.loaded = Some(s.probe.snapshot(&format!("{}: loaded", row.mode)));
     let prompt = prompt_ids(model.cfg.vocab_size, cfg.prompt, s.opts.seed);
     let gen_cfg = GenerateConfig { max_new_tokens: cfg.new_tokens, stop_at_eos: false, ..Default::default() };
@@ -87,8 +93,8 @@ pub fn run_placed(
     strategy: Strategy,
     bw: &Bandwidths,
     budget: u64,
-) -> Result<Row> {
-    let mut row = Row { mode: strategy.name().into(), run_by: "vram-lab".into(), ..Default::default() };
+) -> Result<ModeRow> {
+    let mut row = ModeRow { mode: strategy.name().into(), run_by: "vram-lab".into(), ..Default::default() };
     let mut opened = model::load::source::open(&s.source, &s.opts)?;
     let mcfg = opened.cfg.clone();
     let parts = PartBytes::new(&mcfg, cfg.precision.act_dtype().size_in_bytes());
@@ -137,9 +143,9 @@ pub fn run_placed(
 }
 
 #[cfg(feature = "cuda")]
-pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwidths) -> Result<Row> {
+pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwidths) -> Result<ModeRow> {
     use crate::memory::unified::{Advice, Managed};
-    let mut row = Row { mode: mode.name().into(), run_by: "vram-lab".into(), ..Default::default() };
+    let mut row = ModeRow { mode: mode.name().into(), run_by: "vram-lab".into(), ..Default::default() };
     let dev = match &s.device {
         candle_core::Device::Cuda(d) => d.clone(),
         _ => return Err(LabError::Unsupported("unified memory needs a CUDA GPU".into())),
@@ -202,8 +208,8 @@ pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwi
 }
 
 #[cfg(not(feature = "cuda"))]
-pub fn run_managed(_s: &mut Session, _cfg: &OffloadConfig, mode: Mode, _bw: &Bandwidths) -> Result<Row> {
-    Ok(Row {
+pub fn run_managed(_s: &mut Session, _cfg: &OffloadConfig, mode: Mode, _bw: &Bandwidths) -> Result<ModeRow> {
+    Ok(ModeRow {
         mode: mode.name().into(),
         run_by: "vram-lab".into(),
         outcome: Outcome::Error("unified memory needs a CUDA build on a GPU".into()),

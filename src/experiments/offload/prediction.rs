@@ -1,7 +1,7 @@
 //! What each mode should reach: the decode ceiling from this run's bandwidths and the bytes each
 //! token moves, on this GPU and on the emulated card.
 
-use super::modes::Row;
+use super::modes::ModeRow;
 use crate::hw::Card;
 use crate::memory::fmt_bytes;
 use crate::model::offload::placement::{Bandwidths, Home, PartBytes, Placement, Strategy};
@@ -22,7 +22,7 @@ pub struct Prediction {
 /// bandwidths are its vendor figures scaled by the efficiency measured here (measured ÷ this
 /// GPU's vendor figure); the host is this one.
 pub fn predict(
-    rows: &[Row],
+    rows: &[ModeRow],
     bw: &Bandwidths,
     own: Option<&Card>,
     model: &DecoderConfig,

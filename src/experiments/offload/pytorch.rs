@@ -2,12 +2,12 @@
 //! script in the same call, llama.cpp's (`llama-bench -ngl N`) likewise, and the report's and the
 //! unified-memory article's figures.
 
-use super::modes::Row;
+use super::modes::ModeRow;
 use crate::error::Result;
 use crate::reference;
 
 /// PyTorch rows from the reference script's JSON lines.
-pub fn pytorch_rows(path: &std::path::Path) -> Result<Vec<Row>> {
+pub fn pytorch_rows(path: &std::path::Path) -> Result<Vec<ModeRow>> {
     let mut rows = Vec::new();
     for r in reference::pytorch_records(path, "offload")? {
         let case = r["case"].as_str().unwrap_or("");
@@ -23,7 +23,7 @@ pub fn pytorch_rows(path: &std::path::Path) -> Result<Vec<Row>> {
             ),
             _ => continue,
         };
-        rows.push(Row {
+        rows.push(ModeRow {
             mode: mode.into(),
             run_by: "PyTorch (same GPU, same call)".into(),
             tok_s: r["tok_s"].as_f64(),
@@ -36,13 +36,17 @@ pub fn pytorch_rows(path: &std::path::Path) -> Result<Vec<Row>> {
 
 /// llama.cpp's rows from llama-bench's JSON lines: each decode test with some layers on the CPU
 /// (`-ngl` below the model's layer count), in the precision `precision` (the GGUF's name).
-pub fn llamacpp_rows(path: &std::path::Path, precision: crate::model::Precision, layers: usize) -> Result<Vec<Row>> {
+pub fn llamacpp_rows(
+    path: &std::path::Path,
+    precision: crate::model::Precision,
+    layers: usize,
+) -> Result<Vec<ModeRow>> {
     Ok(reference::llamacpp_records(path)?
         .into_iter()
         .filter(|r| {
             r.precision == Some(precision) && r.n_gen > 0 && r.n_prompt == 0 && (r.n_gpu_layers as usize) < layers
         })
-        .map(|r| Row {
+        .map(|r| ModeRow {
             mode: format!("llama.cpp -ngl {}", r.n_gpu_layers),
             run_by: "llama.cpp (same GPU and call)".into(),
             tok_s: Some(r.tok_s),

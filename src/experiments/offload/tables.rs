@@ -1,7 +1,7 @@
 //! The offload stage's tables: their columns, the CSVs' names, the views and charts the report
 //! draws.
 
-use super::modes::Row;
+use super::modes::ModeRow;
 use super::prediction::Prediction;
 use super::pytorch::report_and_article;
 use crate::error::Result;
@@ -58,10 +58,10 @@ pub const BANDWIDTHS_TABLE: &str = "offload_bandwidths";
 
 pub const PREDICT_TABLE: &str = "offload_predict";
 
-pub fn table(rows: &[Row], report_model: bool) -> Result<DataFrame> {
+pub fn table(rows: &[ModeRow], report_model: bool) -> Result<DataFrame> {
     let full = rows.iter().find(|r| r.mode == "full" && r.outcome.is_ok()).and_then(|r| r.tok_s);
     let accel = rows.iter().find(|r| r.mode == "pytorch accelerate").and_then(|r| r.tok_s);
-    let count = |r: &Row, h: Home| r.placement.as_ref().map(|p| p.count(h) as u64);
+    let count = |r: &ModeRow, h: Home| r.placement.as_ref().map(|p| p.count(h) as u64);
     let mib = |b: Option<u64>| b.map(|b| b as f64 / crate::memory::MIB);
     let gibo = |b: Option<u64>| b.map(gib);
     Ok(df!(

@@ -20,9 +20,9 @@ use crate::session::Session;
 use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
 use predicted::{ceiling, predicted, rank_row, read_per_token};
 use rand::{Rng, SeedableRng};
-use ranks::{run_rank, Plan, RankRun, Request};
+use ranks::{run_rank, RankPlan, RankRun, Request};
 use serde::{Deserialize, Serialize};
-use tables::{table, Row, TABLE};
+use tables::{table, GpuRow, TABLE};
 
 pub struct Parallel;
 
@@ -158,7 +158,7 @@ fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig, cards: &[Ca
     let prompt: Vec<u32> = (0..c.prompt).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect();
     let gen = GenerateConfig { max_new_tokens: c.new_tokens, ..Default::default() };
     // Each layout's rows and its greedy tokens, beside the one-device loop's once that has run.
-    let mut layouts: Vec<(Vec<Row>, Vec<u32>)> = Vec::new();
+    let mut layouts: Vec<(Vec<GpuRow>, Vec<u32>)> = Vec::new();
 
     if c.layouts.contains(&Layout::Tensor) {
         s.console.step(format!("tensor-parallel over {} {}", c.gpus, if cuda { "GPUs" } else { "CPU threads" }));
@@ -174,7 +174,7 @@ fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig, cards: &[Ca
             prompt: &prompt,
             gen: gen.clone(),
         };
-        let plan = Plan { req, group: Group::new(c.gpus, cuda)?, cards: cards.to_vec() };
+        let plan = RankPlan { req, group: Group::new(c.gpus, cuda)?, cards: cards.to_vec() };
         let results: Vec<Result<RankRun>> = on_each(devs.clone(), |rank, dev| run_rank(&plan, rank, dev));
         let mut rows = Vec::new();
         let mut tokens = Vec::new();
@@ -185,7 +185,7 @@ fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig, cards: &[Ca
                     rows.push(rank_row(&r, &p, c.gpus, ceil));
                     tokens = r.tokens;
                 }
-                Err(e) => rows.push(Row {
+                Err(e) => rows.push(GpuRow {
                     layout: format!("tensor-parallel × {}", c.gpus),
                     rank,
                     outcome: Outcome::from_error(&e).as_str(),
@@ -272,10 +272,10 @@ fn one_device(
     gen: &GenerateConfig,
     act: u64,
     read_gbs: f64,
-) -> Result<(Vec<Row>, Option<Vec<u32>>)> {
+) -> Result<(Vec<GpuRow>, Option<Vec<u32>>)> {
     s.console.step("the whole model on one device");
     let cuda = s.device.is_cuda();
-    let mut row = Row {
+    let mut row = GpuRow {
         layout: "one device".into(),
         device: hw::describe(&s.device),
         ..predicted(cfg, c.precision, c.prompt, c.new_tokens, 1)?
@@ -297,7 +297,7 @@ fn one_device(
         Ok(x) => x,
         Err(e @ LabError::Oom(_)) => {
             s.say(format!("one device: {e}"));
-            return Ok((vec![Row { outcome: Outcome::from_error(&e).as_str(), ..row }], None));
+            return Ok((vec![GpuRow { outcome: Outcome::from_error(&e).as_str(), ..row }], None));
         }
         Err(e) => return Err(e),
     };
@@ -317,7 +317,7 @@ fn one_device(
         mib(weights)
     ));
     // The loop row counts against the fused step; the layouts count against the loop.
-    let loop_row = Row {
+    let loop_row = GpuRow {
         layout: "one device, the ranks' loop".into(),
         prefill_tok_s: Some(looped.prefill_tok_s()),
         decode_tok_s: Some(looped.decode_tok_s()),
@@ -328,7 +328,7 @@ fn one_device(
     Ok((vec![row, loop_row], Some(looped.generated_ids)))
 }
 
-fn findings(rows: &[Row], gpus: usize) -> Vec<Finding> {
+fn findings(rows: &[GpuRow], gpus: usize) -> Vec<Finding> {
     let mut out = Vec::new();
     let rank0 =
         rows.iter().find(|r| r.layout.starts_with("tensor-parallel") && r.rank == 0 && r.outcome == Outcome::OK);

@@ -4,7 +4,7 @@
 //! beside the ledger (`estimate --pp N`, `plan --cards`).
 
 use super::ranks::Request;
-use super::tables::Row;
+use super::tables::GpuRow;
 use crate::error::Result;
 use crate::estimate::fit::Inference;
 use crate::estimate::parallel::{llamacpp_split, pipeline, pipeline_llamacpp};
@@ -33,7 +33,7 @@ pub fn run(
     devices: Vec<Device>,
     shares: Option<&[f64]>,
     cards: &[Card],
-) -> Result<(Vec<Row>, Vec<u32>, Option<String>)> {
+) -> Result<(Vec<GpuRow>, Vec<u32>, Option<String>)> {
     let n = devices.len();
     let layout = match shares {
         Some(s) => format!("pipeline × {n}, llama.cpp split {s:?}"),
@@ -65,11 +65,11 @@ pub fn run(
         r.precision.act_dtype().size_in_bytes() as u64,
     )?
     .kv_cache;
-    let predicted: Vec<Row> = need
+    let predicted: Vec<GpuRow> = need
         .iter()
         .map(|g| {
             let kv = kv_all * (g.layers.1 - g.layers.0) as u64 / layers;
-            Row {
+            GpuRow {
                 layout: layout.clone(),
                 rank: g.gpu,
                 device: hw::describe_as(&devices[g.gpu], cards.get(g.gpu)),
@@ -101,7 +101,7 @@ pub fn run(
         Ok(x) => x,
         Err(e @ crate::error::LabError::Oom(_)) => {
             let outcome = Outcome::from_error(&e).as_str();
-            let rows = predicted.into_iter().map(|p| Row { outcome: outcome.clone(), ..p }).collect();
+            let rows = predicted.into_iter().map(|p| GpuRow { outcome: outcome.clone(), ..p }).collect();
             // Every GPU's state at the OOM: the error names the first GPU's probe, whichever ran out.
             let each: Vec<String> = probes
                 .iter()
@@ -126,7 +126,7 @@ pub fn run(
         .enumerate()
         .map(|(i, p)| {
             let share = (split[i].1 - split[i].0) as u64;
-            Row {
+            GpuRow {
                 weights: cuda.then(|| loaded[i].allocated.saturating_sub(before[i].allocated)),
                 kv_cache: Some(g.kv_cache_bytes * share / layers),
                 peak_above_weights: cuda.then(|| done[i].peak.saturating_sub(loaded[i].allocated)),

@@ -2,7 +2,7 @@
 //! model on one device), and the decode ceiling of the bytes a device reads per token.
 
 use super::ranks::RankRun;
-use super::tables::Row;
+use super::tables::GpuRow;
 use crate::error::Result;
 use crate::estimate::fit::Inference;
 use crate::estimate::parallel::tensor_parallel;
@@ -19,7 +19,7 @@ pub fn predicted(
     prompt: usize,
     new_tokens: usize,
     gpus: usize,
-) -> Result<Row> {
+) -> Result<GpuRow> {
     let w = Inference {
         precision,
         seq: prompt,
@@ -50,7 +50,7 @@ pub fn predicted(
     let dtype = precision.dense_dtype().map(|d| d.size_in_bytes() as u64).unwrap_or(2);
     let kv = rank_ledger(cfg, gpus, dtype, (prompt + new_tokens) as u64, precision.act_dtype().size_in_bytes() as u64)?
         .kv_cache;
-    Ok(Row {
+    Ok(GpuRow {
         weights_predicted: need.weights,
         nccl_predicted: need.nccl,
         kv_predicted: kv,
@@ -71,8 +71,8 @@ pub fn read_per_token(cfg: &DecoderConfig, weights: u64, kv: u64, act: u64) -> u
     weights.saturating_sub(table) + kv
 }
 
-pub fn rank_row(r: &RankRun, p: &Row, gpus: usize, ceiling_tok_s: Option<f64>) -> Row {
-    Row {
+pub fn rank_row(r: &RankRun, p: &GpuRow, gpus: usize, ceiling_tok_s: Option<f64>) -> GpuRow {
+    GpuRow {
         layout: format!("tensor-parallel × {gpus}"),
         rank: r.rank,
         device: r.device.clone(),

@@ -44,14 +44,14 @@ pub struct Request<'a> {
 
 /// What every rank shares: the request (model, prompt), where the ranks meet, and the card each
 /// rank emulates (empty: every rank its whole device).
-pub struct Plan<'a> {
+pub struct RankPlan<'a> {
     pub req: Request<'a>,
     pub group: Group,
     pub cards: Vec<Card>,
 }
 
 /// Rank `rank` of `plan.group` on `device`.
-pub fn run_rank(plan: &Plan, rank: usize, device: Device) -> Result<RankRun> {
+pub fn run_rank(plan: &RankPlan, rank: usize, device: Device) -> Result<RankRun> {
     let mut probe = MemoryProbe::new(&device);
     let cuda = device.is_cuda();
     probe.warm_up()?;

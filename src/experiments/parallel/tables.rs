@@ -8,7 +8,7 @@ use polars::prelude::*;
 
 /// One rank (or the one-device run): measured and predicted, bytes.
 #[derive(Debug, Clone, Default)]
-pub struct Row {
+pub struct GpuRow {
     pub layout: String,
     pub rank: usize,
     pub device: String,
@@ -65,10 +65,10 @@ fn error_pct(measured: Option<u64>, predicted: u64) -> Option<f64> {
     measured.filter(|&m| m > 0).map(|m| 100.0 * (predicted as f64 - m as f64) / m as f64)
 }
 
-pub fn table(rows: &[Row]) -> Result<DataFrame> {
+pub fn table(rows: &[GpuRow]) -> Result<DataFrame> {
     use col::*;
-    let m = |f: fn(&Row) -> Option<u64>| rows.iter().map(|r| f(r).map(mib)).collect::<Vec<_>>();
-    let p = |f: fn(&Row) -> u64| rows.iter().map(|r| mib(f(r))).collect::<Vec<_>>();
+    let m = |f: fn(&GpuRow) -> Option<u64>| rows.iter().map(|r| f(r).map(mib)).collect::<Vec<_>>();
+    let p = |f: fn(&GpuRow) -> u64| rows.iter().map(|r| mib(f(r))).collect::<Vec<_>>();
     Ok(df!(
         LAYOUT => rows.iter().map(|r| r.layout.clone()).collect::<Vec<_>>(),
         RANK => rows.iter().map(|r| r.rank as u32).collect::<Vec<_>>(),

@@ -2,7 +2,7 @@
 //! formula and the articles', the formula's need when the F32 weights do not load, and the check
 //! that a step could fit the device at all.
 
-use super::tables::{scale_table, Row, SCALE};
+use super::tables::{scale_table, ItemRow, SCALE};
 use crate::error::Result;
 use crate::estimate::training::{self, articles_activations, step_activations, step_peak, TrainSetup, TrainShape};
 use crate::experiments::kv::random_ids;
@@ -78,7 +78,7 @@ pub(super) fn rows_for(
     weights: u64,
     states: u64,
     step: &std::result::Result<Measured, String>,
-) -> Vec<Row> {
+) -> Vec<ItemRow> {
     let (m, oom) = (step.as_ref().ok(), step.as_ref().err().cloned());
     let lab = step_activations(model_cfg, params, sh, checkpoint);
     let ledger = training::ledger(params, &TrainSetup::fp32_adam());
@@ -86,13 +86,13 @@ pub(super) fn rows_for(
     let note =
         oom.unwrap_or_else(|| m.map(|m| format!("loss {:.3}, {:.2} s a step", m.loss, m.seconds)).unwrap_or_default());
     vec![
-        Row { checkpointing: checkpoint, item: "weights", measured: Some(weights), lab: ledger.weights, articles: Some(ledger.weights), note: "F32 Vars".into() },
-        Row { checkpointing: checkpoint, item: "optimizer states", measured: Some(states), lab: ledger.optimizer, articles: Some(ledger.optimizer), note: "AdamW: two F32 moments".into() },
-        Row { checkpointing: checkpoint, item: "gradients", measured: m.map(|m| m.gradients), lab: lab.gradients, articles: Some(ledger.gradients), note: "held after the backward".into() },
-        Row { checkpointing: checkpoint, item: "kept by the forward", measured: m.map(|m| m.forward), lab: lab.forward, articles: Some(art), note: if checkpoint { "each layer's input".into() } else { "the whole graph".into() } },
-        Row { checkpointing: checkpoint, item: "backward peak above weights + states", measured: m.map(|m| m.backward_peak), lab: lab.peak, articles: Some(ledger.gradients + art), note: format!("lab: at the {}", lab.phase) },
-        Row { checkpointing: checkpoint, item: "AdamW update peak above weights + states", measured: m.map(|m| m.optimizer_peak), lab: lab.optimizer_peak, articles: None, note: "the gradients and 3 tensors the size of the largest weight (the lab's AdamW updates in place; candle_nn's, which records the update's ops, held 14)".into() },
-        Row { checkpointing: checkpoint, item: "step peak", measured: m.map(|m| weights + states + m.backward_peak.max(m.optimizer_peak)), lab: ledger.weights + ledger.optimizer + lab.above_states(), articles: Some(ledger.total() + art), note },
+        ItemRow { checkpointing: checkpoint, item: "weights", measured: Some(weights), lab: ledger.weights, articles: Some(ledger.weights), note: "F32 Vars".into() },
+        ItemRow { checkpointing: checkpoint, item: "optimizer states", measured: Some(states), lab: ledger.optimizer, articles: Some(ledger.optimizer), note: "AdamW: two F32 moments".into() },
+        ItemRow { checkpointing: checkpoint, item: "gradients", measured: m.map(|m| m.gradients), lab: lab.gradients, articles: Some(ledger.gradients), note: "held after the backward".into() },
+        ItemRow { checkpointing: checkpoint, item: "kept by the forward", measured: m.map(|m| m.forward), lab: lab.forward, articles: Some(art), note: if checkpoint { "each layer's input".into() } else { "the whole graph".into() } },
+        ItemRow { checkpointing: checkpoint, item: "backward peak above weights + states", measured: m.map(|m| m.backward_peak), lab: lab.peak, articles: Some(ledger.gradients + art), note: format!("lab: at the {}", lab.phase) },
+        ItemRow { checkpointing: checkpoint, item: "AdamW update peak above weights + states", measured: m.map(|m| m.optimizer_peak), lab: lab.optimizer_peak, articles: None, note: "the gradients and 3 tensors the size of the largest weight (the lab's AdamW updates in place; candle_nn's, which records the update's ops, held 14)".into() },
+        ItemRow { checkpointing: checkpoint, item: "step peak", measured: m.map(|m| weights + states + m.backward_peak.max(m.optimizer_peak)), lab: ledger.weights + ledger.optimizer + lab.above_states(), articles: Some(ledger.total() + art), note },
     ]
 }
 

@@ -8,7 +8,7 @@ use crate::stage::{ChartSpec, Series, View};
 use polars::prelude::*;
 
 /// One row: an item measured, the lab's formula, the articles' where they have one.
-pub struct Row {
+pub struct ItemRow {
     pub checkpointing: bool,
     pub item: &'static str,
     pub measured: Option<u64>,
@@ -83,7 +83,7 @@ pub fn ranks_table(rows: &[RankRow]) -> Result<DataFrame> {
     )?)
 }
 
-pub fn memory_table(rows: &[Row]) -> Result<DataFrame> {
+pub fn memory_table(rows: &[ItemRow]) -> Result<DataFrame> {
     use col::*;
     let opt_mib = |v: Option<u64>| v.map(mib);
     Ok(df!(

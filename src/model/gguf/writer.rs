@@ -20,7 +20,7 @@ use std::path::Path;
 /// Which types a written file holds: one of llama-quantize's recipes, or the plan the lab's `q4`
 /// precision loads (Q4_K, Q6_K for the output layer: what stages 1-2 measured).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Plan {
+pub enum FileTypes {
     Llama(FileType),
     LabQ4,
 }
@@ -45,18 +45,18 @@ impl Planned {
     }
 }
 
-/// Every tensor of `cfg` with the type `plan` gives it, in the checkpoint's order.
-pub fn plan(cfg: &DecoderConfig, plan: Plan) -> Vec<Planned> {
+/// Every tensor of `cfg` with the type `file` gives it, in the checkpoint's order.
+pub fn plan(cfg: &DecoderConfig, file: FileTypes) -> Vec<Planned> {
     let named = gguf_tensors(cfg);
-    let types: Vec<GgmlType> = match plan {
-        Plan::Llama(ftype) => {
+    let types: Vec<GgmlType> = match file {
+        FileTypes::Llama(ftype) => {
             let tensors: Vec<recipe::Tensor> = named.iter().map(|(n, ne)| recipe::Tensor { name: n, ne }).collect();
             // The converter writes vectors as F32; they keep that type.
             recipe::plan(ftype, ModelClass::qwen2(cfg.num_hidden_layers), &tensors, |_| {
                 GgmlType::of(candle_core::quantized::GgmlDType::F32)
             })
         }
-        Plan::LabQ4 => {
+        FileTypes::LabQ4 => {
             cfg.tensor_specs().iter().map(|s| GgmlType::of(ggml_dtype_for(s, cfg.tie_word_embeddings))).collect()
         }
     };
@@ -66,7 +66,11 @@ pub fn plan(cfg: &DecoderConfig, plan: Plan) -> Vec<Planned> {
 /// The `<arch>.*` keys llama.cpp's loader reads (qwen2, qwen3, llama), `general.*`, and the
 /// tokenizer when there is one. Refused: Mistral (its window has no key), Llama 3.1's scaled RoPE
 /// (llama.cpp carries it as a `rope_freqs` tensor the lab does not write) and the mixtures.
-pub fn metadata(cfg: &DecoderConfig, plan: Plan, tok: Option<&tokenizers::Tokenizer>) -> Result<Vec<(String, Value)>> {
+pub fn metadata(
+    cfg: &DecoderConfig,
+    file: FileTypes,
+    tok: Option<&tokenizers::Tokenizer>,
+) -> Result<Vec<(String, Value)>> {
     let arch = match cfg.model_type {
         Family::Qwen2 | Family::Qwen3 => cfg.model_type.name(),
         Family::Llama if cfg.rope_scaling.is_none() => "llama",
@@ -100,7 +104,7 @@ pub fn metadata(cfg: &DecoderConfig, plan: Plan, tok: Option<&tokenizers::Tokeni
     if arch == "llama" {
         md.push((key("rope.dimension_count"), u(cfg.head_dim())));
     }
-    if let Plan::Llama(ftype) = plan {
+    if let FileTypes::Llama(ftype) = file {
         md.push(("general.file_type".into(), Value::U32(ftype.llama_ftype())));
         md.push(("general.quantization_version".into(), Value::U32(2)));
     }
@@ -205,13 +209,13 @@ fn encode(dense: &candle_core::Tensor, ty: GgmlType) -> Result<Vec<u8>> {
     Ok(qt.data()?.into_owned())
 }
 
-/// Writes `cfg`'s weights from `source` as a GGUF file under `plan`, with the tokenizer's
+/// Writes `cfg`'s weights from `source` as a GGUF file of the types `which` names, with the tokenizer's
 /// metadata when there is one; `each` runs after every tensor. Returns the tensors written.
 pub fn write_gguf(
     cfg: &DecoderConfig,
     source: &mut dyn WeightSource,
     out: &Path,
-    which: Plan,
+    which: FileTypes,
     tok: Option<&tokenizers::Tokenizer>,
     mut each: impl FnMut(&Planned),
 ) -> Result<Vec<Planned>> {

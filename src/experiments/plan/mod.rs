@@ -1,13 +1,15 @@
 //! The planner: for one card, per precision, the longest context, the largest batch at the context
 //! wanted and the decode ceiling; the best choice first.
 
-use super::cards;
-use super::engine::Engine;
-use super::inputs::{model_config, workload};
-use super::tables;
-use super::tables::{col, PLAN};
+pub mod cards;
+pub mod llamacpp;
+
 use crate::error::{LabError, Result};
 use crate::estimate::fit::{self, CardFit, Runtime};
+use crate::experiments::estimate::engine::Engine;
+use crate::experiments::estimate::inputs::{model_config, workload};
+use crate::experiments::estimate::tables;
+use crate::experiments::estimate::tables::{col, PLAN};
 use crate::hw::Card;
 use crate::limits;
 use crate::memory::mib;
@@ -93,9 +95,7 @@ impl Stage for Plan {
                     "--cards is not planned for --engine llama.cpp yet: plan one card (--card)".to_string(),
                 ))
             }
-            Engine::LlamaCpp => {
-                return super::plan_llamacpp::plan(s, &cfg, gguf.as_ref(), &c.gguf_types, c.seq, c.margin_mib)
-            }
+            Engine::LlamaCpp => return llamacpp::plan(s, &cfg, gguf.as_ref(), &c.gguf_types, c.seq, c.margin_mib),
             Engine::Transformers => return Err(LabError::input(
                 "plan --engine transformers is not built: `estimate --engine transformers` prices the report's sweep"
                     .to_string(),

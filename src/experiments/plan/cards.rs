@@ -2,11 +2,11 @@
 //! llama.cpp's `--split-mode layer` places it (`estimate::parallel::pipeline_llamacpp`), per
 //! precision the longest context and the largest batch every card holds, and each card's share.
 
-use super::inputs::workload;
-use super::tables::{col, PLAN, PLAN_GPUS};
 use crate::error::{LabError, Result};
 use crate::estimate::fit::{self, Inference};
 use crate::estimate::parallel::{pipeline_llamacpp, GpuNeed};
+use crate::experiments::estimate::inputs::workload;
+use crate::experiments::estimate::tables::{col, PLAN, PLAN_GPUS};
 use crate::hw::Card;
 use crate::limits::MAX_SEQ;
 use crate::memory::mib;

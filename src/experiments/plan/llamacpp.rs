@@ -3,10 +3,10 @@
 //! whole, the most layers at the context wanted. The need is the whole process as nvidia-smi
 //! lists it after a prompt filling the context (`estimate::llamacpp` and its `process`).
 
-use super::engine::priced;
-use super::tables::{col, PLAN_LLAMACPP};
 use crate::error::Result;
 use crate::estimate::llamacpp::{self, process, CacheType, Launch};
+use crate::experiments::estimate::engine::priced;
+use crate::experiments::estimate::tables::{col, PLAN_LLAMACPP};
 use crate::hw::Card;
 use crate::memory::mib;
 use crate::model::gguf::recipe::FileType;
