@@ -746,7 +746,7 @@ fn nb_06_multi_gpu() -> Out {
     tp.say(r#"
     **解读.**
     - {model} 的 BF16 权重是 {estimate_ledger.mib[precision=bf16, item=weights]:0} MiB：一张 {card} 放得下，但留给上下文的余地很少；两张卡就宽裕了。
-    - **张量并行的每张卡持有多于一半的权重**：{estimate_parallel.weights_mib[layout=tp, gpu=0]:0} MiB——嵌入表、归一化和输出层在每张卡上都是完整的一份；
+    - **张量并行的每张卡持有多于一半的权重**：{estimate_parallel.weights_mib[layout=tp, gpu=0]:0} MiB——嵌入表和归一化在每张卡上都是完整的一份(输出层按词表切分,每张卡一份词表行)；
       它的 KV 缓存是一半（{estimate_parallel.kv_cache_mib[layout=tp, gpu=0]:0} MiB，一半的 K/V 头）。
     - **NCCL 自己每张卡 {estimate_parallel.nccl_mib[layout=tp, gpu=0]:0} MiB**（账本的值，在两张 H100 上实测过，见下面的说明）。在 24 GB 的卡上这大约是 5 %。
 
@@ -754,7 +754,7 @@ fn nb_06_multi_gpu() -> Out {
     - {model} in BF16 is {estimate_ledger.mib[precision=bf16, item=weights]:0} MiB of weights: one {card} holds it with
       little room for context; two hold it with room to spare.
     - **A tensor-parallel GPU holds more than half** of the weights, {estimate_parallel.weights_mib[layout=tp, gpu=0]:0} MiB:
-      the embedding table, the norms and the output head are whole on every GPU; its KV cache is half
+      the embedding table and the norms are whole on every GPU (the output head is split by vocabulary rows); its KV cache is half
       ({estimate_parallel.kv_cache_mib[layout=tp, gpu=0]:0} MiB: half the K/V heads).
     - **NCCL's own memory is {estimate_parallel.nccl_mib[layout=tp, gpu=0]:0} MiB a GPU** (the ledger's, measured on two H100s:
       see the note below). On a 24 GB card that is 5 %.
