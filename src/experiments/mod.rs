@@ -1,4 +1,4 @@
-//! One module per report stage, each a `Stage` (see `stage.rs`) in the folder of its command.
+//! One module per report stage, each a `Stage` (see `stage/mod.rs`) in the folder of its command.
 //! The registry below is the list `vram-lab run` runs in order and the CLI turns into subcommands.
 
 pub mod anatomy;

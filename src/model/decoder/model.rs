@@ -194,10 +194,11 @@ impl Decoder {
 
     /// Whether a CUDA graph can record every sum across ranks (true without tensor parallelism).
     pub fn sums_capturable(&self) -> bool {
-        self.layers.iter().all(|l| match l {
-            LayerSlot::Resident(layer) => layer.capturable(),
-            LayerSlot::Streamed => true,
-        })
+        self.lm_head.capturable()
+            && self.layers.iter().all(|l| match l {
+                LayerSlot::Resident(layer) => layer.capturable(),
+                LayerSlot::Streamed => true,
+            })
     }
 
     /// Whether every layer, the embedding and the head are resident on the GPU: what the static

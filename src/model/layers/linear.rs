@@ -1,7 +1,8 @@
 //! A linear layer over dense weights (candle_nn's product) or GGUF blocks (candle's QMatMul, cast
 //! as candle's CUDA MMQ path casts), on the GPU or in host memory, with an optional bias; and a
-//! tensor-parallel rank's row-parallel product, which completes its partial sum across the group
-//! (tensor parallelism lives in the linear layer, as in mistral.rs: a layer holds no communicator).
+//! tensor-parallel rank's shares: a row-parallel product, which completes its partial sum across
+//! the group, and the head's vocabulary rows, gathered to every rank (tensor parallelism lives in
+//! the linear layer, as in mistral.rs: a layer holds no communicator).
 
 use crate::error::{LabError, Result};
 use crate::model::generate::StepInputs;

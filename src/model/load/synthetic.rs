@@ -60,11 +60,20 @@ impl Synthetic {
     /// 72B stalled four GPUs' loading (data/results/h200x4/2026-11-27-tp72-timeout).
     fn drawn(&self, spec: &TensorSpec, dtype: DType, device: &Device, part: Option<Part>) -> Result<Tensor> {
         let seed = self.tensor_seed(&spec.name);
-        let (shape, v) = counter_normal(&spec.shape, part, seed);
+        // Drawn straight into the tensor's dtype: one host copy of the part, not an F32 one beside it.
         let host = match dtype {
-            DType::BF16 => Tensor::from_vec(v.iter().map(|&x| half::bf16::from_f32(x)).collect(), shape, &Device::Cpu)?,
-            DType::F16 => Tensor::from_vec(v.iter().map(|&x| half::f16::from_f32(x)).collect(), shape, &Device::Cpu)?,
-            _ => Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dtype)?,
+            DType::BF16 => {
+                let (shape, v) = counter_normal(&spec.shape, part, seed, half::bf16::from_f32);
+                Tensor::from_vec(v, shape, &Device::Cpu)?
+            }
+            DType::F16 => {
+                let (shape, v) = counter_normal(&spec.shape, part, seed, half::f16::from_f32);
+                Tensor::from_vec(v, shape, &Device::Cpu)?
+            }
+            _ => {
+                let (shape, v) = counter_normal(&spec.shape, part, seed, |x| x);
+                Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dtype)?
+            }
         };
         Ok(host.to_device(device)?)
     }
@@ -77,7 +86,7 @@ impl Synthetic {
         // would spend minutes quantizing 256-row tiles. The CPU lab keeps its values.
         let (tile_rows, values) = if device.is_cuda() {
             let tile_rows = rows.min(16);
-            (tile_rows, counter_normal(&[tile_rows, cols], None, self.tensor_seed(&spec.name)).1)
+            (tile_rows, counter_normal(&[tile_rows, cols], None, self.tensor_seed(&spec.name), |x| x).1)
         } else {
             let tile_rows = rows.min(256);
             (tile_rows, self.host_values(&spec.name, tile_rows * cols)?)
@@ -99,8 +108,13 @@ impl Synthetic {
 /// The values of `part` of a tensor of `shape` (all of it for None) and the part's shape: value
 /// `i` (row-major index in the whole tensor) is the sum of four 16-bit uniforms of a hash of
 /// (`seed`, `i`), centred and scaled to STD: nearly normal, and any part is drawn alone, by
-/// rayon's threads, the same on any number of cores.
-fn counter_normal(shape: &[usize], part: Option<Part>, seed: u64) -> (Vec<usize>, Vec<f32>) {
+/// rayon's threads, the same on any number of cores. Each value is stored as `to` makes it.
+fn counter_normal<T: Copy + Default + Send>(
+    shape: &[usize],
+    part: Option<Part>,
+    seed: u64,
+    to: fn(f32) -> T,
+) -> (Vec<usize>, Vec<T>) {
     use rayon::prelude::*;
     // A vector is one row; a matrix's leading dimensions are its rows.
     let cols = shape.last().copied().unwrap_or(1).max(1);
@@ -116,7 +130,7 @@ fn counter_normal(shape: &[usize], part: Option<Part>, seed: u64) -> (Vec<usize>
         out_shape[d] = len;
     }
     let scale = STD * 3f32.sqrt() / 65536.0;
-    let mut v = vec![0f32; nrows * ncols];
+    let mut v = vec![T::default(); nrows * ncols];
     v.par_chunks_mut(ncols.max(1)).enumerate().for_each(|(r, row)| {
         let base = ((row0 + r) * cols + col0) as u64;
         for (c, x) in row.iter_mut().enumerate() {
@@ -126,7 +140,7 @@ fn counter_normal(shape: &[usize], part: Option<Part>, seed: u64) -> (Vec<usize>
             z ^= z >> 31;
             let sum = (z & 0xffff) + ((z >> 16) & 0xffff) + ((z >> 32) & 0xffff) + (z >> 48);
             // Four uniforms on [0, 65536) sum to a mean of 131,070 and a variance of 4/12 of 65536².
-            *x = (sum as f32 - 131_070.0) * scale;
+            *x = to((sum as f32 - 131_070.0) * scale);
         }
     });
     (out_shape, v)
@@ -170,25 +184,25 @@ mod tests {
 
     #[test]
     fn a_part_of_a_synthetic_tensor_is_the_slice_of_the_whole() {
-        let (shape, whole) = counter_normal(&[6, 10], None, 7);
+        let (shape, whole) = counter_normal(&[6, 10], None, 7, |x| x);
         assert_eq!(shape, [6, 10]);
         let whole = Tensor::from_vec(whole, (6, 10), &Device::Cpu).unwrap();
         for part in [(0, 2, 3), (1, 4, 5), (1, 0, 10)] {
-            let (shape, v) = counter_normal(&[6, 10], Some(part), 7);
+            let (shape, v) = counter_normal(&[6, 10], Some(part), 7, |x| x);
             let want: Vec<f32> =
                 whole.narrow(part.0, part.1, part.2).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             assert_eq!((shape[part.0], v), (part.2, want), "{part:?}");
         }
         // A bias: one row, cut along its only dimension.
-        let (_, bias) = counter_normal(&[10], None, 3);
-        assert_eq!(counter_normal(&[10], Some((0, 5, 5)), 3).1, bias[5..]);
+        let (_, bias) = counter_normal(&[10], None, 3, |x| x);
+        assert_eq!(counter_normal(&[10], Some((0, 5, 5)), 3, |x| x).1, bias[5..]);
         // Another seed, other values.
-        assert_ne!(counter_normal(&[10], None, 4).1, bias);
+        assert_ne!(counter_normal(&[10], None, 4, |x| x).1, bias);
     }
 
     #[test]
     fn synthetic_values_have_the_checkpoints_spread() {
-        let (_, v) = counter_normal(&[1000, 1000], None, 11);
+        let (_, v) = counter_normal(&[1000, 1000], None, 11, |x| x);
         let n = v.len() as f64;
         let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
         let sd = (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
