@@ -1,44 +1,30 @@
-#!/usr/bin/env python3
-"""One decoding step's kernels from an ncu CSV (scripts/gpu/profile-step.sh): the step is the
-launches between two of the head's products (the matrix-vector kernel with the most blocks); per
-kernel and grid, the count, the time and the DRAM read rate.
-    python3 scripts/gpu/ncu_step.py ncu.csv"""
+"""One decoding step's kernels from an Nsight Compute CSV (scripts/gpu/decode_profile.sh): the kernels
+between the last two argmax launches (one step of the captured graph, each node profiled), grouped by
+name, with their time, DRAM bytes read and the rate.
+    python3 scripts/gpu/ncu_step.py ncu.csv[.gz]"""
 import collections
 import csv
-import math
-import re
+import gzip
 import sys
 
-rows = list(csv.reader(open(sys.argv[1])))
-head = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
-names = rows[head]
-kernels = {}
-for r in rows[head + 1:]:
-    if len(r) != len(names):
-        continue
-    d = dict(zip(names, r))
-    k = kernels.setdefault(int(d["ID"]), {"name": d["Kernel Name"], "grid": d["Grid Size"]})
-    k[d["Metric Name"]] = float(d["Metric Value"].replace(",", ""))
-ks = [kernels[i] for i in sorted(kernels)]
-def blocks(k):
-    return math.prod(int(v) for v in re.findall(r"\d+", k["grid"]))
-
-
-gemv = [i for i, k in enumerate(ks) if "gemv" in k["name"]]
-top = max(blocks(ks[i]) for i in gemv)
-heads = [i for i in gemv if blocks(ks[i]) == top]
-if len(heads) < 2:
-    sys.exit("fewer than two head products in the profile: take more launches")
-step = ks[heads[0] + 1:heads[1] + 1]
-t = sum(k["gpu__time_duration.sum"] for k in step)
-b = sum(k["dram__bytes_read.sum"] for k in step)
-print(f"one step: {len(step)} kernels, {t / 1e3:.1f} us, {b / 1e9:.3f} GB read, {b / t / 1e3:.2f} TB/s")
+opened = gzip.open(sys.argv[1], "rt") if sys.argv[1].endswith(".gz") else open(sys.argv[1])
+rows = list(csv.DictReader(l for l in opened if not l.startswith("==")))
+k = {}
+for r in rows:
+    d = k.setdefault(int(r["ID"]), {"name": r["Kernel Name"]})
+    d[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
+arg = [i for i in sorted(k) if "argmax" in k[i]["name"]]
+step = [i for i in sorted(k) if arg[-2] < i <= arg[-1]]
+tot = sum(k[i]["gpu__time_duration.sum"] for i in step)
+byt = sum(k[i]["dram__bytes_read.sum"] for i in step)
+print(f"one step: {len(step)} kernels, {tot / 1e3:,.1f} us, {byt / 1e6:,.1f} MB read, {byt / tot:,.0f} GB/s")
 agg = collections.defaultdict(lambda: [0, 0.0, 0.0])
-for k in step:
-    key = f"{k['name'][:48]} {k['grid']}"
-    agg[key][0] += 1
-    agg[key][1] += k["gpu__time_duration.sum"]
-    agg[key][2] += k["dram__bytes_read.sum"]
-print(f"{'kernel and grid':60s} {'n':>4s} {'us':>9s} {'us each':>8s} {'TB/s':>6s}")
-for key, (n, tt, bb) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
-    print(f"{key[:60]:60s} {n:4d} {tt / 1e3:9.1f} {tt / n / 1e3:8.2f} {bb / max(tt, 1) / 1e3:6.2f}")
+for i in step:
+    a = agg[k[i]["name"]]
+    a[0] += 1
+    a[1] += k[i]["gpu__time_duration.sum"]
+    a[2] += k[i]["dram__bytes_read.sum"]
+print("| kernel | launches | us | share | MB read | GB/s | us a launch |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for n, (c, t, b) in sorted(agg.items(), key=lambda x: -x[1][1]):
+    print(f"| `{n}` | {c} | {t / 1e3:,.1f} | {100 * t / tot:.1f} % | {b / 1e6:,.1f} | {b / t:,.0f} | {t / c / 1e3:.2f} |")
