@@ -98,7 +98,7 @@ fn run_stages(
     let bar = session.console.run_bar(stages.len());
     let in_turn: Vec<(&dyn AnyStage, serde_json::Value)> =
         stages.iter().zip(configs).map(|((stage, _), (_, config))| (stage.as_ref(), config)).collect();
-    let ended = vram_lab::stage::run_in_turn(&mut session, &in_turn, |i| {
+    let ended = vram_lab::stage::run_in_turn(&mut session, in_turn, |i| {
         bar.set_position(i as u64);
         bar.set_message(expected::time_left(&expected_s[i..]));
     })?;

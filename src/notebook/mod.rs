@@ -300,12 +300,13 @@ fn formulas_session(model: &str, card: &str) -> Result<Session> {
 
 /// Runs each stage with its config in `session`, then writes the folder and its report.html.
 fn run_in(mut session: Session, stages: Vec<(&str, serde_json::Value)>) -> Result<RunFolder> {
-    let found = stages
+    let (names, configs): (Vec<_>, Vec<_>) = stages.into_iter().unzip();
+    let found = names
         .into_iter()
-        .map(|(name, config)| Ok((find(name).ok_or_else(|| LabError::input(format!("no stage `{name}`")))?, config)))
+        .map(|name| find(name).ok_or_else(|| LabError::input(format!("no stage `{name}`"))))
         .collect::<Result<Vec<_>>>()?;
-    let in_turn: Vec<_> = found.iter().map(|(stage, config)| (stage.as_ref(), config.clone())).collect();
-    if crate::stage::run_in_turn(&mut session, &in_turn, |_| {})? == crate::stage::Ended::Interrupted {
+    let in_turn = found.iter().map(|stage| stage.as_ref()).zip(configs).collect();
+    if crate::stage::run_in_turn(&mut session, in_turn, |_| {})? == crate::stage::Ended::Interrupted {
         return Err(LabError::Interrupted);
     }
     session.finish(|run| crate::report::html::write(run, &registry()))

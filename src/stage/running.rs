@@ -42,12 +42,12 @@ pub enum Ended {
 /// bar's step). A failed stage is recorded and the next one runs (`run`); Ctrl-C ends the loop.
 pub fn run_in_turn(
     session: &mut Session,
-    stages: &[(&dyn AnyStage, serde_json::Value)],
+    stages: Vec<(&dyn AnyStage, serde_json::Value)>,
     mut before: impl FnMut(usize),
 ) -> Result<Ended> {
-    for (i, (stage, config)) in stages.iter().enumerate() {
+    for (i, (stage, config)) in stages.into_iter().enumerate() {
         before(i);
-        match run(session, *stage, config.clone()) {
+        match run(session, stage, config) {
             Ok(()) => {}
             Err(LabError::Interrupted) => return Ok(Ended::Interrupted),
             Err(e) => return Err(e),
