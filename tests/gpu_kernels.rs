@@ -382,3 +382,58 @@ fn staged_upload_equals_candles_reading() {
         assert_eq!(diff.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0, "{name}");
     }
 }
+
+/// The lab's BF16 rotary kernel rounds each product and then their sum, bit for bit as candle's
+/// CPU kernel does (and PyTorch's eager `q·cos + rotate_half(q)·sin`), on whichever compute
+/// capability the build names; candle's CUDA kernel fuses a product into the sum at 9.0.
+#[test]
+fn rope_rounds_as_the_cpu_does() {
+    let Some((dev, _)) = gpu() else { return };
+    let (b, heads, t, d, tc) = (2, 4, 37, 128, 40);
+    let x = randn(&[b, heads, t, d], DType::BF16, &Device::Cpu);
+    for per_batch in [false, true] {
+        let table: Vec<usize> = if per_batch { vec![b, tc, d / 2] } else { vec![tc, d / 2] };
+        let ang = (Tensor::rand(0f32, 6.3, table.as_slice(), &Device::Cpu).unwrap() * 50.0).unwrap();
+        let (cos, sin) =
+            (ang.cos().unwrap().to_dtype(DType::BF16).unwrap(), ang.sin().unwrap().to_dtype(DType::BF16).unwrap());
+        let rows = |z: &Tensor| {
+            if per_batch {
+                z.narrow(1, 0, t).unwrap().contiguous().unwrap()
+            } else {
+                z.narrow(0, 0, t).unwrap()
+            }
+        };
+        let want = candle_nn::rotary_emb::rope(&x, &rows(&cos), &rows(&sin)).unwrap();
+        let on = |z: &Tensor| z.to_device(&dev).unwrap();
+        let got = vram_lab::model::kernels::rope::rope(&on(&x), &on(&cos), &on(&sin))
+            .unwrap()
+            .expect("the kernel takes BF16");
+        let bits = |z: &Tensor| {
+            z.to_device(&Device::Cpu)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        };
+        let (g, w) = (bits(&got), bits(&want));
+        let differing = |g: &[f32]| g.iter().zip(&w).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        // candle's CUDA kernel beside them, shown, not asserted: the build's compute capability
+        // decides whether its products are fused (9.0) or rounded (8.x).
+        let candles = candle_nn::rotary_emb::rope(&on(&x), &on(&rows(&cos)), &on(&rows(&sin))).unwrap();
+        println!(
+            "rope per_batch {per_batch}: candle's CUDA rope differs from its CPU rope in {} of {} elements (build for compute {:?}); the lab's in {}",
+            differing(&bits(&candles)),
+            w.len(),
+            vram_lab::model::kernels::target::built_for(),
+            differing(&g)
+        );
+        assert_eq!(differing(&g), 0, "per_batch {per_batch}: the lab's rope differs from candle's CPU rope");
+    }
+    // F32 is candle's own: the kernel declines it.
+    let x32 = randn(&[1, 1, 4, 8], DType::F32, &dev);
+    let cs = randn(&[4, 4], DType::F32, &dev);
+    assert!(vram_lab::model::kernels::rope::rope(&x32, &cs, &cs).unwrap().is_none());
+}

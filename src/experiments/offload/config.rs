@@ -26,6 +26,9 @@ pub enum Mode {
     ManagedReadMostly,
     /// managed, prefetched to the GPU before generating
     ManagedPrefetch,
+    /// what fits the budget in device memory (split's layers), the rest in managed memory
+    /// preferred on the CPU and read by the GPU through the mapping every token
+    ManagedSplit,
 }
 
 impl Mode {
@@ -35,6 +38,7 @@ impl Mode {
             Self::ManagedPreferCpu => "managed-prefer-cpu",
             Self::ManagedReadMostly => "managed-read-mostly",
             Self::ManagedPrefetch => "managed-prefetch",
+            Self::ManagedSplit => "managed-split",
             placed => placed.strategy().map(Strategy::name).unwrap_or_default(),
         }
     }
@@ -98,6 +102,7 @@ impl Default for OffloadConfig {
                 Mode::ManagedPreferCpu,
                 Mode::ManagedReadMostly,
                 Mode::ManagedPrefetch,
+                Mode::ManagedSplit,
             ],
             gpu_budget: "5GiB".into(),
             reserve_mib: 512.0,

@@ -8,7 +8,10 @@
 //!   copy stream, overlapped with compute (accelerate copies the same bytes without the overlap);
 //! - hybrid: the rest shared between streaming and CPU compute in the ratio of the two bandwidths;
 //! - unified memory (the related article): managed weights with no advice, preferred location
-//!   CPU, read-mostly, and prefetched — never more managed memory than the GPU has free.
+//!   CPU, read-mostly, and prefetched — never more managed memory than the GPU has free: a block
+//!   the emulated card cannot hold runs with the card lifted, and the card's figure is predicted;
+//! - managed-split: split's GPU layers in device memory, the rest managed and preferred on the CPU,
+//!   read by the GPU through the mapping (what fits the card, what crosses PCIe every token).
 //!
 //! Then the article's oversubscription (a 14B model on a 24 GB card), predicted from the measured
 //! bandwidths for each mode.
@@ -25,7 +28,7 @@ use crate::model::{self, DecoderConfig, Precision};
 use crate::reference;
 use crate::session::Session;
 use crate::stage::{Finding, Outcome, Scale, Stage, StageOutput, View};
-use modes::{run_managed, run_placed, ModeRow};
+use modes::{run_managed, run_placed, whole_gpu_reason, ModeRow};
 use prediction::predict;
 use pytorch::{llamacpp_rows, pytorch_rows};
 use tables::{bandwidths_table, predict_table, table, BANDWIDTHS_TABLE, PREDICT_TABLE, TABLE};
@@ -85,7 +88,7 @@ impl Stage for Offload {
     const NAME: &'static str = "offload";
     const TITLE: &'static str = "Stage 4b — offload and unified memory / 卸载与统一内存";
     const ABOUT: &'static str = "Stage 4: the model with a GPU budget (report: 5 GiB) — split, streamed, hybrid and unified-memory modes beside their ceilings";
-    const INTRO: &'static str = "报告第四阶段:全 GPU 38.23 tok/s,accelerate 只给 GPU 5 GiB 后降到 0.61 tok/s(−98.4%),结论是 PCIe 是细吸管。这里把同一份权重按不同方式放置,每种都和本次实测带宽给出的上限放在一起。<br>The report's stage 4: 38.23 tok/s on the GPU, 0.61 tok/s when accelerate keeps 5 GiB on the GPU and the rest in host RAM. Here the same weights run in every mode beside the ceiling the bandwidths measured in the same run allow: split (the rest computed on the CPU, llama.cpp's -ngl), streamed (the rest copied layer by layer into two GPU buffers, overlapped with compute), hybrid (both, in the ratio of the two bandwidths), and the related article's CUDA unified memory modes (managed, preferred location CPU, read-mostly; and prefetched), always with the managed total below what the GPU has free. Then the article's 27 GB-model-on-a-24 GB-card case, predicted from these measurements.";
+    const INTRO: &'static str = "报告第四阶段:全 GPU 38.23 tok/s,accelerate 只给 GPU 5 GiB 后降到 0.61 tok/s(−98.4%),结论是 PCIe 是细吸管。这里把同一份权重按不同方式放置,每种都和本次实测带宽给出的上限放在一起;统一内存从不申请超过 GPU 空闲显存的托管内存,managed-split 把放得下的层留在显存,其余留在主机由 GPU 经映射读取。<br>The report's stage 4: 38.23 tok/s on the GPU, 0.61 tok/s when accelerate keeps 5 GiB on the GPU and the rest in host RAM. Here the same weights run in every mode beside the ceiling the bandwidths measured in the same run allow: split (the rest computed on the CPU, llama.cpp's -ngl), streamed (the rest copied layer by layer into two GPU buffers, overlapped with compute), hybrid (both, in the ratio of the two bandwidths), and the related article's CUDA unified memory modes (managed, preferred location CPU, read-mostly; and prefetched), always with the managed total below what the GPU has free (a block the emulated card cannot hold runs on the whole GPU), and managed-split (what fits the budget in device memory, the rest managed on the host and read by the GPU through the mapping). Then the article's 27 GB-model-on-a-24 GB-card case, predicted from these measurements.";
     type Config = OffloadConfig;
 
     fn cpu_config() -> OffloadConfig {
@@ -136,7 +139,17 @@ impl Stage for Offload {
                 s.check_stop()?;
                 let row = match mode.strategy() {
                     Some(st) => run_placed(s, cfg, st, &bw, budget)?,
-                    None => run_managed(s, cfg, mode, &bw)?,
+                    None => {
+                        let whole = whole_gpu_reason(s, cfg, mode)?;
+                        let why = whole.clone().unwrap_or_default();
+                        let mut row =
+                            s.whole_device(whole.is_some(), &why, |s| run_managed(s, cfg, mode, &bw, budget))?;
+                        if let Some(w) = whole {
+                            row.note =
+                                [w, row.note].into_iter().filter(|n| !n.is_empty()).collect::<Vec<_>>().join("; ");
+                        }
+                        row
+                    }
                 };
                 match (&row.outcome, row.tok_s) {
                     (Outcome::Ok, Some(t)) => {

@@ -1,7 +1,7 @@
 //! What each mode should reach: the decode ceiling from this run's bandwidths and the bytes each
 //! token moves, on this GPU and on the emulated card.
 
-use super::modes::ModeRow;
+use super::modes::{managed_split_ceiling, managed_split_placement, ModeRow};
 use crate::hw::Card;
 use crate::memory::fmt_bytes;
 use crate::model::offload::placement::{Bandwidths, Home, PartBytes, Placement, Strategy};
@@ -75,6 +75,18 @@ pub fn predict(
     let parts = PartBytes::new(model, precision.act_dtype().size_in_bytes());
     let card_bw = Bandwidths { device: dev_bw, pcie: pcie_bw, host: bw.host };
     let budget = card.total_bytes().saturating_sub(1 << 30);
+    if let Ok(p) = managed_split_placement(&parts, budget, 512 << 20) {
+        push(
+            "managed-split",
+            remote_bw.map(|r| managed_split_ceiling(&p, &parts, dev_bw, r * pcie_bw / bw.pcie)),
+            None,
+            format!(
+                "{} layers in the card's memory; the other {} managed on the host, read over PCIe each token at the remote-read rate measured here, scaled to the card's PCIe",
+                p.count(Home::Gpu),
+                p.count(Home::Streamed)
+            ),
+        );
+    }
     for strategy in [Strategy::Split, Strategy::Streamed, Strategy::Hybrid] {
         if let Ok(p) = Placement::for_budget(strategy, &parts, budget, 512 << 20, Some(&card_bw)) {
             push(

@@ -8,7 +8,7 @@ use crate::error::{LabError, Result};
 use crate::model::config::DecoderConfig;
 use crate::model::decoder::mixture::Mixture;
 use crate::model::host::linear::HostLinear;
-use crate::model::layers::attention::{attend, AttentionMode};
+use crate::model::layers::attention::{self, attend, AttentionMode};
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
 use crate::model::load::weights::{take, take_dense, Weight};
@@ -289,7 +289,7 @@ impl Layer {
         let (q, k) = if mode == AttentionMode::Differentiable {
             (candle_nn::rotary_emb::rope_slow(&q, &cos, &sin)?, candle_nn::rotary_emb::rope_slow(&k, &cos, &sin)?)
         } else {
-            (candle_nn::rotary_emb::rope(&q, &cos, &sin)?, candle_nn::rotary_emb::rope(&k, &cos, &sin)?)
+            (attention::rope(&q, &cos, &sin)?, attention::rope(&k, &cos, &sin)?)
         };
         cache.write(l, &k.to_dtype(act)?, &v.to_dtype(act)?)?;
         let (kc, vc) = cache.view(l, offset + s)?;

@@ -109,8 +109,8 @@ impl Layer {
                     self.head_norm(k.contiguous()?.reshape((b, kv_heads, 1, d))?, true, eps, AttentionMode::default())?;
                 let v = v.contiguous()?.reshape((b, kv_heads, 1, d))?;
                 let (cos, sin) = step.rope()?;
-                let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
-                let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
+                let q = crate::model::layers::attention::rope(&q, cos, sin)?;
+                let k = crate::model::layers::attention::rope(&k, cos, sin)?;
                 kc.scatter_set(step.slot()?, &k, 2)?;
                 vc.scatter_set(step.slot()?, &v, 2)?;
                 masked_attention(&(q * scale)?.reshape((b, kv_heads, group, d))?, kc, vc, step)?

@@ -9,6 +9,8 @@ pub mod fused;
 #[cfg(feature = "cuda")]
 pub mod quant_gemv;
 #[cfg(feature = "cuda")]
+pub mod rope;
+#[cfg(feature = "cuda")]
 pub mod target;
 
 pub use fused::{Fused, Part, Weights};

@@ -1,0 +1,26 @@
+// Rotary embedding of x [b, heads, t, d] (contiguous, BF16) with cos, sin [tc, d/2] (or
+// [b, tc, d/2]; tc >= t, the first t rows used): y1 = x1·c − x2·s, y2 = x1·s + x2·c, one thread per pair (i, i + d/2). Each product
+// is rounded to BF16 and then their difference or sum, as PyTorch's eager `q·cos + rotate_half(q)·sin`
+// and candle's CPU kernel round. candle's CUDA kernel writes the same expression with BF16
+// operators, which CUDA's header spells `mul.bf16`/`sub.bf16` for compute 9.0 (ptxas may fuse a
+// product into the subtraction, one rounding) and `fma.rn.bf16` below it (never fused): the two
+// builds' tokens parted there. Products of two BF16 values are exact in F32, and so is the
+// difference of two products that far apart in size, so each `st` is the one correct rounding.
+extern "C" __global__ void vram_lab_rope_bf16(const unsigned short* x, const unsigned short* cos_t,
+                                              const unsigned short* sin_t, unsigned short* y, int b, int heads,
+                                              int t, int d, int tc, int per_batch) {
+    int half = d / 2;
+    long idx = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (idx >= (long)b * heads * t * half) return;
+    int i = idx % half;
+    long row = idx / half;  // (batch · heads + head) · t + position
+    int pos = row % t;
+    long bi = row / ((long)heads * t);
+    long cs = ((per_batch ? bi * tc : 0) + pos) * half + i;
+    float c = ld(cos_t, cs), s = ld(sin_t, cs);
+    float x1 = ld(x, row * d + i), x2 = ld(x, row * d + i + half);
+    unsigned short p[4];
+    st(p, 0, x1 * c); st(p, 1, x2 * s); st(p, 2, x1 * s); st(p, 3, x2 * c);
+    st(y, row * d + i, ld(p, 0) - ld(p, 1));
+    st(y, row * d + i + half, ld(p, 2) + ld(p, 3));
+}

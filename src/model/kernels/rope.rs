@@ -1,0 +1,55 @@
+//! Rotary embedding for BF16 on CUDA, rounded the same on every compute capability: each product
+//! rounded to BF16, then their sum (`rope.cu` says why candle's kernel does not). Other dtypes and
+//! devices take candle's `rope`, whose F32 and CPU results already agree across builds.
+
+use crate::error::{LabError, Result};
+use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::{DType, Tensor};
+
+const SOURCE: &str = include_str!("rope.cu");
+
+/// The kernel compiled to PTX by NVRTC (no GPU needed), once per process, for the capability the
+/// build names (`target::arch`).
+fn ptx() -> Result<String> {
+    use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+    static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    crate::memory::cuda_copy::ptx_once(&PTX, || {
+        let opts = CompileOptions { arch: super::target::arch(0), ..Default::default() };
+        Ok(compile_ptx_with_opts(format!("{}{SOURCE}", super::target::COMMON), opts)
+            .map_err(|e| LabError::other(format!("rope kernel: {e:?}")))?
+            .to_src())
+    })
+}
+
+/// `x` [b, heads, t, d] rotated by `cos`, `sin` ([t, d/2] or [b, t, d/2]), as candle's `rope`
+/// takes them; None when this kernel does not take them (not BF16 on a GPU, not contiguous).
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tensor>> {
+    let candle_core::Device::Cuda(dev) = x.device() else { return Ok(None) };
+    let (b, heads, t, d) = x.dims4()?;
+    let per_batch = cos.rank() == 3;
+    let tc = cos.dims().get(cos.rank().wrapping_sub(2)).copied().unwrap_or(0);
+    let table = if per_batch { vec![b, tc, d / 2] } else { vec![tc, d / 2] };
+    let takes = d % 2 == 0
+        && tc >= t
+        && [x, cos, sin].iter().all(|z| z.dtype() == DType::BF16 && z.is_contiguous())
+        && cos.dims() == table.as_slice()
+        && sin.dims() == table.as_slice();
+    if !takes {
+        return Ok(None);
+    }
+    let func = dev.get_or_load_custom_func("vram_lab_rope_bf16", "vram_lab_rope", &ptx()?)?.into_cuda_function();
+    super::target::launchable(&func, "vram_lab_rope_bf16", 256)?;
+    let stream = dev.cuda_stream();
+    let ptr = |z: &Tensor| crate::memory::cuda_copy::start_ptr(z, &stream);
+    let out = crate::memory::cuda_copy::uninit(dev, DType::BF16, vec![b, heads, t, d])?;
+    let (px, pc, ps, py) = (ptr(x)?, ptr(cos)?, ptr(sin)?, ptr(&out)?);
+    let pairs = (b * heads * t * d / 2) as u32;
+    let cfg = LaunchConfig { grid_dim: (pairs.div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let (b_, heads_, t_, d_, tc_, pb) = (b as i32, heads as i32, t as i32, d as i32, tc as i32, per_batch as i32);
+    let mut l = stream.launch_builder(&func);
+    l.arg(&px).arg(&pc).arg(&ps).arg(&py).arg(&b_).arg(&heads_).arg(&t_).arg(&d_).arg(&tc_).arg(&pb);
+    // SAFETY: x and out hold b·heads·t·d elements, cos and sin the table checked above; one
+    // thread per pair reads and writes within them.
+    unsafe { l.launch(cfg) }.map_err(|e| LabError::other(format!("rope kernel: {e:?}")))?;
+    Ok(Some(out))
+}
