@@ -175,6 +175,16 @@ impl ContiguousIfNeeded for Tensor {
     }
 }
 
+/// Rotary embedding: the lab's kernel for BF16 on a GPU (each product rounded, then their sum, on
+/// every compute capability: `kernels::rope`), candle's elsewhere.
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(y) = crate::model::kernels::rope::rope(x, cos, sin)? {
+        return Ok(y);
+    }
+    Ok(candle_nn::rotary_emb::rope(x, cos, sin)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,14 +221,4 @@ mod tests {
         assert!(check_elems("x", 1 << 20).is_ok());
         assert!(check_elems("x", 28 * 16384 * 16384).is_err());
     }
-}
-
-/// Rotary embedding: the lab's kernel for BF16 on a GPU (each product rounded, then their sum, on
-/// every compute capability: `kernels::rope`), candle's elsewhere.
-pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    #[cfg(feature = "cuda")]
-    if let Some(y) = crate::model::kernels::rope::rope(x, cos, sin)? {
-        return Ok(y);
-    }
-    Ok(candle_nn::rotary_emb::rope(x, cos, sin)?)
 }
