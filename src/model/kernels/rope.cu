@@ -1,11 +1,11 @@
-// Rotary embedding of x [b, heads, t, d] (contiguous, BF16) with cos, sin [tc, d/2] (or
-// [b, tc, d/2]; tc >= t, the first t rows used): y1 = x1·c − x2·s, y2 = x1·s + x2·c, one thread per pair (i, i + d/2). Each product
-// is rounded to BF16 and then their difference or sum, as PyTorch's eager `q·cos + rotate_half(q)·sin`
-// and candle's CPU kernel round. candle's CUDA kernel writes the same expression with BF16
-// operators, which CUDA's header spells `mul.bf16`/`sub.bf16` for compute 9.0 (ptxas may fuse a
-// product into the subtraction, one rounding) and `fma.rn.bf16` below it (never fused): the two
-// builds' tokens parted there. Products of two BF16 values are exact in F32, and so is the
-// difference of two products that far apart in size, so each `st` is the one correct rounding.
+// Rotary embedding of x [b, heads, t, d] (contiguous, BF16) with cos, sin [tc, d/2] or
+// [b, tc, d/2] (tc >= t; the first t rows are used): y1 = x1·c − x2·s, y2 = x1·s + x2·c, one
+// thread per pair (i, i + d/2). Each product is rounded to BF16, then their difference or sum, as
+// PyTorch's eager `q·cos + rotate_half(q)·sin` and candle's CPU kernel round, and with the same
+// PTX for every compute capability. candle's CUDA kernel rounds one product fewer when built for
+// 9.0 (docs/evidence/2026-11-27-bf16-rounding). A product of two BF16 values is exact in F32; the
+// difference of two BF16 values is exact in F32 unless one is below 2^-16 of the other, where both roundings
+// give the larger one: each `st` is the one correct BF16 rounding.
 extern "C" __global__ void vram_lab_rope_bf16(const unsigned short* x, const unsigned short* cos_t,
                                               const unsigned short* sin_t, unsigned short* y, int b, int heads,
                                               int t, int d, int tc, int per_batch) {

@@ -21,8 +21,9 @@ fn ptx() -> Result<String> {
     })
 }
 
-/// `x` [b, heads, t, d] rotated by `cos`, `sin` ([t, d/2] or [b, t, d/2]), as candle's `rope`
-/// takes them; None when this kernel does not take them (not BF16 on a GPU, not contiguous).
+/// `x` [b, heads, t, d] rotated by `cos`, `sin` ([tc, d/2] or [b, tc, d/2], tc >= t, the first t
+/// rows used), as candle's `rope` takes them; None when this kernel does not take them (not BF16
+/// on a GPU, not contiguous): the caller uses candle's.
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tensor>> {
     let candle_core::Device::Cuda(dev) = x.device() else { return Ok(None) };
     let (b, heads, t, d) = x.dims4()?;
