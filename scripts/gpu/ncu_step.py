@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """One decoding step's kernels from an Nsight Compute CSV (scripts/gpu/decode_profile.sh): the kernels
 between the last two argmax launches (one step of the captured graph, each node profiled), grouped by
 name, with their time, DRAM bytes read and the rate.
@@ -14,6 +15,8 @@ for r in rows:
     d = k.setdefault(int(r["ID"]), {"name": r["Kernel Name"]})
     d[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
 arg = [i for i in sorted(k) if "argmax" in k[i]["name"]]
+if len(arg) < 2:
+    sys.exit("fewer than two argmax launches in the profile: decode more tokens")
 step = [i for i in sorted(k) if arg[-2] < i <= arg[-1]]
 tot = sum(k[i]["gpu__time_duration.sum"] for i in step)
 byt = sum(k[i]["dram__bytes_read.sum"] for i in step)

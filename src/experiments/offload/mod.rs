@@ -133,6 +133,7 @@ impl Stage for Offload {
         let lift = s.card().is_some_and(|c| c.is_scaled()) && !s.device.is_cuda();
         let why =
             format!("CPU: the scaled card is lifted in this stage; the GPU budget ({}) stands for it", cfg.gpu_budget);
+        let model_cfg = model::load::source::open(&s.source, &s.opts)?.cfg;
         let mut rows = Vec::new();
         s.whole_device(lift, &why, |s| {
             for &mode in &cfg.modes {
@@ -140,13 +141,12 @@ impl Stage for Offload {
                 let row = match mode.strategy() {
                     Some(st) => run_placed(s, cfg, st, &bw, budget)?,
                     None => {
-                        let whole = whole_gpu_reason(s, cfg, mode)?;
+                        let whole = whole_gpu_reason(s, cfg, mode, &model_cfg)?;
                         let why = whole.clone().unwrap_or_default();
                         let mut row =
                             s.whole_device(whole.is_some(), &why, |s| run_managed(s, cfg, mode, &bw, budget))?;
                         if let Some(w) = whole {
-                            row.note =
-                                [w, row.note].into_iter().filter(|n| !n.is_empty()).collect::<Vec<_>>().join("; ");
+                            row.note = if row.note.is_empty() { w } else { format!("{w}; {}", row.note) };
                         }
                         row
                     }
@@ -164,7 +164,6 @@ impl Stage for Offload {
         if let Some(p) = &cfg.pytorch {
             rows.extend(pytorch_rows(p)?);
         }
-        let model_cfg = model::load::source::open(&s.source, &s.opts)?.cfg;
         if let Some(p) = &cfg.llama_cpp {
             rows.extend(llamacpp_rows(p, cfg.precision, model_cfg.num_hidden_layers)?);
         }

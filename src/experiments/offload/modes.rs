@@ -165,13 +165,17 @@ pub fn managed_split_ceiling(p: &Placement, parts: &PartBytes, device_gbs: f64, 
 /// lab never does. On the whole GPU it is measured, and the card's figure is predicted from it
 /// (`prediction`). `None` when it runs on the card (or no card is emulated).
 #[cfg(feature = "cuda")]
-pub fn whole_gpu_reason(s: &Session, cfg: &OffloadConfig, mode: Mode) -> Result<Option<String>> {
+pub fn whole_gpu_reason(
+    s: &Session,
+    cfg: &OffloadConfig,
+    mode: Mode,
+    model: &crate::model::DecoderConfig,
+) -> Result<Option<String>> {
     let (Some(card), candle_core::Device::Cuda(dev)) = (s.card(), &s.device) else { return Ok(None) };
     if mode == Mode::ManagedSplit || cfg.oversubscribe {
         return Ok(None);
     }
-    let mcfg = model::load::source::open(&s.source, &s.opts)?.cfg;
-    let block = crate::estimate::weight_bytes(&mcfg, cfg.precision);
+    let block = crate::estimate::weight_bytes(model, cfg.precision);
     let (free, _) = crate::memory::cuda::mem_info(dev)?;
     Ok((block + crate::memory::unified::MARGIN > free).then(|| {
         format!(
@@ -186,7 +190,12 @@ pub fn whole_gpu_reason(s: &Session, cfg: &OffloadConfig, mode: Mode) -> Result<
 }
 
 #[cfg(not(feature = "cuda"))]
-pub fn whole_gpu_reason(_s: &Session, _cfg: &OffloadConfig, _mode: Mode) -> Result<Option<String>> {
+pub fn whole_gpu_reason(
+    _s: &Session,
+    _cfg: &OffloadConfig,
+    _mode: Mode,
+    _model: &crate::model::DecoderConfig,
+) -> Result<Option<String>> {
     Ok(None)
 }
 

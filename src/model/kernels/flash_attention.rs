@@ -19,14 +19,8 @@ pub const HEAD_DIMS: [usize; 2] = [64, 128];
 /// The kernel compiled to PTX by NVRTC (no GPU needed), once per process: for compute 8.0, or
 /// the capability the build names (`target::arch`).
 pub fn ptx() -> Result<String> {
-    use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    crate::memory::cuda_copy::ptx_once(&PTX, || {
-        let opts = CompileOptions { arch: super::target::arch(80), ..Default::default() };
-        Ok(compile_ptx_with_opts(SOURCE, opts)
-            .map_err(|e| LabError::other(format!("flash attention kernel: {e:?}")))?
-            .to_src())
-    })
+    super::target::compile(&PTX, "flash attention", 80, || SOURCE.to_string())
 }
 
 /// Whether `dev` runs the kernel (compute capability 8.0 or newer: the tensor-core instructions).

@@ -54,11 +54,7 @@ fn source() -> String {
 /// The kernels compiled to PTX by NVRTC (no GPU needed), once per process.
 pub fn ptx() -> Result<String> {
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    crate::memory::cuda_copy::ptx_once(&PTX, || {
-        use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-        let opts = CompileOptions { arch: super::target::arch(0), ..Default::default() };
-        Ok(compile_ptx_with_opts(source(), opts).map_err(err)?.to_src())
-    })
+    super::target::compile(&PTX, "quantized gemv", 0, source)
 }
 
 fn err(e: impl std::fmt::Debug) -> LabError {

@@ -11,14 +11,8 @@ const SOURCE: &str = include_str!("rope.cu");
 /// The kernel compiled to PTX by NVRTC (no GPU needed), once per process, for the capability the
 /// build names (`target::arch`).
 fn ptx() -> Result<String> {
-    use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    crate::memory::cuda_copy::ptx_once(&PTX, || {
-        let opts = CompileOptions { arch: super::target::arch(0), ..Default::default() };
-        Ok(compile_ptx_with_opts(format!("{}{SOURCE}", super::target::COMMON), opts)
-            .map_err(|e| LabError::other(format!("rope kernel: {e:?}")))?
-            .to_src())
-    })
+    super::target::compile(&PTX, "rope", 0, || format!("{}{SOURCE}", super::target::COMMON))
 }
 
 /// `x` [b, heads, t, d] rotated by `cos`, `sin` ([tc, d/2] or [b, tc, d/2], tc >= t, the first t
@@ -28,7 +22,10 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tensor>> {
     let candle_core::Device::Cuda(dev) = x.device() else { return Ok(None) };
     let (b, heads, t, d) = x.dims4()?;
     let per_batch = cos.rank() == 3;
-    let tc = cos.dims().get(cos.rank().wrapping_sub(2)).copied().unwrap_or(0);
+    if cos.rank() < 2 {
+        return Ok(None);
+    }
+    let tc = cos.dim(cos.rank() - 2)?;
     let table = if per_batch { vec![b, tc, d / 2] } else { vec![tc, d / 2] };
     let takes = d % 2 == 0
         && tc >= t

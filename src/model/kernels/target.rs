@@ -59,6 +59,23 @@ pub fn built_for() -> Option<u32> {
     option_env!("VRAM_LAB_COMPUTE_CAP").and_then(|c| c.parse().ok())
 }
 
+/// `source()` compiled to PTX by NVRTC (no GPU needed) once per process into `cell`, for the
+/// capability the build names or at least `min` (`arch`); `what` names the kernel in an error.
+pub fn compile(
+    cell: &'static std::sync::OnceLock<String>,
+    what: &str,
+    min: u32,
+    source: impl FnOnce() -> String,
+) -> Result<String> {
+    use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+    crate::memory::cuda_copy::ptx_once(cell, || {
+        let opts = CompileOptions { arch: arch(min), ..Default::default() };
+        Ok(compile_ptx_with_opts(source(), opts)
+            .map_err(|e| crate::error::LabError::other(format!("{what} kernel: {e:?}")))?
+            .to_src())
+    })
+}
+
 /// NVRTC's virtual architecture for a kernel that needs at least `min` (the tensor-core kernel:
 /// 80): the build's capability when it names one, so a build for an RTX 4090 runs 8.9 PTX here
 /// too (the driver compiles it for a newer card), else `min`.
