@@ -43,6 +43,10 @@ fn kernels_compile() {
     {
         assert!(ptx.contains(name), "{name} missing from the PTX");
     }
+    let ptx = vram_lab::model::kernels::peer_sum::ptx().unwrap();
+    for name in ["vram_lab_peer_sum_bf16", "vram_lab_peer_sum_f32"] {
+        assert!(ptx.contains(name), "{name} missing from the PTX");
+    }
     let ptx = vram_lab::model::kernels::quant_gemv::ptx().unwrap();
     for name in ["vram_lab_q8_quantize_norm_bf16", "vram_lab_qgemv_bf16_b2_g2", "vram_lab_qgemv_f32_b1_g1"] {
         assert!(ptx.contains(name), "{name} missing from the PTX");

@@ -241,3 +241,86 @@ fn a_pipelines_tokens_over_repeated_runs() {
     }
     assert!(bad.is_empty(), "{bad:?}");
 }
+
+/// Every GPU of the host as a tensor-parallel rank summing through the group (NCCL, with the small
+/// sums over peer memory where the GPUs reach each other): 300 sums a rank queued back to back
+/// with no wait between them (each rank's part fresh each time, so a sum that read a half another
+/// rank had already overwritten would show), a step's hidden state (5,120 BF16, and with the
+/// residual added) and a head's logits over the peer kernel's limit (NCCL); each result beside
+/// the CPU's sum of the same parts: F32 adds in rank order, rounded to BF16 once (two ranks: as
+/// NCCL rounds; more: NCCL's ring adds in another order, so only the peer kernel's sums compare).
+#[test]
+#[cfg(feature = "nccl")]
+fn sums_across_gpus_equal_the_cpu_sum() {
+    use candle_core::DType;
+    use vram_lab::model::parallel::group::{devices, on_each};
+    let n = vram_lab::hw::cuda_device_count();
+    if n < 2 {
+        eprintln!("{n} CUDA devices: skipped");
+        return;
+    }
+    let first = vram_lab::hw::pick("cuda:0").unwrap();
+    let group = vram_lab::model::parallel::Group::new(n, true).unwrap();
+    let part = |rank: usize, i: usize, len: usize| {
+        Tensor::randn(0f32, 1f32, len, &Device::Cpu).unwrap().affine(1.0, (rank * 1000 + i) as f64).unwrap()
+    };
+    let (rounds, hidden, big) = (300, 5120, 600_000);
+    let results = on_each(devices(&first, n).unwrap(), |rank, dev| {
+        let comm = group.join(rank, &dev)?;
+        if rank == 0 {
+            println!("the sums: {}", comm.route());
+        }
+        let mut parts = Vec::new();
+        for i in 0..rounds {
+            let len = if i % 50 == 7 { big } else { hidden };
+            parts.push(part(rank, i, len).to_dtype(DType::BF16)?.to_device(&dev)?);
+        }
+        let res = part(99, 0, hidden).to_dtype(DType::BF16)?.to_device(&dev)?;
+        let mut sums = Vec::new();
+        for (i, x) in parts.iter().enumerate() {
+            let with_res = i % 3 == 1 && x.elem_count() == hidden;
+            sums.push(comm.all_reduce_sum_add(x, with_res.then_some(&res))?);
+        }
+        comm.healthy()?;
+        Ok(sums.into_iter().map(|s| s.to_dtype(DType::F32).and_then(|s| s.to_vec1::<f32>())).collect::<Vec<_>>())
+    });
+    let res: Vec<f32> =
+        part(99, 0, hidden).to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap().to_vec1().unwrap();
+    let round = |v: Vec<f32>| -> Vec<f32> {
+        Tensor::new(v, &Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let mut wrong = Vec::new();
+    for (rank, r) in results.into_iter().enumerate() {
+        let sums = r.unwrap();
+        for (i, got) in sums.into_iter().enumerate() {
+            let got = got.unwrap();
+            let len = got.len();
+            if len == big && n > 2 {
+                continue;
+            }
+            let mut want = vec![0f32; len];
+            for p in 0..n {
+                let x: Vec<f32> =
+                    part(p, i, len).to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap().to_vec1().unwrap();
+                want.iter_mut().zip(x).for_each(|(w, x)| *w += x);
+            }
+            let mut want = round(want);
+            if i % 3 == 1 && len == hidden {
+                want = round(want.iter().zip(&res).map(|(w, r)| w + r).collect());
+            }
+            let bad = got.iter().zip(&want).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
+            if bad > 0 {
+                wrong.push(format!("rank {rank}, sum {i} ({len} values): {bad} differ"));
+            }
+        }
+    }
+    println!("{n} GPUs, {rounds} sums a rank: {} wrong", wrong.len());
+    assert!(wrong.is_empty(), "{}", wrong.iter().take(10).cloned().collect::<Vec<_>>().join("\n"));
+}

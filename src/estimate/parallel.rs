@@ -39,6 +39,9 @@ pub mod nccl {
     /// MiB each GPU of a fresh process held once its rank had joined a group of two (H100; 4 MiB
     /// less on H200s).
     pub const UNLOGGED: u64 = 380 * MIB;
+    /// The lab's own block for the peer sum beside NCCL's (`model::kernels::peer_sum::BYTES`):
+    /// one 2 MiB allocation on every GPU of a group, used or not.
+    pub const PEER_SUM: u64 = 2 * MIB;
 
     /// The trees NCCL built, with how many channels use each: on one host a tree is a chain of
     /// the GPUs. Two and four GPUs: 0 − 1 − … on every channel; three: the chain starts at each
@@ -81,7 +84,7 @@ pub fn nccl_bytes(gpus: usize, rank: usize) -> u64 {
             channels * (nccl::PER_CHANNEL_SEND * send + nccl::PER_CHANNEL_RECV * recv)
         })
         .sum();
-    nccl::STATE + nccl::SHARED + nccl::UNLOGGED + buffers
+    nccl::STATE + nccl::SHARED + nccl::UNLOGGED + nccl::PEER_SUM + buffers
 }
 
 /// The most NCCL takes on any GPU of a group of `gpus`: what a plan must leave free on each card.
@@ -417,13 +420,13 @@ mod tests {
     }
 
     /// NCCL by hand: two GPUs are each other's only peer (one 10 + 2 MiB pair a channel: 1,120 MiB,
-    /// as two H100s held); on four the ring and chain give rank 0 one send peer and two receive
+    /// as two H100s held, and the lab's 2 MiB peer-sum block); on four the ring and chain give rank 0 one send peer and two receive
     /// peers, ranks 1 and 2 two of each, rank 3 two send peers and one receive peer.
     #[test]
     fn nccl_per_rank_by_hand() {
-        let fixed = 98 * 2 + 256 + 380;
+        let fixed = 98 * 2 + 256 + 380 + 2;
         assert_eq!(nccl_bytes(2, 0), (fixed + 24 * 12) << 20);
-        assert_eq!(nccl_bytes(2, 0), 1120 << 20);
+        assert_eq!(nccl_bytes(2, 0), 1122 << 20);
         assert_eq!(nccl_bytes(2, 1), nccl_bytes(2, 0));
         let four: Vec<u64> = (0..4).map(|r| nccl_bytes(4, r) >> 20).collect();
         assert_eq!(

@@ -181,6 +181,9 @@ fn measure(s: &mut Session, cfg: &DecoderConfig, c: &ParallelConfig, cards: &[Ca
         for (rank, r) in results.into_iter().enumerate() {
             match r {
                 Ok(r) => {
+                    if rank == 0 {
+                        s.say(format!("the sums: {}", r.route));
+                    }
                     let ceil = ceiling(read_per_token(cfg, r.weights, r.kv_cache, act), bw.device);
                     rows.push(rank_row(&r, &p, c.gpus, ceil));
                     tokens = r.tokens;

@@ -30,6 +30,8 @@ pub struct RankRun {
     /// the step's time goes. GPUs whose step is one captured graph only.
     pub decode_tok_s_without_sums: Option<f64>,
     pub tokens: Vec<u32>,
+    /// How the rank's sums travelled (`AllReduce::route`).
+    pub route: &'static str,
 }
 
 /// What every layout runs (the ranks of a group, a pipeline's stages): the model and the prompt.
@@ -68,6 +70,7 @@ pub fn run_rank(plan: &RankPlan, rank: usize, device: Device) -> Result<RankRun>
         })(),
     )?;
     let comm = comm.ok_or_else(|| LabError::other("no communicator"))?;
+    let comm_health = comm.clone();
     // The card counts what the process already holds on the device (context, NCCL), as a real one
     // would; the CPU's ranks share one heap, where a card per rank is not held.
     let card = plan.cards.get(rank).filter(|_| cuda).map(|c| probe.emulate(c).map(|_| ()));
@@ -88,6 +91,7 @@ pub fn run_rank(plan: &RankPlan, rank: usize, device: Device) -> Result<RankRun>
     let loaded = probe.settled("")?;
     probe.reset_peak();
     let g = guarded(&probe, "generating", || generate(&model, plan.req.prompt, &plan.req.gen))?;
+    comm_health.healthy()?;
     let done = probe.settled("")?;
     let mut without_sums = None;
     if cuda && model.sums_capturable() {
@@ -112,5 +116,6 @@ pub fn run_rank(plan: &RankPlan, rank: usize, device: Device) -> Result<RankRun>
         decode_tok_s: g.decode_tok_s(),
         decode_tok_s_without_sums: without_sums,
         tokens: g.generated_ids,
+        route: comm_health.route(),
     })
 }

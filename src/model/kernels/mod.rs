@@ -7,6 +7,8 @@ pub mod decode;
 pub mod flash_attention;
 pub mod fused;
 #[cfg(feature = "cuda")]
+pub mod peer_sum;
+#[cfg(feature = "cuda")]
 pub mod quant_gemv;
 #[cfg(feature = "cuda")]
 pub mod rope;

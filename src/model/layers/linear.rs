@@ -71,13 +71,10 @@ impl Linear {
     /// when it has one, the bias and the residual in the same kernel.
     pub(crate) fn forward_step(&self, x: &Tensor, res: Option<&Tensor>, step: &StepInputs) -> Result<Tensor> {
         // A partial sum is summed before the residual is added: the share's product through the
-        // step's kernel, then the all-reduce (which a CUDA graph records with the step).
+        // step's kernel, then the all-reduce with the residual's add (which a CUDA graph records
+        // with the step).
         if let Self::RowParallel(l, c) = self {
-            let y = c.sum(&l.forward_step(x, None, step)?)?;
-            return Ok(match res {
-                Some(r) => (r + y)?,
-                None => y,
-            });
+            return c.sum_add(&l.forward_step(x, None, step)?, res);
         }
         if let Some(part) = self.part() {
             if let Some(y) = step.gemv(&[part], x, Fused { res, ..Default::default() })? {

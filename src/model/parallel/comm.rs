@@ -14,6 +14,23 @@ pub trait AllReduce: Send + Sync {
     fn ranks(&self) -> usize;
     /// The sum of every rank's `x` (same shape on each), on this rank's device.
     fn all_reduce_sum(&self, x: &Tensor) -> Result<Tensor>;
+    /// The sum, then `res` added (a row-parallel product's residual): one kernel where the sum
+    /// has its own, else the sum and candle's add.
+    fn all_reduce_sum_add(&self, x: &Tensor, res: Option<&Tensor>) -> Result<Tensor> {
+        let y = self.all_reduce_sum(x)?;
+        Ok(match res {
+            Some(r) => (r + y)?,
+            None => y,
+        })
+    }
+    /// How the sums travel, in a few words (printed by the parallel stage).
+    fn route(&self) -> &'static str {
+        "shared host memory"
+    }
+    /// An error when a sum went wrong without failing at once (the peer sum's wait that ran out).
+    fn healthy(&self) -> Result<()> {
+        Ok(())
+    }
     /// Whether a CUDA graph can record the sum (no host work inside it), so a rank decodes with
     /// the captured static step.
     fn capturable(&self) -> bool {
@@ -53,6 +70,17 @@ impl RankComm {
             return Ok(x.clone());
         }
         self.0.all_reduce_sum(x)
+    }
+
+    /// The sum of every rank's `x`, plus `res` (the rank's own `x` plus `res` while skipped).
+    pub fn sum_add(&self, x: &Tensor, res: Option<&Tensor>) -> Result<Tensor> {
+        if SUMS_SKIPPED.load(Ordering::SeqCst) {
+            return Ok(match res {
+                Some(r) => (r + x)?,
+                None => x.clone(),
+            });
+        }
+        self.0.all_reduce_sum_add(x, res)
     }
 }
 

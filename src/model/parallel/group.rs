@@ -16,6 +16,8 @@ pub struct Group {
     threads: Vec<ThreadComm>,
     #[allow(dead_code)]
     nccl: Option<NcclId>,
+    #[cfg(feature = "nccl")]
+    peers: Arc<super::peer::PeerExchange>,
     pub meet: Rendezvous,
 }
 
@@ -35,7 +37,13 @@ impl Group {
             }
             None
         };
-        Ok(Self { threads: ThreadComm::group(ranks), nccl, meet: Rendezvous::new(ranks) })
+        Ok(Self {
+            threads: ThreadComm::group(ranks),
+            nccl,
+            #[cfg(feature = "nccl")]
+            peers: Arc::new(super::peer::PeerExchange::new(ranks)),
+            meet: Rendezvous::new(ranks),
+        })
     }
 
     pub fn ranks(&self) -> usize {
@@ -48,7 +56,7 @@ impl Group {
             #[cfg(feature = "nccl")]
             Device::Cuda(dev) if self.ranks() > 1 => {
                 let id = self.nccl.ok_or_else(|| LabError::other("no NCCL id"))?;
-                Ok(Arc::new(super::nccl::NcclComm::join(dev, rank, self.ranks(), id)?))
+                Ok(Arc::new(super::nccl::NcclComm::join(dev, rank, self.ranks(), id, &self.peers)?))
             }
             _ => Ok(Arc::new(self.threads[rank].clone())),
         }

@@ -1,15 +1,20 @@
 //! The all-reduce across GPUs: NCCL (through candle's cudarc), one communicator per rank on the
 //! stream candle computes on, so the sum is ordered after the partial output it adds.
 //! Ranks are threads of one process: the launcher makes the unique id and every rank joins with
-//! it at once (`ncclCommInitRank` waits for all of them).
+//! it at once (`ncclCommInitRank` waits for all of them). Where every GPU reaches the others'
+//! memory, the small sums of a decoding step go through the lab's one-kernel peer sum instead
+//! (`kernels::peer_sum`, set up in `peer`), the rest through NCCL.
 
 use crate::error::{LabError, Result};
+use crate::model::kernels::peer_sum;
 use crate::model::parallel::comm::AllReduce;
+use crate::model::parallel::peer::{PeerBlock, PeerExchange};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::nccl::safe::{Comm, Id, ReduceOp};
 use candle_core::cuda_backend::CudaStorage;
 use candle_core::{CudaDevice, CustomOp1, DType, Layout, Shape, Tensor};
 use half::{bf16, f16};
+use std::sync::Arc;
 
 /// The group's id, made once and given to every rank.
 #[derive(Clone, Copy)]
@@ -39,6 +44,7 @@ impl GroupId {
 /// One rank's communicator.
 pub struct NcclComm {
     comm: Comm,
+    peer: PeerBlock,
 }
 
 // A rank's communicator is made and used by that rank's thread only; the trait asks Send + Sync
@@ -47,15 +53,25 @@ unsafe impl Send for NcclComm {}
 unsafe impl Sync for NcclComm {}
 
 impl NcclComm {
-    /// Joins the group as `rank` of `ranks` on `dev` (blocks until every rank has joined).
-    pub fn join(dev: &CudaDevice, rank: usize, ranks: usize, id: GroupId) -> Result<Self> {
+    /// Joins the group as `rank` of `ranks` on `dev` (blocks until every rank has joined), with
+    /// its block for the peer sum.
+    pub fn join(dev: &CudaDevice, rank: usize, ranks: usize, id: GroupId, peers: &Arc<PeerExchange>) -> Result<Self> {
         let stream = dev.cuda_stream();
         // ncclCommInitRank joins on the thread's current device: cudarc does not make the rank's
         // context current here, and a fresh thread's default is GPU 0 (every rank on one GPU).
         stream.context().bind_to_thread().map_err(|e| LabError::other(format!("NCCL: rank {rank}: {e:?}")))?;
         let comm = Comm::from_rank(stream, rank, ranks, Id::uninit(id.0))
             .map_err(|e| LabError::other(format!("NCCL: rank {rank} of {ranks} could not join ({e:?})")))?;
-        Ok(Self { comm })
+        let peer = peers.join(dev, rank)?;
+        Ok(Self { comm, peer })
+    }
+
+    /// The peer kernel's sum (+ `res`) where it takes the tensors, else None.
+    fn peer_sum(&self, x: &Tensor, res: Option<&Tensor>) -> Result<Option<Tensor>> {
+        match (self.peer.slot, x.device()) {
+            (Some(slot), candle_core::Device::Cuda(dev)) => peer_sum::sum(dev, slot, x, res),
+            _ => Ok(None),
+        }
     }
 }
 
@@ -69,7 +85,35 @@ impl AllReduce for NcclComm {
     }
 
     fn all_reduce_sum(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(x.contiguous()?.apply_op1_no_bwd(self)?)
+        let x = x.contiguous()?;
+        match self.peer_sum(&x, None)? {
+            Some(y) => Ok(y),
+            None => Ok(x.apply_op1_no_bwd(self)?),
+        }
+    }
+
+    fn all_reduce_sum_add(&self, x: &Tensor, res: Option<&Tensor>) -> Result<Tensor> {
+        let x = x.contiguous()?;
+        if let Some(y) = self.peer_sum(&x, res)? {
+            return Ok(y);
+        }
+        let y = x.apply_op1_no_bwd(self)?;
+        Ok(match res {
+            Some(r) => (r + y)?,
+            None => y,
+        })
+    }
+
+    fn route(&self) -> &'static str {
+        if self.peer.slot.is_some() {
+            "one kernel over peer memory up to 1,020 KiB a sum (a decoding step's), NCCL beyond"
+        } else {
+            "NCCL (these GPUs do not reach each other's memory, or VRAM_LAB_PEER_SUM=0)"
+        }
+    }
+
+    fn healthy(&self) -> Result<()> {
+        self.peer.failed()
     }
 
     /// NCCL's collectives can be captured in a CUDA graph since 2.9 (NCCL's user guide, "Using
