@@ -76,7 +76,7 @@ impl PeerExchange {
         }
         self.barrier.wait();
         let base = mine?;
-        let block = PeerBlock { ctx, base, group: self.clone(), slot: None };
+        let mut block = PeerBlock { ctx, base, group: self.clone(), slot: None };
         if !self.reach.load(SeqCst) {
             return Ok(block);
         }
@@ -97,7 +97,8 @@ impl PeerExchange {
             },
             "writing the table",
         )?;
-        Ok(PeerBlock { slot: Some(PeerSlot { base, rank, ranks: seen.len() }), ..block })
+        block.slot = Some(PeerSlot { base, rank, ranks: seen.len() });
+        Ok(block)
     }
 }
 
