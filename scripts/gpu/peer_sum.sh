@@ -3,7 +3,7 @@
 # beside the same runs with NCCL for every sum (VRAM_LAB_PEER_SUM=0), in one call on two GPUs:
 #  - the sums' test: every GPU a rank, 300 sums each beside the CPU's (tests/gpu_parallel.rs);
 #  - 7B F32 over two: the ranks' tokens beside one GPU's;
-#  - 14B and 32B BF16 over two beside one GPU, peer sum and NCCL.
+#  - 14B and 32B BF16 over two beside one GPU, peer sum and NCCL (14B's peer sum twice).
 #   here:  FEATURES=nccl TESTS=gpu_parallel bash scripts/cuda/build-gpu-binary.sh
 #   there: carry .gpu/;  WAIT=560 bash scripts/gpu/peer_sum.sh   (again to wait and pack)
 set -u
@@ -16,6 +16,7 @@ specs=(
   "tp7f32-g2=$(tp 7b 2 '--precision f32')"
   "tp14-g2=$(tp 14b 2)"
   "tp14-g2-nccl=$(nccl 14b 2 tp14-g2-nccl)"
+  "tp14-g2-again=$(tp 14b 2 --no-single)"
   "tp32-g2=$(tp 32b 2)"
   "tp32-g2-nccl=$(nccl 32b 2 tp32-g2-nccl)"
 )
