@@ -385,7 +385,7 @@ fn pytorch_steps_peak_where_the_estimator_says() {
 }
 
 /// The committed multi-GPU runs, two H100s and four H200s (with the same layouts over two and
-/// three of the four): every tensor-parallel rank's weights as the ledger says and its peak above them within
+/// three of the four), and the peer sum's call on two H100s: every tensor-parallel rank's weights as the ledger says and its peak above them within
 /// 3 %; every GPU's NCCL memory, tensor-parallel and training ranks, within 3 % of
 /// `nccl_bytes(gpus, rank)` as the lab computes it now; every ZeRO rank's AdamW states and kept
 /// gradients equal to `training::ledger` at its N (to 100 bytes: three GPUs split unevenly).
@@ -405,9 +405,12 @@ fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
         );
     };
     let (mut tp, mut nccl, mut zero) = (0, 0, 0);
-    for run in
-        ["h100x2/2026-11-25-evening-multi-gpu", "h200x4/2026-11-26-four-gpus", "h200x4/2026-11-26-four-gpus/nccl-check"]
-    {
+    for run in [
+        "h100x2/2026-11-25-evening-multi-gpu",
+        "h200x4/2026-11-26-four-gpus",
+        "h200x4/2026-11-26-four-gpus/nccl-check",
+        "h100x2/2026-11-28-peer-sum",
+    ] {
         for dir in std::fs::read_dir(data.join(run)).unwrap() {
             let dir = dir.unwrap().path();
             let name = dir.file_name().unwrap().to_string_lossy().to_string();
@@ -474,7 +477,50 @@ fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
         }
     }
     // Two GPUs: 5 models × 2 ranks, 6 ZeRO runs × 2; four: 5 models × 4 and 3 over two × 2, 6 ZeRO
-    // runs × 4 and 3 over two × 2; the check: 7B × 4, ZeRO over three × 2 and over four.
-    let (tp_rows, zero_rows) = (5 * 2 + 5 * 4 + 3 * 2 + 4, 6 * 2 + 6 * 4 + 3 * 2 + 3 * 2 + 4);
+    // runs × 4 and 3 over two × 2; the check: 7B × 4, ZeRO over three × 2 and over four; the peer
+    // sum's call: 6 runs × 2.
+    let (tp_rows, zero_rows) = (5 * 2 + 5 * 4 + 3 * 2 + 4 + 6 * 2, 6 * 2 + 6 * 4 + 3 * 2 + 3 * 2 + 4);
     assert_eq!((tp, nccl, zero), (tp_rows, tp_rows + zero_rows, zero_rows));
+}
+
+/// The rows of a `parallel_ranks.csv` whose layout has no comma (one device, tensor-parallel).
+fn rank_rows(path: &Path) -> Vec<HashMap<String, String>> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.starts_with('"'))
+        .map(|l| header.iter().map(|h| h.to_string()).zip(l.split(',').map(str::to_string)).collect())
+        .collect()
+}
+
+/// Issue 43's two-GPU bar with the sums over peer memory (`kernels::peer_sum`), on two H100s and
+/// two H200s: 14B BF16 over two ranks at 1.5 × one GPU or more, and faster than with NCCL's sums
+/// in the same call; a token's sums cheaper than NCCL's; F32 ranks' tokens equal one GPU's.
+#[test]
+fn tensor_parallel_decode_with_the_peer_sum() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results");
+    for call in ["h100x2/2026-11-28-peer-sum", "h200x2/2026-11-28-peer-sum"] {
+        let rows = |run: &str| rank_rows(&data.join(call).join(run).join("parallel/parallel_ranks.csv"));
+        let ranks = |rows: &[HashMap<String, String>], col: &str| -> Vec<f64> {
+            rows.iter().filter(|r| r["layout"] == "tensor-parallel × 2").map(|r| num(r, col)).collect()
+        };
+        let peer = rows("tp14-g2");
+        let one = num(peer.iter().find(|r| r["layout"] == "one device").unwrap(), "decode_tok_s");
+        let (with_peer, with_nccl) = (ranks(&peer, "decode_tok_s"), ranks(&rows("tp14-g2-nccl"), "decode_tok_s"));
+        let slowest = with_peer.iter().cloned().fold(f64::MAX, f64::min);
+        assert!(slowest >= 1.5 * one, "{call}: 14B over two {slowest:.1} tok/s, one GPU {one:.1}");
+        assert!(
+            slowest > with_nccl.iter().cloned().fold(0.0, f64::max),
+            "{call}: {with_peer:?} against NCCL's {with_nccl:?}"
+        );
+        let (sums_peer, sums_nccl) =
+            (ranks(&peer, "sums_ms_per_token"), ranks(&rows("tp14-g2-nccl"), "sums_ms_per_token"));
+        assert!(
+            sums_peer.iter().zip(&sums_nccl).all(|(p, n)| p < n),
+            "{call}: sums {sums_peer:?} against {sums_nccl:?}"
+        );
+        let f32 = rows("tp7f32-g2");
+        assert!(ranks(&f32, "tokens_equal_to_one_device").iter().all(|&t| t == 64.0), "{call}: F32 tokens");
+    }
 }
