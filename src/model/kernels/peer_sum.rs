@@ -25,7 +25,7 @@ pub const FLAGS_AT: usize = 2 * HALF;
 pub const COUNTERS_AT: usize = FLAGS_AT + BLOCKS * RANKS * 4;
 pub const FAILED_AT: usize = COUNTERS_AT + BLOCKS * 4;
 pub const TABLE_AT: usize = FAILED_AT + 64;
-const _: () = assert!(TABLE_AT + 2 * RANKS * 8 <= BYTES && HALF % 16 == 0);
+const _: () = assert!(TABLE_AT + 2 * RANKS * 8 <= BYTES && HALF.is_multiple_of(16));
 
 /// How long a block waits for another rank's flag before it gives up (and says so).
 const TIMEOUT_NS: u64 = 10_000_000_000;
@@ -52,7 +52,7 @@ pub fn takes(x: &Tensor, res: Option<&Tensor>) -> bool {
     x.device().is_cuda()
         && matches!(x.dtype(), DType::BF16 | DType::F32)
         && x.is_contiguous()
-        && bytes % 16 == 0
+        && bytes.is_multiple_of(16)
         && bytes <= HALF
         && res.is_none_or(|r| r.dtype() == x.dtype() && r.is_contiguous() && r.dims() == x.dims())
 }
