@@ -17,11 +17,7 @@ pub trait AllReduce: Send + Sync {
     /// The sum, then `res` added (a row-parallel product's residual): one kernel where the sum
     /// has its own, else the sum and candle's add.
     fn all_reduce_sum_add(&self, x: &Tensor, res: Option<&Tensor>) -> Result<Tensor> {
-        let y = self.all_reduce_sum(x)?;
-        Ok(match res {
-            Some(r) => (r + y)?,
-            None => y,
-        })
+        plus(self.all_reduce_sum(x)?, res)
     }
     /// How the sums travel, in a few words (printed by the parallel stage).
     fn route(&self) -> &'static str {
@@ -75,13 +71,18 @@ impl RankComm {
     /// The sum of every rank's `x`, plus `res` (the rank's own `x` plus `res` while skipped).
     pub fn sum_add(&self, x: &Tensor, res: Option<&Tensor>) -> Result<Tensor> {
         if SUMS_SKIPPED.load(Ordering::SeqCst) {
-            return Ok(match res {
-                Some(r) => (r + x)?,
-                None => x.clone(),
-            });
+            return plus(x.clone(), res);
         }
         self.0.all_reduce_sum_add(x, res)
     }
+}
+
+/// `y`, plus the residual `r` where there is one (`r + y`, as the layer adds it).
+pub fn plus(y: Tensor, r: Option<&Tensor>) -> Result<Tensor> {
+    Ok(match r {
+        Some(r) => (r + y)?,
+        None => y,
+    })
 }
 
 impl std::fmt::Debug for RankComm {

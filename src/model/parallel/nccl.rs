@@ -105,11 +105,7 @@ impl AllReduce for NcclComm {
         if let Some(y) = self.peer_sum(&x, res)? {
             return Ok(y);
         }
-        let y = x.apply_op1_no_bwd(self)?;
-        Ok(match res {
-            Some(r) => (r + y)?,
-            None => y,
-        })
+        crate::model::parallel::comm::plus(x.apply_op1_no_bwd(self)?, res)
     }
 
     fn route(&self) -> &'static str {

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 /// What the ranks exchange while they join: each one's block, device and context.
 pub struct PeerExchange {
+    ranks: usize,
     seen: Mutex<Vec<Option<(u64, sys::CUdevice, usize)>>>,
     barrier: Barrier,
     reach: AtomicBool,
@@ -48,6 +49,7 @@ fn check(r: sys::CUresult, what: &str) -> Result<()> {
 impl PeerExchange {
     pub fn new(ranks: usize) -> Self {
         Self {
+            ranks,
             seen: Mutex::new(vec![None; ranks]),
             barrier: Barrier::new(ranks),
             reach: AtomicBool::new(true),
@@ -62,7 +64,9 @@ impl PeerExchange {
     pub fn join(self: &Arc<Self>, dev: &CudaDevice, rank: usize) -> Result<PeerBlock> {
         let ctx = dev.cuda_stream().context().clone();
         let mine = allocate(&ctx);
-        if mine.is_err() || std::env::var("VRAM_LAB_PEER_SUM").is_ok_and(|v| v == "0") {
+        // The kernel's table has room for `peer_sum::RANKS` ranks; a larger group sums with NCCL.
+        let off = std::env::var("VRAM_LAB_PEER_SUM").is_ok_and(|v| v == "0");
+        if mine.is_err() || self.ranks > peer_sum::RANKS || off {
             self.reach.store(false, SeqCst);
         }
         let base = *mine.as_ref().unwrap_or(&0);
@@ -97,7 +101,7 @@ impl PeerExchange {
             },
             "writing the table",
         )?;
-        block.slot = Some(PeerSlot { base, rank, ranks: seen.len() });
+        block.slot = Some(PeerSlot { base, rank, ranks: self.ranks });
         Ok(block)
     }
 }
@@ -143,7 +147,7 @@ impl PeerExchange {
     /// Counts this rank's block as released and waits (up to 10 s) for every rank's: whether all
     /// came, so no kernel of any rank reads the blocks any more.
     fn everyone_released(&self) -> bool {
-        let ranks = self.seen.lock().map(|s| s.len()).unwrap_or(0);
+        let ranks = self.ranks;
         let Ok(mut n) = self.released.lock() else { return false };
         *n += 1;
         self.all_released.notify_all();
