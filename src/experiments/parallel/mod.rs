@@ -286,6 +286,10 @@ fn one_device(
     let before = s.probe.settled("before")?;
     let run = s.load(c.precision).and_then(|lm| {
         let loaded = s.probe.settled("loaded")?;
+        // Untimed first, as the ranks do (`ranks::run_rank`): no kernel compiled in the timing.
+        if cuda {
+            crate::model::generate::warmup(&lm.model, prompt)?;
+        }
         s.probe.reset_peak();
         let g = generate(&lm.model, prompt, gen)?;
         let done = s.probe.settled("generated")?;

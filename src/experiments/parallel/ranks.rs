@@ -89,6 +89,12 @@ pub fn run_rank(plan: &RankPlan, rank: usize, device: Device) -> Result<RankRun>
     )?;
     let model = model.ok_or_else(|| LabError::other("no model"))?;
     let loaded = probe.settled("")?;
+    if cuda {
+        // Untimed first, as one device's run: the driver compiles each kernel module for a GPU at
+        // its first use, which had put 19 s into a rank's timed prefill (7B F32 over two: 8.3 tok/s
+        // in a fresh process, 322 in the next; data/results/h200x2/2026-11-28-tp-prefill-jit).
+        plan.group.meet.settle("warming up", crate::model::generate::warmup(&model, plan.req.prompt))?;
+    }
     probe.reset_peak();
     let g = guarded(&probe, "generating", || generate(&model, plan.req.prompt, &plan.req.gen))?;
     comm_health.healthy()?;
