@@ -387,11 +387,11 @@ fn pytorch_steps_peak_where_the_estimator_says() {
 /// The committed multi-GPU runs, two H100s and four H200s (with the same layouts over two and
 /// three of the four), and the peer sum's call on two H100s: every tensor-parallel rank's weights as the ledger says and its peak above them within
 /// 3 %; every GPU's NCCL memory, tensor-parallel and training ranks, within 3 % of
-/// `nccl_bytes(gpus, rank)` as the lab computes it now; every ZeRO rank's AdamW states and kept
+/// `comm_bytes(gpus, rank)` as the lab computes it now; every ZeRO rank's AdamW states and kept
 /// gradients equal to `training::ledger` at its N (to 100 bytes: three GPUs split unevenly).
 #[test]
 fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
-    use vram_lab::estimate::parallel::nccl_bytes;
+    use vram_lab::estimate::parallel::comm_bytes;
     use vram_lab::estimate::training::{ledger, TrainSetup};
     use vram_lab::model::DecoderConfig;
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results");
@@ -434,7 +434,7 @@ fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
                     near(
                         &format!("{what}: NCCL"),
                         num(&r, "nccl_mib"),
-                        mib(nccl_bytes(gpus, r["rank"].parse().unwrap())),
+                        mib(comm_bytes(gpus, r["rank"].parse().unwrap())),
                     );
                     tp += 1;
                     nccl += 1;
@@ -452,7 +452,7 @@ fn multi_gpu_runs_hold_what_the_ledger_says_per_rank() {
                     let what = format!("{run}/{name} rank {} of {gpus}: {}", r["rank"], r["item"]);
                     match r["item"].as_str() {
                         "NCCL's device memory" => {
-                            near(&what, num(r, "measured_mib"), mib(nccl_bytes(gpus, r["rank"].parse().unwrap())));
+                            near(&what, num(r, "measured_mib"), mib(comm_bytes(gpus, r["rank"].parse().unwrap())));
                             nccl += 1;
                         }
                         // Equal but for the bytes of a shard that N does not divide (three GPUs).

@@ -84,12 +84,21 @@ pub fn nccl_bytes(gpus: usize, rank: usize) -> u64 {
             channels * (nccl::PER_CHANNEL_SEND * send + nccl::PER_CHANNEL_RECV * recv)
         })
         .sum();
-    nccl::STATE + nccl::SHARED + nccl::UNLOGGED + nccl::PEER_SUM + buffers
+    nccl::STATE + nccl::SHARED + nccl::UNLOGGED + buffers
 }
 
-/// The most NCCL takes on any GPU of a group of `gpus`: what a plan must leave free on each card.
-pub fn nccl_bytes_most(gpus: usize) -> u64 {
-    (0..gpus).map(|r| nccl_bytes(gpus, r)).max().unwrap_or(0)
+/// What GPU `rank` of a group of `gpus` holds for the sums (none alone): NCCL's memory and the
+/// lab's peer-sum block, the bytes `vram-lab parallel` and `train` measure as NCCL's.
+pub fn comm_bytes(gpus: usize, rank: usize) -> u64 {
+    if gpus < 2 {
+        return 0;
+    }
+    nccl_bytes(gpus, rank) + nccl::PEER_SUM
+}
+
+/// The most the sums take on any GPU of a group of `gpus`: what a plan must leave free on each card.
+pub fn comm_bytes_most(gpus: usize) -> u64 {
+    (0..gpus).map(|r| comm_bytes(gpus, r)).max().unwrap_or(0)
 }
 
 /// What one GPU of a group needs.
@@ -137,7 +146,7 @@ pub fn tensor_parallel(cfg: &DecoderConfig, w: &Inference, gpus: usize, runtime:
             kv_cache: shard.kv_cache,
             transient: one.transient,
             logits: one.logits,
-            nccl: nccl_bytes(gpus, gpu),
+            nccl: comm_bytes(gpus, gpu),
             pool: one.pool,
             runtime,
         })
@@ -420,13 +429,14 @@ mod tests {
     }
 
     /// NCCL by hand: two GPUs are each other's only peer (one 10 + 2 MiB pair a channel: 1,120 MiB,
-    /// as two H100s held, and the lab's 2 MiB peer-sum block); on four the ring and chain give rank 0 one send peer and two receive
+    /// as two H100s held; with the lab's 2 MiB peer-sum block, 1,122); on four the ring and chain give rank 0 one send peer and two receive
     /// peers, ranks 1 and 2 two of each, rank 3 two send peers and one receive peer.
     #[test]
     fn nccl_per_rank_by_hand() {
-        let fixed = 98 * 2 + 256 + 380 + 2;
+        let fixed = 98 * 2 + 256 + 380;
         assert_eq!(nccl_bytes(2, 0), (fixed + 24 * 12) << 20);
-        assert_eq!(nccl_bytes(2, 0), 1122 << 20);
+        assert_eq!(nccl_bytes(2, 0), 1120 << 20);
+        assert_eq!((comm_bytes(2, 0), comm_bytes(1, 0)), (1122 << 20, 0));
         assert_eq!(nccl_bytes(2, 1), nccl_bytes(2, 0));
         let four: Vec<u64> = (0..4).map(|r| nccl_bytes(4, r) >> 20).collect();
         assert_eq!(
@@ -438,7 +448,7 @@ mod tests {
                 fixed + 24 * (2 * 2 + 10)
             ]
         );
-        assert_eq!(nccl_bytes_most(4), nccl_bytes(4, 1));
+        assert_eq!(comm_bytes_most(4), comm_bytes(4, 1));
         // Three GPUs, whose chains start at each GPU in turn: rank 0 sends to one peer on the 12
         // channels of 0 − 1 − 2 and to two on the 12 others (36 × 2 MiB), receives from two, one
         // and two (42 × 10 MiB): 1,324 MiB (1,320 measured on H200s).

@@ -214,7 +214,7 @@ impl Stage for Estimate {
             }
             if !c.cards.is_empty() {
                 let cards = c.cards.iter().map(|n| Card::parse(n)).collect::<Result<Vec<_>>>()?;
-                let overhead = runtime.bytes() + parallel::nccl_bytes_most(cards.len());
+                let overhead = runtime.bytes() + parallel::comm_bytes_most(cards.len());
                 out.table(TRAIN_CARDS, train_cards_table(&cfg, c.seq, c.checkpointing, &cards, overhead)?);
             }
         }

@@ -88,7 +88,7 @@ pub fn rank_row(r: &RankRun, p: &GpuRow, gpus: usize, ceiling_tok_s: Option<f64>
         tokens: r.tokens.len(),
         outcome: Outcome::OK.into(),
         // Per rank, as NCCL connects its peers; none where the ranks are threads (`p` says 0).
-        nccl_predicted: if p.nccl_predicted > 0 { crate::estimate::parallel::nccl_bytes(gpus, r.rank) } else { 0 },
+        nccl_predicted: if p.nccl_predicted > 0 { crate::estimate::parallel::comm_bytes(gpus, r.rank) } else { 0 },
         ..p.clone()
     }
 }

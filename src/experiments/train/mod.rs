@@ -10,7 +10,7 @@ pub mod tables;
 
 use crate::error::{LabError, Result};
 use crate::estimate::fit::Inference;
-use crate::estimate::parallel::nccl_bytes;
+use crate::estimate::parallel::comm_bytes;
 use crate::estimate::training::{self, step_activations, TrainSetup, TrainShape};
 use crate::hw::Card;
 use crate::limits;
@@ -204,7 +204,7 @@ fn data_parallel(s: &mut Session, cfg: &TrainConfig, model_cfg: DecoderConfig, s
                 rows.push(mk(
                     "NCCL's device memory",
                     Some(n),
-                    nccl_bytes(ranks, rank),
+                    comm_bytes(ranks, rank),
                     "outside candle's pool, read when the rank joined",
                 ));
             }
