@@ -7,8 +7,7 @@
 The .ipynb files are the source people edit in JupyterLab; `render` re-executes them in place.
 
 The kernel runs in notebooks/ so `:dep vram-lab = { path = ".." }` finds the crate. All kernels share
-one EVCXR_TMPDIR and evcxr's compilation cache, one after another, so only the first notebook
-compiles the dependencies.
+one EVCXR_TMPDIR, one after another, so only the first notebook compiles the dependencies.
 """
 import copy
 import json
@@ -30,7 +29,10 @@ def evcxr_env():
     cfg = TARGET / "evcxr-config"
     tmp.mkdir(parents=True, exist_ok=True)
     cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "init.evcxr").write_text(":cache 4000\n:opt 0\n")
+    # No `:cache`: with evcxr's rustc cache on, cargo recompiled 28 crates with build scripts at every
+    # cell (answered from the cache, about 4 s a cell: 39 times for notebook 06's 38 cells); without it
+    # the shared EVCXR_TMPDIR keeps them built and a cell takes 1-2 s (docs/ci-dry-run-2026-11-28.txt).
+    (cfg / "init.evcxr").write_text(":opt 0\n")
     os.environ["EVCXR_TMPDIR"] = str(tmp)
     os.environ["EVCXR_CONFIG_DIR"] = str(cfg)
 
