@@ -9,9 +9,9 @@ export NCCL_NVLS_ENABLE=0
 mkdir -p $OUT/jit
 ls -la ~/.nv/ComputeCache 2>&1 | head -2 > $OUT/jit/cache-before.txt
 for i in 1 2; do
-  s=$(date +%s.%N)
+  s=$SECONDS
   timeout 150 /tmp/vram-lab parallel --model synthetic:qwen2.5-7b --gpus 2 --layouts tensor --precision f32 --no-single --quiet --out /tmp/jit$i > $OUT/jit/run$i.stdout.txt 2>&1
-  echo "run $i exit $? in $(echo "$(date +%s.%N) - $s" | bc) s" >> $OUT/jit/times.txt
+  echo "run $i exit $? in $((SECONDS - s)) s" >> $OUT/jit/times.txt
   cp /tmp/jit$i/parallel/parallel_ranks.csv $OUT/jit/run$i-ranks.csv
 done
 du -sh ~/.nv/ComputeCache > $OUT/jit/cache-after.txt 2>&1
