@@ -429,9 +429,9 @@ fn nb_04_offload() -> Out {
 
     **Interpretation · a larger model, run for real.** This run: {model} on {gpu}. All of it on the GPU (`full`, {offload.gpu_layers[mode=full]} layers) gives `{offload.outcome[mode=full]}` — where that is `oom` the whole model does not fit; it is recorded and the next mode runs. With a {offload.gpu_budget_gib[mode=split]} GiB budget, `split` keeps {offload.gpu_layers[mode=split]} layers on the GPU and computes {offload.cpu_layers[mode=split]} on the CPU: {offload.decode_tok_s[mode=split]:2} tok/s (ceiling {offload.ceiling_tok_s[mode=split]:2}, {offload.pct_of_ceiling[mode=split]:1} %); `streamed` keeps {offload.gpu_layers[mode=streamed]} and streams {offload.streamed_layers[mode=streamed]}: {offload.decode_tok_s[mode=streamed]:2} tok/s, {offload.pct_of_ceiling[mode=streamed]:1} % of its {offload.ceiling_tok_s[mode=streamed]:2} tok/s PCIe ceiling; **`hybrid` streams {offload.streamed_layers[mode=hybrid]} and computes {offload.cpu_layers[mode=hybrid]} on the CPU: {offload.decode_tok_s[mode=hybrid]:2} tok/s (ceiling {offload.ceiling_tok_s[mode=hybrid]:2}, {offload.pct_of_ceiling[mode=hybrid]:1} %)**. The article's unified memory gave managed {offload_predict.article_tok_s[case=managed]}, read-mostly {offload_predict.article_tok_s[case=managed-read-mostly]}, preferred location CPU {offload_predict.article_tok_s[case=managed-prefer-cpu]} tok/s for its 27 GB model, and none of this needs oversubscription. This machine's PCIe and host memory are not a 4090 host's; on a real RTX 4090 the previous section's paper predictions give each placement's ceiling.
     "#)?;
-    cell("04_offload", 26);
-    bw.findings()?.show("Stage 4a findings — bandwidth")?;
     cell("04_offload", 27);
+    bw.findings()?.show("Stage 4a findings — bandwidth")?;
+    cell("04_offload", 28);
     off.findings()?.show("Stage 4b findings — offload")?;
     Ok(())
 }
@@ -748,7 +748,7 @@ fn nb_06_multi_gpu() -> Out {
     - {model} 的 BF16 权重是 {estimate_ledger.mib[precision=bf16, item=weights]:0} MiB：一张 {card} 放得下，但留给上下文的余地很少；两张卡就宽裕了。
     - **张量并行的每张卡持有多于一半的权重**：{estimate_parallel.weights_mib[layout=tp, gpu=0]:0} MiB——嵌入表和归一化在每张卡上都是完整的一份(输出层按词表切分,每张卡一份词表行)；
       它的 KV 缓存是一半（{estimate_parallel.kv_cache_mib[layout=tp, gpu=0]:0} MiB，一半的 K/V 头）。
-    - **NCCL 自己每张卡 {estimate_parallel.nccl_mib[layout=tp, gpu=0]:0} MiB**（账本的值，在两张 H100 上实测过，见下面的说明）。在 24 GB 的卡上这大约是 5 %。
+    - **求和每张卡占 {estimate_parallel.nccl_mib[layout=tp, gpu=0]:0} MiB**：NCCL 自己的缓冲，加上实验室经对端显存求和用的一个 2 MiB 块（账本的值，在两张 H100 上实测过，见下面的说明）。在 24 GB 的卡上这大约是 5 %。
 
     **Interpretation.**
     - {model} in BF16 is {estimate_ledger.mib[precision=bf16, item=weights]:0} MiB of weights: one {card} holds it with
@@ -756,8 +756,8 @@ fn nb_06_multi_gpu() -> Out {
     - **A tensor-parallel GPU holds more than half** of the weights, {estimate_parallel.weights_mib[layout=tp, gpu=0]:0} MiB:
       the embedding table and the norms are whole on every GPU (the output head is split by vocabulary rows); its KV cache is half
       ({estimate_parallel.kv_cache_mib[layout=tp, gpu=0]:0} MiB: half the K/V heads).
-    - **NCCL's own memory is {estimate_parallel.nccl_mib[layout=tp, gpu=0]:0} MiB a GPU** (the ledger's, measured on two H100s:
-      see the note below). On a 24 GB card that is 5 %.
+    - **The sums take {estimate_parallel.nccl_mib[layout=tp, gpu=0]:0} MiB a GPU**: NCCL's own buffers and the lab's 2 MiB block for
+      its sum over peer memory (the ledger's, measured on two H100s: see the note below). On a 24 GB card that is 5 %.
     "#)?;
     cell("06_multi_gpu", 8);
     pp.say(r#"
