@@ -66,10 +66,10 @@ impl NcclComm {
         // collective, which would otherwise wait for the first sum too large for the peer kernel
         // (a prefill's) and land outside the memory measured at joining (186 MiB a GPU of two
         // H200s, data/results/h200x2/2026-11-28-peer-sum).
-        let warm = |e| LabError::other(format!("NCCL: rank {rank}: first sum: {e:?}"));
-        let src = dev.alloc_zeros::<f32>(256).map_err(warm)?;
-        let mut dst = dev.alloc_zeros::<f32>(256).map_err(warm)?;
-        comm.all_reduce(&src, &mut dst, &ReduceOp::Sum).map_err(|e| warm(candle_core::Error::Msg(format!("{e:?}"))))?;
+        let warm = |e: &dyn std::fmt::Debug| LabError::other(format!("NCCL: rank {rank}: first sum: {e:?}"));
+        let src = dev.alloc_zeros::<f32>(256).map_err(|e| warm(&e))?;
+        let mut dst = dev.alloc_zeros::<f32>(256).map_err(|e| warm(&e))?;
+        comm.all_reduce(&src, &mut dst, &ReduceOp::Sum).map_err(|e| warm(&e))?;
         let peer = peers.join(dev, rank)?;
         Ok(Self { comm, peer })
     }
