@@ -43,6 +43,13 @@ fn kernels_compile() {
     {
         assert!(ptx.contains(name), "{name} missing from the PTX");
     }
+    // The compute-9.0 build with programmatic dependent launch: every entry point, and the waits.
+    let pdl = vram_lab::model::kernels::decode::ptx_pdl().unwrap();
+    assert!(pdl.contains(".target sm_90"), "{}", &pdl[..pdl.len().min(400)]);
+    for name in ["vram_lab_gemv_bf16_b1_g2_norm_s1", "vram_lab_attend_bf16", "vram_lab_argmax_bf16"] {
+        assert!(pdl.contains(name), "{name} missing from the PDL PTX");
+    }
+    assert!(pdl.contains("griddepcontrol.wait") && !ptx.contains("griddepcontrol"));
     let ptx = vram_lab::model::kernels::peer_sum::ptx().unwrap();
     for name in ["vram_lab_peer_sum_bf16", "vram_lab_peer_sum_f32"] {
         assert!(ptx.contains(name), "{name} missing from the PTX");
@@ -265,8 +272,14 @@ fn attention_and_argmax_equal_candles() {
         let k = DecodeKernels::new(&cuda, dtype).unwrap().expect("kernels for BF16 and F32");
         // Qwen2.5-7B's heads (28 q, 4 kv, 128 wide) and 0.5B's width (64); positions from the
         // first to more than the block's 32 in flight.
-        for (b, heads, kv, d, cap, pos) in [(1, 28, 4, 128, 200, 0), (1, 28, 4, 128, 200, 150), (2, 14, 2, 64, 40, 39)]
-        {
+        // Head sizes 256 (two 16-byte loads a lane in F32) and 32 (four lanes a row in BF16).
+        for (b, heads, kv, d, cap, pos) in [
+            (1, 28, 4, 128, 200, 0),
+            (1, 28, 4, 128, 200, 150),
+            (2, 14, 2, 64, 40, 39),
+            (1, 8, 2, 256, 300, 257),
+            (1, 4, 4, 32, 30, 21),
+        ] {
             let y = randn(&[b, 1, (heads + 2 * kv) * d], dtype, &dev);
             let angles = randn(&[cap, d / 2], DType::F32, &dev);
             let (cos, sin) =
@@ -304,8 +317,9 @@ fn attention_and_argmax_equal_candles() {
             }
         }
         // Random BF16 logits can tie at the top: the pick must hold the row's largest value, and
-        // a planted largest value must be found where it was planted.
-        for (b, vocab) in [(1, 152_064), (2, 1000)] {
+        // a planted largest value must be found where it was planted. 1,001 values a row start
+        // the second row off the 16-byte grid (the one-value path); 1,003 leave a ragged end.
+        for (b, vocab) in [(1, 152_064), (2, 1000), (2, 1001), (1, 1003)] {
             let logits = randn(&[b, 1, vocab], dtype, &dev);
             let got = k.argmax(&logits).unwrap().expect("taken").flatten_all().unwrap().to_vec1::<u32>().unwrap();
             let rows = to_f32(&logits).reshape((b, vocab)).unwrap().to_vec2::<f32>().unwrap();
@@ -320,6 +334,12 @@ fn attention_and_argmax_equal_candles() {
                 .unwrap();
             let got = k.argmax(&planted).unwrap().expect("taken").flatten_all().unwrap().to_vec1::<u32>().unwrap();
             assert_eq!(got, vec![at as u32; b], "{dtype:?} planted argmax");
+            // Two equal largest values, the second in another thread's run: the first is picked.
+            let two = planted
+                .slice_assign(&[0..b, 0..1, 5..6], &Tensor::ones((b, 1, 1), dtype, &dev).unwrap())
+                .unwrap();
+            let got = k.argmax(&two).unwrap().expect("taken").flatten_all().unwrap().to_vec1::<u32>().unwrap();
+            assert_eq!(got, vec![5; b], "{dtype:?} first of equal largest values");
         }
     }
 }

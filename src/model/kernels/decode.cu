@@ -1,5 +1,17 @@
 #define NEG_INF __int_as_float(0xff800000)
 
+// Programmatic dependent launch (compute 9.0, the source compiled with VRAM_LAB_PDL, each kernel
+// launched with the attribute by decode.rs): a kernel lets the next one start once all its blocks
+// run (launch_dependents), and waits for the one before to finish, its writes visible, before it
+// reads or writes anything but weights (wait). Without the attribute, both do nothing.
+#ifdef VRAM_LAB_PDL
+#define PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define PDL_LAUNCH()
+#define PDL_WAIT()
+#endif
+
 // y: [b, (heads + 2 kv) * d] (q | k | v of one position), rotated and scaled in place for q;
 // k rotated and v copied into the caches [b, kv, cap, d] at row pos[0]. One thread per pair (i, i + d/2).
 template <typename T>
@@ -98,15 +110,19 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
 #pragma unroll
     for (int b = 0; b < B; b++) ss[b] = 0.f;
     const int step = 32 * S;
+    PDL_LAUNCH();
     // Four 16-byte loads per row in flight per lane, the last round's past the row's end left
     // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
-    // from the same loads of x.
+    // from the same loads of x. The first round's weights are asked for before the wait for the
+    // kernel before, whose tail they overlap; x, res and y only after it.
+    bool waited = false;
     for (int i = lane + 32 * part; live && i < kv; i += 4 * step) {
         uint4 wv[G][4];
 #pragma unroll
         for (int r = 0; r < G; r++)
 #pragma unroll
             for (int u = 0; u < 4; u++) wv[r][u] = i + step * u < kv ? __ldcs(wr[r] + i + step * u) : make_uint4(0, 0, 0, 0);
+        if (!waited) { PDL_WAIT(); waited = true; }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             if (i + step * u >= kv) break;
@@ -120,6 +136,7 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
             }
         }
     }
+    if (!waited) PDL_WAIT();
 #pragma unroll
     for (int b = 0; b < B; b++) {
         if (N) ss[b] = warp_sum(ss[b]);
@@ -164,19 +181,41 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
     }
 }
 
-// A head's d values of the stacked product row yb, rotated at position p, as lane `lane` holds
-// them (its e_n = d / 32 consecutive values): the partner of value i is i ± d/2, held by lane ^ 16.
+// A lane's share of a row of d values for `attend`: L = min(d / (values per 16-byte load), 32) lanes
+// hold a row, EL = d / L consecutive values each (8 BF16 in one load; 4 or 8 F32 in one or two).
+// `at` 16-byte aligned; values past EL are 0.
+__device__ __forceinline__ void load_el(const unsigned short* at, int, float* f) {
+    uint4 a = *(const uint4*)at;
+    f[0] = lo(a.x); f[1] = hi(a.x); f[2] = lo(a.y); f[3] = hi(a.y);
+    f[4] = lo(a.z); f[5] = hi(a.z); f[6] = lo(a.w); f[7] = hi(a.w);
+}
+__device__ __forceinline__ void load_el(const float* at, int el, float* f) {
+    uint4 a = *(const uint4*)at;
+    f[0] = __uint_as_float(a.x); f[1] = __uint_as_float(a.y); f[2] = __uint_as_float(a.z); f[3] = __uint_as_float(a.w);
+    uint4 b = el == 8 ? *(const uint4*)(at + 4) : make_uint4(0, 0, 0, 0);
+    f[4] = __uint_as_float(b.x); f[5] = __uint_as_float(b.y); f[6] = __uint_as_float(b.z); f[7] = __uint_as_float(b.w);
+}
+
+// The sum of v over the L lanes of a row (L a power of two, groups aligned to L lanes).
+__device__ __forceinline__ float group_sum(float v, int L) {
+    for (int off = L >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// A head's d values, rotated at position p, as lane li of its row's L lanes holds them (values
+// li·EL .. li·EL + EL - 1): the partner of value j is j ± d/2, held by lane li ^ L/2. The table
+// rows [positions, d / 2] start 16-byte aligned (the caller checks), as do the lane's values.
 template <typename T>
-__device__ __forceinline__ void rotated(const T* yb, int head, const T* cos_t, const T* sin_t, unsigned p, int d, int lane, float* f) {
-    const int e_n = d / 32, half = d / 2;
+__device__ __forceinline__ void rotated(const T* head, const T* cos_t, const T* sin_t, unsigned p, int d, int L, int EL, int li, float* f) {
+    const int half = d / 2, j0 = li * EL, i0 = j0 < half ? j0 : j0 - half;
+    float x[8], c[8], s[8];
+    load_el(head + j0, EL, x);
+    load_el(cos_t + (long)p * half + i0, EL, c);
+    load_el(sin_t + (long)p * half + i0, EL, s);
 #pragma unroll
     for (int e = 0; e < 8; e++) {
-        int j = lane * e_n + e;
-        float x = e < e_n ? ld(yb, (long)head * d + j) : 0.f;
-        float other = __shfl_xor_sync(0xffffffffu, x, 16);
-        int i = j < half ? j : j - half;
-        float c = e < e_n ? ld(cos_t, (long)p * half + i) : 0.f, s = e < e_n ? ld(sin_t, (long)p * half + i) : 0.f;
-        f[e] = j < half ? x * c - other * s : x * c + other * s;
+        float other = __shfl_xor_sync(0xffffffffu, x[e], L >> 1);
+        f[e] = j0 < half ? x[e] * c[e] - other * s[e] : x[e] * c[e] + other * s[e];
     }
 }
 
@@ -192,49 +231,74 @@ __device__ __forceinline__ float as_stored(const float*, float f) { return f; }
 // v of the position from the stacked product y [b, (heads + 2 kv) d] (not rotated), rotates q
 // (scaled) and its KV head's k in registers, attends over the caches [b, kv, cap, d] at positions
 // 0..pos[0]-1 and the position's own k and v, and writes its head of out [b, heads d]; the first
-// block of each KV head's group stores k and v at row pos[0] (no block reads that row). Each warp
-// keeps a running max, sum and output over its share of the positions (four positions' k and v
-// loaded at once); the block combines them. d a multiple of 32, at most 256; at most 16 warps
-// (the entry point is bounded to 512 threads: without the bound the registers of the position's
-// own k and v made the launch fail).
+// block of each KV head's group stores k and v at row pos[0] (no block reads that row).
+// A warp takes P = 32 / L positions side by side (its lanes read P whole rows, 16 bytes each), four
+// such rounds of loads in flight; each row's L lanes keep a running max, sum and output over their
+// positions. The rows of a warp merge by shuffles, the warps through shared memory. d in 32, 64,
+// 128, 256 (L a power of two); at most 16 warps (the entry point is bounded to 512 threads).
 template <typename T>
 __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, const T* __restrict__ sin_t, T* __restrict__ kc,
                        T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ out, int heads, int kv, int d, int cap, float scale) {
     __shared__ float sm_m[16], sm_l[16], sm_acc[16 * 256];
     const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int h = blockIdx.x, bi = blockIdx.y, e_n = d / 32, g = h / (heads / kv);
+    const int h = blockIdx.x, bi = blockIdx.y, g = h / (heads / kv);
+    const int per = 16 / (int)sizeof(T), L = d / per < 32 ? d / per : 32, EL = d / L, P = 32 / L;
+    const int sub = lane / L, li = lane % L;
+    PDL_LAUNCH();
+    PDL_WAIT();
     const unsigned p = pos[0];
     const int n = (int)p;
     const T* yb = y + (long)bi * (heads + 2 * kv) * d;
-    const long head = ((long)bi * kv + g) * cap * d + lane * e_n;
-    float qf[8], acc[8];
-    rotated(yb, h, cos_t, sin_t, p, d, lane, qf);
+    const long head = ((long)bi * kv + g) * cap * d + li * EL;
+    float qf[8], kn[8], vn[8], acc[8];
+    rotated(yb + (long)h * d, cos_t, sin_t, p, d, L, EL, li, qf);
+    // The position itself: k rotated, v as it is, both as the cache will hold them; the first row
+    // of warp 0 starts its running sums with it.
+    rotated(yb + (long)(heads + g) * d, cos_t, sin_t, p, d, L, EL, li, kn);
+    load_el(yb + (long)(heads + kv + g) * d + li * EL, EL, vn);
+    float dot = 0.f;
 #pragma unroll
-    for (int e = 0; e < 8; e++) { qf[e] *= scale; acc[e] = 0.f; }
-    float m = NEG_INF, l = 0.f;
-    for (int t0 = warp * 4; t0 < n; t0 += nw * 4) {
-        // k and v of four positions loaded together, then used.
+    for (int e = 0; e < 8; e++) {
+        qf[e] *= scale;
+        kn[e] = as_stored(kc, kn[e]);
+        dot = fmaf(qf[e], kn[e], dot);
+    }
+    const float own = group_sum(dot, L);
+    const bool first = warp == 0 && sub == 0;
+    float m = first ? own : NEG_INF, l = first ? 1.f : 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] = first ? vn[e] : 0.f;
+    if (first && h % (heads / kv) == 0) {
+        long row = head + (long)p * d;
+#pragma unroll
+        for (int e = 0; e < 8; e++) if (e < EL) { st(kc, row + e, kn[e]); st(vc, row + e, vn[e]); }
+    }
+    const int round = nw * P;
+    for (int t0 = warp * P; t0 < n; t0 += 4 * round) {
+        // k and v of four positions per row loaded together, then used.
         float kf[4][8], vf[4][8];
 #pragma unroll
-        for (int u = 0; u < 4; u++)
+        for (int u = 0; u < 4; u++) {
+            int t = t0 + sub + u * round;
+            if (t < n) {
+                load_el(kc + head + (long)t * d, EL, kf[u]);
+                load_el(vc + head + (long)t * d, EL, vf[u]);
+            } else {
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
-                bool in = t0 + u < n && e < e_n;
-                long at = head + (long)(t0 + u) * d + e;
-                kf[u][e] = in ? ld(kc, at) : 0.f;
-                vf[u][e] = in ? ld(vc, at) : 0.f;
+                for (int e = 0; e < 8; e++) { kf[u][e] = 0.f; vf[u][e] = 0.f; }
             }
+        }
         float s[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            float dot = 0.f;
+            float dt = 0.f;
 #pragma unroll
-            for (int e = 0; e < 8; e++) dot = fmaf(qf[e], kf[u][e], dot);
-            s[u] = warp_sum(dot);
+            for (int e = 0; e < 8; e++) dt = fmaf(qf[e], kf[u][e], dt);
+            s[u] = group_sum(dt, L);
         }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            if (t0 + u >= n) break;
+            if (t0 + sub + u * round >= n) continue;
             float mn = fmaxf(m, s[u]);
             float c = __expf(m - mn), pr = __expf(s[u] - mn);
             l = l * c + pr;
@@ -243,33 +307,21 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
             m = mn;
         }
     }
-    if (warp == 0) {
-        // The position itself: k rotated, v as it is, both as the cache will hold them.
-        float kf[8], vf[8];
-        rotated(yb, heads + g, cos_t, sin_t, p, d, lane, kf);
-        float dot = 0.f;
+    // The warp's P rows into its first (a row with no position has l = 0 and m = -inf).
+    for (int off = L; off < 32; off <<= 1) {
+        float mo = __shfl_xor_sync(0xffffffffu, m, off), lo_ = __shfl_xor_sync(0xffffffffu, l, off);
+        float mn = fmaxf(m, mo);
+        float c1 = l == 0.f ? 0.f : __expf(m - mn), c2 = lo_ == 0.f ? 0.f : __expf(mo - mn);
 #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            kf[e] = as_stored(kc, kf[e]);
-            vf[e] = e < e_n ? ld(yb, (long)(heads + kv + g) * d + lane * e_n + e) : 0.f;
-            dot = fmaf(qf[e], kf[e], dot);
-        }
-        float sc = warp_sum(dot);
-        float mn = fmaxf(m, sc);
-        float c = __expf(m - mn), pr = __expf(sc - mn);
-        l = l * c + pr;
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[e] = fmaf(pr, vf[e], acc[e] * c);
+        for (int e = 0; e < 8; e++) acc[e] = acc[e] * c1 + __shfl_xor_sync(0xffffffffu, acc[e], off) * c2;
+        l = l * c1 + lo_ * c2;
         m = mn;
-        if (h % (heads / kv) == 0) {
-            long row = head + (long)p * d;
-#pragma unroll
-            for (int e = 0; e < 8; e++) if (e < e_n) { st(kc, row + e, kf[e]); st(vc, row + e, vf[e]); }
-        }
     }
     if (lane == 0) { sm_m[warp] = m; sm_l[warp] = l; }
+    if (sub == 0) {
 #pragma unroll
-    for (int e = 0; e < 8; e++) if (e < e_n) sm_acc[warp * d + lane * e_n + e] = acc[e];
+        for (int e = 0; e < 8; e++) if (e < EL) sm_acc[warp * d + li * EL + e] = acc[e];
+    }
     __syncthreads();
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float mx = NEG_INF;
@@ -291,17 +343,46 @@ template <typename T>
 __device__ void argmax(const T* __restrict__ logits, unsigned* __restrict__ ids, int vocab) {
     __shared__ float sm_v[32];
     __shared__ int sm_i[32];
+    PDL_LAUNCH();
+    PDL_WAIT();
     const T* row = logits + (long)blockIdx.x * vocab;
     float best = NEG_INF;
     int at = 0x7fffffff;
-    // Eight loads in flight per thread: one block reads the row, so latency, not bandwidth, is
-    // its time. Each thread's indices rise, so a strict > keeps the first of equal values.
-    for (int j0 = threadIdx.x; j0 < vocab; j0 += 8 * blockDim.x) {
-        float v[8];
+    // One block reads the row, so the rounds of loads, not bandwidth, set its time: each thread
+    // takes 16-byte runs (8 BF16 or 4 F32 values), four in flight, where the row starts aligned,
+    // else one value a load, eight in flight. Each thread's indices rise, so a strict > keeps the
+    // first of equal values.
+    const int per = 16 / (int)sizeof(T);
+    if (((unsigned long)row & 15) == 0) {
+        const int runs = vocab / per;
+        for (int r0 = threadIdx.x; r0 < runs; r0 += 4 * blockDim.x) {
+            float v[4][8];
 #pragma unroll
-        for (int u = 0; u < 8; u++) { int j = j0 + u * blockDim.x; v[u] = j < vocab ? ld(row, j) : NEG_INF; }
+            for (int u = 0; u < 4; u++) {
+                int r = r0 + u * blockDim.x;
+                if (r < runs) load_el(row + (long)r * per, per, v[u]);
+            }
 #pragma unroll
-        for (int u = 0; u < 8; u++) if (v[u] > best) { best = v[u]; at = j0 + u * blockDim.x; }
+            for (int u = 0; u < 4; u++) {
+                int r = r0 + u * blockDim.x;
+                if (r >= runs) break;
+#pragma unroll
+                for (int e = 0; e < 8; e++) if (e < per && v[u][e] > best) { best = v[u][e]; at = r * per + e; }
+            }
+        }
+        // The values past the last whole run.
+        for (int j = runs * per + threadIdx.x; j < vocab; j += blockDim.x) {
+            float x = ld(row, j);
+            if (x > best || (x == best && j < at)) { best = x; at = j; }
+        }
+    } else {
+        for (int j0 = threadIdx.x; j0 < vocab; j0 += 8 * blockDim.x) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) { int j = j0 + u * blockDim.x; v[u] = j < vocab ? ld(row, j) : NEG_INF; }
+#pragma unroll
+            for (int u = 0; u < 8; u++) if (v[u] > best) { best = v[u]; at = j0 + u * blockDim.x; }
+        }
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
