@@ -44,12 +44,14 @@ fn kernels_compile() {
         assert!(ptx.contains(name), "{name} missing from the PTX");
     }
     // The compute-9.0 build with programmatic dependent launch: every entry point, and the waits.
-    let pdl = vram_lab::model::kernels::decode::ptx_pdl().unwrap();
-    assert!(pdl.contains(".target sm_90"), "{}", &pdl[..pdl.len().min(400)]);
-    for name in ["vram_lab_gemv_bf16_b1_g2_norm_s1", "vram_lab_attend_bf16", "vram_lab_argmax_bf16"] {
-        assert!(pdl.contains(name), "{name} missing from the PDL PTX");
+    for mode in 1..=3 {
+        let pdl = vram_lab::model::kernels::decode::ptx_pdl(mode).unwrap();
+        assert!(pdl.contains(".target sm_90"), "{}", &pdl[..pdl.len().min(400)]);
+        for name in ["vram_lab_gemv_bf16_b1_g2_norm_s1", "vram_lab_attend_bf16", "vram_lab_argmax_bf16"] {
+            assert!(pdl.contains(name), "{name} missing from the PDL PTX");
+        }
+        assert!(pdl.contains("griddepcontrol.wait") && !ptx.contains("griddepcontrol"));
     }
-    assert!(pdl.contains("griddepcontrol.wait") && !ptx.contains("griddepcontrol"));
     let ptx = vram_lab::model::kernels::peer_sum::ptx().unwrap();
     for name in ["vram_lab_peer_sum_bf16", "vram_lab_peer_sum_f32"] {
         assert!(ptx.contains(name), "{name} missing from the PTX");

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 42: how the pool maps memory at each family's longest BF16 context on an emulated RTX 4090
-# (the last length that fitted in `data/results/h200/2026-11-27-mixtures` and one step past it),
+# (the last length that fitted in `data/results/h200/2026-11-27-mixtures` and one step past it; a
+# bisection only where the first no longer fits),
 # every allocation traced (`VRAM_LAB_ALLOC_TRACE`, as `data/results/h200/2026-11-23-pool`); the
 # traces are filtered there to their marks, failures, synchronisations and trims (`trims.csv`), the whole trace kept
 # gzipped beside them (`trace.csv.gz`).
@@ -22,7 +23,7 @@ for edge in ${EDGES:-qwen3-8b:25600 llama-3.1-8b:26880 mistral-7b:31744 llama-2-
   start=$SECONDS
   echo "### $(date -u +%H:%M:%S) $m: 16384,$fit,$((fit + 256))" | tee -a "$OUT/progress.txt"
   VRAM_LAB_ALLOC_TRACE=/tmp/t.csv timeout 240 /tmp/vram-lab kv --model "synthetic:$m" --card rtx4090 --sweeps prefill \
-    --resolution 0 --precisions bf16 --logits last --lengths "16384,$fit,$((fit + 256))" --quiet --out "$OUT/$m" \
+    --resolution 256 --precisions bf16 --logits last --lengths "16384,$fit,$((fit + 256))" --quiet --out "$OUT/$m" \
     > "$OUT/$m.stdout.txt" 2>&1
   echo "### $m exit $? after $((SECONDS - start)) s" | tee -a "$OUT/progress.txt"
   grep -v "^alloc\|^free" /tmp/t.csv > "$OUT/$m/trims.csv"

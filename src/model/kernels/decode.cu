@@ -5,8 +5,18 @@
 // run (launch_dependents), and waits for the one before to finish, its writes visible, before it
 // reads or writes anything but weights (wait). Without the attribute, both do nothing.
 #ifdef VRAM_LAB_PDL
-#define PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
-#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define PDL_WAIT_() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define PDL_GO_() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#if VRAM_LAB_PDL == 2
+#define PDL_LAUNCH() PDL_GO_()
+#define PDL_WAIT() PDL_WAIT_()
+#elif VRAM_LAB_PDL == 1
+#define PDL_LAUNCH()
+#define PDL_WAIT() do { PDL_WAIT_(); PDL_GO_(); } while (0)
+#else
+#define PDL_LAUNCH()
+#define PDL_WAIT() PDL_WAIT_()
+#endif
 #else
 #define PDL_LAUNCH()
 #define PDL_WAIT()

@@ -29,8 +29,6 @@ const SOURCE: &str = include_str!("decode.cu");
 /// every row of x costs its conversions and FMAs per weight loaded, and from 4 rows that work,
 /// not the reading, sets the time.
 pub const GEMV_MAX_BATCH: usize = 2;
-/// Rows per block: two, so the rows spread evenly over the SMs.
-const GEMV_ROWS_PER_BLOCK: u32 = 2;
 /// Warps per row the kernel is built for.
 const GEMV_SPLITS: [usize; 4] = [1, 2, 4, 8];
 
@@ -42,7 +40,7 @@ fn gemv_split(loads: usize, n: usize) -> usize {
     if n >= 8192 {
         return 1;
     }
-    loads.div_ceil(128).next_power_of_two().min(8)
+    loads.div_ceil(knobs().2).next_power_of_two().min(8).min(knobs().1)
 }
 
 /// Every `gemv` entry point of a dtype, in the order `DecodeKernels::gemv` indexes them:
@@ -81,9 +79,22 @@ pub fn ptx() -> Result<String> {
 /// The same kernels for compute 9.0 with programmatic dependent launch (`VRAM_LAB_PDL` in
 /// `decode.cu`): each lets the next start while its last blocks run, and the next asks for its
 /// first weights before it waits.
-pub fn ptx_pdl() -> Result<String> {
-    static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    super::target::compile(&PTX, "decode", 90, || format!("#define VRAM_LAB_PDL\n{}", source()))
+pub fn ptx_pdl(mode: usize) -> Result<String> {
+    static PTX: [std::sync::OnceLock<String>; 4] = [const { std::sync::OnceLock::new() }; 4];
+    super::target::compile(&PTX[mode.min(3)], "decode", 90, || format!("#define VRAM_LAB_PDL {mode}\n{}", source()))
+}
+
+/// Development knobs, read once: (PDL mode, split cap, loads per lane-round, rows per block).
+fn knobs() -> (usize, usize, usize, usize) {
+    static K: std::sync::OnceLock<(usize, usize, usize, usize)> = std::sync::OnceLock::new();
+    *K.get_or_init(|| {
+        let get = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+        (get("VRAM_LAB_PDL", 1), get("VRAM_LAB_GEMV_SPLIT_MAX", 8), get("VRAM_LAB_GEMV_ROUND", 128), get("VRAM_LAB_GEMV_ROWS", 2))
+    })
+}
+
+fn rows_per_block(split: usize) -> u32 {
+    knobs().3.clamp(1, 16 / split) as u32
 }
 
 /// Whether the step's kernels launch with programmatic dependent launch on `dev`: a card of
@@ -92,7 +103,7 @@ pub fn ptx_pdl() -> Result<String> {
 pub fn pdl_on(dev: &CudaDevice) -> bool {
     crate::memory::cuda::compute_capability(dev).is_some_and(|(major, _)| major >= 9)
         && super::target::built_for().is_none_or(|c| c >= 90)
-        && std::env::var("VRAM_LAB_PDL").map_or(true, |v| v != "0")
+        && knobs().0 != 0
 }
 
 /// A kernel argument as the driver takes it: the address of its value.
@@ -125,11 +136,11 @@ impl DecodeKernels {
         let Some(target) = Target::new(dev, dtype) else { return Ok(None) };
         let pdl = pdl_on(dev);
         let (name, module, ptx) =
-            if pdl { (target.name(), "vram_lab_decode_pdl", ptx_pdl()?) } else { (target.name(), "vram_lab_decode", ptx()?) };
+            if pdl { (target.name(), ["vram_lab_decode_pdl0", "vram_lab_decode_pdl1", "vram_lab_decode_pdl2", "vram_lab_decode_pdl3"][knobs().0.min(3)], ptx_pdl(knobs().0)?) } else { (target.name(), "vram_lab_decode", ptx()?) };
         // Each with the threads a block of it is launched with (below).
         let load = |f: &str, threads: u32| target.load(module, &ptx, f, threads);
         let gemv = gemv_variants()
-            .map(|v| load(&gemv_name(name, v), 32 * v.3 as u32 * GEMV_ROWS_PER_BLOCK))
+            .map(|v| load(&gemv_name(name, v), 32 * v.3 as u32 * rows_per_block(v.3)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(Self {
             target: target.clone(),
@@ -281,9 +292,9 @@ impl DecodeKernels {
         let pr = f.res.map(|t| self.target.ptr(t)).transpose()?.unwrap_or(0);
         let eps = f.norm.map_or(0.0, |(_, e)| e);
         let split = gemv_split(k / per, n);
-        let block = 32 * split as u32 * GEMV_ROWS_PER_BLOCK;
+        let block = 32 * split as u32 * rows_per_block(split);
         let cfg = LaunchConfig {
-            grid_dim: ((n as u32).div_ceil(GEMV_ROWS_PER_BLOCK), 1, 1),
+            grid_dim: ((n as u32).div_ceil(rows_per_block(split)), 1, 1),
             block_dim: (block, 1, 1),
             shared_mem_bytes: 0,
         };
