@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use vram_lab::estimate::transient::{phases, Prefill};
 use vram_lab::experiments::check::{limits, steps, weights};
-use vram_lab::model::{AttentionMode, Logits, Precision};
+use vram_lab::model::{AttentionMode, DecoderConfig, Logits, Precision};
 
 fn results() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/data/results"))
@@ -113,8 +113,11 @@ fn longest_context_within_2_percent() {
     for x in &fam {
         assert!(x.err_pct().abs() <= 7.5, "{}: measured {}, ledger {}", x.file, x.max_context, x.predicted_max_context);
     }
-    let (mix, retried): (Vec<_>, Vec<_>) = retried.into_iter().partition(|x| x.file.contains("2026-11-27-mixtures/"));
-    assert_eq!(mix.len(), 5, "the four families and Qwen3-30B-A3B");
+    // The same four edges, traced (`2026-11-28-family-edges`): `family_edges_keep_less_than_the_ledger_assumes`.
+    let (mix, retried): (Vec<_>, Vec<_>) = retried
+        .into_iter()
+        .partition(|x| x.file.contains("2026-11-27-mixtures/") || x.file.contains("2026-11-28-family-edges/"));
+    assert_eq!(mix.len(), 9, "the four families and Qwen3-30B-A3B, and the four families traced");
     for x in &mix {
         let steps_short = (x.max_context as f64 - x.predicted_max_context as f64) / x.resolution as f64;
         assert!(
@@ -147,9 +150,8 @@ fn longest_context_within_2_percent() {
 /// by the chunks the ledger counts at that prefill's busiest moment (`Phases::chunked`).
 #[test]
 fn pool_keeps_the_chunks_live_allocations_touch() {
-    use clap::ValueEnum;
-    use vram_lab::memory::policy::{POOL_CHUNK, POOL_SLACK};
-    let cfg = vram_lab::model::DecoderConfig::preset("qwen2.5-7b").unwrap();
+    use vram_lab::memory::policy::POOL_SLACK;
+    let cfg = DecoderConfig::preset("qwen2.5-7b").unwrap();
     let dir = results().join("h200/2026-11-23-pool");
     let (mut worst, mut trims) = (0f64, 0);
     for name in ["pool-bf16-last", "pool-bf16-all", "pool-q4-last"] {
@@ -157,53 +159,14 @@ fn pool_keeps_the_chunks_live_allocations_touch() {
         let mut chunks = 0.0;
         for line in text.lines().skip(1) {
             let f: Vec<&str> = line.split(',').collect();
-            // "mark prefill bf16 1 x 33792 last logits bounded attention"
-            if let Some(label) = f[0].strip_prefix("mark prefill ") {
-                let w: Vec<&str> = label.split(' ').collect();
-                let precision = Precision::from_str(w[0], true).unwrap();
-                let (batch, seq): (usize, usize) = (w[1].parse().unwrap(), w[3].parse().unwrap());
-                let logits = Logits::from_str(w[4], true).unwrap();
-                assert_eq!(w[6], "bounded");
-                let p = phases(
-                    &cfg,
-                    &Prefill {
-                        seq,
-                        batch,
-                        act_bytes: precision.act_dtype().size_in_bytes(),
-                        logits,
-                        attention: AttentionMode::default(),
-                        cast: precision.casts_products(),
-                    },
-                );
-                let c = p.chunked;
-                // Q4 keeps candle's quantized-matmul buffers beside them, this prefill's size. The
-                // retry happens where the pool runs out: at the busiest moment (a trim at an
-                // earlier moment, with fewer allocations, is divided by more chunks than it had:
-                // its share is understated, never the worst).
-                let kept = vram_lab::estimate::transient::chunk_share(vram_lab::estimate::workspace::held_parts(
-                    &cfg,
-                    precision,
-                    (seq * batch) as u64,
-                ));
-                chunks = (kept
-                    + match p.peak_at() {
-                        "mlp" => c.mlp,
-                        "logits" => c.logits,
-                        "attention" => c.attention,
-                        _ => c.o_proj,
-                    }) as f64
-                    / POOL_CHUNK as f64;
+            if let Some(c) = chunks_at(&cfg, f[0]) {
+                chunks = c;
                 continue;
             }
-            if f[0] != "trimmed" {
-                continue;
+            if let Some(slack) = trim_slack(&f, &format!("{name}: {line}")) {
+                worst = worst.max(slack as f64 / chunks);
+                trims += 1;
             }
-            let n = |i: usize| f[i].parse::<u64>().unwrap();
-            let (reserved, used, touched) = (n(3), n(4), n(5));
-            assert_eq!(reserved % POOL_CHUNK, 0, "{name}: {line}");
-            assert_eq!(reserved, touched, "{name}: {line}");
-            worst = worst.max((reserved - used) as f64 / chunks);
-            trims += 1;
         }
     }
     assert!(trims >= 100, "only {trims} trims");
@@ -211,6 +174,109 @@ fn pool_keeps_the_chunks_live_allocations_touch() {
         (worst - POOL_SLACK as f64).abs() < 1024.0,
         "worst slack per chunk of allocations {worst:.0} B, POOL_SLACK {POOL_SLACK}"
     );
+}
+
+/// Issue 42's four families at their longest BF16 context, traced (`h200/2026-11-28-family-edges`,
+/// RUN.md there): every trim leaves the pool the chunks live allocations touch, keeping less than
+/// the ledger's slack (`POOL_SLACK` per chunk of the busiest moment's allocations), so the ledger's
+/// search, run by the lab's check code on these folders, never promises more than the bisection.
+/// It is short by up to four steps of 256 tokens: Qwen3-8B, Llama-3.1-8B and Mistral-7B fail one
+/// step past their edge at their first or second retry, keeping 104-167 MiB (7-11 runs of adjacent
+/// allocations), where a prefill that retries layer after layer leaves more runs at each trim, up
+/// to the ledger's 370-383 MiB (Llama-2-7B here, Qwen2.5-7B in `2026-11-23-pool`); which one a
+/// prefill meets depends on where the pool placed earlier tensors, not on the live set's shapes.
+#[test]
+fn family_edges_keep_less_than_the_ledger_assumes() {
+    use vram_lab::memory::policy::POOL_SLACK;
+    let dir = results().join("h200/2026-11-28-family-edges");
+    for family in ["qwen3-8b", "llama-3.1-8b", "mistral-7b", "llama-2-7b"] {
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(family).join("manifest.json")).unwrap()).unwrap();
+        let cfg = DecoderConfig::preset(manifest["model"].as_str().unwrap().trim_start_matches("synthetic:")).unwrap();
+        let text = std::fs::read_to_string(dir.join(family).join("trims.csv")).unwrap();
+        let (mut chunks, mut trims, mut worst) = (0.0, 0, 0f64);
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split(',').collect();
+            if let Some(c) = chunks_at(&cfg, f[0]) {
+                chunks = c;
+            } else if let Some(slack) = trim_slack(&f, &format!("{family}: {line}")) {
+                worst = worst.max(slack as f64 / chunks);
+                trims += 1;
+            }
+        }
+        assert!(trims >= 1, "{family}: no trim");
+        assert!(worst <= POOL_SLACK as f64, "{family}: {worst:.0} B kept per chunk, POOL_SLACK {POOL_SLACK}");
+    }
+    let l = limits(&dir).unwrap();
+    assert_eq!(l.len(), 4, "the four families' BF16 limits");
+    for x in &l {
+        let short = x.max_context as i64 - x.predicted_max_context as i64;
+        assert!(
+            x.retried && (0..=4 * x.resolution as i64).contains(&short),
+            "{}: measured {}, ledger {}",
+            x.file,
+            x.max_context,
+            x.predicted_max_context
+        );
+    }
+    // Llama-2-7B's edge retried in 13 layers: its slack grew to the ledger's, one step apart.
+    let x = l.iter().find(|x| x.file.starts_with("llama-2-7b/")).unwrap();
+    assert!(x.max_context - x.predicted_max_context <= x.resolution, "{}: {}", x.max_context, x.predicted_max_context);
+}
+
+/// The chunks (each allocation counted up to one, in chunks) the ledger counts at the busiest
+/// moment of the prefill a trace's mark names ("mark prefill bf16 1 x 33792 last logits bounded
+/// attention"); None for any other line. Q4 keeps candle's quantized-matmul buffers beside them,
+/// this prefill's size. The retry happens where the pool runs out: at the busiest moment (a trim at
+/// an earlier moment, with fewer allocations, is divided by more chunks than it had: its share is
+/// understated, never the worst).
+fn chunks_at(cfg: &DecoderConfig, event: &str) -> Option<f64> {
+    use clap::ValueEnum;
+    use vram_lab::memory::policy::POOL_CHUNK;
+    let w: Vec<&str> = event.strip_prefix("mark prefill ")?.split(' ').collect();
+    let precision = Precision::from_str(w[0], true).unwrap();
+    let (batch, seq): (usize, usize) = (w[1].parse().unwrap(), w[3].parse().unwrap());
+    let logits = Logits::from_str(w[4], true).unwrap();
+    assert_eq!(w[6], "bounded");
+    let p = phases(
+        cfg,
+        &Prefill {
+            seq,
+            batch,
+            act_bytes: precision.act_dtype().size_in_bytes(),
+            logits,
+            attention: AttentionMode::default(),
+            cast: precision.casts_products(),
+        },
+    );
+    let c = p.chunked;
+    let kept = vram_lab::estimate::transient::chunk_share(vram_lab::estimate::workspace::held_parts(
+        cfg,
+        precision,
+        (seq * batch) as u64,
+    ));
+    let at = match p.peak_at() {
+        "mlp" => c.mlp,
+        "logits" => c.logits,
+        "attention" => c.attention,
+        _ => c.o_proj,
+    };
+    Some((kept + at) as f64 / POOL_CHUNK as f64)
+}
+
+/// A `trimmed` line of a trace (event, ptr, bytes, reserved, used, touched, runs): the pool's
+/// reserved bytes are whole chunks, exactly those the live allocations touch; returns what it
+/// keeps beyond the live bytes. None for any other line.
+fn trim_slack(f: &[&str], what: &str) -> Option<u64> {
+    use vram_lab::memory::policy::POOL_CHUNK;
+    if f[0] != "trimmed" {
+        return None;
+    }
+    let n = |i: usize| f[i].parse::<u64>().unwrap();
+    let (reserved, used, touched) = (n(3), n(4), n(5));
+    assert_eq!(reserved % POOL_CHUNK, 0, "{what}");
+    assert_eq!(reserved, touched, "{what}");
+    Some(reserved - used)
 }
 
 /// On CPU the counting allocator sees the same live set in the MLP: `vram-lab kv` on 0.5B's

@@ -18,7 +18,11 @@ pub const POOL_CHUNK: u64 = 32 << 20;
 /// tensor whose ends fell anywhere in their chunks would keep one chunk more; neighbours share
 /// chunks. The traces' worst layer, BF16 at 33,792 tokens, kept 383 MiB at the MLP, whose 17
 /// allocations count 15.26 chunks: 25.1 MiB each (`data/results/h200/2026-11-23-pool`,
-/// checked by tests/estimate_check.rs).
+/// checked by tests/estimate_check.rs). It is the worst, not the usual: a prefill that retries
+/// layer after layer leaves more runs at each trim (Llama-2-7B 112 to 371 MiB over 13), one whose
+/// edge is its first retry keeps 104-167 MiB (Qwen3-8B, Llama-3.1-8B, Mistral-7B: the search 3-4
+/// steps short), and which one a prefill meets follows the pool's placement, not the live set's
+/// shapes (`data/results/h200/2026-11-28-family-edges/RUN.md`).
 pub const POOL_SLACK: u64 = 25_703 << 10;
 
 pub fn round_up(bytes: u64) -> u64 {
