@@ -35,6 +35,11 @@ pub fn count(max: usize) -> RangedU64ValueParser<usize> {
     RangedU64ValueParser::<usize>::new().range(1..=max as u64)
 }
 
+/// A clap parser for a count in 0..=max where 0 means none (`kv --resolution 0`: no bisection).
+pub fn count_or_none(max: usize) -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::<usize>::new().range(0..=max as u64)
+}
+
 /// A clap parser for a size in MiB in 1..=MAX_MIB.
 pub fn mib() -> RangedU64ValueParser<u64> {
     RangedU64ValueParser::<u64>::new().range(1..=MAX_MIB)

@@ -340,6 +340,31 @@ fn kv_sweeps_ledger_and_limit_on_a_controlled_capacity() {
     let batch = csv(&out, "kv_batch.csv");
     assert_eq!(batch.last().unwrap()["outcome"], "oom", "the batch sweep runs until it does not fit");
     assert!(batch.len() >= 2);
+
+    // --resolution 0 (its help: no bisection) runs the doubling lengths alone: every prefill's
+    // length is one of them, the last an OOM.
+    let out0 = tmp.path().join("kv0");
+    let o = lab(&[
+        "kv",
+        "--card",
+        "24MiB",
+        "--precisions",
+        "bf16",
+        "--sweeps",
+        "prefill",
+        "--logits",
+        "all",
+        "--max",
+        "4096",
+        "--resolution",
+        "0",
+        "--out",
+        out0.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let prefill = csv(&out0.join("kv"), "kv_prefill.csv");
+    assert_eq!(prefill.last().unwrap()["outcome"], "oom");
+    assert!(prefill.iter().all(|r| r["seq"].parse::<usize>().unwrap().is_power_of_two()), "a bisection ran");
 }
 
 /// The default command on CPU: every stage into one run folder, with its manifest and report.

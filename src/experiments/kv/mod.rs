@@ -62,7 +62,7 @@ pub struct KvConfig {
     #[arg(long, default_value_t = KvConfig::default().max, value_parser = limits::count(limits::MAX_SEQ))]
     pub max: usize,
     /// After the first OOM, bisect to the longest prefill that fits, to within this many tokens (0: no bisection)
-    #[arg(long, default_value_t = KvConfig::default().resolution, value_parser = limits::count(limits::MAX_SEQ))]
+    #[arg(long, default_value_t = KvConfig::default().resolution, value_parser = limits::count_or_none(limits::MAX_SEQ))]
     pub resolution: usize,
     /// Decode sweep: fill the cache token by token up to this length, reading at 256, 512, …
     #[arg(long, default_value_t = KvConfig::default().decode_to, value_parser = limits::count(limits::MAX_SEQ))]

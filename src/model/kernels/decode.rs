@@ -8,7 +8,8 @@
 //!   here warps stream the weight rows with 16-byte loads (four in flight per lane), so the step
 //!   reads its weights the way the read kernel does. The RMS norm of x before it, and the bias,
 //!   the residual or silu(gate)·up after it, are in the same kernel, one rounding to the output.
-//! - `attend`: the one position's attention over the cache; `argmax`: the greedy pick.
+//! - `attend`: the one position's attention over the cache, in 16-byte loads; `argmax`: the greedy
+//!   pick, in 16-byte runs where the row is aligned.
 //!
 //! BF16 values are handled as raw 16-bit patterns (no header needed): widened to F32, computed,
 //! rounded to nearest even once.
@@ -17,10 +18,9 @@ use crate::error::{LabError, Result};
 use crate::model::kernels::fused::{Fused, Part, Weights};
 use crate::model::kernels::quant_gemv::QuantKernels;
 use crate::model::kernels::target::Target;
-use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaFunction, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{DType, Tensor};
-use std::ffi::c_void;
 
 const SOURCE: &str = include_str!("decode.cu");
 
@@ -29,6 +29,8 @@ const SOURCE: &str = include_str!("decode.cu");
 /// every row of x costs its conversions and FMAs per weight loaded, and from 4 rows that work,
 /// not the reading, sets the time.
 pub const GEMV_MAX_BATCH: usize = 2;
+/// Rows per block: two, so the rows spread evenly over the SMs.
+const GEMV_ROWS_PER_BLOCK: u32 = 2;
 /// Warps per row the kernel is built for.
 const GEMV_SPLITS: [usize; 4] = [1, 2, 4, 8];
 
@@ -40,7 +42,7 @@ fn gemv_split(loads: usize, n: usize) -> usize {
     if n >= 8192 {
         return 1;
     }
-    loads.div_ceil(knobs().2).next_power_of_two().min(8).min(knobs().1)
+    loads.div_ceil(128).next_power_of_two().min(8)
 }
 
 /// Every `gemv` entry point of a dtype, in the order `DecodeKernels::gemv` indexes them:
@@ -76,41 +78,6 @@ pub fn ptx() -> Result<String> {
     super::target::compile(&PTX, "decode", 0, source)
 }
 
-/// The same kernels for compute 9.0 with programmatic dependent launch (`VRAM_LAB_PDL` in
-/// `decode.cu`): each lets the next start while its last blocks run, and the next asks for its
-/// first weights before it waits.
-pub fn ptx_pdl(mode: usize) -> Result<String> {
-    static PTX: [std::sync::OnceLock<String>; 4] = [const { std::sync::OnceLock::new() }; 4];
-    super::target::compile(&PTX[mode.min(3)], "decode", 90, || format!("#define VRAM_LAB_PDL {mode}\n{}", source()))
-}
-
-/// Development knobs, read once: (PDL mode, split cap, loads per lane-round, rows per block).
-fn knobs() -> (usize, usize, usize, usize) {
-    static K: std::sync::OnceLock<(usize, usize, usize, usize)> = std::sync::OnceLock::new();
-    *K.get_or_init(|| {
-        let get = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
-        (get("VRAM_LAB_PDL", 1), get("VRAM_LAB_GEMV_SPLIT_MAX", 8), get("VRAM_LAB_GEMV_ROUND", 128), get("VRAM_LAB_GEMV_ROWS", 2))
-    })
-}
-
-fn rows_per_block(split: usize) -> u32 {
-    knobs().3.clamp(1, 16 / split) as u32
-}
-
-/// Whether the step's kernels launch with programmatic dependent launch on `dev`: a card of
-/// compute 9.0 or newer (an H100 or H200; an RTX 4090 has none), a build not named for an older
-/// card, and `VRAM_LAB_PDL` not `0` (the switch that times the step without it).
-pub fn pdl_on(dev: &CudaDevice) -> bool {
-    crate::memory::cuda::compute_capability(dev).is_some_and(|(major, _)| major >= 9)
-        && super::target::built_for().is_none_or(|c| c >= 90)
-        && knobs().0 != 0
-}
-
-/// A kernel argument as the driver takes it: the address of its value.
-fn arg<T>(v: &T) -> *mut c_void {
-    (v as *const T).cast_mut().cast()
-}
-
 fn err(e: impl std::fmt::Debug) -> LabError {
     LabError::other(format!("decode kernel: {e:?}"))
 }
@@ -125,8 +92,6 @@ pub struct DecodeKernels {
     argmax: CudaFunction,
     /// The products over GGUF k-quant blocks.
     quant: QuantKernels,
-    /// gemv, attend and argmax launch with programmatic dependent launch (`pdl_on`).
-    pdl: bool,
 }
 
 impl DecodeKernels {
@@ -134,13 +99,11 @@ impl DecodeKernels {
     /// a dtype they have no variant for (F16): the step then uses candle's kernels.
     pub fn new(dev: &CudaDevice, dtype: DType) -> Result<Option<Self>> {
         let Some(target) = Target::new(dev, dtype) else { return Ok(None) };
-        let pdl = pdl_on(dev);
-        let (name, module, ptx) =
-            if pdl { (target.name(), ["vram_lab_decode_pdl0", "vram_lab_decode_pdl1", "vram_lab_decode_pdl2", "vram_lab_decode_pdl3"][knobs().0.min(3)], ptx_pdl(knobs().0)?) } else { (target.name(), "vram_lab_decode", ptx()?) };
+        let (name, ptx) = (target.name(), ptx()?);
         // Each with the threads a block of it is launched with (below).
-        let load = |f: &str, threads: u32| target.load(module, &ptx, f, threads);
+        let load = |f: &str, threads: u32| target.load("vram_lab_decode", &ptx, f, threads);
         let gemv = gemv_variants()
-            .map(|v| load(&gemv_name(name, v), 32 * v.3 as u32 * rows_per_block(v.3)))
+            .map(|v| load(&gemv_name(name, v), 32 * v.3 as u32 * GEMV_ROWS_PER_BLOCK))
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(Self {
             target: target.clone(),
@@ -149,40 +112,7 @@ impl DecodeKernels {
             attend: load(&format!("vram_lab_attend_{name}"), 512)?,
             argmax: load(&format!("vram_lab_argmax_{name}"), 1024)?,
             quant: QuantKernels::for_target(target.clone())?,
-            pdl,
         }))
-    }
-
-    /// Launches `f` on the device's stream, with programmatic dependent launch where these
-    /// kernels are built for it.
-    ///
-    /// # Safety
-    /// `params` holds the address of each of `f`'s arguments, in order, as `f` takes them; the
-    /// memory they point to is what `f` reads and writes.
-    unsafe fn launch(&self, f: &CudaFunction, cfg: LaunchConfig, params: &mut [*mut c_void]) -> Result<()> {
-        let stream = self.target.dev.cuda_stream();
-        stream.context().bind_to_thread().map_err(err)?;
-        let (grid, block) = (cfg.grid_dim, cfg.block_dim);
-        if !self.pdl {
-            return result::launch_kernel(f.cu_function(), grid, block, cfg.shared_mem_bytes, stream.cu_stream(), params)
-                .map_err(err);
-        }
-        let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
-        let config = sys::CUlaunchConfig {
-            gridDimX: grid.0,
-            gridDimY: grid.1,
-            gridDimZ: grid.2,
-            blockDimX: block.0,
-            blockDimY: block.1,
-            blockDimZ: block.2,
-            sharedMemBytes: cfg.shared_mem_bytes,
-            hStream: stream.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()).result().map_err(err)
     }
 
     /// Rotates and scales q in `y` ([b, 1, (heads + 2 kv) · d], contiguous) in place and writes k
@@ -272,6 +202,7 @@ impl DecodeKernels {
         if !takes {
             return Ok(None);
         }
+        let stream = self.target.dev.cuda_stream();
         let mut w = [0u64; 3];
         let mut bs = [0u64; 3];
         for (i, &(wi, bi)) in parts.iter().enumerate() {
@@ -292,9 +223,9 @@ impl DecodeKernels {
         let pr = f.res.map(|t| self.target.ptr(t)).transpose()?.unwrap_or(0);
         let eps = f.norm.map_or(0.0, |(_, e)| e);
         let split = gemv_split(k / per, n);
-        let block = 32 * split as u32 * rows_per_block(split);
+        let block = 32 * split as u32 * GEMV_ROWS_PER_BLOCK;
         let cfg = LaunchConfig {
-            grid_dim: ((n as u32).div_ceil(rows_per_block(split)), 1, 1),
+            grid_dim: ((n as u32).div_ceil(GEMV_ROWS_PER_BLOCK), 1, 1),
             block_dim: (block, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -303,13 +234,13 @@ impl DecodeKernels {
         let func = &self.gemv[at];
         let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);
         let (n, k) = (n as i32, k as i32);
-        let mut params = [w.each_ref().map(arg), bs.each_ref().map(arg)].concat();
-        params.extend([arg(&n0), arg(&n1), arg(&px), arg(&pr), arg(&pg), arg(&eps), arg(&py), arg(&n), arg(&k)]);
-        // SAFETY: params are the kernel's 15 arguments in order; each weight part holds its rows
-        // of k (contiguous, 16-byte aligned, k a whole number of 16-byte loads), each bias its rows
-        // or null, x batch rows of k, g k values or null, res batch·n or null, and y (fresh)
-        // batch·n: the kernel reads and writes within.
-        unsafe { self.launch(func, cfg, &mut params) }?;
+        let mut l = stream.launch_builder(func);
+        l.arg(&w[0]).arg(&w[1]).arg(&w[2]).arg(&bs[0]).arg(&bs[1]).arg(&bs[2]).arg(&n0).arg(&n1);
+        l.arg(&px).arg(&pr).arg(&pg).arg(&eps).arg(&py).arg(&n).arg(&k);
+        // SAFETY: each weight part holds its rows of k (contiguous, 16-byte aligned, k a whole
+        // number of 16-byte loads), each bias its rows or null, x batch rows of k, g k values or
+        // null, res batch·n or null, and y (fresh) batch·n: the kernel reads and writes within.
+        unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(y))
     }
 
@@ -349,17 +280,28 @@ impl DecodeKernels {
         if [py, pc, ps, pk, pv].iter().any(|p| p % 16 != 0) {
             return Ok(None);
         }
-        let out = crate::memory::cuda_copy::uninit(&self.target.dev, self.target.dtype, vec![b, 1, heads * d])?;
+        let out = crate::memory::cuda_copy::uninit(&t.dev, t.dtype, vec![b, 1, heads * d])?;
         let po = t.ptr(&out)?;
+        let stream = t.dev.cuda_stream();
         let cfg = LaunchConfig { grid_dim: (heads as u32, b as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
         let (heads, kv, d, cap) = (heads as i32, kv as i32, d as i32, cap as i32);
-        let mut params = [&py, &pc, &ps, &pk, &pv, &pp, &po].map(arg).to_vec();
-        params.extend([arg(&heads), arg(&kv), arg(&d), arg(&cap), arg(&scale)]);
-        // SAFETY: params are the kernel's 12 arguments in order; y, the tables, the caches and out
-        // are live contiguous tensors of the sizes checked above, 16-byte aligned; the kernel
-        // reads cache rows below pos, writes row pos (pos < cap, the decoder's room, and < the
-        // tables' positions) and out.
-        unsafe { self.launch(&self.attend, cfg, &mut params) }?;
+        let mut l = stream.launch_builder(&self.attend);
+        l.arg(&py)
+            .arg(&pc)
+            .arg(&ps)
+            .arg(&pk)
+            .arg(&pv)
+            .arg(&pp)
+            .arg(&po)
+            .arg(&heads)
+            .arg(&kv)
+            .arg(&d)
+            .arg(&cap)
+            .arg(&scale);
+        // SAFETY: y, the tables, the caches and out are live contiguous tensors of the sizes checked
+        // above, 16-byte aligned; the kernel reads cache rows below pos, writes row pos (pos < cap, the decoder's
+        // room, and < the tables' positions) and out.
+        unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(out))
     }
 
@@ -370,12 +312,14 @@ impl DecodeKernels {
             return Ok(None);
         }
         let ids = crate::memory::cuda_copy::uninit(&self.target.dev, DType::U32, vec![b, 1])?;
+        let stream = self.target.dev.cuda_stream();
         let (pl, pi) = (self.target.ptr(logits)?, self.target.ptr(&ids)?);
         let cfg = LaunchConfig { grid_dim: (b as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
         let vocab = vocab as i32;
-        // SAFETY: the kernel's 3 arguments in order; logits holds b rows of vocab values, ids b
-        // u32: the kernel reads and writes within.
-        unsafe { self.launch(&self.argmax, cfg, &mut [arg(&pl), arg(&pi), arg(&vocab)]) }?;
+        let mut l = stream.launch_builder(&self.argmax);
+        l.arg(&pl).arg(&pi).arg(&vocab);
+        // SAFETY: logits holds b rows of vocab values, ids b u32: the kernel reads and writes within.
+        unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(ids))
     }
 }
