@@ -7,7 +7,7 @@
 # written under $RES and packed into $OUT/decode-speed.tar (a call brings back few files).
 #   here:  FEATURES=nccl TESTS=gpu_kernels bash scripts/cuda/build-gpu-binary.sh
 #   there: carry .gpu/vram-lab.xz [.gpu/vram-lab-base.xz] .gpu/gpu_kernels.xz .gpu/commit;
-#          CONFIGS="pdl-off:VRAM_LAB_PDL=0 default:" bash scripts/gpu/decode_speed.sh "$OUT"
+#          CONFIGS="new:" bash scripts/gpu/decode_speed.sh "$OUT"
 # A config is NAME:ENV=VALUE,ENV=VALUE (none after the colon: the binary as it is).
 # ONLY="bench kernels ncu" picks parts; ROUNDS (default 2); PRECISIONS (default bf16).
 set -u
@@ -35,7 +35,6 @@ run() { # NAME ENV... COMMAND...: its stdout and stderr in $RES/NAME.txt, its ti
 BENCH="bench --precisions ${PRECISIONS:-bf16} --variants own --prompt-lens 512 --quiet"
 if want kernels && [ -x /tmp/gpu_kernels ]; then
   run kernels /tmp/gpu_kernels --test-threads=1
-  run kernels-pdl-off VRAM_LAB_PDL=0 /tmp/gpu_kernels --test-threads=1
 fi
 if want bench; then
   for r in $(seq 1 "${ROUNDS:-2}"); do
@@ -49,8 +48,8 @@ if want bench; then
 fi
 if want ncu; then
   ids=$(python3 -c "print(','.join(str(7 + (i * 37) % 5000) for i in range(160)))")
-  log "ncu: one step's kernels (VRAM_LAB_PDL=0: ncu serializes them anyway)"
-  VRAM_LAB_PDL=0 timeout 300 ncu --graph-profiling node --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+  log "ncu: one step's kernels"
+  timeout 300 ncu --graph-profiling node --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
     --log-file "$RES/ncu.csv" /tmp/vram-lab generate --model synthetic:qwen2.5-7b --precision bf16 \
     --prompt-ids "$ids" --max-new-tokens 4 --json --quiet >"$RES/gen.json" 2>"$RES/gen.err"
   log "ncu exit $?"
