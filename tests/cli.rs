@@ -291,18 +291,14 @@ fn kv_sweeps_ledger_and_limit_on_a_controlled_capacity() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("kv");
     // 24 MiB of heap: the tiny model's prefill with all logits kept stops fitting near 600 tokens.
-    let o = lab(&[
-        "kv",
-        "--card",
-        "24MiB",
-        "--precisions",
-        "bf16",
+    let kv = |extra: &[&str]| {
+        let mut args = vec!["kv", "--card", "24MiB", "--precisions", "bf16", "--logits", "all", "--max", "4096"];
+        args.extend(extra);
+        lab(&args)
+    };
+    let o = kv(&[
         "--sweeps",
         "prefill,decode,batch",
-        "--logits",
-        "all",
-        "--max",
-        "4096",
         "--resolution",
         "64",
         "--decode-to",
@@ -344,23 +340,7 @@ fn kv_sweeps_ledger_and_limit_on_a_controlled_capacity() {
     // --resolution 0 (its help: no bisection) runs the doubling lengths alone: every prefill's
     // length is one of them, the last an OOM.
     let out0 = tmp.path().join("kv0");
-    let o = lab(&[
-        "kv",
-        "--card",
-        "24MiB",
-        "--precisions",
-        "bf16",
-        "--sweeps",
-        "prefill",
-        "--logits",
-        "all",
-        "--max",
-        "4096",
-        "--resolution",
-        "0",
-        "--out",
-        out0.to_str().unwrap(),
-    ]);
+    let o = kv(&["--sweeps", "prefill", "--resolution", "0", "--out", out0.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     let prefill = csv(&out0.join("kv"), "kv_prefill.csv");
     assert_eq!(prefill.last().unwrap()["outcome"], "oom");

@@ -174,9 +174,11 @@ __device__ __forceinline__ void load_el(const unsigned short* at, int, float* f)
 }
 __device__ __forceinline__ void load_el(const float* at, int el, float* f) {
     uint4 a = *(const uint4*)at;
-    f[0] = __uint_as_float(a.x); f[1] = __uint_as_float(a.y); f[2] = __uint_as_float(a.z); f[3] = __uint_as_float(a.w);
     uint4 b = el == 8 ? *(const uint4*)(at + 4) : make_uint4(0, 0, 0, 0);
-    f[4] = __uint_as_float(b.x); f[5] = __uint_as_float(b.y); f[6] = __uint_as_float(b.z); f[7] = __uint_as_float(b.w);
+    f[0] = __uint_as_float(a.x); f[1] = __uint_as_float(a.y);
+    f[2] = __uint_as_float(a.z); f[3] = __uint_as_float(a.w);
+    f[4] = __uint_as_float(b.x); f[5] = __uint_as_float(b.y);
+    f[6] = __uint_as_float(b.z); f[7] = __uint_as_float(b.w);
 }
 
 // The sum of v over the L lanes of a row (L a power of two, groups aligned to L lanes).
@@ -189,7 +191,8 @@ __device__ __forceinline__ float group_sum(float v, int L) {
 // li·EL .. li·EL + EL - 1): the partner of value j is j ± d/2, held by lane li ^ L/2. The table
 // rows [positions, d / 2] start 16-byte aligned (the caller checks), as do the lane's values.
 template <typename T>
-__device__ __forceinline__ void rotated(const T* head, const T* cos_t, const T* sin_t, unsigned p, int d, int L, int EL, int li, float* f) {
+__device__ __forceinline__ void rotated(const T* head, const T* cos_t, const T* sin_t, unsigned p, int d, int L, int EL,
+                                        int li, float* f) {
     const int half = d / 2, j0 = li * EL, i0 = j0 < half ? j0 : j0 - half;
     float x[8], c[8], s[8];
     load_el(head + j0, EL, x);

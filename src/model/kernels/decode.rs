@@ -299,8 +299,8 @@ impl DecodeKernels {
             .arg(&cap)
             .arg(&scale);
         // SAFETY: y, the tables, the caches and out are live contiguous tensors of the sizes checked
-        // above, 16-byte aligned; the kernel reads cache rows below pos, writes row pos (pos < cap, the decoder's
-        // room, and < the tables' positions) and out.
+        // above, 16-byte aligned; the kernel reads cache rows below pos, writes row pos (pos < cap,
+        // the decoder's room, and < the tables' positions) and out.
         unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(out))
     }
