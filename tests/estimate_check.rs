@@ -156,18 +156,9 @@ fn pool_keeps_the_chunks_live_allocations_touch() {
     let (mut worst, mut trims) = (0f64, 0);
     for name in ["pool-bf16-last", "pool-bf16-all", "pool-q4-last"] {
         let text = std::fs::read_to_string(dir.join(name).join("trims.csv")).unwrap();
-        let mut chunks = 0.0;
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split(',').collect();
-            if let Some(c) = chunks_at(&cfg, f[0]) {
-                chunks = c;
-                continue;
-            }
-            if let Some(slack) = trim_slack(&f, &format!("{name}: {line}")) {
-                worst = worst.max(slack as f64 / chunks);
-                trims += 1;
-            }
-        }
+        let (w, n) = worst_slack_per_chunk(&cfg, &text, name);
+        worst = worst.max(w);
+        trims += n;
     }
     assert!(trims >= 100, "only {trims} trims");
     assert!(
@@ -194,16 +185,7 @@ fn family_edges_keep_less_than_the_ledger_assumes() {
             serde_json::from_str(&std::fs::read_to_string(dir.join(family).join("manifest.json")).unwrap()).unwrap();
         let cfg = DecoderConfig::preset(manifest["model"].as_str().unwrap().trim_start_matches("synthetic:")).unwrap();
         let text = std::fs::read_to_string(dir.join(family).join("trims.csv")).unwrap();
-        let (mut chunks, mut trims, mut worst) = (0.0, 0, 0f64);
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split(',').collect();
-            if let Some(c) = chunks_at(&cfg, f[0]) {
-                chunks = c;
-            } else if let Some(slack) = trim_slack(&f, &format!("{family}: {line}")) {
-                worst = worst.max(slack as f64 / chunks);
-                trims += 1;
-            }
-        }
+        let (worst, trims) = worst_slack_per_chunk(&cfg, &text, family);
         assert!(trims >= 1, "{family}: no trim");
         assert!(worst <= POOL_SLACK as f64, "{family}: {worst:.0} B kept per chunk, POOL_SLACK {POOL_SLACK}");
     }
@@ -222,6 +204,22 @@ fn family_edges_keep_less_than_the_ledger_assumes() {
     // Llama-2-7B's edge retried in 13 layers: its slack grew to the ledger's, one step apart.
     let x = l.iter().find(|x| x.file.starts_with("llama-2-7b/")).unwrap();
     assert!(x.max_context - x.predicted_max_context <= x.resolution, "{}: {}", x.max_context, x.predicted_max_context);
+}
+
+/// The most a trace's trims keep beyond the live bytes per chunk the ledger counts at the
+/// prefill each follows (`chunks_at`), and how many trims there are.
+fn worst_slack_per_chunk(cfg: &DecoderConfig, trace: &str, name: &str) -> (f64, usize) {
+    let (mut chunks, mut trims, mut worst) = (0.0, 0, 0f64);
+    for line in trace.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        if let Some(c) = chunks_at(cfg, f[0]) {
+            chunks = c;
+        } else if let Some(slack) = trim_slack(&f, &format!("{name}: {line}")) {
+            worst = worst.max(slack as f64 / chunks);
+            trims += 1;
+        }
+    }
+    (worst, trims)
 }
 
 /// The chunks (each allocation counted up to one, in chunks) the ledger counts at the busiest
