@@ -191,6 +191,7 @@ fn generate_static(
         on_token(out.len());
     }
     let decode_s = t2.elapsed().as_secs_f64();
+    dec.check()?;
     Ok(Generation {
         prompt_ids: prompt.to_vec(),
         generated_ids: out,
@@ -308,6 +309,7 @@ pub fn time_decode_graph(
         t.step_s.push(start.elapsed().as_secs_f64());
         t.ids.push(ids[0]);
     }
+    dec.check()?;
     Ok(t)
 }
 

@@ -62,21 +62,65 @@ __device__ __forceinline__ float dot16g(uint4 w, uint4 x, uint4 g, float acc, co
     return acc;
 }
 
+// One barrier of a grid whose blocks all run at once (the layer kernel's grid is sized by the
+// occupancy the launcher asks the driver for): cooperative groups' grid sync, split in two so a block
+// can ask for its next weights between arriving and waiting. Each block adds 1, block 0 adds
+// 2^31 - (blocks - 1): one barrier adds 2^31 in all, flipping the top bit and leaving the rest as it
+// was, so the counter needs no reset between launches or graph replays. A block must wait at one
+// barrier before it arrives at the next. A wait past two seconds (blocks not all resident) sets
+// `fail` and goes on, so the kernel ends with wrong values the host is told of, never hangs.
+struct GridBar {
+    unsigned* count;
+    unsigned* fail;
+    unsigned old;  // thread 0's value of the counter before its block arrived
+};
+
+__device__ __forceinline__ void grid_arrive(GridBar& g) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+        __threadfence();
+        g.old = atomicAdd(g.count, add);
+    }
+}
+
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ void grid_wait(const GridBar& g) {
+    if (threadIdx.x == 0) {
+        const unsigned long long t0 = global_ns();
+        while (((g.old ^ *(volatile unsigned*)g.count) & 0x80000000u) == 0) {
+            if (global_ns() - t0 > 2000000000ull) {
+                atomicExch(g.fail, 1u);
+                break;
+            }
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
 // y[b, n] = x[b, k] · w[n, k]ᵀ (+ bias[n]) (+ res[b, n]), where w is up to three weights one
 // under the other (q, k, v: rows [0, n0) of w0, the next n1 of w1, the rest of w2, each with its
 // bias or none), so separate projections compute as one without being stacked in memory. With
 // G = 2, y = silu(x·w0ᵀ) · (x·w1ᵀ) (gate and up, n rows each). With N, x is first RMS-normed with
 // the weight g (eps). S warps share a row (each an interleaved part of k, so long rows take fewer
-// rounds of loads); a block holds blockDim / (32 S) rows. k · sizeof(T) a multiple of 16 and the
-// weights, x and g 16-byte aligned (the caller checks).
-template <typename T, int B, int G, bool N, int S>
-__device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T* __restrict__ w2,
-                     const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
-                     const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
-                     T* __restrict__ y, int n, int k) {
+// rounds of loads); a block holds blockDim / (32 S) rows, `vb` numbering its group of rows. k ·
+// sizeof(T) a multiple of 16 and the weights, x and g 16-byte aligned (the caller checks). With
+// `wait`, the block's first round of weights is asked for before it waits at that barrier (x is
+// what the barrier waits for); with C, x was written by this kernel and is read through L2 only.
+template <typename T, int B, int G, bool N, int S, bool C>
+__device__ void gemv_rows(int vb, const T* __restrict__ w0, const T* __restrict__ w1, const T* __restrict__ w2,
+                          const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
+                          const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
+                          T* __restrict__ y, int n, int k, const GridBar* wait) {
     __shared__ float part_sums[16][G * B + B];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
-    const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
+    const int row = vb * ((blockDim.x >> 5) / S) + warp / S;
     const bool live = row < n;
     const int kv = k / (16 / (int)sizeof(T));
     const uint4* xr = (const uint4*)x;
@@ -97,23 +141,26 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
     }
 #pragma unroll
     for (int b = 0; b < B; b++) ss[b] = 0.f;
-    const int step = 32 * S;
+    const int step = 32 * S, i0 = lane + 32 * part;
     // Four 16-byte loads per row in flight per lane, the last round's past the row's end left
     // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
     // from the same loads of x.
-    for (int i = lane + 32 * part; live && i < kv; i += 4 * step) {
-        uint4 wv[G][4];
-#pragma unroll
-        for (int r = 0; r < G; r++)
-#pragma unroll
-            for (int u = 0; u < 4; u++) wv[r][u] = i + step * u < kv ? __ldcs(wr[r] + i + step * u) : make_uint4(0, 0, 0, 0);
+    uint4 wv[G][4];
+#define VRAM_LAB_ASK(I) \
+    _Pragma("unroll") for (int r = 0; r < G; r++) \
+    _Pragma("unroll") for (int u = 0; u < 4; u++) \
+        wv[r][u] = (I) + step * u < kv ? __ldcs(wr[r] + (I) + step * u) : make_uint4(0, 0, 0, 0);
+    if (live) { VRAM_LAB_ASK(i0) }
+    if (wait) grid_wait(*wait);
+    for (int i = i0; live && i < kv; i += 4 * step) {
+        if (i != i0) { VRAM_LAB_ASK(i) }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             if (i + step * u >= kv) break;
             uint4 gv = N ? __ldg(gr + i + step * u) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int b = 0; b < B; b++) {
-                uint4 xv = __ldg(xr + (long)b * kv + i + step * u);
+                uint4 xv = C ? __ldcg(xr + (long)b * kv + i + step * u) : __ldg(xr + (long)b * kv + i + step * u);
                 if (N) ss[b] = dot16(xv, xv, ss[b], x);
 #pragma unroll
                 for (int r = 0; r < G; r++) acc[r][b] = N ? dot16g(wv[r][u], xv, gv, acc[r][b], x) : dot16(wv[r][u], xv, acc[r][b], x);
@@ -137,17 +184,18 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
             }
         }
         __syncthreads();
-        if (part != 0 || lane != 0) return;
+        if (part == 0 && lane == 0) {
 #pragma unroll
-        for (int o = 1; o < S; o++)
+            for (int o = 1; o < S; o++)
 #pragma unroll
-            for (int b = 0; b < B; b++) {
-                ss[b] += part_sums[warp + o][G * B + b];
+                for (int b = 0; b < B; b++) {
+                    ss[b] += part_sums[warp + o][G * B + b];
 #pragma unroll
-                for (int r = 0; r < G; r++) acc[r][b] += part_sums[warp + o][r * B + b];
-            }
+                    for (int r = 0; r < G; r++) acc[r][b] += part_sums[warp + o][r * B + b];
+                }
+        }
     }
-    if (lane != 0 || !live) return;
+    if (lane != 0 || part != 0 || !live) return;
 #pragma unroll
     for (int b = 0; b < B; b++) {
         // The norm's scale 1/rms(x) is one factor per row of x, applied to the sums.
@@ -213,7 +261,8 @@ __device__ __forceinline__ float as_stored(const unsigned short*, float f) {
 }
 __device__ __forceinline__ float as_stored(const float*, float f) { return f; }
 
-// Attention of one decoding position, with its rotary and cache store: block (h, b) takes q, k and
+// Attention of one decoding position, with its rotary and cache store: a block takes head h of row
+// bi (the attention kernel's block (h, b)): q, k and
 // v of the position from the stacked product y [b, (heads + 2 kv) d] (not rotated), rotates q
 // (scaled) and its KV head's k in registers, attends over the caches [b, kv, cap, d] at positions
 // 0..pos[0]-1 and the position's own k and v, and writes its head of out [b, heads d]; the first
@@ -227,10 +276,11 @@ __device__ __forceinline__ float as_stored(const float*, float f) { return f; }
 // H200; this takes 11.7 (data/results/h200/2026-11-28-decode-kernels).
 template <typename T>
 __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, const T* __restrict__ sin_t, T* __restrict__ kc,
-                       T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ out, int heads, int kv, int d, int cap, float scale) {
+                       T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ out, int heads, int kv, int d, int cap, float scale,
+                       int h, int bi) {
     __shared__ float sm_m[16], sm_l[16], sm_acc[16 * 256];
     const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int h = blockIdx.x, bi = blockIdx.y, g = h / (heads / kv);
+    const int g = h / (heads / kv);
     const int per = 16 / (int)sizeof(T), L = d / per < 32 ? d / per : 32, EL = d / L, P = 32 / L;
     const int sub = lane / L, li = lane % L;
     const unsigned p = pos[0];
@@ -385,6 +435,74 @@ __device__ void argmax(const T* __restrict__ logits, unsigned* __restrict__ ids,
     }
 }
 
+// A whole decoding layer of one row in one kernel: the five launches of the step (q|k|v with the
+// norm, attention, o with the residual, gate|up with the norm, down with the residual) become five
+// phases of one grid, a barrier between each. Between kernels the GPU drains one grid before the
+// next fills it; here a block that is done asks for its first weights of the next phase, then
+// waits, so the barrier's wait overlaps reading. Each phase computes exactly what its kernel did
+// (same warps per row, same order of sums), so the outputs are the same bits. x [hidden] is the
+// layer's input; y, att, h, m are its intermediates (q|k|v, attention, the residual after o, silu·up),
+// out the layer's output. Pointers first, then 4-byte fields: the launcher's #[repr(C)] twin.
+template <typename T>
+struct LayerArgs {
+    const T *x, *ln1, *wq, *wk, *wv, *bq, *bk, *bv, *cos_t, *sin_t;
+    T *kc, *vc;
+    const unsigned* pos;
+    const T *wo, *ln2, *wg, *wu, *wd;
+    T *y, *att, *h, *m, *out;
+    unsigned *count, *fail;
+    int hidden, heads, kv, d, cap, inter, s_qkv, s_o, s_mlp, s_down;
+    float eps, scale;
+};
+
+// One product of the layer over the grid: the groups of rows of the kernel's blocks, in turn.
+template <typename T, int G, bool N, int S, bool C>
+__device__ void layer_product(const T* w0, const T* w1, const T* w2, const T* b0, const T* b1, const T* b2, int n0, int n1,
+                              const T* x, const T* res, const T* g, float eps, T* y, int n, int k, const GridBar* wait) {
+    const int groups = (n + (blockDim.x >> 5) / S - 1) / ((blockDim.x >> 5) / S);
+    for (int vb = blockIdx.x; vb < groups; vb += gridDim.x) {
+        gemv_rows<T, 1, G, N, S, C>(vb, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait);
+        wait = nullptr;
+        __syncthreads();
+    }
+    if (wait) grid_wait(*wait);
+}
+
+template <typename T, int G, bool N, bool C>
+__device__ void layer_product(int s, const T* w0, const T* w1, const T* w2, const T* b0, const T* b1, const T* b2, int n0,
+                              int n1, const T* x, const T* res, const T* g, float eps, T* y, int n, int k,
+                              const GridBar* wait) {
+    switch (s) {
+        case 1: layer_product<T, G, N, 1, C>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
+        case 2: layer_product<T, G, N, 2, C>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
+        case 4: layer_product<T, G, N, 4, C>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
+        default: layer_product<T, G, N, 8, C>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
+    }
+}
+
+template <typename T>
+__device__ void layer(const LayerArgs<T>& a) {
+    GridBar bar{a.count, a.fail, 0};
+    const int nq = a.heads * a.d, nk = a.kv * a.d;
+    layer_product<T, 1, true, false>(a.s_qkv, a.wq, a.wk, a.wv, a.bq, a.bk, a.bv, nq, nk, a.x, nullptr, a.ln1, a.eps,
+                                     a.y, nq + 2 * nk, a.hidden, nullptr);
+    grid_arrive(bar);
+    grid_wait(bar);
+    for (int h = blockIdx.x; h < a.heads; h += gridDim.x) {
+        attend<T>(a.y, a.cos_t, a.sin_t, a.kc, a.vc, a.pos, a.att, a.heads, a.kv, a.d, a.cap, a.scale, h, 0);
+        __syncthreads();
+    }
+    grid_arrive(bar);
+    layer_product<T, 1, false, true>(a.s_o, a.wo, nullptr, nullptr, nullptr, nullptr, nullptr, a.hidden, 0, a.att, a.x,
+                                      nullptr, 0.f, a.h, a.hidden, nq, &bar);
+    grid_arrive(bar);
+    layer_product<T, 2, true, true>(a.s_mlp, a.wg, a.wu, nullptr, nullptr, nullptr, nullptr, a.inter, 0, a.h, nullptr,
+                                    a.ln2, a.eps, a.m, a.inter, a.hidden, &bar);
+    grid_arrive(bar);
+    layer_product<T, 1, false, true>(a.s_down, a.wd, nullptr, nullptr, nullptr, nullptr, nullptr, a.hidden, 0, a.m, a.h,
+                                     nullptr, 0.f, a.out, a.hidden, a.inter, &bar);
+}
+
 extern "C" __global__ void vram_lab_qkv_store_bf16(unsigned short* y, const unsigned short* cos_t, const unsigned short* sin_t, const unsigned* pos,
         unsigned short* kc, unsigned short* vc, int b, int heads, int kv, int d, int cap, float scale) {
     qkv_store(y, cos_t, sin_t, pos, kc, vc, b, heads, kv, d, cap, scale);
@@ -399,9 +517,10 @@ extern "C" __global__ void vram_lab_qkv_store_f32(float* y, const float* cos_t, 
 #define VRAM_LAB_GEMV(NAME, T, B, G, NORM, SPLIT) \
     extern "C" __global__ void NAME(const T* w0, const T* w1, const T* w2, const T* b0, const T* b1, const T* b2, int n0, int n1, \
                                     const T* x, const T* res, const T* g, float eps, T* y, int n, int k) { \
-        gemv<T, B, G, NORM, SPLIT>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }
+        gemv_rows<T, B, G, NORM, SPLIT, false>(blockIdx.x, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, nullptr); }
 #define VRAM_LAB_ATTEND_ARGMAX(DT, T) \
     extern "C" __global__ void __launch_bounds__(512) vram_lab_attend_##DT(const T* y, const T* cos_t, const T* sin_t, T* kc, T* vc, const unsigned* pos, T* out, \
                                                     int heads, int kv, int d, int cap, float scale) { \
-        attend<T>(y, cos_t, sin_t, kc, vc, pos, out, heads, kv, d, cap, scale); } \
-    extern "C" __global__ void vram_lab_argmax_##DT(const T* logits, unsigned* ids, int vocab) { argmax<T>(logits, ids, vocab); }
+        attend<T>(y, cos_t, sin_t, kc, vc, pos, out, heads, kv, d, cap, scale, blockIdx.x, blockIdx.y); } \
+    extern "C" __global__ void vram_lab_argmax_##DT(const T* logits, unsigned* ids, int vocab) { argmax<T>(logits, ids, vocab); } \
+    extern "C" __global__ void __launch_bounds__(256) vram_lab_layer_##DT(const LayerArgs<T> a) { layer<T>(a); }
