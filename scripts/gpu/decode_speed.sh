@@ -9,7 +9,7 @@
 #   there: carry .gpu/vram-lab.xz [.gpu/vram-lab-base.xz] .gpu/gpu_kernels.xz .gpu/commit;
 #          CONFIGS="new:" bash scripts/gpu/decode_speed.sh "$OUT"
 # A config is NAME:ENV=VALUE,ENV=VALUE (none after the colon: the binary as it is).
-# ONLY="bench kernels ncu" picks parts; ROUNDS (default 2); PRECISIONS (default bf16).
+# BASE_ENV="ENV=V ..." is set for the base binary's runs. ONLY="kernels bench tokens ncu" picks parts; ROUNDS (default 2); PRECISIONS (default bf16).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-/tmp/out}
@@ -35,16 +35,31 @@ run() { # NAME ENV... COMMAND...: its stdout and stderr in $RES/NAME.txt, its ti
 BENCH="bench --precisions ${PRECISIONS:-bf16} --variants own --prompt-lens 512 --quiet"
 if want kernels && [ -x /tmp/gpu_kernels ]; then
   run kernels /tmp/gpu_kernels --test-threads=1
+  for c in ${CONFIGS:-default:}; do
+    name=${c%%:*}; envs=${c#*:}
+    [ -n "$envs" ] && run "kernels-$name" ${envs//,/ } /tmp/gpu_kernels --test-threads=1 one_kernel_layer
+  done
 fi
 if want bench; then
   for r in $(seq 1 "${ROUNDS:-2}"); do
-    [ -x /tmp/vram-lab-base ] && run "base-$r" timeout 300 /tmp/vram-lab-base $BENCH --out "$RES/base-$r"
+    [ -x /tmp/vram-lab-base ] && run "base-$r" ${BASE_ENV:-} timeout 300 /tmp/vram-lab-base $BENCH --out "$RES/base-$r"
     for c in ${CONFIGS:-default:}; do
       name=${c%%:*}; envs=${c#*:}
       run "$name-$r" ${envs//,/ } timeout 300 /tmp/vram-lab $BENCH --out "$RES/$name-$r"
     done
   done
   grep -h "own batch" "$RES"/*.txt > /dev/null 2>&1 && for f in "$RES"/*-[0-9]*.txt; do echo "$(basename "$f" .txt): $(grep -h 'own batch' "$f" | head -2 | tr '\n' ' ')"; done | tee "$RES/summary.txt"
+fi
+if want tokens; then
+  # Greedy ids of every config (and the base), F32 and BF16: the same kernels' bits give the same ids.
+  ids=$(python3 -c "print(','.join(str(7 + (i * 37) % 5000) for i in range(160)))")
+  for c in ${CONFIGS:-default:}; do
+    name=${c%%:*}; envs=${c#*:}
+    for p in bf16 f32; do
+      run "tokens-$name-$p" ${envs//,/ } timeout 300 /tmp/vram-lab generate --model synthetic:qwen2.5-7b --precision $p \
+        --prompt-ids "$ids" --max-new-tokens 48 --json --quiet
+    done
+  done
 fi
 if want ncu; then
   ids=$(python3 -c "print(','.join(str(7 + (i * 37) % 5000) for i in range(160)))")

@@ -109,107 +109,142 @@ __device__ __forceinline__ void grid_wait(const GridBar& g) {
 // bias or none), so separate projections compute as one without being stacked in memory. With
 // G = 2, y = silu(x·w0ᵀ) · (x·w1ᵀ) (gate and up, n rows each). With N, x is first RMS-normed with
 // the weight g (eps). S warps share a row (each an interleaved part of k, so long rows take fewer
-// rounds of loads); a block holds blockDim / (32 S) rows, `vb` numbering its group of rows. k ·
-// sizeof(T) a multiple of 16 and the weights, x and g 16-byte aligned (the caller checks). With
-// `wait`, the block's first round of weights is asked for before it waits at that barrier (x is
-// what the barrier waits for); with C, x was written by this kernel and is read through L2 only.
-template <typename T, int B, int G, bool N, int S, bool C>
-__device__ void gemv_rows(int vb, const T* __restrict__ w0, const T* __restrict__ w1, const T* __restrict__ w2,
-                          const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
-                          const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
-                          T* __restrict__ y, int n, int k, const GridBar* wait) {
+// rounds of loads); a block holds blockDim / (32 S) rows at a time, a group, and takes the groups
+// first, first + stride, ... (the standalone kernel: its one group, blockIdx.x). k · sizeof(T) a
+// multiple of 16 and the weights, x and g 16-byte aligned (the caller checks). With `wait`, the
+// block's first round of weights is asked for before it waits at that barrier (x is what the
+// barrier waits for); with P, the next group's first round is asked for before this group's sums
+// are added up; with C, x was written by this kernel and is read through L2 only.
+template <typename T, int G>
+struct Rows {
+    int row, local;
+    bool live;
+    const T* bias;
+    const uint4* wr[G];
+};
+
+template <typename T, int G>
+__device__ __forceinline__ Rows<T, G> rows_of(int vb, int S, const T* w0, const T* w1, const T* w2, const T* b0,
+                                              const T* b1, const T* b2, int n0, int n1, int n, int k) {
+    Rows<T, G> r;
+    r.row = vb * ((blockDim.x >> 5) / S) + (threadIdx.x >> 5) / S;
+    r.live = r.row < n;
+    // The weight part the row lies in, and the row within it.
+    const int seg = G == 2 ? 0 : (r.row < n0 ? 0 : (r.row < n0 + n1 ? 1 : 2));
+    r.local = r.row - (seg > 0 ? n0 : 0) - (seg > 1 ? n1 : 0);
+    const T* wseg = seg == 0 ? w0 : (seg == 1 ? w1 : w2);
+    r.bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const T* base = G == 2 ? (g == 0 ? w0 : w1) : wseg;
+        r.wr[g] = (const uint4*)(base + (long)(r.live ? r.local : 0) * k);
+    }
+    return r;
+}
+
+template <typename T, int B, int G, bool N, int S, bool C, bool P>
+__device__ void gemv_groups(int first, int stride, int groups, const T* __restrict__ w0, const T* __restrict__ w1,
+                            const T* __restrict__ w2, const T* __restrict__ b0, const T* __restrict__ b1,
+                            const T* __restrict__ b2, int n0, int n1, const T* __restrict__ x,
+                            const T* __restrict__ res, const T* __restrict__ g, float eps, T* __restrict__ y, int n,
+                            int k, const GridBar* wait) {
     __shared__ float part_sums[16][G * B + B];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
-    const int row = vb * ((blockDim.x >> 5) / S) + warp / S;
-    const bool live = row < n;
     const int kv = k / (16 / (int)sizeof(T));
     const uint4* xr = (const uint4*)x;
     const uint4* gr = (const uint4*)g;
-    // The weight part the row lies in, and the row within it.
-    const int seg = G == 2 ? 0 : (row < n0 ? 0 : (row < n0 + n1 ? 1 : 2));
-    const int local = row - (seg > 0 ? n0 : 0) - (seg > 1 ? n1 : 0);
-    const T* wseg = seg == 0 ? w0 : (seg == 1 ? w1 : w2);
-    const T* bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
-    const uint4* wr[G];
-    float acc[G][B], ss[B];
-#pragma unroll
-    for (int r = 0; r < G; r++) {
-        const T* base = G == 2 ? (r == 0 ? w0 : w1) : wseg;
-        wr[r] = (const uint4*)(base + (long)(live ? local : 0) * k);
-#pragma unroll
-        for (int b = 0; b < B; b++) acc[r][b] = 0.f;
-    }
-#pragma unroll
-    for (int b = 0; b < B; b++) ss[b] = 0.f;
     const int step = 32 * S, i0 = lane + 32 * part;
     // Four 16-byte loads per row in flight per lane, the last round's past the row's end left
     // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
     // from the same loads of x.
     uint4 wv[G][4];
-#define VRAM_LAB_ASK(I) \
+#define VRAM_LAB_ASK(R, I) \
     _Pragma("unroll") for (int r = 0; r < G; r++) \
     _Pragma("unroll") for (int u = 0; u < 4; u++) \
-        wv[r][u] = (I) + step * u < kv ? __ldcs(wr[r] + (I) + step * u) : make_uint4(0, 0, 0, 0);
-    if (live) { VRAM_LAB_ASK(i0) }
+        wv[r][u] = (I) + step * u < kv ? __ldcs((R).wr[r] + (I) + step * u) : make_uint4(0, 0, 0, 0);
+    Rows<T, G> cur = rows_of<T, G>(first, S, w0, w1, w2, b0, b1, b2, n0, n1, n, k);
+    if (first < groups && cur.live) { VRAM_LAB_ASK(cur, i0) }
     if (wait) grid_wait(*wait);
-    for (int i = i0; live && i < kv; i += 4 * step) {
-        if (i != i0) { VRAM_LAB_ASK(i) }
+    for (int vb = first; vb < groups; vb += stride) {
+        float acc[G][B], ss[B];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            if (i + step * u >= kv) break;
-            uint4 gv = N ? __ldg(gr + i + step * u) : make_uint4(0, 0, 0, 0);
+        for (int b = 0; b < B; b++) {
+            ss[b] = 0.f;
 #pragma unroll
-            for (int b = 0; b < B; b++) {
-                uint4 xv = C ? __ldcg(xr + (long)b * kv + i + step * u) : __ldg(xr + (long)b * kv + i + step * u);
-                if (N) ss[b] = dot16(xv, xv, ss[b], x);
-#pragma unroll
-                for (int r = 0; r < G; r++) acc[r][b] = N ? dot16g(wv[r][u], xv, gv, acc[r][b], x) : dot16(wv[r][u], xv, acc[r][b], x);
-            }
+            for (int r = 0; r < G; r++) acc[r][b] = 0.f;
         }
-    }
+        for (int i = i0; cur.live && i < kv; i += 4 * step) {
+            if (i != i0) { VRAM_LAB_ASK(cur, i) }
 #pragma unroll
-    for (int b = 0; b < B; b++) {
-        if (N) ss[b] = warp_sum(ss[b]);
-#pragma unroll
-        for (int r = 0; r < G; r++) acc[r][b] = warp_sum(acc[r][b]);
-    }
-    if (S > 1) {
-        // The row's warps add their parts through shared memory; the first keeps the sums.
-        if (lane == 0) {
-#pragma unroll
-            for (int b = 0; b < B; b++) {
-                part_sums[warp][G * B + b] = ss[b];
-#pragma unroll
-                for (int r = 0; r < G; r++) part_sums[warp][r * B + b] = acc[r][b];
-            }
-        }
-        __syncthreads();
-        if (part == 0 && lane == 0) {
-#pragma unroll
-            for (int o = 1; o < S; o++)
+            for (int u = 0; u < 4; u++) {
+                if (i + step * u >= kv) break;
+                uint4 gv = N ? __ldg(gr + i + step * u) : make_uint4(0, 0, 0, 0);
 #pragma unroll
                 for (int b = 0; b < B; b++) {
-                    ss[b] += part_sums[warp + o][G * B + b];
+                    uint4 xv = C ? __ldcg(xr + (long)b * kv + i + step * u) : __ldg(xr + (long)b * kv + i + step * u);
+                    if (N) ss[b] = dot16(xv, xv, ss[b], x);
 #pragma unroll
-                    for (int r = 0; r < G; r++) acc[r][b] += part_sums[warp + o][r * B + b];
+                    for (int r = 0; r < G; r++) acc[r][b] = N ? dot16g(wv[r][u], xv, gv, acc[r][b], x) : dot16(wv[r][u], xv, acc[r][b], x);
                 }
+            }
         }
-    }
-    if (lane != 0 || part != 0 || !live) return;
+        const Rows<T, G> now = cur;
+        if (P && vb + stride < groups) {
+            cur = rows_of<T, G>(vb + stride, S, w0, w1, w2, b0, b1, b2, n0, n1, n, k);
+            if (cur.live) { VRAM_LAB_ASK(cur, i0) }
+        }
 #pragma unroll
-    for (int b = 0; b < B; b++) {
-        // The norm's scale 1/rms(x) is one factor per row of x, applied to the sums.
-        float rs = N ? rsqrtf(ss[b] / (float)k + eps) : 1.f;
-        float v = acc[0][b] * rs;
-        if (G == 2) {
-            float u = acc[G - 1][b] * rs;
-            v = v / (1.f + __expf(-v)) * u;
-        } else {
-            if (bias) v += ld(bias, local);
-            if (res) v += ld(res, (long)b * n + row);
+        for (int b = 0; b < B; b++) {
+            if (N) ss[b] = warp_sum(ss[b]);
+#pragma unroll
+            for (int r = 0; r < G; r++) acc[r][b] = warp_sum(acc[r][b]);
         }
-        st(y, (long)b * n + row, v);
+        if (S > 1) {
+            // The row's warps add their parts through shared memory; the first keeps the sums.
+            if (lane == 0) {
+#pragma unroll
+                for (int b = 0; b < B; b++) {
+                    part_sums[warp][G * B + b] = ss[b];
+#pragma unroll
+                    for (int r = 0; r < G; r++) part_sums[warp][r * B + b] = acc[r][b];
+                }
+            }
+            __syncthreads();
+            if (part == 0 && lane == 0) {
+#pragma unroll
+                for (int o = 1; o < S; o++)
+#pragma unroll
+                    for (int b = 0; b < B; b++) {
+                        ss[b] += part_sums[warp + o][G * B + b];
+#pragma unroll
+                        for (int r = 0; r < G; r++) acc[r][b] += part_sums[warp + o][r * B + b];
+                    }
+            }
+        }
+        if (lane == 0 && part == 0 && now.live) {
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                // The norm's scale 1/rms(x) is one factor per row of x, applied to the sums.
+                float rs = N ? rsqrtf(ss[b] / (float)k + eps) : 1.f;
+                float v = acc[0][b] * rs;
+                if (G == 2) {
+                    float u = acc[G - 1][b] * rs;
+                    v = v / (1.f + __expf(-v)) * u;
+                } else {
+                    if (now.bias) v += ld(now.bias, now.local);
+                    if (res) v += ld(res, (long)b * n + now.row);
+                }
+                st(y, (long)b * n + now.row, v);
+            }
+        }
+        if (!P && vb + stride < groups) {
+            cur = rows_of<T, G>(vb + stride, S, w0, w1, w2, b0, b1, b2, n0, n1, n, k);
+            if (cur.live) { VRAM_LAB_ASK(cur, i0) }
+        }
+        // The next group's sums reuse part_sums.
+        if (S > 1 && vb + stride < groups) __syncthreads();
     }
+#undef VRAM_LAB_ASK
 }
 
 // A lane's share of a row of d values for `attend`: L = min(d / (values per 16-byte load), 32) lanes
@@ -453,30 +488,32 @@ struct LayerArgs {
     unsigned *count, *fail;
     int hidden, heads, kv, d, cap, inter, s_qkv, s_o, s_mlp, s_down;
     float eps, scale;
+    int pipe;
 };
 
 // One product of the layer over the grid: the groups of rows of the kernel's blocks, in turn.
 template <typename T, int G, bool N, int S, bool C>
-__device__ void layer_product(const T* w0, const T* w1, const T* w2, const T* b0, const T* b1, const T* b2, int n0, int n1,
+__device__ void layer_product(bool pipe, const T* w0, const T* w1, const T* w2, const T* b0, const T* b1, const T* b2, int n0, int n1,
                               const T* x, const T* res, const T* g, float eps, T* y, int n, int k, const GridBar* wait) {
     const int groups = (n + (blockDim.x >> 5) / S - 1) / ((blockDim.x >> 5) / S);
-    for (int vb = blockIdx.x; vb < groups; vb += gridDim.x) {
-        gemv_rows<T, 1, G, N, S, C>(vb, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait);
-        wait = nullptr;
-        __syncthreads();
-    }
-    if (wait) grid_wait(*wait);
+    if (pipe)
+        gemv_groups<T, 1, G, N, S, C, true>(blockIdx.x, gridDim.x, groups, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g,
+                                            eps, y, n, k, wait);
+    else
+        gemv_groups<T, 1, G, N, S, C, false>(blockIdx.x, gridDim.x, groups, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g,
+                                             eps, y, n, k, wait);
+    __syncthreads();
 }
 
 template <typename T, int G, bool N, bool C>
-__device__ void layer_product(int s, const T* w0, const T* w1, const T* w2, const T* b0, const T* b1, const T* b2, int n0,
-                              int n1, const T* x, const T* res, const T* g, float eps, T* y, int n, int k,
-                              const GridBar* wait) {
+__device__ void layer_product(int s, bool pipe, const T* w0, const T* w1, const T* w2, const T* b0, const T* b1,
+                              const T* b2, int n0, int n1, const T* x, const T* res, const T* g, float eps, T* y, int n,
+                              int k, const GridBar* wait) {
     switch (s) {
-        case 1: layer_product<T, G, N, 1, C>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
-        case 2: layer_product<T, G, N, 2, C>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
-        case 4: layer_product<T, G, N, 4, C>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
-        default: layer_product<T, G, N, 8, C>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
+        case 1: layer_product<T, G, N, 1, C>(pipe, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
+        case 2: layer_product<T, G, N, 2, C>(pipe, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
+        case 4: layer_product<T, G, N, 4, C>(pipe, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
+        default: layer_product<T, G, N, 8, C>(pipe, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
     }
 }
 
@@ -484,7 +521,7 @@ template <typename T>
 __device__ void layer(const LayerArgs<T>& a) {
     GridBar bar{a.count, a.fail, 0};
     const int nq = a.heads * a.d, nk = a.kv * a.d;
-    layer_product<T, 1, true, false>(a.s_qkv, a.wq, a.wk, a.wv, a.bq, a.bk, a.bv, nq, nk, a.x, nullptr, a.ln1, a.eps,
+    layer_product<T, 1, true, false>(a.s_qkv, a.pipe, a.wq, a.wk, a.wv, a.bq, a.bk, a.bv, nq, nk, a.x, nullptr, a.ln1, a.eps,
                                      a.y, nq + 2 * nk, a.hidden, nullptr);
     grid_arrive(bar);
     grid_wait(bar);
@@ -493,13 +530,13 @@ __device__ void layer(const LayerArgs<T>& a) {
         __syncthreads();
     }
     grid_arrive(bar);
-    layer_product<T, 1, false, true>(a.s_o, a.wo, nullptr, nullptr, nullptr, nullptr, nullptr, a.hidden, 0, a.att, a.x,
+    layer_product<T, 1, false, true>(a.s_o, a.pipe, a.wo, nullptr, nullptr, nullptr, nullptr, nullptr, a.hidden, 0, a.att, a.x,
                                       nullptr, 0.f, a.h, a.hidden, nq, &bar);
     grid_arrive(bar);
-    layer_product<T, 2, true, true>(a.s_mlp, a.wg, a.wu, nullptr, nullptr, nullptr, nullptr, a.inter, 0, a.h, nullptr,
+    layer_product<T, 2, true, true>(a.s_mlp, a.pipe, a.wg, a.wu, nullptr, nullptr, nullptr, nullptr, a.inter, 0, a.h, nullptr,
                                     a.ln2, a.eps, a.m, a.inter, a.hidden, &bar);
     grid_arrive(bar);
-    layer_product<T, 1, false, true>(a.s_down, a.wd, nullptr, nullptr, nullptr, nullptr, nullptr, a.hidden, 0, a.m, a.h,
+    layer_product<T, 1, false, true>(a.s_down, a.pipe, a.wd, nullptr, nullptr, nullptr, nullptr, nullptr, a.hidden, 0, a.m, a.h,
                                      nullptr, 0.f, a.out, a.hidden, a.inter, &bar);
 }
 
@@ -517,10 +554,11 @@ extern "C" __global__ void vram_lab_qkv_store_f32(float* y, const float* cos_t, 
 #define VRAM_LAB_GEMV(NAME, T, B, G, NORM, SPLIT) \
     extern "C" __global__ void NAME(const T* w0, const T* w1, const T* w2, const T* b0, const T* b1, const T* b2, int n0, int n1, \
                                     const T* x, const T* res, const T* g, float eps, T* y, int n, int k) { \
-        gemv_rows<T, B, G, NORM, SPLIT, false>(blockIdx.x, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, nullptr); }
+        gemv_groups<T, B, G, NORM, SPLIT, false, false>(blockIdx.x, gridDim.x, gridDim.x, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, nullptr); }
 #define VRAM_LAB_ATTEND_ARGMAX(DT, T) \
     extern "C" __global__ void __launch_bounds__(512) vram_lab_attend_##DT(const T* y, const T* cos_t, const T* sin_t, T* kc, T* vc, const unsigned* pos, T* out, \
                                                     int heads, int kv, int d, int cap, float scale) { \
         attend<T>(y, cos_t, sin_t, kc, vc, pos, out, heads, kv, d, cap, scale, blockIdx.x, blockIdx.y); } \
     extern "C" __global__ void vram_lab_argmax_##DT(const T* logits, unsigned* ids, int vocab) { argmax<T>(logits, ids, vocab); } \
-    extern "C" __global__ void __launch_bounds__(256) vram_lab_layer_##DT(const LayerArgs<T> a) { layer<T>(a); }
+    extern "C" __global__ void __launch_bounds__(256) vram_lab_layer_##DT(const LayerArgs<T> a) { layer<T>(a); } \
+    extern "C" __global__ void __launch_bounds__(256, 3) vram_lab_layer3_##DT(const LayerArgs<T> a) { layer<T>(a); }

@@ -115,7 +115,8 @@ impl DecodeKernels {
         let gemv = gemv_variants()
             .map(|v| load(&gemv_name(name, v), 32 * v.3 as u32 * GEMV_ROWS_PER_BLOCK))
             .collect::<Result<Vec<_>>>()?;
-        let layer = load(&format!("vram_lab_layer_{name}"), LAYER_THREADS)?;
+        let three = std::env::var("VRAM_LAB_LAYER_BLOCKS").is_ok_and(|v| v == "3");
+        let layer = load(&format!("vram_lab_layer{}_{name}", if three { "3" } else { "" }), LAYER_THREADS)?;
         let sms = dev
             .cuda_stream()
             .context()
@@ -413,6 +414,7 @@ impl DecodeKernels {
             s_down: gemv_split(inter / per, hidden) as i32,
             eps: w.eps,
             scale: at.scale,
+            pipe: std::env::var("VRAM_LAB_LAYER_PIPE").map_or(1, |v| i32::from(v != "0")),
         };
         // Every product and the attention read 16-byte runs of what they are given.
         let aligned = [args.x, args.ln1, args.wq, args.wk, args.wv, args.cos, args.sin, args.kc, args.vc]
@@ -531,6 +533,7 @@ struct LayerArgs {
     s_down: i32,
     eps: f32,
     scale: f32,
+    pipe: i32,
 }
 
 // SAFETY: plain integers and floats in C's layout, the kernel's by-value argument.
