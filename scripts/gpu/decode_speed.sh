@@ -9,7 +9,8 @@
 #   there: carry .gpu/vram-lab.xz [.gpu/vram-lab-base.xz] .gpu/gpu_kernels.xz .gpu/commit;
 #          CONFIGS="new:" bash scripts/gpu/decode_speed.sh "$OUT"
 # A config is NAME:ENV=VALUE,ENV=VALUE (none after the colon: the binary as it is).
-# BASE_ENV="ENV=V ..." is set for the base binary's runs. ONLY="kernels bench tokens ncu" picks parts; ROUNDS (default 2); PRECISIONS (default bf16).
+# BASE_ENV="ENV=V ..." is set for the base binary's runs; TOKEN_CONFIGS (default CONFIGS) those whose ids
+# are compared. ONLY="kernels bench tokens ncu" picks parts; ROUNDS (default 2); PRECISIONS (default bf16).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-/tmp/out}
@@ -53,7 +54,7 @@ fi
 if want tokens; then
   # Greedy ids of every config (and the base), F32 and BF16: the same kernels' bits give the same ids.
   ids=$(python3 -c "print(','.join(str(7 + (i * 37) % 5000) for i in range(160)))")
-  for c in ${CONFIGS:-default:}; do
+  for c in ${TOKEN_CONFIGS:-${CONFIGS:-default:}}; do
     name=${c%%:*}; envs=${c#*:}
     for p in bf16 f32; do
       run "tokens-$name-$p" ${envs//,/ } timeout 300 /tmp/vram-lab generate --model synthetic:qwen2.5-7b --precision $p \
