@@ -9,8 +9,10 @@
 #   there: carry .gpu/vram-lab.xz [.gpu/vram-lab-base.xz] .gpu/gpu_kernels.xz .gpu/commit;
 #          CONFIGS="new:" bash scripts/gpu/decode_speed.sh "$OUT"
 # A config is NAME:ENV=VALUE,ENV=VALUE (none after the colon: the binary as it is).
-# BASE_ENV="ENV=V ..." is set for the base binary's runs; TOKEN_CONFIGS (default CONFIGS) those whose ids
-# are compared. ONLY="kernels bench tokens ncu" picks parts; ROUNDS (default 2); PRECISIONS (default bf16).
+# BASE_ENV="ENV=V ..." is set for the base binary's runs; TOKEN_CONFIGS (default CONFIGS) are the configs
+# whose greedy ids are written (after TOKENS_PROMPT ids of prompt, default 160); LONG="4096 16384" adds one
+# bench of each after a prompt of that length (a long cache). ONLY="kernels bench tokens ncu" picks parts;
+# ROUNDS (default 2); PRECISIONS (default bf16).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-/tmp/out}
@@ -49,17 +51,31 @@ if want bench; then
       run "$name-$r" ${envs//,/ } timeout 300 /tmp/vram-lab $BENCH --out "$RES/$name-$r"
     done
   done
+  # Decoding after a long prompt (a long cache): LONG lists the prompt lengths, one run each.
+  for len in ${LONG:-}; do
+    [ -x /tmp/vram-lab-base ] && run "base-long$len" ${BASE_ENV:-} timeout 300 /tmp/vram-lab-base $BENCH --decode-prompt "$len" --out "$RES/base-long$len"
+    for c in ${CONFIGS:-default:}; do
+      name=${c%%:*}; envs=${c#*:}
+      run "$name-long$len" ${envs//,/ } timeout 300 /tmp/vram-lab $BENCH --decode-prompt "$len" --out "$RES/$name-long$len"
+    done
+  done
   grep -h "own batch" "$RES"/*.txt > /dev/null 2>&1 && for f in "$RES"/*-[0-9]*.txt; do echo "$(basename "$f" .txt): $(grep -h 'own batch' "$f" | head -2 | tr '\n' ' ')"; done | tee "$RES/summary.txt"
 fi
 if want tokens; then
   # Greedy ids of every config (and the base), F32 and BF16: the same kernels' bits give the same ids.
-  ids=$(python3 -c "print(','.join(str(7 + (i * 37) % 5000) for i in range(160)))")
-  for c in ${TOKEN_CONFIGS:-${CONFIGS:-default:}}; do
-    name=${c%%:*}; envs=${c#*:}
+  # TOKENS_PROMPT (default 160) ids of prompt; the base binary's too where one is carried.
+  ids=$(python3 -c "print(','.join(str(7 + (i * 37) % 5000) for i in range(${TOKENS_PROMPT:-160})))")
+  tokens() { # NAME BINARY ENV...
+    local name=$1 bin=$2; shift 2
     for p in bf16 f32; do
-      run "tokens-$name-$p" ${envs//,/ } timeout 300 /tmp/vram-lab generate --model synthetic:qwen2.5-7b --precision $p \
+      run "tokens-$name-$p" "$@" timeout 300 "$bin" generate --model synthetic:qwen2.5-7b --precision $p \
         --prompt-ids "$ids" --max-new-tokens 48 --json --quiet
     done
+  }
+  [ -x /tmp/vram-lab-base ] && tokens base /tmp/vram-lab-base ${BASE_ENV:-}
+  for c in ${TOKEN_CONFIGS:-${CONFIGS:-default:}}; do
+    name=${c%%:*}; envs=${c#*:}
+    tokens "$name" /tmp/vram-lab ${envs//,/ }
   done
 fi
 if want ncu; then

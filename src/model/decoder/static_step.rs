@@ -66,13 +66,6 @@ impl Layer {
         let group = heads / kv_heads;
         let scale = 1.0 / (d as f64).sqrt();
         let (nq, nk) = (heads * d, kv_heads * d);
-        // The whole layer in one kernel where the step has it (one row, dense weights, no q/k norms).
-        #[cfg(feature = "cuda")]
-        if let Some(w) = self.step_weights(eps as f32) {
-            if let Some(out) = step.layer(&w, &x, (kc, vc), heads, scale as f32)? {
-                return Ok(out);
-            }
-        }
         // q|k|v as one product: the step's kernel over the three weights (stacked or not), else
         // candle's stacked product, else three.
         let (y, h) = match normed_step(parts([&self.q, &self.k, &self.v]).as_deref(), &x, &self.ln1, eps, false, step)?
@@ -131,35 +124,6 @@ impl Layer {
             StepOut::Normed(h) => self.gated(&h, self.fused.is_some(), cfg.intermediate_size)?,
         };
         down.forward_step(&m, Some(&x), step)
-    }
-}
-
-impl Layer {
-    /// The layer's weights as the one-kernel layer takes them: None for what it does not compute
-    /// (Qwen3's q/k norms, a mixture, quantized or host weights, a bias on o or the MLP, a
-    /// tensor-parallel share).
-    #[cfg(feature = "cuda")]
-    fn step_weights(&self, eps: f32) -> Option<crate::model::kernels::decode::LayerWeights<'_>> {
-        use crate::model::kernels::Weights;
-        fn plain(l: &Linear) -> Option<&Tensor> {
-            match l.part()? {
-                (Weights::Dense(w), None) => Some(w),
-                _ => None,
-            }
-        }
-        let Ok((gate, up, down)) = self.dense_mlp() else { return None };
-        let [q, k, v] = [&self.q, &self.k, &self.v].map(|l| l.part());
-        Some(crate::model::kernels::decode::LayerWeights {
-            ln1: &self.ln1,
-            qkv: [q?, k?, v?],
-            o: plain(&self.o)?,
-            ln2: &self.ln2,
-            gate: plain(gate)?,
-            up: plain(up)?,
-            down: plain(down)?,
-            eps,
-        })
-        .filter(|_| self.qk_norm.is_none())
     }
 }
 

@@ -88,12 +88,6 @@ impl<'a> StaticDecoder<'a> {
         Ok(self.ids.flatten_all()?.to_vec1::<u32>()?)
     }
 
-    /// An error if a step's kernels reported wrong outputs (the one-kernel layer's barrier timed
-    /// out). Read back once, after the steps, not every token.
-    pub fn check(&self) -> Result<()> {
-        self.tables.kernels.check()
-    }
-
     /// On CUDA, captures the step as a graph that `advance` then replays, after one real step
     /// that fills candle's parameter cache (that step counts: the ids and position advance).
     /// Elsewhere nothing happens and `advance` runs the step kernel by kernel. Returns whether a

@@ -133,27 +133,6 @@ impl<'a> StepInputs<'a> {
         Ok(None)
     }
 
-    /// A whole layer of one row in one kernel (`DecodeKernels::layer`): None when the step has
-    /// no such kernel, the kernel does not take these tensors, or `VRAM_LAB_LAYER_KERNEL=0` asks
-    /// for the five launches (the caller runs them).
-    #[cfg(feature = "cuda")]
-    pub fn layer(
-        &self,
-        w: &crate::model::kernels::decode::LayerWeights,
-        x: &Tensor,
-        (kc, vc): (&Tensor, &Tensor),
-        heads: usize,
-        scale: f32,
-    ) -> Result<Option<Tensor>> {
-        let Some(k) = self.tables.kernels.at_least(OwnKernels::All).filter(|_| layer_kernel_on()) else {
-            return Ok(None);
-        };
-        let t = self.tables;
-        let at =
-            crate::model::kernels::decode::LayerAt { cos: &t.cos, sin: &t.sin, kc, vc, pos: self.pos, heads, scale };
-        k.layer(w, x, &at)
-    }
-
     /// The greedy ids ([b, 1] u32) of the logits [b, 1, vocab].
     pub fn argmax(&self, logits: &Tensor) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
@@ -164,14 +143,6 @@ impl<'a> StepInputs<'a> {
         }
         Ok(logits.argmax_keepdim(candle_core::D::Minus1)?.squeeze(2)?)
     }
-}
-
-/// Whether the step runs a layer as one kernel: yes unless `VRAM_LAB_LAYER_KERNEL=0` (the five
-/// launches a layer, kept to compare against in the same binary).
-#[cfg(feature = "cuda")]
-fn layer_kernel_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("VRAM_LAB_LAYER_KERNEL").map_or(true, |v| v != "0"))
 }
 
 /// The value in `cell`, made by `make` the first time.
@@ -217,19 +188,6 @@ impl Kernels {
             own: None,
             level,
         })
-    }
-
-    /// An error when a layer kernel's grid barrier waited past its bound (its outputs are wrong).
-    pub fn check(&self) -> Result<()> {
-        #[cfg(feature = "cuda")]
-        if let Some(k) = &self.own {
-            if k.layer_failed()? {
-                return Err(LabError::other(
-                    "the one-kernel decoding layer's blocks were not all resident at once (its barrier timed out): rerun with VRAM_LAB_LAYER_KERNEL=0",
-                ));
-            }
-        }
-        Ok(())
     }
 
     #[cfg(feature = "cuda")]

@@ -62,189 +62,106 @@ __device__ __forceinline__ float dot16g(uint4 w, uint4 x, uint4 g, float acc, co
     return acc;
 }
 
-// One barrier of a grid whose blocks all run at once (the layer kernel's grid is sized by the
-// occupancy the launcher asks the driver for): cooperative groups' grid sync, split in two so a block
-// can ask for its next weights between arriving and waiting. Each block adds 1, block 0 adds
-// 2^31 - (blocks - 1): one barrier adds 2^31 in all, flipping the top bit and leaving the rest as it
-// was, so the counter needs no reset between launches or graph replays. A block must wait at one
-// barrier before it arrives at the next. A wait past two seconds (blocks not all resident) sets
-// `fail` and goes on, so the kernel ends with wrong values the host is told of, never hangs.
-struct GridBar {
-    unsigned* count;
-    unsigned* fail;
-    unsigned old;  // thread 0's value of the counter before its block arrived
-};
-
-__device__ __forceinline__ void grid_arrive(GridBar& g) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-        __threadfence();
-        g.old = atomicAdd(g.count, add);
-    }
-}
-
-__device__ __forceinline__ unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-__device__ __forceinline__ void grid_wait(const GridBar& g) {
-    if (threadIdx.x == 0) {
-        const unsigned long long t0 = global_ns();
-        while (((g.old ^ *(volatile unsigned*)g.count) & 0x80000000u) == 0) {
-            if (global_ns() - t0 > 2000000000ull) {
-                atomicExch(g.fail, 1u);
-                break;
-            }
-        }
-        __threadfence();
-    }
-    __syncthreads();
-}
-
 // y[b, n] = x[b, k] · w[n, k]ᵀ (+ bias[n]) (+ res[b, n]), where w is up to three weights one
 // under the other (q, k, v: rows [0, n0) of w0, the next n1 of w1, the rest of w2, each with its
 // bias or none), so separate projections compute as one without being stacked in memory. With
 // G = 2, y = silu(x·w0ᵀ) · (x·w1ᵀ) (gate and up, n rows each). With N, x is first RMS-normed with
 // the weight g (eps). S warps share a row (each an interleaved part of k, so long rows take fewer
-// rounds of loads); a block holds blockDim / (32 S) rows at a time, a group, and takes the groups
-// first, first + stride, ... (the standalone kernel: its one group, blockIdx.x). k · sizeof(T) a
-// multiple of 16 and the weights, x and g 16-byte aligned (the caller checks). With `wait`, the
-// block's first round of weights is asked for before it waits at that barrier (x is what the
-// barrier waits for); with P, the next group's first round is asked for before this group's sums
-// are added up; with C, x was written by this kernel and is read through L2 only.
-template <typename T, int G>
-struct Rows {
-    int row, local;
-    bool live;
-    const T* bias;
-    const uint4* wr[G];
-};
-
-template <typename T, int G>
-__device__ __forceinline__ Rows<T, G> rows_of(int vb, int S, const T* w0, const T* w1, const T* w2, const T* b0,
-                                              const T* b1, const T* b2, int n0, int n1, int n, int k) {
-    Rows<T, G> r;
-    r.row = vb * ((blockDim.x >> 5) / S) + (threadIdx.x >> 5) / S;
-    r.live = r.row < n;
-    // The weight part the row lies in, and the row within it.
-    const int seg = G == 2 ? 0 : (r.row < n0 ? 0 : (r.row < n0 + n1 ? 1 : 2));
-    r.local = r.row - (seg > 0 ? n0 : 0) - (seg > 1 ? n1 : 0);
-    const T* wseg = seg == 0 ? w0 : (seg == 1 ? w1 : w2);
-    r.bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        const T* base = G == 2 ? (g == 0 ? w0 : w1) : wseg;
-        r.wr[g] = (const uint4*)(base + (long)(r.live ? r.local : 0) * k);
-    }
-    return r;
-}
-
-template <typename T, int B, int G, bool N, int S, bool C, bool P>
-__device__ void gemv_groups(int first, int stride, int groups, const T* __restrict__ w0, const T* __restrict__ w1,
-                            const T* __restrict__ w2, const T* __restrict__ b0, const T* __restrict__ b1,
-                            const T* __restrict__ b2, int n0, int n1, const T* __restrict__ x,
-                            const T* __restrict__ res, const T* __restrict__ g, float eps, T* __restrict__ y, int n,
-                            int k, const GridBar* wait) {
+// rounds of loads); a block holds blockDim / (32 S) rows. k · sizeof(T) a multiple of 16 and the
+// weights, x and g 16-byte aligned (the caller checks).
+template <typename T, int B, int G, bool N, int S>
+__device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T* __restrict__ w2,
+                     const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
+                     const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
+                     T* __restrict__ y, int n, int k) {
     __shared__ float part_sums[16][G * B + B];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
+    const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
+    const bool live = row < n;
     const int kv = k / (16 / (int)sizeof(T));
     const uint4* xr = (const uint4*)x;
     const uint4* gr = (const uint4*)g;
-    const int step = 32 * S, i0 = lane + 32 * part;
+    // The weight part the row lies in, and the row within it.
+    const int seg = G == 2 ? 0 : (row < n0 ? 0 : (row < n0 + n1 ? 1 : 2));
+    const int local = row - (seg > 0 ? n0 : 0) - (seg > 1 ? n1 : 0);
+    const T* wseg = seg == 0 ? w0 : (seg == 1 ? w1 : w2);
+    const T* bias = seg == 0 ? b0 : (seg == 1 ? b1 : b2);
+    const uint4* wr[G];
+    float acc[G][B], ss[B];
+#pragma unroll
+    for (int r = 0; r < G; r++) {
+        const T* base = G == 2 ? (r == 0 ? w0 : w1) : wseg;
+        wr[r] = (const uint4*)(base + (long)(live ? local : 0) * k);
+#pragma unroll
+        for (int b = 0; b < B; b++) acc[r][b] = 0.f;
+    }
+#pragma unroll
+    for (int b = 0; b < B; b++) ss[b] = 0.f;
+    const int step = 32 * S;
     // Four 16-byte loads per row in flight per lane, the last round's past the row's end left
     // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
     // from the same loads of x.
-    uint4 wv[G][4];
-#define VRAM_LAB_ASK(R, I) \
-    _Pragma("unroll") for (int r = 0; r < G; r++) \
-    _Pragma("unroll") for (int u = 0; u < 4; u++) \
-        wv[r][u] = (I) + step * u < kv ? __ldcs((R).wr[r] + (I) + step * u) : make_uint4(0, 0, 0, 0);
-    Rows<T, G> cur = rows_of<T, G>(first, S, w0, w1, w2, b0, b1, b2, n0, n1, n, k);
-    if (first < groups && cur.live) { VRAM_LAB_ASK(cur, i0) }
-    if (wait) grid_wait(*wait);
-    for (int vb = first; vb < groups; vb += stride) {
-        float acc[G][B], ss[B];
+    for (int i = lane + 32 * part; live && i < kv; i += 4 * step) {
+        uint4 wv[G][4];
 #pragma unroll
-        for (int b = 0; b < B; b++) {
-            ss[b] = 0.f;
+        for (int r = 0; r < G; r++)
 #pragma unroll
-            for (int r = 0; r < G; r++) acc[r][b] = 0.f;
-        }
-        for (int i = i0; cur.live && i < kv; i += 4 * step) {
-            if (i != i0) { VRAM_LAB_ASK(cur, i) }
+            for (int u = 0; u < 4; u++) wv[r][u] = i + step * u < kv ? __ldcs(wr[r] + i + step * u) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                if (i + step * u >= kv) break;
-                uint4 gv = N ? __ldg(gr + i + step * u) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-                for (int b = 0; b < B; b++) {
-                    uint4 xv = C ? __ldcg(xr + (long)b * kv + i + step * u) : __ldg(xr + (long)b * kv + i + step * u);
-                    if (N) ss[b] = dot16(xv, xv, ss[b], x);
-#pragma unroll
-                    for (int r = 0; r < G; r++) acc[r][b] = N ? dot16g(wv[r][u], xv, gv, acc[r][b], x) : dot16(wv[r][u], xv, acc[r][b], x);
-                }
-            }
-        }
-        const Rows<T, G> now = cur;
-        if (P && vb + stride < groups) {
-            cur = rows_of<T, G>(vb + stride, S, w0, w1, w2, b0, b1, b2, n0, n1, n, k);
-            if (cur.live) { VRAM_LAB_ASK(cur, i0) }
-        }
-#pragma unroll
-        for (int b = 0; b < B; b++) {
-            if (N) ss[b] = warp_sum(ss[b]);
-#pragma unroll
-            for (int r = 0; r < G; r++) acc[r][b] = warp_sum(acc[r][b]);
-        }
-        if (S > 1) {
-            // The row's warps add their parts through shared memory; the first keeps the sums.
-            if (lane == 0) {
-#pragma unroll
-                for (int b = 0; b < B; b++) {
-                    part_sums[warp][G * B + b] = ss[b];
-#pragma unroll
-                    for (int r = 0; r < G; r++) part_sums[warp][r * B + b] = acc[r][b];
-                }
-            }
-            __syncthreads();
-            if (part == 0 && lane == 0) {
-#pragma unroll
-                for (int o = 1; o < S; o++)
-#pragma unroll
-                    for (int b = 0; b < B; b++) {
-                        ss[b] += part_sums[warp + o][G * B + b];
-#pragma unroll
-                        for (int r = 0; r < G; r++) acc[r][b] += part_sums[warp + o][r * B + b];
-                    }
-            }
-        }
-        if (lane == 0 && part == 0 && now.live) {
+        for (int u = 0; u < 4; u++) {
+            if (i + step * u >= kv) break;
+            uint4 gv = N ? __ldg(gr + i + step * u) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int b = 0; b < B; b++) {
-                // The norm's scale 1/rms(x) is one factor per row of x, applied to the sums.
-                float rs = N ? rsqrtf(ss[b] / (float)k + eps) : 1.f;
-                float v = acc[0][b] * rs;
-                if (G == 2) {
-                    float u = acc[G - 1][b] * rs;
-                    v = v / (1.f + __expf(-v)) * u;
-                } else {
-                    if (now.bias) v += ld(now.bias, now.local);
-                    if (res) v += ld(res, (long)b * n + now.row);
-                }
-                st(y, (long)b * n + now.row, v);
+                uint4 xv = __ldg(xr + (long)b * kv + i + step * u);
+                if (N) ss[b] = dot16(xv, xv, ss[b], x);
+#pragma unroll
+                for (int r = 0; r < G; r++) acc[r][b] = N ? dot16g(wv[r][u], xv, gv, acc[r][b], x) : dot16(wv[r][u], xv, acc[r][b], x);
             }
         }
-        if (!P && vb + stride < groups) {
-            cur = rows_of<T, G>(vb + stride, S, w0, w1, w2, b0, b1, b2, n0, n1, n, k);
-            if (cur.live) { VRAM_LAB_ASK(cur, i0) }
-        }
-        // The next group's sums reuse part_sums.
-        if (S > 1 && vb + stride < groups) __syncthreads();
     }
-#undef VRAM_LAB_ASK
+#pragma unroll
+    for (int b = 0; b < B; b++) {
+        if (N) ss[b] = warp_sum(ss[b]);
+#pragma unroll
+        for (int r = 0; r < G; r++) acc[r][b] = warp_sum(acc[r][b]);
+    }
+    if (S > 1) {
+        // The row's warps add their parts through shared memory; the first keeps the sums.
+        if (lane == 0) {
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                part_sums[warp][G * B + b] = ss[b];
+#pragma unroll
+                for (int r = 0; r < G; r++) part_sums[warp][r * B + b] = acc[r][b];
+            }
+        }
+        __syncthreads();
+        if (part != 0 || lane != 0) return;
+#pragma unroll
+        for (int o = 1; o < S; o++)
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                ss[b] += part_sums[warp + o][G * B + b];
+#pragma unroll
+                for (int r = 0; r < G; r++) acc[r][b] += part_sums[warp + o][r * B + b];
+            }
+    }
+    if (lane != 0 || !live) return;
+#pragma unroll
+    for (int b = 0; b < B; b++) {
+        // The norm's scale 1/rms(x) is one factor per row of x, applied to the sums.
+        float rs = N ? rsqrtf(ss[b] / (float)k + eps) : 1.f;
+        float v = acc[0][b] * rs;
+        if (G == 2) {
+            float u = acc[G - 1][b] * rs;
+            v = v / (1.f + __expf(-v)) * u;
+        } else {
+            if (bias) v += ld(bias, local);
+            if (res) v += ld(res, (long)b * n + row);
+        }
+        st(y, (long)b * n + row, v);
+    }
 }
 
 // A lane's share of a row of d values for `attend`: L = min(d / (values per 16-byte load), 32) lanes
@@ -296,8 +213,7 @@ __device__ __forceinline__ float as_stored(const unsigned short*, float f) {
 }
 __device__ __forceinline__ float as_stored(const float*, float f) { return f; }
 
-// Attention of one decoding position, with its rotary and cache store: a block takes head h of row
-// bi (the attention kernel's block (h, b)): q, k and
+// Attention of one decoding position, with its rotary and cache store: block (h, 0, b) takes q, k and
 // v of the position from the stacked product y [b, (heads + 2 kv) d] (not rotated), rotates q
 // (scaled) and its KV head's k in registers, attends over the caches [b, kv, cap, d] at positions
 // 0..pos[0]-1 and the position's own k and v, and writes its head of out [b, heads d]; the first
@@ -309,17 +225,24 @@ __device__ __forceinline__ float as_stored(const float*, float f) { return f; }
 // without the bound the registers of the position's own k and v made the launch fail). One lane a
 // value, loaded two bytes at a time, took 17.2 us a layer of Qwen2.5-7B's step under ncu on an
 // H200; this takes 11.7 (data/results/h200/2026-11-28-decode-kernels).
+// With `part` (splits = gridDim.y > 1: a long cache), block (h, s, b) attends over the s-th of
+// `splits` equal runs of the positions below pos (split 0 also the position itself and the store)
+// and writes its running max, sum and unnormalised output, F32 [b, heads, splits, d + 2], for
+// `attend_merge`: one block a head read the cache at a few SMs' bandwidth (16,384 positions of
+// Qwen2.5-7B: 72 tok/s, 24 % of the read ceiling, data/results/h200/2026-11-28-layer-kernel/long).
 template <typename T>
 __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, const T* __restrict__ sin_t, T* __restrict__ kc,
-                       T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ out, int heads, int kv, int d, int cap, float scale,
-                       int h, int bi) {
+                       T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ out, float* __restrict__ part,
+                       int heads, int kv, int d, int cap, float scale) {
     __shared__ float sm_m[16], sm_l[16], sm_acc[16 * 256];
     const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = h / (heads / kv);
+    const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, bi = blockIdx.z, g = h / (heads / kv);
     const int per = 16 / (int)sizeof(T), L = d / per < 32 ? d / per : 32, EL = d / L, P = 32 / L;
     const int sub = lane / L, li = lane % L;
     const unsigned p = pos[0];
-    const int n = (int)p;
+    // This block's run of positions [begin, n).
+    const int per_split = ((int)p + splits - 1) / splits;
+    const int begin = min(split * per_split, (int)p), n = min(begin + per_split, (int)p);
     const T* yb = y + (long)bi * (heads + 2 * kv) * d;
     const long head = ((long)bi * kv + g) * cap * d + li * EL;
     float qf[8], kn[8], vn[8], acc[8];
@@ -336,7 +259,7 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
         dot = fmaf(qf[e], kn[e], dot);
     }
     const float own = group_sum(dot, L);
-    const bool first = warp == 0 && sub == 0;
+    const bool first = warp == 0 && sub == 0 && split == 0;
     float m = first ? own : NEG_INF, l = first ? 1.f : 0.f;
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = first ? vn[e] : 0.f;
@@ -346,7 +269,7 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
         for (int e = 0; e < 8; e++) if (e < EL) { st(kc, row + e, kn[e]); st(vc, row + e, vn[e]); }
     }
     const int round = nw * P;
-    for (int t0 = warp * P; t0 < n; t0 += 4 * round) {
+    for (int t0 = begin + warp * P; t0 < n; t0 += 4 * round) {
         // k and v of four positions per row loaded together, then used.
         float kf[4][8], vf[4][8];
 #pragma unroll
@@ -404,6 +327,34 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
             float c = __expf(sm_m[w] - mx);
             sum += sm_l[w] * c;
             o += sm_acc[w * d + j] * c;
+        }
+        if (splits == 1) {
+            st(out, ((long)bi * heads + h) * d + j, o / sum);
+        } else {
+            // A run with no position keeps sum 0 (and max -inf): the merge skips it.
+            float* mine = part + (((long)bi * heads + h) * splits + split) * (d + 2);
+            mine[j] = o;
+            if (j == 0) { mine[d] = mx; mine[d + 1] = sum; }
+        }
+    }
+}
+
+// The runs of `attend` merged: block (h, b), a thread a value of the head; out [b, heads d].
+template <typename T>
+__device__ void attend_merge(const float* __restrict__ part, T* __restrict__ out, int heads, int d, int splits) {
+    const int h = blockIdx.x, bi = blockIdx.y;
+    const float* runs = part + ((long)bi * heads + h) * splits * (d + 2);
+    float mx = NEG_INF;
+    for (int s = 0; s < splits; s++)
+        if (runs[s * (d + 2) + d + 1] != 0.f) mx = fmaxf(mx, runs[s * (d + 2) + d]);
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float sum = 0.f, o = 0.f;
+        for (int s = 0; s < splits; s++) {
+            const float* r = runs + s * (d + 2);
+            if (r[d + 1] == 0.f) continue;
+            float c = __expf(r[d] - mx);
+            sum += r[d + 1] * c;
+            o += r[j] * c;
         }
         st(out, ((long)bi * heads + h) * d + j, o / sum);
     }
@@ -470,76 +421,6 @@ __device__ void argmax(const T* __restrict__ logits, unsigned* __restrict__ ids,
     }
 }
 
-// A whole decoding layer of one row in one kernel: the five launches of the step (q|k|v with the
-// norm, attention, o with the residual, gate|up with the norm, down with the residual) become five
-// phases of one grid, a barrier between each. Between kernels the GPU drains one grid before the
-// next fills it; here a block that is done asks for its first weights of the next phase, then
-// waits, so the barrier's wait overlaps reading. Each phase computes exactly what its kernel did
-// (same warps per row, same order of sums), so the outputs are the same bits. x [hidden] is the
-// layer's input; y, att, h, m are its intermediates (q|k|v, attention, the residual after o, silu·up),
-// out the layer's output. Pointers first, then 4-byte fields: the launcher's #[repr(C)] twin.
-template <typename T>
-struct LayerArgs {
-    const T *x, *ln1, *wq, *wk, *wv, *bq, *bk, *bv, *cos_t, *sin_t;
-    T *kc, *vc;
-    const unsigned* pos;
-    const T *wo, *ln2, *wg, *wu, *wd;
-    T *y, *att, *h, *m, *out;
-    unsigned *count, *fail;
-    int hidden, heads, kv, d, cap, inter, s_qkv, s_o, s_mlp, s_down;
-    float eps, scale;
-    int pipe;
-};
-
-// One product of the layer over the grid: the groups of rows of the kernel's blocks, in turn.
-template <typename T, int G, bool N, int S, bool C>
-__device__ void layer_product(bool pipe, const T* w0, const T* w1, const T* w2, const T* b0, const T* b1, const T* b2, int n0, int n1,
-                              const T* x, const T* res, const T* g, float eps, T* y, int n, int k, const GridBar* wait) {
-    const int groups = (n + (blockDim.x >> 5) / S - 1) / ((blockDim.x >> 5) / S);
-    if (pipe)
-        gemv_groups<T, 1, G, N, S, C, true>(blockIdx.x, gridDim.x, groups, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g,
-                                            eps, y, n, k, wait);
-    else
-        gemv_groups<T, 1, G, N, S, C, false>(blockIdx.x, gridDim.x, groups, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g,
-                                             eps, y, n, k, wait);
-    __syncthreads();
-}
-
-template <typename T, int G, bool N, bool C>
-__device__ void layer_product(int s, bool pipe, const T* w0, const T* w1, const T* w2, const T* b0, const T* b1,
-                              const T* b2, int n0, int n1, const T* x, const T* res, const T* g, float eps, T* y, int n,
-                              int k, const GridBar* wait) {
-    switch (s) {
-        case 1: layer_product<T, G, N, 1, C>(pipe, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
-        case 2: layer_product<T, G, N, 2, C>(pipe, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
-        case 4: layer_product<T, G, N, 4, C>(pipe, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
-        default: layer_product<T, G, N, 8, C>(pipe, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, wait); break;
-    }
-}
-
-template <typename T>
-__device__ void layer(const LayerArgs<T>& a) {
-    GridBar bar{a.count, a.fail, 0};
-    const int nq = a.heads * a.d, nk = a.kv * a.d;
-    layer_product<T, 1, true, false>(a.s_qkv, a.pipe, a.wq, a.wk, a.wv, a.bq, a.bk, a.bv, nq, nk, a.x, nullptr, a.ln1, a.eps,
-                                     a.y, nq + 2 * nk, a.hidden, nullptr);
-    grid_arrive(bar);
-    grid_wait(bar);
-    for (int h = blockIdx.x; h < a.heads; h += gridDim.x) {
-        attend<T>(a.y, a.cos_t, a.sin_t, a.kc, a.vc, a.pos, a.att, a.heads, a.kv, a.d, a.cap, a.scale, h, 0);
-        __syncthreads();
-    }
-    grid_arrive(bar);
-    layer_product<T, 1, false, true>(a.s_o, a.pipe, a.wo, nullptr, nullptr, nullptr, nullptr, nullptr, a.hidden, 0, a.att, a.x,
-                                      nullptr, 0.f, a.h, a.hidden, nq, &bar);
-    grid_arrive(bar);
-    layer_product<T, 2, true, true>(a.s_mlp, a.pipe, a.wg, a.wu, nullptr, nullptr, nullptr, nullptr, a.inter, 0, a.h, nullptr,
-                                    a.ln2, a.eps, a.m, a.inter, a.hidden, &bar);
-    grid_arrive(bar);
-    layer_product<T, 1, false, true>(a.s_down, a.pipe, a.wd, nullptr, nullptr, nullptr, nullptr, nullptr, a.hidden, 0, a.m, a.h,
-                                     nullptr, 0.f, a.out, a.hidden, a.inter, &bar);
-}
-
 extern "C" __global__ void vram_lab_qkv_store_bf16(unsigned short* y, const unsigned short* cos_t, const unsigned short* sin_t, const unsigned* pos,
         unsigned short* kc, unsigned short* vc, int b, int heads, int kv, int d, int cap, float scale) {
     qkv_store(y, cos_t, sin_t, pos, kc, vc, b, heads, kv, d, cap, scale);
@@ -554,11 +435,11 @@ extern "C" __global__ void vram_lab_qkv_store_f32(float* y, const float* cos_t, 
 #define VRAM_LAB_GEMV(NAME, T, B, G, NORM, SPLIT) \
     extern "C" __global__ void NAME(const T* w0, const T* w1, const T* w2, const T* b0, const T* b1, const T* b2, int n0, int n1, \
                                     const T* x, const T* res, const T* g, float eps, T* y, int n, int k) { \
-        gemv_groups<T, B, G, NORM, SPLIT, false, false>(blockIdx.x, gridDim.x, gridDim.x, w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, nullptr); }
+        gemv<T, B, G, NORM, SPLIT>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }
 #define VRAM_LAB_ATTEND_ARGMAX(DT, T) \
     extern "C" __global__ void __launch_bounds__(512) vram_lab_attend_##DT(const T* y, const T* cos_t, const T* sin_t, T* kc, T* vc, const unsigned* pos, T* out, \
-                                                    int heads, int kv, int d, int cap, float scale) { \
-        attend<T>(y, cos_t, sin_t, kc, vc, pos, out, heads, kv, d, cap, scale, blockIdx.x, blockIdx.y); } \
-    extern "C" __global__ void vram_lab_argmax_##DT(const T* logits, unsigned* ids, int vocab) { argmax<T>(logits, ids, vocab); } \
-    extern "C" __global__ void __launch_bounds__(256) vram_lab_layer_##DT(const LayerArgs<T> a) { layer<T>(a); } \
-    extern "C" __global__ void __launch_bounds__(256, 3) vram_lab_layer3_##DT(const LayerArgs<T> a) { layer<T>(a); }
+                                                    float* part, int heads, int kv, int d, int cap, float scale) { \
+        attend<T>(y, cos_t, sin_t, kc, vc, pos, out, part, heads, kv, d, cap, scale); } \
+    extern "C" __global__ void vram_lab_attend_merge_##DT(const float* part, T* out, int heads, int d, int splits) { \
+        attend_merge<T>(part, out, heads, d, splits); } \
+    extern "C" __global__ void vram_lab_argmax_##DT(const T* logits, unsigned* ids, int vocab) { argmax<T>(logits, ids, vocab); }

@@ -10,7 +10,6 @@
 //!   the residual or silu(gate)·up after it, are in the same kernel, one rounding to the output.
 //! - `attend`: the one position's attention over the cache, in 16-byte loads; `argmax`: the greedy
 //!   pick, in 16-byte runs where the row is aligned.
-//! - `layer`: a whole layer of one row (the five launches above as the phases of one grid).
 //!
 //! BF16 values are handled as raw 16-bit patterns (no header needed): widened to F32, computed,
 //! rounded to nearest even once.
@@ -19,7 +18,7 @@ use crate::error::{LabError, Result};
 use crate::model::kernels::fused::{Fused, Part, Weights};
 use crate::model::kernels::quant_gemv::QuantKernels;
 use crate::model::kernels::target::Target;
-use candle_core::cuda_backend::cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{DType, Tensor};
 
@@ -32,11 +31,19 @@ const SOURCE: &str = include_str!("decode.cu");
 pub const GEMV_MAX_BATCH: usize = 2;
 /// Rows per block: two, so the rows spread evenly over the SMs.
 const GEMV_ROWS_PER_BLOCK: u32 = 2;
-/// Threads of a block of the layer kernel: eight warps, so every product's warps per row
-/// (`gemv_split`) divide a block.
-const LAYER_THREADS: u32 = 256;
 /// Warps per row the kernel is built for.
 const GEMV_SPLITS: [usize; 4] = [1, 2, 4, 8];
+
+/// Runs a head's attention over a cache of `cap` positions is split into: one below 512 positions
+/// (a block a head reads them in a few rounds), else as many as give the card about four blocks
+/// an SM, each run at least 256 positions, at most 64. One block a head read a 16,384-position cache
+/// at 24 % of the card's bandwidth (`data/results/h200/2026-11-28-layer-kernel/long`).
+fn attend_splits(cap: usize, blocks: usize, sms: usize) -> usize {
+    if cap < 512 {
+        return 1;
+    }
+    (cap / 256).min(4 * sms / blocks.max(1)).clamp(1, 64)
+}
 
 /// Warps per row for `n` rows of `loads` 16-byte loads. A lane waits for its loads once per round
 /// of four: a matrix of few rows (q|k|v, o, down: 3,584-4,608 rows of 448 or 2,368 loads in BF16)
@@ -93,13 +100,10 @@ pub struct DecodeKernels {
     /// In the order of `gemv_variants`.
     gemv: Vec<CudaFunction>,
     attend: CudaFunction,
+    attend_merge: CudaFunction,
     argmax: CudaFunction,
-    /// The whole layer in one grid, with the blocks that are resident at once (0: not launchable).
-    layer: CudaFunction,
-    layer_blocks: u32,
-    /// The layer's grid barrier: its counter and its failure word (set when a barrier waited past
-    /// two seconds), [2] u32.
-    bar: Tensor,
+    /// The card's SMs, which the attention's runs over a long cache are sized by.
+    sms: usize,
     /// The products over GGUF k-quant blocks.
     quant: QuantKernels,
 }
@@ -115,23 +119,20 @@ impl DecodeKernels {
         let gemv = gemv_variants()
             .map(|v| load(&gemv_name(name, v), 32 * v.3 as u32 * GEMV_ROWS_PER_BLOCK))
             .collect::<Result<Vec<_>>>()?;
-        let three = std::env::var("VRAM_LAB_LAYER_BLOCKS").is_ok_and(|v| v == "3");
-        let layer = load(&format!("vram_lab_layer{}_{name}", if three { "3" } else { "" }), LAYER_THREADS)?;
-        let sms = dev
-            .cuda_stream()
-            .context()
-            .attribute(candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(err)? as u32;
-        let per_sm = layer.occupancy_max_active_blocks_per_multiprocessor(LAYER_THREADS, 0, None).map_err(err)?;
         Ok(Some(Self {
             target: target.clone(),
             qkv: load(&format!("vram_lab_qkv_store_{name}"), 256)?,
             gemv,
             attend: load(&format!("vram_lab_attend_{name}"), 512)?,
+            attend_merge: load(&format!("vram_lab_attend_merge_{name}"), 256)?,
             argmax: load(&format!("vram_lab_argmax_{name}"), 1024)?,
-            layer,
-            layer_blocks: per_sm * sms,
-            bar: Tensor::zeros(2, DType::U32, &candle_core::Device::Cuda(dev.clone()))?,
+            sms: dev
+                .cuda_stream()
+                .context()
+                .attribute(
+                    candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                )
+                .map_err(err)? as usize,
             quant: QuantKernels::for_target(target.clone())?,
         }))
     }
@@ -304,8 +305,19 @@ impl DecodeKernels {
         let out = crate::memory::cuda_copy::uninit(&t.dev, t.dtype, vec![b, 1, heads * d])?;
         let po = t.ptr(&out)?;
         let stream = t.dev.cuda_stream();
-        let cfg = LaunchConfig { grid_dim: (heads as u32, b as u32, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
-        let (heads, kv, d, cap) = (heads as i32, kv as i32, d as i32, cap as i32);
+        // The graph replays one grid at every position, so the runs are sized by the capacity.
+        let splits = attend_splits(cap, heads * b, self.sms);
+        let part = match splits {
+            1 => None,
+            _ => Some(crate::memory::cuda_copy::uninit(&t.dev, DType::F32, vec![b * heads * splits * (d + 2)])?),
+        };
+        let pr = part.as_ref().map(|p| t.ptr(p)).transpose()?.unwrap_or(0);
+        let cfg = LaunchConfig {
+            grid_dim: (heads as u32, splits as u32, b as u32),
+            block_dim: (512, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (heads_i, kv, d_i, cap) = (heads as i32, kv as i32, d as i32, cap as i32);
         let mut l = stream.launch_builder(&self.attend);
         l.arg(&py)
             .arg(&pc)
@@ -314,132 +326,30 @@ impl DecodeKernels {
             .arg(&pv)
             .arg(&pp)
             .arg(&po)
-            .arg(&heads)
+            .arg(&pr)
+            .arg(&heads_i)
             .arg(&kv)
-            .arg(&d)
+            .arg(&d_i)
             .arg(&cap)
             .arg(&scale);
         // SAFETY: y, the tables, the caches and out are live contiguous tensors of the sizes checked
         // above, 16-byte aligned; the kernel reads cache rows below pos, writes row pos (pos < cap,
-        // the decoder's room, and < the tables' positions) and out.
+        // the decoder's room, and < the tables' positions), and out, or with splits its run's
+        // b · heads · splits · (d + 2) values of part.
         unsafe { l.launch(cfg) }.map_err(err)?;
-        Ok(Some(out))
-    }
-
-    /// A whole layer of one row in one kernel: `x` [1, 1, hidden] → the layer's output, computed
-    /// as `gemv` (q|k|v with the norm), `attend`, `gemv` (o + x), `gemv` (gate|up with the norm)
-    /// and `gemv` (down + the residual) compute it, to the same bits, with k and v stored at the
-    /// position `pos` holds. None when it does not take these tensors (a batch, a bias where the
-    /// layer kernel has none, quantized weights, shapes or alignment the kernels refuse, or a
-    /// card where its grid cannot be resident at once): the caller launches the five.
-    pub fn layer(&self, w: &LayerWeights, x: &Tensor, at: &LayerAt) -> Result<Option<Tensor>> {
-        let t = &self.target;
-        let (Some((wq, bq)), Some((wk, bk)), Some((wv, bv))) = (dense(w.qkv[0]), dense(w.qkv[1]), dense(w.qkv[2]))
-        else {
-            return Ok(None);
-        };
-        let (b, kv, cap, d) = at.kc.dims4()?;
-        let hidden = x.elem_count();
-        let (heads, nq, nk) = (at.heads, at.heads * d, kv * d);
-        let inter = w.gate.dim(0).unwrap_or(0);
-        let per = 16 / t.dtype.size_in_bytes();
-        let shaped = |m: &Tensor, n: usize, k: usize| m.dims() == [n, k];
-        let biased = |b: Option<&Tensor>, n: usize| b.is_none_or(|b| t.ours(&[b]) && b.elem_count() == n);
-        let takes = self.layer_blocks > 0
-            && b == 1
-            && x.dims().last() == Some(&hidden)
-            && [hidden, nq, inter].iter().all(|k| k % per == 0 && *k > 0)
-            && d.is_power_of_two()
-            && (32..=256).contains(&d)
-            && kv > 0
-            && heads.is_multiple_of(kv)
-            && shaped(wq, nq, hidden)
-            && shaped(wk, nk, hidden)
-            && shaped(wv, nk, hidden)
-            && shaped(w.o, hidden, nq)
-            && shaped(w.gate, inter, hidden)
-            && shaped(w.up, inter, hidden)
-            && shaped(w.down, hidden, inter)
-            && biased(bq, nq)
-            && biased(bk, nk)
-            && biased(bv, nk)
-            && at.cos.dims().last() == Some(&(d / 2))
-            && at.sin.dims() == at.cos.dims()
-            && at.vc.dims() == at.kc.dims()
-            && w.ln1.elem_count() == hidden
-            && w.ln2.elem_count() == hidden
-            && t.ours(&[x, w.ln1, w.ln2, wq, wk, wv, w.o, w.gate, w.up, w.down, at.cos, at.sin, at.kc, at.vc]);
-        if !takes {
-            return Ok(None);
+        if splits > 1 {
+            let cfg = LaunchConfig {
+                grid_dim: (heads as u32, b as u32, 1),
+                block_dim: (d as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let splits = splits as i32;
+            let mut l = stream.launch_builder(&self.attend_merge);
+            l.arg(&pr).arg(&po).arg(&heads_i).arg(&d_i).arg(&splits);
+            // SAFETY: part holds b · heads · splits runs of d + 2 values (written above), out b · heads · d.
+            unsafe { l.launch(cfg) }.map_err(err)?;
         }
-        let ptr = |m: Option<&Tensor>| m.map(|m| t.ptr(m)).transpose().map(|p| p.unwrap_or(0));
-        let new = |n: usize| crate::memory::cuda_copy::uninit(&t.dev, t.dtype, vec![1, 1, n]);
-        let (y, att, h, m, out) = (new(nq + 2 * nk)?, new(nq)?, new(hidden)?, new(inter)?, new(hidden)?);
-        let bar = t.ptr(&self.bar)?;
-        let args = LayerArgs {
-            x: t.ptr(x)?,
-            ln1: t.ptr(w.ln1)?,
-            wq: t.ptr(wq)?,
-            wk: t.ptr(wk)?,
-            wv: t.ptr(wv)?,
-            bq: ptr(bq)?,
-            bk: ptr(bk)?,
-            bv: ptr(bv)?,
-            cos: t.ptr(at.cos)?,
-            sin: t.ptr(at.sin)?,
-            kc: t.ptr(at.kc)?,
-            vc: t.ptr(at.vc)?,
-            pos: t.ptr(at.pos)?,
-            wo: t.ptr(w.o)?,
-            ln2: t.ptr(w.ln2)?,
-            wg: t.ptr(w.gate)?,
-            wu: t.ptr(w.up)?,
-            wd: t.ptr(w.down)?,
-            y: t.ptr(&y)?,
-            att: t.ptr(&att)?,
-            h: t.ptr(&h)?,
-            m: t.ptr(&m)?,
-            out: t.ptr(&out)?,
-            count: bar,
-            fail: bar + 4,
-            hidden: hidden as i32,
-            heads: heads as i32,
-            kv: kv as i32,
-            d: d as i32,
-            cap: cap as i32,
-            inter: inter as i32,
-            s_qkv: gemv_split(hidden / per, nq + 2 * nk) as i32,
-            s_o: gemv_split(nq / per, hidden) as i32,
-            s_mlp: gemv_split(hidden / per, inter) as i32,
-            s_down: gemv_split(inter / per, hidden) as i32,
-            eps: w.eps,
-            scale: at.scale,
-            pipe: std::env::var("VRAM_LAB_LAYER_PIPE").map_or(1, |v| i32::from(v != "0")),
-        };
-        // Every product and the attention read 16-byte runs of what they are given.
-        let aligned = [args.x, args.ln1, args.wq, args.wk, args.wv, args.cos, args.sin, args.kc, args.vc]
-            .into_iter()
-            .chain([args.wo, args.ln2, args.wg, args.wu, args.wd, args.y, args.att, args.h, args.m]);
-        if aligned.into_iter().any(|p| p % 16 != 0) {
-            return Ok(None);
-        }
-        let cfg =
-            LaunchConfig { grid_dim: (self.layer_blocks, 1, 1), block_dim: (LAYER_THREADS, 1, 1), shared_mem_bytes: 0 };
-        let stream = t.dev.cuda_stream();
-        let mut l = stream.launch_builder(&self.layer);
-        l.arg(&args);
-        // SAFETY: every pointer is a live contiguous tensor of the shapes checked above (biases
-        // null or n values), 16-byte aligned where the kernel reads 16-byte runs; the kernel
-        // writes y, att, h, m, out (fresh), the two barrier words and row pos of each cache
-        // (pos < cap, the decoder's room). Its grid is at most the blocks resident at once.
-        unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(out))
-    }
-
-    /// Whether a layer kernel's barrier ever waited past its bound (its grid was not resident at
-    /// once, so its outputs are wrong): read back from the device (a synchronisation).
-    pub fn layer_failed(&self) -> Result<bool> {
-        Ok(self.bar.to_vec1::<u32>()?[1] != 0)
     }
 
     /// The greedy ids ([b, 1] u32) of logits [b, 1, vocab]; None for another dtype or layout.
@@ -460,81 +370,3 @@ impl DecodeKernels {
         Ok(Some(ids))
     }
 }
-
-/// The weights of one layer, as the layer kernel takes them.
-pub struct LayerWeights<'a> {
-    pub ln1: &'a Tensor,
-    /// q, k and v, each with its bias or none.
-    pub qkv: [Part<'a>; 3],
-    pub o: &'a Tensor,
-    pub ln2: &'a Tensor,
-    pub gate: &'a Tensor,
-    pub up: &'a Tensor,
-    pub down: &'a Tensor,
-    pub eps: f32,
-}
-
-/// Where the layer attends: the rotary tables [positions, d / 2], its caches [1, kv, cap, d], the
-/// position ([1] u32 in device memory), the q heads and q's scale.
-pub struct LayerAt<'a> {
-    pub cos: &'a Tensor,
-    pub sin: &'a Tensor,
-    pub kc: &'a Tensor,
-    pub vc: &'a Tensor,
-    pub pos: &'a Tensor,
-    pub heads: usize,
-    pub scale: f32,
-}
-
-fn dense<'a>((w, b): Part<'a>) -> Option<(&'a Tensor, Option<&'a Tensor>)> {
-    match w {
-        Weights::Dense(t) => Some((t, b)),
-        Weights::Quant(_) => None,
-    }
-}
-
-/// `LayerArgs<T>` of `decode.cu`, field for field: device pointers (0 for none), then the sizes.
-#[repr(C)]
-struct LayerArgs {
-    x: u64,
-    ln1: u64,
-    wq: u64,
-    wk: u64,
-    wv: u64,
-    bq: u64,
-    bk: u64,
-    bv: u64,
-    cos: u64,
-    sin: u64,
-    kc: u64,
-    vc: u64,
-    pos: u64,
-    wo: u64,
-    ln2: u64,
-    wg: u64,
-    wu: u64,
-    wd: u64,
-    y: u64,
-    att: u64,
-    h: u64,
-    m: u64,
-    out: u64,
-    count: u64,
-    fail: u64,
-    hidden: i32,
-    heads: i32,
-    kv: i32,
-    d: i32,
-    cap: i32,
-    inter: i32,
-    s_qkv: i32,
-    s_o: i32,
-    s_mlp: i32,
-    s_down: i32,
-    eps: f32,
-    scale: f32,
-    pipe: i32,
-}
-
-// SAFETY: plain integers and floats in C's layout, the kernel's by-value argument.
-unsafe impl DeviceRepr for LayerArgs {}
