@@ -568,3 +568,24 @@ fn decode_kernels_beside_the_base_binary() {
         }
     }
 }
+
+/// A layer in one kernel, tried and dropped (`h200/2026-11-28-layer-kernel/RUN.md`): in every run
+/// slower than the five launches of its own binary, which were slower than main's kernels (the
+/// base binary); and after a 16k prompt the step stood at a quarter of its ceiling.
+#[test]
+fn one_kernel_layer_was_slower() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h200/2026-11-28-layer-kernel");
+    let row = |run: &str| csv(&dir.join(run).join("bench/bench_decode.csv")).1.remove(0);
+    let tok = |runs: &[&str]| runs.iter().map(|r| num(&row(r), "tok_s")).collect::<Vec<_>>();
+    let fastest = |v: &[f64]| v.iter().cloned().fold(f64::MIN, f64::max);
+    let slowest = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
+    let base = tok(&["base-1", "base-2"]);
+    let five = tok(&["five-1", "five-2"]);
+    let one = tok(&["one-1", "one-2", "nopipe-1", "nopipe-2", "three-1", "three-2"]);
+    assert!(fastest(&five) < slowest(&base), "five {five:?} against main's {base:?}");
+    assert!(fastest(&one) < slowest(&five), "one kernel {one:?} against five {five:?}");
+    let long = row("long/five");
+    let pct = num(&long, "pct_of_ceiling");
+    assert!((100.0 * num(&long, "tok_s") / num(&long, "ceiling_tok_s") - pct).abs() < 1e-6);
+    assert!(pct < 25.0, "after 16k positions: {pct:.2} % of the ceiling");
+}
