@@ -589,3 +589,38 @@ fn one_kernel_layer_was_slower() {
     assert!((100.0 * num(&long, "tok_s") / num(&long, "ceiling_tok_s") - pct).abs() < 1e-6);
     assert!(pct < 25.0, "after 16k positions: {pct:.2} % of the ceiling");
 }
+
+/// The attention over a long cache in runs (`{h200,h100}/2026-11-28-long-cache/RUN.md`): after
+/// prompts of 4,096, 16,384 and 32,768 tokens the step is faster than the base binary's, more so
+/// the longer the cache; after 32 tokens (no runs) within half a percent of it; F32 greedy ids after
+/// a 2,048-token prompt (eight runs a head) the base binary's.
+#[test]
+fn long_cache_attention_in_runs() {
+    for gpu in ["h200", "h100"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results").join(gpu).join("2026-11-28-long-cache");
+        let row = |run: &str| csv(&dir.join(run).join("bench/bench_decode.csv")).1.remove(0);
+        let tok = |run: &str| num(&row(run), "tok_s");
+        let mut last = 1.0;
+        for len in [4096, 16384, 32768] {
+            let gain = tok(&format!("new-long{len}")) / tok(&format!("base-long{len}"));
+            assert!(gain > last, "{gpu} after {len}: {gain:.3} × the base, {last:.3} at the length before");
+            last = gain;
+        }
+        assert!(last > 2.0, "{gpu}: {last:.2} × after 32,768 tokens");
+        for (new, base) in [("new-1", "base-1"), ("new-2", "base-2")] {
+            let r = tok(new) / tok(base);
+            assert!((0.995..1.005).contains(&r), "{gpu} {new}: {r:.4} × the base after 32 tokens");
+            let r = row(new);
+            let pct = num(&r, "pct_of_ceiling");
+            assert!((100.0 * num(&r, "tok_s") / num(&r, "ceiling_tok_s") - pct).abs() < 1e-6);
+            assert!(pct < 90.0, "{gpu} {new}: {pct:.2} % of the ceiling: the bar is met, say so");
+        }
+        let ids = |who: &str| {
+            let text = std::fs::read_to_string(dir.join(format!("tokens-{who}-f32.txt"))).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            v["generated_ids"].as_array().unwrap().clone()
+        };
+        assert_eq!(ids("new").len(), 48);
+        assert_eq!(ids("new"), ids("base"), "{gpu}: F32 greedy ids after a 2,048-token prompt");
+    }
+}
