@@ -624,3 +624,15 @@ fn long_cache_attention_in_runs() {
         assert_eq!(ids("new"), ids("base"), "{gpu}: F32 greedy ids after a 2,048-token prompt");
     }
 }
+
+/// A block a KV head's group, tried after the runs (`h200/2026-11-28-long-cache/group-trial`):
+/// slower than the runs of a block a query head after every long prompt, so it was reverted.
+#[test]
+fn group_blocks_were_slower() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h200/2026-11-28-long-cache/group-trial");
+    let tok = |run: &str| num(&csv(&dir.join(run).join("bench/bench_decode.csv")).1.remove(0), "tok_s");
+    for len in [4096, 16384, 32768] {
+        let (base, new) = (tok(&format!("base-long{len}")), tok(&format!("new-long{len}")));
+        assert!(new < base, "after {len}: a block a group {new:.1} against a block a head {base:.1}");
+    }
+}

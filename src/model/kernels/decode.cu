@@ -225,22 +225,18 @@ __device__ __forceinline__ float as_stored(const float*, float f) { return f; }
 // without the bound the registers of the position's own k and v made the launch fail). One lane a
 // value, loaded two bytes at a time, took 17.2 us a layer of Qwen2.5-7B's step under ncu on an
 // H200; this takes 11.7 (data/results/h200/2026-11-28-decode-kernels).
-// With `part` (splits = gridDim.y > 1: a long cache), block (x, s, b) attends over the s-th of
+// With `part` (splits = gridDim.y > 1: a long cache), block (h, s, b) attends over the s-th of
 // `splits` equal runs of the positions below pos (split 0 also the position itself and the store)
 // and writes its running max, sum and unnormalised output, F32 [b, heads, splits, d + 2], for
 // `attend_merge`: one block a head read the cache at a few SMs' bandwidth (16,384 positions of
 // Qwen2.5-7B: 72 tok/s, 24 % of the read ceiling, data/results/h200/2026-11-28-layer-kernel/long).
-// A block takes `hb` query heads, x·hb.. (1, or a KV head's whole group), warp w head w % hb: the
-// group's heads read the same rows of the cache together, once from memory, the rest from L1.
 template <typename T>
 __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, const T* __restrict__ sin_t, T* __restrict__ kc,
                        T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ out, float* __restrict__ part,
-                       int heads, int kv, int d, int cap, float scale, int hb) {
+                       int heads, int kv, int d, int cap, float scale) {
     __shared__ float sm_m[16], sm_l[16], sm_acc[16 * 256];
     const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    // This warp's head, and its place among the head's nw / hb warps.
-    const int h = blockIdx.x * hb + warp % hb, hw = warp / hb, nwh = nw / hb;
-    const int split = blockIdx.y, splits = gridDim.y, bi = blockIdx.z, g = h / (heads / kv);
+    const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, bi = blockIdx.z, g = h / (heads / kv);
     const int per = 16 / (int)sizeof(T), L = d / per < 32 ? d / per : 32, EL = d / L, P = 32 / L;
     const int sub = lane / L, li = lane % L;
     const unsigned p = pos[0];
@@ -263,7 +259,7 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
         dot = fmaf(qf[e], kn[e], dot);
     }
     const float own = group_sum(dot, L);
-    const bool first = hw == 0 && sub == 0 && split == 0;
+    const bool first = warp == 0 && sub == 0 && split == 0;
     float m = first ? own : NEG_INF, l = first ? 1.f : 0.f;
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = first ? vn[e] : 0.f;
@@ -272,8 +268,8 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
 #pragma unroll
         for (int e = 0; e < 8; e++) if (e < EL) { st(kc, row + e, kn[e]); st(vc, row + e, vn[e]); }
     }
-    const int round = nwh * P;
-    for (int t0 = begin + hw * P; t0 < n; t0 += 4 * round) {
+    const int round = nw * P;
+    for (int t0 = begin + warp * P; t0 < n; t0 += 4 * round) {
         // k and v of four positions per row loaded together, then used.
         float kf[4][8], vf[4][8];
 #pragma unroll
@@ -322,23 +318,21 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
         for (int e = 0; e < 8; e++) if (e < EL) sm_acc[warp * d + li * EL + e] = acc[e];
     }
     __syncthreads();
-    // Each head's warps (w ≡ hi mod hb) merged.
-    for (int at = threadIdx.x; at < hb * d; at += blockDim.x) {
-        const int hi = at / d, j = at % d, hh = blockIdx.x * hb + hi;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float mx = NEG_INF;
-        for (int w = hi; w < nw; w += hb) mx = fmaxf(mx, sm_m[w]);
+        for (int w = 0; w < nw; w++) mx = fmaxf(mx, sm_m[w]);
         float sum = 0.f, o = 0.f;
-        for (int w = hi; w < nw; w += hb) {
+        for (int w = 0; w < nw; w++) {
             if (sm_l[w] == 0.f) continue;
             float c = __expf(sm_m[w] - mx);
             sum += sm_l[w] * c;
             o += sm_acc[w * d + j] * c;
         }
         if (splits == 1) {
-            st(out, ((long)bi * heads + hh) * d + j, o / sum);
+            st(out, ((long)bi * heads + h) * d + j, o / sum);
         } else {
             // A run with no position keeps sum 0 (and max -inf): the merge skips it.
-            float* mine = part + (((long)bi * heads + hh) * splits + split) * (d + 2);
+            float* mine = part + (((long)bi * heads + h) * splits + split) * (d + 2);
             mine[j] = o;
             if (j == 0) { mine[d] = mx; mine[d + 1] = sum; }
         }
@@ -444,8 +438,8 @@ extern "C" __global__ void vram_lab_qkv_store_f32(float* y, const float* cos_t, 
         gemv<T, B, G, NORM, SPLIT>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }
 #define VRAM_LAB_ATTEND_ARGMAX(DT, T) \
     extern "C" __global__ void __launch_bounds__(512) vram_lab_attend_##DT(const T* y, const T* cos_t, const T* sin_t, T* kc, T* vc, const unsigned* pos, T* out, \
-                                                    float* part, int heads, int kv, int d, int cap, float scale, int hb) { \
-        attend<T>(y, cos_t, sin_t, kc, vc, pos, out, part, heads, kv, d, cap, scale, hb); } \
+                                                    float* part, int heads, int kv, int d, int cap, float scale) { \
+        attend<T>(y, cos_t, sin_t, kc, vc, pos, out, part, heads, kv, d, cap, scale); } \
     extern "C" __global__ void vram_lab_attend_merge_##DT(const float* part, T* out, int heads, int d, int splits) { \
         attend_merge<T>(part, out, heads, d, splits); } \
     extern "C" __global__ void vram_lab_argmax_##DT(const T* logits, unsigned* ids, int vocab) { argmax<T>(logits, ids, vocab); }

@@ -34,15 +34,12 @@ const GEMV_ROWS_PER_BLOCK: u32 = 2;
 /// Warps per row the kernel is built for.
 const GEMV_SPLITS: [usize; 4] = [1, 2, 4, 8];
 
-/// The capacity from which the attention's positions are split into runs.
-const ATTEND_SPLIT_FROM: usize = 512;
-
 /// Runs a head's attention over a cache of `cap` positions is split into: one below 512 positions
 /// (a block a head reads them in a few rounds), else as many as give the card about four blocks
 /// an SM, each run at least 256 positions, at most 64. One block a head read a 16,384-position cache
 /// at 24 % of the card's bandwidth (`data/results/h200/2026-11-28-layer-kernel/long`).
 fn attend_splits(cap: usize, blocks: usize, sms: usize) -> usize {
-    if cap < ATTEND_SPLIT_FROM {
+    if cap < 512 {
         return 1;
     }
     (cap / 256).min(4 * sms / blocks.max(1)).clamp(1, 64)
@@ -308,23 +305,19 @@ impl DecodeKernels {
         let out = crate::memory::cuda_copy::uninit(&t.dev, t.dtype, vec![b, 1, heads * d])?;
         let po = t.ptr(&out)?;
         let stream = t.dev.cuda_stream();
-        // The graph replays one grid at every position, so the runs are sized by the capacity. With
-        // runs, a block takes a KV head's group of query heads (warps a multiple of it, at most 16).
-        let group = heads / kv;
-        let hb = if cap >= ATTEND_SPLIT_FROM && group <= 16 { group } else { 1 };
-        let threads = 32 * hb * (16 / hb);
-        let splits = attend_splits(cap, heads / hb * b, self.sms);
+        // The graph replays one grid at every position, so the runs are sized by the capacity.
+        let splits = attend_splits(cap, heads * b, self.sms);
         let part = match splits {
             1 => None,
             _ => Some(crate::memory::cuda_copy::uninit(&t.dev, DType::F32, vec![b * heads * splits * (d + 2)])?),
         };
         let pr = part.as_ref().map(|p| t.ptr(p)).transpose()?.unwrap_or(0);
         let cfg = LaunchConfig {
-            grid_dim: ((heads / hb) as u32, splits as u32, b as u32),
-            block_dim: (threads as u32, 1, 1),
+            grid_dim: (heads as u32, splits as u32, b as u32),
+            block_dim: (512, 1, 1),
             shared_mem_bytes: 0,
         };
-        let (heads_i, kv, d_i, cap, hb) = (heads as i32, kv as i32, d as i32, cap as i32, hb as i32);
+        let (heads_i, kv, d_i, cap) = (heads as i32, kv as i32, d as i32, cap as i32);
         let mut l = stream.launch_builder(&self.attend);
         l.arg(&py)
             .arg(&pc)
@@ -338,8 +331,7 @@ impl DecodeKernels {
             .arg(&kv)
             .arg(&d_i)
             .arg(&cap)
-            .arg(&scale)
-            .arg(&hb);
+            .arg(&scale);
         // SAFETY: y, the tables, the caches and out are live contiguous tensors of the sizes checked
         // above, 16-byte aligned; the kernel reads cache rows below pos, writes row pos (pos < cap,
         // the decoder's room, and < the tables' positions), and out, or with splits its run's
