@@ -8,8 +8,9 @@
 //!   here warps stream the weight rows with 16-byte loads (four in flight per lane), so the step
 //!   reads its weights the way the read kernel does. The RMS norm of x before it, and the bias,
 //!   the residual or silu(gate)·up after it, are in the same kernel, one rounding to the output.
-//! - `attend`: the one position's attention over the cache, in 16-byte loads; `argmax`: the greedy
-//!   pick, in 16-byte runs where the row is aligned.
+//! - `attend`: the one position's attention over the cache, in 16-byte loads (over a long cache, its
+//!   positions in runs over the card and `attend_merge` adding them up); `argmax`: the greedy pick,
+//!   in 16-byte runs where the row is aligned.
 //!
 //! BF16 values are handled as raw 16-bit patterns (no header needed): widened to F32, computed,
 //! rounded to nearest even once.
@@ -270,7 +271,9 @@ impl DecodeKernels {
     /// product `y` ([b, 1, (heads + 2 kv) · d], not rotated), q rotated and scaled and k rotated
     /// (`cos`, `sin`: [positions, d / 2]), k and v written into `kc`, `vc` ([b, kv, cap, d]) at
     /// the position `pos` ([1] u32) holds, attention over positions 0 to `pos`; [b, 1, heads · d].
-    /// One kernel where `qkv_store` and an attention were two. None when it does not take the shapes.
+    /// One kernel where `qkv_store` and an attention were two; over a cache of 512 positions or more
+    /// a second one merges the runs its positions were split into. None when it does not take the
+    /// shapes.
     #[allow(clippy::too_many_arguments)]
     pub fn attend(
         &self,
