@@ -636,3 +636,49 @@ fn group_blocks_were_slower() {
         assert!(new < base, "after {len}: a block a group {new:.1} against a block a head {base:.1}");
     }
 }
+
+/// Where a step's time went after a 16,384-token prompt (`h200/2026-11-28-long-cache/profile-16k`,
+/// the step between the last two argmax launches, as `scripts/gpu/ncu_step.py` takes it): the
+/// attention is the largest kernel, over 40 % of the step, reading the cache about once (not once
+/// per query head) at under 400 GB/s; the merge is under a fifth of the attention.
+#[test]
+fn long_cache_profile_puts_the_attention_first() {
+    use std::io::Read;
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h200/2026-11-28-long-cache/profile-16k/ncu.csv.gz");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_string(&mut text).unwrap();
+    // Every field is quoted ("a","b",...), and no field holds `","`.
+    let mut lines =
+        text.lines().filter(|l| !l.starts_with("==")).map(|l| l.trim_matches('"').split("\",\"").collect::<Vec<_>>());
+    let head = lines.next().unwrap();
+    let at = |name: &str| head.iter().position(|h| *h == name).unwrap();
+    let (id, kernel, metric, value) = (at("ID"), at("Kernel Name"), at("Metric Name"), at("Metric Value"));
+    // id → (kernel, time ns, bytes read)
+    let mut k = std::collections::BTreeMap::<u64, (String, f64, f64)>::new();
+    for row in lines {
+        let e = k.entry(row[id].parse().unwrap()).or_insert_with(|| (row[kernel].to_string(), 0.0, 0.0));
+        let v: f64 = row[value].replace(',', "").parse().unwrap();
+        match row[metric] {
+            "gpu__time_duration.sum" => e.1 = v,
+            "dram__bytes_read.sum" => e.2 = v,
+            _ => {}
+        }
+    }
+    let argmax: Vec<u64> = k.iter().filter(|(_, v)| v.0.contains("argmax")).map(|(i, _)| *i).collect();
+    let (from, to) = (argmax[argmax.len() - 2], argmax[argmax.len() - 1]);
+    let mut by = HashMap::<String, (f64, f64)>::new();
+    for (_, (name, t, b)) in k.range(from + 1..=to) {
+        let e = by.entry(name.clone()).or_default();
+        (e.0, e.1) = (e.0 + t, e.1 + b);
+    }
+    let total: f64 = by.values().map(|v| v.0).sum();
+    let (attend, merge) = (by["vram_lab_attend_bf16"], by["vram_lab_attend_merge_bf16"]);
+    assert!(by.values().all(|v| v.0 <= attend.0), "the attention is the largest kernel");
+    assert!(attend.0 / total > 0.40, "attention {:.1} % of the step", 100.0 * attend.0 / total);
+    // Qwen2.5-7B's cache after 16,384 positions: 28 layers × 2 × 4 KV heads × 128 × 2 B a position.
+    let cache = (16_384 * 28 * 2 * 4 * 128 * 2) as f64;
+    assert!((0.9..1.2).contains(&(attend.1 / cache)), "the cache read {:.2} times", attend.1 / cache);
+    assert!(attend.1 / attend.0 < 400.0, "attention at {:.0} GB/s", attend.1 / attend.0);
+    assert!(merge.0 < attend.0 / 5.0, "the merge {:.0} ns against the attention's {:.0}", merge.0, attend.0);
+}
