@@ -38,10 +38,6 @@ run() { # NAME ENV... COMMAND...: its stdout and stderr in $RES/NAME.txt, its ti
 BENCH="bench --precisions ${PRECISIONS:-bf16} --variants own --prompt-lens 512 --quiet"
 if want kernels && [ -x /tmp/gpu_kernels ]; then
   run kernels /tmp/gpu_kernels --test-threads=1
-  for c in ${CONFIGS:-default:}; do
-    name=${c%%:*}; envs=${c#*:}
-    [ -n "$envs" ] && run "kernels-$name" ${envs//,/ } /tmp/gpu_kernels --test-threads=1 one_kernel_layer
-  done
 fi
 if want bench; then
   for r in $(seq 1 "${ROUNDS:-2}"); do
