@@ -25,6 +25,11 @@ fn num(r: &HashMap<String, String>, col: &str) -> f64 {
     r[col].parse().unwrap_or_else(|_| panic!("{col} = {:?}", r[col]))
 }
 
+/// The one row of a bench run's `bench/bench_decode.csv` under `dir`.
+fn decode_row(dir: &Path, run: &str) -> HashMap<String, String> {
+    csv(&dir.join(run).join("bench/bench_decode.csv")).1.remove(0)
+}
+
 /// Every old column is still there under its name.
 fn keeps_columns(old: &[String], new: &[String], what: &str) {
     let missing: Vec<_> = old.iter().filter(|c| !new.contains(c)).collect();
@@ -554,7 +559,7 @@ fn decode_kernels_beside_the_base_binary() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results");
     for (gpu, pdl_runs) in [("h200", &["pdl1-1", "pdl2-1", "pdl3-1"][..]), ("h100", &["pdl-1", "pdl-2"][..])] {
         let dir = data.join(gpu).join("2026-11-28-decode-kernels");
-        let row = |run: &str| csv(&dir.join(run).join("bench/bench_decode.csv")).1.remove(0);
+        let row = |run: &str| decode_row(&dir, run);
         let tok = |runs: &[&str]| runs.iter().map(|r| num(&row(r), "tok_s")).collect::<Vec<_>>();
         let (base, new, pdl) = (tok(&["base-1", "base-2"]), tok(&["new-1", "new-2"]), tok(pdl_runs));
         let slowest_new = new.iter().cloned().fold(f64::MAX, f64::min);
@@ -575,7 +580,7 @@ fn decode_kernels_beside_the_base_binary() {
 #[test]
 fn one_kernel_layer_was_slower() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h200/2026-11-28-layer-kernel");
-    let row = |run: &str| csv(&dir.join(run).join("bench/bench_decode.csv")).1.remove(0);
+    let row = |run: &str| decode_row(&dir, run);
     let tok = |runs: &[&str]| runs.iter().map(|r| num(&row(r), "tok_s")).collect::<Vec<_>>();
     let fastest = |v: &[f64]| v.iter().cloned().fold(f64::MIN, f64::max);
     let slowest = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
@@ -598,7 +603,7 @@ fn one_kernel_layer_was_slower() {
 fn long_cache_attention_in_runs() {
     for gpu in ["h200", "h100"] {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results").join(gpu).join("2026-11-28-long-cache");
-        let row = |run: &str| csv(&dir.join(run).join("bench/bench_decode.csv")).1.remove(0);
+        let row = |run: &str| decode_row(&dir, run);
         let tok = |run: &str| num(&row(run), "tok_s");
         let mut last = 1.0;
         for len in [4096, 16384, 32768] {
@@ -630,7 +635,7 @@ fn long_cache_attention_in_runs() {
 #[test]
 fn group_blocks_were_slower() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h200/2026-11-28-long-cache/group-trial");
-    let tok = |run: &str| num(&csv(&dir.join(run).join("bench/bench_decode.csv")).1.remove(0), "tok_s");
+    let tok = |run: &str| num(&decode_row(&dir, run), "tok_s");
     for len in [4096, 16384, 32768] {
         let (base, new) = (tok(&format!("base-long{len}")), tok(&format!("new-long{len}")));
         assert!(new < base, "after {len}: a block a group {new:.1} against a block a head {base:.1}");

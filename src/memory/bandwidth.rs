@@ -142,11 +142,7 @@ mod gpu {
             .map_err(|e| LabError::other(format!("compiling the read kernel with NVRTC: {e:?}")))?;
         let func = dev.get_or_load_custom_func("vram_lab_read", "vram_lab_bandwidth", &ptx.to_src())?;
         let n = (bytes / 16) as u64;
-        let sms = dev
-            .cuda_stream()
-            .context()
-            .attribute(candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(err)? as u32;
+        let sms = crate::memory::cuda::sm_count(dev)? as u32;
         let cfg = LaunchConfig { grid_dim: (sms * 8, 1, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
         let seconds = cuda_copy::time_on(&stream, reps, || {
             let mut b = func.builder();

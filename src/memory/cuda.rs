@@ -97,6 +97,12 @@ pub fn compute_capability(dev: &CudaDevice) -> Option<(i32, i32)> {
     context(dev).compute_capability().ok()
 }
 
+/// The device's streaming multiprocessors (what a grid that should fill the card is sized by).
+pub fn sm_count(dev: &CudaDevice) -> Result<usize> {
+    let n = context(dev).attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    Ok(n.map_err(LabError::other)? as usize)
+}
+
 pub fn driver_cuda_version() -> Option<i32> {
     let mut v = 0;
     // SAFETY: plain query with a valid out-pointer.

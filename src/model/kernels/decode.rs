@@ -127,13 +127,7 @@ impl DecodeKernels {
             attend: load(&format!("vram_lab_attend_{name}"), 512)?,
             attend_merge: load(&format!("vram_lab_attend_merge_{name}"), 256)?,
             argmax: load(&format!("vram_lab_argmax_{name}"), 1024)?,
-            sms: dev
-                .cuda_stream()
-                .context()
-                .attribute(
-                    candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                )
-                .map_err(err)? as usize,
+            sms: crate::memory::cuda::sm_count(dev)?,
             quant: QuantKernels::for_target(target.clone())?,
         }))
     }
