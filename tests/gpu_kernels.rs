@@ -35,7 +35,9 @@ fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
 fn kernels_compile() {
     let flash = vram_lab::model::kernels::flash_attention::ptx().unwrap();
     for d in vram_lab::model::kernels::flash_attention::HEAD_DIMS {
-        assert!(flash.contains(&format!("vram_lab_flash_bf16_d{d}")), "flash d{d} missing from the PTX");
+        for kernel in [format!("vram_lab_flash_bf16_d{d}_r128"), format!("vram_lab_flash_bf16_d{d}_wide")] {
+            assert!(flash.contains(&kernel), "{kernel} missing from the PTX");
+        }
     }
     let ptx = vram_lab::model::kernels::decode::ptx().unwrap();
     for name in
@@ -344,26 +346,34 @@ fn attention_and_argmax_equal_candles() {
 /// Prefill attention in one kernel against the naive attention in F32: Qwen2.5-7B's heads (28 q,
 /// 4 kv, 128 wide) and 0.5B's (14, 2, 64), a prompt from an empty cache and a continuation after
 /// a prefix (queries at positions offset..), lengths that leave a partial tile, the cache read as
-/// the strided view a layer passes; what it does not take is left to the caller.
+/// the strided view a layer passes, in both layouts of a block's warps; what it does not take is
+/// left to the caller.
 #[test]
 fn flash_attention_equals_naive() {
-    use vram_lab::model::kernels::flash_attention;
+    use vram_lab::model::kernels::flash_attention::{self, Layout};
     use vram_lab::model::layers::attention::{attend, AttentionMode};
     let Some((dev, _)) = gpu() else { return };
-    for (b, heads, kv, d, s, offset) in
-        [(1, 28, 4, 128, 200, 0), (1, 28, 4, 128, 64, 0), (2, 14, 2, 64, 77, 50), (1, 28, 4, 128, 3, 130)]
-    {
+    for (b, heads, kv, d, s, offset) in [
+        (1, 28, 4, 128, 200, 0),
+        (1, 28, 4, 128, 64, 0),
+        (2, 14, 2, 64, 77, 50),
+        (1, 28, 4, 128, 3, 130),
+        (1, 8, 2, 128, 700, 0),
+        (1, 8, 2, 64, 300, 900),
+    ] {
         let cap = offset + s + 40;
         let q = randn(&[b, heads, s, d], DType::BF16, &dev);
         let kc = randn(&[b, kv, cap, d], DType::BF16, &dev);
         let vc = randn(&[b, kv, cap, d], DType::BF16, &dev);
         let (k, v) = (kc.narrow(2, 0, offset + s).unwrap(), vc.narrow(2, 0, offset + s).unwrap());
-        let got = flash_attention::attend(&q, &k, &v, offset).unwrap().expect("taken");
         let want = attend(&to_f32(&q), &to_f32(&k), &to_f32(&v), offset, AttentionMode::Naive).unwrap();
         let want = want.transpose(1, 2).unwrap().reshape((b, s, heads * d)).unwrap();
-        assert_eq!(got.dims(), want.dims());
-        let e = rel_err(&got, &want);
-        assert!(e < 2e-2, "flash b {b} heads {heads} d {d} s {s} offset {offset}: {e}");
+        for layout in [Layout::Narrow, Layout::Wide] {
+            let got = flash_attention::attend_in(&q, &k, &v, offset, layout).unwrap().expect("taken");
+            assert_eq!(got.dims(), want.dims());
+            let e = rel_err(&got, &want);
+            assert!(e < 2e-2, "flash {layout:?} b {b} heads {heads} d {d} s {s} offset {offset}: {e}");
+        }
     }
     let q = randn(&[1, 4, 8, 128], DType::F32, &dev);
     let k = randn(&[1, 2, 8, 128], DType::F32, &dev);

@@ -181,6 +181,168 @@ __device__ void flash(const unsigned short* __restrict__ q, const unsigned short
     }
 }
 
+// The same attention with 32 query rows a warp (two 16-row tiles), four warps a block of 128: each
+// fragment of K or V read from shared memory feeds twice the products, and the queries wait in
+// shared memory too (their fragments would not fit beside the output's 128 registers). Shared
+// memory is dynamic (Q, K and V tiles: 68 KiB at D = 128), so two blocks share an SM of compute
+// 9.0 and one barrier's wait is the other block's turn.
+template <int D>
+__device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+                           const unsigned short* __restrict__ v, unsigned short* __restrict__ out,
+                           int s, int heads, int kv, long hs, long bs, int offset, float scale_log2) {
+    constexpr int BR = 128, BC = 64, PAD = D + 8;
+    extern __shared__ __align__(16) unsigned short smem[];
+    unsigned short *qs = smem, *ks = smem + BR * PAD, *vs = ks + BC * PAD;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, quad = lane & 3, r0 = lane >> 2;
+    const int tile = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, bi = blockIdx.z;
+    const int q0 = tile * BR, wq = q0 + warp * 32;
+    const unsigned short* qh = q + ((long)bi * heads + h) * s * D;
+    const unsigned short* kh = k + bi * bs + (long)(h / (heads / kv)) * hs;
+    const unsigned short* vh = v + bi * bs + (long)(h / (heads / kv)) * hs;
+    // The block's queries (zeros past s) travel with K's first tile.
+    for (int e = threadIdx.x; e < BR * D / 8; e += blockDim.x) {
+        const int row = e / (D / 8), col = (e % (D / 8)) * 8;
+        const bool in = q0 + row < s;
+        cp_async16(qs + row * PAD + col, qh + (long)(in ? q0 + row : 0) * D + col, in ? 16 : 0);
+    }
+    float o[2][D / 8][4];
+#pragma unroll
+    for (int t = 0; t < 2; t++)
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) o[t][j][i] = 0.f;
+    // Rows r0 and r0 + 8 of each 16-row tile t: index 2t + (0 or 1).
+    float m[4] = {NEG_INF, NEG_INF, NEG_INF, NEG_INF}, l[4] = {0.f, 0.f, 0.f, 0.f};
+    const int last = offset + min(q0 + BR, s);
+    load_tile<D, BC, PAD>(ks, kh, 0, last);
+    // Lane t's row of a 16-row tile for ldmatrix (t % 16) and its 8 columns (t / 16).
+    const unsigned short* qr = qs + (warp * 32 + (lane & 15)) * PAD + (lane >> 4) * 8;
+    for (int k0 = 0; k0 < last; k0 += BC) {
+        cp_async_wait_all();
+        __syncthreads();
+        load_tile<D, BC, PAD>(vs, vh, k0, last);
+        const bool active = k0 <= offset + wq + 31;
+        float sc[2][BC / 8][4];
+        if (active) {
+#pragma unroll
+            for (int t = 0; t < 2; t++)
+#pragma unroll
+                for (int j = 0; j < BC / 8; j++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) sc[t][j][i] = 0.f;
+            // Lane t points at key 8·(t / 16) + t % 8 of a pair of 8-key tiles, 8 dims at 8·((t / 8) % 2)
+            // of a 16-dim chunk: b0, b1 of the first tile, then of the second.
+            const unsigned short* kr = ks + ((lane & 7) + ((lane >> 4) << 3)) * PAD + ((lane >> 3) & 1) * 8;
+#pragma unroll
+            for (int c = 0; c < D / 16; c++) {
+                unsigned qa[2][4];
+#pragma unroll
+                for (int t = 0; t < 2; t++) ldmatrix_4(qa[t], qr + t * 16 * PAD + c * 16);
+#pragma unroll
+                for (int j = 0; j < BC / 8; j += 2) {
+                    unsigned b[4];
+                    ldmatrix_4(b, kr + j * 8 * PAD + c * 16);
+#pragma unroll
+                    for (int t = 0; t < 2; t++) {
+                        mma(sc[t][j], qa[t], b[0], b[1]);
+                        mma(sc[t][j + 1], qa[t], b[2], b[3]);
+                    }
+                }
+            }
+            float mx[4] = {m[0], m[1], m[2], m[3]};
+#pragma unroll
+            for (int t = 0; t < 2; t++) {
+                const bool edge = k0 + BC - 1 > offset + wq + t * 16;
+#pragma unroll
+                for (int j = 0; j < BC / 8; j++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const int key = k0 + j * 8 + quad * 2 + (i & 1), row = wq + t * 16 + r0 + (i >> 1) * 8;
+                        float x = sc[t][j][i] * scale_log2;
+                        if (edge && key > offset + row) x = NEG_INF;
+                        sc[t][j][i] = x;
+                        mx[2 * t + (i >> 1)] = fmaxf(mx[2 * t + (i >> 1)], x);
+                    }
+            }
+            float corr[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                corr[r] = exp2f(m[r] - mx[r]);
+                m[r] = mx[r];
+                l[r] *= corr[r];
+            }
+#pragma unroll
+            for (int t = 0; t < 2; t++)
+#pragma unroll
+                for (int j = 0; j < D / 8; j++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) o[t][j][i] *= corr[2 * t + (i >> 1)];
+        }
+        cp_async_wait_all();
+        __syncthreads();
+        if (k0 + BC < last) load_tile<D, BC, PAD>(ks, kh, k0 + BC, last);
+        if (!active) continue;
+#pragma unroll
+        for (int c = 0; c < BC / 16; c++) {
+            unsigned pa[2][4];
+#pragma unroll
+            for (int t = 0; t < 2; t++) {
+                float p[2][4];
+#pragma unroll
+                for (int u = 0; u < 2; u++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        p[u][i] = exp2f(sc[t][2 * c + u][i] - m[2 * t + (i >> 1)]);
+                        l[2 * t + (i >> 1)] += p[u][i];
+                    }
+                pa[t][0] = pack(p[0][0], p[0][1]);
+                pa[t][1] = pack(p[0][2], p[0][3]);
+                pa[t][2] = pack(p[1][0], p[1][1]);
+                pa[t][3] = pack(p[1][2], p[1][3]);
+            }
+            const unsigned short* vr = vs + (c * 16 + (lane & 15)) * PAD + (lane >> 4) * 8;
+#pragma unroll
+            for (int j = 0; j < D / 8; j += 2) {
+                unsigned b[4];
+                ldmatrix_t4(b, vr + j * 8);
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    mma(o[t][j], pa[t], b[0], b[1]);
+                    mma(o[t][j + 1], pa[t], b[2], b[3]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int t = 0; t < 2; t++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = wq + t * 16 + r0 + r * 8;
+            if (row >= s) continue;
+            unsigned short* dst = out + (((long)bi * s + row) * heads + h) * D + quad * 2;
+            const float inv = 1.f / l[2 * t + r];
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) *(unsigned*)(dst + j * 8) = pack(o[t][j][2 * r] * inv, o[t][j][2 * r + 1] * inv);
+        }
+}
+
+#define FLASH_WIDE_KERNEL(D)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(128, 2) vram_lab_flash_bf16_d##D##_wide(                      \
+        const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* out, int s,      \
+        int heads, int kv, long hs, long bs, int offset, float scale_log2) {                                        \
+        flash_wide<D>(q, k, v, out, s, heads, kv, hs, bs, offset, scale_log2);                                      \
+    }
+FLASH_WIDE_KERNEL(64)
+FLASH_WIDE_KERNEL(128)
+
 #define FLASH_KERNEL(D, BR)                                                                                      \
     extern "C" __global__ void __launch_bounds__(BR * 2) vram_lab_flash_bf16_d##D##_r##BR(                       \
         const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* out, int s,      \

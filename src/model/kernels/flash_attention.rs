@@ -32,14 +32,63 @@ pub fn supported(dev: &CudaDevice) -> bool {
         .is_ok_and(|major| major >= 8)
 }
 
-/// Queries a block takes, a warp per 16 (eight warps).
+/// Queries a block takes.
 const ROWS: usize = 128;
+
+/// How a block's 128 queries are shared among its warps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Eight warps of 16 rows, the queries in registers, 34 KiB of static shared memory (two tiles).
+    Narrow,
+    /// Four warps of 32 rows, the queries in shared memory too: half the reads of K and V from
+    /// shared memory per product, 68 KiB (D = 128) of dynamic shared memory.
+    Wide,
+}
+
+impl Layout {
+    /// The layout for this process: `VRAM_LAB_FLASH` (`narrow` or `wide`) names one for a
+    /// side-by-side timing in one binary; else `Narrow`.
+    pub fn chosen() -> Result<Self> {
+        match std::env::var("VRAM_LAB_FLASH").as_deref() {
+            Err(_) | Ok("narrow") => Ok(Self::Narrow),
+            Ok("wide") => Ok(Self::Wide),
+            Ok(other) => Err(LabError::input(format!("VRAM_LAB_FLASH={other}: use narrow or wide"))),
+        }
+    }
+
+    fn threads(self) -> u32 {
+        match self {
+            Self::Narrow => ROWS as u32 * 2,
+            Self::Wide => ROWS as u32,
+        }
+    }
+
+    /// Dynamic shared memory a block asks for: the wide layout's Q, K and V tiles (rows padded by 8).
+    fn dynamic_shared(self, d: usize) -> u32 {
+        match self {
+            Self::Narrow => 0,
+            Self::Wide => ((ROWS + 2 * 64) * (d + 8) * 2) as u32,
+        }
+    }
+
+    fn kernel(self, d: usize) -> String {
+        match self {
+            Self::Narrow => format!("vram_lab_flash_bf16_d{d}_r{ROWS}"),
+            Self::Wide => format!("vram_lab_flash_bf16_d{d}_wide"),
+        }
+    }
+}
 
 /// Causal attention of `q` [b, heads, s, d] (contiguous) over `k`, `v` [b, kv, offset + s, d]
 /// (rows contiguous, heads and batches strided as a cache view is), the queries at positions
 /// offset.. : [b, s, heads · d]. None when the kernel does not take them (not BF16 on a CUDA
 /// device of compute 8.0+, a head size it is not built for): the caller computes it otherwise.
 pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Option<Tensor>> {
+    attend_in(q, k, v, offset, Layout::chosen()?)
+}
+
+/// `attend` with the warps' layout named.
+pub fn attend_in(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize, layout: Layout) -> Result<Option<Tensor>> {
     let candle_core::Device::Cuda(dev) = q.device() else { return Ok(None) };
     let (b, heads, s, d) = q.dims4()?;
     let (kb, kv, t, kd) = k.dims4()?;
@@ -59,9 +108,15 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Optio
     if !takes {
         return Ok(None);
     }
-    let name = format!("vram_lab_flash_bf16_d{d}_r{ROWS}");
+    let name = layout.kernel(d);
     let func: CudaFunction = dev.get_or_load_custom_func(&name, "vram_lab_flash", &ptx()?)?.into_cuda_function();
-    super::target::launchable(&func, &name, ROWS as u32 * 2)?;
+    let dynamic = layout.dynamic_shared(d);
+    super::target::launchable_with(&func, &name, layout.threads(), dynamic)?;
+    if dynamic > 48 * 1024 {
+        use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute;
+        func.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic as i32)
+            .map_err(|e| LabError::other(format!("{name}: {dynamic} B of shared memory: {e:?}")))?;
+    }
     let stream = dev.cuda_stream();
     let ptr = |x: &Tensor| crate::memory::cuda_copy::start_ptr(x, &stream);
     let out = crate::memory::cuda_copy::uninit(dev, DType::BF16, vec![b, s, heads * d])?;
@@ -70,8 +125,8 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, offset: usize) -> Result<Optio
     let scale_log2 = std::f32::consts::LOG2_E / (d as f32).sqrt();
     let cfg = LaunchConfig {
         grid_dim: (s.div_ceil(ROWS) as u32, heads as u32, b as u32),
-        block_dim: (ROWS as u32 * 2, 1, 1),
-        shared_mem_bytes: 0,
+        block_dim: (layout.threads(), 1, 1),
+        shared_mem_bytes: dynamic,
     };
     let (s_, heads_, kv_, off) = (s as i32, heads as i32, kv as i32, offset as i32);
     let mut l = stream.launch_builder(&func);

@@ -107,7 +107,13 @@ pub fn shared_per_block(cap: u32) -> u32 {
 /// built for (9.0, the H100's and H200's, when the build names none): more shared memory than
 /// that card gives a block, or more threads than its registers allow.
 pub fn launchable(f: &CudaFunction, name: &str, threads: u32) -> Result<()> {
+    launchable_with(f, name, threads, 0)
+}
+
+/// `launchable` for a kernel that also asks for `dynamic` bytes of shared memory at launch.
+pub fn launchable_with(f: &CudaFunction, name: &str, threads: u32, dynamic: u32) -> Result<()> {
     let shared = f.shared_size_bytes().map_err(|e| crate::error::LabError::other(format!("{name}: {e:?}")))? as u32;
+    let shared = shared + dynamic;
     let most = f.max_threads_per_block().map_err(|e| crate::error::LabError::other(format!("{name}: {e:?}")))? as u32;
     let cap = built_for().unwrap_or(90);
     if shared > shared_per_block(cap) || threads > most {
