@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Issue 45 item 1: the BF16 prefill beside PyTorch's in one call on one GPU, under each layout of the
+# fused attention's warps (`VRAM_LAB_FLASH`, CONFIGS), the runs interleaved over ROUNDS; then the
+# kernel tests and Nsight Compute over the 32k prefill's attention in each layout (its time, and the
+# tensor pipes', shared memory's and warps' state). Everything under $RES, packed into
+# $OUT/prefill-speed.tar (a call brings back few files).
+#   here:  FEATURES=nccl TESTS=gpu_kernels bash scripts/cuda/build-gpu-binary.sh
+#   there: carry .gpu/vram-lab.xz .gpu/gpu_kernels.xz .gpu/commit; bash scripts/gpu/prefill_speed.sh "$OUT"
+# CONFIGS="narrow:VRAM_LAB_FLASH=narrow wide:VRAM_LAB_FLASH=wide" (NAME:ENV=VALUE,...); LENS (default
+# 16384,32768); ONLY="kernels torch bench ncu" picks parts.
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${1:-/tmp/out}
+RES=${RES:-/tmp/prefill-speed}
+mkdir -p "$OUT" "$RES"
+source scripts/cuda/gpu-env.sh
+unpack() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2" && chmod +x "$2"; }
+unpack .gpu/vram-lab.xz /tmp/vram-lab
+[ -e .gpu/gpu_kernels.xz ] && unpack .gpu/gpu_kernels.xz /tmp/gpu_kernels
+cp .gpu/commit "$RES/commit" 2>/dev/null
+nvidia-smi > "$RES/nvidia-smi.txt" 2>&1
+want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
+log() { echo "### $(date -u +%H:%M:%S) $*" | tee -a "$RES/progress.txt"; }
+run() { # NAME ENV... COMMAND...: its stdout and stderr in $RES/NAME.txt, its time in progress.txt
+  local name=$1; shift
+  local start=$SECONDS
+  log "$name: $*"
+  env "$@" > "$RES/$name.txt" 2>&1
+  log "$name exit $? after $((SECONDS - start)) s"
+}
+CONFIGS=${CONFIGS:-narrow:VRAM_LAB_FLASH=narrow wide:VRAM_LAB_FLASH=wide}
+LENS=${LENS:-16384,32768}
+if want kernels && [ -x /tmp/gpu_kernels ]; then
+  run kernels /tmp/gpu_kernels --test-threads=1
+fi
+if want torch; then
+  run torch timeout 400 python3 scripts/reference/pytorch_reference.py bench --prompt-lens "$LENS" --new-tokens 8 --repeats 3 --out "$RES/torch-bench.jsonl"
+fi
+if want bench; then
+  torch_arg=()
+  [ -s "$RES/torch-bench.jsonl" ] && torch_arg=(--pytorch "$RES/torch-bench.jsonl")
+  for r in $(seq 1 "${ROUNDS:-2}"); do
+    for c in $CONFIGS; do
+      name=${c%%:*}; envs=${c#*:}
+      run "$name-$r" ${envs//,/ } timeout 300 /tmp/vram-lab bench --precisions bf16 --variants own --prompt-lens "$LENS" --new-tokens 8 --repeats 3 --quiet "${torch_arg[@]}" --out "$RES/$name-$r"
+    done
+  done
+fi
+if want ncu; then
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu | head -1)
+  for c in $CONFIGS; do
+    name=${c%%:*}; envs=${c#*:}
+    # One attention of the 32k prefill (the launches before it: the shorter prompt's 28 and the
+    # warm-up's first layers), every section this question needs.
+    run "ncu-$name" ${envs//,/ } timeout 300 "$NCU" --csv --page details --section SpeedOfLight --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+      --kernel-name regex:flash --launch-skip 40 --launch-count 1 --cache-control none --clock-control none \
+      /tmp/vram-lab bench --precisions bf16 --variants own --prompt-lens 32768 --new-tokens 1 --repeats 1 --quiet --out "$RES/ncu-bench-$name"
+  done
+fi
+tar -cf "$OUT/prefill-speed.tar" -C "$(dirname "$RES")" "$(basename "$RES")"
+log "packed"
