@@ -36,6 +36,20 @@ pub fn ptx() -> Result<String> {
     super::target::compile(&PTX, "peer sum", 0, || format!("{}{SOURCE}", super::target::COMMON))
 }
 
+/// The kernel's two entry points.
+const NAMES: [&str; 2] = ["vram_lab_peer_sum_bf16", "vram_lab_peer_sum_f32"];
+
+/// Loads the kernel on `dev` and checks that it launches there, once, when a rank joins its group
+/// (`model::parallel::peer`): `sum` then only looks up the loaded function (in a decoding step it
+/// is captured in the graph, but an eager sum would pay the driver's queries each time).
+pub fn load(dev: &CudaDevice) -> Result<()> {
+    for name in NAMES {
+        let func = dev.get_or_load_custom_func(name, "vram_lab_peer_sum", &ptx()?)?.into_cuda_function();
+        super::target::launchable(&func, name, THREADS)?;
+    }
+    Ok(())
+}
+
 /// Where a rank's kernel finds the group: its own block (`base`, laid out as above, the table
 /// filled with every rank's block as this rank addresses it), its rank and the group's size.
 #[derive(Debug, Clone, Copy)]
@@ -57,15 +71,15 @@ pub fn takes(x: &Tensor, res: Option<&Tensor>) -> bool {
         && res.is_none_or(|r| r.dtype() == x.dtype() && r.is_contiguous() && r.dims() == x.dims())
 }
 
-/// The sum of every rank's `x` (+ `res`) through `slot`, or None when `takes` says no. Every rank
-/// of the group must make the same calls in the same order, as with NCCL.
+/// The sum of every rank's `x` (+ `res`) through `slot` (a rank of a group that `load`ed the
+/// kernel), or None when `takes` says no. Every rank of the group must make the same calls in the
+/// same order, as with NCCL.
 pub fn sum(dev: &CudaDevice, slot: PeerSlot, x: &Tensor, res: Option<&Tensor>) -> Result<Option<Tensor>> {
     if !takes(x, res) || slot.ranks > RANKS {
         return Ok(None);
     }
-    let name = if x.dtype() == DType::BF16 { "vram_lab_peer_sum_bf16" } else { "vram_lab_peer_sum_f32" };
+    let name = if x.dtype() == DType::BF16 { NAMES[0] } else { NAMES[1] };
     let func = dev.get_or_load_custom_func(name, "vram_lab_peer_sum", &ptx()?)?.into_cuda_function();
-    super::target::launchable(&func, name, THREADS)?;
     let stream = dev.cuda_stream();
     let ptr = |t: &Tensor| crate::memory::cuda_copy::start_ptr(t, &stream);
     let out = crate::memory::cuda_copy::uninit(dev, x.dtype(), x.dims().to_vec())?;

@@ -66,7 +66,7 @@ impl PeerExchange {
         let mine = allocate(&ctx);
         // The kernel's table has room for `peer_sum::RANKS` ranks; a larger group sums with NCCL.
         let off = std::env::var("VRAM_LAB_PEER_SUM").is_ok_and(|v| v == "0");
-        if mine.is_err() || self.ranks > peer_sum::RANKS || off {
+        if mine.is_err() || self.ranks > peer_sum::RANKS || off || peer_sum::load(dev).is_err() {
             self.reach.store(false, SeqCst);
         }
         let base = *mine.as_ref().unwrap_or(&0);
