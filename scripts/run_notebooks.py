@@ -29,6 +29,15 @@ def evcxr_env():
     cfg = TARGET / "evcxr-config"
     tmp.mkdir(parents=True, exist_ok=True)
     cfg.mkdir(parents=True, exist_ok=True)
+    # VRAM_LAB_EVCXR_TARGET (set by .ci/run): evcxr's build folder lives there, outside the clone, so
+    # a machine kept between runs builds the notebooks' dependencies once (a cold build of them took
+    # 827 s on the 2-core CI kind, docs/build-time.md); only the lab and the cells are compiled again.
+    # A fresh machine builds them into it as it would into target/.
+    shared = os.environ.get("VRAM_LAB_EVCXR_TARGET")
+    link = tmp / "target"
+    if shared and not link.exists():
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path(shared).resolve(), target_is_directory=True)
     # No `:cache`: with evcxr's rustc cache on, cargo recompiled 28 crates with build scripts at every
     # cell (answered from the cache, about 4 s a cell: 39 times for notebook 06's 38 cells); without it
     # the shared EVCXR_TMPDIR keeps them built and a cell takes 1-2 s (docs/ci-dry-run-2026-11-28.txt).
