@@ -12,6 +12,7 @@ one EVCXR_TMPDIR, one after another, so only the first notebook compiles the dep
 import copy
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,19 +26,20 @@ TARGET = ROOT / "target"
 
 
 def evcxr_env():
-    tmp = TARGET / "evcxr-tmp"
+    # VRAM_LAB_EVCXR_DIR (set by .ci/run): evcxr's project and build folder live there, outside the
+    # clone, so a machine kept between runs builds the notebooks' dependencies once (a cold build of
+    # them took 827 s on the 2-core CI kind, docs/build-time.md); only the lab and the cells are
+    # compiled again. A fresh machine builds them there as it would under target/. The folder itself,
+    # not a link to it: the cells' libraries find Rust's std through a path relative to where they are.
+    shared = os.environ.get("VRAM_LAB_EVCXR_DIR")
+    tmp = Path(shared) if shared else TARGET / "evcxr-tmp"
     cfg = TARGET / "evcxr-config"
     tmp.mkdir(parents=True, exist_ok=True)
     cfg.mkdir(parents=True, exist_ok=True)
-    # VRAM_LAB_EVCXR_TARGET (set by .ci/run): evcxr's build folder lives there, outside the clone, so
-    # a machine kept between runs builds the notebooks' dependencies once (a cold build of them took
-    # 827 s on the 2-core CI kind, docs/build-time.md); only the lab and the cells are compiled again.
-    # A fresh machine builds them into it as it would into target/.
-    shared = os.environ.get("VRAM_LAB_EVCXR_TARGET")
-    link = tmp / "target"
-    if shared and not link.exists():
-        Path(shared).mkdir(parents=True, exist_ok=True)
-        link.symlink_to(Path(shared).resolve(), target_is_directory=True)
+    if shared:
+        # Cargo finds the per-crate optimisation levels above the project it builds, as under target/.
+        (tmp / ".cargo").mkdir(exist_ok=True)
+        shutil.copyfile(ROOT / ".cargo" / "config.toml", tmp / ".cargo" / "config.toml")
     # No `:cache`: with evcxr's rustc cache on, cargo recompiled 28 crates with build scripts at every
     # cell (answered from the cache, about 4 s a cell: 39 times for notebook 06's 38 cells); without it
     # the shared EVCXR_TMPDIR keeps them built and a cell takes 1-2 s (docs/ci-dry-run-2026-11-28.txt).
