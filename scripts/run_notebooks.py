@@ -13,6 +13,7 @@ import copy
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,8 +30,7 @@ def evcxr_env():
     # VRAM_LAB_EVCXR_DIR (set by .ci/run): evcxr's project and build folder live there, outside the
     # clone, so a machine kept between runs builds the notebooks' dependencies once (a cold build of
     # them took 827 s on the 2-core CI kind, docs/build-time.md); only the lab and the cells are
-    # compiled again. A fresh machine builds them there as it would under target/. The folder itself,
-    # not a link to it: the cells' libraries find Rust's std through a path relative to where they are.
+    # compiled again. A fresh machine builds them there as it would under target/.
     shared = os.environ.get("VRAM_LAB_EVCXR_DIR")
     tmp = Path(shared) if shared else TARGET / "evcxr-tmp"
     cfg = TARGET / "evcxr-config"
@@ -40,6 +40,10 @@ def evcxr_env():
         # Cargo finds the per-crate optimisation levels above the project it builds, as under target/.
         (tmp / ".cargo").mkdir(exist_ok=True)
         shutil.copyfile(ROOT / ".cargo" / "config.toml", tmp / ".cargo" / "config.toml")
+        # The cells' libraries find Rust's std through a path relative to the build folder, one level
+        # off where evcxr loads them from; under the toolchain's own home (rustup's in ~) it misses.
+        libdir = subprocess.run(["rustc", "--print", "target-libdir"], capture_output=True, text=True, check=True).stdout.strip()
+        os.environ["LD_LIBRARY_PATH"] = ":".join(p for p in [libdir, os.environ.get("LD_LIBRARY_PATH")] if p)
     # No `:cache`: with evcxr's rustc cache on, cargo recompiled 28 crates with build scripts at every
     # cell (answered from the cache, about 4 s a cell: 39 times for notebook 06's 38 cells); without it
     # the shared EVCXR_TMPDIR keeps them built and a cell takes 1-2 s (docs/ci-dry-run-2026-11-28.txt).
