@@ -44,6 +44,13 @@ def evcxr_env():
         # off where evcxr loads them from; under the toolchain's own home (rustup's in ~) it misses.
         libdir = subprocess.run(["rustc", "--print", "target-libdir"], capture_output=True, text=True, check=True).stdout.strip()
         os.environ["LD_LIBRARY_PATH"] = ":".join(p for p in [libdir, os.environ.get("LD_LIBRARY_PATH")] if p)
+        # The lab and the exercises are compiled anew from each clone: their earlier builds are dropped
+        # so the folder keeps only the dependencies (and does not grow by 65 MB a run).
+        built = tmp / "target" / "x86_64-unknown-linux-gnu" / "debug"
+        for pattern in ["deps/*vram_lab-*", "deps/*exercises-*", ".fingerprint/vram-lab-*", ".fingerprint/exercises-*",
+                        "incremental/vram_lab-*", "incremental/exercises-*"]:
+            for old in built.glob(pattern):
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
     # No `:cache`: with evcxr's rustc cache on, cargo recompiled 28 crates with build scripts at every
     # cell (answered from the cache, about 4 s a cell: 39 times for notebook 06's 38 cells); without it
     # the shared EVCXR_TMPDIR keeps them built and a cell takes 1-2 s (docs/ci-dry-run-2026-11-28.txt).
