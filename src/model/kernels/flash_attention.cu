@@ -48,6 +48,42 @@ __device__ __forceinline__ void load_tile(unsigned short* tile, const unsigned s
     cp_async_commit();
 }
 
+// The running maxima of R rows updated with this tile's (`mx`, each row's over the quad of threads
+// that holds it): the factor each row's sum (here) and output (the caller) are rescaled by. Key 0 is
+// in every row's first tile, so the maximum is finite from then on.
+template <int R>
+__device__ __forceinline__ void rescale(float (&m)[R], float (&l)[R], float (&mx)[R], float (&corr)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        corr[r] = exp2f(m[r] - mx[r]);
+        m[r] = mx[r];
+        l[r] *= corr[r];
+    }
+}
+
+// A 16-row tile's output, rows `row` and `row` + 8 of a thread, divided by the rows' sums over
+// their quad and written as [b, s, heads, D] (rows past s are not).
+template <int D>
+__device__ __forceinline__ void store_tile(unsigned short* __restrict__ out, const float (&o)[D / 8][4], float (&l)[2],
+                                           int row, int s, int heads, int h, int bi, int quad) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int at = row + r * 8;
+        if (at >= s) continue;
+        unsigned short* dst = out + (((long)bi * s + at) * heads + h) * D + quad * 2;
+        const float inv = 1.f / l[r];
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) *(unsigned*)(dst + j * 8) = pack(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+    }
+}
+
 // out [b, s, heads, D] = softmax(q kᵀ / √D, causal) v for q [b, heads, s, D] (contiguous) and
 // k, v [b, kv, t, D] views of the cache (rows D apart, heads `hs` apart, batches `bs` apart);
 // query i sits at position offset + i and sees keys 0..=offset + i. A block takes BR queries of
@@ -123,15 +159,7 @@ __device__ void flash(const unsigned short* __restrict__ q, const unsigned short
                     mx[i >> 1] = fmaxf(mx[i >> 1], x);
                 }
             float corr[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                // Key 0 is in every row's first tile, so the maximum is finite from then on.
-                corr[r] = exp2f(m[r] - mx[r]);
-                m[r] = mx[r];
-                l[r] *= corr[r];
-            }
+            rescale<2>(m, l, mx, corr);
 #pragma unroll
             for (int j = 0; j < D / 8; j++)
 #pragma unroll
@@ -164,21 +192,7 @@ __device__ void flash(const unsigned short* __restrict__ q, const unsigned short
             }
         }
     }
-    // Each row's sum over its quad, then the rows of the warp written as [b, s, heads, D].
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = wq + r0 + r * 8;
-        if (row >= s) continue;
-        unsigned short* dst = out + (((long)bi * s + row) * heads + h) * D + quad * 2;
-        const float inv = 1.f / l[r];
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) *(unsigned*)(dst + j * 8) = pack(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
-    }
+    store_tile<D>(out, o, l, wq + r0, s, heads, h, bi, quad);
 }
 
 // The same attention with 32 query rows a warp (two 16-row tiles), four warps a block of 128: each
@@ -199,12 +213,7 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
     const unsigned short* qh = q + ((long)bi * heads + h) * s * D;
     const unsigned short* kh = k + bi * bs + (long)(h / (heads / kv)) * hs;
     const unsigned short* vh = v + bi * bs + (long)(h / (heads / kv)) * hs;
-    // The block's queries (zeros past s) travel with K's first tile.
-    for (int e = threadIdx.x; e < BR * D / 8; e += blockDim.x) {
-        const int row = e / (D / 8), col = (e % (D / 8)) * 8;
-        const bool in = q0 + row < s;
-        cp_async16(qs + row * PAD + col, qh + (long)(in ? q0 + row : 0) * D + col, in ? 16 : 0);
-    }
+    load_tile<D, BR, PAD>(qs, qh, q0, s);  // the block's queries, zeros past s
     float o[2][D / 8][4];
 #pragma unroll
     for (int t = 0; t < 2; t++)
@@ -212,8 +221,8 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
         for (int j = 0; j < D / 8; j++)
 #pragma unroll
             for (int i = 0; i < 4; i++) o[t][j][i] = 0.f;
-    // Rows r0 and r0 + 8 of each 16-row tile t: index 2t + (0 or 1).
-    float m[4] = {NEG_INF, NEG_INF, NEG_INF, NEG_INF}, l[4] = {0.f, 0.f, 0.f, 0.f};
+    // Rows r0 and r0 + 8 of each 16-row tile t: [t][0 or 1].
+    float m[2][2] = {{NEG_INF, NEG_INF}, {NEG_INF, NEG_INF}}, l[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     const int last = offset + min(q0 + BR, s);
     load_tile<D, BC, PAD>(ks, kh, 0, last);
     // Lane t's row of a 16-row tile for ldmatrix (t % 16) and its 8 columns (t / 16).
@@ -250,7 +259,7 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
                     }
                 }
             }
-            float mx[4] = {m[0], m[1], m[2], m[3]};
+            float mx[2][2] = {{m[0][0], m[0][1]}, {m[1][0], m[1][1]}};
 #pragma unroll
             for (int t = 0; t < 2; t++) {
                 const bool edge = k0 + BC - 1 > offset + wq + t * 16;
@@ -262,24 +271,18 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
                         float x = sc[t][j][i] * scale_log2;
                         if (edge && key > offset + row) x = NEG_INF;
                         sc[t][j][i] = x;
-                        mx[2 * t + (i >> 1)] = fmaxf(mx[2 * t + (i >> 1)], x);
+                        mx[t][i >> 1] = fmaxf(mx[t][i >> 1], x);
                     }
             }
-            float corr[4];
+            float corr[2][2];
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                corr[r] = exp2f(m[r] - mx[r]);
-                m[r] = mx[r];
-                l[r] *= corr[r];
-            }
+            for (int t = 0; t < 2; t++) rescale<2>(m[t], l[t], mx[t], corr[t]);
 #pragma unroll
             for (int t = 0; t < 2; t++)
 #pragma unroll
                 for (int j = 0; j < D / 8; j++)
 #pragma unroll
-                    for (int i = 0; i < 4; i++) o[t][j][i] *= corr[2 * t + (i >> 1)];
+                    for (int i = 0; i < 4; i++) o[t][j][i] *= corr[t][i >> 1];
         }
         cp_async_wait_all();
         __syncthreads();
@@ -295,8 +298,8 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
                 for (int u = 0; u < 2; u++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
-                        p[u][i] = exp2f(sc[t][2 * c + u][i] - m[2 * t + (i >> 1)]);
-                        l[2 * t + (i >> 1)] += p[u][i];
+                        p[u][i] = exp2f(sc[t][2 * c + u][i] - m[t][i >> 1]);
+                        l[t][i >> 1] += p[u][i];
                     }
                 pa[t][0] = pack(p[0][0], p[0][1]);
                 pa[t][1] = pack(p[0][2], p[0][3]);
@@ -317,21 +320,7 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
         }
     }
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-#pragma unroll
-    for (int t = 0; t < 2; t++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = wq + t * 16 + r0 + r * 8;
-            if (row >= s) continue;
-            unsigned short* dst = out + (((long)bi * s + row) * heads + h) * D + quad * 2;
-            const float inv = 1.f / l[2 * t + r];
-#pragma unroll
-            for (int j = 0; j < D / 8; j++) *(unsigned*)(dst + j * 8) = pack(o[t][j][2 * r] * inv, o[t][j][2 * r + 1] * inv);
-        }
+    for (int t = 0; t < 2; t++) store_tile<D>(out, o[t], l[t], wq + t * 16 + r0, s, heads, h, bi, quad);
 }
 
 #define FLASH_WIDE_KERNEL(D)                                                                                    \
