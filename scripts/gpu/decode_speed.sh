@@ -19,22 +19,13 @@ OUT=${1:-/tmp/out}
 RES=${RES:-/tmp/decode-speed}
 mkdir -p "$OUT" "$RES"
 source scripts/cuda/gpu-env.sh
-unpack() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2" && chmod +x "$2"; }
+source scripts/gpu/common.sh
 unpack .gpu/vram-lab.xz /tmp/vram-lab
 [ -e .gpu/vram-lab-base.xz ] && unpack .gpu/vram-lab-base.xz /tmp/vram-lab-base
 [ -e .gpu/gpu_kernels.xz ] && unpack .gpu/gpu_kernels.xz /tmp/gpu_kernels
 cp .gpu/commit "$RES/commit" 2>/dev/null
 nvidia-smi > "$RES/nvidia-smi.txt" 2>&1
 /tmp/vram-lab info --quiet > "$RES/info.txt" 2>&1
-want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
-log() { echo "### $(date -u +%H:%M:%S) $*" | tee -a "$RES/progress.txt"; }
-run() { # NAME ENV... COMMAND...: its stdout and stderr in $RES/NAME.txt, its time in progress.txt
-  local name=$1; shift
-  local start=$SECONDS
-  log "$name: $*"
-  env "$@" > "$RES/$name.txt" 2>&1
-  log "$name exit $? after $((SECONDS - start)) s"
-}
 BENCH="bench --precisions ${PRECISIONS:-bf16} --variants own --prompt-lens 512 --quiet"
 if want kernels && [ -x /tmp/gpu_kernels ]; then
   run kernels /tmp/gpu_kernels --test-threads=1
