@@ -39,14 +39,26 @@ if want bench; then
 fi
 if want ncu; then
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu | head -1)
+  BENCH32K=(bench --precisions bf16 --variants own --prompt-lens 32768 --new-tokens 1 --repeats 1 --quiet)
   for c in $CONFIGS; do
     name=${c%%:*}; envs=${c#*:}
-    # One attention of the 32k prefill (the launches before it: the shorter prompt's 28 and the
-    # warm-up's first layers), every section this question needs.
+    # Which attention launch is the 32k prefill's 14th layer: the short prefills of the decoding
+    # warm-up come first, so the first pass lists every attention's grid and the second takes the
+    # first launch of the largest grid, plus 13, with every section this question needs.
+    run "ncu-grids-$name" ${envs//,/ } timeout 300 "$NCU" --csv --metrics launch__grid_size --kernel-name regex:flash \
+      --launch-count 200 /tmp/vram-lab "${BENCH32K[@]}" --out "$RES/ncu-grids-bench-$name"
+    skip=$(python3 - "$RES/ncu-grids-$name.txt" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 14 and r[-3] == "launch__grid_size"]
+sizes = [float(r[-1].replace(",", "")) for r in rows]
+print(sizes.index(max(sizes)) + 13 if sizes else "")
+PY
+)
+    [ -n "$skip" ] || { log "ncu-$name: no attention launch listed"; continue; }
     run "ncu-$name" ${envs//,/ } timeout 300 "$NCU" --csv --page details --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
-      --kernel-name regex:flash --launch-skip 40 --launch-count 1 --cache-control none --clock-control none \
-      /tmp/vram-lab bench --precisions bf16 --variants own --prompt-lens 32768 --new-tokens 1 --repeats 1 --quiet --out "$RES/ncu-bench-$name"
+      --kernel-name regex:flash --launch-skip "$skip" --launch-count 1 --cache-control none --clock-control none \
+      /tmp/vram-lab "${BENCH32K[@]}" --out "$RES/ncu-bench-$name"
   done
 fi
 tar -cf "$OUT/prefill-speed.tar" -C "$(dirname "$RES")" "$(basename "$RES")"
