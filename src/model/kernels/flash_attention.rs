@@ -32,8 +32,9 @@ pub fn supported(dev: &CudaDevice) -> bool {
         .is_ok_and(|major| major >= 8)
 }
 
-/// Queries a block takes.
+/// Queries a block takes, and keys a tile of K or V holds (`BR`, `BC` in `flash_attention.cu`).
 const ROWS: usize = 128;
+const KEYS: usize = 64;
 
 /// How a block's 128 queries are shared among its warps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +68,7 @@ impl Layout {
     fn dynamic_shared(self, d: usize) -> u32 {
         match self {
             Self::Narrow => 0,
-            Self::Wide => ((ROWS + 2 * 64) * (d + 8) * 2) as u32,
+            Self::Wide => ((ROWS + 2 * KEYS) * (d + 8) * 2) as u32,
         }
     }
 
