@@ -39,6 +39,9 @@ fn kernels_compile() {
             assert!(flash.contains(&kernel), "{kernel} missing from the PTX");
         }
     }
+    let hopper = vram_lab::model::kernels::flash_attention::ptx_sm90().unwrap();
+    assert!(hopper.contains(".target sm_90a"), "the Hopper kernel is compiled for 9.0a");
+    assert!(hopper.contains("vram_lab_flash_bf16_d128_hopper") && hopper.contains("wgmma.mma_async"));
     let ptx = vram_lab::model::kernels::decode::ptx().unwrap();
     for name in
         ["vram_lab_qkv_store_bf16", "vram_lab_gemv_f32_b2_g2_norm_s4", "vram_lab_attend_bf16", "vram_lab_argmax_f32"]
@@ -346,13 +349,13 @@ fn attention_and_argmax_equal_candles() {
 /// Prefill attention in one kernel against the naive attention in F32: Qwen2.5-7B's heads (28 q,
 /// 4 kv, 128 wide) and 0.5B's (14, 2, 64), a prompt from an empty cache and a continuation after
 /// a prefix (queries at positions offset..), lengths that leave a partial tile, the cache read as
-/// the strided view a layer passes, in both layouts of a block's warps; what it does not take is
-/// left to the caller.
+/// the strided view a layer passes, in every layout of a block's warps (Hopper's where the device
+/// runs it, else refused); what it does not take is left to the caller.
 #[test]
 fn flash_attention_equals_naive() {
     use vram_lab::model::kernels::flash_attention::{self, Layout};
     use vram_lab::model::layers::attention::{attend, AttentionMode};
-    let Some((dev, _)) = gpu() else { return };
+    let Some((dev, cuda)) = gpu() else { return };
     for (b, heads, kv, d, s, offset) in [
         (1, 28, 4, 128, 200, 0),
         (1, 28, 4, 128, 64, 0),
@@ -360,6 +363,7 @@ fn flash_attention_equals_naive() {
         (1, 28, 4, 128, 3, 130),
         (1, 8, 2, 128, 700, 0),
         (1, 8, 2, 64, 300, 900),
+        (2, 8, 2, 128, 150, 70),
     ] {
         let cap = offset + s + 40;
         let q = randn(&[b, heads, s, d], DType::BF16, &dev);
@@ -368,7 +372,12 @@ fn flash_attention_equals_naive() {
         let (k, v) = (kc.narrow(2, 0, offset + s).unwrap(), vc.narrow(2, 0, offset + s).unwrap());
         let want = attend(&to_f32(&q), &to_f32(&k), &to_f32(&v), offset, AttentionMode::Naive).unwrap();
         let want = want.transpose(1, 2).unwrap().reshape((b, s, heads * d)).unwrap();
-        for layout in [Layout::Narrow, Layout::Wide] {
+        let hopper = d == 128 && flash_attention::hopper(&cuda);
+        for layout in [Layout::Narrow, Layout::Wide, Layout::Hopper] {
+            if layout == Layout::Hopper && !hopper {
+                assert!(flash_attention::attend_in(&q, &k, &v, offset, layout).is_err(), "refused where it cannot run");
+                continue;
+            }
             let got = flash_attention::attend_in(&q, &k, &v, offset, layout).unwrap().expect("taken");
             assert_eq!(got.dims(), want.dims());
             let e = rel_err(&got, &want);

@@ -67,9 +67,28 @@ pub fn compile(
     min: u32,
     source: impl FnOnce() -> String,
 ) -> Result<String> {
+    compile_with(cell, what, arch(min), source)
+}
+
+/// `compile` for one named virtual architecture (`compute_90a`: instructions of 9.0 alone).
+pub fn compile_for(
+    cell: &'static std::sync::OnceLock<String>,
+    what: &str,
+    arch: &'static str,
+    source: impl FnOnce() -> String,
+) -> Result<String> {
+    compile_with(cell, what, Some(arch), source)
+}
+
+fn compile_with(
+    cell: &'static std::sync::OnceLock<String>,
+    what: &str,
+    arch: Option<&'static str>,
+    source: impl FnOnce() -> String,
+) -> Result<String> {
     use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
     crate::memory::cuda_copy::ptx_once(cell, || {
-        let opts = CompileOptions { arch: arch(min), ..Default::default() };
+        let opts = CompileOptions { arch, ..Default::default() };
         Ok(compile_ptx_with_opts(source(), opts)
             .map_err(|e| crate::error::LabError::other(format!("{what} kernel: {e:?}")))?
             .to_src())
