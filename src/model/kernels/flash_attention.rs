@@ -37,7 +37,8 @@ pub fn ptx_sm90() -> Result<String> {
 /// `dev`'s compute capability as (major, minor), None if the driver does not say.
 fn capability(dev: &CudaDevice) -> Option<(i32, i32)> {
     use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute::*;
-    let ctx = dev.cuda_stream().context();
+    let stream = dev.cuda_stream();
+    let ctx = stream.context();
     Some((
         ctx.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).ok()?,
         ctx.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).ok()?,
