@@ -687,3 +687,49 @@ fn long_cache_profile_puts_the_attention_first() {
     assert!(attend.1 / attend.0 < 400.0, "attention at {:.0} GB/s", attend.1 / attend.0);
     assert!(merge.0 < attend.0 / 5.0, "the merge {:.0} ns against the attention's {:.0}", merge.0, attend.0);
 }
+
+/// The prefill attention with Hopper's `wgmma` (`h200/2026-11-28-prefill-hopper/RUN.md`): in the same
+/// call its 16k and 32k prefills are faster than the four-warp kernel's in both rounds, and the
+/// four-warp kernel's faster than the eight-warp one's (the morning's call); under ncu the 32k
+/// layer's attention runs narrow > wide > hopper in time, hopper above FlashAttention-2's 335
+/// TFLOPS; the peak stays the ledger's; PyTorch stays ahead (the bar is not met); the kernel tests
+/// and the element-by-element probe pass.
+#[test]
+fn hopper_prefill_attention() {
+    let dir = results().join("2026-11-28-prefill-hopper");
+    let rows = |run: &str| csv(&dir.join(run).join("bench/bench_prefill.csv")).1;
+    let tok = |run: &str, seq: &str| {
+        let r = rows(run).into_iter().find(|r| r["seq"] == seq).unwrap();
+        assert!((num(&r, "peak_mib") - num(&r, "ledger_peak_mib")).abs() < 0.2, "{run} {seq}: peak beside the ledger");
+        num(&r, "tok_s")
+    };
+    for seq in ["16384", "32768"] {
+        for round in ["1", "2"] {
+            let (hopper, wide) = (tok(&format!("hopper-{round}"), seq), tok(&format!("wide-{round}"), seq));
+            assert!(hopper > 1.05 * wide, "{seq}, round {round}: hopper {hopper:.0} against wide {wide:.0}");
+            let (wide, narrow) =
+                (tok(&format!("narrow-wide/wide-{round}"), seq), tok(&format!("narrow-wide/narrow-{round}"), seq));
+            assert!(wide > narrow, "{seq}, round {round}: wide {wide:.0} against narrow {narrow:.0}");
+        }
+        let r = rows("hopper-1").into_iter().find(|r| r["seq"] == seq).unwrap();
+        let x = num(&r, "x_pytorch");
+        assert!((num(&r, "tok_s") / num(&r, "pytorch_tok_s") - x).abs() < 1e-9);
+        assert!(x < 1.0, "{seq}: {x:.3} × PyTorch: the bar is met, say so");
+    }
+    let layer_ms = |file: &str| {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        let line = text.lines().find(|l| l.contains("\"Duration\"")).unwrap();
+        let value = line.trim_end_matches(',').rsplit("\",\"").next().unwrap().trim_matches('"').replace(',', "");
+        value.parse::<f64>().unwrap() / 1e6
+    };
+    let (hopper, wide, narrow) =
+        (layer_ms("ncu-hopper.txt"), layer_ms("ncu-wide.txt"), layer_ms("narrow-wide/ncu-narrow.txt"));
+    assert!(hopper < wide && wide < narrow, "ms a layer: hopper {hopper}, wide {wide}, narrow {narrow}");
+    let flops = 4.0 * 128.0 * 28.0 * 32768.0 * 32769.0 / 2.0;
+    let tflops = flops / (hopper / 1e3) / 1e12;
+    assert!(tflops > 335.0, "hopper's 32k attention at {tflops:.1} TFLOPS");
+    let kernels = std::fs::read_to_string(dir.join("kernels.txt")).unwrap();
+    assert!(kernels.contains("test result: ok. 8 passed; 0 failed"), "the GPU kernel tests");
+    let probe = std::fs::read_to_string(dir.join("kernel-probe.txt")).unwrap();
+    assert!(probe.contains("all equal") && probe.contains("probe exit 0"), "the kernel probe");
+}

@@ -6,8 +6,8 @@
 # $OUT/prefill-speed.tar (a call brings back few files).
 #   here:  FEATURES=nccl TESTS=gpu_kernels bash scripts/cuda/build-gpu-binary.sh
 #   there: carry .gpu/vram-lab.xz .gpu/gpu_kernels.xz .gpu/commit; bash scripts/gpu/prefill_speed.sh "$OUT"
-# CONFIGS="narrow:VRAM_LAB_FLASH=narrow wide:VRAM_LAB_FLASH=wide" (NAME:ENV=VALUE,...); LENS (default
-# 16384,32768); ONLY="kernels torch bench ncu" picks parts.
+# CONFIGS="hopper:VRAM_LAB_FLASH=hopper wide:VRAM_LAB_FLASH=wide" (NAME:ENV=VALUE,...; the layouts are
+# narrow, wide and hopper); LENS (default 16384,32768); ONLY="kernels torch bench ncu" picks parts.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-/tmp/out}
@@ -19,7 +19,7 @@ unpack .gpu/vram-lab.xz /tmp/vram-lab
 [ -e .gpu/gpu_kernels.xz ] && unpack .gpu/gpu_kernels.xz /tmp/gpu_kernels
 cp .gpu/commit "$RES/commit" 2>/dev/null
 nvidia-smi > "$RES/nvidia-smi.txt" 2>&1
-CONFIGS=${CONFIGS:-narrow:VRAM_LAB_FLASH=narrow wide:VRAM_LAB_FLASH=wide}
+CONFIGS=${CONFIGS:-hopper:VRAM_LAB_FLASH=hopper wide:VRAM_LAB_FLASH=wide}
 LENS=${LENS:-16384,32768}
 if want kernels && [ -x /tmp/gpu_kernels ]; then
   run kernels /tmp/gpu_kernels --test-threads=1
