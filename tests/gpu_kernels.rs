@@ -48,6 +48,10 @@ fn kernels_compile() {
     {
         assert!(ptx.contains(name), "{name} missing from the PTX");
     }
+    let ptx = vram_lab::model::kernels::elementwise::ptx().unwrap();
+    for name in ["vram_lab_add_bf16", "vram_lab_mul_bf16", "vram_lab_bias_add_bf16", "vram_lab_heads_first_bf16"] {
+        assert!(ptx.contains(name), "{name} missing from the PTX");
+    }
     let ptx = vram_lab::model::kernels::peer_sum::ptx().unwrap();
     for name in ["vram_lab_peer_sum_bf16", "vram_lab_peer_sum_f32"] {
         assert!(ptx.contains(name), "{name} missing from the PTX");
@@ -476,4 +480,38 @@ fn rope_rounds_as_the_cpu_does() {
     let x32 = randn(&[1, 1, 4, 8], DType::F32, &dev);
     let cs = randn(&[4, 4], DType::F32, &dev);
     assert!(vram_lab::model::kernels::rope::rope(&x32, &cs, &cs).unwrap().is_none());
+}
+
+/// The element-wise kernels give candle's ops bit for bit: the adds and products (one correct
+/// rounding each), a bias added to every row, the heads-first copy; they leave to candle what they
+/// do not take (a length not a multiple of 8, a strided view, F32, a tensor with a gradient).
+#[test]
+fn elementwise_equals_candles() {
+    use vram_lab::model::kernels::elementwise;
+    let Some((dev, _)) = gpu() else { return };
+    let bits = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    // Values spread over many binades, so sums and products round often and sometimes cancel.
+    let wide = |shape: &[usize]| {
+        let scale = Tensor::randn(0f32, 4f32, shape, &dev).unwrap().exp().unwrap();
+        (randn(shape, DType::F32, &dev) * scale).unwrap().to_dtype(DType::BF16).unwrap()
+    };
+    let (a, b) = (wide(&[3, 5, 64]), wide(&[3, 5, 64]));
+    assert_eq!(bits(&elementwise::add(&a, &b).unwrap().unwrap()), bits(&(&a + &b).unwrap()), "add");
+    assert_eq!(bits(&elementwise::mul(&a, &b).unwrap().unwrap()), bits(&(&a * &b).unwrap()), "mul");
+    let (x, bias) = (wide(&[2, 7, 512]), wide(&[512]));
+    let got = elementwise::bias_add(&x, &bias).unwrap().unwrap();
+    assert_eq!(bits(&got), bits(&x.broadcast_add(&bias).unwrap()), "bias");
+    let x = wide(&[2, 9, 4 * 128]);
+    let want = x.reshape((2, 9, 4, 128)).unwrap().transpose(1, 2).unwrap().contiguous().unwrap();
+    let got = elementwise::heads_first(&x, 4, 128).unwrap().unwrap();
+    assert_eq!(got.dims(), want.dims());
+    assert_eq!(bits(&got), bits(&want), "heads first");
+    let odd = wide(&[3, 5]);
+    assert!(elementwise::add(&odd, &odd).unwrap().is_none(), "15 values");
+    let view = a.narrow(2, 8, 32).unwrap();
+    assert!(elementwise::mul(&view, &view).unwrap().is_none(), "a strided view");
+    let f = randn(&[4, 8], DType::F32, &dev);
+    assert!(elementwise::add(&f, &f).unwrap().is_none(), "F32");
+    let var = candle_core::Var::from_tensor(&a).unwrap();
+    assert!(elementwise::add(var.as_tensor(), &b).unwrap().is_none(), "a variable");
 }

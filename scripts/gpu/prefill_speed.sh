@@ -8,6 +8,7 @@
 #   there: carry .gpu/vram-lab.xz .gpu/gpu_kernels.xz .gpu/commit; bash scripts/gpu/prefill_speed.sh "$OUT"
 # CONFIGS="hopper:VRAM_LAB_FLASH=hopper wide:VRAM_LAB_FLASH=wide" (NAME:ENV=VALUE,...; the layouts are
 # narrow, wide and hopper); LENS (default 16384,32768); ONLY="kernels torch bench ncu" picks parts.
+# With .gpu/vram-lab-base.xz carried too (an earlier build), each round also runs it as "base".
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-/tmp/out}
@@ -17,6 +18,7 @@ source scripts/cuda/gpu-env.sh
 source scripts/gpu/common.sh
 unpack .gpu/vram-lab.xz /tmp/vram-lab
 [ -e .gpu/gpu_kernels.xz ] && unpack .gpu/gpu_kernels.xz /tmp/gpu_kernels
+[ -e .gpu/vram-lab-base.xz ] && unpack .gpu/vram-lab-base.xz /tmp/vram-lab-base
 cp .gpu/commit "$RES/commit" 2>/dev/null
 nvidia-smi > "$RES/nvidia-smi.txt" 2>&1
 CONFIGS=${CONFIGS:-hopper:VRAM_LAB_FLASH=hopper wide:VRAM_LAB_FLASH=wide}
@@ -30,10 +32,12 @@ fi
 if want bench; then
   torch_arg=()
   [ -s "$RES/torch-bench.jsonl" ] && torch_arg=(--pytorch "$RES/torch-bench.jsonl")
+  BENCH=(bench --precisions bf16 --variants own --prompt-lens "$LENS" --new-tokens 8 --repeats 3 --quiet "${torch_arg[@]}")
   for r in $(seq 1 "${ROUNDS:-2}"); do
+    [ -x /tmp/vram-lab-base ] && run "base-$r" timeout 300 /tmp/vram-lab-base "${BENCH[@]}" --out "$RES/base-$r"
     for c in $CONFIGS; do
       name=${c%%:*}; envs=${c#*:}
-      run "$name-$r" ${envs//,/ } timeout 300 /tmp/vram-lab bench --precisions bf16 --variants own --prompt-lens "$LENS" --new-tokens 8 --repeats 3 --quiet "${torch_arg[@]}" --out "$RES/$name-$r"
+      run "$name-$r" ${envs//,/ } timeout 300 /tmp/vram-lab "${BENCH[@]}" --out "$RES/$name-$r"
     done
   done
 fi

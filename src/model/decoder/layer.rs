@@ -9,6 +9,7 @@ use crate::model::config::DecoderConfig;
 use crate::model::decoder::mixture::Mixture;
 use crate::model::host::linear::HostLinear;
 use crate::model::layers::attention::{self, attend, AttentionMode};
+use crate::model::layers::elementwise::{self, add, mul};
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
 use crate::model::load::weights::{take, take_dense, Weight};
@@ -222,11 +223,11 @@ impl Layer {
         Ok(match self.fused.as_ref().filter(|_| stacked) {
             Some((_, gate_up)) => {
                 let y = gate_up.forward(h)?;
-                (candle_nn::ops::silu(&y.narrow(2, 0, i)?)? * y.narrow(2, i, i)?)?
+                mul(candle_nn::ops::silu(&y.narrow(2, 0, i)?)?, y.narrow(2, i, i)?)?
             }
             None => {
                 let (gate, up, _) = self.dense_mlp()?;
-                (candle_nn::ops::silu(&gate.forward(h)?)? * up.forward(h)?)?
+                mul(candle_nn::ops::silu(&gate.forward(h)?)?, up.forward(h)?)?
             }
         })
     }
@@ -261,8 +262,7 @@ impl Layer {
         let (cos, sin) = (rope.0.to_dtype(work)?, rope.1.to_dtype(work)?);
         let h = norm(&x, &self.ln1.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
         // Heads first, [b, s, n·d] → [b, n, s, d]: consumes the projection, so only the copy stays.
-        let heads_first =
-            |t: Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape((b, s, n, d))?.transpose(1, 2)?.contiguous()?) };
+        let heads_first = |t: Tensor, n: usize| elementwise::heads_first(t, n, d);
         // A GPU layer takes its stacked products when decoding (fewer launches per token) and its
         // separate views when prefilling, so every moment of a prefill holds what stages 1-2
         // measured (the stacked product beside its copies would be a new, larger moment).
@@ -302,14 +302,14 @@ impl Layer {
                 (a.transpose(1, 2)?.reshape((b, s, heads * d))?, Some(a))
             }
         };
-        let x = (x + self.o.forward(&a)?)?;
+        let x = add(x, self.o.forward(&a)?)?;
         let h = norm(&x, &self.ln2.to_dtype(work)?, cfg.rms_norm_eps, mode)?;
         match &self.mlp {
             Mlp::Dense { down, .. } => {
                 let m = self.gated(&h, fused.is_some(), cfg.intermediate_size)?;
-                Ok((x + down.forward(&m)?)?.to_dtype(act)?)
+                Ok(add(x, down.forward(&m)?)?.to_dtype(act)?)
             }
-            Mlp::Mixture(mix) => Ok((x + mix.forward(&h)?)?.to_dtype(act)?),
+            Mlp::Mixture(mix) => Ok(add(x, mix.forward(&h)?)?.to_dtype(act)?),
         }
     }
 

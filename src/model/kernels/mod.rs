@@ -4,6 +4,8 @@
 #[cfg(feature = "cuda")]
 pub mod decode;
 #[cfg(feature = "cuda")]
+pub mod elementwise;
+#[cfg(feature = "cuda")]
 pub mod flash_attention;
 pub mod fused;
 #[cfg(feature = "cuda")]

@@ -8,6 +8,7 @@ use crate::error::{LabError, Result};
 use crate::model::generate::StepInputs;
 use crate::model::host::linear::HostLinear;
 use crate::model::kernels::{Fused, Part, Weights};
+use crate::model::layers::elementwise::bias_add;
 use crate::model::load::weights::Weight;
 use crate::model::parallel::comm::RankComm;
 use candle_core::quantized::QMatMul;
@@ -39,7 +40,11 @@ impl Linear {
 
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
-            Self::Dense(l) => Ok(l.forward(x)?),
+            // The bias through `elementwise` (the lab's kernel on a GPU), the product as candle_nn's.
+            Self::Dense(l) => match l.bias() {
+                Some(b) => bias_add(candle_nn::Linear::new(l.weight().clone(), None).forward(x)?, b),
+                None => Ok(l.forward(x)?),
+            },
             Self::Host(h) => h.forward(x),
             Self::RowParallel(l, c) => c.sum(&l.forward(x)?),
             Self::Gathered(l, c) => gather(&l.forward(x)?, c),
@@ -50,10 +55,10 @@ impl Linear {
                 let native = x.dtype() == DType::F32 || (x.device().is_cuda() && matches!(q, QMatMul::QTensor(_)));
                 let y =
                     if native { q.forward(x)? } else { q.forward(&x.to_dtype(DType::F32)?)?.to_dtype(x.dtype())? };
-                Ok(match bias {
-                    Some(b) => y.broadcast_add(b)?,
-                    None => y,
-                })
+                match bias {
+                    Some(b) => bias_add(y, b),
+                    None => Ok(y),
+                }
             }
         }
     }

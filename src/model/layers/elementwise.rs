@@ -1,0 +1,65 @@
+//! A layer's element-wise ops: the lab's kernels for BF16 on a GPU (`kernels::elementwise`, eight
+//! values a thread, the same bits), candle's elsewhere. Each takes its inputs by value, so they are
+//! freed as soon as the result exists, as with candle's `a + b`: the moments the ledger counts stay.
+
+use crate::error::Result;
+use candle_core::Tensor;
+
+/// a + b (the same shape).
+pub fn add(a: Tensor, b: Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(y) = crate::model::kernels::elementwise::add(&a, &b)? {
+        return Ok(y);
+    }
+    Ok((a + b)?)
+}
+
+/// a · b (the same shape).
+pub fn mul(a: Tensor, b: Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(y) = crate::model::kernels::elementwise::mul(&a, &b)? {
+        return Ok(y);
+    }
+    Ok((a * b)?)
+}
+
+/// x + bias, the bias [cols] added to every row of x [.., cols].
+pub fn bias_add(x: Tensor, bias: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(y) = crate::model::kernels::elementwise::bias_add(&x, bias)? {
+        return Ok(y);
+    }
+    Ok(x.broadcast_add(bias)?)
+}
+
+/// x [b, s, n · d] as [b, n, s, d], contiguous (the heads first, as attention takes them).
+pub fn heads_first(x: Tensor, n: usize, d: usize) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(y) = crate::model::kernels::elementwise::heads_first(&x, n, d)? {
+        return Ok(y);
+    }
+    let (b, s, _) = x.dims3()?;
+    Ok(x.reshape((b, s, n, d))?.transpose(1, 2)?.contiguous()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// The heads-first copy puts element (b, s, n, d) at (b, n, s, d) (on the CPU, candle's ops).
+    #[test]
+    fn heads_first_moves_each_element() {
+        let x = Tensor::arange(0f32, 2.0 * 3.0 * 32.0, &Device::Cpu).unwrap().reshape((2, 3, 32)).unwrap();
+        let y = heads_first(x.clone(), 4, 8).unwrap();
+        assert_eq!(y.dims(), &[2, 4, 3, 8]);
+        let (xv, yv) = (x.to_vec3::<f32>().unwrap(), y.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        for (bi, rows) in xv.iter().enumerate() {
+            for (si, row) in rows.iter().enumerate() {
+                for (c, &v) in row.iter().enumerate() {
+                    assert_eq!(yv[((bi * 4 + c / 8) * 3 + si) * 8 + c % 8], v);
+                }
+            }
+        }
+    }
+}
