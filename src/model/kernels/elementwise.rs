@@ -45,10 +45,8 @@ fn launch(dev: &CudaDevice, name: &str, inputs: &[&Tensor], shape: Vec<usize>, e
     super::target::launchable(&func, name, 256)?;
     let stream = dev.cuda_stream();
     let out = crate::memory::cuda_copy::uninit(dev, DType::BF16, shape)?;
-    let mut ptrs = inputs
-        .iter()
-        .map(|t| crate::memory::cuda_copy::start_ptr(t, &stream))
-        .collect::<Result<Vec<_>>>()?;
+    let mut ptrs =
+        inputs.iter().map(|t| crate::memory::cuda_copy::start_ptr(t, &stream)).collect::<Result<Vec<_>>>()?;
     ptrs.push(crate::memory::cuda_copy::start_ptr(&out, &stream)?);
     let runs = out.elem_count() / 8;
     let n8 = runs as i64;
