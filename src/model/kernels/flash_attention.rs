@@ -8,6 +8,7 @@
 //! H100 or H200 at head size 128 a second kernel multiplies with Hopper's `wgmma` instead
 //! (`Layout::Hopper`, `flash_attention_sm90.cu`).
 
+use super::target::capability;
 use crate::error::{LabError, Result};
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
@@ -32,17 +33,6 @@ pub fn ptx() -> Result<String> {
 pub fn ptx_sm90() -> Result<String> {
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     super::target::compile_for(&PTX, "flash attention (9.0a)", "compute_90a", || format!("{SOURCE}\n{SOURCE_SM90}"))
-}
-
-/// `dev`'s compute capability as (major, minor), None if the driver does not say.
-fn capability(dev: &CudaDevice) -> Option<(i32, i32)> {
-    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute::*;
-    let stream = dev.cuda_stream();
-    let ctx = stream.context();
-    Some((
-        ctx.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).ok()?,
-        ctx.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).ok()?,
-    ))
 }
 
 /// Whether `dev` runs the kernel (compute capability 8.0 or newer: the tensor-core instructions).
