@@ -23,7 +23,7 @@ pub fn ptx() -> Result<String> {
 /// which record it).
 fn takes(ts: &[&Tensor]) -> Result<Option<CudaDevice>> {
     let candle_core::Device::Cuda(dev) = ts[0].device() else { return Ok(None) };
-    if !super::target::capability(dev).is_some_and(|(major, _)| major >= 8) {
+    if super::target::capability(dev).is_none_or(|(major, _)| major < 8) {
         return Ok(None);
     }
     let stream = dev.cuda_stream();
