@@ -757,3 +757,24 @@ fn elementwise_prefill_kernels() {
     assert!(kernels.contains("elementwise_equals_candles ... ok"));
     assert!(kernels.contains("test result: ok. 9 passed; 0 failed"));
 }
+
+/// The 8.9 build beside the 9.0 build of the same commit (`h200/2026-11-28-compute-89/RUN.md`): the
+/// kernel tests of the 8.9 build pass (the element-wise kernels' bit-for-bit test among them), and
+/// its greedy ids and memory equal the 9.0 build's in F32, BF16 and Q4_K_M in the same call.
+#[test]
+fn compute_89_build_gives_the_9_0_builds_tokens() {
+    let dir = results().join("2026-11-28-compute-89");
+    let json = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
+    };
+    for p in ["f32", "bf16", "q4_k_m"] {
+        let (a, b) = (json(&format!("generate-{p}-90.json")), json(&format!("generate-{p}-89.json")));
+        assert_eq!(a["generated_ids"].as_array().unwrap().len(), 48, "{p}");
+        for key in ["generated_ids", "allocated_bytes", "peak_bytes"] {
+            assert_eq!(a[key], b[key], "{p}: {key}");
+        }
+    }
+    let kernels = std::fs::read_to_string(dir.join("first-call/gpu_kernels-89.txt")).unwrap();
+    assert!(kernels.contains("elementwise_equals_candles ... ok"));
+    assert!(kernels.contains("test result: ok. 9 passed; 0 failed"));
+}
