@@ -1,6 +1,6 @@
 // The prefill's element-wise BF16 ops, 16 bytes (eight values) a thread. candle's kernels take one
-// value a thread and work out its strided index, and at 32k tokens its adds ran at 0.66 TB/s and its
-// product at 1.25 TB/s on an H100, 3.35 TB/s card (data/results/h100/2026-11-26-speed/development).
+// value a thread and work out its strided index: at 32k tokens on an H100 (3.35 TB/s) an add took 1.07
+// ms (0.66 TB/s) and gate × up 2.98 ms (data/results/h100/2026-11-26-speed/development, layers.txt).
 // Each result is the one correctly rounded BF16 of the exact sum or product — `fma.rn` with 1 or
 // −0 (CUDA's own spelling of a BF16 add or multiply below 9.0) — so it is candle's, bit for bit, on
 // every capability. The launcher checks lengths (a multiple of 8) and 16-byte alignment.

@@ -1,8 +1,8 @@
 //! The prefill's element-wise BF16 ops on a GPU, eight values a thread (`elementwise.cu`): the
 //! residual adds, a product's bias, the gate × up product and the heads-first copy of q and k.
 //! Each returns None where it does not apply (not BF16 on a GPU, not contiguous, a length not a
-//! multiple of 8, a start not 16-byte aligned, a gradient to track), and the caller takes candle's. The output is a
-//! new tensor of the input's size, as candle's, so the ledger's moments do not change.
+//! multiple of 8, a start not 16-byte aligned, a gradient to track), and the caller takes candle's.
+//! The output is a new tensor of the input's size, as candle's, so the ledger's moments stay.
 
 use crate::error::{LabError, Result};
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -18,35 +18,43 @@ pub fn ptx() -> Result<String> {
     super::target::compile(&PTX, "element-wise", 80, || SOURCE.to_string())
 }
 
-/// The device when every tensor is BF16, contiguous, on a GPU of compute 8.0+, starts on 16 bytes,
-/// holds a multiple of 8 values and carries no gradient's history (training's ops stay candle's,
-/// which record it).
-fn takes(ts: &[&Tensor]) -> Result<Option<CudaDevice>> {
+/// The inputs as the kernels take them: their device and start pointers, when every one is BF16,
+/// contiguous, on a GPU of compute 8.0+, starts on 16 bytes, holds a multiple of 8 values and
+/// carries no gradient's history (training's ops stay candle's, which record it).
+struct Inputs {
+    dev: CudaDevice,
+    ptrs: Vec<u64>,
+}
+
+/// `ts` as `Inputs`, or None where the kernels do not take them.
+fn takes(ts: &[&Tensor]) -> Result<Option<Inputs>> {
     let candle_core::Device::Cuda(dev) = ts[0].device() else { return Ok(None) };
     if super::target::capability(dev).is_none_or(|(major, _)| major < 8) {
         return Ok(None);
     }
     let stream = dev.cuda_stream();
+    let mut ptrs = Vec::with_capacity(ts.len() + 1);
     for t in ts {
         if t.dtype() != DType::BF16 || !t.is_contiguous() || !t.elem_count().is_multiple_of(8) || t.track_op() {
             return Ok(None);
         }
-        if crate::memory::cuda_copy::start_ptr(t, &stream)? % 16 != 0 {
+        let p = crate::memory::cuda_copy::start_ptr(t, &stream)?;
+        if p % 16 != 0 {
             return Ok(None);
         }
+        ptrs.push(p);
     }
-    Ok(Some(dev.clone()))
+    Ok(Some(Inputs { dev: dev.clone(), ptrs }))
 }
 
 /// Launches `name` (inputs, out, n8, extra...) over the n8 runs of eight values of a new output
 /// of `shape`.
-fn launch(dev: &CudaDevice, name: &str, inputs: &[&Tensor], shape: Vec<usize>, extra: &[i32]) -> Result<Tensor> {
+fn launch(inputs: Inputs, name: &str, shape: Vec<usize>, extra: &[i32]) -> Result<Tensor> {
+    let Inputs { dev, mut ptrs } = inputs;
     let func = dev.get_or_load_custom_func(name, "vram_lab_elementwise", &ptx()?)?.into_cuda_function();
     super::target::launchable(&func, name, 256)?;
     let stream = dev.cuda_stream();
-    let out = crate::memory::cuda_copy::uninit(dev, DType::BF16, shape)?;
-    let mut ptrs =
-        inputs.iter().map(|t| crate::memory::cuda_copy::start_ptr(t, &stream)).collect::<Result<Vec<_>>>()?;
+    let out = crate::memory::cuda_copy::uninit(&dev, DType::BF16, shape)?;
     ptrs.push(crate::memory::cuda_copy::start_ptr(&out, &stream)?);
     let runs = out.elem_count() / 8;
     let n8 = runs as i64;
@@ -73,8 +81,8 @@ pub fn add(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
     if a.dims() != b.dims() {
         return Ok(None);
     }
-    let Some(dev) = takes(&[a, b])? else { return Ok(None) };
-    launch(&dev, "vram_lab_add_bf16", &[a, b], a.dims().to_vec(), &[]).map(Some)
+    let Some(inputs) = takes(&[a, b])? else { return Ok(None) };
+    launch(inputs, "vram_lab_add_bf16", a.dims().to_vec(), &[]).map(Some)
 }
 
 /// a · b of the same shape.
@@ -82,8 +90,8 @@ pub fn mul(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
     if a.dims() != b.dims() {
         return Ok(None);
     }
-    let Some(dev) = takes(&[a, b])? else { return Ok(None) };
-    launch(&dev, "vram_lab_mul_bf16", &[a, b], a.dims().to_vec(), &[]).map(Some)
+    let Some(inputs) = takes(&[a, b])? else { return Ok(None) };
+    launch(inputs, "vram_lab_mul_bf16", a.dims().to_vec(), &[]).map(Some)
 }
 
 /// x + bias, the bias [cols] added to every row of x [.., cols].
@@ -92,8 +100,8 @@ pub fn bias_add(x: &Tensor, bias: &Tensor) -> Result<Option<Tensor>> {
     if bias.rank() != 1 || x.dims().last() != Some(&cols) {
         return Ok(None);
     }
-    let Some(dev) = takes(&[x, bias])? else { return Ok(None) };
-    launch(&dev, "vram_lab_bias_add_bf16", &[x, bias], x.dims().to_vec(), &[(cols / 8) as i32]).map(Some)
+    let Some(inputs) = takes(&[x, bias])? else { return Ok(None) };
+    launch(inputs, "vram_lab_bias_add_bf16", x.dims().to_vec(), &[(cols / 8) as i32]).map(Some)
 }
 
 /// x [b, s, n · d] as [b, n, s, d], contiguous.
@@ -102,6 +110,6 @@ pub fn heads_first(x: &Tensor, n: usize, d: usize) -> Result<Option<Tensor>> {
     if nd != n * d || !d.is_multiple_of(8) {
         return Ok(None);
     }
-    let Some(dev) = takes(&[x])? else { return Ok(None) };
-    launch(&dev, "vram_lab_heads_first_bf16", &[x], vec![b, n, s, d], &[s as i32, n as i32, (d / 8) as i32]).map(Some)
+    let Some(inputs) = takes(&[x])? else { return Ok(None) };
+    launch(inputs, "vram_lab_heads_first_bf16", vec![b, n, s, d], &[s as i32, n as i32, (d / 8) as i32]).map(Some)
 }

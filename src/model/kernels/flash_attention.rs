@@ -49,6 +49,8 @@ pub fn hopper(dev: &CudaDevice) -> bool {
 /// Queries a block takes, and keys a tile of K or V holds (`BR`, `BC` in `flash_attention.cu`).
 const ROWS: usize = 128;
 const KEYS: usize = 64;
+/// Keys a tile holds in the Hopper kernel (`BC` in `flash_attention_sm90.cu`), three tiles of K and V.
+const HOPPER_KEYS: usize = 128;
 
 /// How a block's 128 queries are shared among its warps, and which instructions multiply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +100,7 @@ impl Layout {
         match self {
             Self::Narrow => 0,
             Self::Wide => ((ROWS + 2 * KEYS) * (d + 8) * 2) as u32,
-            Self::Hopper => ((ROWS + 3 * 2 * 128) * d * 2 + 1024) as u32,
+            Self::Hopper => ((ROWS + 3 * 2 * HOPPER_KEYS) * d * 2 + 1024) as u32,
         }
     }
 
