@@ -37,27 +37,45 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 
 // Rows k0.. of a head's k or v (rows D apart) into a tile of shared memory, asynchronously: zeros
 // past the keys the block needs (a masked key's probability is 0, but 0 times a stale value could
-// be NaN).
-template <int D, int BC, int PAD>
+// be NaN). The block's T threads each copy one 16-byte chunk of rows T / (D / 8) apart, so the loop
+// has a fixed count and unrolls to one copy an instruction (a loop from threadIdx.x was a third of
+// the Hopper kernel's instructions).
+template <int D, int BC, int PAD, int T>
 __device__ __forceinline__ void load_tile(unsigned short* tile, const unsigned short* head, int k0, int last) {
-    for (int e = threadIdx.x; e < BC * D / 8; e += blockDim.x) {
-        const int row = e / (D / 8), col = (e % (D / 8)) * 8;
-        const bool in = k0 + row < last;
-        cp_async16(tile + row * PAD + col, head + (long)(in ? k0 + row : 0) * D + col, in ? 16 : 0);
+    constexpr int CHUNKS = D / 8, STEP = T / CHUNKS;
+    static_assert(T % CHUNKS == 0 && BC % STEP == 0, "whole rows a pass");
+    const int row = threadIdx.x / CHUNKS, col = (threadIdx.x % CHUNKS) * 8;
+    // A row at `last` or after copies nothing, from a row that exists.
+    const unsigned short* src = head + (long)min(k0 + row, last - 1) * D + col;
+#pragma unroll
+    for (int i = 0; i < BC / STEP; i++) {
+        const bool in = k0 + row + i * STEP < last;
+        cp_async16(tile + (row + i * STEP) * PAD + col, src + (in ? i * STEP * D : 0), in ? 16 : 0);
     }
     cp_async_commit();
 }
 
-// The running maxima of R rows updated with this tile's (`mx`, each row's over the quad of threads
-// that holds it): the factor each row's sum (here) and output (the caller) are rescaled by. Key 0 is
-// in every row's first tile, so the maximum is finite from then on.
+// 2^x on the special-function unit alone: `ex2.approx.ftz` flushes results below 2^-126 to 0, as
+// FlashAttention's fast-math builds do; exp2f keeps them, with a test and two multiplies an element
+// (a third of the softmax's instructions in the Hopper kernel's SASS).
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// The running maxima of R rows updated with this tile's (`mx`, each row's unscaled maximum over its
+// thread's keys; `m` is in log2 units, the scores times `scale`): the factor each row's sum (here)
+// and output (the caller) are rescaled by. Key 0 is in every row's first tile, so the maximum is
+// finite from then on. The scale is positive, so the scaled maximum is the maximum scaled.
 template <int R>
-__device__ __forceinline__ void rescale(float (&m)[R], float (&l)[R], float (&mx)[R], float (&corr)[R]) {
+__device__ __forceinline__ void rescale(float (&m)[R], float (&l)[R], float (&mx)[R], float (&corr)[R], float scale) {
 #pragma unroll
     for (int r = 0; r < R; r++) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        corr[r] = exp2f(m[r] - mx[r]);
+        mx[r] = fmaxf(m[r], mx[r] * scale);
+        corr[r] = ex2(m[r] - mx[r]);
         m[r] = mx[r];
         l[r] *= corr[r];
     }
@@ -120,11 +138,11 @@ __device__ void flash(const unsigned short* __restrict__ q, const unsigned short
     const int last = offset + min(q0 + BR, s);  // keys the block needs: 0..last-1
     // K and V take turns: V's tile loads while the scores are computed from K's, and the next K's
     // while the output takes V's — each tile's wait overlapped with the other half's products.
-    load_tile<D, BC, PAD>(ks, kh, 0, last);
+    load_tile<D, BC, PAD, BR * 2>(ks, kh, 0, last);
     for (int k0 = 0; k0 < last; k0 += BC) {
         cp_async_wait_all();
         __syncthreads();  // K's tile is in; every warp is done with the last V tile
-        load_tile<D, BC, PAD>(vs, vh, k0, last);
+        load_tile<D, BC, PAD, BR * 2>(vs, vh, k0, last);
         // A warp whose rows all precede the tile only keeps the block's barriers.
         const bool active = k0 <= offset + wq + 15;
         // Scores of the warp's 16 rows × 64 keys: c fragment j holds keys k0 + 8j + 2 quad (+1).
@@ -144,22 +162,22 @@ __device__ void flash(const unsigned short* __restrict__ q, const unsigned short
                     mma(sc[j], qa[c + 1], b[2], b[3]);
                 }
             }
-            // Scale (in log2 units: exp2 below), mask the keys after each row, and the rows' running
-            // maxima over the quad of threads that holds a row.
+            // Mask the keys after each row, and take the rows' maxima (the scale is applied in
+            // `rescale` and in the exponent's multiply-add).
             const bool edge = k0 + BC - 1 > offset + wq;
-            float mx[2] = {m[0], m[1]};
+            float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
             for (int j = 0; j < BC / 8; j++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const int key = k0 + j * 8 + quad * 2 + (i & 1), row = wq + r0 + (i >> 1) * 8;
-                    float x = sc[j][i] * scale_log2;
+                    float x = sc[j][i];
                     if (edge && key > offset + row) x = NEG_INF;
                     sc[j][i] = x;
                     mx[i >> 1] = fmaxf(mx[i >> 1], x);
                 }
             float corr[2];
-            rescale<2>(m, l, mx, corr);
+            rescale<2>(m, l, mx, corr, scale_log2);
 #pragma unroll
             for (int j = 0; j < D / 8; j++)
 #pragma unroll
@@ -167,7 +185,7 @@ __device__ void flash(const unsigned short* __restrict__ q, const unsigned short
         }
         cp_async_wait_all();
         __syncthreads();  // V's tile is in; every warp is done with this K tile
-        if (k0 + BC < last) load_tile<D, BC, PAD>(ks, kh, k0 + BC, last);
+        if (k0 + BC < last) load_tile<D, BC, PAD, BR * 2>(ks, kh, k0 + BC, last);
         if (!active) continue;
         // P = exp2(S − m) as BF16 a fragments (two c fragments of keys make one of 16), and the
         // output's product with v's rows of the tile.
@@ -178,7 +196,7 @@ __device__ void flash(const unsigned short* __restrict__ q, const unsigned short
             for (int t = 0; t < 2; t++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    p[t][i] = exp2f(sc[2 * c + t][i] - m[i >> 1]);
+                    p[t][i] = ex2(fmaf(sc[2 * c + t][i], scale_log2, -m[i >> 1]));
                     l[i >> 1] += p[t][i];
                 }
             const unsigned pa[4] = {pack(p[0][0], p[0][1]), pack(p[0][2], p[0][3]), pack(p[1][0], p[1][1]), pack(p[1][2], p[1][3])};
@@ -213,7 +231,7 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
     const unsigned short* qh = q + ((long)bi * heads + h) * s * D;
     const unsigned short* kh = k + bi * bs + (long)(h / (heads / kv)) * hs;
     const unsigned short* vh = v + bi * bs + (long)(h / (heads / kv)) * hs;
-    load_tile<D, BR, PAD>(qs, qh, q0, s);  // the block's queries, zeros past s
+    load_tile<D, BR, PAD, 128>(qs, qh, q0, s);  // the block's queries, zeros past s
     float o[2][D / 8][4];
 #pragma unroll
     for (int t = 0; t < 2; t++)
@@ -224,13 +242,13 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
     // Rows r0 and r0 + 8 of each 16-row tile t: [t][0 or 1].
     float m[2][2] = {{NEG_INF, NEG_INF}, {NEG_INF, NEG_INF}}, l[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     const int last = offset + min(q0 + BR, s);
-    load_tile<D, BC, PAD>(ks, kh, 0, last);
+    load_tile<D, BC, PAD, 128>(ks, kh, 0, last);
     // Lane t's row of a 16-row tile for ldmatrix (t % 16) and its 8 columns (t / 16).
     const unsigned short* qr = qs + (warp * 32 + (lane & 15)) * PAD + (lane >> 4) * 8;
     for (int k0 = 0; k0 < last; k0 += BC) {
         cp_async_wait_all();
         __syncthreads();
-        load_tile<D, BC, PAD>(vs, vh, k0, last);
+        load_tile<D, BC, PAD, 128>(vs, vh, k0, last);
         const bool active = k0 <= offset + wq + 31;
         float sc[2][BC / 8][4];
         if (active) {
@@ -259,7 +277,7 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
                     }
                 }
             }
-            float mx[2][2] = {{m[0][0], m[0][1]}, {m[1][0], m[1][1]}};
+            float mx[2][2] = {{NEG_INF, NEG_INF}, {NEG_INF, NEG_INF}};
 #pragma unroll
             for (int t = 0; t < 2; t++) {
                 const bool edge = k0 + BC - 1 > offset + wq + t * 16;
@@ -268,7 +286,7 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const int key = k0 + j * 8 + quad * 2 + (i & 1), row = wq + t * 16 + r0 + (i >> 1) * 8;
-                        float x = sc[t][j][i] * scale_log2;
+                        float x = sc[t][j][i];
                         if (edge && key > offset + row) x = NEG_INF;
                         sc[t][j][i] = x;
                         mx[t][i >> 1] = fmaxf(mx[t][i >> 1], x);
@@ -276,7 +294,7 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
             }
             float corr[2][2];
 #pragma unroll
-            for (int t = 0; t < 2; t++) rescale<2>(m[t], l[t], mx[t], corr[t]);
+            for (int t = 0; t < 2; t++) rescale<2>(m[t], l[t], mx[t], corr[t], scale_log2);
 #pragma unroll
             for (int t = 0; t < 2; t++)
 #pragma unroll
@@ -286,7 +304,7 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
         }
         cp_async_wait_all();
         __syncthreads();
-        if (k0 + BC < last) load_tile<D, BC, PAD>(ks, kh, k0 + BC, last);
+        if (k0 + BC < last) load_tile<D, BC, PAD, 128>(ks, kh, k0 + BC, last);
         if (!active) continue;
 #pragma unroll
         for (int c = 0; c < BC / 16; c++) {
@@ -298,7 +316,7 @@ __device__ void flash_wide(const unsigned short* __restrict__ q, const unsigned 
                 for (int u = 0; u < 2; u++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
-                        p[u][i] = exp2f(sc[t][2 * c + u][i] - m[t][i >> 1]);
+                        p[u][i] = ex2(fmaf(sc[t][2 * c + u][i], scale_log2, -m[t][i >> 1]));
                         l[t][i >> 1] += p[u][i];
                     }
                 pa[t][0] = pack(p[0][0], p[0][1]);

@@ -54,39 +54,45 @@ __device__ __forceinline__ void gmma_rs(float (&d)[16][4], const unsigned (&a)[4
 // `last` and after. The layout is wgmma's 128-byte swizzle: two halves of 64 dims, each ROWS rows of
 // 128 bytes, a row's 16-byte chunk c stored at c XOR (row % 8). A warp reads two whole rows and each
 // 8-thread phase writes distinct banks; unswizzled 8×8 tiles took 27.7 ms a layer here, not 19.2.
+// A thread copies the same chunk c of rows 16 apart, so its offsets step by constants and the copies
+// unroll to one instruction each; a loop from threadIdx.x took 350 of a tile's 970 instructions.
 template <int D, int ROWS>
 __device__ __forceinline__ void load_swizzled(unsigned char* tile, const unsigned short* head, int r0, int last) {
+    const int row = threadIdx.x >> 4, c = threadIdx.x & 15;
+    unsigned char* dst = tile + (c >> 3) * ROWS * 128 + row * 128 + (((c & 7) ^ (row & 7)) << 4);
+    // A row at `last` or after copies nothing, from a row that exists.
+    const unsigned short* src = head + (long)min(r0 + row, last - 1) * D + c * 8;
 #pragma unroll
-    for (int q = threadIdx.x; q < ROWS * 16; q += 256) {
-        const int row = q >> 4, c = q & 15;
-        const bool in = r0 + row < last;
-        cp_async16(tile + (c >> 3) * ROWS * 128 + row * 128 + (((c & 7) ^ (row & 7)) << 4),
-                   head + (long)(in ? r0 + row : 0) * D + c * 8, in ? 16 : 0);
+    for (int i = 0; i < ROWS / 16; i++) {
+        const bool in = r0 + row + i * 16 < last;
+        cp_async16(dst + i * 16 * 128, src + (in ? i * 16 * D : 0), in ? 16 : 0);
     }
 }
 
-// A tile's scores (already in log2 units) with the keys after each row masked: the rows' running
-// maxima and sums updated (`rescale`), P = exp2(S − m) left in `sc` and its row sums added to `l`;
-// the caller rescales the output by `corr` once the products writing it are done.
+// A tile's scores with the keys after each row masked: the rows' running maxima (log2 units) and
+// sums updated (`rescale`), P = exp2(S · scale − m) left in `sc` and its row sums added to `l`; the
+// caller rescales the output by `corr` once the products writing it are done. Only a tile on the
+// diagonal is masked, in a branch of its own, so the others spend no instruction on it.
 __device__ __forceinline__ void softmax_tile(float (&sc)[16][4], float (&m)[2], float (&l)[2], float (&corr)[2],
-                                             int k0, int row0, int quad, bool edge) {
-    float mx[2] = {m[0], m[1]};
+                                             int k0, int row0, int quad, bool edge, float scale) {
+    if (edge) {
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (k0 + j * 8 + quad * 2 + (i & 1) > row0 + (i >> 1) * 8) sc[j][i] = NEG_INF;
+    }
+    float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) mx[i >> 1] = fmaxf(mx[i >> 1], sc[j][i]);
+    rescale<2>(m, l, mx, corr, scale);
 #pragma unroll
     for (int j = 0; j < 16; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int key = k0 + j * 8 + quad * 2 + (i & 1), row = row0 + (i >> 1) * 8;
-            float x = sc[j][i];
-            if (edge && key > row) x = NEG_INF;
-            sc[j][i] = x;
-            mx[i >> 1] = fmaxf(mx[i >> 1], x);
-        }
-    rescale<2>(m, l, mx, corr);
-#pragma unroll
-    for (int j = 0; j < 16; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            sc[j][i] = exp2f(sc[j][i] - m[i >> 1]);
+            sc[j][i] = ex2(fmaf(sc[j][i], scale, -m[i >> 1]));
             l[i >> 1] += sc[j][i];
         }
 }
@@ -159,11 +165,7 @@ __device__ void flash_hopper(const unsigned short* __restrict__ q, const unsigne
     scores(0);
     gmma_wait<0>();
     pin(sc);
-#pragma unroll
-    for (int j = 0; j < 16; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) sc[j][i] *= scale_log2;
-    softmax_tile(sc, m, l, corr, 0, row0, quad, BC - 1 > row0 - r0);
+    softmax_tile(sc, m, l, corr, 0, row0, quad, BC - 1 > row0 - r0, scale_log2);
     pack_p(pa, sc);
     // V is N-major for P·V (its rows, the keys, run along K): the two 64-dim halves 16 KB apart
     // (`lbo`), 8-key groups 1024 B (`sbo`); a step of 16 keys moves 2048 B.
@@ -177,20 +179,16 @@ __device__ void flash_hopper(const unsigned short* __restrict__ q, const unsigne
         cp_async_wait_group<0>();
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads();  // tile t + 1 is in; every warpgroup is done with tile t − 1's buffer
-        load(t + 2);
         pin(o);
         pin(pa);
         gmma_fence();
         scores(t + 1);
         values(t);
+        load(t + 2);  // after the products are issued, so they start without waiting for it
         gmma_wait<1>();  // the scores are in; P·V may still run
         pin(sc);
         const int k0 = (t + 1) * BC;
-#pragma unroll
-        for (int j = 0; j < 16; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) sc[j][i] *= scale_log2;
-        softmax_tile(sc, m, l, corr, k0, row0, quad, k0 + BC - 1 > row0 - r0);
+        softmax_tile(sc, m, l, corr, k0, row0, quad, k0 + BC - 1 > row0 - r0, scale_log2);
         gmma_wait<0>();
         pin(o);
 #pragma unroll
