@@ -483,8 +483,9 @@ fn rope_rounds_as_the_cpu_does() {
 }
 
 /// The element-wise kernels give candle's ops bit for bit: the adds and products (one correct
-/// rounding each), a bias added to every row, the heads-first copy; they leave to candle what they
-/// do not take (a length not a multiple of 8, a strided view, F32, a tensor with a gradient).
+/// rounding each), a bias added to every row, the heads-first copy, the RMS norm; they leave to
+/// candle what they do not take (a length not a multiple of 8, a strided view, F32, a tensor with a
+/// gradient, a row the norm's order would not match).
 #[test]
 fn elementwise_equals_candles() {
     use vram_lab::model::kernels::elementwise;
@@ -506,6 +507,14 @@ fn elementwise_equals_candles() {
     let got = elementwise::heads_first(&x, 4, 128).unwrap().unwrap();
     assert_eq!(got.dims(), want.dims());
     assert_eq!(bits(&got), bits(&want), "heads first");
+    // The norm adds its squares in candle's order: rows of 1024, 3584 (Qwen2.5-7B) and 5120.
+    for cols in [1024, 3584, 5120] {
+        let (x, w) = (wide(&[3, 11, cols]), wide(&[cols]));
+        let got = elementwise::rms_norm(&x, &w, 1e-6).unwrap().unwrap();
+        assert_eq!(bits(&got), bits(&candle_nn::ops::rms_norm(&x, &w, 1e-6).unwrap()), "rms norm of {cols}");
+    }
+    let (x, w) = (wide(&[2, 896]), wide(&[896]));
+    assert!(elementwise::rms_norm(&x, &w, 1e-6).unwrap().is_none(), "a row of 896: candle's one warp");
     let odd = wide(&[3, 5]);
     assert!(elementwise::add(&odd, &odd).unwrap().is_none(), "15 values");
     let view = a.narrow(2, 8, 32).unwrap();

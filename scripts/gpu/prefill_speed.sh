@@ -7,7 +7,8 @@
 #   here:  FEATURES=nccl TESTS=gpu_kernels bash scripts/cuda/build-gpu-binary.sh
 #   there: carry .gpu/vram-lab.xz .gpu/gpu_kernels.xz .gpu/commit; bash scripts/gpu/prefill_speed.sh "$OUT"
 # CONFIGS="hopper:VRAM_LAB_FLASH=hopper wide:VRAM_LAB_FLASH=wide" (NAME:ENV=VALUE,...; the layouts are
-# narrow, wide and hopper); LENS (default 16384,32768); ONLY="kernels torch bench ncu" picks parts.
+# narrow, wide and hopper); LENS (default 16384,32768); ONLY="kernels torch bench ncu layers" picks
+# parts (layers: every kernel of the first config's 32k prefill under ncu, by layer).
 # With .gpu/vram-lab-base.xz carried too (an earlier build), each round also runs it as "base".
 set -u
 cd "$(dirname "$0")/../.."
@@ -64,6 +65,13 @@ PY
       --kernel-name regex:flash --launch-skip "$skip" --launch-count 1 --cache-control none --clock-control none \
       /tmp/vram-lab "${BENCH32K[@]}" --out "$RES/ncu-bench-$name"
   done
+fi
+if want layers; then
+  # Every kernel of the first config's 32k prefill timed (profile-prefill.sh), summed by layer.
+  c=${CONFIGS%% *}; envs=${c#*:}
+  run layers ${envs//,/ } BIN=/tmp/vram-lab KERNELS=. SKIP=1000 LAUNCHES=2500 OUT="$RES/layers" bash scripts/gpu/profile-prefill.sh
+  python3 scripts/gpu/ncu_sum.py "$RES/layers/ncu.csv" --layers > "$RES/layers/layers.txt" 2>&1
+  xz -9 "$RES/layers/ncu.csv"
 fi
 tar -cf "$OUT/prefill-speed.tar" -C "$(dirname "$RES")" "$(basename "$RES")"
 log "packed"

@@ -389,11 +389,12 @@ pub(super) fn into_dtype(x: Tensor, dtype: DType) -> Result<Tensor> {
     Ok(if x.dtype() == dtype { x } else { x.to_dtype(dtype)? })
 }
 
-/// RMS norm: candle's fused kernel, or (for a training step) the composed ops it has a backward for.
+/// RMS norm: a fused kernel (the lab's or candle's, the same bits), or (for a training step) the
+/// composed ops candle has a backward for.
 pub(super) fn norm(x: &Tensor, w: &Tensor, eps: f64, mode: AttentionMode) -> Result<Tensor> {
     Ok(if mode == AttentionMode::Differentiable {
         candle_nn::ops::rms_norm_slow(x, w, eps as f32)?
     } else {
-        candle_nn::ops::rms_norm(x, w, eps as f32)?
+        elementwise::rms_norm(x, w, eps as f32)?
     })
 }

@@ -1,4 +1,4 @@
-//! A layer's element-wise ops: the lab's kernels for BF16 on a GPU (`kernels::elementwise`, eight
+//! A layer's element-wise ops and its RMS norm: the lab's kernels for BF16 on a GPU (`kernels::elementwise`, eight
 //! values a thread, the same bits), candle's elsewhere. Each takes its inputs by value, so they are
 //! freed as soon as the result exists, as with candle's `a + b`: the moments the ledger counts stay.
 
@@ -30,6 +30,15 @@ pub fn bias_add(x: Tensor, bias: &Tensor) -> Result<Tensor> {
         return Ok(y);
     }
     Ok(x.broadcast_add(bias)?)
+}
+
+/// RMS norm of x [.., cols] by w [cols] (candle's fused kernel's bits).
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(y) = crate::model::kernels::elementwise::rms_norm(x, w, eps)? {
+        return Ok(y);
+    }
+    Ok(candle_nn::ops::rms_norm(x, w, eps)?)
 }
 
 /// x [b, s, n · d] as [b, n, s, d], contiguous (the heads first, as attention takes them).
