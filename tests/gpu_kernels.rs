@@ -483,7 +483,7 @@ fn rope_rounds_as_the_cpu_does() {
 }
 
 /// The element-wise kernels give candle's ops bit for bit: the adds and products (one correct
-/// rounding each), a bias added to every row, the heads-first copy, the RMS norm; they leave to
+/// rounding each), a bias added to every row, silu, the heads-first copy, the RMS norm; they leave to
 /// candle what they do not take (a length not a multiple of 8, a strided view, F32, a tensor with a
 /// gradient, a row the norm's order would not match).
 #[test]
@@ -507,6 +507,9 @@ fn elementwise_equals_candles() {
     let got = elementwise::heads_first(&x, 4, 128).unwrap().unwrap();
     assert_eq!(got.dims(), want.dims());
     assert_eq!(bits(&got), bits(&want), "heads first");
+    // silu over values from e^-16 to e^16 in size, both signs: e^−x overflows and underflows.
+    let x = wide(&[4, 6, 256]);
+    assert_eq!(bits(&elementwise::silu(&x).unwrap().unwrap()), bits(&candle_nn::ops::silu(&x).unwrap()), "silu");
     // The norm adds its squares in candle's order: rows of 1024, 3584 (Qwen2.5-7B) and 5120.
     for cols in [1024, 3584, 5120] {
         let (x, w) = (wide(&[3, 11, cols]), wide(&[cols]));

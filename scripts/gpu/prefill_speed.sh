@@ -3,7 +3,7 @@
 # fused attention's warps (`VRAM_LAB_FLASH`, CONFIGS), the runs interleaved over ROUNDS; then the
 # kernel tests and Nsight Compute over the 32k prefill's attention in each layout (its time, and the
 # tensor pipes', shared memory's and warps' state). Everything under $RES, packed into
-# $OUT/prefill-speed.tar (a call brings back few files).
+# $OUT/prefill-speed.tar.xz (a call brings back few files).
 #   here:  FEATURES=nccl TESTS=gpu_kernels bash scripts/cuda/build-gpu-binary.sh
 #   there: carry .gpu/vram-lab.xz .gpu/gpu_kernels.xz .gpu/commit; bash scripts/gpu/prefill_speed.sh "$OUT"
 # CONFIGS="hopper:VRAM_LAB_FLASH=hopper wide:VRAM_LAB_FLASH=wide" (NAME:ENV=VALUE,...; the layouts are
@@ -13,7 +13,10 @@
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-/tmp/out}
-RES=${RES:-/tmp/prefill-speed}
+# A fresh folder each run: a machine lent again may keep an earlier call's /tmp, and a folder given
+# as RES must be empty (nothing in it is overwritten).
+RES=${RES:-$(mktemp -d /tmp/prefill-speed.XXXXXX)}
+if [ -n "$(ls -A "$RES" 2>/dev/null)" ]; then echo "RES=$RES is not empty" >&2; exit 2; fi
 mkdir -p "$OUT" "$RES"
 source scripts/cuda/gpu-env.sh
 source scripts/gpu/common.sh
@@ -21,6 +24,7 @@ unpack .gpu/vram-lab.xz /tmp/vram-lab
 [ -e .gpu/gpu_kernels.xz ] && unpack .gpu/gpu_kernels.xz /tmp/gpu_kernels
 [ -e .gpu/vram-lab-base.xz ] && unpack .gpu/vram-lab-base.xz /tmp/vram-lab-base
 cp .gpu/commit "$RES/commit" 2>/dev/null
+[ -e .gpu/vram-lab-base.xz ] && cp .gpu/base-commit "$RES/base-commit" 2>/dev/null
 nvidia-smi > "$RES/nvidia-smi.txt" 2>&1
 CONFIGS=${CONFIGS:-hopper:VRAM_LAB_FLASH=hopper wide:VRAM_LAB_FLASH=wide}
 LENS=${LENS:-16384,32768}
@@ -73,5 +77,7 @@ if want layers; then
   python3 scripts/gpu/ncu_sum.py "$RES/layers/ncu.csv" --layers > "$RES/layers/layers.txt" 2>&1
   xz -9 "$RES/layers/ncu.csv"
 fi
-tar -cf "$OUT/prefill-speed.tar" -C "$(dirname "$RES")" "$(basename "$RES")"
+# Each bench's report.html (4.5 MB) stays behind: the CSVs hold its figures, and a call brings back
+# little.
+tar -cJf "$OUT/prefill-speed.tar.xz" --exclude=report.html -C "$(dirname "$RES")" "$(basename "$RES")"
 log "packed"

@@ -9,7 +9,7 @@ use crate::model::config::DecoderConfig;
 use crate::model::decoder::mixture::Mixture;
 use crate::model::host::linear::HostLinear;
 use crate::model::layers::attention::{self, attend, AttentionMode};
-use crate::model::layers::elementwise::{self, add, mul};
+use crate::model::layers::elementwise::{self, add, mul, silu};
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
 use crate::model::load::weights::{take, take_dense, Weight};
@@ -223,11 +223,11 @@ impl Layer {
         Ok(match self.fused.as_ref().filter(|_| stacked) {
             Some((_, gate_up)) => {
                 let y = gate_up.forward(h)?;
-                mul(candle_nn::ops::silu(&y.narrow(2, 0, i)?)?, y.narrow(2, i, i)?)?
+                mul(silu(&y.narrow(2, 0, i)?)?, y.narrow(2, i, i)?)?
             }
             None => {
                 let (gate, up, _) = self.dense_mlp()?;
-                mul(candle_nn::ops::silu(&gate.forward(h)?)?, up.forward(h)?)?
+                mul(silu(&gate.forward(h)?)?, up.forward(h)?)?
             }
         })
     }

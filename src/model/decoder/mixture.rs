@@ -6,6 +6,7 @@
 
 use crate::error::{LabError, Result};
 use crate::model::config::{DecoderConfig, Family};
+use crate::model::layers::elementwise::{mul, silu};
 use crate::model::layers::linear::Linear;
 use crate::model::load::weights::{take, Weight};
 use candle_core::{DType, Tensor};
@@ -103,7 +104,7 @@ impl Mixture {
             // Each statement's temporaries live to its end: gate, silu(gate), up and the product;
             // then the product, the down projection and its weighted copy; then that copy and the
             // new sum beside the old.
-            let m = (candle_nn::ops::silu(&expert.gate.forward(&xs)?)? * expert.up.forward(&xs)?)?;
+            let m = mul(silu(&expert.gate.forward(&xs)?)?, expert.up.forward(&xs)?)?;
             let y = expert.down.forward(&m)?.broadcast_mul(&wt)?;
             drop(m);
             out = out.index_add(&idx, &y, 0)?;

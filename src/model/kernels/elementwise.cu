@@ -30,6 +30,24 @@ extern "C" __global__ void vram_lab_mul_bf16(const uint4* a, const uint4* b, uin
     }
 }
 
+// out = silu(x) = x / (1 + e^−x), in F32 and rounded once, as candle's usilu_bf16 (the same
+// expression, compiled without fast math by nvcc there and NVRTC here: the same bits). candle's
+// launch asks one thread a value while each thread takes eight, so seven blocks in eight start
+// and find nothing to do: 1.97 ms a layer at 32k tokens on an H200, 1.3 TB/s
+// (data/results/h200/2026-11-28-prefill-silu, layers.txt).
+__device__ __forceinline__ unsigned silu2(unsigned v) {
+    const float lo = __uint_as_float(v << 16), hi = __uint_as_float(v & 0xFFFF0000u);
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi / (1.0f + expf(-hi))), "f"(lo / (1.0f + expf(-lo))));
+    return r;
+}
+extern "C" __global__ void vram_lab_silu_bf16(const uint4* x, uint4* out, long n8) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n8; i += (long)gridDim.x * blockDim.x) {
+        const uint4 v = x[i];
+        out[i] = make_uint4(silu2(v.x), silu2(v.y), silu2(v.z), silu2(v.w));
+    }
+}
+
 // out = x + bias for x [rows, cols] and bias [cols] (cols8 runs of eight a row).
 extern "C" __global__ void vram_lab_bias_add_bf16(const uint4* x, const uint4* bias, uint4* out, long n8, int cols8) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n8; i += (long)gridDim.x * blockDim.x) {

@@ -1,6 +1,6 @@
 //! The prefill's element-wise BF16 ops on a GPU, eight values a thread (`elementwise.cu`): the
-//! residual adds, a product's bias, the gate × up product, the heads-first copy of q and k, and
-//! the RMS norm (a row at a time, read once).
+//! residual adds, a product's bias, silu and the gate × up product, the heads-first copy of q and
+//! k, and the RMS norm (a row at a time, read once).
 //! Each returns None where it does not apply (not BF16 on a GPU, not contiguous, a length not a
 //! multiple of 8, a start not 16-byte aligned, a gradient to track), and the caller takes candle's.
 //! The output is a new tensor of the input's size, as candle's, so the ledger's moments stay.
@@ -105,6 +105,12 @@ pub fn mul(a: &Tensor, b: &Tensor) -> Result<Option<Tensor>> {
     }
     let Some(inputs) = takes(&[a, b])? else { return Ok(None) };
     launch(inputs, "vram_lab_mul_bf16", a.dims().to_vec(), &[]).map(Some)
+}
+
+/// silu(x), as candle's `silu`.
+pub fn silu(x: &Tensor) -> Result<Option<Tensor>> {
+    let Some(inputs) = takes(&[x])? else { return Ok(None) };
+    launch(inputs, "vram_lab_silu_bf16", x.dims().to_vec(), &[]).map(Some)
 }
 
 /// x + bias, the bias [cols] added to every row of x [.., cols].

@@ -23,6 +23,15 @@ pub fn mul(a: Tensor, b: Tensor) -> Result<Tensor> {
     Ok((a * b)?)
 }
 
+/// silu(x) = x / (1 + e^−x) (a new tensor: x stays).
+pub fn silu(x: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let Some(y) = crate::model::kernels::elementwise::silu(x)? {
+        return Ok(y);
+    }
+    Ok(candle_nn::ops::silu(x)?)
+}
+
 /// x + bias, the bias [cols] added to every row of x [.., cols].
 pub fn bias_add(x: Tensor, bias: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
