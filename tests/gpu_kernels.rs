@@ -433,9 +433,10 @@ fn staged_upload_equals_candles_reading() {
 #[test]
 fn rope_rounds_as_the_cpu_does() {
     let Some((dev, _)) = gpu() else { return };
-    let (b, heads, t, d, tc) = (2, 4, 37, 128, 40);
-    let x = randn(&[b, heads, t, d], DType::BF16, &Device::Cpu);
-    for per_batch in [false, true] {
+    // d = 128 takes eight pairs a thread, d = 24 one (its rows do not run in 16-byte pieces).
+    for (per_batch, d) in [(false, 128), (true, 128), (false, 24), (true, 24)] {
+        let (b, heads, t, tc) = (2, 4, 37, 40);
+        let x = randn(&[b, heads, t, d], DType::BF16, &Device::Cpu);
         let table: Vec<usize> = if per_batch { vec![b, tc, d / 2] } else { vec![tc, d / 2] };
         let ang = (Tensor::rand(0f32, 6.3, table.as_slice(), &Device::Cpu).unwrap() * 50.0).unwrap();
         let (cos, sin) =
@@ -468,13 +469,13 @@ fn rope_rounds_as_the_cpu_does() {
         // decides whether its products are fused (9.0) or rounded (8.x).
         let candles = candle_nn::rotary_emb::rope(&on(&x), &on(&rows(&cos)), &on(&rows(&sin))).unwrap();
         println!(
-            "rope per_batch {per_batch}: candle's CUDA rope differs from its CPU rope in {} of {} elements (build for compute {:?}); the lab's in {}",
+            "rope per_batch {per_batch}, d {d}: candle's CUDA rope differs from its CPU rope in {} of {} elements (build for compute {:?}); the lab's in {}",
             differing(&bits(&candles)),
             w.len(),
             vram_lab::model::kernels::target::built_for(),
             differing(&g)
         );
-        assert_eq!(differing(&g), 0, "per_batch {per_batch}: the lab's rope differs from candle's CPU rope");
+        assert_eq!(differing(&g), 0, "per_batch {per_batch}, d {d}: the lab's rope differs from candle's CPU rope");
     }
     // F32 is candle's own: the kernel declines it.
     let x32 = randn(&[1, 1, 4, 8], DType::F32, &dev);

@@ -42,6 +42,49 @@ pub(super) fn pool_attr(pool: sys::CUmemoryPool, attr: sys::CUmemPool_attribute)
     Ok(v)
 }
 
+pub(super) fn set_release_threshold(pool: sys::CUmemoryPool, mut bytes: u64) -> Result<()> {
+    // SAFETY: the release threshold is a cuuint64_t.
+    check(
+        unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                &mut bytes as *mut u64 as *mut _,
+            )
+        },
+        "cuMemPoolSetAttribute(release threshold)",
+    )
+}
+
+/// While alive, the default pool keeps what is freed (its release threshold at the maximum) where
+/// a synchronisation would give it back to the driver, so a timed pass finds its memory mapped, as
+/// PyTorch's caching allocator keeps its blocks between a bench's repeats. Dropped: the threshold
+/// restored and the pool trimmed, as `torch.cuda.empty_cache` after each length.
+pub struct KeptPool {
+    ctx: Arc<CudaContext>,
+    pool: sys::CUmemoryPool,
+    saved: u64,
+}
+
+impl KeptPool {
+    pub fn new(dev: &CudaDevice) -> Result<Self> {
+        let ctx = context(dev);
+        let pool = default_pool(&ctx)?;
+        let saved = pool_attr(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)?;
+        set_release_threshold(pool, u64::MAX)?;
+        Ok(Self { ctx, pool, saved })
+    }
+}
+
+impl Drop for KeptPool {
+    fn drop(&mut self) {
+        let _ = self.ctx.synchronize();
+        let _ = set_release_threshold(self.pool, self.saved);
+        // SAFETY: trimming keeps every live allocation.
+        let _ = unsafe { sys::cuMemPoolTrimTo(self.pool, 0) };
+    }
+}
+
 pub fn pool_stats(dev: &CudaDevice) -> Result<PoolStats> {
     use sys::CUmemPool_attribute::*;
     let ctx = context(dev);

@@ -6,7 +6,9 @@
 //! the arena lives and puts it back (and trims) on drop, so every way out leaves candle's pool as
 //! it was.
 
-use super::cuda::{check, context, default_pool, mem_info, pool_attr as pool_u64};
+use super::cuda::{
+    check, context, default_pool, mem_info, pool_attr as pool_u64, set_release_threshold as set_threshold,
+};
 use super::DeviceAllocator;
 use crate::error::{LabError, OomReport, Result};
 use crate::memory::policy::{round_up, Policy};
@@ -29,20 +31,6 @@ pub struct DeviceArena {
     /// handle → (pointer, bytes asked)
     live: BTreeMap<u64, (sys::CUdeviceptr, u64)>,
     next: u64,
-}
-
-fn set_threshold(pool: sys::CUmemoryPool, mut bytes: u64) -> Result<()> {
-    // SAFETY: the release threshold is a cuuint64_t.
-    check(
-        unsafe {
-            sys::cuMemPoolSetAttribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                &mut bytes as *mut u64 as *mut _,
-            )
-        },
-        "cuMemPoolSetAttribute(release threshold)",
-    )
 }
 
 impl DeviceArena {

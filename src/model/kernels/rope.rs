@@ -35,19 +35,26 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tensor>> {
     if !takes {
         return Ok(None);
     }
-    let func = dev.get_or_load_custom_func("vram_lab_rope_bf16", "vram_lab_rope", &ptx()?)?.into_cuda_function();
-    super::target::launchable(&func, "vram_lab_rope_bf16", 256)?;
     let stream = dev.cuda_stream();
     let ptr = |z: &Tensor| crate::memory::cuda_copy::start_ptr(z, &stream);
     let out = crate::memory::cuda_copy::uninit(dev, DType::BF16, vec![b, heads, t, d])?;
     let (px, pc, ps, py) = (ptr(x)?, ptr(cos)?, ptr(sin)?, ptr(&out)?);
-    let pairs = (b * heads * t * d / 2) as u32;
-    let cfg = LaunchConfig { grid_dim: (pairs.div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // Eight pairs a thread where rows and table rows start on 16 bytes, else one.
+    let eight = d % 16 == 0 && [px, pc, ps, py].iter().all(|p| p % 16 == 0);
+    let (name, threads) = if eight {
+        ("vram_lab_rope8_bf16", b * heads * t * d / 16)
+    } else {
+        ("vram_lab_rope_bf16", b * heads * t * d / 2)
+    };
+    let func = dev.get_or_load_custom_func(name, "vram_lab_rope", &ptx()?)?.into_cuda_function();
+    super::target::launchable(&func, name, 256)?;
+    let cfg =
+        LaunchConfig { grid_dim: ((threads as u32).div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let (b_, heads_, t_, d_, tc_, pb) = (b as i32, heads as i32, t as i32, d as i32, tc as i32, per_batch as i32);
     let mut l = stream.launch_builder(&func);
     l.arg(&px).arg(&pc).arg(&ps).arg(&py).arg(&b_).arg(&heads_).arg(&t_).arg(&d_).arg(&tc_).arg(&pb);
     // SAFETY: x and out hold b·heads·t·d elements, cos and sin the table checked above; one
-    // thread per pair reads and writes within them.
+    // thread per pair (or run of eight pairs) reads and writes within them.
     unsafe { l.launch(cfg) }.map_err(|e| LabError::other(format!("rope kernel: {e:?}")))?;
     Ok(Some(out))
 }
