@@ -716,23 +716,43 @@ fn hopper_prefill_attention() {
         assert!((num(&r, "tok_s") / num(&r, "pytorch_tok_s") - x).abs() < 1e-9);
         assert!(x < 1.0, "{seq}: {x:.3} × PyTorch: the bar is met, say so");
     }
-    let layer_ms = |file: &str| {
-        let text = std::fs::read_to_string(dir.join(file)).unwrap();
-        let line = text.lines().find(|l| l.contains("\"Duration\"")).unwrap();
-        let value = line.trim_end_matches(',').rsplit("\",\"").next().unwrap().trim_matches('"').replace(',', "");
-        value.parse::<f64>().unwrap() / 1e6
-    };
+    let layer_ms = |file: &str| ncu_duration_ms(&dir.join(file));
     let (hopper, wide, narrow) =
         (layer_ms("ncu-hopper.txt"), layer_ms("ncu-wide.txt"), layer_ms("narrow-wide/ncu-narrow.txt"));
     assert!(hopper < wide && wide < narrow, "ms a layer: hopper {hopper}, wide {wide}, narrow {narrow}");
-    let flops = 4.0 * 128.0 * 28.0 * 32768.0 * 32769.0 / 2.0;
-    let tflops = flops / (hopper / 1e3) / 1e12;
+    let tflops = ATTENTION_32K_FLOPS / (hopper / 1e3) / 1e12;
     assert!(tflops > 335.0, "hopper's 32k attention at {tflops:.1} TFLOPS");
     let kernels = std::fs::read_to_string(dir.join("kernels.txt")).unwrap();
     assert!(kernels.contains("test result: ok. 8 passed; 0 failed"), "the GPU kernel tests");
     let probe = std::fs::read_to_string(dir.join("kernel-probe.txt")).unwrap();
     assert!(probe.contains("all equal") && probe.contains("probe exit 0"), "the kernel probe");
 }
+
+/// `compute_89.sh`'s greedy runs in `dir`: the 8.9 build's 48 ids and allocated and peak bytes are
+/// the 9.0 build's in F32, BF16 and Q4_K_M.
+fn same_greedy_ids_as_9_0(dir: &Path) {
+    let json = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
+    };
+    for p in ["f32", "bf16", "q4_k_m"] {
+        let (a, b) = (json(&format!("generate-{p}-90.json")), json(&format!("generate-{p}-89.json")));
+        assert_eq!(a["generated_ids"].as_array().unwrap().len(), 48, "{p}");
+        for key in ["generated_ids", "allocated_bytes", "peak_bytes"] {
+            assert_eq!(a[key], b[key], "{p}: {key}");
+        }
+    }
+}
+
+/// The duration (ms) in an ncu `--page details` CSV of one kernel.
+fn ncu_duration_ms(path: &Path) -> f64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    let line = text.lines().find(|l| l.contains("\"Duration\"")).unwrap();
+    let value = line.trim_end_matches(',').rsplit("\",\"").next().unwrap().trim_matches('"').replace(',', "");
+    value.parse::<f64>().unwrap() / 1e6
+}
+
+/// A causal 32k prefill's attention on Qwen2.5-7B: 4 · 128 FLOPs per (query, key) pair, 28 heads.
+const ATTENTION_32K_FLOPS: f64 = 4.0 * 128.0 * 28.0 * 32768.0 * 32769.0 / 2.0;
 
 /// The prefill's element-wise ops in the lab's kernels (`h200/2026-11-28-prefill-elementwise`): in
 /// the same call both rounds of the new binary prefill 16k and 32k faster than both of the base
@@ -764,17 +784,68 @@ fn elementwise_prefill_kernels() {
 #[test]
 fn compute_89_build_gives_the_9_0_builds_tokens() {
     let dir = results().join("2026-11-28-compute-89");
-    let json = |name: &str| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
-    };
-    for p in ["f32", "bf16", "q4_k_m"] {
-        let (a, b) = (json(&format!("generate-{p}-90.json")), json(&format!("generate-{p}-89.json")));
-        assert_eq!(a["generated_ids"].as_array().unwrap().len(), 48, "{p}");
-        for key in ["generated_ids", "allocated_bytes", "peak_bytes"] {
-            assert_eq!(a[key], b[key], "{p}: {key}");
-        }
-    }
+    same_greedy_ids_as_9_0(&dir);
     let kernels = std::fs::read_to_string(dir.join("first-call/gpu_kernels-89.txt")).unwrap();
     assert!(kernels.contains("elementwise_equals_candles ... ok"));
     assert!(kernels.contains("test result: ok. 9 passed; 0 failed"));
+}
+
+/// The 32k prefill beside PyTorch's (`h200/2026-11-28-prefill-parity/RUN.md`): in runs 1-3 every
+/// round of the new binary prefills 32k faster than every round of its base; run-3 sits just below
+/// PyTorch and run-4 at or above it (the bar met in one call of two, as the folder says); every
+/// peak is the ledger's; the Hopper attention runs above 500 TFLOPS under ncu and the probe's new
+/// kernels beat main's; silu and rope take less than half their time; the 8.9 build's kernel tests
+/// pass and its greedy ids and bytes are the 9.0 build's.
+#[test]
+fn prefill_beside_pytorch() {
+    let dir = results().join("2026-11-28-prefill-parity");
+    let tok = |run: &str, name: &str| {
+        let path = dir.join(run).join(name).join("bench/bench_prefill.csv");
+        let r = csv(&path).1.into_iter().find(|r| r["seq"] == "32768").unwrap();
+        assert!((num(&r, "peak_mib") - num(&r, "ledger_peak_mib")).abs() < 0.2, "{run} {name}: peak beside the ledger");
+        (num(&r, "tok_s"), num(&r, "x_pytorch"))
+    };
+    for run in ["run-1", "run-2", "run-3"] {
+        let slowest_new = (1..=3).map(|i| tok(run, &format!("new-{i}")).0).fold(f64::MAX, f64::min);
+        let fastest_base = (1..=3).map(|i| tok(run, &format!("base-{i}")).0).fold(0.0, f64::max);
+        assert!(slowest_new > fastest_base, "{run}: new {slowest_new:.0} against base {fastest_base:.0}");
+    }
+    for i in 1..=3 {
+        let x = tok("run-3", &format!("new-{i}")).1;
+        assert!((0.99..1.0).contains(&x), "run-3 new-{i}: {x:.4} × PyTorch");
+    }
+    for name in ["base-1", "base-2", "new-1", "new-2"] {
+        let x = tok("run-4", name).1;
+        assert!(x >= 1.0, "run-4 {name}: {x:.4} × PyTorch");
+    }
+    let tflops = ATTENTION_32K_FLOPS / (ncu_duration_ms(&dir.join("run-1/ncu-new.txt")) / 1e3) / 1e12;
+    assert!(tflops > 500.0, "the Hopper attention at {tflops:.1} TFLOPS");
+    // The probe's 32k rows: each new kernel against main's, both rounds.
+    let probe = std::fs::read_to_string(dir.join("development/probe-3-copies-after-products.txt")).unwrap();
+    let tf = |name: &str| -> Vec<f64> {
+        let rows = probe.lines().filter(|l| l.contains("s 32768 ") && l.split_whitespace().nth(8) == Some(name));
+        rows.map(|l| l.split_whitespace().nth(11).unwrap().parse().unwrap()).collect()
+    };
+    for (old, new, gain) in [("o_hopper", "hopper", 1.3), ("o_narrow", "narrow", 1.1), ("o_wide", "wide", 1.1)] {
+        let (o, n) = (tf(old), tf(new));
+        assert_eq!((o.len(), n.len()), (2, 2), "{new}: two rounds");
+        let worst = n.iter().zip(&o).map(|(n, o)| n / o).fold(f64::MAX, f64::min);
+        assert!(worst > gain, "{new}: {worst:.3} × {old}");
+    }
+    assert!(probe.contains("all within 0.02"), "every variant's output beside main's");
+    // Per layer, from the layers files: the lab's silu and eight-pair rope against candle's and one pair.
+    let per_layer = |run: &str, kernel: &str| -> f64 {
+        let text = std::fs::read_to_string(dir.join(run).join("layers/layers.txt")).unwrap();
+        let line = text.lines().find(|l| l.contains(kernel)).unwrap();
+        line.split("launches,").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    assert!(per_layer("run-2", "vram_lab_silu_bf16") < 0.5 * per_layer("run-1", "usilu_bf16"));
+    assert!(per_layer("run-3", "vram_lab_rope8_bf16 (28672") < 0.5 * per_layer("run-1", "vram_lab_rope_bf16 (229376"));
+    for file in
+        ["run-1/kernels.txt", "run-2/kernels.txt", "compute-89/gpu_kernels-89.txt", "compute-89/call-b-output.txt"]
+    {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        assert!(text.contains("test result: ok. 9 passed; 0 failed"), "{file}");
+    }
+    same_greedy_ids_as_9_0(&dir.join("compute-89"));
 }

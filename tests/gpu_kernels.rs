@@ -508,6 +508,10 @@ fn elementwise_equals_candles() {
     let got = elementwise::heads_first(&x, 4, 128).unwrap().unwrap();
     assert_eq!(got.dims(), want.dims());
     assert_eq!(bits(&got), bits(&want), "heads first");
+    // v as a layer hands it to the cache: the heads-first view of [b, s, n, d] rows, made contiguous.
+    let view = x.reshape((2, 9, 4, 128)).unwrap().transpose(1, 2).unwrap();
+    let got = vram_lab::model::layers::elementwise::contiguous(&view).unwrap();
+    assert_eq!(bits(&got), bits(&view.contiguous().unwrap()), "v for the cache");
     // silu over values from e^-16 to e^16 in size, both signs: e^−x overflows and underflows.
     let x = wide(&[4, 6, 256]);
     assert_eq!(bits(&elementwise::silu(&x).unwrap().unwrap()), bits(&candle_nn::ops::silu(&x).unwrap()), "silu");

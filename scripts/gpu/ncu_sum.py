@@ -44,4 +44,9 @@ for name, ns in launches:
 total = sum(time.values())
 print(f"{len(time)} kernels, {sum(count.values())} launches, {total / 1e6:.2f} ms")
 for name, ns in time.most_common():
-    print(f"{ns / 1e6:10.2f} ms {100 * ns / total:5.1f} % {count[name]:5d} × {ns / count[name] / 1e3:9.1f} µs  {name}")
+    if "--layers" in sys.argv:
+        # The rows between attentions are scaled to every layer: a launch's own time is the row's
+        # total over the layers, not over its launches.
+        print(f"{ns / 1e6:10.2f} ms {100 * ns / total:5.1f} % {count[name]:5d} launches, {ns / len(last) / 1e3:9.1f} µs a layer  {name}")
+    else:
+        print(f"{ns / 1e6:10.2f} ms {100 * ns / total:5.1f} % {count[name]:5d} × {ns / count[name] / 1e3:9.1f} µs  {name}")

@@ -283,6 +283,7 @@ impl Layer {
                 self.v.forward(&h)?,
             ),
         };
+        let v = v.reshape((b, s, kv_heads, d))?.transpose(1, 2)?;
         let (q, k) =
             (self.head_norm(q, false, cfg.rms_norm_eps, mode)?, self.head_norm(k, true, cfg.rms_norm_eps, mode)?);
         let (q, k) = if mode == AttentionMode::Differentiable {
@@ -290,17 +291,7 @@ impl Layer {
         } else {
             (attention::rope(&q, &cos, &sin)?, attention::rope(&k, &cos, &sin)?)
         };
-        // The cache takes v heads first, a copy alive for the write alone (candle made it inside
-        // `write`); on a GPU layer it is the lab's copy, where candle's strided one took 0.22 ms a
-        // layer at 32k tokens on an H200 (data/results/h200/2026-11-28-prefill-parity/run-3).
-        // `v` itself stays alive through the layer, as the ledger counts it.
-        let v_first = if work == act {
-            heads_first(v.clone(), kv_heads)?
-        } else {
-            v.reshape((b, s, kv_heads, d))?.transpose(1, 2)?.to_dtype(act)?
-        };
-        cache.write(l, &k.to_dtype(act)?, &v_first)?;
-        drop(v_first);
+        cache.write(l, &k.to_dtype(act)?, &v.to_dtype(act)?)?;
         let (kc, vc) = cache.view(l, offset + s)?;
         // The fused kernel writes [b, s, heads·d] itself. The others' [b, heads, s, d] output
         // stays alive beside its reshaped copy through the MLP, as stages 1-2 measured it.

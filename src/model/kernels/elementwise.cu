@@ -1,6 +1,7 @@
 // The prefill's element-wise BF16 ops, 16 bytes (eight values) a thread. candle's kernels take one
-// value a thread and work out its strided index: at 32k tokens on an H100 (3.35 TB/s) an add took 1.07
-// ms (0.66 TB/s) and gate × up 2.98 ms (data/results/h100/2026-11-26-speed/development, layers.txt).
+// value a thread and work out its strided index: at 32k tokens on an H100 (3.35 TB/s) an add took 1.03
+// ms (0.69 TB/s) and gate × up 2.87 ms (data/results/h100/2026-11-26-speed/development, layers.txt:
+// a row's total over the 28 layers, its µs column being scaled by 28/27).
 // Each result is the one correctly rounded BF16 of the exact sum or product — `fma.rn` with 1 or
 // −0 (CUDA's own spelling of a BF16 add or multiply below 9.0) — so it is candle's, bit for bit, on
 // every capability. The launcher checks lengths (a multiple of 8) and 16-byte alignment.
@@ -33,8 +34,8 @@ extern "C" __global__ void vram_lab_mul_bf16(const uint4* a, const uint4* b, uin
 // out = silu(x) = x / (1 + e^−x), in F32 and rounded once, as candle's usilu_bf16 (the same
 // expression, compiled without fast math by nvcc there and NVRTC here: the same bits). candle's
 // launch asks one thread a value while each thread takes eight, so seven blocks in eight start
-// and find nothing to do: 1.97 ms a layer at 32k tokens on an H200, 1.3 TB/s
-// (data/results/h200/2026-11-28-prefill-silu, layers.txt).
+// and find nothing to do: 1.58 ms a layer at 32k tokens on an H200 (1.6 TB/s), here 0.62
+// (data/results/h200/2026-11-28-prefill-parity, run-1 and run-2's layers/layers.txt).
 __device__ __forceinline__ unsigned silu2(unsigned v) {
     const float lo = __uint_as_float(v << 16), hi = __uint_as_float(v & 0xFFFF0000u);
     unsigned r;
@@ -69,13 +70,14 @@ extern "C" __global__ void vram_lab_heads_first_bf16(const uint4* x, uint4* out,
 
 // RMS norm of BF16 rows [rows, cols] by a BF16 weight, with candle's bits (candle-kernels' reduce.cu,
 // `rmsnorm`, cols >= 1024: a block of 1024 threads a row, two-byte loads, the row read twice; on an
-// H100 at 32k tokens 0.45 ms a norm for 0.47 GB, 1.05 TB/s, data/results/h100/2026-11-26-speed/
-// development, layers.txt). Here a block of 256 threads reads its row once, 16 bytes a thread, into
-// shared memory, and adds it up in candle's order: candle's thread t of 1024 adds x² over columns t,
-// t + 1024, ... (an `fma`, as nvcc contracts `tmp += x * x`); each warp folds its 32 sums by xor
-// shuffles 16, 8, 4, 2, 1, and warp w's sum goes to slot w, whose 32 fold the same way. Thread r
-// here holds candle's threads r + 256 k (k < 4): warp r / 32 holds candle's warps r / 32 + 8 k,
-// lane for lane, so the same shuffles fold them. Then x · rsqrt(mean + eps) · w, rounded once.
+// H100 at 32k tokens 0.43 ms a norm for 0.47 GB, 1.1 TB/s, data/results/h100/2026-11-26-speed/
+// development, layers.txt; this kernel 0.17-0.18 ms on an H200, 2026-11-28-prefill-parity).
+// A block of 256 threads reads its row once, 16 bytes a thread, into shared memory, and adds it
+// up in candle's order: candle's thread t of 1024 adds x² over columns t, t + 1024, ... (an `fma`,
+// as nvcc contracts `tmp += x * x`); each warp folds its 32 sums by xor shuffles 16, 8, 4, 2, 1,
+// and warp w's sum goes to slot w, whose 32 fold the same way. Thread r here holds candle's
+// threads r + 256 k (k < 4): warp r / 32 holds candle's warps r / 32 + 8 k, lane for lane, so the
+// same shuffles fold them. Then x · rsqrt(mean + eps) · w, rounded once.
 __device__ __forceinline__ float bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 __device__ __forceinline__ unsigned short f32_to_bf16(float x) {
     unsigned short h;

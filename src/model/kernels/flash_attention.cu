@@ -38,8 +38,8 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Rows k0.. of a head's k or v (rows D apart) into a tile of shared memory, asynchronously: zeros
 // past the keys the block needs (a masked key's probability is 0, but 0 times a stale value could
 // be NaN). The block's T threads each copy one 16-byte chunk of rows T / (D / 8) apart, so the loop
-// has a fixed count and unrolls to one copy an instruction (a loop from threadIdx.x was a third of
-// the Hopper kernel's instructions).
+// has a fixed count and unrolls to a few instructions a copy (the same change in the Hopper kernel:
+// 28 % fewer instructions executed, 2026-11-28-prefill-parity/development, ncu-*-details.csv).
 template <int D, int BC, int PAD, int T>
 __device__ __forceinline__ void load_tile(unsigned short* tile, const unsigned short* head, int k0, int last) {
     constexpr int CHUNKS = D / 8, STEP = T / CHUNKS;
@@ -56,8 +56,9 @@ __device__ __forceinline__ void load_tile(unsigned short* tile, const unsigned s
 }
 
 // 2^x on the special-function unit alone: `ex2.approx.ftz` flushes results below 2^-126 to 0, as
-// FlashAttention's fast-math builds do; exp2f keeps them, with a test and two multiplies an element
-// (a third of the softmax's instructions in the Hopper kernel's SASS).
+// FlashAttention's fast-math builds do; exp2f keeps them, with a test and two multiplies an element.
+// With the scale folded into the exponent's multiply-add, the Hopper kernel went from 398 to 443
+// TFLOPS at 32k tokens (data/results/h200/2026-11-28-prefill-parity/development, probe-1).
 __device__ __forceinline__ float ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -3,7 +3,8 @@
 // 64-row tile of a product per warpgroup (four warps) straight from shared memory and runs
 // asynchronously, where `mma.sync` feeds each warp's 16 rows through registers; FlashAttention-3 is
 // built on it. Measured against the four-warp `mma.sync` kernel on an H200 (32k tokens, 28 heads):
-// 19.2 against 28.0 ms a layer (data/results/h200/2026-11-28-prefill-hopper).
+// 19.2 against 28.0 ms a layer (data/results/h200/2026-11-28-prefill-hopper); 14.8 with the softmax
+// and copies of data/results/h200/2026-11-28-prefill-parity (ncu, run-1).
 
 // A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format") for the 128-byte swizzle:
 // the start, and the byte distances `lbo` and `sbo` between the layout's 8-row groups (see the
@@ -55,7 +56,8 @@ __device__ __forceinline__ void gmma_rs(float (&d)[16][4], const unsigned (&a)[4
 // 128 bytes, a row's 16-byte chunk c stored at c XOR (row % 8). A warp reads two whole rows and each
 // 8-thread phase writes distinct banks; unswizzled 8×8 tiles took 27.7 ms a layer here, not 19.2.
 // A thread copies the same chunk c of rows 16 apart, so its offsets step by constants and the copies
-// unroll to one instruction each; a loop from threadIdx.x took 350 of a tile's 970 instructions.
+// unroll: a loop from threadIdx.x executed 1.53 × 10⁹ instructions at 16k tokens, this 1.11 × 10⁹,
+// and the kernel ran at 515 TFLOPS, not 443 (2026-11-28-prefill-parity/development).
 template <int D, int ROWS>
 __device__ __forceinline__ void load_swizzled(unsigned char* tile, const unsigned short* head, int r0, int last) {
     const int row = threadIdx.x >> 4, c = threadIdx.x & 15;

@@ -27,8 +27,8 @@ extern "C" __global__ void vram_lab_rope_bf16(const unsigned short* x, const uns
 
 // The same, eight pairs a thread (d a multiple of 16, every start on 16 bytes): the halves of a row,
 // cos and sin read and written 16 bytes at a time, each value computed as above. One pair a thread
-// moved 0.47 GB in 0.52 ms for q at 32k tokens on an H200 (0.9 TB/s; data/results/h200/
-// 2026-11-28-prefill-parity, layers.txt).
+// moved 0.47 GB in 0.42 ms for q at 32k tokens on an H200 (1.1 TB/s), eight 0.15 ms
+// (data/results/h200/2026-11-28-prefill-parity, run-1 and run-3's layers/layers.txt).
 extern "C" __global__ void vram_lab_rope8_bf16(const uint4* x, const uint4* cos_t, const uint4* sin_t, uint4* y, int b,
                                                int heads, int t, int d, int tc, int per_batch) {
     const int h8 = d / 16;  // runs of eight pairs a row
@@ -47,7 +47,10 @@ extern "C" __global__ void vram_lab_rope8_bf16(const uint4* x, const uint4* cos_
 #pragma unroll
     for (int k = 0; k < 8; k++) {
         unsigned short p[4];
-        st(p, 0, ld(x1, k) * ld(c, k)); st(p, 1, ld(x2, k) * ld(s, k)); st(p, 2, ld(x1, k) * ld(s, k)); st(p, 3, ld(x2, k) * ld(c, k));
+        st(p, 0, ld(x1, k) * ld(c, k));
+        st(p, 1, ld(x2, k) * ld(s, k));
+        st(p, 2, ld(x1, k) * ld(s, k));
+        st(p, 3, ld(x2, k) * ld(c, k));
         st(y1, k, ld(p, 0) - ld(p, 1));
         st(y2, k, ld(p, 2) + ld(p, 3));
     }

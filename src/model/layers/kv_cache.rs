@@ -7,6 +7,7 @@
 
 use crate::error::{LabError, Result};
 use crate::model::config::DecoderConfig;
+use crate::model::layers::elementwise::contiguous;
 use candle_core::{DType, Device, Tensor};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -115,7 +116,7 @@ impl KvCache {
                 self.len, self.max_seq
             )));
         }
-        let (k, v) = (k.contiguous()?, v.contiguous()?);
+        let (k, v) = (contiguous(k)?, contiguous(v)?);
         match self.kind {
             CacheKind::Preallocated => {
                 for (slot, new) in [(&self.k[layer], &k), (&self.v[layer], &v)] {
