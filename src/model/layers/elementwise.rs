@@ -1,6 +1,8 @@
-//! A layer's element-wise ops and its RMS norm: the lab's kernels for BF16 on a GPU (`kernels::elementwise`, eight
-//! values a thread, the same bits), candle's elsewhere. Each takes its inputs by value, so they are
-//! freed as soon as the result exists, as with candle's `a + b`: the moments the ledger counts stay.
+//! A layer's element-wise ops and its RMS norm: the lab's kernels for BF16 on a GPU
+//! (`kernels::elementwise`, eight values a thread, the same bits), candle's elsewhere. Each frees
+//! or keeps its inputs as the candle call it replaces: the adds, product and copies take them by
+//! value (freed once the result exists, as with `a + b`), silu and the norm borrow them. So the
+//! moments the ledger counts stay.
 
 use crate::error::Result;
 use candle_core::Tensor;
