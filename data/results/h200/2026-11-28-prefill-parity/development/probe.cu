@@ -1,13 +1,13 @@
 // The prefill attention's variants timed side by side on one GPU (no Rust, no model), outputs
 // compared element by element with main's Hopper kernel before this folder (o_, commit 73180b6):
-//   o_     main's kernels before this folder (variants/o_*.cu);
+//   o_     main's kernels before this folder (variants/o_*.cu, written by make-variants.sh);
 //   new    the kernels of commit 6b22097 (../../../../../src/model/kernels at that commit): the
 //          exponent on the special-function unit alone with the scale in its multiply-add, the
 //          K/V copies of a fixed count, and (Hopper) the copies issued after the products;
 //   l1_    6b22097 with the copies issued before the products (variants/l1_*.cu);
 //   sk_    the exponent change alone, the output's rescale skipped where no row's maximum moved
 //          (variants/sk_*.cu).
-// Built here: nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a -o pv probe.cu
+// Built here: bash make-variants.sh && nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a -o pv probe.cu
 // Run there: ./pv (every case), or ./pv 16384 3 (one variant, one launch: for ncu).
 #include <cstdio>
 #include <cstdlib>
