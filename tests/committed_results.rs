@@ -25,6 +25,15 @@ fn num(r: &HashMap<String, String>, col: &str) -> f64 {
     r[col].parse().unwrap_or_else(|_| panic!("{col} = {:?}", r[col]))
 }
 
+/// The `seq`-token row of the bench run `run`'s `bench/bench_prefill.csv`, its peak checked beside
+/// the ledger's.
+fn prefill_row(run: &Path, seq: &str) -> HashMap<String, String> {
+    let r = csv(&run.join("bench/bench_prefill.csv")).1.into_iter().find(|r| r["seq"] == seq).unwrap();
+    let apart = num(&r, "peak_mib") - num(&r, "ledger_peak_mib");
+    assert!(apart.abs() < 0.2, "{} {seq}: peak beside the ledger", run.display());
+    r
+}
+
 /// The one row of a bench run's `bench/bench_decode.csv` under `dir`.
 fn decode_row(dir: &Path, run: &str) -> HashMap<String, String> {
     csv(&dir.join(run).join("bench/bench_decode.csv")).1.remove(0)
@@ -697,12 +706,7 @@ fn long_cache_profile_puts_the_attention_first() {
 #[test]
 fn hopper_prefill_attention() {
     let dir = results().join("2026-11-28-prefill-hopper");
-    let rows = |run: &str| csv(&dir.join(run).join("bench/bench_prefill.csv")).1;
-    let tok = |run: &str, seq: &str| {
-        let r = rows(run).into_iter().find(|r| r["seq"] == seq).unwrap();
-        assert!((num(&r, "peak_mib") - num(&r, "ledger_peak_mib")).abs() < 0.2, "{run} {seq}: peak beside the ledger");
-        num(&r, "tok_s")
-    };
+    let tok = |run: &str, seq: &str| num(&prefill_row(&dir.join(run), seq), "tok_s");
     for seq in ["16384", "32768"] {
         for round in ["1", "2"] {
             let (hopper, wide) = (tok(&format!("hopper-{round}"), seq), tok(&format!("wide-{round}"), seq));
@@ -711,7 +715,7 @@ fn hopper_prefill_attention() {
                 (tok(&format!("narrow-wide/wide-{round}"), seq), tok(&format!("narrow-wide/narrow-{round}"), seq));
             assert!(wide > narrow, "{seq}, round {round}: wide {wide:.0} against narrow {narrow:.0}");
         }
-        let r = rows("hopper-1").into_iter().find(|r| r["seq"] == seq).unwrap();
+        let r = prefill_row(&dir.join("hopper-1"), seq);
         let x = num(&r, "x_pytorch");
         assert!((num(&r, "tok_s") / num(&r, "pytorch_tok_s") - x).abs() < 1e-9);
         assert!(x < 1.0, "{seq}: {x:.3} × PyTorch: the bar is met, say so");
@@ -762,8 +766,7 @@ const ATTENTION_32K_FLOPS: f64 = 4.0 * 128.0 * 28.0 * 32768.0 * 32769.0 / 2.0;
 fn elementwise_prefill_kernels() {
     let dir = results().join("2026-11-28-prefill-elementwise");
     let tok = |run: &str, seq: &str| {
-        let r = csv(&dir.join(run).join("bench/bench_prefill.csv")).1.into_iter().find(|r| r["seq"] == seq).unwrap();
-        assert!((num(&r, "peak_mib") - num(&r, "ledger_peak_mib")).abs() < 0.2, "{run} {seq}: peak beside the ledger");
+        let r = prefill_row(&dir.join(run), seq);
         (num(&r, "tok_s"), num(&r, "x_pytorch"))
     };
     for seq in ["16384", "32768"] {
@@ -800,9 +803,7 @@ fn compute_89_build_gives_the_9_0_builds_tokens() {
 fn prefill_beside_pytorch() {
     let dir = results().join("2026-11-28-prefill-parity");
     let tok = |run: &str, name: &str| {
-        let path = dir.join(run).join(name).join("bench/bench_prefill.csv");
-        let r = csv(&path).1.into_iter().find(|r| r["seq"] == "32768").unwrap();
-        assert!((num(&r, "peak_mib") - num(&r, "ledger_peak_mib")).abs() < 0.2, "{run} {name}: peak beside the ledger");
+        let r = prefill_row(&dir.join(run).join(name), "32768");
         (num(&r, "tok_s"), num(&r, "x_pytorch"))
     };
     for run in ["run-1", "run-2", "run-3"] {

@@ -42,7 +42,7 @@ pub(super) fn pool_attr(pool: sys::CUmemoryPool, attr: sys::CUmemPool_attribute)
     Ok(v)
 }
 
-pub(super) fn set_release_threshold(pool: sys::CUmemoryPool, mut bytes: u64) -> Result<()> {
+fn set_release_threshold(pool: sys::CUmemoryPool, mut bytes: u64) -> Result<()> {
     // SAFETY: the release threshold is a cuuint64_t.
     check(
         unsafe {

@@ -3,12 +3,10 @@
 //! threshold at its maximum (a caching allocator), or plain synchronous cuMemAlloc / cuMemFree.
 //!
 //! The pool is the one candle allocates from; the caching policy raises its threshold only while
-//! the arena lives and puts it back (and trims) on drop, so every way out leaves candle's pool as
-//! it was.
+//! the arena lives (`KeptPool`, which puts it back and trims on drop), so every way out leaves
+//! candle's pool as it was.
 
-use super::cuda::{
-    check, context, default_pool, mem_info, pool_attr as pool_u64, set_release_threshold as set_threshold,
-};
+use super::cuda::{check, context, default_pool, mem_info, pool_attr as pool_u64, KeptPool};
 use super::DeviceAllocator;
 use crate::error::{LabError, OomReport, Result};
 use crate::memory::policy::{round_up, Policy};
@@ -22,8 +20,8 @@ pub struct DeviceArena {
     dev: CudaDevice,
     ctx: Arc<CudaContext>,
     pool: sys::CUmemoryPool,
-    /// The threshold the pool had before (restored on drop).
-    saved_threshold: u64,
+    /// The caching policy's raised threshold (put back when the arena drops).
+    _kept: Option<KeptPool>,
     /// The pool's reserved bytes when the arena started (candle's own, after a trim).
     base_reserved: u64,
     /// Whether the allocation hook retried failed requests before (restored on drop).
@@ -40,10 +38,7 @@ impl DeviceArena {
         let pool = default_pool(&ctx)?;
         // SAFETY: trimming keeps every live allocation; it starts each policy from the same state.
         check(unsafe { sys::cuMemPoolTrimTo(pool, 0) }, "cuMemPoolTrimTo")?;
-        let saved_threshold = pool_u64(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)?;
-        if policy == Policy::Caching {
-            set_threshold(pool, u64::MAX)?;
-        }
+        let _kept = if policy == Policy::Caching { Some(KeptPool::new(dev)?) } else { None };
         let base_reserved = pool_u64(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
         // The policies are driven raw: a trim-and-retry would hide the pool's own failures.
         let saved_retry = crate::memory::alloc_hook::set_retry(false);
@@ -52,7 +47,7 @@ impl DeviceArena {
             dev: dev.clone(),
             ctx,
             pool,
-            saved_threshold,
+            _kept,
             base_reserved,
             saved_retry,
             live: BTreeMap::new(),
@@ -167,8 +162,7 @@ impl Drop for DeviceArena {
             self.free(h);
         }
         let _ = self.synchronize();
-        let _ = set_threshold(self.pool, self.saved_threshold);
-        // SAFETY: trimming keeps candle's live allocations.
+        // SAFETY: trimming keeps candle's live allocations (`_kept` restores the threshold after).
         let _ = unsafe { sys::cuMemPoolTrimTo(self.pool, 0) };
         crate::memory::alloc_hook::set_retry(self.saved_retry);
     }

@@ -30,7 +30,7 @@ struct Inputs {
 /// `ts` as `Inputs`, or None where the kernels do not take them.
 fn takes(ts: &[&Tensor]) -> Result<Option<Inputs>> {
     let candle_core::Device::Cuda(dev) = ts[0].device() else { return Ok(None) };
-    if super::target::capability(dev).is_none_or(|(major, _)| major < 8) {
+    if crate::memory::cuda::compute_capability(dev).is_none_or(|(major, _)| major < 8) {
         return Ok(None);
     }
     let stream = dev.cuda_stream();

@@ -8,8 +8,8 @@
 //! H100 or H200 at head size 128 a second kernel multiplies with Hopper's `wgmma` instead
 //! (`Layout::Hopper`, `flash_attention_sm90.cu`).
 
-use super::target::capability;
 use crate::error::{LabError, Result};
+use crate::memory::cuda::compute_capability as capability;
 use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{DType, Tensor};

@@ -52,17 +52,6 @@ impl Target {
     }
 }
 
-/// `dev`'s compute capability as (major, minor), None if the driver does not say.
-pub fn capability(dev: &CudaDevice) -> Option<(i32, i32)> {
-    use candle_core::cuda_backend::cudarc::driver::sys::CUdevice_attribute::*;
-    let stream = dev.cuda_stream();
-    let ctx = stream.context();
-    Some((
-        ctx.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).ok()?,
-        ctx.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).ok()?,
-    ))
-}
-
 /// The compute capability the binary was built for: `CUDA_COMPUTE_CAP` at build time (candle's
 /// kernels are PTX for it; 89 for an RTX 4090, 86 for an RTX 3090 or A4000), None when the build
 /// left it to candle's detection.
