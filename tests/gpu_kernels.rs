@@ -6,7 +6,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use vram_lab::model::kernels::decode::{DecodeKernels, GEMV_MAX_BATCH};
-use vram_lab::model::kernels::{Fused, Next, Weights};
+use vram_lab::model::kernels::{Fused, Weights};
 
 fn gpu() -> Option<(Device, candle_core::CudaDevice)> {
     match Device::new_cuda(0) {
@@ -243,10 +243,7 @@ fn gemv_equals_candles_products() {
                 let glu =
                     |x: Tensor| candle_nn::ops::silu(&product(&x, &gate)).unwrap().mul(&product(&x, &up)).unwrap();
                 let gu = [(&gate, None), (&up, None)];
-                // With the next product's weights pulled into L2 (the whole of w, side by side
-                // as gate and up): the same result.
-                let next = Next { parts: &[(Weights::Dense(&gate), None), (Weights::Dense(&up), None)], glu: true };
-                check("glu", &gu, Fused { glu: true, next, ..Default::default() }, glu(to_f32(&x)));
+                check("glu", &gu, Fused { glu: true, ..Default::default() }, glu(to_f32(&x)));
                 check(
                     "norm+glu",
                     &gu,
@@ -299,10 +296,7 @@ fn attention_and_argmax_equal_candles() {
             let (kc0, vc0) = (kc.copy().unwrap(), vc.copy().unwrap());
             let p = Tensor::new(&[pos as u32], &dev).unwrap();
             let scale = 1.0 / (d as f32).sqrt();
-            // o's weights for the blocks past the heads to pull into L2: the result must not change.
-            let o = randn(&[heads * d, heads * d], dtype, &dev);
-            let next = Next { parts: &[(Weights::Dense(&o), None)], glu: false };
-            let got = k.attend(&y, &cos, &sin, &kc, &vc, &p, heads, scale, next).unwrap().expect("taken");
+            let got = k.attend(&y, &cos, &sin, &kc, &vc, &p, heads, scale).unwrap().expect("taken");
             // The reference: candle's rotary at pos, k and v as the cache holds them (dtype).
             let (c1, s1) = (to_f32(&cos).narrow(0, pos, 1).unwrap(), to_f32(&sin).narrow(0, pos, 1).unwrap());
             let part =

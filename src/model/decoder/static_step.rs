@@ -7,7 +7,7 @@ use crate::model::config::DecoderConfig;
 use crate::model::decoder::layer::{norm, Layer};
 use crate::model::decoder::model::{Decoder, LayerSlot};
 use crate::model::generate::StepInputs;
-use crate::model::kernels::{Fused, Next, Part};
+use crate::model::kernels::{Fused, Part};
 use crate::model::layers::attention::AttentionMode;
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
@@ -28,27 +28,16 @@ impl Decoder {
         let b = ids.dim(0)?;
         let step = StepInputs::new(tables, pos, b, cfg);
         let mut x = self.embed(ids)?;
-        let head = self.lm_head.local();
         for (l, slot_) in self.layers.iter().enumerate() {
-            let layer = resident(slot_)?;
-            // Each layer's last product pulls the first weights of the next one's first (or the head's) into L2.
-            let next = match self.layers.get(l + 1) {
-                Some(s) => shares([&resident(s)?.q, &resident(s)?.k, &resident(s)?.v]),
-                None => shares([head]),
+            let LayerSlot::Resident(layer) = slot_ else {
+                return Err(LabError::Unsupported("graph decoding needs every layer resident on the GPU".into()));
             };
             let (kc, vc) = cache.full(l)?;
-            x = layer.decode_static(x, cfg, &step, &kc, &vc, ahead("down", &next, false))?;
+            x = layer.decode_static(x, cfg, &step, &kc, &vc)?;
         }
         // The head of `head(.., Logits::Last)` for one position, through the step's kernels.
-        let logits = match normed_step(
-            parts([head]).as_deref(),
-            &x,
-            &self.norm,
-            cfg.rms_norm_eps,
-            false,
-            &step,
-            Next::default(),
-        )? {
+        let head = self.lm_head.local();
+        let logits = match normed_step(parts([head]).as_deref(), &x, &self.norm, cfg.rms_norm_eps, false, &step)? {
             StepOut::Product(y) => self.lm_head.complete(y)?,
             StepOut::Normed(h) => self.lm_head.forward(&h)?,
         };
@@ -70,7 +59,6 @@ impl Layer {
         step: &StepInputs,
         kc: &Tensor,
         vc: &Tensor,
-        next: Next,
     ) -> Result<Tensor> {
         let b = x.dim(0)?;
         let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
@@ -80,8 +68,8 @@ impl Layer {
         let (nq, nk) = (heads * d, kv_heads * d);
         // q|k|v as one product: the step's kernel over the three weights (stacked or not), else
         // candle's stacked product, else three.
-        let qkv = parts([&self.q, &self.k, &self.v]);
-        let (y, h) = match normed_step(qkv.as_deref(), &x, &self.ln1, eps, false, step, Next::default())? {
+        let (y, h) = match normed_step(parts([&self.q, &self.k, &self.v]).as_deref(), &x, &self.ln1, eps, false, step)?
+        {
             StepOut::Product(y) => (Some(y), None),
             StepOut::Normed(h) => match &self.fused {
                 Some((qkv, _)) => (Some(qkv.forward(&h)?), None),
@@ -93,9 +81,8 @@ impl Layer {
         // attention; else candle's kernels throughout.
         // Qwen3's q/k norms come before RoPE, which those kernels apply: its layers take candle's.
         let kernels = self.qk_norm.is_none();
-        let (o, mlp) = (shares([&self.o]), self.dense_mlp()?);
         let attended = match &y {
-            Some(y) if kernels => step.attend(y, kc, vc, heads, scale as f32, ahead("attend", &o, false))?,
+            Some(y) if kernels => step.attend(y, kc, vc, heads, scale as f32)?,
             _ => None,
         };
         let stored = match (&y, &attended) {
@@ -129,16 +116,14 @@ impl Layer {
                 masked_attention(&(q * scale)?.reshape((b, kv_heads, group, d))?, kc, vc, step)?
             }
         };
-        let (gate, up, down) = mlp;
-        let (gate_up, down_) = (shares([gate, up]), shares([down]));
-        let x = self.o.forward_step(&a, Some(&x), step, ahead("o", &gate_up, true))?;
-        let m =
-            normed_step(parts([gate, up]).as_deref(), &x, &self.ln2, eps, true, step, ahead("gate", &down_, false))?;
+        let x = self.o.forward_step(&a, Some(&x), step)?;
+        let (gate, up, down) = self.dense_mlp()?;
+        let m = normed_step(parts([gate, up]).as_deref(), &x, &self.ln2, eps, true, step)?;
         let m = match m {
             StepOut::Product(m) => m,
             StepOut::Normed(h) => self.gated(&h, self.fused.is_some(), cfg.intermediate_size)?,
         };
-        down.forward_step(&m, Some(&x), step, next)
+        down.forward_step(&m, Some(&x), step)
     }
 }
 
@@ -161,7 +146,6 @@ pub(super) enum StepOut {
 /// norm(x) times the weight `parts` one under the other (with `glu`, silu·up of gate and up) in
 /// the static step: one kernel for the norm and the product when the step has it, else candle's
 /// norm and the step's product if it has one. No parts (weights not dense): candle's norm.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn normed_step(
     parts: Option<&[Part]>,
     x: &Tensor,
@@ -169,9 +153,8 @@ pub(super) fn normed_step(
     eps: f64,
     glu: bool,
     step: &StepInputs,
-    next: Next,
 ) -> Result<StepOut> {
-    let f = Fused { glu, next, ..Default::default() };
+    let f = Fused { glu, ..Default::default() };
     if let Some(parts) = parts {
         if let Some(y) = step.gemv(parts, x, Fused { norm: Some((ln, eps as f32)), ..f })? {
             return Ok(StepOut::Product(y));
@@ -184,27 +167,6 @@ pub(super) fn normed_step(
         }
     }
     Ok(StepOut::Normed(h))
-}
-
-/// A layer the static step can take: resident on the GPU.
-fn resident(slot: &LayerSlot) -> Result<&Layer> {
-    match slot {
-        LayerSlot::Resident(layer) => Ok(layer),
-        _ => Err(LabError::Unsupported("graph decoding needs every layer resident on the GPU".into())),
-    }
-}
-
-/// The weights of `lins` this GPU multiplies by (a rank's shares), for a kernel before them to
-/// pull into L2; empty where one is not on the GPU.
-fn shares<const N: usize>(lins: [&Linear; N]) -> Vec<Part<'_>> {
-    lins.iter().map(|l| l.share_part()).collect::<Option<Vec<_>>>().unwrap_or_default()
-}
-
-/// `parts` as the product a kernel at `place` pulls into L2, unless `VRAM_LAB_PREFETCH` (a comma
-/// list of attend, o, gate, down; for the sweep) leaves that place out.
-fn ahead<'a>(place: &str, parts: &'a [Part<'a>], glu: bool) -> Next<'a> {
-    let on = std::env::var("VRAM_LAB_PREFETCH").map_or(true, |v| v.split(',').any(|p| p == place));
-    Next { parts: if on { parts } else { &[] }, glu }
 }
 
 /// The parts of `lins` for the step's product, when every one is dense.

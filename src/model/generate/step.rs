@@ -5,7 +5,7 @@
 
 use crate::error::{LabError, Result};
 use crate::model::config::DecoderConfig;
-use crate::model::kernels::{Fused, Next, Part};
+use crate::model::kernels::{Fused, Part};
 use candle_core::{DType, Device, Tensor};
 
 /// What the static step reads for every position of the cache's capacity.
@@ -124,21 +124,12 @@ impl<'a> StepInputs<'a> {
     /// The position's rotary, cache store and attention over the cache in one kernel, from the
     /// stacked product `y` as it came out: None when the step has no such kernel (the caller
     /// stores with `qkv_store` or candle's kernels and attends with candle's).
-    /// `next`: the product after it (o), whose first weights the kernel's idle SMs pull into L2.
-    pub fn attend(
-        &self,
-        y: &Tensor,
-        kc: &Tensor,
-        vc: &Tensor,
-        heads: usize,
-        scale: f32,
-        next: Next,
-    ) -> Result<Option<Tensor>> {
+    pub fn attend(&self, y: &Tensor, kc: &Tensor, vc: &Tensor, heads: usize, scale: f32) -> Result<Option<Tensor>> {
         #[cfg(feature = "cuda")]
         if let Some(k) = self.tables.kernels.at_least(OwnKernels::All) {
-            return k.attend(y, &self.tables.cos, &self.tables.sin, kc, vc, self.pos, heads, scale, next);
+            return k.attend(y, &self.tables.cos, &self.tables.sin, kc, vc, self.pos, heads, scale);
         }
-        let _ = (y, kc, vc, heads, scale, next);
+        let _ = (y, kc, vc, heads, scale);
         Ok(None)
     }
 

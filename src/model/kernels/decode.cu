@@ -68,14 +68,13 @@ __device__ __forceinline__ float dot16g(uint4 w, uint4 x, uint4 g, float acc, co
 // G = 2, y = silu(x·w0ᵀ) · (x·w1ᵀ) (gate and up, n rows each). With N, x is first RMS-normed with
 // the weight g (eps). S warps share a row (each an interleaved part of k, so long rows take fewer
 // rounds of loads); a block holds blockDim / (32 S) rows. k · sizeof(T) a multiple of 16 and the
-// weights, x and g 16-byte aligned (the caller checks). `pf`: the next product's first weights.
+// weights, x and g 16-byte aligned (the caller checks).
 template <typename T, int B, int G, bool N, int S>
 __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T* __restrict__ w2,
                      const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
                      const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
-                     T* __restrict__ y, int n, int k, const Prefetch& pf) {
+                     T* __restrict__ y, int n, int k) {
     __shared__ float part_sums[16][G * B + B];
-    prefetch_l2(pf, blockIdx.x * (long)blockDim.x + threadIdx.x, gridDim.x * (long)blockDim.x);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
     const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
     const bool live = row < n;
@@ -231,19 +230,11 @@ __device__ __forceinline__ float as_stored(const float*, float f) { return f; }
 // and writes its running max, sum and unnormalised output, F32 [b, heads, splits, d + 2], for
 // `attend_merge`: one block a head read the cache at a few SMs' bandwidth (16,384 positions of
 // Qwen2.5-7B: 72 tok/s, 24 % of the read ceiling, data/results/h200/2026-11-28-layer-kernel/long).
-// Blocks past the heads (gridDim.x > heads) only pull `pf`, the next product's weights, into L2.
 template <typename T>
 __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, const T* __restrict__ sin_t, T* __restrict__ kc,
                        T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ out, float* __restrict__ part,
-                       int heads, int kv, int d, int cap, float scale, const Prefetch& pf) {
+                       int heads, int kv, int d, int cap, float scale) {
     __shared__ float sm_m[16], sm_l[16], sm_acc[16 * 256];
-    if (blockIdx.x >= heads) {
-        // A block past the heads: the SMs the heads leave idle pull o's weights into L2.
-        const long extra = gridDim.x - heads;
-        const long at = ((long)blockIdx.z * gridDim.y + blockIdx.y) * extra + blockIdx.x - heads;
-        prefetch_l2(pf, at * blockDim.x + threadIdx.x, extra * gridDim.y * gridDim.z * blockDim.x);
-        return;
-    }
     const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, bi = blockIdx.z, g = h / (heads / kv);
     const int per = 16 / (int)sizeof(T), L = d / per < 32 ? d / per : 32, EL = d / L, P = 32 / L;
@@ -443,12 +434,12 @@ extern "C" __global__ void vram_lab_qkv_store_f32(float* y, const float* cos_t, 
 // gemv one per variant it launches (batch, weights per row, norm, split), named as it looks them up.
 #define VRAM_LAB_GEMV(NAME, T, B, G, NORM, SPLIT) \
     extern "C" __global__ void NAME(const T* w0, const T* w1, const T* w2, const T* b0, const T* b1, const T* b2, int n0, int n1, \
-                                    const T* x, const T* res, const T* g, float eps, T* y, int n, int k, Prefetch pf) { \
-        gemv<T, B, G, NORM, SPLIT>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k, pf); }
+                                    const T* x, const T* res, const T* g, float eps, T* y, int n, int k) { \
+        gemv<T, B, G, NORM, SPLIT>(w0, w1, w2, b0, b1, b2, n0, n1, x, res, g, eps, y, n, k); }
 #define VRAM_LAB_ATTEND_ARGMAX(DT, T) \
     extern "C" __global__ void __launch_bounds__(512) vram_lab_attend_##DT(const T* y, const T* cos_t, const T* sin_t, T* kc, T* vc, const unsigned* pos, T* out, \
-                                                    float* part, int heads, int kv, int d, int cap, float scale, Prefetch pf) { \
-        attend<T>(y, cos_t, sin_t, kc, vc, pos, out, part, heads, kv, d, cap, scale, pf); } \
+                                                    float* part, int heads, int kv, int d, int cap, float scale) { \
+        attend<T>(y, cos_t, sin_t, kc, vc, pos, out, part, heads, kv, d, cap, scale); } \
     extern "C" __global__ void vram_lab_attend_merge_##DT(const float* part, T* out, int heads, int d, int splits) { \
         attend_merge<T>(part, out, heads, d, splits); } \
     extern "C" __global__ void vram_lab_argmax_##DT(const T* logits, unsigned* ids, int vocab) { argmax<T>(logits, ids, vocab); }

@@ -16,10 +16,10 @@
 //! rounded to nearest even once.
 
 use crate::error::{LabError, Result};
-use crate::model::kernels::fused::{Fused, Next, Part, Weights};
+use crate::model::kernels::fused::{Fused, Part, Weights};
 use crate::model::kernels::quant_gemv::QuantKernels;
 use crate::model::kernels::target::Target;
-use candle_core::cuda_backend::cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{DType, Tensor};
 
@@ -55,22 +55,6 @@ fn gemv_split(loads: usize, n: usize) -> usize {
         return 1;
     }
     loads.div_ceil(128).next_power_of_two().min(8)
-}
-
-/// `common.cuh`'s `Prefetch`: the first bytes of up to three weights a kernel pulls into L2.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct Prefetch {
-    p: [u64; 3],
-    n: [i64; 3],
-}
-
-// SAFETY: plain data laid out as the kernel's struct (three pointers, then three 64-bit counts).
-unsafe impl DeviceRepr for Prefetch {}
-
-/// The bytes of the next product a kernel pulls into L2 (`VRAM_LAB_PREFETCH_MB`, for the sweep).
-fn prefetch_budget() -> usize {
-    std::env::var("VRAM_LAB_PREFETCH_MB").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(32) << 20
 }
 
 /// Every `gemv` entry point of a dtype, in the order `DecodeKernels::gemv` indexes them:
@@ -121,8 +105,6 @@ pub struct DecodeKernels {
     argmax: CudaFunction,
     /// The card's SMs, which the attention's runs over a long cache are sized by.
     sms: usize,
-    /// The bytes of the next product's weights a kernel pulls into L2.
-    prefetch: usize,
     /// The products over GGUF k-quant blocks.
     quant: QuantKernels,
 }
@@ -146,31 +128,8 @@ impl DecodeKernels {
             attend_merge: load(&format!("vram_lab_attend_merge_{name}"), 256)?,
             argmax: load(&format!("vram_lab_argmax_{name}"), 1024)?,
             sms: crate::memory::cuda::sm_count(dev)?,
-            prefetch: prefetch_budget(),
             quant: QuantKernels::for_target(target.clone())?,
         }))
-    }
-
-    /// Where the first bytes of `next`'s weights lie, up to the budget: in order (q, k, v one under
-    /// the other), or shared evenly where the product reads its parts side by side (gate and up).
-    /// A part with no device address (not on this GPU) is left out.
-    fn prefetch(&self, next: Next) -> Prefetch {
-        let mut f = Prefetch::default();
-        let (mut left, stream) = (self.prefetch, self.target.dev.cuda_stream());
-        let share = if next.glu { self.prefetch / next.parts.len().max(1) } else { self.prefetch };
-        for (i, &(w, _)) in next.parts.iter().take(3).enumerate() {
-            let at = match w {
-                Weights::Dense(t) => crate::memory::cuda_copy::device_ptr(t, &stream).ok(),
-                Weights::Quant(q) => {
-                    q.device_ptr_with_guard(&stream).ok().map(|(p, _)| (p as u64, q.storage_size_in_bytes()))
-                }
-            };
-            let Some((p, size)) = at else { continue };
-            let n = size.min(left).min(share);
-            left -= n;
-            (f.p[i], f.n[i]) = (p, n as i64);
-        }
-        f
     }
 
     /// Rotates and scales q in `y` ([b, 1, (heads + 2 kv) · d], contiguous) in place and writes k
@@ -292,14 +251,12 @@ impl DecodeKernels {
         let func = &self.gemv[at];
         let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);
         let (n, k) = (n as i32, k as i32);
-        let pf = self.prefetch(f.next);
         let mut l = stream.launch_builder(func);
         l.arg(&w[0]).arg(&w[1]).arg(&w[2]).arg(&bs[0]).arg(&bs[1]).arg(&bs[2]).arg(&n0).arg(&n1);
-        l.arg(&px).arg(&pr).arg(&pg).arg(&eps).arg(&py).arg(&n).arg(&k).arg(&pf);
+        l.arg(&px).arg(&pr).arg(&pg).arg(&eps).arg(&py).arg(&n).arg(&k);
         // SAFETY: each weight part holds its rows of k (contiguous, 16-byte aligned, k a whole
         // number of 16-byte loads), each bias its rows or null, x batch rows of k, g k values or
-        // null, res batch·n or null, and y (fresh) batch·n: the kernel reads and writes within; it
-        // prefetches (never reads) within the next weights' bytes.
+        // null, res batch·n or null, and y (fresh) batch·n: the kernel reads and writes within.
         unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(y))
     }
@@ -309,8 +266,8 @@ impl DecodeKernels {
     /// (`cos`, `sin`: [positions, d / 2]), k and v written into `kc`, `vc` ([b, kv, cap, d]) at
     /// the position `pos` ([1] u32) holds, attention over positions 0 to `pos`; [b, 1, heads · d].
     /// One kernel where `qkv_store` and an attention were two; over a cache of 512 positions or more
-    /// a second one merges the runs its positions were split into. The SMs its heads leave idle
-    /// pull the first bytes of `next` (o) into L2. None when it does not take the shapes.
+    /// a second one merges the runs its positions were split into. None when it does not take the
+    /// shapes.
     #[allow(clippy::too_many_arguments)]
     pub fn attend(
         &self,
@@ -322,7 +279,6 @@ impl DecodeKernels {
         pos: &Tensor,
         heads: usize,
         scale: f32,
-        next: Next,
     ) -> Result<Option<Tensor>> {
         let (b, kv, cap, d) = kc.dims4()?;
         let takes = d.is_power_of_two()
@@ -353,11 +309,8 @@ impl DecodeKernels {
             _ => Some(crate::memory::cuda_copy::uninit(&t.dev, DType::F32, vec![b * heads * splits * (d + 2)])?),
         };
         let pr = part.as_ref().map(|p| t.ptr(p)).transpose()?.unwrap_or(0);
-        let pf = self.prefetch(next);
-        let idle = self.sms.saturating_sub(heads * splits * b);
-        let extra = if pf.n.iter().any(|&n| n > 0) { idle.div_ceil(splits * b) } else { 0 };
         let cfg = LaunchConfig {
-            grid_dim: ((heads + extra) as u32, splits as u32, b as u32),
+            grid_dim: (heads as u32, splits as u32, b as u32),
             block_dim: (512, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -375,13 +328,11 @@ impl DecodeKernels {
             .arg(&kv)
             .arg(&d_i)
             .arg(&cap)
-            .arg(&scale)
-            .arg(&pf);
+            .arg(&scale);
         // SAFETY: y, the tables, the caches and out are live contiguous tensors of the sizes checked
         // above, 16-byte aligned; the kernel reads cache rows below pos, writes row pos (pos < cap,
         // the decoder's room, and < the tables' positions), and out, or with splits its run's
-        // b · heads · splits · (d + 2) values of part; its blocks past the heads prefetch (never
-        // read) within the next weights' bytes.
+        // b · heads · splits · (d + 2) values of part.
         unsafe { l.launch(cfg) }.map_err(err)?;
         if splits > 1 {
             let cfg = LaunchConfig {

@@ -14,20 +14,10 @@ pub enum Weights<'a> {
 pub type Part<'a> = (Weights<'a>, Option<&'a Tensor>);
 
 /// What the step's matrix-vector kernel computes besides the product: the RMS norm of x before it
-/// (its weight and eps), and after it the residual, or silu(gate)·up of the gate and up weights;
-/// and the product after it, whose first weights it pulls into L2.
+/// (its weight and eps), and after it the residual, or silu(gate)·up of the gate and up weights.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fused<'a> {
     pub norm: Option<(&'a Tensor, f32)>,
     pub res: Option<&'a Tensor>,
-    pub glu: bool,
-    pub next: Next<'a>,
-}
-
-/// The product a kernel runs before: its weights, one under the other (q, k, v) or, with `glu`,
-/// read side by side (gate and up, a row of each at a time). None: nothing to pull into L2.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Next<'a> {
-    pub parts: &'a [Part<'a>],
     pub glu: bool,
 }

@@ -17,4 +17,4 @@ pub mod rope;
 #[cfg(feature = "cuda")]
 pub mod target;
 
-pub use fused::{Fused, Next, Part, Weights};
+pub use fused::{Fused, Part, Weights};

@@ -7,7 +7,7 @@
 use crate::error::{LabError, Result};
 use crate::model::generate::StepInputs;
 use crate::model::host::linear::HostLinear;
-use crate::model::kernels::{Fused, Next, Part, Weights};
+use crate::model::kernels::{Fused, Part, Weights};
 use crate::model::layers::elementwise::bias_add;
 use crate::model::load::weights::Weight;
 use crate::model::parallel::comm::RankComm;
@@ -73,23 +73,16 @@ impl Linear {
     }
 
     /// `forward` (+ `res`) in the static decoding step: through the step's matrix-vector kernel
-    /// when it has one, the bias and the residual in the same kernel, and `next`'s first weights
-    /// pulled into L2.
-    pub(crate) fn forward_step(
-        &self,
-        x: &Tensor,
-        res: Option<&Tensor>,
-        step: &StepInputs,
-        next: Next,
-    ) -> Result<Tensor> {
+    /// when it has one, the bias and the residual in the same kernel.
+    pub(crate) fn forward_step(&self, x: &Tensor, res: Option<&Tensor>, step: &StepInputs) -> Result<Tensor> {
         // A partial sum is summed before the residual is added: the share's product through the
         // step's kernel, then the all-reduce with the residual's add (which a CUDA graph records
         // with the step).
         if let Self::RowParallel(l, c) = self {
-            return c.sum_add(&l.forward_step(x, None, step, next)?, res);
+            return c.sum_add(&l.forward_step(x, None, step)?, res);
         }
         if let Some(part) = self.part() {
-            if let Some(y) = step.gemv(&[part], x, Fused { res, next, ..Default::default() })? {
+            if let Some(y) = step.gemv(&[part], x, Fused { res, ..Default::default() })? {
                 return Ok(y);
             }
         }
@@ -98,15 +91,6 @@ impl Linear {
             Some(r) => (r + y)?,
             None => y,
         })
-    }
-
-    /// The weights this GPU multiplies by (a rank's share), as a product's part: what a kernel
-    /// before it pulls into L2.
-    pub(crate) fn share_part(&self) -> Option<Part<'_>> {
-        match self {
-            Self::RowParallel(l, _) | Self::Gathered(l, _) => l.part(),
-            l => l.part(),
-        }
     }
 
     /// Whether a CUDA graph can record the product (a row-parallel one: whether its sum can be).
