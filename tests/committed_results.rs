@@ -583,6 +583,34 @@ fn decode_kernels_beside_the_base_binary() {
     }
 }
 
+/// The next product's weights pulled into L2, tried and dropped (`h200/2026-11-28-l2-prefetch/RUN.md`):
+/// every placement and size slower than none, more bytes slower still, with the same greedy ids.
+#[test]
+fn l2_prefetch_was_slower() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h200/2026-11-28-l2-prefetch");
+    let tok = |cfg: &str| [1, 2].map(|r| num(&decode_row(&dir, &format!("{cfg}-{r}")), "tok_s"));
+    let slowest = |v: [f64; 2]| v[0].min(v[1]);
+    let fastest = |v: [f64; 2]| v[0].max(v[1]);
+    let off = tok("off");
+    for (slower, faster) in [("attend", "off"), ("all16", "attend"), ("all32", "all16"), ("all64", "all32")] {
+        assert!(
+            fastest(tok(slower)) < slowest(tok(faster)),
+            "{slower} {:?} against {faster} {:?}",
+            tok(slower),
+            tok(faster)
+        );
+    }
+    assert!(slowest(off) > 250.0, "off {off:?}");
+    for p in ["bf16", "f32"] {
+        let ids = |cfg: &str| {
+            let text = std::fs::read_to_string(dir.join(format!("tokens-{cfg}-{p}.txt"))).unwrap();
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()["generated_ids"].clone()
+        };
+        assert_eq!(ids("off"), ids("all32"), "{p}: the prefetch changed the ids");
+        assert_eq!(ids("off").as_array().map(Vec::len), Some(48));
+    }
+}
+
 /// A layer in one kernel, tried and dropped (`h200/2026-11-28-layer-kernel/RUN.md`): in every run
 /// slower than the five launches of its own binary, which were slower than main's kernels (the
 /// base binary); and after a 16k prompt the step stood at a quarter of its ceiling.
