@@ -559,6 +559,42 @@ fn tensor_parallel_decode_with_the_peer_sum() {
     assert!((1.7..2.0).contains(&ratio) && bare < 2.0, "72B four against two: {ratio:.2}, without sums {bare:.2}");
 }
 
+/// Why 72B over four H100s cannot decode at twice its rate over two (`docs/multi-gpu.md`): a token's time
+/// split into reading the weights (W, the ceiling's), the sums (S) and the rest (R). Twice the rate
+/// over two needs R over four below half of R over two by more than the sums grow. Even with R at
+/// zero on both, four gives under 1.9 × two: the sums cost no less over four than over two.
+#[test]
+fn four_gpus_cannot_double_two() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h100x4/2026-11-28-peer-sum");
+    // Per rank (W, S, R) in ms a token.
+    let parts = |run: &str, gpus: usize| -> Vec<(f64, f64, f64)> {
+        let layout = format!("tensor-parallel × {gpus}");
+        rank_rows(&dir.join(run).join("parallel/parallel_ranks.csv"))
+            .iter()
+            .filter(|r| r["layout"] == layout)
+            .map(|r| {
+                let (t, w) = (1e3 / num(r, "decode_tok_s"), 1e3 / num(r, "decode_ceiling_tok_s"));
+                let s = num(r, "sums_ms_per_token");
+                (w, s, t - w - s)
+            })
+            .collect()
+    };
+    let (two, four) = (parts("tp72-g2", 2), parts("tp72-g4", 4));
+    assert_eq!((two.len(), four.len()), (2, 4));
+    // The most generous pairing: the slowest two-GPU rank against the fastest four-GPU one.
+    let t2 = two.iter().map(|&(w, s, r)| w + s + r).fold(0.0, f64::max);
+    let (w2, s2) = two.iter().map(|&(w, s, _)| (w, s)).fold((0.0f64, 0.0f64), |a, b| (a.0.max(b.0), a.1.max(b.1)));
+    let (w4, s4, r4) =
+        four.iter().fold((f64::MAX, f64::MAX, f64::MAX), |a, b| (a.0.min(b.0), a.1.min(b.1), a.2.min(b.2)));
+    assert!((w2 / w4 - 2.0).abs() < 0.01, "the weights read halve: {w2} against {w4}");
+    assert!(s4 >= s2, "the sums over four ({s4}) cost no less than over two ({s2})");
+    let bound = (w2 + s2) / (w4 + s4);
+    assert!((1.85..1.95).contains(&bound), "with no other cost, four against two: {bound:.3}");
+    // The rest over four that twice two's rate would allow, beside what it is.
+    let allowed = t2 / 2.0 - w4 - s4;
+    assert!(allowed < 0.45 * r4, "the rest over four may be {allowed:.2} ms and is {r4:.2}");
+}
+
 /// Issue 45 item 2 on an H200 and an H100, each in one call: the attention and argmax kernels in
 /// 16-byte loads decode faster than the base binary's in every interleaved run; programmatic
 /// dependent launch, tried and taken out, was slower than without it in every run; and the bar,
