@@ -42,6 +42,10 @@ fn kernels_compile() {
     let hopper = vram_lab::model::kernels::flash_attention::ptx_sm90().unwrap();
     assert!(hopper.contains(".target sm_90a"), "the Hopper kernel is compiled for 9.0a");
     assert!(hopper.contains("vram_lab_flash_bf16_d128_hopper") && hopper.contains("wgmma.mma_async"));
+    // The copying warpgroup announces its tiles through mbarriers and gives its registers away.
+    for op in ["cp.async.mbarrier.arrive.noinc", "mbarrier.try_wait.parity", "setmaxnreg.dec", "bar.arrive"] {
+        assert!(hopper.contains(op), "the Hopper kernel lacks {op}");
+    }
     let ptx = vram_lab::model::kernels::decode::ptx().unwrap();
     for name in
         ["vram_lab_qkv_store_bf16", "vram_lab_gemv_f32_b2_g2_norm_s4", "vram_lab_attend_bf16", "vram_lab_argmax_f32"]

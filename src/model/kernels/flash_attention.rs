@@ -61,7 +61,8 @@ pub enum Layout {
     /// shared memory per product, 68 KiB (D = 128) of dynamic shared memory.
     Wide,
     /// Compute 9.0 and D = 128 only: two warpgroups of 64 rows multiplying with `wgmma` from
-    /// shared memory, keys 128 at a time in three buffers (225 KiB with the queries).
+    /// shared memory and a third copying keys 128 at a time into three buffers (225 KiB with the
+    /// queries).
     Hopper,
 }
 
@@ -88,19 +89,21 @@ impl Layout {
 
     fn threads(self) -> u32 {
         match self {
-            Self::Narrow | Self::Hopper => ROWS as u32 * 2,
+            Self::Narrow => ROWS as u32 * 2,
             Self::Wide => ROWS as u32,
+            // Two warpgroups of 64 rows and the one that copies.
+            Self::Hopper => ROWS as u32 * 3,
         }
     }
 
     /// Dynamic shared memory a block asks for: the wide layout's Q, K and V tiles (rows padded by 8);
     /// the Hopper layout's Q and three K and V tiles of 128 keys, with 1 KiB to start them on the
-    /// swizzle's 1024-byte period.
+    /// swizzle's 1024-byte period, and the six mbarriers after them.
     fn dynamic_shared(self, d: usize) -> u32 {
         match self {
             Self::Narrow => 0,
             Self::Wide => ((ROWS + 2 * KEYS) * (d + 8) * 2) as u32,
-            Self::Hopper => ((ROWS + 3 * 2 * HOPPER_KEYS) * d * 2 + 1024) as u32,
+            Self::Hopper => ((ROWS + 3 * 2 * HOPPER_KEYS) * d * 2 + 1024 + 6 * 8) as u32,
         }
     }
 

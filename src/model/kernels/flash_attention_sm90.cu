@@ -52,22 +52,23 @@ __device__ __forceinline__ void gmma_rs(float (&d)[16][4], const unsigned (&a)[4
 }
 
 // Rows r0.. of a head (rows of 128 dims) into a tile of shared memory, asynchronously, zeros at rows
-// `last` and after. The layout is wgmma's 128-byte swizzle: two halves of 64 dims, each ROWS rows of
-// 128 bytes, a row's 16-byte chunk c stored at c XOR (row % 8). A warp reads two whole rows and each
-// 8-thread phase writes distinct banks; unswizzled 8×8 tiles took 27.7 ms a layer here, not 19.2.
-// A thread copies the same chunk c of rows 16 apart, so its offsets step by constants and the copies
-// unroll: a loop from threadIdx.x executed 1.53 × 10⁹ instructions at 16k tokens, this 1.11 × 10⁹,
-// and the kernel ran at 515 TFLOPS, not 443 (2026-11-28-prefill-parity/development).
-template <int D, int ROWS>
-__device__ __forceinline__ void load_swizzled(unsigned char* tile, const unsigned short* head, int r0, int last) {
-    const int row = threadIdx.x >> 4, c = threadIdx.x & 15;
+// `last` and after, by thread p of THREADS. The layout is wgmma's 128-byte swizzle: two halves of 64
+// dims, each ROWS rows of 128 bytes, a row's 16-byte chunk c stored at c XOR (row % 8). Thread p
+// copies chunk p % 16 of rows THREADS / 16 apart (a multiple of 8: the same swizzle), so its offsets
+// step by constants and the copies unroll: a loop from threadIdx.x executed 1.53 × 10⁹ instructions
+// at 16k tokens, this 1.11 × 10⁹ (2026-11-28-prefill-parity/development). Each 8-thread phase writes
+// distinct banks; unswizzled 8×8 tiles took 27.7 ms a layer, not 19.2 (2026-11-28-prefill-hopper).
+template <int D, int ROWS, int THREADS>
+__device__ __forceinline__ void load_swizzled(unsigned char* tile, const unsigned short* head, int r0, int last, int p) {
+    constexpr int STEP = THREADS / 16;
+    const int row = p >> 4, c = p & 15;
     unsigned char* dst = tile + (c >> 3) * ROWS * 128 + row * 128 + (((c & 7) ^ (row & 7)) << 4);
     // A row at `last` or after copies nothing, from a row that exists.
     const unsigned short* src = head + (long)min(r0 + row, last - 1) * D + c * 8;
-#pragma unroll
-    for (int i = 0; i < ROWS / 16; i++) {
-        const bool in = r0 + row + i * 16 < last;
-        cp_async16(dst + i * 16 * 128, src + (in ? i * 16 * D : 0), in ? 16 : 0);
+#pragma unroll 4
+    for (int i = 0; i < ROWS / STEP; i++) {
+        const bool in = r0 + row + i * STEP < last;
+        cp_async16(dst + i * STEP * 128, src + (in ? i * STEP * D : 0), in ? 16 : 0);
     }
 }
 
@@ -110,19 +111,45 @@ __device__ __forceinline__ void pack_p(unsigned (&pa)[8][4], const float (&sc)[1
     }
 }
 
+// mbarriers in shared memory (PTX "Parallel Synchronization and Communication Instructions: mbarrier").
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(unsigned long long* b, unsigned n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* b, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(smem_u32(b)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
+
 // The attention of `flash` (same arguments, same output) for D = 128 on compute 9.0a: a block of two
-// warpgroups takes 128 queries (64 each); keys come 128 at a time into three buffers, two tiles
-// ahead. Scores are Q·Kᵀ from shared memory, the output P·V with P in registers. Each warpgroup
-// issues the next tile's scores and this tile's P·V together and works out the next softmax while
-// P·V runs (FlashAttention-3's overlap within a warpgroup), so the tensor cores are not idle
-// through the exponentials.
+// warpgroups takes 128 queries (64 each) and a third copies keys and values, 128 at a time, into
+// three buffers (FlashAttention-3's producer and ping-pong). Each filled buffer is announced by an
+// mbarrier and released by both consumers through another, so no barrier of the whole block holds
+// them together, and two named barriers let them issue their products in turn: one warpgroup's
+// softmax runs while the other's products do. Scores are Q·Kᵀ from shared memory, the output P·V
+// with P in registers; each warpgroup issues the next tile's scores with this tile's P·V and works
+// out the next softmax while P·V runs. When every thread copied and one `__syncthreads` a tile
+// guarded the buffers, ncu put 28 % of the warps' samples on the two waits for the products, both
+// warpgroups waiting at once (2026-11-28-prefill-parity); this gives the same bits, 586 TFLOPS
+// against 532-538 at 16k (2026-11-28-pingpong/development).
 __device__ void flash_hopper(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
                              const unsigned short* __restrict__ v, unsigned short* __restrict__ out, int s,
                              int heads, int kv, long hs, long bs, int offset, float scale_log2) {
     constexpr int D = 128, BR = 128, BC = 128, TILE = BC * D * 2;
     extern __shared__ __align__(128) unsigned short smem_[];
-    // Q, then K and V of buffers 0, 1 and 2, from a 1024-byte boundary (the swizzle's period)
     unsigned char* smem = (unsigned char*)smem_ + ((1024 - ((unsigned)__cvta_generic_to_shared(smem_) & 1023)) & 1023);
+    unsigned long long* full = (unsigned long long*)(smem + 7 * TILE);
+    unsigned long long* empty = full + 3;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, quad = lane & 3, r0 = lane >> 2, wg = warp >> 2;
     const int tile = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, bi = blockIdx.z;
     const int q0 = tile * BR, wq = q0 + warp * 16;
@@ -132,21 +159,36 @@ __device__ void flash_hopper(const unsigned short* __restrict__ q, const unsigne
     const int last = offset + min(q0 + BR, s);
     const int tiles = (last + BC - 1) / BC;
     auto kbuf = [&](int t) { return smem + TILE * (1 + 2 * (t % 3)); };
-    auto load = [&](int t) {
-        if (t < tiles) {
-            load_swizzled<D, BC>(kbuf(t), kh, t * BC, last);
-            load_swizzled<D, BC>(kbuf(t) + TILE, vh, t * BC, last);
-        }
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < 3; b++) { mbar_init(&full[b], 128); mbar_init(&empty[b], 256); }
+    }
+    if (wg < 2) {
+        load_swizzled<D, BR, 256>(smem, qh, q0, s, threadIdx.x);
         cp_async_commit();
-    };
-    load_swizzled<D, BR>(smem, qh, q0, s);
-    load(0);
-    load(1);
-    // Q and K are K-major (rows run along the head dims): 8-row groups 1024 B apart (`sbo`; `lbo` is
-    // unused); a step of 16 dims moves 32 B within a half, and a half is 128 rows × 128 B further.
+        cp_async_wait_group<0>();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 2) {
+        // The producer warpgroup, with few registers (the consumers take them): tile t into buffer
+        // t % 3 once both consumer warpgroups are done with tile t - 3; each thread's arrival on the
+        // buffer's mbarrier comes when its copies are in (cp.async's own arrive-on), so it never
+        // waits for a copy.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        const int p = threadIdx.x - 256;
+        for (int t = 0; t < tiles; t++) {
+            if (t >= 3) mbar_wait(&empty[t % 3], ((t / 3) - 1) & 1);
+            load_swizzled<D, BC, 128>(kbuf(t), kh, t * BC, last, p);
+            load_swizzled<D, BC, 128>(kbuf(t) + TILE, vh, t * BC, last, p);
+            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(&full[t % 3])) : "memory");
+        }
+        cp_async_wait_all();
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const unsigned long long qd = gmma_desc(smem + wg * 64 * 128, 16, 1024);
     auto kstep = [](int c) { return (unsigned long long)(((c >> 2) * 128 * 128 + (c & 3) * 32) >> 4); };
-    const int row0 = offset + wq + r0;  // the position of the thread's first row
+    const int row0 = offset + wq + r0;
     float o[16][4], sc[16][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, corr[2];
     unsigned pa[8][4];
 #pragma unroll
@@ -159,40 +201,42 @@ __device__ void flash_hopper(const unsigned short* __restrict__ q, const unsigne
         for (int c = 0; c < D / 16; c++) gmma_ss(sc, qd + kstep(c), kd + kstep(c), c);
         gmma_commit();
     };
-    // Tile 0's softmax before the loop; then tile t's P·V beside tile t + 1's scores.
-    cp_async_wait_group<1>();
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the copies, seen by wgmma
-    __syncthreads();
-    gmma_fence();
-    scores(0);
-    gmma_wait<0>();
-    pin(sc);
-    softmax_tile(sc, m, l, corr, 0, row0, quad, BC - 1 > row0 - r0, scale_log2);
-    pack_p(pa, sc);
-    // V is N-major for P·V (its rows, the keys, run along K): the two 64-dim halves 16 KB apart
-    // (`lbo`), 8-key groups 1024 B (`sbo`); a step of 16 keys moves 2048 B.
     auto values = [&](int t) {
         const unsigned long long vd = gmma_desc(kbuf(t) + TILE, BC * 128, 1024);
 #pragma unroll
         for (int c = 0; c < BC / 16; c++) gmma_rs(o, pa[c], vd + ((c * 2048) >> 4));
         gmma_commit();
     };
+    // Warpgroup w issues its products after named barrier 1 + w, then lets the other issue: warpgroup 1
+    // first lets warpgroup 0 go.
+    if (wg == 1) named_arrive(1);
+    mbar_wait(&full[0], 0);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the producer's copies, seen by wgmma
+    named_sync(1 + wg);
+    gmma_fence();
+    scores(0);
+    named_arrive(2 - wg);
+    gmma_wait<0>();
+    pin(sc);
+    softmax_tile(sc, m, l, corr, 0, row0, quad, BC - 1 > row0 - r0, scale_log2);
+    pack_p(pa, sc);
     for (int t = 0; t + 1 < tiles; t++) {
-        cp_async_wait_group<0>();
+        mbar_wait(&full[(t + 1) % 3], ((t + 1) / 3) & 1);
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        __syncthreads();  // tile t + 1 is in; every warpgroup is done with tile t − 1's buffer
         pin(o);
         pin(pa);
+        named_sync(1 + wg);
         gmma_fence();
         scores(t + 1);
         values(t);
-        load(t + 2);  // after the products are issued, so they start without waiting for it
-        gmma_wait<1>();  // the scores are in; P·V may still run
+        named_arrive(2 - wg);
+        gmma_wait<1>();
         pin(sc);
         const int k0 = (t + 1) * BC;
         softmax_tile(sc, m, l, corr, k0, row0, quad, k0 + BC - 1 > row0 - r0, scale_log2);
         gmma_wait<0>();
         pin(o);
+        mbar_arrive(&empty[t % 3]);
 #pragma unroll
         for (int j = 0; j < 16; j++)
 #pragma unroll
@@ -201,14 +245,17 @@ __device__ void flash_hopper(const unsigned short* __restrict__ q, const unsigne
     }
     pin(o);
     pin(pa);
+    named_sync(1 + wg);
     gmma_fence();
     values(tiles - 1);
+    // Warpgroup 1's last turn has no product of warpgroup 0 after it to release.
+    if (wg == 0) named_arrive(2);
     gmma_wait<0>();
     pin(o);
     store_tile<D>(out, o, l, wq + r0, s, heads, h, bi, quad);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) vram_lab_flash_bf16_d128_hopper(
+extern "C" __global__ void __launch_bounds__(384, 1) vram_lab_flash_bf16_d128_hopper(
     const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* out, int s, int heads,
     int kv, long hs, long bs, int offset, float scale_log2) {
     flash_hopper(q, k, v, out, s, heads, kv, hs, bs, offset, scale_log2);
