@@ -819,6 +819,37 @@ fn ncu_duration_ms(path: &Path) -> f64 {
     value.parse::<f64>().unwrap() / 1e6
 }
 
+/// The Hopper attention with a producer warpgroup and ping-pong (`h200/2026-11-28-pingpong/RUN.md`):
+/// in one call every 32k prefill of the new binary is faster than every one of the base's and
+/// ahead of PyTorch's, the peak stays the ledger's, the attention passes 600 TFLOPS under ncu, and
+/// the probe gave the base kernel's bits.
+#[test]
+fn pingpong_prefill_beside_pytorch() {
+    let dir = results().join("2026-11-28-pingpong");
+    let row = |name: &str, seq: &str| prefill_row(&dir.join("run-1").join(name), seq);
+    for seq in ["16384", "32768"] {
+        let tok = |names: [&str; 3]| names.map(|n| num(&row(n, seq), "tok_s"));
+        let (base, new) = (tok(["base-1", "base-2", "base-3"]), tok(["new-1", "new-2", "new-3"]));
+        let (slowest_new, fastest_base) =
+            (new.iter().cloned().fold(f64::MAX, f64::min), base.iter().cloned().fold(0.0, f64::max));
+        assert!(slowest_new > fastest_base, "{seq}: new {new:?} against base {base:?}");
+        for n in ["new-1", "new-2", "new-3"] {
+            let r = row(n, seq);
+            assert!(num(&r, "x_pytorch") > 1.0, "{seq} {n}: {} × PyTorch", num(&r, "x_pytorch"));
+            assert!(
+                (num(&r, "peak_mib") - num(&r, "ledger_peak_mib")).abs() < 0.2,
+                "{seq} {n}: peak beside the ledger"
+            );
+        }
+    }
+    let tflops = ATTENTION_32K_FLOPS / (ncu_duration_ms(&dir.join("run-1/ncu-new.txt")) / 1e3) / 1e12;
+    assert!(tflops > 600.0, "the Hopper attention at {tflops:.1} TFLOPS");
+    let probe = std::fs::read_to_string(dir.join("development/probe-1.txt")).unwrap();
+    assert!(probe.contains("all the same bits") && !probe.contains("DIFFERENT"), "the probe's bits");
+    let kernels = std::fs::read_to_string(dir.join("run-1/kernels.txt")).unwrap();
+    assert!(kernels.contains("test result: ok. 9 passed; 0 failed"));
+}
+
 /// A causal 32k prefill's attention on Qwen2.5-7B: 4 · 128 FLOPs per (query, key) pair, 28 heads.
 const ATTENTION_32K_FLOPS: f64 = 4.0 * 128.0 * 28.0 * 32768.0 * 32769.0 / 2.0;
 
