@@ -147,6 +147,8 @@ __device__ void flash_hopper(const unsigned short* __restrict__ q, const unsigne
                              int heads, int kv, long hs, long bs, int offset, float scale_log2) {
     constexpr int D = 128, BR = 128, BC = 128, TILE = BC * D * 2;
     extern __shared__ __align__(128) unsigned short smem_[];
+    // Q, then K and V of buffers 0, 1 and 2, from a 1024-byte boundary (the swizzle's period); then
+    // the mbarriers: `full[b]` (buffer b filled) and `empty[b]` (both consumers done with it).
     unsigned char* smem = (unsigned char*)smem_ + ((1024 - ((unsigned)__cvta_generic_to_shared(smem_) & 1023)) & 1023);
     unsigned long long* full = (unsigned long long*)(smem + 7 * TILE);
     unsigned long long* empty = full + 3;
@@ -186,9 +188,11 @@ __device__ void flash_hopper(const unsigned short* __restrict__ q, const unsigne
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    // Q and K are K-major (rows run along the head dims): 8-row groups 1024 B apart (`sbo`; `lbo` is
+    // unused); a step of 16 dims moves 32 B within a half, and a half is 128 rows × 128 B further.
     const unsigned long long qd = gmma_desc(smem + wg * 64 * 128, 16, 1024);
     auto kstep = [](int c) { return (unsigned long long)(((c >> 2) * 128 * 128 + (c & 3) * 32) >> 4); };
-    const int row0 = offset + wq + r0;
+    const int row0 = offset + wq + r0;  // the position of the thread's first row
     float o[16][4], sc[16][4], m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, corr[2];
     unsigned pa[8][4];
 #pragma unroll
@@ -201,6 +205,8 @@ __device__ void flash_hopper(const unsigned short* __restrict__ q, const unsigne
         for (int c = 0; c < D / 16; c++) gmma_ss(sc, qd + kstep(c), kd + kstep(c), c);
         gmma_commit();
     };
+    // V is N-major for P·V (its rows, the keys, run along K): the two 64-dim halves 16 KB apart
+    // (`lbo`), 8-key groups 1024 B (`sbo`); a step of 16 keys moves 2048 B.
     auto values = [&](int t) {
         const unsigned long long vd = gmma_desc(kbuf(t) + TILE, BC * 128, 1024);
 #pragma unroll
@@ -208,7 +214,8 @@ __device__ void flash_hopper(const unsigned short* __restrict__ q, const unsigne
         gmma_commit();
     };
     // Warpgroup w issues its products after named barrier 1 + w, then lets the other issue: warpgroup 1
-    // first lets warpgroup 0 go.
+    // first lets warpgroup 0 go. Tile 0's softmax before the loop; then tile t's P·V beside tile
+    // t + 1's scores.
     if (wg == 1) named_arrive(1);
     mbar_wait(&full[0], 0);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the producer's copies, seen by wgmma
@@ -230,13 +237,13 @@ __device__ void flash_hopper(const unsigned short* __restrict__ q, const unsigne
         scores(t + 1);
         values(t);
         named_arrive(2 - wg);
-        gmma_wait<1>();
+        gmma_wait<1>();  // the scores are in; P·V may still run
         pin(sc);
         const int k0 = (t + 1) * BC;
         softmax_tile(sc, m, l, corr, k0, row0, quad, k0 + BC - 1 > row0 - r0, scale_log2);
         gmma_wait<0>();
         pin(o);
-        mbar_arrive(&empty[t % 3]);
+        mbar_arrive(&empty[t % 3]);  // this warpgroup is done with tile t's buffer
 #pragma unroll
         for (int j = 0; j < 16; j++)
 #pragma unroll
