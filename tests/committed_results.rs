@@ -559,13 +559,18 @@ fn tensor_parallel_decode_with_the_peer_sum() {
     assert!((1.7..2.0).contains(&ratio) && bare < 2.0, "72B four against two: {ratio:.2}, without sums {bare:.2}");
 }
 
-/// Why 72B over four H100s cannot decode at twice its rate over two (`docs/multi-gpu.md`): a token's time
-/// split into reading the weights (W, the ceiling's), the sums (S) and the rest (R). Twice the rate
-/// over two needs R over four below half of R over two by more than the sums grow. Even with R at
-/// zero on both, four gives under 1.9 × two: the sums cost no less over four than over two.
+/// Why 72B over four GPUs cannot decode at twice its rate over two (`docs/multi-gpu.md`), on four H100s
+/// and on four H200s: a token's time split into reading the weights (W, the ceiling's), the sums (S)
+/// and the rest (R). The sums cost no less over four than over two, so even with R at zero on both
+/// four gives under 1.95 × two, and twice two's rate would leave R over four under half of what it is.
 #[test]
 fn four_gpus_cannot_double_two() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h100x4/2026-11-28-peer-sum");
+    for call in ["h100x4/2026-11-28-peer-sum", "h200x4/2026-11-28-peer-sum"] {
+        four_against_two(&Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results").join(call));
+    }
+}
+
+fn four_against_two(dir: &Path) {
     // Per rank (W, S, R) in ms a token.
     let parts = |run: &str, gpus: usize| -> Vec<(f64, f64, f64)> {
         let layout = format!("tensor-parallel × {gpus}");
@@ -590,9 +595,9 @@ fn four_gpus_cannot_double_two() {
     assert!(s4 >= s2, "the sums over four ({s4}) cost no less than over two ({s2})");
     let bound = (w2 + s2) / (w4 + s4);
     assert!((1.85..1.95).contains(&bound), "with no other cost, four against two: {bound:.3}");
-    // The rest over four that twice two's rate would allow, beside what it is.
+    // The rest over four that twice two's rate would allow: under half what it is.
     let allowed = t2 / 2.0 - w4 - s4;
-    assert!(allowed < 0.45 * r4, "the rest over four may be {allowed:.2} ms and is {r4:.2}");
+    assert!(allowed < 0.5 * r4, "the rest over four may be {allowed:.2} ms and is {r4:.2}");
 }
 
 /// Issue 45 item 2 on an H200 and an H100, each in one call: the attention and argmax kernels in
