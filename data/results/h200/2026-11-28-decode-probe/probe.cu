@@ -75,6 +75,29 @@ float time_graph(cudaStream_t s, int what, int reps) {
     cudaGraphExecDestroy(e); cudaGraphDestroy(g);
     return t[t.size() / 2];
 }
+float *partbuf;
+// 28 attentions of a layer's shape with its positions split into `splits` runs (and the merge), as
+// decode.rs launches them over a long cache.
+float time_split(cudaStream_t s, int splits, int reps) {
+    cudaGraph_t g; cudaGraphExec_t e;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int l = 0; l < L; l++) {
+        const Layer& w = layers[l];
+        vram_lab_attend_bf16<<<dim3(HEADS, splits, 1), 512, 0, s>>>(y, cs, sn, w.kc, w.vc, pos, a, splits > 1 ? partbuf : nullptr, HEADS, KV, D, CAP, SCALE);
+        if (splits > 1) vram_lab_attend_merge_bf16<<<dim3(HEADS, 1, 1), D, 0, s>>>(partbuf, a, HEADS, D, splits);
+    }
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&e, g, 0));
+    cudaEvent_t a0, a1; cudaEventCreate(&a0); cudaEventCreate(&a1);
+    std::vector<float> t;
+    for (int r = 0; r < reps + 2; r++) {
+        cudaEventRecord(a0, s); CK(cudaGraphLaunch(e, s)); cudaEventRecord(a1, s); CK(cudaEventSynchronize(a1));
+        float ms; cudaEventElapsedTime(&ms, a0, a1); if (r >= 2) t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    cudaGraphExecDestroy(e); cudaGraphDestroy(g);
+    return t[t.size() / 2];
+}
 int main() {
     cudaStream_t s; CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -114,6 +137,9 @@ int main() {
             printf("round %d | %-22s | %8.1f us | %8.1f MB | %6.0f GB/s | %5.1f %% of read | ideal %8.1f us\n", round, c.name, ms * 1e3, b / 1e6,
                    b / (ms * 1e6), 100.0 * b / (ms * 1e6) / best, b / best / 1e3);
         }
+    CK(cudaMalloc(&partbuf, (size_t)HEADS * 16 * (D + 2) * 4));
+    for (int round = 0; round < 2; round++)
+        for (int sp : {1, 2, 4, 8, 16}) printf("round %d | attention x28, %2d runs | %8.1f us\n", round, sp, time_split(s, sp, 20) * 1e3);
     CK(cudaGetLastError());
     return 0;
 }
