@@ -165,6 +165,8 @@ fn stage_names() -> String {
 
 fn main() {
     vram_lab::frame::console_setup();
+    #[cfg(feature = "cuda")]
+    vram_lab::memory::alloc_hook::set_installed();
     vram_lab::session::stop_on_ctrl_c();
     let settings = clap::Arg::new("settings")
         .long("settings")

@@ -238,6 +238,15 @@ fn bad_input_fails_clearly() {
         fails_with(&["generate", "--device", "cuda"], "this build has no CUDA");
     }
     fails_with(&["generate", "--prompt", "hello"], "no tokenizer");
+    // The page allocator maps a GPU's pages through the binary's hook: on the CPU it would change
+    // nothing, so it is refused by name, before a run folder is claimed.
+    let out = tmp.path().join("pages");
+    fails_with(
+        &["anatomy", "--device", "cpu", "--allocator", "pages", "--out", out.to_str().unwrap()],
+        "--allocator pages maps a GPU's pages",
+    );
+    assert!(!out.exists());
+    fails_with(&["anatomy", "--allocator", "slab"], "invalid value 'slab' for '--allocator");
 
     // A config.json missing fields.
     let dir = tmp.path().join("badcfg");

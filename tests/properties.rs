@@ -56,6 +56,7 @@ fn workload() -> impl Strategy<Value = Inference> {
             logits,
             attention,
             stored: None,
+            allocator: Default::default(),
         },
     )
 }

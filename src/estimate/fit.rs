@@ -7,6 +7,8 @@ use super::transient::{self, Prefill};
 use super::workspace;
 use crate::error::{LabError, Result};
 use crate::limits::{check_count, MAX_BATCH, MAX_SEQ, MAX_TERM_BYTES};
+use crate::memory::policy::Allocator;
+#[cfg(test)]
 use crate::memory::policy::POOL_SLACK;
 use crate::model::layers::attention::AttentionMode;
 use crate::model::{DecoderConfig, Logits, Precision};
@@ -62,6 +64,8 @@ pub struct Inference {
     /// The weights' bytes as a file holds them once loaded (a GGUF's own tensors, each by its
     /// type), where the precision's plan would only guess; None: priced by the plan.
     pub stored: Option<u64>,
+    /// Where the tensors live: the allocator's slack beyond the live bytes (`--allocator`).
+    pub allocator: Allocator,
 }
 
 impl Inference {
@@ -93,9 +97,10 @@ pub struct Ledger {
     /// Above the weights, the cache and the kept logits at the prefill's busiest moment.
     pub transient: u64,
     pub peak_at: &'static str,
-    /// What the pool maps beyond the live bytes at its busiest moment: it maps whole 32 MiB
-    /// chunks, so after the lab's trim-and-retry the chunks live allocations touch stay mapped
-    /// (`memory::policy::POOL_SLACK` per chunk of them, each counted up to one).
+    /// What the allocator maps beyond the live bytes at its busiest moment: the pool maps whole
+    /// 32 MiB chunks, so after the lab's trim-and-retry the chunks live allocations touch stay
+    /// mapped (`memory::policy::POOL_SLACK` per chunk of them, each counted up to one); the page
+    /// allocator keeps partly filled 2 MiB pages (`PAGE_SLACK` per chunk).
     pub pool: u64,
     pub runtime: u64,
 }
@@ -141,8 +146,9 @@ pub fn ledger_routed(cfg: &DecoderConfig, w: &Inference, runtime: u64, seen: u64
     // grows, the down projection holds the new, the old and the fixup buffer.
     let kept_share = transient::chunk_share(workspace::held_parts(cfg, w.precision, seen.max(tokens)));
     let growing = transient::chunk_share(workspace::at_growth_parts(cfg, w.precision, seen, tokens));
-    let with_slack = (p.peak_with(POOL_SLACK) + transient::pool_slack(kept_share, POOL_SLACK))
-        .max(growth + transient::pool_slack(p.chunked.down_proj + growing, POOL_SLACK));
+    let slack = w.allocator.slack();
+    let with_slack = (p.peak_with(slack) + transient::pool_slack(kept_share, slack))
+        .max(growth + transient::pool_slack(p.chunked.down_proj + growing, slack));
     Ledger {
         weights: w.weights(cfg),
         workspace: kept,
@@ -246,7 +252,15 @@ mod tests {
     use super::*;
 
     fn w(precision: Precision, seq: usize) -> Inference {
-        Inference { precision, seq, batch: 1, logits: Logits::Last, attention: AttentionMode::default(), stored: None }
+        Inference {
+            precision,
+            seq,
+            batch: 1,
+            logits: Logits::Last,
+            attention: AttentionMode::default(),
+            stored: None,
+            allocator: Allocator::Pool,
+        }
     }
 
     #[test]
@@ -271,6 +285,11 @@ mod tests {
         let chunked = 7 * 28 * MIB + 3 * 4 * MIB + MIB + 5 * POOL_CHUNK;
         assert_eq!(l.pool, chunked * POOL_SLACK / POOL_CHUNK);
         assert_eq!(l.device(), l.weights + 57_344 * 4096 + 205_056 * 4096 + l.pool);
+        // The page allocator: the same allocations, at most a partly filled 2 MiB page at each
+        // end of each, and every other term unchanged.
+        let pages = ledger(&cfg, &Inference { allocator: Allocator::Pages, ..w(Precision::Bf16, 4096) }, 0);
+        assert_eq!(pages.pool, chunked * 4 * MIB / POOL_CHUNK);
+        assert_eq!(pages.device() + l.pool, l.device() + pages.pool);
     }
 
     /// The limits are the edge: one more token or one more sequence does not fit.

@@ -363,6 +363,7 @@ mod tests {
             logits: Logits::Last,
             attention: AttentionMode::default(),
             stored: None,
+            allocator: Default::default(),
         }
     }
 

@@ -6,7 +6,6 @@ use super::bytes::{kv_bytes_per_token, weight_bytes};
 use super::fit::{ledger_after, Inference};
 use super::transient;
 use super::workspace;
-use crate::memory::policy::POOL_SLACK;
 use crate::model::DecoderConfig;
 use crate::search::bisect;
 
@@ -24,7 +23,7 @@ pub fn reaches_growth(cfg: &DecoderConfig, w: &Inference, runtime: u64, seen: u6
     // every moment, the new, old and fixup buffers in the growing down projection.
     let kept = transient::chunk_share(workspace::held_parts(cfg, w.precision, seen));
     let growing = transient::chunk_share(workspace::at_growth_parts(cfg, w.precision, seen, tokens));
-    let slack = |chunked: u64| transient::pool_slack(chunked, POOL_SLACK);
+    let slack = |chunked: u64| transient::pool_slack(chunked, w.allocator.slack());
     // Attention, o projection and MLP of the first layer: not the logits.
     let before_logits = p.moments()[..3].iter().map(|&(bytes, n)| bytes + slack(n + kept)).max().unwrap_or(0);
     let busiest = before_logits.max(growth + slack(p.chunked.down_proj + growing));
@@ -104,7 +103,15 @@ mod tests {
     use crate::model::{Logits, Precision};
 
     fn w(precision: Precision, logits: Logits) -> Inference {
-        Inference { precision, seq: 1, batch: 1, logits, attention: AttentionMode::default(), stored: None }
+        Inference {
+            precision,
+            seq: 1,
+            batch: 1,
+            logits,
+            attention: AttentionMode::default(),
+            stored: None,
+            allocator: Default::default(),
+        }
     }
 
     /// The search lands on the ledger's edge, on its grid: the length found fits, one step of the

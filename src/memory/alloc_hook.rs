@@ -31,6 +31,7 @@ static LIVE: Mutex<Option<HashMap<u64, u64>>> = Mutex::new(None);
 static LIVE_PEAK: AtomicU64 = AtomicU64::new(0);
 static RETRY: AtomicBool = AtomicBool::new(true);
 static RETRIES: AtomicU64 = AtomicU64::new(0);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct AllocCounts {
@@ -44,6 +45,16 @@ pub struct AllocCounts {
     pub largest_live: u64,
     /// Failed requests that succeeded after a trim.
     pub retried: u64,
+}
+
+/// Called by a binary that used `cuda_alloc_hook!()`: its requests pass through here.
+pub fn set_installed() {
+    INSTALLED.store(true, Relaxed);
+}
+
+/// Whether this process's CUDA requests pass through the hook (the binary, not a notebook).
+pub fn installed() -> bool {
+    INSTALLED.load(Relaxed)
 }
 
 /// Whether a failed request is retried after a trim (on by default); returns the previous value.
@@ -71,13 +82,41 @@ pub fn release_for_retry(stream: *mut std::ffi::c_void) -> bool {
         let Some(pool) = current_pool() else { return false };
         trace("synced", 0, 0, stream);
         // SAFETY: trimming keeps every live allocation.
-        let ok = unsafe { sys::cuMemPoolTrimTo(pool, 0) } == sys::CUresult::CUDA_SUCCESS;
+        let ok = unsafe { sys::cuMemPoolTrimTo(pool, 0) } == sys::CUresult::CUDA_SUCCESS
+            && (!super::pages::enabled() || super::pages::trim_current());
         trace(if ok { "trimmed" } else { "trim failed" }, 0, 0, stream);
         ok
     }
     #[cfg(not(feature = "cuda"))]
     {
         let _ = stream;
+        false
+    }
+}
+
+/// The page allocator's answer to a request (`memory::pages`): the pointer or the failure's
+/// CUresult; None where the pool serves it.
+pub fn paged(bytes: usize, stream: *mut std::ffi::c_void) -> Option<Result<u64, u32>> {
+    #[cfg(feature = "cuda")]
+    {
+        super::pages::alloc(bytes, stream)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (bytes, stream);
+        None
+    }
+}
+
+/// Whether the page allocator held `ptr` (it is then freed there, not in the pool).
+pub fn paged_free(ptr: u64, stream: *mut std::ffi::c_void) -> bool {
+    #[cfg(feature = "cuda")]
+    {
+        super::pages::enabled_ever() && super::pages::free(ptr, stream)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (ptr, stream);
         false
     }
 }
@@ -188,7 +227,8 @@ fn pool_now() -> (String, String) {
             super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
             super::cuda::pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
         ) {
-            return (reserved.to_string(), used.to_string());
+            let pages = super::pages::current_device().and_then(super::pages::stats).unwrap_or_default();
+            return ((reserved + pages.mapped).to_string(), (used + pages.used).to_string());
         }
     }
     (String::new(), String::new())
@@ -308,14 +348,26 @@ macro_rules! cuda_alloc_hook {
                     return 999; // CUDA_ERROR_UNKNOWN: no driver library behind us
                 }
                 // SAFETY: f is the driver's cuMemAllocAsync, same signature.
-                let alloc = unsafe { std::mem::transmute::<usize, AllocFn>(f) };
-                let mut rc = unsafe { alloc(dptr, bytes, stream) };
+                let driver = unsafe { std::mem::transmute::<usize, AllocFn>(f) };
+                // `--allocator pages` serves the request unless it is captured into a graph.
+                let alloc = |dptr: *mut u64, bytes: usize, stream: *mut c_void| {
+                    match vram_lab::memory::alloc_hook::paged(bytes, stream) {
+                        Some(Ok(ptr)) => {
+                            // SAFETY: the caller's out-pointer, as the driver would write it.
+                            unsafe { *dptr = ptr };
+                            0
+                        }
+                        Some(Err(rc)) => rc,
+                        None => unsafe { driver(dptr, bytes, stream) },
+                    }
+                };
+                let mut rc = alloc(dptr, bytes, stream);
                 // CUDA_ERROR_OUT_OF_MEMORY: once more after the pool gave back what nothing uses.
                 if rc == 2 {
                     vram_lab::memory::alloc_hook::trace("fail", 0, bytes as u64, stream);
                 }
                 if rc == 2 && vram_lab::memory::alloc_hook::release_for_retry(stream) {
-                    rc = unsafe { alloc(dptr, bytes, stream) };
+                    rc = alloc(dptr, bytes, stream);
                     if rc == 0 {
                         vram_lab::memory::alloc_hook::on_retried();
                     }
@@ -334,8 +386,12 @@ macro_rules! cuda_alloc_hook {
                     return 999;
                 }
                 let bytes = vram_lab::memory::alloc_hook::on_free(dptr);
-                // SAFETY: f is the driver's cuMemFreeAsync, same signature.
-                let rc = unsafe { std::mem::transmute::<usize, FreeFn>(f)(dptr, stream) };
+                let rc = if vram_lab::memory::alloc_hook::paged_free(dptr, stream) {
+                    0
+                } else {
+                    // SAFETY: f is the driver's cuMemFreeAsync, same signature.
+                    unsafe { std::mem::transmute::<usize, FreeFn>(f)(dptr, stream) }
+                };
                 vram_lab::memory::alloc_hook::trace("free", dptr, bytes, stream);
                 rc
             }

@@ -91,11 +91,15 @@ pub fn pool_stats(dev: &CudaDevice) -> Result<PoolStats> {
     // Frees are stream-ordered: synchronise so the counters describe what the host has dropped.
     ctx.synchronize().map_err(LabError::other)?;
     let pool = default_pool(&ctx)?;
+    // With `--allocator pages` candle's tensors are in pages and the pool holds only what was made
+    // before or inside a graph's capture: the sum is what the device holds. The high marks are
+    // each one's own, so their sum is exact while only one of them grows (a prefill's pages).
+    let pages = super::pages::stats(ctx.cu_device()).unwrap_or_default();
     Ok(PoolStats {
-        used: pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
-        reserved: pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
-        used_high: pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
-        reserved_high: pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
+        used: pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)? + pages.used,
+        reserved: pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)? + pages.mapped,
+        used_high: pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH)? + pages.used_high,
+        reserved_high: pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)? + pages.mapped_high,
     })
 }
 
@@ -105,6 +109,7 @@ pub fn reset_peak(dev: &CudaDevice) -> Result<()> {
     let ctx = context(dev);
     ctx.synchronize().map_err(LabError::other)?;
     let pool = default_pool(&ctx)?;
+    super::pages::reset_peak(ctx.cu_device());
     for attr in [CU_MEMPOOL_ATTR_USED_MEM_HIGH, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH] {
         let mut zero: u64 = 0;
         // SAFETY: the high-water attributes may only be set to zero, which resets them.
@@ -121,6 +126,7 @@ pub fn trim(dev: &CudaDevice) -> Result<()> {
     let ctx = context(dev);
     ctx.synchronize().map_err(LabError::other)?;
     let pool = default_pool(&ctx)?;
+    super::pages::trim(ctx.cu_device());
     // SAFETY: trimming to zero keeps every live allocation.
     check(unsafe { sys::cuMemPoolTrimTo(pool, 0) }, "cuMemPoolTrimTo")
 }

@@ -26,6 +26,8 @@ pub struct DeviceArena {
     base_reserved: u64,
     /// Whether the allocation hook retried failed requests before (restored on drop).
     saved_retry: bool,
+    /// Whether the page allocator served candle's requests before (restored on drop).
+    saved_pages: bool,
     /// handle → (pointer, bytes asked)
     live: BTreeMap<u64, (sys::CUdeviceptr, u64)>,
     next: u64,
@@ -42,6 +44,8 @@ impl DeviceArena {
         let base_reserved = pool_u64(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
         // The policies are driven raw: a trim-and-retry would hide the pool's own failures.
         let saved_retry = crate::memory::alloc_hook::set_retry(false);
+        // Its requests go to the pool it measures, whatever `--allocator` says for candle's.
+        let saved_pages = super::pages::set_enabled(false);
         Ok(Self {
             policy,
             dev: dev.clone(),
@@ -50,6 +54,7 @@ impl DeviceArena {
             _kept,
             base_reserved,
             saved_retry,
+            saved_pages,
             live: BTreeMap::new(),
             next: 1,
         })
@@ -165,5 +170,6 @@ impl Drop for DeviceArena {
         // SAFETY: trimming keeps candle's live allocations (`_kept` restores the threshold after).
         let _ = unsafe { sys::cuMemPoolTrimTo(self.pool, 0) };
         crate::memory::alloc_hook::set_retry(self.saved_retry);
+        super::pages::set_enabled(self.saved_pages);
     }
 }

@@ -17,8 +17,11 @@ pub mod host;
 pub mod host_arena;
 pub mod monitor;
 pub mod nvml;
+#[cfg(feature = "cuda")]
+pub mod pages;
 pub mod policy;
 pub mod probe;
+pub mod ranges;
 pub mod snapshot;
 pub mod summary;
 pub mod timeline;

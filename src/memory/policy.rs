@@ -25,6 +25,40 @@ pub const POOL_CHUNK: u64 = 32 << 20;
 /// shapes (`data/results/h200/2026-11-28-family-edges/RUN.md`).
 pub const POOL_SLACK: u64 = 25_703 << 10;
 
+/// What the lab's page allocator keeps mapped beyond the live bytes, per chunk of live
+/// allocations counted as for `POOL_SLACK`: a run of neighbours leaves at most a partly filled
+/// 2 MiB page at each end, and small requests live apart (`memory::pages`).
+pub const PAGE_SLACK: u64 = 2 * GRANULE;
+
+/// Where candle's device tensors are allocated (`--allocator`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Allocator {
+    /// CUDA's stream-ordered pool, as candle uses it (32 MiB chunks)
+    #[default]
+    Pool,
+    /// The lab's page allocator: 2 MiB pages mapped where live tensors lie (a GPU, the vram-lab
+    /// binary; as PyTorch's expandable segments)
+    Pages,
+}
+
+impl Allocator {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pool => "pool",
+            Self::Pages => "pages",
+        }
+    }
+
+    /// Bytes kept mapped beyond the live bytes per chunk of live allocations (`POOL_CHUNK`).
+    pub fn slack(self) -> u64 {
+        match self {
+            Self::Pool => POOL_SLACK,
+            Self::Pages => PAGE_SLACK,
+        }
+    }
+}
+
 pub fn round_up(bytes: u64) -> u64 {
     bytes.max(1).div_ceil(GRANULE) * GRANULE
 }

@@ -125,6 +125,7 @@ mod tests {
             finished: None,
             model: "synthetic:qwen2.5-7b".into(),
             card: Some(crate::hw::Card::parse("rtx4090").unwrap()),
+            allocator: Default::default(),
             env: Env { gpu: gpu.map(String::from), ..Default::default() },
             stages: stages
                 .iter()

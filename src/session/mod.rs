@@ -16,6 +16,7 @@ use crate::error::{LabError, Result};
 use crate::estimate::scaled::{scaled_card, Scale, Sizes, SCALED};
 use crate::frame::console_columns;
 use crate::hw::{self, Card};
+use crate::memory::policy::Allocator;
 use crate::memory::{guarded, MemoryProbe};
 use crate::model::load::source::{self as sources, OpenedSource};
 use crate::model::{precision::Compute, LoadedModel, ModelSource, Precision, SourceOptions};
@@ -52,6 +53,11 @@ pub struct SessionArgs {
     /// (twice the cache and logits). Dense weights compute in their own dtype.
     #[arg(long, global = true, value_enum)]
     pub compute: Option<Compute>,
+    /// Where device tensors live: pool (CUDA's stream-ordered pool, as candle uses it) or pages
+    /// (the lab's page allocator, as PyTorch's expandable segments; one GPU, the vram-lab binary)
+    #[arg(long, global = true, value_enum, default_value = "pool")]
+    #[serde(default)]
+    pub allocator: Allocator,
     /// Seed of synthetic weights and random prompts
     #[arg(long, global = true, default_value_t = 42)]
     pub seed: u64,
@@ -79,6 +85,7 @@ impl Default for SessionArgs {
             tokenizer: None,
             cache_dir: None,
             compute: None,
+            allocator: Allocator::Pool,
             seed: 42,
             out: None,
             quiet: true,
@@ -184,11 +191,43 @@ pub struct Session {
     pub sizes: Sizes,
 }
 
+/// Switches candle's device tensors to `allocator` before anything is loaded. The page allocator
+/// serves requests only through the binary's interposed `cuMemAllocAsync`: anywhere else (a
+/// notebook, the CPU) it would be a flag that changes nothing, so it is refused.
+fn enable_allocator(allocator: Allocator, device: &Device) -> Result<()> {
+    if allocator == Allocator::Pool {
+        return Ok(());
+    }
+    if !device.is_cuda() || !crate::memory::alloc_hook::installed() {
+        return Err(LabError::Unsupported(
+            "--allocator pages maps a GPU's pages through the vram-lab binary's allocation hook: run it with \
+             --device cuda from the binary"
+                .into(),
+        ));
+    }
+    #[cfg(feature = "cuda")]
+    crate::memory::pages::set_enabled(true);
+    Ok(())
+}
+
+/// Refuses `--allocator pages` for a stage that shares tensors between GPUs: peers read each
+/// other's memory through the pool's access rights, which the page allocator's pages lack.
+pub fn one_pool(s: &Session, stage: &str) -> Result<()> {
+    match s.manifest.allocator {
+        Allocator::Pool => Ok(()),
+        a => Err(LabError::Unsupported(format!(
+            "{stage} shares tensors between GPUs through the pool: --allocator {} serves one GPU",
+            a.name()
+        ))),
+    }
+}
+
 impl Session {
     /// Picks the device, resolves the model and card, claims the run folder (a folder that holds a
     /// run already is refused, so two runs never mix) and starts the card emulation.
     pub fn open(args: &SessionArgs, what: &str, report_card: bool) -> Result<Self> {
         let device = hw::pick(&args.device)?;
+        enable_allocator(args.allocator, &device)?;
         let model = args.model.clone().unwrap_or_else(|| default_model(&device).to_string());
         let source = ModelSource::parse(&model)?;
         let (card, sizes) = args.card_for(&device, &source, report_card)?;
@@ -204,6 +243,7 @@ impl Session {
             finished: None,
             model: source.label(),
             card: card.clone(),
+            allocator: args.allocator,
             env,
             stages: Vec::new(),
         };

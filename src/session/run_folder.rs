@@ -100,6 +100,9 @@ pub struct Manifest {
     pub model: String,
     /// The emulated card, when there was one.
     pub card: Option<Card>,
+    /// Where device tensors lived (`--allocator`; runs before it was a flag used the pool).
+    #[serde(default)]
+    pub allocator: crate::memory::policy::Allocator,
     pub env: Env,
     pub stages: Vec<StageRecord>,
 }

@@ -195,6 +195,7 @@ fn bench_model(
             logits: Logits::Last,
             attention: model.attention,
             stored: None,
+            allocator: Default::default(),
         };
         let mut ledger = fit::ledger_after(&cfg, &w, 0, *seen);
         *seen = (*seen).max(seq as u64);

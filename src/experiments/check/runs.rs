@@ -6,9 +6,10 @@ use crate::estimate::fit::{Inference, Runtime};
 use crate::estimate::sweep;
 use crate::frame::{floats, strings};
 use crate::hw::Card;
+use crate::memory::policy::Allocator;
 use crate::model::layers::attention::AttentionMode;
 use crate::model::{DecoderConfig, Logits, Precision};
-use crate::session::run_folder::read_csv;
+use crate::session::run_folder::{read_csv, MANIFEST};
 use std::path::{Path, PathBuf};
 
 /// Every CSV called `name` under `dir`, sorted.
@@ -73,6 +74,22 @@ fn folder_logits(csv: &Path) -> Result<Option<Logits>> {
     }
     let df = read_csv(&limit)?;
     strings(&df, "logits")?.first().map(|s| logits(s)).transpose()
+}
+
+/// The allocator a KV folder's process ran under, from its run's manifest (`--allocator`;
+/// the pool where the manifest predates the flag or is not there).
+fn folder_allocator(csv: &Path) -> Result<Allocator> {
+    let Some(manifest) = csv.parent().and_then(Path::parent).map(|run| run.join(MANIFEST)) else {
+        return Ok(Allocator::Pool);
+    };
+    let Ok(text) = std::fs::read_to_string(&manifest) else { return Ok(Allocator::Pool) };
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", manifest.display())))?;
+    match v.get("allocator") {
+        None => Ok(Allocator::Pool),
+        Some(a) => serde_json::from_value(a.clone())
+            .map_err(|e| LabError::input(format!("{}: allocator {a}: {e}", manifest.display()))),
+    }
 }
 
 pub fn relative(p: &Path, root: &Path) -> String {
@@ -141,6 +158,7 @@ fn read_attempts(f: &Path, root: &Path) -> Result<Vec<Vec<Attempt>>> {
         Ok(v) => v.iter().map(|&x| (x.is_finite() && x >= 0.0).then_some(x as u64)).collect(),
         Err(_) => vec![None; n],
     };
+    let allocator = folder_allocator(f)?;
     let mut groups: Vec<(String, Vec<Attempt>)> = Vec::new();
     for r in 0..n {
         let Some(logits) = lg[r] else { continue };
@@ -151,6 +169,7 @@ fn read_attempts(f: &Path, root: &Path) -> Result<Vec<Vec<Attempt>>> {
             logits,
             attention: AttentionMode::parse(&att[r])?,
             stored: None,
+            allocator,
         };
         let key = format!("{}/{}/{}", prec[r], logits.name(), att[r]);
         let a = Attempt {
@@ -281,4 +300,26 @@ fn kv_folder(dir: &Path, root: &Path) -> Result<Folder> {
     let order: Vec<(Inference, bool)> = attempts.iter().map(|a| (a.w, a.ok)).collect();
     let seen = sweep::seen_before(&cfg, Runtime::assumed().bytes(), capacity, &order, 0);
     Ok(Folder { cfg, card, attempts, seen, limit_file: relative(&limit_file, root), limits })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A KV folder's allocator comes from its run's manifest: the pool when the field or the
+    /// manifest is absent (runs before the flag), a value the lab does not know refused by name.
+    #[test]
+    fn folder_allocator_reads_the_manifest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let csv = tmp.path().join("kv").join("kv_prefill.csv");
+        assert_eq!(folder_allocator(&csv).unwrap(), Allocator::Pool);
+        let write = |v: &str| std::fs::write(tmp.path().join(MANIFEST), v).unwrap();
+        write(r#"{"command": "vram-lab kv"}"#);
+        assert_eq!(folder_allocator(&csv).unwrap(), Allocator::Pool);
+        write(r#"{"allocator": "pages"}"#);
+        assert_eq!(folder_allocator(&csv).unwrap(), Allocator::Pages);
+        write(r#"{"allocator": "slab"}"#);
+        let e = folder_allocator(&csv).unwrap_err().to_string();
+        assert!(e.contains("allocator \"slab\""), "{e}");
+    }
 }

@@ -4,6 +4,7 @@
 use crate::error::Result;
 use crate::estimate;
 use crate::estimate::fit::{self, Inference, Runtime};
+use crate::memory::policy::Allocator;
 use crate::model::gguf::Gguf;
 use crate::model::layers::attention::AttentionMode;
 use crate::model::load::hub::headers;
@@ -85,9 +86,10 @@ pub fn workload(
     seq: usize,
     batch: usize,
     logits: Logits,
+    allocator: Allocator,
 ) -> Inference {
     let stored = gguf.map(|g| g.loaded_bytes(cfg, precision));
-    Inference { precision, seq, batch, logits, attention: AttentionMode::default(), stored }
+    Inference { precision, seq, batch, logits, attention: AttentionMode::default(), stored, allocator }
 }
 
 pub fn ledger_rows(
@@ -123,7 +125,10 @@ pub fn ledger_rows(
         ("kv_cache", l.kv_cache, format!("{} B/token (2 × {} layers × {} KV heads × {} × {act} B) × {tokens} tokens", estimate::kv_bytes_per_token(cfg, act), cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim())),
         ("logits", l.logits, format!("{} × {act} B × {} rows", cfg.vocab_size, if w.logits == Logits::All { tokens } else { w.batch })),
         ("transient", l.transient, format!("the prefill's busiest moment ({}), above what stays", l.peak_at)),
-        ("pool", l.pool, format!("the pool maps 32 MiB chunks: {:.1} MiB kept beyond the live bytes per chunk of live allocations at the busiest moment (each counted up to a chunk; measured on an H200)", crate::memory::policy::POOL_SLACK as f64 / (1u64 << 20) as f64)),
+        ("pool", l.pool, match w.allocator {
+            Allocator::Pool => format!("the pool maps 32 MiB chunks: {:.1} MiB kept beyond the live bytes per chunk of live allocations at the busiest moment (each counted up to a chunk; measured on an H200)", crate::memory::policy::POOL_SLACK as f64 / (1u64 << 20) as f64),
+            Allocator::Pages => "the page allocator maps 2 MiB pages: at most a partly filled page at each end of each live allocation at the busiest moment (4 MiB per chunk of them)".into(),
+        }),
         ("runtime", l.runtime, format!("CUDA context, cuBLAS and kernels outside the pool, measured on {}", runtime.gpu)),
         ("total", l.device(), "what the card must have".into()),
     ]);

@@ -115,6 +115,7 @@ impl Stage for Estimate {
     type Config = EstimateConfig;
 
     fn run(s: &mut Session, c: &EstimateConfig) -> Result<StageOutput> {
+        let allocator = s.manifest().allocator;
         // The other engines keep what their own programs keep (llama.cpp the last position's
         // logits, the report's script every position's): --logits is the lab's setting.
         let others = [
@@ -142,7 +143,7 @@ impl Stage for Estimate {
         let mut curve: (Vec<String>, Vec<u64>, Vec<f64>) = (vec![], vec![], vec![]);
         let mut out = StageOutput::default();
         for &p in &c.precisions {
-            let w = workload(&cfg, gguf.as_ref(), p, c.seq, c.batch, c.logits);
+            let w = workload(&cfg, gguf.as_ref(), p, c.seq, c.batch, c.logits, allocator);
             fit::check(&cfg, &w)?;
             for (item, bytes, formula) in ledger_rows(&cfg, &w, &runtime, gguf.as_ref()) {
                 lp.push(p.to_string());
@@ -160,8 +161,12 @@ impl Stage for Estimate {
                 curve.0.push(p.to_string());
                 curve.1.push(seq as u64);
                 curve.2.push(
-                    fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), p, seq, c.batch, c.logits), runtime.bytes())
-                        .device() as f64
+                    fit::ledger(
+                        &cfg,
+                        &workload(&cfg, gguf.as_ref(), p, seq, c.batch, c.logits, allocator),
+                        runtime.bytes(),
+                    )
+                    .device() as f64
                         / (1u64 << 30) as f64,
                 );
                 seq *= 2;
@@ -236,10 +241,11 @@ fn parallel_table(
     gpus: usize,
     runtime: u64,
 ) -> Result<(DataFrame, Vec<Finding>)> {
+    let allocator = s.manifest().allocator;
     let mut rows: Vec<(String, parallel::GpuNeed)> = vec![];
     let mut found = vec![];
     for &p in &c.precisions {
-        let w = workload(cfg, gguf, p, c.seq, c.batch, c.logits);
+        let w = workload(cfg, gguf, p, c.seq, c.batch, c.logits, allocator);
         let needs = match layout {
             "tp" if p.is_quantized() => {
                 s.say(format!("{p}: tensor parallelism splits dense weights; --pp places whole quantized layers"));

@@ -16,7 +16,7 @@ use crate::memory::mib;
 use crate::model::parallel::group::on_each;
 use crate::model::parallel::Group;
 use crate::model::{self, generate, DecoderConfig, GenerateConfig, Precision};
-use crate::session::Session;
+use crate::session::{one_pool, Session};
 use crate::stage::{Finding, Outcome, Stage, StageOutput, View};
 use predicted::{ceiling, predicted, rank_row, read_per_token};
 use rand::{Rng, SeedableRng};
@@ -101,6 +101,7 @@ impl Stage for Parallel {
     }
 
     fn run(s: &mut Session, c: &ParallelConfig) -> Result<StageOutput> {
+        one_pool(s, "parallel")?;
         let opened = model::load::source::open(&s.source, &s.opts)?;
         let cfg = opened.cfg.clone();
         drop(opened);

@@ -46,6 +46,7 @@ pub fn run(
         logits: Logits::Last,
         attention: AttentionMode::default(),
         stored: None,
+        allocator: Default::default(),
     };
     let (need, ends) = match shares {
         Some(s) => (

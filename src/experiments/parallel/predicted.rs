@@ -27,6 +27,7 @@ pub fn predicted(
         logits: Logits::Last,
         attention: AttentionMode::default(),
         stored: None,
+        allocator: Default::default(),
     };
     // One GPU: the one-device ledger, quantized weights included (their matmul buffer is transient
     // to this table: it comes with the first prefill).

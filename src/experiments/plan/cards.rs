@@ -10,6 +10,7 @@ use crate::experiments::estimate::tables::{col, PLAN, PLAN_GPUS};
 use crate::hw::Card;
 use crate::limits::MAX_SEQ;
 use crate::memory::mib;
+use crate::memory::policy::Allocator;
 use crate::model::gguf::Gguf;
 use crate::model::{DecoderConfig, Logits, Precision};
 use crate::stage::StageOutput;
@@ -60,7 +61,7 @@ pub fn fit_cards(
     runtime: u64,
 ) -> Result<CardsFit> {
     let caps: Vec<u64> = cards.iter().map(Card::total_bytes).collect();
-    let w = workload(cfg, gguf, precision, seq, 1, Logits::Last);
+    let w = workload(cfg, gguf, precision, seq, 1, Logits::Last, Allocator::Pool);
     let fits = |w: Inference| {
         fit::check(cfg, &w).is_ok()
             && pipeline_llamacpp(cfg, &w, shares, runtime)

@@ -88,6 +88,7 @@ impl Stage for Plan {
     const REPEATABLE: &'static [&'static str] = &["cards", "split"];
 
     fn run(s: &mut Session, c: &PlanConfig) -> Result<StageOutput> {
+        let allocator = s.manifest().allocator;
         let (cfg, gguf) = model_config(s, &c.config)?;
         match c.engine {
             Engine::LlamaCpp if !c.cards.is_empty() => {
@@ -119,7 +120,7 @@ impl Stage for Plan {
         };
         let runtime = Runtime::assumed();
         let cap = card.total_bytes();
-        fit::check(&cfg, &workload(&cfg, None, Precision::F32, c.seq, 1, Logits::Last))?;
+        fit::check(&cfg, &workload(&cfg, None, Precision::F32, c.seq, 1, Logits::Last, allocator))?;
         let rows: Vec<(Precision, CardFit)> = [Precision::F32, Precision::Bf16, Precision::Q4KM]
             .into_iter()
             .map(|p| {
@@ -127,7 +128,7 @@ impl Stage for Plan {
                     p,
                     fit::on_card(
                         &cfg,
-                        &workload(&cfg, gguf.as_ref(), p, c.seq, 1, Logits::Last),
+                        &workload(&cfg, gguf.as_ref(), p, c.seq, 1, Logits::Last, allocator),
                         runtime.bytes(),
                         cap,
                         card.bandwidth_gbs,
@@ -152,8 +153,12 @@ impl Stage for Plan {
         } else {
             format!(
                 "the model fits this card in no precision (Q4 needs {:.2} GiB at 1 token)",
-                fit::ledger(&cfg, &workload(&cfg, gguf.as_ref(), Precision::Q4KM, 1, 1, Logits::Last), runtime.bytes())
-                    .device() as f64
+                fit::ledger(
+                    &cfg,
+                    &workload(&cfg, gguf.as_ref(), Precision::Q4KM, 1, 1, Logits::Last, allocator),
+                    runtime.bytes()
+                )
+                .device() as f64
                     / (1u64 << 30) as f64
             )
         };
@@ -192,10 +197,19 @@ fn best(rows: impl Iterator<Item = (bool, usize)> + Clone) -> usize {
 /// The plan over several cards (`cards`): per precision the largest card's need, the longest
 /// context and largest batch every card holds; the best as for one card.
 fn plan_cards(s: &mut Session, c: &PlanConfig, cfg: &DecoderConfig, gguf: Option<&Gguf>) -> Result<StageOutput> {
+    // Several cards run as a pipeline of whole layers, each GPU with the pool (the page allocator
+    // serves one GPU), so the cards are priced with the pool's slack.
+    let allocator = s.manifest().allocator;
+    if allocator != crate::memory::policy::Allocator::Pool {
+        return Err(LabError::Unsupported(format!(
+            "plan --cards prices a pipeline over several GPUs, which runs on the pool: --allocator {} serves one GPU",
+            allocator.name()
+        )));
+    }
     let runtime = Runtime::assumed().bytes();
     let (cards, shares) = cards::cards_and_shares(&c.cards, &c.split, runtime)?;
     let caps: Vec<u64> = cards.iter().map(Card::total_bytes).collect();
-    fit::check(cfg, &workload(cfg, None, Precision::F32, c.seq, 1, Logits::Last))?;
+    fit::check(cfg, &workload(cfg, None, Precision::F32, c.seq, 1, Logits::Last, allocator))?;
     let rows = [Precision::F32, Precision::Bf16, Precision::Q4KM]
         .into_iter()
         .map(|p| cards::fit_cards(cfg, gguf, p, c.seq, &cards, &shares, runtime))

@@ -291,9 +291,11 @@ impl Stage for Train {
             logits: Logits::All,
             attention: AttentionMode::Differentiable,
             stored: None,
+            allocator: Default::default(),
         };
         crate::estimate::fit::check(&model_cfg, &w)?;
         if cfg.gpus > 1 || cfg.zero > 0 || !cfg.cards.is_empty() || !cfg.batches.is_empty() {
+            crate::session::one_pool(s, "train over ranks")?;
             return data_parallel(s, cfg, model_cfg, sh);
         }
         let lm = match s.load_opened(opened, Precision::F32) {
