@@ -22,12 +22,14 @@ pub const POOL_CHUNK: u64 = 32 << 20;
 /// layer after layer leaves more runs at each trim (Llama-2-7B 112 to 371 MiB over 13), one whose
 /// edge is its first retry keeps 104-167 MiB (Qwen3-8B, Llama-3.1-8B, Mistral-7B: the search 3-4
 /// steps short), and which one a prefill meets follows the pool's placement, not the live set's
-/// shapes (`data/results/h200/2026-11-28-family-edges/RUN.md`).
+/// shapes (`data/results/h200/2026-11-28-family-edges/RUN.md`). The page allocator bounds it
+/// (`PAGE_SLACK`).
 pub const POOL_SLACK: u64 = 25_703 << 10;
 
 /// What the lab's page allocator keeps mapped beyond the live bytes, per chunk of live
 /// allocations counted as for `POOL_SLACK`: a run of neighbours leaves at most a partly filled
-/// 2 MiB page at each end, and small requests live apart (`memory::pages`).
+/// 2 MiB page at each end, and small requests live apart (`memory::pages`). With it the ledger's
+/// search was within one step of five families' edges (`data/results/h200/2026-11-28-pages`).
 pub const PAGE_SLACK: u64 = 2 * GRANULE;
 
 /// Where candle's device tensors are allocated (`--allocator`).
