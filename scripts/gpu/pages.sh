@@ -4,7 +4,7 @@
 # five families, in one call: each `kv` bisection (step 256) as `data/results/h200/2026-11-27-mixtures`
 # ran it, once per allocator; then the prefill's speed under each (`bench`), so the pages cost no time.
 #   there: carry .gpu/vram-lab.xz .gpu/commit;  bash scripts/gpu/pages.sh "$OUT"
-#   MODELS (default the five), PRECISIONS (bf16), ALLOCATORS (pages pool), ONLY (kv bench smoke)
+#   MODELS (default the five), PRECISIONS (bf16), ALLOCATORS (pages pool), EDGES, ONLY (smoke kv edges bench)
 set -u
 cd "$(dirname "$0")/../.."
 RES=$(realpath -m "${1:-/tmp/pages}")
@@ -29,6 +29,17 @@ if want kv; then
           --logits last --card rtx4090 --quiet --out "$RES/kv-$m-$p-$a"
       done
     done
+  done
+fi
+# Q4_K_M near the edge (a full bisection from 1,024 runs minutes at these lengths): EDGES lists
+# model:length, the ledger's search under the pages on the doubling grid; each runs that length
+# and the next two steps, bisecting only where they do not bracket the edge.
+if want edges; then
+  for e in ${EDGES:-}; do
+    m=${e%%:*}; n=${e#*:}
+    run "kv-$m-q4_k_m-pages" timeout 170 $LAB kv --model "synthetic:$m" --allocator pages --precisions q4_k_m \
+      --sweeps prefill --logits last --lengths "$n,$((n + 256)),$((n + 512))" --card rtx4090 --quiet \
+      --out "$RES/kv-$m-q4_k_m-pages"
   done
 fi
 if want bench; then
