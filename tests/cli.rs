@@ -247,6 +247,17 @@ fn bad_input_fails_clearly() {
     );
     assert!(!out.exists());
     fails_with(&["anatomy", "--allocator", "slab"], "invalid value 'slab' for '--allocator");
+    // Pricing allocates nothing: estimate prices the pages' slack on the CPU.
+    let priced = |allocator: &str| {
+        let out = tmp.path().join(format!("estimate-{allocator}"));
+        let o = lab(&["estimate", "--device", "cpu", "--allocator", allocator, "--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert_eq!(manifest(&out)["allocator"], allocator);
+        let rows = csv(&out, "estimate/estimate_ledger.csv");
+        rows.iter().find(|r| r["item"] == "pool").unwrap()["mib"].parse::<f64>().unwrap()
+    };
+    let (pool, pages) = (priced("pool"), priced("pages"));
+    assert!(pages > 0.0 && pages < pool / 4.0, "pages {pages} MiB, pool {pool} MiB");
 
     // A config.json missing fields.
     let dir = tmp.path().join("badcfg");

@@ -128,10 +128,11 @@ fn longest_context_within_2_percent() {
             x.predicted_max_context
         );
     }
-    // The five families under each allocator in one call (`2026-11-28-pages`): with the lab's page
-    // allocator the search is within one step, never long: `pages_put_the_ledger_within_one_step`.
-    let (pages, retried): (Vec<_>, Vec<_>) = retried.into_iter().partition(|x| x.file.contains("2026-11-28-pages/"));
-    assert_eq!(pages.len(), 10, "five families, two allocators");
+    // The five families under each allocator in one call (`2026-11-28-pages`), and Q4_K_M under the
+    // pages (`-q4`): with the lab's page allocator the search is within one step, never long:
+    // `pages_put_the_ledger_within_one_step`.
+    let (pages, retried): (Vec<_>, Vec<_>) = retried.into_iter().partition(|x| x.file.contains("2026-11-28-pages"));
+    assert_eq!(pages.len(), 14, "five families, two allocators; four in Q4_K_M");
     for x in &retried {
         let step = 100.0 * x.resolution as f64 / x.max_context as f64;
         assert!(
@@ -453,7 +454,8 @@ fn llamacpp_buffers_of_every_committed_launch() {
 /// busiest moment's allocations) and the ledger's search lands within one step of every edge,
 /// never past it; under the pool, whose slack follows where it placed earlier tensors, the same
 /// search stays one to four steps short. The pages reach further on the same card, and each
-/// prefill's peak equals the ledger's under both.
+/// prefill's peak equals the ledger's under both. Q4_K_M under the pages (`2026-11-28-pages-q4`):
+/// the four families within one step too.
 #[test]
 fn pages_put_the_ledger_within_one_step() {
     let dir = results().join("h200/2026-11-28-pages");
@@ -485,8 +487,22 @@ fn pages_put_the_ledger_within_one_step() {
             pool.max_context
         );
     }
-    let st = steps(&dir).unwrap();
-    assert!(st.len() >= 40, "{} prefills", st.len());
+    // Q4_K_M, each family's three lengths around the ledger's edge (`2026-11-28-pages-q4`).
+    let q4 = results().join("h200/2026-11-28-pages-q4");
+    let l = limits(&q4).unwrap();
+    assert_eq!(l.len(), 4, "four families");
+    for x in &l {
+        assert!(x.retried && x.precision == Precision::Q4KM);
+        assert!(
+            (0..=1).contains(&steps_short(x)),
+            "{}: {} vs ledger {}",
+            x.file,
+            x.max_context,
+            x.predicted_max_context
+        );
+    }
+    let st: Vec<_> = steps(&dir).unwrap().into_iter().chain(steps(&q4).unwrap()).collect();
+    assert!(st.len() >= 47, "{} prefills", st.len());
     for s in &st {
         assert!(
             (s.peak_mib - s.predicted_peak_mib).abs() <= 0.001 * s.peak_mib,

@@ -191,11 +191,16 @@ pub struct Session {
     pub sizes: Sizes,
 }
 
+/// The commands that only price a workload: the allocator they are given changes the ledger's
+/// slack and allocates nothing, so they take `--allocator pages` on any device.
+const PRICING: [&str; 2] = ["estimate", "plan"];
+
 /// Switches candle's device tensors to `allocator` before anything is loaded. The page allocator
 /// serves requests only through the binary's interposed `cuMemAllocAsync`: anywhere else (a
-/// notebook, the CPU) it would be a flag that changes nothing, so it is refused.
-fn enable_allocator(allocator: Allocator, device: &Device) -> Result<()> {
-    if allocator == Allocator::Pool {
+/// notebook, the CPU) a stage that allocates would run on something else than the flag says, so
+/// it is refused.
+fn enable_allocator(allocator: Allocator, device: &Device, what: &str) -> Result<()> {
+    if allocator == Allocator::Pool || (PRICING.contains(&what) && !device.is_cuda()) {
         return Ok(());
     }
     if !device.is_cuda() || !crate::memory::alloc_hook::installed() {
@@ -227,7 +232,7 @@ impl Session {
     /// run already is refused, so two runs never mix) and starts the card emulation.
     pub fn open(args: &SessionArgs, what: &str, report_card: bool) -> Result<Self> {
         let device = hw::pick(&args.device)?;
-        enable_allocator(args.allocator, &device)?;
+        enable_allocator(args.allocator, &device, what)?;
         let model = args.model.clone().unwrap_or_else(|| default_model(&device).to_string());
         let source = ModelSource::parse(&model)?;
         let (card, sizes) = args.card_for(&device, &source, report_card)?;
