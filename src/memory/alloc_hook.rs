@@ -94,33 +94,6 @@ pub fn release_for_retry(stream: *mut std::ffi::c_void) -> bool {
     }
 }
 
-/// The page allocator's answer to a request (`memory::pages`): the pointer or the failure's
-/// CUresult; None where the pool serves it.
-pub fn paged(bytes: usize, stream: *mut std::ffi::c_void) -> Option<Result<u64, u32>> {
-    #[cfg(feature = "cuda")]
-    {
-        super::pages::alloc(bytes, stream)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = (bytes, stream);
-        None
-    }
-}
-
-/// Whether the page allocator held `ptr` (it is then freed there, not in the pool).
-pub fn paged_free(ptr: u64, stream: *mut std::ffi::c_void) -> bool {
-    #[cfg(feature = "cuda")]
-    {
-        super::pages::enabled_ever() && super::pages::free(ptr, stream)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = (ptr, stream);
-        false
-    }
-}
-
 /// Called when a retried request succeeded.
 pub fn on_retried() {
     RETRIES.fetch_add(1, Relaxed);
@@ -351,7 +324,7 @@ macro_rules! cuda_alloc_hook {
                 let driver = unsafe { std::mem::transmute::<usize, AllocFn>(f) };
                 // `--allocator pages` serves the request unless it is captured into a graph.
                 let alloc = |dptr: *mut u64, bytes: usize, stream: *mut c_void| {
-                    match vram_lab::memory::alloc_hook::paged(bytes, stream) {
+                    match vram_lab::memory::pages::alloc(bytes, stream) {
                         Some(Ok(ptr)) => {
                             // SAFETY: the caller's out-pointer, as the driver would write it.
                             unsafe { *dptr = ptr };
@@ -386,7 +359,8 @@ macro_rules! cuda_alloc_hook {
                     return 999;
                 }
                 let bytes = vram_lab::memory::alloc_hook::on_free(dptr);
-                let rc = if vram_lab::memory::alloc_hook::paged_free(dptr, stream) {
+                let paged = vram_lab::memory::pages::enabled_ever() && vram_lab::memory::pages::free(dptr, stream);
+                let rc = if paged {
                     0
                 } else {
                     // SAFETY: f is the driver's cuMemFreeAsync, same signature.

@@ -4,13 +4,17 @@
 //! `Session`, so they all write the same folder (`run_folder`); a stage runs in it through
 //! `stage::run`.
 
+pub mod allocator;
 pub mod console;
 mod context;
 pub mod env;
 pub mod expected;
 pub mod run_folder;
+mod stop;
 
+pub use allocator::one_pool;
 pub use console::Console;
+pub use stop::{stop_on_ctrl_c, stop_requested};
 
 use crate::error::{LabError, Result};
 use crate::estimate::scaled::{scaled_card, Scale, Sizes, SCALED};
@@ -26,7 +30,6 @@ use polars::prelude::DataFrame;
 use run_folder::{Manifest, RunFolder, RunStatus, StageRecord, StageStatus, MANIFEST};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What every command shares: where to run, on what, and where to write.
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
@@ -156,24 +159,6 @@ pub fn default_model(device: &Device) -> &'static str {
     }
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-/// Ctrl-C was pressed.
-pub fn stop_requested() -> bool {
-    STOP.load(Ordering::SeqCst)
-}
-
-/// Ctrl-C asks the run to stop after the step in hand (the finished stages' files are kept and
-/// the GPU memory is freed as the session drops); a second Ctrl-C quits at once.
-pub fn stop_on_ctrl_c() {
-    let _ = ctrlc::set_handler(|| {
-        if STOP.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-        eprintln!("\nstopping after the current step (Ctrl-C again to quit now)");
-    });
-}
-
 pub struct Session {
     pub device: Device,
     /// Reads this device's memory and holds its card emulation.
@@ -191,48 +176,12 @@ pub struct Session {
     pub sizes: Sizes,
 }
 
-/// The commands that only price a workload: the allocator they are given changes the ledger's
-/// slack and allocates nothing, so they take `--allocator pages` on any device.
-const PRICING: [&str; 2] = ["estimate", "plan"];
-
-/// Switches candle's device tensors to `allocator` before anything is loaded. The page allocator
-/// serves requests only through the binary's interposed `cuMemAllocAsync`: anywhere else (a
-/// notebook, the CPU) a stage that allocates would run on something else than the flag says, so
-/// it is refused.
-fn enable_allocator(allocator: Allocator, device: &Device, what: &str) -> Result<()> {
-    if allocator == Allocator::Pool || (PRICING.contains(&what) && !device.is_cuda()) {
-        return Ok(());
-    }
-    if !device.is_cuda() || !crate::memory::alloc_hook::installed() {
-        return Err(LabError::Unsupported(
-            "--allocator pages maps a GPU's pages through the vram-lab binary's allocation hook: run it with \
-             --device cuda from the binary"
-                .into(),
-        ));
-    }
-    #[cfg(feature = "cuda")]
-    crate::memory::pages::set_enabled(true);
-    Ok(())
-}
-
-/// Refuses `--allocator pages` for a stage that shares tensors between GPUs: peers read each
-/// other's memory through the pool's access rights, which the page allocator's pages lack.
-pub fn one_pool(s: &Session, stage: &str) -> Result<()> {
-    match s.manifest.allocator {
-        Allocator::Pool => Ok(()),
-        a => Err(LabError::Unsupported(format!(
-            "{stage} shares tensors between GPUs through the pool: --allocator {} serves one GPU",
-            a.name()
-        ))),
-    }
-}
-
 impl Session {
     /// Picks the device, resolves the model and card, claims the run folder (a folder that holds a
     /// run already is refused, so two runs never mix) and starts the card emulation.
     pub fn open(args: &SessionArgs, what: &str, report_card: bool) -> Result<Self> {
         let device = hw::pick(&args.device)?;
-        enable_allocator(args.allocator, &device, what)?;
+        allocator::enable(args.allocator, &device, what)?;
         let model = args.model.clone().unwrap_or_else(|| default_model(&device).to_string());
         let source = ModelSource::parse(&model)?;
         let (card, sizes) = args.card_for(&device, &source, report_card)?;

@@ -295,7 +295,7 @@ impl Stage for Train {
         };
         crate::estimate::fit::check(&model_cfg, &w)?;
         if cfg.gpus > 1 || cfg.zero > 0 || !cfg.cards.is_empty() || !cfg.batches.is_empty() {
-            crate::session::one_pool(s, "train over ranks")?;
+            crate::session::one_pool(s.manifest().allocator, "train over ranks")?;
             return data_parallel(s, cfg, model_cfg, sh);
         }
         let lm = match s.load_opened(opened, Precision::F32) {
