@@ -7,10 +7,11 @@
 //! followed where it had placed earlier tensors, not their shapes, so the ledger's search had to
 //! assume the worst and came up to four steps short (`data/results/h200/2026-11-28-family-edges`).
 //! Here what stays mapped after a trim is the pages live allocations touch: at most a partly
-//! filled page at each end of a run of neighbours.
+//! filled page at each end of a run of neighbours, and the search comes within one step of every
+//! edge measured (`data/results/h200/2026-11-28-pages`, `-pages-q4`).
 //!
-//! How: allocations of a page or more are placed in one half of the range, smaller ones in the
-//! other (a small tensor never pins a page between two large ones), each by best fit with free
+//! How: allocations of a page or more are placed in three quarters of the range, smaller ones in
+//! the rest (a small tensor never pins a page between two large ones), each by best fit with free
 //! neighbours merged. Freed pages stay mapped for the next request, as the pool keeps its chunks
 //! until a synchronisation; `trim` (after a failed request, or `torch.cuda.empty_cache`'s place)
 //! waits for the streams that freed memory and unmaps the pages nothing live touches.
