@@ -202,7 +202,12 @@ fn batch_runs(
     // On CPU "reserved" is the process's RSS, not a pool inside the card: the heap counts.
     let used = if s.device.is_cuda() { base.reserved.max(base.allocated) } else { base.allocated };
     let free = capacity.saturating_sub(used);
-    let fit = if free < one_need { 1 } else { 1 + ((free - one_need) / per_seq) as usize }.min(MAX_BATCH);
+    // Twice the batch must stay within candle's 32-bit indexing of the MLP's activation, or the
+    // overflow run stops on that before the card runs out (a 0.5B model on a 24 GB card under
+    // `--allocator pages`: 466 × 1,024 rows, `data/results/h200/2026-11-28-pages-stages`).
+    let widest = model.cfg.intermediate_size.max(model.cfg.hidden_size);
+    let by_index = (i32::MAX as usize / (2 * cfg.seq * widest).max(1)).max(1);
+    let fit = if free < one_need { 1 } else { 1 + ((free - one_need) / per_seq) as usize }.min(MAX_BATCH).min(by_index);
     s.say(format!(
         "batch demo: {} tokens a sequence; the first needs {}, each one more {} (from batches of 1 and {PROBE}); {} free for the pool → the ledger's largest batch {fit}",
         cfg.seq,
