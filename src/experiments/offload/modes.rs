@@ -222,6 +222,15 @@ pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwi
     let embed_managed = if mcfg.tie_word_embeddings { 0 } else { parts.embed };
     let remote_layers = split.as_ref().map(|p| p.count(Home::Streamed) as u64 * parts.layer);
     let managed_bytes = remote_layers.map_or(weight_bytes, |r| r + embed_managed);
+    if managed_bytes == 0 {
+        // Every layer fits the budget and the table is the head's: the mode would be `full`, and
+        // the driver refuses advice on no bytes (cuMemAdvise: invalid argument, Qwen2.5-1.5B in
+        // `data/results/h200/2026-11-28-pages-stages`).
+        return Err(LabError::Unsupported(format!(
+            "{}: every layer fits the GPU budget, nothing is left to manage (the mode is full)",
+            mode.name()
+        )));
+    }
     row.host_bytes = Some(managed_bytes);
     row.pcie_per_token = Some(match (mode, remote_layers) {
         (Mode::ManagedPreferCpu, _) => weight_bytes,
