@@ -4,7 +4,7 @@
 # five families, in one call: each `kv` bisection (step 256) as `data/results/h200/2026-11-27-mixtures`
 # ran it, once per allocator; then the prefill's speed under each (`bench`), so the pages cost no time.
 #   there: carry .gpu/vram-lab.xz .gpu/commit;  bash scripts/gpu/pages.sh "$OUT"
-#   MODELS (default the five), PRECISIONS (bf16), ALLOCATORS (pages pool), EDGES, ONLY (smoke kv edges stages bench)
+#   MODELS (default the five), PRECISIONS (bf16), ALLOCATORS (pages pool), EDGES, STAGES, ONLY (smoke kv edges stages bench)
 set -u
 cd "$(dirname "$0")/../.."
 RES=$(realpath -m "${1:-/tmp/pages}")
@@ -45,8 +45,10 @@ fi
 # The other single-GPU stages under the pages, small models, each bounded: that they run (the
 # offload streamer's second stream, the leak hunt's trims, the allocator stage's own pool).
 if want stages; then
+  STAGES=${STAGES:-anatomy leaks offload frag train}
   for st in "anatomy --model synthetic:qwen2.5-1.5b --card rtx4090" "leaks --model synthetic:qwen2.5-0.5b --card rtx4090" \
     "offload --model synthetic:qwen2.5-1.5b" "frag --card rtx4090" "train --model synthetic:qwen2.5-0.5b --seq 256 --steps 2"; do
+    [[ " $STAGES " == *" ${st%% *} "* ]] || continue
     name=stage-${st%% *}
     run "$name" timeout "${STAGE_TIMEOUT:-60}" $LAB $st --allocator pages --quiet --out "$RES/$name"
   done
