@@ -226,10 +226,9 @@ pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwi
         // Every layer fits the budget and the table is the head's: the mode would be `full`, and
         // the driver refuses advice on no bytes (cuMemAdvise: invalid argument, Qwen2.5-1.5B in
         // `data/results/h200/2026-11-28-pages-stages`).
-        return Err(LabError::Unsupported(format!(
-            "{}: every layer fits the GPU budget, nothing is left to manage (the mode is full)",
-            mode.name()
-        )));
+        let why =
+            format!("{}: every layer fits the GPU budget, nothing is left to manage (the mode is full)", mode.name());
+        return row.settle(Err(LabError::Unsupported(why)));
     }
     row.host_bytes = Some(managed_bytes);
     row.pcie_per_token = Some(match (mode, remote_layers) {
