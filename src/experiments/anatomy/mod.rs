@@ -312,7 +312,8 @@ impl AnatomyResult {
         };
         let predicted: Vec<f64> = sc.iter().map(|s| gib(s.predicted_weights)).collect();
         let loaded_alloc = g(&|s| s.loaded.as_ref().map(|x| x.allocated));
-        // What loading added: on CUDA the pool starts empty, on CPU the heap holds the runtime too.
+        // What loading added: before it the GPU may hold an earlier precision's leftovers (candle's
+        // quantized-matmul buffer after Q4_K_M), and on CPU the heap holds the runtime too.
         let weights = sc
             .iter()
             .map(|s| {

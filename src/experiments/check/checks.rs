@@ -93,7 +93,10 @@ pub fn steps_of(folders: &[Folder]) -> Vec<StepCheck> {
     out
 }
 
-/// The weights after loading in each anatomy run, as (file, precision, measured, predicted) MiB.
+/// What loading added in each anatomy run, as (file, precision, measured, predicted) MiB: the
+/// allocated bytes after loading less those before, which hold an earlier precision's leftovers
+/// (candle's quantized-matmul buffer after Q4_K_M: 17.7 MiB before F32 in
+/// `data/results/h200/2026-11-28-pages-stages/call-1/stage-anatomy`).
 pub fn weights(root: &Path) -> Result<Vec<(String, Precision, f64, f64)>> {
     let mut files = Vec::new();
     find(root, "anatomy.csv", &mut files);
@@ -102,7 +105,7 @@ pub fn weights(root: &Path) -> Result<Vec<(String, Precision, f64, f64)>> {
         let (cfg, _) = run_context(&f)?;
         let df = read_csv(&f)?;
         let (outcome, prec, loaded) =
-            (strings(&df, "outcome")?, strings(&df, "precision")?, floats(&df, "loaded_allocated_gib")?);
+            (strings(&df, "outcome")?, strings(&df, "precision")?, floats(&df, "weights_measured_gib")?);
         // A model file's prediction is its header's tensor bytes, which the run recorded.
         let recorded = floats(&df, "predicted_weights_gib")?;
         for r in 0..df.height() {
