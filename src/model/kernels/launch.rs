@@ -15,7 +15,6 @@ use crate::memory::cuda::compute_capability;
 use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaFunction, DeviceRepr, LaunchConfig};
 use candle_core::cuda_backend::CudaDevice;
 use std::ffi::c_void;
-use std::marker::PhantomData;
 
 /// What `VRAM_LAB_PDL` asks for: `1` dependent launches, `0` or unset plain ones.
 pub fn requested() -> Result<bool> {
@@ -45,16 +44,15 @@ pub fn dependent(dev: &CudaDevice) -> Result<bool> {
 }
 
 /// A kernel's arguments, gathered as cudarc's launch builder gathers them (a pointer to each
-/// value), for a launch with or without the dependent-launch attribute.
+/// value, borrowed for `'a`), for a launch with or without the dependent-launch attribute.
 pub struct Launch<'a> {
     func: &'a CudaFunction,
     args: Vec<*mut c_void>,
-    borrowed: PhantomData<&'a ()>,
 }
 
 impl<'a> Launch<'a> {
     pub fn new(func: &'a CudaFunction) -> Self {
-        Self { func, args: Vec::with_capacity(16), borrowed: PhantomData }
+        Self { func, args: Vec::with_capacity(16) }
     }
 
     /// The next argument: a device pointer (u64) or a scalar, borrowed until the launch.
