@@ -1,6 +1,7 @@
 //! Launching the decoding step's kernels on candle's stream, plainly or as programmatic dependent
-//! launches (compute 9.0). A step of Qwen2.5-7B is about 140 of these kernels, and between two of
-//! them the card drains the first and starts the second. On an H200 the attention and the small
+//! launches (compute 9.0). A layer's step is five of these kernels (q|k|v, the attention, o,
+//! gate|up, down), 140 for Qwen2.5-7B's 28 layers, and between two of them the card drains the
+//! first and starts the second. On an H200 the attention and the small
 //! products cost 449 µs a step above their bytes (`data/results/h200/2026-11-28-decode-probe`).
 //! Under a dependent launch the next kernel's blocks start while the last blocks of the one before
 //! run, fetch into L2 what does not depend on it (a product's first round of weights), and wait
