@@ -99,22 +99,21 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
     }
 #pragma unroll
     for (int b = 0; b < B; b++) ss[b] = 0.f;
-    const int step = 32 * S;
+    const int step = 32 * S, i0 = lane + 32 * part;
     // The lane's first round of weights is fetched into L2 before the wait for the kernel before
-    // (whose output x is): under a dependent launch it overlaps that kernel's end. Into L2, not
-    // registers: loading them ahead into registers took 8 more registers a thread (ptxas, sm_90).
+    // (whose output x is): under a dependent launch it overlaps that kernel's end. Into L2, so no
+    // register is held across the wait (docs/pdl-ptx-check-2026-12-01.txt: the same counts).
 #pragma unroll
     for (int r = 0; r < G; r++)
 #pragma unroll
         for (int u = 0; u < 4; u++)
-            if (live && lane + 32 * part + step * u < kv)
-                PDL_PREFETCH(wr[r] + lane + 32 * part + step * u);
+            if (live && i0 + step * u < kv) PDL_PREFETCH(wr[r] + i0 + step * u);
     PDL_WAIT();
     PDL_LAUNCH();
     // Four 16-byte loads per row in flight per lane, the last round's past the row's end left
     // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
     // from the same loads of x.
-    for (int i = lane + 32 * part; live && i < kv; i += 4 * step) {
+    for (int i = i0; live && i < kv; i += 4 * step) {
         uint4 wv[G][4];
 #pragma unroll
         for (int r = 0; r < G; r++)
