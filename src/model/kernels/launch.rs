@@ -18,7 +18,7 @@ use candle_core::cuda_backend::CudaDevice;
 use std::ffi::c_void;
 
 /// What `VRAM_LAB_PDL` asks for: `1` dependent launches, `0` or unset plain ones.
-pub fn requested() -> Result<bool> {
+fn requested() -> Result<bool> {
     match std::env::var("VRAM_LAB_PDL").as_deref() {
         Err(_) | Ok("0") => Ok(false),
         Ok("1") => Ok(true),
