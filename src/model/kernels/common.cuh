@@ -19,9 +19,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 // has finished and its writes are visible; PDL_LAUNCH, once every block of this kernel has passed
 // it, lets the next kernel's blocks start. Every thread passes PDL_WAIT before it reads anything an
 // earlier kernel wrote, writes anything, or returns; PDL_LAUNCH follows it, so at most two kernels
-// overlap and a block never holds its SM waiting behind a chain of them. Launched plainly, both do
-// nothing.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// overlap and a block never holds its SM waiting behind a chain of them. The launcher defines
+// VRAM_LAB_PDL only for a process that asked for dependent launches, so the plain step's PTX is
+// the one it was before them (no wait, no L2 prefetch).
+#if defined(VRAM_LAB_PDL) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PDL_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
 #define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 // What a block fetches into L2 before its wait: data no kernel of the step writes (weights).

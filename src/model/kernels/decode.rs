@@ -88,7 +88,8 @@ fn source() -> String {
 /// The kernels compiled to PTX by NVRTC (no GPU needed), once per process: later decoders reuse it.
 pub fn ptx() -> Result<String> {
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    super::target::compile(&PTX, "decode", 0, source)
+    let defines = launch::defines()?;
+    super::target::compile(&PTX, "decode", 0, || format!("{defines}{}", source()))
 }
 
 /// The compiled kernels for one activation dtype.

@@ -8,8 +8,8 @@
 //! for it at `griddepcontrol.wait` (`PDL_WAIT` in `common.cuh`).
 //!
 //! `VRAM_LAB_PDL=1` asks for it; the default stays the plain launch until a same-call timing on a
-//! GPU shows the gain (`scripts/gpu/decode_speed.sh`, CONFIGS). Outside a dependent launch the
-//! wait returns at once, so one PTX serves both.
+//! GPU shows the gain (`scripts/gpu/decode_speed.sh`, CONFIGS). Without it the kernels are
+//! compiled without the instructions (`defines`), as they were before dependent launches.
 
 use crate::error::{LabError, Result};
 use crate::memory::cuda::compute_capability;
@@ -24,6 +24,12 @@ fn requested() -> Result<bool> {
         Ok("1") => Ok(true),
         Ok(other) => Err(LabError::input(format!("VRAM_LAB_PDL={other}: use 1 (dependent launches) or 0"))),
     }
+}
+
+/// What the step's kernel source starts with: `VRAM_LAB_PDL` defined when dependent launches are
+/// asked for, so that only then are the waits, releases and prefetches of `common.cuh` compiled in.
+pub fn defines() -> Result<&'static str> {
+    Ok(if requested()? { "#define VRAM_LAB_PDL 1\n" } else { "" })
 }
 
 /// Whether the step's kernels on `dev` launch as dependent launches: asked for, and possible. A
