@@ -624,6 +624,44 @@ fn decode_kernels_beside_the_base_binary() {
     }
 }
 
+/// Programmatic dependent launch tried a fourth time and taken out (`h200/2026-12-02-pdl/RUN.md`):
+/// with the plain step's PTX unchanged, every dependent BF16 run is slower than every plain one,
+/// Q4_K_M (its products launched plainly) within 1 %, and the greedy ids and kernel tests the same.
+#[test]
+fn dependent_launch_slower_again() {
+    let dir = results().join("2026-12-02-pdl");
+    let rows = |cfg: &str, precision: &str| -> Vec<f64> {
+        (1..=3)
+            .map(|r| {
+                let path = dir.join(format!("call-2/{cfg}-{r}/bench/bench_decode.csv"));
+                let r = csv(&path).1.into_iter().find(|r| r["precision"] == precision).unwrap();
+                assert!(num(&r, "pct_of_ceiling") < 90.0, "{cfg} {precision}: the bar is met, say so");
+                num(&r, "tok_s")
+            })
+            .collect()
+    };
+    let (max, min) = (
+        |v: &[f64]| v.iter().cloned().fold(f64::MIN, f64::max),
+        |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min),
+    );
+    let (plain, pdl) = (rows("plain", "bf16"), rows("pdl", "bf16"));
+    assert!(max(&pdl) < min(&plain), "BF16: dependent {pdl:?} against plain {plain:?}");
+    let (plain, pdl) = (rows("plain", "q4_k_m"), rows("pdl", "q4_k_m"));
+    assert!(max(&plain).max(max(&pdl)) < 1.01 * min(&plain).min(min(&pdl)), "Q4_K_M: {plain:?} {pdl:?}");
+    for p in ["bf16", "f32"] {
+        let ids = |cfg: &str| {
+            let text = std::fs::read_to_string(dir.join(format!("call-1/tokens-{cfg}-{p}.txt"))).unwrap();
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()["generated_ids"].clone()
+        };
+        assert_eq!(ids("plain"), ids("pdl"), "{p}: dependent launches changed the ids");
+        assert_eq!(ids("plain").as_array().map(Vec::len), Some(48));
+    }
+    for log in ["kernels.txt", "kernels-pdl.txt"] {
+        let text = std::fs::read_to_string(dir.join("call-1").join(log)).unwrap();
+        assert!(text.contains("test result: ok. 9 passed; 0 failed"), "{log}");
+    }
+}
+
 /// The next product's weights pulled into L2, tried and dropped (`h200/2026-11-28-l2-prefetch/RUN.md`):
 /// every placement and size slower than none, more bytes slower still, with the same greedy ids.
 #[test]

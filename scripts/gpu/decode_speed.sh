@@ -8,13 +8,11 @@
 #   here:  FEATURES=nccl TESTS=gpu_kernels bash scripts/cuda/build-gpu-binary.sh
 #   there: carry .gpu/vram-lab.xz [.gpu/vram-lab-base.xz] .gpu/gpu_kernels.xz .gpu/commit;
 #          CONFIGS="new:" bash scripts/gpu/decode_speed.sh "$OUT"
-# A config is NAME:ENV=VALUE,ENV=VALUE (none after the colon: the binary as it is); dependent launches
-# beside plain ones: CONFIGS="plain:VRAM_LAB_PDL=0 pdl:VRAM_LAB_PDL=1" (the kernel tests run under each
-# config that sets VRAM_LAB_PDL=1 too).
+# A config is NAME:ENV=VALUE,ENV=VALUE (none after the colon: the binary as it is).
 # BASE_ENV="ENV=V ..." is set for the base binary's runs; TOKEN_CONFIGS (default CONFIGS) are the configs
 # whose greedy ids are written (after TOKENS_PROMPT ids of prompt, default 160); LONG="4096 16384" adds one
 # bench of each after a prompt of that length (a long cache). ONLY="kernels bench tokens ncu" picks parts;
-# ROUNDS (default 2); PRECISIONS (default bf16); BENCH_EXTRA more arguments to every bench (--allocator pages).
+# ROUNDS (default 2); PRECISIONS (default bf16, comma-separated: bf16,q4_k_m); BENCH_EXTRA more arguments to every bench (--allocator pages).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-/tmp/out}
@@ -31,11 +29,6 @@ nvidia-smi > "$RES/nvidia-smi.txt" 2>&1
 BENCH="bench --precisions ${PRECISIONS:-bf16} --variants own --prompt-lens 512 --quiet ${BENCH_EXTRA:-}"
 if want kernels && [ -x /tmp/gpu_kernels ]; then
   run kernels /tmp/gpu_kernels --test-threads=1
-  # Again under each config's settings that change how the kernels launch (VRAM_LAB_PDL=1).
-  for c in ${CONFIGS:-default:}; do
-    name=${c%%:*}; envs=${c#*:}
-    [[ "$envs" == *VRAM_LAB_PDL=1* ]] && run "kernels-$name" ${envs//,/ } /tmp/gpu_kernels --test-threads=1
-  done
 fi
 if want bench; then
   for r in $(seq 1 "${ROUNDS:-2}"); do

@@ -5,8 +5,6 @@
 template <typename T>
 __device__ void qkv_store(T* y, const T* cos_t, const T* sin_t, const unsigned* pos, T* kc, T* vc,
                           int b, int heads, int kv, int d, int cap, float scale) {
-    PDL_WAIT();
-    PDL_LAUNCH();
     int half = d / 2, total = heads + 2 * kv;
     long idx = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (idx >= (long)b * total * half) return;
@@ -99,21 +97,11 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
     }
 #pragma unroll
     for (int b = 0; b < B; b++) ss[b] = 0.f;
-    const int step = 32 * S, i0 = lane + 32 * part;
-    // The lane's first round of weights is fetched into L2 before the wait for the kernel before
-    // (whose output x is): under a dependent launch it overlaps that kernel's end. Into L2, so no
-    // register is held across the wait (docs/pdl-ptx-check-2026-12-01.txt: the same counts).
-#pragma unroll
-    for (int r = 0; r < G; r++)
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            if (live && i0 + step * u < kv) PDL_PREFETCH(wr[r] + i0 + step * u);
-    PDL_WAIT();
-    PDL_LAUNCH();
+    const int step = 32 * S;
     // Four 16-byte loads per row in flight per lane, the last round's past the row's end left
     // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
     // from the same loads of x.
-    for (int i = i0; live && i < kv; i += 4 * step) {
+    for (int i = lane + 32 * part; live && i < kv; i += 4 * step) {
         uint4 wv[G][4];
 #pragma unroll
         for (int r = 0; r < G; r++)
@@ -247,8 +235,6 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
                        T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ out, float* __restrict__ part,
                        int heads, int kv, int d, int cap, float scale) {
     __shared__ float sm_m[16], sm_l[16], sm_acc[16 * 256];
-    PDL_WAIT();
-    PDL_LAUNCH();
     const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, bi = blockIdx.z, g = h / (heads / kv);
     const int per = 16 / (int)sizeof(T), L = d / per < 32 ? d / per : 32, EL = d / L, P = 32 / L;
@@ -356,8 +342,6 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
 // The runs of `attend` merged: block (h, b), a thread a value of the head; out [b, heads d].
 template <typename T>
 __device__ void attend_merge(const float* __restrict__ part, T* __restrict__ out, int heads, int d, int splits) {
-    PDL_WAIT();
-    PDL_LAUNCH();
     const int h = blockIdx.x, bi = blockIdx.y;
     const float* runs = part + ((long)bi * heads + h) * splits * (d + 2);
     float mx = NEG_INF;
@@ -382,8 +366,6 @@ template <typename T>
 __device__ void argmax(const T* __restrict__ logits, unsigned* __restrict__ ids, int vocab) {
     __shared__ float sm_v[32];
     __shared__ int sm_i[32];
-    PDL_WAIT();
-    PDL_LAUNCH();
     const T* row = logits + (long)blockIdx.x * vocab;
     float best = NEG_INF;
     int at = 0x7fffffff;

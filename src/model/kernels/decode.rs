@@ -15,12 +15,11 @@
 //! BF16 values are handled as raw 16-bit patterns (no header needed): widened to F32, computed,
 //! rounded to nearest even once.
 
-use crate::error::Result;
+use crate::error::{LabError, Result};
 use crate::model::kernels::fused::{Fused, Part, Weights};
-use crate::model::kernels::launch::{self, Launch};
 use crate::model::kernels::quant_gemv::QuantKernels;
 use crate::model::kernels::target::Target;
-use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig};
+use candle_core::cuda_backend::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{DType, Tensor};
 
@@ -88,8 +87,11 @@ fn source() -> String {
 /// The kernels compiled to PTX by NVRTC (no GPU needed), once per process: later decoders reuse it.
 pub fn ptx() -> Result<String> {
     static PTX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let defines = launch::defines()?;
-    super::target::compile(&PTX, "decode", 0, || format!("{defines}{}", source()))
+    super::target::compile(&PTX, "decode", 0, source)
+}
+
+fn err(e: impl std::fmt::Debug) -> LabError {
+    LabError::other(format!("decode kernel: {e:?}"))
 }
 
 /// The compiled kernels for one activation dtype.
@@ -105,8 +107,6 @@ pub struct DecodeKernels {
     sms: usize,
     /// The products over GGUF k-quant blocks.
     quant: QuantKernels,
-    /// Whether these kernels launch as dependent launches (`launch::dependent`).
-    dependent: bool,
 }
 
 impl DecodeKernels {
@@ -129,7 +129,6 @@ impl DecodeKernels {
             argmax: load(&format!("vram_lab_argmax_{name}"), 1024)?,
             sms: crate::memory::cuda::sm_count(dev)?,
             quant: QuantKernels::for_target(target.clone())?,
-            dependent: launch::dependent(dev)?,
         }))
     }
 
@@ -148,6 +147,7 @@ impl DecodeKernels {
         scale: f32,
     ) -> Result<()> {
         let (b, kv, cap, d) = kc.dims4()?;
+        let stream = self.target.dev.cuda_stream();
         let (py, pc, ps, pp, pk, pv) = (
             self.target.ptr(y)?,
             self.target.ptr(cos)?,
@@ -159,7 +159,7 @@ impl DecodeKernels {
         let pairs = (b * (heads + 2 * kv) * d / 2) as u32;
         let cfg = LaunchConfig { grid_dim: (pairs.div_ceil(256), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (b, heads, kv, d, cap) = (b as i32, heads as i32, kv as i32, d as i32, cap as i32);
-        let mut l = Launch::new(&self.qkv);
+        let mut l = stream.launch_builder(&self.qkv);
         l.arg(&py)
             .arg(&pc)
             .arg(&ps)
@@ -173,9 +173,8 @@ impl DecodeKernels {
             .arg(&cap)
             .arg(&scale);
         // SAFETY: every pointer is a live contiguous tensor of the sizes the arguments give; the
-        // kernel writes y's q part and one row of each cache, within bounds for pos < cap, and
-        // waits for the kernel before at its start.
-        unsafe { l.launch(&self.target.dev, cfg, self.dependent) }
+        // kernel writes y's q part and one row of each cache, within bounds for pos < cap.
+        unsafe { l.launch(cfg) }.map(|_| ()).map_err(err)
     }
 
     /// `x · wᵀ` for `x` [.., k] of at most `GEMV_MAX_BATCH` rows, `w` the `parts` one under the
@@ -220,6 +219,7 @@ impl DecodeKernels {
         if !takes {
             return Ok(None);
         }
+        let stream = self.target.dev.cuda_stream();
         let mut w = [0u64; 3];
         let mut bs = [0u64; 3];
         for (i, &(wi, bi)) in parts.iter().enumerate() {
@@ -251,14 +251,13 @@ impl DecodeKernels {
         let func = &self.gemv[at];
         let (n0, n1) = (rows[0] as i32, rows.get(1).copied().unwrap_or(0) as i32);
         let (n, k) = (n as i32, k as i32);
-        let mut l = Launch::new(func);
+        let mut l = stream.launch_builder(func);
         l.arg(&w[0]).arg(&w[1]).arg(&w[2]).arg(&bs[0]).arg(&bs[1]).arg(&bs[2]).arg(&n0).arg(&n1);
         l.arg(&px).arg(&pr).arg(&pg).arg(&eps).arg(&py).arg(&n).arg(&k);
         // SAFETY: each weight part holds its rows of k (contiguous, 16-byte aligned, k a whole
         // number of 16-byte loads), each bias its rows or null, x batch rows of k, g k values or
         // null, res batch·n or null, and y (fresh) batch·n: the kernel reads and writes within.
-        // Before its wait it reads weights alone, which no kernel of the step writes.
-        unsafe { l.launch(&self.target.dev, cfg, self.dependent) }?;
+        unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(y))
     }
 
@@ -302,6 +301,7 @@ impl DecodeKernels {
         }
         let out = crate::memory::cuda_copy::uninit(&t.dev, t.dtype, vec![b, 1, heads * d])?;
         let po = t.ptr(&out)?;
+        let stream = t.dev.cuda_stream();
         // The graph replays one grid at every position, so the runs are sized by the capacity.
         let splits = attend_splits(cap, heads * b, self.sms);
         let part = match splits {
@@ -315,7 +315,7 @@ impl DecodeKernels {
             shared_mem_bytes: 0,
         };
         let (heads_i, kv, d_i, cap) = (heads as i32, kv as i32, d as i32, cap as i32);
-        let mut l = Launch::new(&self.attend);
+        let mut l = stream.launch_builder(&self.attend);
         l.arg(&py)
             .arg(&pc)
             .arg(&ps)
@@ -332,8 +332,8 @@ impl DecodeKernels {
         // SAFETY: y, the tables, the caches and out are live contiguous tensors of the sizes checked
         // above, 16-byte aligned; the kernel reads cache rows below pos, writes row pos (pos < cap,
         // the decoder's room, and < the tables' positions), and out, or with splits its run's
-        // b · heads · splits · (d + 2) values of part; it waits for the kernel before at its start.
-        unsafe { l.launch(&t.dev, cfg, self.dependent) }?;
+        // b · heads · splits · (d + 2) values of part.
+        unsafe { l.launch(cfg) }.map_err(err)?;
         if splits > 1 {
             let cfg = LaunchConfig {
                 grid_dim: (heads as u32, b as u32, 1),
@@ -341,11 +341,10 @@ impl DecodeKernels {
                 shared_mem_bytes: 0,
             };
             let splits = splits as i32;
-            let mut l = Launch::new(&self.attend_merge);
+            let mut l = stream.launch_builder(&self.attend_merge);
             l.arg(&pr).arg(&po).arg(&heads_i).arg(&d_i).arg(&splits);
-            // SAFETY: part holds b · heads · splits runs of d + 2 values (written above), out
-            // b · heads · d; the kernel waits for the attention at its start.
-            unsafe { l.launch(&t.dev, cfg, self.dependent) }?;
+            // SAFETY: part holds b · heads · splits runs of d + 2 values (written above), out b · heads · d.
+            unsafe { l.launch(cfg) }.map_err(err)?;
         }
         Ok(Some(out))
     }
@@ -357,14 +356,14 @@ impl DecodeKernels {
             return Ok(None);
         }
         let ids = crate::memory::cuda_copy::uninit(&self.target.dev, DType::U32, vec![b, 1])?;
+        let stream = self.target.dev.cuda_stream();
         let (pl, pi) = (self.target.ptr(logits)?, self.target.ptr(&ids)?);
         let cfg = LaunchConfig { grid_dim: (b as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
         let vocab = vocab as i32;
-        let mut l = Launch::new(&self.argmax);
+        let mut l = stream.launch_builder(&self.argmax);
         l.arg(&pl).arg(&pi).arg(&vocab);
-        // SAFETY: logits holds b rows of vocab values, ids b u32: the kernel reads and writes
-        // within, after waiting for the kernel before at its start.
-        unsafe { l.launch(&self.target.dev, cfg, self.dependent) }?;
+        // SAFETY: logits holds b rows of vocab values, ids b u32: the kernel reads and writes within.
+        unsafe { l.launch(cfg) }.map_err(err)?;
         Ok(Some(ids))
     }
 }

@@ -9,8 +9,6 @@ pub mod elementwise;
 pub mod flash_attention;
 pub mod fused;
 #[cfg(feature = "cuda")]
-pub mod launch;
-#[cfg(feature = "cuda")]
 pub mod peer_sum;
 #[cfg(feature = "cuda")]
 pub mod quant_gemv;
