@@ -12,7 +12,8 @@
 # BASE_ENV="ENV=V ..." is set for the base binary's runs; TOKEN_CONFIGS (default CONFIGS) are the configs
 # whose greedy ids are written (after TOKENS_PROMPT ids of prompt, default 160); LONG="4096 16384" adds one
 # bench of each after a prompt of that length (a long cache). ONLY="kernels bench tokens ncu" picks parts;
-# ROUNDS (default 2); PRECISIONS (default bf16, comma-separated: bf16,q4_k_m); BENCH_EXTRA more arguments to every bench (--allocator pages).
+# ROUNDS (default 2); PRECISIONS (default bf16; several comma-separated: bf16,q4_k_m); BENCH_EXTRA more
+# arguments to every bench (--allocator pages).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-/tmp/out}
