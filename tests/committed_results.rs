@@ -624,6 +624,19 @@ fn decode_kernels_beside_the_base_binary() {
     }
 }
 
+/// `decode_speed.sh`'s greedy ids of configs `a` and `b` in `dir` (`tokens-{cfg}-{precision}.txt`):
+/// 48 of them, the same in BF16 and in F32.
+fn same_48_ids(dir: &Path, a: &str, b: &str) {
+    for p in ["bf16", "f32"] {
+        let ids = |cfg: &str| {
+            let text = std::fs::read_to_string(dir.join(format!("tokens-{cfg}-{p}.txt"))).unwrap();
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()["generated_ids"].clone()
+        };
+        assert_eq!(ids(a), ids(b), "{p}: {b} changed the ids of {a}");
+        assert_eq!(ids(a).as_array().map(Vec::len), Some(48), "{p}");
+    }
+}
+
 /// Programmatic dependent launch tried a fourth time and taken out (`h200/2026-12-02-pdl/RUN.md`):
 /// with the plain step's PTX unchanged, every dependent BF16 run is slower than every plain one,
 /// Q4_K_M (its products launched plainly) within 1 %, and the greedy ids and kernel tests the same.
@@ -648,14 +661,7 @@ fn dependent_launch_slower_again() {
     assert!(max(&pdl) < min(&plain), "BF16: dependent {pdl:?} against plain {plain:?}");
     let (plain, pdl) = (rows("plain", "q4_k_m"), rows("pdl", "q4_k_m"));
     assert!(max(&plain).max(max(&pdl)) < 1.01 * min(&plain).min(min(&pdl)), "Q4_K_M: {plain:?} {pdl:?}");
-    for p in ["bf16", "f32"] {
-        let ids = |cfg: &str| {
-            let text = std::fs::read_to_string(dir.join(format!("call-1/tokens-{cfg}-{p}.txt"))).unwrap();
-            serde_json::from_str::<serde_json::Value>(&text).unwrap()["generated_ids"].clone()
-        };
-        assert_eq!(ids("plain"), ids("pdl"), "{p}: dependent launches changed the ids");
-        assert_eq!(ids("plain").as_array().map(Vec::len), Some(48));
-    }
+    same_48_ids(&dir.join("call-1"), "plain", "pdl");
     for log in ["kernels.txt", "kernels-pdl.txt"] {
         let text = std::fs::read_to_string(dir.join("call-1").join(log)).unwrap();
         assert!(text.contains("test result: ok. 9 passed; 0 failed"), "{log}");
@@ -680,14 +686,7 @@ fn l2_prefetch_was_slower() {
         );
     }
     assert!(slowest(off) > 250.0, "off {off:?}");
-    for p in ["bf16", "f32"] {
-        let ids = |cfg: &str| {
-            let text = std::fs::read_to_string(dir.join(format!("tokens-{cfg}-{p}.txt"))).unwrap();
-            serde_json::from_str::<serde_json::Value>(&text).unwrap()["generated_ids"].clone()
-        };
-        assert_eq!(ids("off"), ids("all32"), "{p}: the prefetch changed the ids");
-        assert_eq!(ids("off").as_array().map(Vec::len), Some(48));
-    }
+    same_48_ids(&dir, "off", "all32");
 }
 
 /// Where a decoding step goes, free-running (`h200/2026-11-28-decode-probe/RUN.md`), on two H200s:
