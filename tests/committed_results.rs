@@ -668,6 +668,32 @@ fn dependent_launch_slower_again() {
     }
 }
 
+/// Issue 45: Q4_K_M beside llama-bench in one call on an H200 (`h200/2026-12-02-q4-speed/RUN.md`): the
+/// ratio is the one llama-bench's JSON of that call gives, at least 1.3 in both runs, and the
+/// prefill peaks stand within 0.5 MiB of the ledger's.
+#[test]
+fn q4_k_m_beside_llama_cpp_same_call() {
+    let dir = results().join("2026-12-02-q4-speed");
+    let jsonl = std::fs::read_to_string(dir.join("llama-cpp/llama-bench.jsonl")).unwrap();
+    let llama = jsonl
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|j| j["n_gen"] == 128 && j["n_prompt"] == 0)
+        .and_then(|j| j["avg_ts"].as_f64())
+        .unwrap();
+    for run in ["bench-1", "bench-2"] {
+        let r = decode_row(&dir, run);
+        assert_eq!(r["precision"], "q4_k_m");
+        assert!((num(&r, "other_stack_tok_s") - llama).abs() < 1e-3, "{run}: not this call's llama-bench");
+        let x = num(&r, "x_other_stack");
+        assert!((num(&r, "tok_s") / llama - x).abs() < 1e-9 && x >= 1.3, "{run}: {x:.3} × llama.cpp");
+        for p in csv(&dir.join(run).join("bench/bench_prefill.csv")).1 {
+            let apart = num(&p, "peak_mib") - num(&p, "ledger_peak_mib");
+            assert!(apart.abs() < 0.5, "{run} {}: {apart:.2} MiB from the ledger", p["seq"]);
+        }
+    }
+}
+
 /// The next product's weights pulled into L2, tried and dropped (`h200/2026-11-28-l2-prefetch/RUN.md`):
 /// every placement and size slower than none, more bytes slower still, with the same greedy ids.
 #[test]
