@@ -82,7 +82,7 @@ __device__ __forceinline__ void wait_count(const unsigned* count, unsigned need)
 // weights, x and g 16-byte aligned (the caller checks).
 // With W, x is written by other blocks of the same grid (`attend_o`): each warp issues its first
 // round of weight loads, then waits until `*ready` reaches `need`, and reads x through L2.
-template <typename T, int B, int G, bool N, int S, bool W = false>
+template <typename T, int B, int G, bool N, int S, int W = 0>
 __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T* __restrict__ w2,
                      const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
                      const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
@@ -114,13 +114,14 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
     // Four 16-byte loads per row in flight per lane, the last round's past the row's end left
     // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
     // from the same loads of x.
+    if (W == 2 && live) wait_count(ready, need);
     for (int i = lane + 32 * part; live && i < kv; i += 4 * step) {
         uint4 wv[G][4];
 #pragma unroll
         for (int r = 0; r < G; r++)
 #pragma unroll
             for (int u = 0; u < 4; u++) wv[r][u] = i + step * u < kv ? __ldcs(wr[r] + i + step * u) : make_uint4(0, 0, 0, 0);
-        if (W && i < 4 * step) wait_count(ready, need);
+        if (W == 1 && i < 4 * step) wait_count(ready, need);
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             if (i + step * u >= kv) break;
@@ -381,7 +382,7 @@ __device__ void attend_merge(const float* __restrict__ part, T* __restrict__ out
 // (data/results/h200/2026-11-28-decode-probe). The waits are on lower blocks, which a GPU starts
 // first (CUB's scan waits on lower tiles the same way). sync[0] counts the heads done, sync[1]
 // the blocks out; the last block out sets both back to 0 for the next launch.
-template <typename T, int B, int S, int R>
+template <typename T, int B, int S, int R, int W = 1>
 __device__ void attend_o(const T* __restrict__ yq, const T* __restrict__ cos_t, const T* __restrict__ sin_t, T* __restrict__ kc,
                          T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ a, int heads, int kv, int d,
                          int cap, float scale, const T* __restrict__ wo, const T* __restrict__ res, T* __restrict__ out,
@@ -393,7 +394,7 @@ __device__ void attend_o(const T* __restrict__ yq, const T* __restrict__ cos_t, 
         __syncthreads();
         if (threadIdx.x == 0) atomicAdd(&sync[0], 1u);
     } else {
-        gemv<T, B, 1, false, S, true>(wo, nullptr, nullptr, nullptr, nullptr, nullptr, n, 0, a, res, nullptr, 0.f, out, n, k,
+        gemv<T, B, 1, false, S, W>(wo, nullptr, nullptr, nullptr, nullptr, nullptr, n, 0, a, res, nullptr, 0.f, out, n, k,
                                       blk - work, &sync[0], (unsigned)work);
     }
     __syncthreads();
