@@ -62,6 +62,9 @@ __device__ __forceinline__ float dot16g(uint4 w, uint4 x, uint4 g, float acc, co
     return acc;
 }
 
+#ifndef VRAM_LAB_WAIT_NS
+#define VRAM_LAB_WAIT_NS 32
+#endif
 // Spins until *count reaches need (every lane of the warp). The load is a GPU-scope acquire, so
 // what a block wrote before adding to the count (its fence, then the add) is seen after it.
 __device__ __forceinline__ void wait_count(const unsigned* count, unsigned need) {
@@ -69,7 +72,7 @@ __device__ __forceinline__ void wait_count(const unsigned* count, unsigned need)
         unsigned v;
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
         if (v >= need) return;
-        __nanosleep(32);
+        __nanosleep(VRAM_LAB_WAIT_NS);
     }
 }
 
@@ -115,6 +118,10 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
     // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
     // from the same loads of x.
     if (W == 2 && live) wait_count(ready, need);
+    if (W == 3) {
+        if (threadIdx.x == 0) wait_count(ready, need);
+        __syncthreads();
+    }
     for (int i = lane + 32 * part; live && i < kv; i += 4 * step) {
         uint4 wv[G][4];
 #pragma unroll

@@ -25,10 +25,9 @@ VRAM_LAB_ATTEND_ARGMAX(bf16, bf)
     const unsigned* pos, bf* a, int heads, int kv, int d, int cap, float scale, const bf* wo, const bf* res, bf* out, int n, int k, unsigned* sync) { \
     attend_o<bf, 1, 4, R, W>(y, cos_t, sin_t, kc, vc, pos, a, heads, kv, d, cap, scale, wo, res, out, n, k, sync); }
 AO(ao_r2_m4, 2, 4)
-AOW(ao_w_r4, 4, 1, 2)
 AOW(ao_w_r2, 2, 1, 2)
-AOW(ao_w_r2_m4, 2, 4, 2)
-AOW(ao_w_r1_m5, 1, 5, 2)
+AOW(ao_b_r2, 2, 1, 3)
+AOW(ao_b_r2_m4, 2, 4, 3)
 // The attention alone in 256 threads, R rounds (as the fused grid's attention blocks run it).
 #define AT(NAME, R) extern "C" __global__ void __launch_bounds__(256) NAME(const bf* y, const bf* cos_t, const bf* sin_t, bf* kc, bf* vc, \
     const unsigned* pos, bf* out, int heads, int kv, int d, int cap, float scale) { \
@@ -36,8 +35,8 @@ AOW(ao_w_r1_m5, 1, 5, 2)
 AT(at256_r4, 4)
 AT(at256_r2, 2)
 typedef void (*ao_fn)(const bf*, const bf*, const bf*, bf*, bf*, const unsigned*, bf*, int, int, int, int, float, const bf*, const bf*, bf*, int, int, unsigned*);
-struct { const char* name; ao_fn f; } aos[] = {{"R2 bound 4", ao_r2_m4}, {"wait first R4", ao_w_r4}, {"wait first R2", ao_w_r2},
-    {"wait first R2 bound 4", ao_w_r2_m4}, {"wait first R1 bound 5", ao_w_r1_m5}};
+struct { const char* name; ao_fn f; } aos[] = {{"R2 bound 4", ao_r2_m4}, {"wait first R2", ao_w_r2},
+    {"block waits R2", ao_b_r2}, {"block waits R2 bound 4", ao_b_r2_m4}};
 ao_fn fused = nullptr;
 unsigned* syncbuf;
 #define CK(x) do { cudaError_t err_ = (x); if (err_ != cudaSuccess) { printf("%s: %s (line %d)\n", #x, cudaGetErrorString(err_), __LINE__); exit(1);} } while (0)
@@ -153,6 +152,7 @@ int main() {
         }
     }
     printf("read kernel: %.0f GB/s\n", best);
+    printf("a waiting warp sleeps %d ns between polls\n", VRAM_LAB_WAIT_NS);
     cudaFree(buf);
     CK(cudaMalloc(&syncbuf, 16)); CK(cudaMemset(syncbuf, 0, 16));
     // Bits: the two launches, then each fused grid three times (the counters must come back to 0),
