@@ -62,20 +62,6 @@ __device__ __forceinline__ float dot16g(uint4 w, uint4 x, uint4 g, float acc, co
     return acc;
 }
 
-#ifndef VRAM_LAB_WAIT_NS
-#define VRAM_LAB_WAIT_NS 32
-#endif
-// Spins until *count reaches need (every lane of the warp). The load is a GPU-scope acquire, so
-// what a block wrote before adding to the count (its fence, then the add) is seen after it.
-__device__ __forceinline__ void wait_count(const unsigned* count, unsigned need) {
-    for (;;) {
-        unsigned v;
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
-        if (v >= need) return;
-        __nanosleep(VRAM_LAB_WAIT_NS);
-    }
-}
-
 // y[b, n] = x[b, k] · w[n, k]ᵀ (+ bias[n]) (+ res[b, n]), where w is up to three weights one
 // under the other (q, k, v: rows [0, n0) of w0, the next n1 of w1, the rest of w2, each with its
 // bias or none), so separate projections compute as one without being stacked in memory. With
@@ -83,16 +69,14 @@ __device__ __forceinline__ void wait_count(const unsigned* count, unsigned need)
 // the weight g (eps). S warps share a row (each an interleaved part of k, so long rows take fewer
 // rounds of loads); a block holds blockDim / (32 S) rows. k · sizeof(T) a multiple of 16 and the
 // weights, x and g 16-byte aligned (the caller checks).
-// With W, x is written by other blocks of the same grid (`attend_o`): each warp issues its first
-// round of weight loads, then waits until `*ready` reaches `need`, and reads x through L2.
-template <typename T, int B, int G, bool N, int S, int W = 0>
+template <typename T, int B, int G, bool N, int S>
 __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T* __restrict__ w2,
                      const T* __restrict__ b0, const T* __restrict__ b1, const T* __restrict__ b2, int n0, int n1,
                      const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ g, float eps,
-                     T* __restrict__ y, int n, int k, int blk = 0, const unsigned* ready = nullptr, unsigned need = 0) {
+                     T* __restrict__ y, int n, int k) {
     __shared__ float part_sums[16][G * B + B];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % S;
-    const int row = (W ? blk : (int)blockIdx.x) * ((blockDim.x >> 5) / S) + warp / S;
+    const int row = blockIdx.x * ((blockDim.x >> 5) / S) + warp / S;
     const bool live = row < n;
     const int kv = k / (16 / (int)sizeof(T));
     const uint4* xr = (const uint4*)x;
@@ -117,25 +101,19 @@ __device__ void gemv(const T* __restrict__ w0, const T* __restrict__ w1, const T
     // Four 16-byte loads per row in flight per lane, the last round's past the row's end left
     // out; the weights are read once (streaming loads). With N the sum of squares of x is taken
     // from the same loads of x.
-    if (W == 2 && live) wait_count(ready, need);
-    if (W == 3) {
-        if (threadIdx.x == 0) wait_count(ready, need);
-        __syncthreads();
-    }
     for (int i = lane + 32 * part; live && i < kv; i += 4 * step) {
         uint4 wv[G][4];
 #pragma unroll
         for (int r = 0; r < G; r++)
 #pragma unroll
             for (int u = 0; u < 4; u++) wv[r][u] = i + step * u < kv ? __ldcs(wr[r] + i + step * u) : make_uint4(0, 0, 0, 0);
-        if (W == 1 && i < 4 * step) wait_count(ready, need);
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             if (i + step * u >= kv) break;
             uint4 gv = N ? __ldg(gr + i + step * u) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int b = 0; b < B; b++) {
-                uint4 xv = W ? __ldcg(xr + (long)b * kv + i + step * u) : __ldg(xr + (long)b * kv + i + step * u);
+                uint4 xv = __ldg(xr + (long)b * kv + i + step * u);
                 if (N) ss[b] = dot16(xv, xv, ss[b], x);
 #pragma unroll
                 for (int r = 0; r < G; r++) acc[r][b] = N ? dot16g(wv[r][u], xv, gv, acc[r][b], x) : dot16(wv[r][u], xv, acc[r][b], x);
@@ -252,12 +230,13 @@ __device__ __forceinline__ float as_stored(const float*, float f) { return f; }
 // and writes its running max, sum and unnormalised output, F32 [b, heads, splits, d + 2], for
 // `attend_merge`: one block a head read the cache at a few SMs' bandwidth (16,384 positions of
 // Qwen2.5-7B: 72 tok/s, 24 % of the read ceiling, data/results/h200/2026-11-28-layer-kernel/long).
-template <typename T, int R = 4>
+template <typename T>
 __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, const T* __restrict__ sin_t, T* __restrict__ kc,
                        T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ out, float* __restrict__ part,
-                       int heads, int kv, int d, int cap, float scale, int h, int split, int splits, int bi) {
+                       int heads, int kv, int d, int cap, float scale) {
     __shared__ float sm_m[16], sm_l[16], sm_acc[16 * 256];
-    const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = h / (heads / kv);
+    const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = blockIdx.x, split = blockIdx.y, splits = gridDim.y, bi = blockIdx.z, g = h / (heads / kv);
     const int per = 16 / (int)sizeof(T), L = d / per < 32 ? d / per : 32, EL = d / L, P = 32 / L;
     const int sub = lane / L, li = lane % L;
     const unsigned p = pos[0];
@@ -290,11 +269,11 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
         for (int e = 0; e < 8; e++) if (e < EL) { st(kc, row + e, kn[e]); st(vc, row + e, vn[e]); }
     }
     const int round = nw * P;
-    for (int t0 = begin + warp * P; t0 < n; t0 += R * round) {
-        // k and v of R positions per row loaded together, then used.
-        float kf[R][8], vf[R][8];
+    for (int t0 = begin + warp * P; t0 < n; t0 += 4 * round) {
+        // k and v of four positions per row loaded together, then used.
+        float kf[4][8], vf[4][8];
 #pragma unroll
-        for (int u = 0; u < R; u++) {
+        for (int u = 0; u < 4; u++) {
             int t = t0 + sub + u * round;
             if (t < n) {
                 load_el(kc + head + (long)t * d, EL, kf[u]);
@@ -304,16 +283,16 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
                 for (int e = 0; e < 8; e++) { kf[u][e] = 0.f; vf[u][e] = 0.f; }
             }
         }
-        float s[R];
+        float s[4];
 #pragma unroll
-        for (int u = 0; u < R; u++) {
+        for (int u = 0; u < 4; u++) {
             float dt = 0.f;
 #pragma unroll
             for (int e = 0; e < 8; e++) dt = fmaf(qf[e], kf[u][e], dt);
             s[u] = group_sum(dt, L);
         }
 #pragma unroll
-        for (int u = 0; u < R; u++) {
+        for (int u = 0; u < 4; u++) {
             if (t0 + sub + u * round >= n) continue;
             float mn = fmaxf(m, s[u]);
             float c = __expf(m - mn), pr = __expf(s[u] - mn);
@@ -378,36 +357,6 @@ __device__ void attend_merge(const float* __restrict__ part, T* __restrict__ out
             o += r[j] * c;
         }
         st(out, ((long)bi * heads + h) * d + j, o / sum);
-    }
-}
-
-// The attention of one position and the o product after it in one grid, over a cache short enough
-// for one run a head (`attend`'s splits = 1): blocks 0 .. heads·B - 1 attend (block (bi, h) writes
-// head h of row bi of `a`), the rest take o's rows as `gemv` does, res added, into `out`. An o
-// block's warps ask for their weights first and wait on the attention's count only to read `a`, so
-// o's reading runs under the attention's latency, which alone cost 7.2 us a layer on an H200
-// (data/results/h200/2026-11-28-decode-probe). The waits are on lower blocks, which a GPU starts
-// first (CUB's scan waits on lower tiles the same way). sync[0] counts the heads done, sync[1]
-// the blocks out; the last block out sets both back to 0 for the next launch.
-template <typename T, int B, int S, int R, int W = 1>
-__device__ void attend_o(const T* __restrict__ yq, const T* __restrict__ cos_t, const T* __restrict__ sin_t, T* __restrict__ kc,
-                         T* __restrict__ vc, const unsigned* __restrict__ pos, T* __restrict__ a, int heads, int kv, int d,
-                         int cap, float scale, const T* __restrict__ wo, const T* __restrict__ res, T* __restrict__ out,
-                         int n, int k, unsigned* sync) {
-    const int work = heads * B, blk = (int)blockIdx.x;
-    if (blk < work) {
-        attend<T, R>(yq, cos_t, sin_t, kc, vc, pos, a, nullptr, heads, kv, d, cap, scale, blk % heads, 0, 1, blk / heads);
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) atomicAdd(&sync[0], 1u);
-    } else {
-        gemv<T, B, 1, false, S, W>(wo, nullptr, nullptr, nullptr, nullptr, nullptr, n, 0, a, res, nullptr, 0.f, out, n, k,
-                                      blk - work, &sync[0], (unsigned)work);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0 && atomicAdd(&sync[1], 1u) == gridDim.x - 1) {
-        sync[0] = 0;
-        sync[1] = 0;
     }
 }
 
@@ -490,11 +439,7 @@ extern "C" __global__ void vram_lab_qkv_store_f32(float* y, const float* cos_t, 
 #define VRAM_LAB_ATTEND_ARGMAX(DT, T) \
     extern "C" __global__ void __launch_bounds__(512) vram_lab_attend_##DT(const T* y, const T* cos_t, const T* sin_t, T* kc, T* vc, const unsigned* pos, T* out, \
                                                     float* part, int heads, int kv, int d, int cap, float scale) { \
-        attend<T>(y, cos_t, sin_t, kc, vc, pos, out, part, heads, kv, d, cap, scale, blockIdx.x, blockIdx.y, gridDim.y, blockIdx.z); } \
+        attend<T>(y, cos_t, sin_t, kc, vc, pos, out, part, heads, kv, d, cap, scale); } \
     extern "C" __global__ void vram_lab_attend_merge_##DT(const float* part, T* out, int heads, int d, int splits) { \
         attend_merge<T>(part, out, heads, d, splits); } \
     extern "C" __global__ void vram_lab_argmax_##DT(const T* logits, unsigned* ids, int vocab) { argmax<T>(logits, ids, vocab); }
-#define VRAM_LAB_ATTEND_O(NAME, T, B, SPLIT) \
-    extern "C" __global__ void NAME(const T* y, const T* cos_t, const T* sin_t, T* kc, T* vc, const unsigned* pos, T* a, int heads, \
-                                    int kv, int d, int cap, float scale, const T* wo, const T* res, T* out, int n, int k, unsigned* sync) { \
-        attend_o<T, B, SPLIT, 2>(y, cos_t, sin_t, kc, vc, pos, a, heads, kv, d, cap, scale, wo, res, out, n, k, sync); }

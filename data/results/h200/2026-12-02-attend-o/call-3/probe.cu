@@ -9,9 +9,9 @@
 #include <vector>
 #include <algorithm>
 #include <cuda_runtime.h>
-#include "../../../../src/model/kernels/common.cuh"
-#include "../../../../src/model/kernels/decode.cu"
-#include "../../../../src/memory/read.cu"
+#include "../../../../../src/model/kernels/common.cuh"
+#include "decode.cu"
+#include "../../../../../src/memory/read.cu"
 typedef unsigned short bf;
 VRAM_LAB_GEMV(qkv_k, bf, 1, 1, true, 4)
 VRAM_LAB_GEMV(o_k, bf, 1, 1, false, 4)
