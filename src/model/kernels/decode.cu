@@ -205,24 +205,6 @@ __device__ __forceinline__ void rotated(const T* head, const T* cos_t, const T* 
     }
 }
 
-// k and v of a row's four positions t, t + round, t + 2 round, t + 3 round from the caches (the
-// row's lane share at `head`; 0 at and past n), loaded together.
-template <typename T>
-__device__ __forceinline__ void load_kv(const T* kc, const T* vc, long head, int d, int EL, int t, int round, int n,
-                                        float (&kf)[4][8], float (&vf)[4][8]) {
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        int tu = t + u * round;
-        if (tu < n) {
-            load_el(kc + head + (long)tu * d, EL, kf[u]);
-            load_el(vc + head + (long)tu * d, EL, vf[u]);
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; e++) { kf[u][e] = 0.f; vf[u][e] = 0.f; }
-        }
-    }
-}
-
 // The value as the cache holds it (BF16 rounds), so this step sees the k and v later steps read.
 __device__ __forceinline__ float as_stored(const unsigned short*, float f) {
     unsigned u = __float_as_uint(f);
@@ -263,13 +245,6 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
     const int begin = min(split * per_split, (int)p), n = min(begin + per_split, (int)p);
     const T* yb = y + (long)bi * (heads + 2 * kv) * d;
     const long head = ((long)bi * kv + g) * cap * d + li * EL;
-    // The first round of the cache's k and v is asked for before q and k are rotated: it depends
-    // only on the position, so its wait overlaps the wait for q, k and the tables (a cache of up to
-    // 128 positions, as in the bench's steps, has one round).
-    const int round = nw * P;
-    int t0 = begin + warp * P;
-    float kf[4][8], vf[4][8];
-    load_kv(kc, vc, head, d, EL, t0 + sub, round, n, kf, vf);
     float qf[8], kn[8], vn[8], acc[8];
     rotated(yb + (long)h * d, cos_t, sin_t, p, d, L, EL, li, qf);
     // The position itself: k rotated, v as it is, both as the cache will hold them; the first row
@@ -293,7 +268,21 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
 #pragma unroll
         for (int e = 0; e < 8; e++) if (e < EL) { st(kc, row + e, kn[e]); st(vc, row + e, vn[e]); }
     }
-    for (; t0 < n; t0 += 4 * round) {
+    const int round = nw * P;
+    for (int t0 = begin + warp * P; t0 < n; t0 += 4 * round) {
+        // k and v of four positions per row loaded together, then used.
+        float kf[4][8], vf[4][8];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int t = t0 + sub + u * round;
+            if (t < n) {
+                load_el(kc + head + (long)t * d, EL, kf[u]);
+                load_el(vc + head + (long)t * d, EL, vf[u]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) { kf[u][e] = 0.f; vf[u][e] = 0.f; }
+            }
+        }
         float s[4];
 #pragma unroll
         for (int u = 0; u < 4; u++) {
@@ -312,7 +301,6 @@ __device__ void attend(const T* __restrict__ y, const T* __restrict__ cos_t, con
             for (int e = 0; e < 8; e++) acc[e] = fmaf(pr, vf[u][e], acc[e] * c);
             m = mn;
         }
-        if (t0 + 4 * round < n) load_kv(kc, vc, head, d, EL, t0 + 4 * round + sub, round, n, kf, vf);
     }
     // The warp's P rows into its first (a row with no position has l = 0 and m = -inf).
     for (int off = L; off < 32; off <<= 1) {
