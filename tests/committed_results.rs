@@ -753,6 +753,116 @@ fn decode_probe_parts_add_up() {
     }
 }
 
+/// The " | "-separated fields of a probe's lines that start with "round" (the names hold bare '|').
+fn probe_rows(path: &Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let rows: Vec<Vec<String>> = text
+        .lines()
+        .filter(|l| l.starts_with("round"))
+        .map(|l| l.split(" | ").map(|f| f.trim().to_string()).collect())
+        .collect();
+    assert!(!rows.is_empty(), "{}: no rows", path.display());
+    rows
+}
+
+/// The number a probe's field starts with ("716.9 us", "93.1 % of the ceiling").
+fn lead(field: &str) -> f64 {
+    field.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{field:?}"))
+}
+
+/// The attention inside o's grid, tried and dropped (`h200/2026-12-02-attend-o/RUN.md`): in three
+/// calls every variant gave the two launches' bits and reset its counters, and every one was slower
+/// than the two launches in the same round; and the attention's cache loads asked for first
+/// (`h200/2026-12-02-attend-hoist/RUN.md`) gave the same bits, slower at every position.
+#[test]
+fn attention_inside_o_was_slower() {
+    let dir = results().join("2026-12-02-attend-o");
+    let files = [
+        "call-1/attend-o-1.txt",
+        "call-2/attend-o-2.txt",
+        "call-3/attend-o-3-sleep32.txt",
+        "call-3/attend-o-3-sleep256.txt",
+        "call-3/attend-o-3-sleep1024.txt",
+    ];
+    for file in files {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        let heads: Vec<&str> = text.lines().filter(|l| l.starts_with("fused")).collect();
+        assert!(heads.len() >= 4, "{file}: the variants");
+        for h in &heads {
+            assert!(h.contains("(3 runs): yes") && h.ends_with("counters after: 0 0"), "{file}: {h}");
+        }
+        let rows = probe_rows(&dir.join(file));
+        let mut fused = 0;
+        for r in rows.iter().filter(|r| r[1].starts_with("fused x28")) {
+            let two = rows.iter().find(|t| t[0] == r[0] && t[1] == "attention+o x28").unwrap();
+            assert!(lead(&r[2]) > lead(&two[2]), "{file} {}: {} against {}", r[0], r[2], two[2]);
+            fused += 1;
+        }
+        let rounds = rows.iter().filter(|r| r[1] == "attention+o x28").count();
+        assert!(rounds >= 2 && fused == heads.len() * rounds, "{file}: {fused} fused rows, {rounds} rounds");
+    }
+    let dir = results().join("2026-12-02-attend-hoist/out");
+    for r in ["1", "2"] {
+        let bits = |f: &str| -> Vec<String> {
+            let text = std::fs::read_to_string(dir.join(f)).unwrap();
+            text.lines().filter(|l| l.starts_with("bits")).map(str::to_string).collect()
+        };
+        let base = bits(&format!("base-{r}.txt"));
+        assert_eq!(base.len(), 5);
+        assert_eq!(base, bits(&format!("new-{r}.txt")), "run {r}: the bits");
+    }
+    let times = |who: &str, position: &str| -> Vec<f64> {
+        ["1", "2"]
+            .iter()
+            .flat_map(|r| probe_rows(&dir.join(format!("{who}-{r}.txt"))))
+            .filter(|row| row[1] == format!("attention x28 at position {position:>3}"))
+            .map(|row| lead(&row[2]))
+            .collect()
+    };
+    for position in ["32", "64", "96", "128", "160"] {
+        let (base, new) = (times("base", position), times("new", position));
+        assert_eq!((base.len(), new.len()), (6, 6));
+        let base_max = base.iter().cloned().fold(f64::MIN, f64::max);
+        let new_min = new.iter().cloned().fold(f64::MAX, f64::min);
+        assert!(new_min > base_max, "position {position}: {new:?} against {base:?}");
+    }
+}
+
+/// What bounds the step on an H200 (`h200/2026-12-02-read-chain/RUN.md`): the step's products as
+/// pure reads, one launch each, with the attention between, stay under 90 % of the read kernel's
+/// rate at every grid, under the same reads without the attention, under one read of all; with
+/// dependent launches (no real product could) the reads reach the ceiling. Each percentage is the
+/// one its time gives, and the lab's step measured on an H200 lies below the bound.
+#[test]
+fn read_chain_bounds_the_h200_step() {
+    let path = results().join("2026-12-02-read-chain/out/read-chain.txt");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let head = text.lines().next().unwrap();
+    let word = |after: &str| -> f64 { lead(head.split(after).nth(1).unwrap()) };
+    let (ceiling, mb) = (word("(the ceiling): "), word("the step's bytes "));
+    let rows = probe_rows(&path);
+    assert_eq!(rows.len(), 2 * 4 * 4);
+    let mut best_bound = 0f64;
+    for r in &rows {
+        let pct = 100.0 * mb / lead(&r[3]) * 1e3 / ceiling;
+        assert!((pct - lead(&r[4])).abs() < 0.1, "{r:?}: {pct:.2} %");
+    }
+    for group in rows.chunks(4) {
+        let pct = |name: &str| lead(&group.iter().find(|r| r[2] == name).unwrap()[4]);
+        let (one, reads, attn, pdl) = (
+            pct("one read of all"),
+            pct("113 reads"),
+            pct("113 reads + 28 attentions"),
+            pct("113 reads, dependent launch"),
+        );
+        assert!(attn < 90.0 && attn < reads && reads < one && pdl > 99.0, "{group:?}");
+        best_bound = best_bound.max(attn);
+    }
+    let lab = csv(&results().join("2026-12-02-pdl/call-2/plain-1/bench/bench_decode.csv")).1;
+    let lab = lab.iter().find(|r| r["precision"] == "bf16").unwrap();
+    assert!(num(lab, "pct_of_ceiling") < best_bound, "the lab's step above the bound {best_bound}");
+}
+
 /// A layer in one kernel, tried and dropped (`h200/2026-11-28-layer-kernel/RUN.md`): in every run
 /// slower than the five launches of its own binary, which were slower than main's kernels (the
 /// base binary); and after a 16k prompt the step stood at a quarter of its ceiling.
