@@ -773,7 +773,9 @@ fn lead(field: &str) -> f64 {
 /// The attention inside o's grid, tried and dropped (`h200/2026-12-02-attend-o/RUN.md`): in three
 /// calls every variant gave the two launches' bits and reset its counters, and every one was slower
 /// than the two launches in the same round; and the attention's cache loads asked for first
-/// (`h200/2026-12-02-attend-hoist/RUN.md`) gave the same bits, slower at every position.
+/// (`h200/2026-12-02-attend-hoist/RUN.md`) gave the same bits, slower at every position; so did
+/// the products with a grid of resident blocks (`h200/2026-12-02-gemv-persist/RUN.md`), every
+/// product and the step slower at both grid sizes.
 #[test]
 fn attention_inside_o_was_slower() {
     let dir = results().join("2026-12-02-attend-o");
@@ -825,6 +827,21 @@ fn attention_inside_o_was_slower() {
         let base_max = base.iter().cloned().fold(f64::MIN, f64::max);
         let new_min = new.iter().cloned().fold(f64::MAX, f64::min);
         assert!(new_min > base_max, "position {position}: {new:?} against {base:?}");
+    }
+    let path = results().join("2026-12-02-gemv-persist/out/persist-1.txt");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.lines().filter(|l| l.ends_with("plain launches': yes")).count(), 2, "the bits");
+    let rows = probe_rows(&path);
+    for what in ["step", "q|k|v x28", "o x28", "gate|up x28", "down x28"] {
+        let us = |grid: &str| -> Vec<f64> {
+            rows.iter().filter(|r| r[1] == format!("{what} {grid}")).map(|r| lead(&r[2])).collect()
+        };
+        let plain = us("plain");
+        assert_eq!(plain.len(), 2);
+        let plain_max = plain.iter().cloned().fold(f64::MIN, f64::max);
+        for grid in ["persistent 1x", "persistent 2x"] {
+            assert!(us(grid).iter().all(|&t| t > plain_max), "{what} {grid}: {:?} against {plain:?}", us(grid));
+        }
     }
 }
 
