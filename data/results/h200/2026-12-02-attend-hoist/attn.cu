@@ -1,5 +1,6 @@
 // The step's attention with the first round of the cache's k and v asked for before q and k are
-// rotated (decode-hoist.cu, src/model/kernels/decode.cu of 41174b5) beside main's (decode-base.cu, built with -DBASE): 28
+// rotated (decode-hoist.cu: f535b80's src/model/kernels/decode.cu with decode-hoist.patch) beside
+// f535b80's (decode-base.cu, built with -DBASE; RUN.md says how both are made): 28
 // launches of Qwen2.5-7B's layer shape captured in a CUDA graph at each cache position of the
 // bench's steps (32-160), and the whole step at position 96 (their mean), beside the read kernel's
 // rate. Each binary prints a hash of the attention's output and of the caches it wrote at each

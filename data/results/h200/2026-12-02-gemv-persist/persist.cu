@@ -1,6 +1,6 @@
 // The step's matrix-vector products with a grid of the card's resident blocks, each block taking
-// row groups in turn (decode-persist.cu: src/model/kernels/decode.cu of f535b80 with gemv given its
-// row group, and VRAM_LAB_GEMV_P), beside the plain launches of one block a row group: each
+// row groups in turn (decode-persist.cu: src/model/kernels/decode.cu of f535b80 with decode-persist.patch,
+// which gives gemv its row group and adds VRAM_LAB_GEMV_P; RUN.md says how), beside the plain launches of one block a row group: each
 // product's 28 launches and the whole step in a CUDA graph, beside the read kernel's rate, after
 // a check that both give the same bits. Values are random (speed does not depend on them).
 //   nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o persist persist.cu      (here; run: ./persist)
