@@ -25,6 +25,15 @@ fn num(r: &HashMap<String, String>, col: &str) -> f64 {
     r[col].parse().unwrap_or_else(|_| panic!("{col} = {:?}", r[col]))
 }
 
+/// The largest and the smallest of a run's figures.
+fn largest(v: &[f64]) -> f64 {
+    v.iter().cloned().fold(f64::MIN, f64::max)
+}
+
+fn smallest(v: &[f64]) -> f64 {
+    v.iter().cloned().fold(f64::MAX, f64::min)
+}
+
 /// The `seq`-token row of the bench run `run`'s `bench/bench_prefill.csv`, its peak checked beside
 /// the ledger's.
 fn prefill_row(run: &Path, seq: &str) -> HashMap<String, String> {
@@ -653,14 +662,13 @@ fn dependent_launch_slower_again() {
             })
             .collect()
     };
-    let (max, min) = (
-        |v: &[f64]| v.iter().cloned().fold(f64::MIN, f64::max),
-        |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min),
-    );
     let (plain, pdl) = (rows("plain", "bf16"), rows("pdl", "bf16"));
-    assert!(max(&pdl) < min(&plain), "BF16: dependent {pdl:?} against plain {plain:?}");
+    assert!(largest(&pdl) < smallest(&plain), "BF16: dependent {pdl:?} against plain {plain:?}");
     let (plain, pdl) = (rows("plain", "q4_k_m"), rows("pdl", "q4_k_m"));
-    assert!(max(&plain).max(max(&pdl)) < 1.01 * min(&plain).min(min(&pdl)), "Q4_K_M: {plain:?} {pdl:?}");
+    assert!(
+        largest(&plain).max(largest(&pdl)) < 1.01 * smallest(&plain).min(smallest(&pdl)),
+        "Q4_K_M: {plain:?} {pdl:?}"
+    );
     same_48_ids(&dir.join("call-1"), "plain", "pdl");
     for log in ["kernels.txt", "kernels-pdl.txt"] {
         let text = std::fs::read_to_string(dir.join("call-1").join(log)).unwrap();
@@ -824,9 +832,7 @@ fn attention_inside_o_was_slower() {
     for position in ["32", "64", "96", "128", "160"] {
         let (base, new) = (times("base", position), times("new", position));
         assert_eq!((base.len(), new.len()), (6, 6));
-        let base_max = base.iter().cloned().fold(f64::MIN, f64::max);
-        let new_min = new.iter().cloned().fold(f64::MAX, f64::min);
-        assert!(new_min > base_max, "position {position}: {new:?} against {base:?}");
+        assert!(smallest(&new) > largest(&base), "position {position}: {new:?} against {base:?}");
     }
     let path = results().join("2026-12-02-gemv-persist/out/persist-1.txt");
     let text = std::fs::read_to_string(&path).unwrap();
@@ -838,9 +844,8 @@ fn attention_inside_o_was_slower() {
         };
         let plain = us("plain");
         assert_eq!(plain.len(), 2);
-        let plain_max = plain.iter().cloned().fold(f64::MIN, f64::max);
         for grid in ["persistent 1x", "persistent 2x"] {
-            assert!(us(grid).iter().all(|&t| t > plain_max), "{what} {grid}: {:?} against {plain:?}", us(grid));
+            assert!(smallest(&us(grid)) > largest(&plain), "{what} {grid}: {:?} against {plain:?}", us(grid));
         }
     }
 }
@@ -888,13 +893,11 @@ fn one_kernel_layer_was_slower() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h200/2026-11-28-layer-kernel");
     let row = |run: &str| decode_row(&dir, run);
     let tok = |runs: &[&str]| runs.iter().map(|r| num(&row(r), "tok_s")).collect::<Vec<_>>();
-    let fastest = |v: &[f64]| v.iter().cloned().fold(f64::MIN, f64::max);
-    let slowest = |v: &[f64]| v.iter().cloned().fold(f64::MAX, f64::min);
     let base = tok(&["base-1", "base-2"]);
     let five = tok(&["five-1", "five-2"]);
     let one = tok(&["one-1", "one-2", "nopipe-1", "nopipe-2", "three-1", "three-2"]);
-    assert!(fastest(&five) < slowest(&base), "five {five:?} against main's {base:?}");
-    assert!(fastest(&one) < slowest(&five), "one kernel {one:?} against five {five:?}");
+    assert!(largest(&five) < smallest(&base), "five {five:?} against main's {base:?}");
+    assert!(largest(&one) < smallest(&five), "one kernel {one:?} against five {five:?}");
     let long = row("long/five");
     let pct = num(&long, "pct_of_ceiling");
     assert!((100.0 * num(&long, "tok_s") / num(&long, "ceiling_tok_s") - pct).abs() < 1e-6);
