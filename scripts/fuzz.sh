@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # libFuzzer over the lab's parsers (fuzz/README.md): every target at once for SECONDS each (default
 # 3600), at the lowest CPU priority so a build beside them keeps its cores. Each target starts from
-# fuzz/seeds/<target> and the committed corpus fuzz/corpus/<target>, works in fuzz/work/<target>
-# (ignored), writes what it finds to fuzz/artifacts/<target> and its log to fuzz/logs/<target>.log;
-# at the end the working corpus is merged (minimised) back into fuzz/corpus/<target> and the log's
-# closing statistics (executions, coverage, features) replace the target's row of fuzz/logs/summary.md.
+# the committed seeds fuzz/seeds/<target> and regressions fuzz/regressions/<target>, plus the corpus a
+# previous run on this machine grew (fuzz/corpus/<target>, ignored: the tree keeps seeds only), works in
+# fuzz/work/<target> (ignored), writes what it finds to fuzz/artifacts/<target> and its log to
+# fuzz/logs/<target>.log; at the end the working corpus is merged (minimised) into fuzz/corpus/<target>
+# and the log's closing statistics replace the target's row of fuzz/logs/summary.md (committed).
 #   bash scripts/fuzz.sh                 # build, then every target for an hour
 #   SECONDS_EACH=60 bash scripts/fuzz.sh gguf config
 #   SUMMARY_ONLY=1 bash scripts/fuzz.sh config   # the rows of finished runs again, from their logs
@@ -23,6 +24,7 @@ for t in "${targets[@]}"; do
   [ -z "${SUMMARY_ONLY:-}" ] || continue
   mkdir -p "work/$t" "corpus/$t" "artifacts/$t"
   [ -d "seeds/$t" ] && cp -n seeds/"$t"/* "work/$t/" 2>/dev/null || true
+  [ -d "regressions/$t" ] && cp -n regressions/"$t"/* "work/$t/" 2>/dev/null || true
   cp -n corpus/"$t"/* "work/$t/" 2>/dev/null || true
   nice -n 19 "target/x86_64-unknown-linux-gnu/release/$t" "work/$t" \
     -max_total_time="$each" -max_len="$(max_len "$t")" -rss_limit_mb=3072 -timeout=30 \

@@ -8,7 +8,7 @@ mod common;
 use libfuzzer_sys::fuzz_target;
 use vram_lab::model::ModelSource;
 
-/// The config of fuzz/corpus/safetensors/micro.safetensors.
+/// The config of fuzz/seeds/safetensors/micro.safetensors.
 const MICRO: &str = r#"{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "max_position_embeddings": 128, "tie_word_embeddings": false, "hidden_act": "silu", "torch_dtype": "float32"}"#;
 
 fuzz_target!(|data: &[u8]| {
