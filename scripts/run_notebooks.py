@@ -53,7 +53,7 @@ def evcxr_env():
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
     # No `:cache`: with evcxr's rustc cache on, cargo recompiled 28 crates with build scripts at every
     # cell (answered from the cache, about 4 s a cell: 39 times for notebook 06's 38 cells); without it
-    # the shared EVCXR_TMPDIR keeps them built and a cell takes 1-2 s (docs/ci-dry-run-2026-11-28.txt).
+    # the shared EVCXR_TMPDIR keeps them built and a cell takes 1-2 s (docs/ci.md).
     (cfg / "init.evcxr").write_text(":opt 0\n")
     os.environ["EVCXR_TMPDIR"] = str(tmp)
     os.environ["EVCXR_CONFIG_DIR"] = str(cfg)
@@ -145,7 +145,7 @@ def main():
         if bare:
             sys.exit(1)
         # Live on the CPU takes the command's defaults there (the tiny model on the scaled card): the
-        # report's story, each sweep stopped by its OOM (docs/evidence/2026-11-26-course/cpu-live/times.txt).
+        # report's story, each sweep stopped by its OOM (data/results/cpu/2026-11-26-course/RUN.md).
         live = {"VRAM_LAB_NOTEBOOK_MODE": "live", "VRAM_LAB_NOTEBOOK_DEVICE": "cpu",
                 # Live runs the command itself (src/notebook/live.rs): the binary the main job built.
                 "VRAM_LAB_BIN": str(TARGET / "debug" / "vram-lab")}

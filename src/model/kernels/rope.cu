@@ -3,7 +3,7 @@
 // thread per pair (i, i + d/2). Each product is rounded to BF16, then their difference or sum, as
 // PyTorch's eager `q·cos + rotate_half(q)·sin` and candle's CPU kernel round, and with the same
 // PTX for every compute capability. candle's CUDA kernel rounds one product fewer when built for
-// 9.0 (docs/evidence/2026-11-27-bf16-rounding). A product of two BF16 values is exact in F32; the
+// 9.0 (data/results/cpu/2026-11-27-bf16-rounding). A product of two BF16 values is exact in F32; the
 // difference of two BF16 values is exact in F32 unless one is below 2^-16 of the other, where both roundings
 // give the larger one: each `st` is the one correct BF16 rounding.
 // Thread idx's place for `per` units a row of x [b, heads, t, ·]: its unit in the row, its row and
