@@ -16,6 +16,7 @@ pub mod memory;
 pub mod model;
 pub mod notebook;
 pub mod paths;
+pub mod record;
 pub mod reference;
 pub mod report;
 pub mod search;

@@ -2,7 +2,7 @@
 //! `experiments::registry()` is a subcommand with its own config flags; `run` runs them all.
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use vram_lab::commands;
 use vram_lab::error::{LabError, Result};
 use vram_lab::experiments::{self, registry};
@@ -90,7 +90,7 @@ fn run_stages(
         configs.push((stage.name().to_string(), config));
     }
     // What the committed runs on this GPU, model and card took, before anything starts.
-    let found = expected::expected(Path::new("data/results"), session.manifest(), &configs);
+    let found = expected::expected(&vram_lab::record::root(), session.manifest(), &configs);
     if let Some(line) = expected::describe(&found, &configs, session.manifest().env.gpu.as_deref()) {
         session.say(line);
     }

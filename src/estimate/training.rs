@@ -280,7 +280,7 @@ pub fn pytorch_layer_keeps(cfg: &DecoderConfig, sh: TrainShape) -> u64 {
 /// gradient meets the tied head's (every gradient and two tables); its update at 20 B per
 /// parameter (`pytorch_update_peak`). Counted from what each op saves, no fitted constant; on an
 /// H100 (`data/results/h100/2026-11-24-train`) the forward's keeps of 0.5B, 1.5B and 3B land within
-/// 1.4 % of PyTorch's, its backward peaks within 1.3 % (`tests/committed_results.rs`).
+/// 1.4 % of PyTorch's, its backward peaks within 1.3 % (`data/results/record.rs`).
 pub fn pytorch_step(cfg: &DecoderConfig, params: u64, sh: TrainShape, checkpoint: bool) -> StepActivations {
     let (n, h, v, layers) = (sh.tokens(), cfg.hidden_size as u64, cfg.vocab_size as u64, cfg.num_hidden_layers as u64);
     let logits = F32 * n * v;

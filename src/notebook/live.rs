@@ -107,8 +107,4 @@ pub fn commit() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// The lab's folder: `VRAM_LAB_HOME` when set (a notebook compiled here and run as a program on
-/// another machine, `scripts/notebook_program.py`), else the crate's own.
-pub(crate) fn lab_root() -> PathBuf {
-    std::env::var_os("VRAM_LAB_HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
+pub(crate) use crate::record::lab_root;

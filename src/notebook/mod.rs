@@ -358,9 +358,9 @@ pub fn preset_table() -> Result<Table> {
     )?))
 }
 
-/// data/results of this crate (absolute, so a notebook may run from any folder).
+/// The committed record of this crate (`record::root`).
 pub fn results_dir() -> PathBuf {
-    lab_root().join("data/results")
+    crate::record::root()
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ pub struct CheckConfig {
 
 impl Default for CheckConfig {
     fn default() -> Self {
-        Self { results: PathBuf::from("data/results") }
+        Self { results: PathBuf::from(crate::record::DIR) }
     }
 }
 

@@ -1,1 +1,0 @@
-vram-lab estimate --device cpu --model data/results/cpu/2026-11-27-families/configs/qwen3-8b --precisions bf16,q4_k_m --card rtx4090

@@ -1,1 +1,0 @@
-vram-lab plan --device cpu --model synthetic:llama-2-70b --card rtx4090

@@ -1,1 +1,0 @@
-vram-lab plan --device cpu --model synthetic:qwen3-14b --card rtx4090

@@ -1,6 +1,0 @@
-export R=/tmp/results
-echo "### $(date -u +%H:%M:%S) offload-qwen3-14b-card: vram-lab offload --model synthetic:qwen3-14b --card rtx4090 --gpu-budget 20GiB --new-tokens 16 --predict-model qwen3-14b --modes full,split,streamed,hybrid,managed-split --quiet --out /tmp/results/offload-qwen3-14b-card"
-timeout 420 /tmp/vram-lab offload --model synthetic:qwen3-14b --card rtx4090 --gpu-budget 20GiB --new-tokens 16 --predict-model qwen3-14b --modes full,split,streamed,hybrid,managed-split --quiet --out /tmp/results/offload-qwen3-14b-card > /tmp/results/offload-qwen3-14b-card.stdout.txt 2>&1; echo "### offload-qwen3-14b-card exit $?"
-echo "### $(date -u +%H:%M:%S) offload-qwen3-14b-managed: vram-lab offload --model synthetic:qwen3-14b --card rtx4090 --gpu-budget 20GiB --new-tokens 16 --predict-model qwen3-14b --modes managed-split,managed,managed-prefer-cpu,managed-read-mostly --quiet --out /tmp/results/offload-qwen3-14b-managed"
-timeout 420 /tmp/vram-lab offload --model synthetic:qwen3-14b --card rtx4090 --gpu-budget 20GiB --new-tokens 16 --predict-model qwen3-14b --modes managed-split,managed,managed-prefer-cpu,managed-read-mostly --quiet --out /tmp/results/offload-qwen3-14b-managed > /tmp/results/offload-qwen3-14b-managed.stdout.txt 2>&1; echo "### offload-qwen3-14b-managed exit $?"
-touch /tmp/results/done
