@@ -58,7 +58,13 @@ def main():
         folder = folder.resolve()
         named = named_by_manifests(folder)
         for f in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
+            if not (f.exists() or f.is_symlink()):  # a plain log this loop has just gzipped
+                continue
             r = f.resolve()
+            # A launch log kept plain or gzipped is the same file.
+            same = r.with_suffix("") if r.name.endswith(".log.gz") else r.with_name(r.name + ".gz")
+            if same in keep:
+                r = same
             # A profiler's CSV export (ncu.csv) is a dump, not a result table.
             table = f.suffix == ".csv" and not f.name.startswith("ncu")
             if f.suffix == ".md" or table or f.name in ALWAYS or r in named or r in keep:
@@ -79,6 +85,8 @@ def main():
                 d.rmdir()
                 d = d.parent
         run_md = top / "RUN.md"
+        if run_md.exists() and f"`git checkout {args.commit} -- {top.relative_to(ROOT)}`" in run_md.read_text():
+            continue
         note = (f"\n\nRaw logs, profiler dumps, consoles and probe sources of this folder ({len(files)} files) are in "
                 f"the history: `git checkout {args.commit} -- {top.relative_to(ROOT)}` brings them back.\n")
         text = run_md.read_text().rstrip("\n") if run_md.exists() else f"# {top.name}"
