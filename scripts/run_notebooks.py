@@ -31,6 +31,10 @@ def evcxr_env():
     # clone, so a machine kept between runs builds the notebooks' dependencies once (a cold build of
     # them took 827 s on the 2-core CI kind, docs/build-time.md); only the lab and the cells are
     # compiled again. A fresh machine builds them there as it would under target/.
+    # evcxr runs cargo in its own folder, outside the repository: the toolchain pinned here (rust-toolchain.toml)
+    # is named so the cells and the lab build with the same rustc as everything else.
+    pinned = (ROOT / "rust-toolchain.toml").read_text().split('channel = "', 1)[1].split('"', 1)[0]
+    os.environ["RUSTUP_TOOLCHAIN"] = pinned
     shared = os.environ.get("VRAM_LAB_EVCXR_DIR")
     tmp = Path(shared) if shared else TARGET / "evcxr-tmp"
     cfg = TARGET / "evcxr-config"
