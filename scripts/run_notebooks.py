@@ -2,12 +2,13 @@
 
     .venv/bin/python scripts/run_notebooks.py render        # replay mode, outputs written into notebooks/ (committed)
     .venv/bin/python scripts/run_notebooks.py ci            # the committed ones must carry outputs; then copies, live on CPU
-                                                            # (the tiny model on the scaled card), into target/notebooks-ci/ (Replay: cargo test)
+                                                            # (the tiny model on the scaled card), into target/notebooks-ci/ (Replay: cargo test),
+                                                            # in one lane a core, each lane a kernel and an evcxr project of its own
 
 The .ipynb files are the source people edit in JupyterLab; `render` re-executes them in place.
 
-The kernel runs in notebooks/ so `:dep vram-lab = { path = ".." }` finds the crate. All kernels share
-one EVCXR_TMPDIR, one after another, so only the first notebook compiles the dependencies.
+The kernel runs in notebooks/ so `:dep vram-lab = { path = ".." }` finds the crate. The kernels of one lane share
+one EVCXR_TMPDIR, one after another, so only its first notebook compiles the dependencies.
 """
 import copy
 import json
@@ -26,39 +27,41 @@ NB_DIR = ROOT / "notebooks"
 TARGET = ROOT / "target"
 
 
-def evcxr_env():
-    # VRAM_LAB_EVCXR_DIR (set by .ci/run): evcxr's project and build folder live there, outside the
-    # clone, so a machine kept between runs builds the notebooks' dependencies once (a cold build of
-    # them took 827 s on the 2-core CI kind, docs/build-time.md); only the lab and the cells are
-    # compiled again. A fresh machine builds them there as it would under target/.
+def evcxr_env(lane=None):
     # evcxr runs cargo in its own folder, outside the repository: the toolchain pinned here (rust-toolchain.toml)
     # is named so the cells and the lab build with the same rustc as everything else.
     pinned = (ROOT / "rust-toolchain.toml").read_text().split('channel = "', 1)[1].split('"', 1)[0]
     os.environ["RUSTUP_TOOLCHAIN"] = pinned
+    # VRAM_LAB_EVCXR_DIR (set by .ci/run): evcxr's project and build folder live there, outside the clone, so a
+    # machine kept between runs builds the notebooks' dependencies once; only the lab and the cells are compiled
+    # again. A fresh machine builds them there as it would under target/. Each lane of `ci` has its own folder:
+    # evcxr's project must never be shared by two kernels at once.
     shared = os.environ.get("VRAM_LAB_EVCXR_DIR")
     tmp = Path(shared) if shared else TARGET / "evcxr-tmp"
     cfg = TARGET / "evcxr-config"
+    if lane is not None:
+        tmp, cfg = tmp / f"lane-{lane}", cfg / f"lane-{lane}"
     tmp.mkdir(parents=True, exist_ok=True)
     cfg.mkdir(parents=True, exist_ok=True)
     if shared:
-        # Cargo finds the per-crate optimisation levels above the project it builds, as under target/.
-        (tmp / ".cargo").mkdir(exist_ok=True)
-        shutil.copyfile(ROOT / ".cargo" / "config.toml", tmp / ".cargo" / "config.toml")
-        # The cells' libraries find Rust's std through a path relative to the build folder, one level
-        # off where evcxr loads them from; under the toolchain's own home (rustup's in ~) it misses.
+        # The cells' libraries find Rust's std through a path relative to the build folder, one level off where
+        # evcxr loads them from; under the toolchain's own home (rustup's in ~) it misses.
         libdir = subprocess.run(["rustc", "--print", "target-libdir"], capture_output=True, text=True, check=True).stdout.strip()
         os.environ["LD_LIBRARY_PATH"] = ":".join(p for p in [libdir, os.environ.get("LD_LIBRARY_PATH")] if p)
-        # The lab and the exercises are compiled anew from each clone: their earlier builds are dropped
-        # so the folder keeps only the dependencies (and does not grow by 65 MB a run).
+        # The lab and the exercises are compiled anew from each clone: their earlier builds are dropped so the
+        # folder keeps only the dependencies (and does not grow by 65 MB a run).
         built = tmp / "target" / "x86_64-unknown-linux-gnu" / "debug"
         for pattern in ["deps/*vram_lab-*", "deps/*exercises-*", ".fingerprint/vram-lab-*", ".fingerprint/exercises-*",
                         "incremental/vram_lab-*", "incremental/exercises-*"]:
             for old in built.glob(pattern):
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
-    # No `:cache`: with evcxr's rustc cache on, cargo recompiled 28 crates with build scripts at every
-    # cell (answered from the cache, about 4 s a cell: 39 times for notebook 06's 38 cells); without it
-    # the shared EVCXR_TMPDIR keeps them built and a cell takes 1-2 s (docs/ci.md).
-    (cfg / "init.evcxr").write_text(":opt 0\n")
+    # evcxr writes its project's own .cargo/config.toml and Cargo.toml (`:opt 0`: every crate unoptimised, the
+    # cold build of the dependencies 168 s on the 2-core kind); a cell is a crate that links the lab and every
+    # dependency statically, about 2 s each, a few tenths less with mold as the linker where it is installed
+    # (docs/ci.md). No `:cache`: with evcxr's rustc cache on, cargo recompiled 28 crates with build scripts at
+    # every cell (docs/ci.md).
+    init = ":opt 0\n" + (":linker mold\n" if shutil.which("mold") else "")
+    (cfg / "init.evcxr").write_text(init)
     os.environ["EVCXR_TMPDIR"] = str(tmp)
     os.environ["EVCXR_CONFIG_DIR"] = str(cfg)
 
@@ -132,32 +135,23 @@ def missing_outputs(path):
     return None
 
 
-def main():
-    what = sys.argv[1] if len(sys.argv) > 1 else "ci"
-    evcxr_env()
-    notebooks = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
-    if len(sys.argv) > 2:  # only the notebooks whose names contain this
-        notebooks = [n for n in notebooks if sys.argv[2] in n.name]
-    start = time.time()
-    runs = []
-    if what == "render":
-        runs = [(nb, {"VRAM_LAB_NOTEBOOK_MODE": "replay"}, nb) for nb in notebooks]
-    elif what == "ci":
-        bare = [(nb.name, why) for nb in notebooks if (why := missing_outputs(nb))]
-        for name, why in bare:
-            print(f"notebook {name}: committed without outputs ({why}); run `scripts/run_notebooks.py render` and commit", flush=True)
-        if bare:
-            sys.exit(1)
-        # Live on the CPU takes the command's defaults there (the tiny model on the scaled card): the
-        # report's story, each sweep stopped by its OOM (data/results/cpu/2026-11-26-course/RUN.md).
-        live = {"VRAM_LAB_NOTEBOOK_MODE": "live", "VRAM_LAB_NOTEBOOK_DEVICE": "cpu",
-                # Live runs the command itself (src/notebook/live.rs): the binary the main job built.
-                "VRAM_LAB_BIN": str(TARGET / "debug" / "vram-lab")}
-        # Replay is checked by `cargo test` (tests/notebook_program.rs runs the notebooks' code as a
-        # program over the committed runs): an evcxr kernel costs about a minute per notebook.
-        runs = [(nb, live, TARGET / "notebooks-ci" / "live" / nb.name) for nb in notebooks]
-    else:
-        sys.exit(f"unknown mode {what}: use render or ci")
+def code_cells(path):
+    return sum(1 for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+
+
+def lanes_of(notebooks, n):
+    """The notebooks dealt to n lanes, the largest first to the lane with the fewest code cells (a cell costs
+    about the same everywhere: evcxr compiles it)."""
+    lanes = [[] for _ in range(n)]
+    load = [0] * n
+    for nb in sorted(notebooks, key=code_cells, reverse=True):
+        i = load.index(min(load))
+        lanes[i].append(nb)
+        load[i] += code_cells(nb)
+    return [sorted(lane) for lane in lanes if lane]
+
+
+def run(runs):
     failed = 0
     for src, env, out in runs:
         mode = env["VRAM_LAB_NOTEBOOK_MODE"]
@@ -167,9 +161,50 @@ def main():
         except Exception as e:  # a cell error: report it, with the kernel's message, and fail the run
             failed += 1
             print(f"notebook {src.name} ({mode}): FAILED\n{e}\n{error_outputs(out)}", flush=True)
-    total = time.time() - start
-    print(f"notebooks: {len(runs) - failed} passed, {failed} failed ({total:.0f} s)")
-    sys.exit(1 if failed else 0)
+    return failed
+
+
+# Live on the CPU takes the command's defaults there (the tiny model on the scaled card): the report's story, each
+# sweep stopped by its OOM (data/results/cpu/2026-11-26-course/RUN.md). Live runs the command itself
+# (src/notebook/live.rs): the binary the main job built.
+LIVE = {"VRAM_LAB_NOTEBOOK_MODE": "live", "VRAM_LAB_NOTEBOOK_DEVICE": "cpu",
+        "VRAM_LAB_BIN": str(TARGET / "debug" / "vram-lab")}
+
+
+def main():
+    what = sys.argv[1] if len(sys.argv) > 1 else "ci"
+    notebooks = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+    start = time.time()
+    if what == "ci-lane":  # one lane of `ci`: its own evcxr project, its notebooks one after another
+        evcxr_env(lane=int(sys.argv[2]))
+        names = set(sys.argv[3:])
+        failed = run([(nb, LIVE, TARGET / "notebooks-ci" / "live" / nb.name) for nb in notebooks if nb.name in names])
+        sys.exit(1 if failed else 0)
+    if len(sys.argv) > 2:  # only the notebooks whose names contain this
+        notebooks = [n for n in notebooks if sys.argv[2] in n.name]
+    if what == "render":
+        evcxr_env()
+        failed = run([(nb, {"VRAM_LAB_NOTEBOOK_MODE": "replay"}, nb) for nb in notebooks])
+        print(f"notebooks: {len(notebooks) - failed} passed, {failed} failed ({time.time() - start:.0f} s)")
+        sys.exit(1 if failed else 0)
+    if what != "ci":
+        sys.exit(f"unknown mode {what}: use render or ci")
+    bare = [(nb.name, why) for nb in notebooks if (why := missing_outputs(nb))]
+    for name, why in bare:
+        print(f"notebook {name}: committed without outputs ({why}); run `scripts/run_notebooks.py render` and commit", flush=True)
+    if bare:
+        sys.exit(1)
+    # Every notebook runs Live, in as many lanes as there are cores (two on the CI kind), each lane a kernel of its
+    # own: a cell is mostly one rustc and one link on one core. Replay is checked by `cargo test`
+    # (tests/notebook_program.rs runs the notebooks' code as a program over the committed runs).
+    lanes = lanes_of(notebooks, max(1, min(int(os.environ.get("VRAM_LAB_NOTEBOOK_LANES", os.cpu_count() or 1)), 4)))
+    procs = [subprocess.Popen([sys.executable, __file__, "ci-lane", str(i), *(nb.name for nb in lane)])
+             for i, lane in enumerate(lanes)]
+    codes = [p.wait() for p in procs]
+    failed_lanes = sum(1 for c in codes if c != 0)
+    print(f"notebooks: {len(lanes)} lanes ({', '.join(' '.join(nb.name[:2] for nb in lane) for lane in lanes)}), "
+          f"{failed_lanes} failed ({time.time() - start:.0f} s)")
+    sys.exit(1 if failed_lanes else 0)
 
 
 if __name__ == "__main__":
