@@ -26,32 +26,20 @@ pub const LAYERS: &[(&str, &[&str])] = &[
     ("entry points: notebooks, commands, the binary", &["notebook", "commands", "main", "lib"]),
 ];
 
-/// model/'s own sub-layers, lowest first: a file of model/ imports its own sub-layer and the ones
-/// below. The longest prefix places a file (`model::load::source` is the decoder's sub-layer, the rest
-/// of `model::load` formats).
+/// model/'s own sub-layers, lowest first, by folder (or a file of model/ itself): a file of model/ imports its own
+/// sub-layer and the ones below. A folder is one concern; no file of one is placed apart from its folder.
 pub const MODEL_LAYERS: &[(&str, &[&str])] = &[
-    ("the config: families, the fields taken, the tensor layout", &["model::config", "model::quantize", "model::offload::profile"]),
+    ("the config: families, the fields taken, the tensor layout; a step's timers", &["model::config", "model::quantize", "model::profile"]),
     (
         "formats and dtypes: precision, GGUF, where weights come from (safetensors, the Hub, checkpoints, tokenizers, chat templates)",
         &["model::precision", "model::gguf", "model::load"],
     ),
     (
-        "layers and kernels: linear, embedding, attention, KV cache, the CPU path, a step's inputs, sampling, where layers live",
-        &[
-            "model::kernels",
-            "model::layers",
-            "model::host",
-            "model::generate::step",
-            "model::generate::sampling",
-            "model::parallel::comm",
-            "model::offload",
-        ],
+        "layers and kernels: linear (and the ranks' sum), embedding, attention, KV cache, a step's inputs, the CPU path, where layers live",
+        &["model::kernels", "model::layers", "model::host", "model::offload"],
     ),
-    (
-        "the decoder: its layer, the streamer of offloaded layers, the model, a source loaded",
-        &["model::decoder", "model::offload::streamer", "model::load::source"],
-    ),
-    ("running it: generation, the decode graph, training, several GPUs", &["model::generate", "model::train", "model::parallel"]),
+    ("the decoder: its layer, the streamer of offloaded layers, the model; a source opened and loaded", &["model::decoder", "model::source"]),
+    ("running it: generation, sampling, the decode graph, training, several GPUs", &["model::generate", "model::train", "model::parallel"]),
 ];
 
 /// The sub-layer of a module inside model/ (None for the facade `model` and outside model/).
@@ -152,6 +140,33 @@ impl Graph {
             }
         }
         out
+    }
+
+    /// The imports between model/'s folders (a file of model/ itself counts as a folder; the facade as none).
+    pub fn model_folder_edges(&self) -> BTreeSet<(String, String)> {
+        let folder = |m: &str| -> Option<String> {
+            let parts: Vec<&str> = m.split("::").collect();
+            (parts.len() >= 2 && parts[0] == "model").then(|| parts[..2].join("::"))
+        };
+        let mut out = BTreeSet::new();
+        for (from, tos) in &self.edges {
+            for to in tos {
+                if let (Some(a), Some(b)) = (folder(from), folder(to)) {
+                    if a != b {
+                        out.insert((a, b));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The folder imports of model/ that run up its sub-layers.
+    pub fn model_folders_upward(&self) -> Vec<(String, String)> {
+        self.model_folder_edges()
+            .into_iter()
+            .filter(|(a, b)| matches!((model_layer_of(a), model_layer_of(b)), (Some(x), Some(y)) if y > x))
+            .collect()
     }
 
     /// Files of model/ without a sub-layer in `MODEL_LAYERS`.
@@ -260,7 +275,16 @@ impl Graph {
             s +=
                 &format!("{i}. {what}: {}\n", prefixes.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", "));
         }
-        s += "\n";
+        s += "\nmodel/ folder by folder (a file of model/ itself is its own node; an arrow is an import):\n\n```mermaid\nflowchart BT\n";
+        for (a, b) in self.model_folder_edges() {
+            s += &format!("  {} --> {}\n", a.replace("::", "_"), b.replace("::", "_"));
+        }
+        s += "```\n\n";
+        let up = self.model_folders_upward();
+        s += &format!(
+            "Folder arrows running up model/'s sub-layers: {}.\n\n",
+            if up.is_empty() { "none".to_string() } else { format!("{up:?}") }
+        );
         let circles = self.circles();
         s += &format!("Circles: {}.\n", if circles.is_empty() { "none".to_string() } else { format!("{circles:?}") });
         s

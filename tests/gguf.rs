@@ -11,8 +11,9 @@ use vram_lab::model::gguf::header::Header;
 use vram_lab::model::gguf::recipe::FileType;
 use vram_lab::model::gguf::types::GgmlType;
 use vram_lab::model::gguf::writer::{self, FileTypes, Planned};
-use vram_lab::model::gguf::{tokenizer, Gguf};
-use vram_lab::model::load::source;
+use vram_lab::model::gguf::Gguf;
+use vram_lab::model::load::gguf_tokenizer as tokenizer;
+use vram_lab::model::source;
 use vram_lab::model::{self, DecoderConfig, GenerateConfig, ModelSource, Precision, SourceOptions};
 
 /// Qwen2.5-7B under llama.cpp's Q4_K_M, by hand. Matrices: token_embd 152,064 × 3,584 in Q4_K

@@ -26,7 +26,7 @@ fn a_bad_id_then_a_good_one_in_one_process() {
     let Some(dev) = gpu() else { return };
     let probe = MemoryProbe::new(&dev);
     let source = ModelSource::parse("synthetic:qwen2.5-0.5b").unwrap();
-    let lm = model::load::source::load(
+    let lm = model::source::load(
         &source,
         &SourceOptions { seed: 1, ..Default::default() },
         Precision::Bf16,

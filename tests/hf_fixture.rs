@@ -5,7 +5,7 @@
 use candle_core::Device;
 use std::path::Path;
 use vram_lab::memory::MemoryProbe;
-use vram_lab::model::load::source;
+use vram_lab::model::source;
 use vram_lab::model::{self, GenerateConfig, ModelSource, Precision, SourceOptions};
 
 #[test]

@@ -7,8 +7,8 @@ use candle_core::{DType, Device, Tensor};
 use vram_lab::memory::MemoryProbe;
 use vram_lab::model::decoder::last_logits;
 use vram_lab::model::gguf::writer::{self, FileTypes};
-use vram_lab::model::load::source;
 use vram_lab::model::load::weights::Weight;
+use vram_lab::model::source;
 use vram_lab::model::{Decoder, DecoderConfig, Logits, ModelSource, Precision, SourceOptions};
 
 const SEED: u64 = 11;

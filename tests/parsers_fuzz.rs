@@ -11,7 +11,7 @@ use candle_core::Device;
 use proptest::prelude::*;
 use std::path::Path;
 use vram_lab::memory::host::{self, CountingAlloc};
-use vram_lab::model::load::source::{self, SourceOptions};
+use vram_lab::model::source::{self, SourceOptions};
 use vram_lab::model::{ModelSource, Precision};
 
 #[global_allocator]

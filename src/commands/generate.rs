@@ -44,7 +44,7 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
     }
     let precision = g.precision.with_compute(args.compute);
     let lm = guarded(&probe, "loading", || {
-        model::load::source::load(&source, &args.source_options(), precision, &device, &probe, None)
+        model::source::load(&source, &args.source_options(), precision, &device, &probe, None)
     })?;
     let ids = match (&g.prompt_ids, &lm.tokenizer) {
         (Some(ids), _) => ids.clone(),
@@ -80,7 +80,7 @@ pub fn generate(args: &SessionArgs, g: &GenerateArgs) -> Result<String> {
     .or_else(|e| match e {
         // Which weight made it: the source read again, tensor by tensor, on the CPU.
         LabError::NonFinite { step, .. } => {
-            let mut opened = model::load::source::open(&source, &args.source_options())?;
+            let mut opened = model::source::open(&source, &args.source_options())?;
             let weight = model::load::weights::first_non_finite(&opened.cfg, opened.weights.as_mut())?;
             Err(LabError::NonFinite { step, weight })
         }

@@ -15,7 +15,7 @@ use std::path::Path;
 pub fn quantize(args: &SessionArgs, to: &Path, ftype: FileType) -> Result<String> {
     let device = hw::pick(&args.device)?;
     let source = ModelSource::parse(args.model.as_deref().unwrap_or(default_model(&device)))?;
-    let mut opened = model::load::source::open(&source, &args.source_options())?;
+    let mut opened = model::source::open(&source, &args.source_options())?;
     let n = opened.cfg.tensor_specs().len() as u64;
     let pb = if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(n) };
     let rows = writer::write_gguf(

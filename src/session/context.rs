@@ -28,7 +28,7 @@ pub fn warm(source: &ModelSource, opts: &SourceOptions, probe: &MemoryProbe) -> 
     };
     products()?;
     rayon::broadcast(|_| products()).into_iter().collect::<Result<Vec<()>>>()?;
-    let lm = model::load::source::load(source, opts, Precision::Bf16, &Device::Cpu, probe, None)?;
+    let lm = model::source::load(source, opts, Precision::Bf16, &Device::Cpu, probe, None)?;
     let cfg = model::GenerateConfig { max_new_tokens: 4, ..Default::default() };
     model::generate::generate_with(&lm.model, &[1, 2, 3, 4], &cfg, |_| ())?;
     Ok(())

@@ -22,7 +22,7 @@ use crate::frame::console_columns;
 use crate::hw::{self, Card};
 use crate::memory::policy::Allocator;
 use crate::memory::{guarded, MemoryProbe};
-use crate::model::load::source::{self as sources, OpenedSource};
+use crate::model::source::{self as sources, OpenedSource};
 use crate::model::{precision::Compute, LoadedModel, ModelSource, Precision, SourceOptions};
 use candle_core::Device;
 use env::Env;

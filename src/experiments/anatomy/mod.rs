@@ -117,7 +117,7 @@ fn run_scenario(s: &mut Session, p: Precision, cfg: &AnatomyConfig, timeline: &m
     let mut sc = Scenario { precision: p.name().into(), ..Default::default() };
     // Opened once: the config gives the prediction, the same source is then loaded. A source
     // that cannot be read fails the stage; only running out of memory is a result.
-    let opened = model::load::source::open(&s.source, &s.opts)?;
+    let opened = model::source::open(&s.source, &s.opts)?;
     let model_cfg = opened.cfg.clone();
     // A GGUF's own tensors where the file fixes them, else the precision's plan.
     let planned = estimate::weight_bytes(&model_cfg, p);

@@ -67,7 +67,7 @@ impl Stage for Bandwidth {
     }
 
     fn run(s: &mut Session, cfg: &BandwidthConfig) -> Result<StageOutput> {
-        let opened = model::load::source::open(&s.source, &s.opts)?;
+        let opened = model::source::open(&s.source, &s.opts)?;
         let weights = estimate::weight_bytes(&opened.cfg, Precision::Bf16);
         let own = hw::own_card(&s.device);
         let mut rows: Vec<(Transfer, String)> = Vec::new();
@@ -189,7 +189,7 @@ pub fn host_gemv(
     let lin = crate::model::host::linear::HostLinear::new(w, None)?.with_tuning(tuning);
     let seconds = bandwidth::best_of(reps, || lin.forward(&x))?;
     // These products are not a model's: keep them out of the next profile.
-    crate::model::offload::profile::take();
+    crate::model::profile::take();
     let bytes = (rows * cols * 2) as u64;
     Ok(Transfer { test: "host_gemv", bytes, seconds, counted_bytes: bytes })
 }

@@ -263,7 +263,7 @@ impl Stage for Bench {
                         // A precision that does not load (an OOM on a small card) is a row of the
                         // table, so the run says why it has no speed; the next precision still runs.
                         s.say(format!("{p}: not loaded ({e})"));
-                        let cfg = crate::model::load::source::open(&s.source, &s.opts)?.cfg;
+                        let cfg = crate::model::source::open(&s.source, &s.opts)?.cfg;
                         let read_bytes = estimate::decode_read_bytes(&cfg, p, c.mean_context(), 1);
                         let timing = DecodeTiming { batch: 1, prompt: c.decode_prompt, ..Default::default() };
                         decodes.push(DecodeRow {

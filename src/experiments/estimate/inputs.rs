@@ -31,7 +31,7 @@ pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(DecoderC
         model::ModelSource::Hub(repo) => {
             let (config, shards, got) = headers::safetensors_headers_from_hub(&repo, cache.as_deref())?;
             let dir = config.parent().unwrap_or(Path::new("."));
-            let cfg = model::load::source::dir_config(dir)?;
+            let cfg = model::source::dir_config(dir)?;
             let params: u128 = shards.iter().map(|h| h.params()).sum();
             let dtypes: std::collections::BTreeSet<&str> =
                 shards.iter().flat_map(|h| h.tensors.iter().map(|(_, d, _)| d.as_str())).collect();
@@ -55,8 +55,8 @@ pub fn model_config(s: &mut Session, path: &Option<PathBuf>) -> Result<(DecoderC
         }
         // A folder is priced from its config.json alone, as a user copies it from a model card:
         // the weights' bytes follow from the shapes and the precision asked for.
-        model::ModelSource::Dir(dir) => Ok((model::load::source::dir_config(&dir)?, None)),
-        source => Ok((model::load::source::open(&source, &s.opts)?.cfg, None)),
+        model::ModelSource::Dir(dir) => Ok((model::source::dir_config(&dir)?, None)),
+        source => Ok((model::source::open(&source, &s.opts)?.cfg, None)),
     }
 }
 

@@ -111,7 +111,7 @@ fn checkpoints(
             let mut out = Vec::new();
             let st_dir = dir.join("safetensors");
             s.console.step("writing the safetensors checkpoint");
-            let mut opened = model::load::source::open(source, &s.opts)?;
+            let mut opened = model::source::open(source, &s.opts)?;
             let (files, seconds) = checkpoint::write_safetensors(
                 cfg,
                 opened.weights.as_mut(),
@@ -130,7 +130,7 @@ fn checkpoints(
             if !c.no_gguf {
                 s.console.step("writing the Q4_K_M GGUF");
                 let path = dir.join("model-q4_k_m.gguf");
-                let mut opened = model::load::source::open(source, &s.opts)?;
+                let mut opened = model::source::open(source, &s.opts)?;
                 let t0 = std::time::Instant::now();
                 // llama.cpp's Q4_K_M, as stage 1's Q4 loads it and as users download it.
                 let plan = model::gguf::writer::FileTypes::Llama(model::gguf::recipe::FileType::Q4KM);
@@ -249,7 +249,7 @@ fn measure(
         for (i, (cache, cold)) in [("cold", true), ("warm", false)].into_iter().enumerate() {
             s.check_stop()?;
             let resident = prepare(&ck.files, cold)?;
-            let opened = model::load::source::open(&ck.source, &s.opts)?;
+            let opened = model::source::open(&ck.source, &s.opts)?;
             let (outcome, load_s) = match s.load_opened(opened, p) {
                 Ok(lm) => (Outcome::Ok, lm.load_s),
                 Err(e @ LabError::Interrupted) => return Err(e),
@@ -295,7 +295,7 @@ impl Stage for Load {
             Some(m) => ModelSource::parse(m)?,
             None => s.source.clone(),
         };
-        let cfg = model::load::source::open(&source, &s.opts)?.cfg;
+        let cfg = model::source::open(&source, &s.opts)?.cfg;
         let dir = match &c.dir {
             Some(d) => d.join(format!("vram-lab-checkpoint-{}", std::process::id())),
             None => s.dir.join(Self::NAME).join("checkpoint"),

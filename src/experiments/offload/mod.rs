@@ -133,7 +133,7 @@ impl Stage for Offload {
         let lift = s.card().is_some_and(|c| c.is_scaled()) && !s.device.is_cuda();
         let why =
             format!("CPU: the scaled card is lifted in this stage; the GPU budget ({}) stands for it", cfg.gpu_budget);
-        let model_cfg = model::load::source::open(&s.source, &s.opts)?.cfg;
+        let model_cfg = model::source::open(&s.source, &s.opts)?.cfg;
         let mut rows = Vec::new();
         s.whole_device(lift, &why, |s| {
             for &mode in &cfg.modes {

@@ -33,7 +33,7 @@ pub struct ModeRow {
     pub bound: Option<String>,
     /// Per decode step: wall time in CPU layers, in their matrix-vector products and in
     /// CPU↔GPU crossings.
-    pub profile: Option<model::offload::profile::StepProfile>,
+    pub profile: Option<model::profile::StepProfile>,
     pub note: String,
 }
 
@@ -76,10 +76,10 @@ fn generate_in(
         let t = std::time::Instant::now();
         model::generate::warmup(model, &prompt)?;
         row.first_pass_s = Some(t.elapsed().as_secs_f64());
-        model::offload::profile::take();
+        model::profile::take();
         generate(model, &prompt, &gen_cfg)
     })?;
-    row.profile = Some(model::offload::profile::take());
+    row.profile = Some(model::profile::take());
     row.tok_s = Some(g.decode_tok_s());
     let after = s.probe.snapshot(&format!("{}: after generating", row.mode));
     row.device_used = after.device_used.zip(before.device_used).map(|(a, b)| a.saturating_sub(b));
@@ -95,7 +95,7 @@ pub fn run_placed(
     budget: u64,
 ) -> Result<ModeRow> {
     let mut row = ModeRow { mode: strategy.name().into(), run_by: "vram-lab".into(), ..Default::default() };
-    let mut opened = model::load::source::open(&s.source, &s.opts)?;
+    let mut opened = model::source::open(&s.source, &s.opts)?;
     let mcfg = opened.cfg.clone();
     let parts = PartBytes::new(&mcfg, cfg.precision.act_dtype().size_in_bytes());
     let reserve = (cfg.reserve_mib * crate::memory::MIB) as u64;
@@ -207,7 +207,7 @@ pub fn run_managed(s: &mut Session, cfg: &OffloadConfig, mode: Mode, bw: &Bandwi
         candle_core::Device::Cuda(d) => d.clone(),
         _ => return Err(LabError::Unsupported("unified memory needs a CUDA GPU".into())),
     };
-    let mut opened = model::load::source::open(&s.source, &s.opts)?;
+    let mut opened = model::source::open(&s.source, &s.opts)?;
     let mcfg = opened.cfg.clone();
     let weight_bytes = crate::estimate::weight_bytes(&mcfg, cfg.precision);
     let parts = PartBytes::new(&mcfg, cfg.precision.act_dtype().size_in_bytes());

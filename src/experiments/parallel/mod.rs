@@ -102,7 +102,7 @@ impl Stage for Parallel {
 
     fn run(s: &mut Session, c: &ParallelConfig) -> Result<StageOutput> {
         one_pool(s.manifest().allocator, "parallel")?;
-        let opened = model::load::source::open(&s.source, &s.opts)?;
+        let opened = model::source::open(&s.source, &s.opts)?;
         let cfg = opened.cfg.clone();
         drop(opened);
         let mut c = c.clone();

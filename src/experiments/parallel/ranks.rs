@@ -6,8 +6,8 @@
 use crate::error::{LabError, Result};
 use crate::hw::Card;
 use crate::memory::{guarded, MemoryProbe};
-use crate::model::load::source::{self, ModelSource, SourceOptions};
 use crate::model::parallel::{load_rank, Group};
+use crate::model::source::{self, ModelSource, SourceOptions};
 use crate::model::{generate, DecoderConfig, GenerateConfig, Precision};
 use candle_core::{Device, Tensor};
 
@@ -101,7 +101,7 @@ pub fn run_rank(plan: &RankPlan, rank: usize, device: Device) -> Result<RankRun>
     let done = probe.settled("")?;
     let mut without_sums = None;
     if cuda && model.sums_capturable() {
-        let skipped = crate::model::parallel::comm::skip_sums();
+        let skipped = crate::model::layers::comm::skip_sums();
         plan.group.meet.settle("timing the step without its sums", Ok(()))?;
         let g = plan
             .group

@@ -282,7 +282,7 @@ impl Stage for Train {
         // The step's formulas multiply batch × heads × seq²: a shape past what the estimator
         // counts is refused before any of them (it overflowed at the --seq and --batch ceilings).
         let widest = cfg.batches.iter().copied().max().unwrap_or(cfg.batch).max(cfg.batch);
-        let opened = crate::model::load::source::open(&s.source, &s.opts)?;
+        let opened = crate::model::source::open(&s.source, &s.opts)?;
         let model_cfg = opened.cfg.clone();
         let w = Inference {
             precision: Precision::F32,

@@ -9,11 +9,11 @@ use crate::model::config::DecoderConfig;
 use crate::model::decoder::mixture::Mixture;
 use crate::model::host::linear::HostLinear;
 use crate::model::layers::attention::{self, attend, AttentionMode};
+use crate::model::layers::comm::RankComm;
 use crate::model::layers::elementwise::{self, add, mul, silu};
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
 use crate::model::load::weights::{take, take_dense, Weight};
-use crate::model::parallel::comm::RankComm;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 

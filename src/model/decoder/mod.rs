@@ -12,6 +12,7 @@ pub mod layer;
 pub mod mixture;
 pub mod model;
 pub mod static_step;
+pub mod streamer;
 pub mod trainable;
 
 pub use model::{last_logits, Decoder, Logits};

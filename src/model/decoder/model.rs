@@ -7,13 +7,13 @@ use crate::error::{LabError, Result};
 use crate::model::config::DecoderConfig;
 use crate::model::decoder::crossing::{moved_to, RopeTables};
 use crate::model::decoder::layer::{norm, Layer};
+use crate::model::decoder::streamer::Streamer;
 use crate::model::layers::attention::{check_elems, AttentionMode};
 use crate::model::layers::embedding::Embedding;
 use crate::model::layers::kv_cache::{CacheKind, KvCache};
 use crate::model::layers::linear::Linear;
 use crate::model::load::weights::{take, take_dense, Weight};
 use crate::model::offload::placement::{Home, Placement};
-use crate::model::offload::streamer::Streamer;
 use crate::model::precision::Precision;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
@@ -167,7 +167,7 @@ impl Decoder {
     /// vocabulary gathers its logits (the model must be built from the rank's shard,
     /// `model::parallel::shard_weights`). A mixture or a streamed layer is refused.
     pub fn into_rank(mut self, comm: std::sync::Arc<dyn crate::model::parallel::AllReduce>) -> Result<Self> {
-        let comm = crate::model::parallel::comm::RankComm(comm);
+        let comm = crate::model::layers::comm::RankComm(comm);
         let rows = self.lm_head.out_dim()?;
         if rows != self.cfg.vocab_size {
             if rows * comm.0.ranks() != self.cfg.vocab_size {
@@ -302,14 +302,14 @@ impl Decoder {
                 let t = std::time::Instant::now();
                 x = moved_to(&x, dev)?;
                 if s == 1 {
-                    crate::model::offload::profile::crossing(t);
+                    crate::model::profile::crossing(t);
                 }
             }
             let r = rope.on(dev)?;
             let t = std::time::Instant::now();
             x = layer.host_step_or_forward(x, l, cfg, &r, cache, offset, self.attention)?;
             if s == 1 && layer.on_host() {
-                crate::model::offload::profile::cpu_layer(t);
+                crate::model::profile::cpu_layer(t);
             }
             if let LayerSlot::Streamed = slot {
                 self.streamer()?.release()?;
@@ -321,12 +321,12 @@ impl Decoder {
             let t = std::time::Instant::now();
             let x = moved_to(&x, &self.device)?;
             if s == 1 {
-                crate::model::offload::profile::crossing(t);
+                crate::model::profile::crossing(t);
             }
             x
         };
         if s == 1 {
-            crate::model::offload::profile::step();
+            crate::model::profile::step();
         }
         cache.advance(s);
         self.head(&x, logits)

@@ -10,8 +10,8 @@
 use crate::error::{LabError, Result};
 use crate::model::decoder::{last_logits, Decoder, Logits};
 use crate::model::generate::sampling::check_finite;
-use crate::model::generate::step::{OwnKernels, Tables};
 use crate::model::layers::kv_cache::KvCache;
+use crate::model::layers::step::{OwnKernels, Tables};
 use candle_core::{DType, Tensor};
 
 /// A decoder whose state (ids, position, cache) is in device memory; `step` runs one token, and

@@ -1,13 +1,12 @@
 //! Prefill + decode loop with timings: the token generator behind `vram-lab generate` and the
-//! anatomy stage; the static step's inputs and kernels (`step`), the decoder that captures the
-//! step as a CUDA graph and replays it (`graph`), and sampling.
+//! anatomy stage; the decoder that captures the static step (its inputs and kernels:
+//! `model::layers::step`) as a CUDA graph and replays it (`graph`), and sampling.
 
 pub mod graph;
 pub mod sampling;
-pub mod step;
 
+pub use crate::model::layers::step::{OwnKernels, StepInputs, Tables};
 pub use graph::StaticDecoder;
-pub use step::{OwnKernels, StepInputs, Tables};
 
 use crate::error::{LabError, Result};
 use crate::limits::{check_count, MAX_NEW_TOKENS, MAX_SEQ};

@@ -1,13 +1,11 @@
 //! GGUF as a format: ggml's types (`types`), the header read by the lab (`header`), llama.cpp's
-//! quantization recipes (`recipe`), the writer (`writer`), the tokenizer a file carries
-//! (`tokenizer`), names and shapes (`names`), Llama's q/k row order (`permute`), and a file as a weight source (`reader`).
+//! quantization recipes (`recipe`), the writer (`writer`), names and shapes (`names`), Llama's q/k row order (`permute`), and a file as a weight source (`reader`).
 
 pub mod header;
 pub mod names;
 pub mod permute;
 pub mod reader;
 pub mod recipe;
-pub mod tokenizer;
 pub mod types;
 pub mod writer;
 

@@ -4,10 +4,11 @@
 
 use crate::error::{LabError, Result};
 use crate::model::config::{DecoderConfig, Family};
+use crate::model::gguf::gguf_tensors;
 use crate::model::gguf::header::DEFAULT_ALIGNMENT;
 use crate::model::gguf::recipe::{self, FileType, ModelClass};
 use crate::model::gguf::types::GgmlType;
-use crate::model::gguf::{gguf_tensors, tokenizer};
+use crate::model::load::gguf_tokenizer as tokenizer;
 use crate::model::load::weights::WeightSource;
 use crate::model::precision::{ggml_dtype_for, Precision};
 use crate::model::quantize::quantize_rows;

@@ -259,7 +259,7 @@ impl HostLinear {
         drop(storage);
         // Decoding steps only (m = 1): a prefill's products are compute-bound, not a read.
         if m == 1 {
-            crate::model::offload::profile::kernel(t0, (n * k * self.weight.dtype().size_in_bytes()) as u64);
+            crate::model::profile::kernel(t0, (n * k * self.weight.dtype().size_in_bytes()) as u64);
         }
         if let Some(b) = &self.bias {
             let b: Vec<f32> = b.to_dtype(DType::F32)?.to_vec1()?;

@@ -8,9 +8,9 @@ use crate::error::{LabError, Result};
 use crate::model::generate::StepInputs;
 use crate::model::host::linear::HostLinear;
 use crate::model::kernels::{Fused, Part, Weights};
+use crate::model::layers::comm::RankComm;
 use crate::model::layers::elementwise::bias_add;
 use crate::model::load::weights::Weight;
-use crate::model::parallel::comm::RankComm;
 use candle_core::quantized::QMatMul;
 use candle_core::{DType, Module, Tensor};
 

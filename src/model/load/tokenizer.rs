@@ -1,5 +1,5 @@
 //! Byte-level BPE tokenizers built in the lab: from a vocabulary and merges (a GGUF file's
-//! metadata, `gguf::tokenizer`) and the Qwen2.5 tokenizer the lab ships (data/tokenizer/, see its
+//! metadata, `load::gguf_tokenizer`) and the Qwen2.5 tokenizer the lab ships (data/tokenizer/, see its
 //! NOTICE), so synthetic presets tokenize text as the real model does with no model hub.
 
 use crate::error::{LabError, Result};

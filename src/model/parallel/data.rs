@@ -8,7 +8,7 @@
 //! The exchanges are sums (`AllReduce`): a gather is a sum where the other ranks give zeros.
 
 use crate::error::{LabError, Result};
-use crate::model::parallel::comm::AllReduce;
+use crate::model::layers::comm::AllReduce;
 use crate::model::train::optim::{Moments, ParamsAdamW};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};

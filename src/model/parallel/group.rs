@@ -3,7 +3,7 @@
 //! and where they meet between phases.
 
 use crate::error::{LabError, Result};
-use crate::model::parallel::comm::{AllReduce, Rendezvous, ThreadComm};
+use crate::model::layers::comm::{AllReduce, Rendezvous, ThreadComm};
 use candle_core::Device;
 use std::sync::Arc;
 

@@ -1,12 +1,11 @@
 //! Tensor parallelism of a dense decoder over N ranks (Megatron's split): which rows and columns
 //! of each weight a rank holds (`shard`), and the sum that joins the ranks' partial outputs
-//! (`comm`: threads of one process on any device, NCCL across GPUs, `nccl`, with the small
+//! (`model::layers::comm`: threads of one process on any device; NCCL across GPUs, `nccl`, with the small
 //! sums of a decoding step through the GPUs' peer memory, `peer`). Data-parallel
 //! training with ZeRO's sharded states and gradients: `data`. A rank is an ordinary `Decoder`
 //! built from its shard whose o and down are row-parallel linear layers (`Decoder::into_rank`):
 //! they sum the attention's and the MLP's outputs across ranks before each residual.
 
-pub mod comm;
 pub mod data;
 pub mod group;
 #[cfg(feature = "nccl")]
@@ -16,7 +15,7 @@ pub mod peer;
 pub mod pipeline;
 pub mod shard;
 
-pub use comm::{AllReduce, Rendezvous, ThreadComm};
+pub use crate::model::layers::comm::{AllReduce, Rendezvous, ThreadComm};
 pub use group::Group;
 pub use shard::{rank_ledger, shard_config, shard_tensor, shard_weights, RankLedger};
 

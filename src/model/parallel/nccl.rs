@@ -7,7 +7,7 @@
 
 use crate::error::{LabError, Result};
 use crate::model::kernels::peer_sum;
-use crate::model::parallel::comm::AllReduce;
+use crate::model::layers::comm::AllReduce;
 use crate::model::parallel::peer::{PeerBlock, PeerExchange};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::nccl::safe::{Comm, Id, ReduceOp};
@@ -105,7 +105,7 @@ impl AllReduce for NcclComm {
         if let Some(y) = self.peer_sum(&x, res)? {
             return Ok(y);
         }
-        crate::model::parallel::comm::plus(x.apply_op1_no_bwd(self)?, res)
+        crate::model::layers::comm::plus(x.apply_op1_no_bwd(self)?, res)
     }
 
     fn route(&self) -> &'static str {

@@ -49,8 +49,8 @@ impl ModelSource {
             let looks_like_repo = repo.split('/').count() == 2 && !repo.starts_with('.') && !repo.starts_with('/');
             if looks_like_repo && file.to_ascii_lowercase().ends_with(".gguf") {
                 // Both become paths in the cache: checked before anything is fetched.
-                super::hub::names::repo_id(repo)?;
-                super::hub::names::file("the file name", file)?;
+                crate::model::load::hub::names::repo_id(repo)?;
+                crate::model::load::hub::names::file("the file name", file)?;
                 return Ok(Self::HubFile { repo: repo.to_string(), file: file.to_string() });
             }
         }
@@ -68,7 +68,7 @@ impl ModelSource {
         }
         let looks_like_repo = s.split('/').count() == 2 && !s.starts_with('.') && !s.starts_with('/');
         if looks_like_repo {
-            super::hub::names::repo_id(s)?;
+            crate::model::load::hub::names::repo_id(s)?;
             return Ok(Self::Hub(s.to_string()));
         }
         Err(LabError::input(format!(
@@ -91,7 +91,7 @@ impl ModelSource {
     pub fn fetched(&self, opts: &SourceOptions) -> Result<Self> {
         match self {
             Self::HubFile { repo, file } => {
-                Ok(Self::Gguf(super::hub::fetch_file_from_hub(repo, file, opts.cache_dir.as_deref())?))
+                Ok(Self::Gguf(crate::model::load::hub::fetch_file_from_hub(repo, file, opts.cache_dir.as_deref())?))
             }
             other => Ok(other.clone()),
         }
@@ -147,12 +147,12 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
             // Qwen2.5's tokenizer ships with the lab: a synthetic Qwen2.5 tokenizes as the real one.
             let tokenizer = match find_tokenizer(opts.tokenizer.as_deref(), None)? {
                 Some(t) => Some(t),
-                None => super::tokenizer::for_vocab(cfg.vocab_size)?,
+                None => crate::model::load::tokenizer::for_vocab(cfg.vocab_size)?,
             };
             Ok(OpenedSource { weights: Box::new(Synthetic::new(cfg.clone(), opts.seed)), cfg, tokenizer, chat: None })
         }
         ModelSource::Dir(dir) => open_dir(dir),
-        ModelSource::Hub(repo) => open_dir(&super::hub::fetch_from_hub(repo, opts.cache_dir.as_deref())?),
+        ModelSource::Hub(repo) => open_dir(&crate::model::load::hub::fetch_from_hub(repo, opts.cache_dir.as_deref())?),
         ModelSource::HubFile { .. } => open(&source.fetched(opts)?, opts),
         ModelSource::Gguf(path) => {
             let gguf = Gguf::open(path)?;
@@ -173,7 +173,7 @@ pub fn open(source: &ModelSource, opts: &SourceOptions) -> Result<OpenedSource> 
             // An explicit tokenizer.json or one beside the file wins; else the file's own.
             let tokenizer = match find_tokenizer(opts.tokenizer.as_deref(), path.parent())? {
                 Some(t) => Some(t),
-                None => crate::model::gguf::tokenizer::from_header(&gguf.header)?,
+                None => crate::model::load::gguf_tokenizer::from_header(&gguf.header)?,
             };
             let chat = gguf.chat_template().and_then(|t| ChatMl::from_template(&t));
             Ok(OpenedSource { cfg, weights: Box::new(gguf), tokenizer, chat })
