@@ -1,5 +1,5 @@
 //! Model sources: `synthetic:<preset>`, a local directory (config.json + *.safetensors), a local
-//! `.gguf` file, or a Hugging Face repo id fetched through `hub` (HF_ENDPOINT, HF_HOME, or
+//! `.gguf` file, or a Hugging Face repo id fetched through `model::load::hub` (HF_ENDPOINT, HF_HOME, or
 //! `--cache-dir`). Each resolves to a config, a weight source and, when present, a tokenizer.
 
 use crate::error::{LabError, Result};

@@ -1,7 +1,7 @@
 //! What one static decoding step reads besides the weights: the tables of every position of the
 //! cache (rotary, mask), the inputs made once per step from the position, and the lab's kernels the
 //! step takes in place of candle's (`kernels::decode`). The model's layers read these; the
-//! captured decoder (`graph.rs`) owns them.
+//! captured decoder (`model::generate::graph`) owns them.
 
 use crate::error::{LabError, Result};
 use crate::model::config::DecoderConfig;
