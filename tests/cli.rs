@@ -710,3 +710,42 @@ fn stage_settings_reach_the_config_and_unknown_ones_are_refused() {
         "not a JSON object",
     );
 }
+
+/// `--cards` names GPUs, one each: the same card twice is the most common machine of two and is answered, in
+/// `estimate` (tensor and pipeline parallelism, data-parallel training) as in `plan`; a list that names a set
+/// (`--precisions`) still refuses a repeat.
+#[test]
+fn the_same_card_twice_is_two_gpus() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, extra) in [["--tp", "2"], ["--pp", "2"]].iter().enumerate() {
+        let out = tmp.path().join(format!("parallel-{i}"));
+        let o = lab(&[
+            "estimate",
+            "--model",
+            "synthetic:qwen2.5-7b",
+            "--cards",
+            "rtx4090,rtx4090",
+            extra[0],
+            extra[1],
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{extra:?}: {}", text(&o));
+    }
+    let out = tmp.path().join("train");
+    let o = lab(&[
+        "estimate",
+        "--model",
+        "synthetic:qwen2.5-0.5b",
+        "--train",
+        "--cards",
+        "24GiB,24GiB",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rows = csv(&out.join("estimate"), "estimate_train_cards.csv");
+    assert_eq!(rows.iter().map(|r| r["card"].as_str()).collect::<Vec<_>>(), ["24gib", "24gib"], "one row per GPU");
+    assert_eq!(rows[0], rows[1], "the same card, the same share");
+    fails_with(&["estimate", "--model", "synthetic:qwen2.5-7b", "--precisions", "bf16,bf16"], "lists \"bf16\" twice");
+}

@@ -113,6 +113,8 @@ impl Stage for Estimate {
         "The byte ledger of a workload and whether it fits each card: headroom, longest context, largest batch, decode ceiling (no GPU needed)";
     const INTRO: &'static str = "The articles size a model with parameters × 2 B, a KV formula without grouped-query attention (7× too high for Qwen2.5-7B), and activations = batch × seq × hidden × layers × 4 B. The lab's formulas count what its forward pass holds, tensor by tensor, and each is checked against every GPU run committed (`vram-lab check`). 估算器:逐项字节账本,以及在每张卡上能否装下、余量、最长上下文、最大批量和解码上限。";
     type Config = EstimateConfig;
+    // One card per GPU: two RTX 4090s are the most common machine of two.
+    const REPEATABLE: &'static [&'static str] = &["cards"];
 
     fn run(s: &mut Session, c: &EstimateConfig) -> Result<StageOutput> {
         let allocator = s.manifest().allocator;

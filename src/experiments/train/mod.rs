@@ -267,6 +267,8 @@ impl Stage for Train {
         "A training step in candle (forward, backward, AdamW) in F32, with and without gradient checkpointing, beside the lab's formula and the articles'";
     const INTRO: &'static str = "相关文章给出训练显存公式:FP32 训练每参数 16 B(权重 4 + 梯度 4 + Adam 8),7B 模型需 112 GB;激活值 = batch × seq × hidden × layers × 4 B;梯度检查点节省 60–70% 激活。这里在 candle 中真实执行一步训练(前向、反向、AdamW),逐项测量权重、优化器状态、梯度、前向保留的张量和峰值,与实验室公式及文章公式并列。<br>The related articles size training with formulas: 16 B per parameter in FP32 (4 weights + 4 gradients + 8 Adam), so 112 GB for a 7B model; activations = batch × seq × hidden × layers × 4 B; gradient checkpointing saves 60–70 % of activations. This stage runs a real training step in candle (forward, backward, AdamW update) on the lab's Qwen2 in F32, with and without checkpointing, and measures the weights, the optimizer states, the gradients, what the forward keeps for the backward and the step's peak, each beside the lab's formula (counted tensor by tensor from candle's forward and backward) and the articles'.";
     type Config = TrainConfig;
+    // One card per rank: the same card twice is two GPUs.
+    const REPEATABLE: &'static [&'static str] = &["cards"];
 
     fn cpu_config() -> TrainConfig {
         TrainConfig { seq: 64, ..Default::default() }
