@@ -749,3 +749,21 @@ fn the_same_card_twice_is_two_gpus() {
     assert_eq!(rows[0], rows[1], "the same card, the same share");
     fails_with(&["estimate", "--model", "synthetic:qwen2.5-7b", "--precisions", "bf16,bf16"], "lists \"bf16\" twice");
 }
+
+/// `estimate --card SIZE`: the card asked about has its row in the fit table and its place in the summary.
+#[test]
+fn estimate_answers_the_card_asked_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("e");
+    let o = lab(&["estimate", "--model", "synthetic:qwen2.5-7b", "--card", "20GiB", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rows = csv(&out.join("estimate"), "estimate_fit.csv");
+    let own: Vec<_> = rows.iter().filter(|r| r["card"] == "20gib").collect();
+    assert_eq!(own.len(), 3, "one row a precision: {:?}", rows.iter().map(|r| &r["card"]).collect::<Vec<_>>());
+    assert!(own.iter().all(|r| r["card_mib"].parse::<f64>().unwrap() == 20480.0));
+    // Q4_K_M of a 7B model fits 20 GiB at 4,096 tokens, and the summary says so by the card's name.
+    let q4 = own.iter().find(|r| r["precision"] == "q4_k_m").unwrap();
+    assert_eq!(q4["fits"], "true");
+    let findings = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+    assert!(findings.contains("fits: 20gib"), "the summary names the card asked about");
+}

@@ -139,7 +139,11 @@ impl Stage for Estimate {
             return transformers::sweep(s, &cfg, if default { &dense } else { &c.precisions }, c.seq);
         }
         let runtime = Runtime::assumed();
-        let cards = Card::presets();
+        // The card asked about (`--card 20GiB`) is answered first, beside every preset.
+        let mut cards = Card::presets();
+        if let Some(own) = s.card().filter(|c| !c.is_scaled() && !cards.iter().any(|p| p.name == c.name)) {
+            cards.insert(0, own.clone());
+        }
         let (mut lp, mut li, mut lm, mut lf) = (vec![], vec![], vec![], vec![]);
         let mut fits: Vec<(Precision, &Card, CardFit)> = vec![];
         let mut curve: (Vec<String>, Vec<u64>, Vec<f64>) = (vec![], vec![], vec![]);
