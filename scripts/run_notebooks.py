@@ -55,11 +55,10 @@ def evcxr_env(lane=None):
                         "incremental/vram_lab-*", "incremental/exercises-*"]:
             for old in built.glob(pattern):
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
-    # evcxr writes its project's own .cargo/config.toml and Cargo.toml (`:opt 0`: every crate unoptimised, the
-    # cold build of the dependencies 168 s on the 2-core kind); a cell is a crate that links the lab and every
-    # dependency statically, about 2 s each, a few tenths less with mold as the linker where it is installed
-    # (docs/ci.md). No `:cache`: with evcxr's rustc cache on, cargo recompiled 28 crates with build scripts at
-    # every cell (docs/ci.md).
+    # evcxr writes its project's own .cargo/config.toml and Cargo.toml (`:opt 0`: every crate unoptimised); a cell
+    # is a crate that links the lab and every dependency statically, about 2 s each
+    # (data/results/cpu/2026-12-06-evcxr-cells/RUN.md), linked by mold where it is installed. No `:cache`: with
+    # evcxr's rustc cache on, cargo recompiled 28 crates with build scripts at every cell (docs/ci.md).
     init = ":opt 0\n" + (":linker mold\n" if shutil.which("mold") else "")
     (cfg / "init.evcxr").write_text(init)
     os.environ["EVCXR_TMPDIR"] = str(tmp)
