@@ -10,13 +10,12 @@ The .ipynb files are the source people edit in JupyterLab; `render` re-executes 
 The kernel runs in notebooks/ so `:dep vram-lab = { path = ".." }` finds the crate. The kernels of one lane share
 one EVCXR_TMPDIR, one after another, so only its first notebook compiles the dependencies.
 """
-import copy
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import nbformat
@@ -30,8 +29,8 @@ TARGET = ROOT / "target"
 def evcxr_env(lane=None):
     # evcxr runs cargo in its own folder, outside the repository: the toolchain pinned here (rust-toolchain.toml)
     # is named so the cells and the lab build with the same rustc as everything else.
-    pinned = (ROOT / "rust-toolchain.toml").read_text().split('channel = "', 1)[1].split('"', 1)[0]
-    os.environ["RUSTUP_TOOLCHAIN"] = pinned
+    with open(ROOT / "rust-toolchain.toml", "rb") as f:
+        os.environ["RUSTUP_TOOLCHAIN"] = tomllib.load(f)["toolchain"]["channel"]
     # VRAM_LAB_EVCXR_DIR (set by .ci/run): evcxr's project and build folder live there, outside the clone, so a
     # machine kept between runs builds the notebooks' dependencies once; only the lab and the cells are compiled
     # again. A fresh machine builds them there as it would under target/. Each lane of `ci` has its own folder:
