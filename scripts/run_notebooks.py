@@ -7,8 +7,10 @@
 
 The .ipynb files are the source people edit in JupyterLab; `render` re-executes them in place.
 
-The kernel runs in notebooks/ so `:dep vram-lab = { path = ".." }` finds the crate. The kernels of one lane share
-one EVCXR_TMPDIR, one after another, so only its first notebook compiles the dependencies.
+The kernel runs in notebooks/ so `:dep vram-lab = { path = ".." }` finds the crate. A lane of `ci` runs its notebooks
+in one kernel, one after another, with evcxr's `:clear` between them: each notebook starts with no variable, no
+`use` and no dependency, as in a new kernel, while the lab's build and evcxr's analysis of its sources (about 25 s
+a kernel: `:dep` and the first `let`) are made once a lane (data/results/cpu/2026-12-06-evcxr-cells/RUN.md).
 """
 import os
 import shutil
@@ -19,6 +21,7 @@ import tomllib
 from pathlib import Path
 
 import nbformat
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,19 +77,30 @@ def strip_volatile(nb):
     return nb
 
 
-def execute(path, env, out_path):
+def execute(path, env, out_path, km=None):
+    """Runs one notebook, in a kernel of its own, or in `km` (a lane's kernel: cleared first, left running)."""
     # Each execution sees only its own settings: a live run's model must not leak into a replay.
     for k in [k for k in os.environ if k.startswith("VRAM_LAB_NOTEBOOK_") or k == "VRAM_LAB_BIN"]:
         del os.environ[k]
     os.environ.update(env)
     nb = nbformat.read(path, as_version=4)
     t0 = time.time()
-    client = NotebookClient(nb, timeout=1800, kernel_name="rust", record_timing=False,
+    if km is not None and km.has_kernel:
+        clear = NotebookClient(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(":clear")]), km=km, timeout=60)
+        clear.execute()
+        clear.kc.stop_channels()
+        # `:clear` restarted evcxr's child process: the cells' libraries it had loaded (tens of MB each, one a cell,
+        # never removed by evcxr) are no longer in use.
+        for lib in (Path(os.environ["EVCXR_TMPDIR"]) / "target" / "x86_64-unknown-linux-gnu" / "debug").glob("libcode_*.so"):
+            lib.unlink()
+    client = NotebookClient(nb, km=km, timeout=1800, kernel_name="rust", record_timing=False,
                             resources={"metadata": {"path": str(NB_DIR)}})
     out_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         client.execute()
     finally:  # the executed cells, the failing one's error included
+        if km is not None and client.kc is not None:
+            client.kc.stop_channels()
         nbformat.write(strip_volatile(nb), out_path)
     # evcxr prints an error a cell returns with `?` on stderr without failing the cell: fail here.
     for cell in nb.cells:
@@ -149,16 +163,29 @@ def lanes_of(notebooks, n):
     return [sorted(lane) for lane in lanes if lane]
 
 
-def run(runs):
+def run(runs, one_kernel=False):
+    """Runs each notebook, each in a new kernel, or (`one_kernel`, a lane of `ci`) all in one kernel cleared
+    between them, a new one only after a failure."""
     failed = 0
-    for src, env, out in runs:
-        mode = env["VRAM_LAB_NOTEBOOK_MODE"]
-        try:
-            secs = execute(src, env, out)
-            print(f"notebook {src.name} ({mode}): executed without error in {secs:.0f} s -> {out.relative_to(ROOT)}", flush=True)
-        except Exception as e:  # a cell error: report it, with the kernel's message, and fail the run
-            failed += 1
-            print(f"notebook {src.name} ({mode}): FAILED\n{e}\n{error_outputs(out)}", flush=True)
+    km = None
+    try:
+        for src, env, out in runs:
+            mode = env["VRAM_LAB_NOTEBOOK_MODE"]
+            if one_kernel and km is None:
+                km = KernelManager(kernel_name="rust")
+            try:
+                secs = execute(src, env, out, km)
+                print(f"notebook {src.name} ({mode}): executed without error in {secs:.0f} s -> {out.relative_to(ROOT)}", flush=True)
+            except Exception as e:  # a cell error: report it, with the kernel's message, and fail the run
+                failed += 1
+                print(f"notebook {src.name} ({mode}): FAILED\n{e}\n{error_outputs(out)}", flush=True)
+                if km is not None:  # the next notebook gets a new kernel, whatever this one left
+                    if km.has_kernel:
+                        km.shutdown_kernel(now=True)
+                    km = None
+    finally:
+        if km is not None and km.has_kernel:
+            km.shutdown_kernel(now=True)
     return failed
 
 
@@ -176,7 +203,8 @@ def main():
     if what == "ci-lane":  # one lane of `ci`: its own evcxr project, its notebooks one after another
         evcxr_env(lane=int(sys.argv[2]))
         names = set(sys.argv[3:])
-        failed = run([(nb, LIVE, TARGET / "notebooks-ci" / "live" / nb.name) for nb in notebooks if nb.name in names])
+        failed = run([(nb, LIVE, TARGET / "notebooks-ci" / "live" / nb.name) for nb in notebooks if nb.name in names],
+                     one_kernel=True)
         sys.exit(1 if failed else 0)
     if len(sys.argv) > 2:  # only the notebooks whose names contain this
         notebooks = [n for n in notebooks if sys.argv[2] in n.name]
