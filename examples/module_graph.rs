@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first: a file may import its own layer and the ones below (never a circle).
 pub const LAYERS: &[(&str, &[&str])] = &[
     (
-        "foundation: units, errors, limits, checked paths, search, polars helpers, where the record is",
-        &["units", "error", "limits", "paths", "search", "frame", "record"],
+        "foundation: units, errors, limits, checked paths, search, polars helpers, where the record is, the stop signal",
+        &["units", "error", "limits", "paths", "search", "frame", "record", "stop"],
     ),
     ("hardware: cards and devices", &["hw"]),
     ("measuring memory", &["memory"]),

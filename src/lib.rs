@@ -22,6 +22,7 @@ pub mod report;
 pub mod search;
 pub mod session;
 pub mod stage;
+pub mod stop;
 
 pub mod units;
 

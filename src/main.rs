@@ -77,18 +77,13 @@ fn run_stages(
     if report_card && !full && session.sizes == Sizes::Report {
         session.sizes = Sizes::Quick;
     }
-    let mut configs = Vec::new();
-    for (stage, flags) in &stages {
-        let mut config = args.apply_compute(match flags {
-            Some(m) => stage.config_from(m, session.sizes)?,
-            None => stage.default_config(session.sizes)?,
-        })?;
-        // A notebook's Live run names its settings as the config's fields (notebook/live.rs).
-        if let Some(settings) = flags.and_then(|m| m.get_one::<String>("settings")) {
-            config = vram_lab::stage::with_settings(config, settings)?;
+    let configs = match stage_configs(args, &stages, session.sizes) {
+        Ok(c) => c,
+        Err(e) => {
+            session.abandon();
+            return Err(e);
         }
-        configs.push((stage.name().to_string(), config));
-    }
+    };
     // What the committed runs on this GPU, model and card took, before anything starts.
     let found = expected::expected(&vram_lab::record::root(), session.manifest(), &configs);
     if let Some(line) = expected::describe(&found, &configs, session.manifest().env.gpu.as_deref()) {
@@ -121,6 +116,27 @@ fn run_stages(
         }
         _ => Ok(()),
     }
+}
+
+/// Each stage's config for `sizes`: its defaults, the flags given, a notebook's settings.
+fn stage_configs(
+    args: &SessionArgs,
+    stages: &[(Box<dyn AnyStage>, Option<&clap::ArgMatches>)],
+    sizes: Sizes,
+) -> Result<Vec<(String, serde_json::Value)>> {
+    let mut configs = Vec::new();
+    for (stage, flags) in stages {
+        let mut config = args.apply_compute(match flags {
+            Some(m) => stage.config_from(m, sizes)?,
+            None => stage.default_config(sizes)?,
+        })?;
+        // A notebook's Live run names its settings as the config's fields (notebook/live.rs).
+        if let Some(settings) = flags.and_then(|m| m.get_one::<String>("settings")) {
+            config = vram_lab::stage::with_settings(stage.as_ref(), config, settings)?;
+        }
+        configs.push((stage.name().to_string(), config));
+    }
+    Ok(configs)
 }
 
 fn dispatch(matches: &clap::ArgMatches) -> Result<()> {
@@ -164,6 +180,13 @@ fn stage_names() -> String {
 }
 
 fn main() {
+    // A reader that goes away (`vram-lab info | head -1`) ends the process quietly, as it ends
+    // cat or grep: Rust ignores SIGPIPE, and println! then panics on the closed pipe. The lab
+    // writes to no child's stdin, and the Hub client's sockets send with MSG_NOSIGNAL.
+    // SAFETY: setting a signal's disposition before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     vram_lab::frame::console_setup();
     #[cfg(feature = "cuda")]
     vram_lab::memory::alloc_hook::set_installed();

@@ -138,7 +138,10 @@ pub fn replace_own(path: &Path, bytes: &[u8]) -> Result<()> {
     let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    write_new(&tmp, bytes)?;
+    // A write cut short (a full disk) leaves no temporary file behind.
+    write_new(&tmp, bytes).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         LabError::input(format!("cannot replace {}: {e}", path.display()))

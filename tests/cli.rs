@@ -767,3 +767,78 @@ fn estimate_answers_the_card_asked_about() {
     let findings = std::fs::read_to_string(out.join("manifest.json")).unwrap();
     assert!(findings.contains("fits: 20gib"), "the summary names the card asked about");
 }
+
+/// A reader that goes away before the first line (`vram-lab info | head -0`) ends the command
+/// quietly: killed by SIGPIPE as cat would be, or done, never a panic.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("estimate");
+    for args in [&["info"][..], &["estimate", "--device", "cpu", "--out", out.to_str().unwrap()]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vram-lab"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{args:?} panicked on a closed stdout:\n{err}");
+        assert!(
+            o.status.success() || o.status.signal() == Some(libc::SIGPIPE),
+            "{args:?} ended with {:?}:\n{err}",
+            o.status
+        );
+    }
+}
+
+/// A command refused on its flags or settings leaves its --out free: the corrected command runs
+/// there, and a user's empty folder stays as it was.
+#[test]
+fn a_refused_command_does_not_claim_its_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let out_s = out.to_str().unwrap();
+    let o = lab(&["estimate", "--device", "cpu", "--precisions", "bf16,bf16", "--out", out_s]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(!out.exists(), "the refused command left {}", out.display());
+    let o = lab(&["estimate", "--device", "cpu", "--precisions", "bf16", "--out", out_s]);
+    assert!(o.status.success(), "the corrected command into the same --out:\n{}", text(&o));
+    let mine = tmp.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    let o = lab(&["kv", "--device", "cpu", "--settings", r#"{"nope": 1}"#, "--out", mine.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(mine.is_dir() && std::fs::read_dir(&mine).unwrap().next().is_none(), "the user's folder changed");
+}
+
+/// A run whose report cannot be written (a full disk; here a file-size limit of 1 MiB, the report
+/// being several) is recorded as failed, exits non-zero, and leaves no temporary file.
+#[test]
+fn a_report_that_cannot_be_written_fails_the_run() {
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vram-lab"));
+    cmd.args(["anatomy", "--device", "cpu", "--quiet", "--out", out.to_str().unwrap()]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let limit = libc::rlimit { rlim_cur: 1 << 20, rlim_max: 1 << 20 };
+            libc::setrlimit(libc::RLIMIT_FSIZE, &limit);
+            Ok(())
+        });
+    }
+    let o = cmd.output().unwrap();
+    assert!(!o.status.success(), "the run succeeded without its report:\n{}", text(&o));
+    assert_eq!(manifest(&out)["status"], "failed", "{}", text(&o));
+    let left: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}

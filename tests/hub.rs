@@ -163,6 +163,79 @@ fn hub_download_cache_and_failures() {
     }
 }
 
+/// A cache damaged by an earlier client (a shard cut short, an error page kept as config.json)
+/// heals on the next run against an honest server: the damaged files alone are fetched again.
+#[test]
+fn a_damaged_cache_heals_on_an_honest_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let files = repo_files();
+    let hub = Hub::start(BTreeMap::from([("org/tiny".to_string(), Repo::new(files.clone()))]));
+    let (want, _, _) = generate(&hub.addr, tmp.path(), "org/tiny");
+    let snap = tmp.path().join("hf/models--org--tiny/snapshots").join(COMMIT);
+    let shard = std::fs::canonicalize(snap.join(SHARDS[0])).unwrap();
+    std::fs::write(&shard, &files[SHARDS[0]][..files[SHARDS[0]].len() / 2]).unwrap();
+    std::fs::write(std::fs::canonicalize(snap.join("config.json")).unwrap(), "<html>rate limited</html>").unwrap();
+    let before = hub.requests().len();
+    let (healed, stderr, _) = generate(&hub.addr, tmp.path(), "org/tiny");
+    assert_eq!(healed["generated_ids"], want["generated_ids"]);
+    for f in ["config.json", SHARDS[0]] {
+        assert!(stderr.contains(&format!("hub: the cached {f} is damaged")), "{f}: {stderr}");
+        assert_eq!(&std::fs::read(snap.join(f)).unwrap(), &files[f], "{f} is whole again");
+    }
+    let fetched: Vec<String> = hub.requests()[before..].iter().filter(|p| p.contains("/resolve/")).cloned().collect();
+    assert_eq!(fetched.len(), 2, "only the damaged files fetched again: {fetched:?}");
+}
+
+/// Three processes into one empty cache at once, twenty rounds: every run loads the model. A link
+/// another process made is success, a snapshot is never seen with a link removed, and no partial
+/// or temporary link stays behind.
+#[test]
+fn three_processes_share_one_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hub = Hub::start(BTreeMap::from([("org/tiny".to_string(), Repo::new(repo_files()))]));
+    let mut failed = Vec::new();
+    for round in 0..20 {
+        let cache = tmp.path().join(format!("round-{round}"));
+        std::fs::create_dir_all(&cache).unwrap();
+        let runs: Vec<_> = (0..3)
+            .map(|_| {
+                hub_server::lab_at(&hub.addr, &cache.join("hf-home"))
+                    .args(GENERATE)
+                    .args(["--model", "org/tiny", "--cache-dir", cache.join("hf").to_str().unwrap()])
+                    .args(["--device", "cpu", "--quiet"])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for run in runs {
+            let o = run.wait_with_output().unwrap();
+            if !o.status.success() {
+                failed.push(format!("round {round}: {}", text(&o)));
+            }
+        }
+        let left: Vec<String> = walk(&cache.join("hf"))
+            .into_iter()
+            .filter(|n| n.ends_with(".incomplete") || n.ends_with(".link"))
+            .collect();
+        assert!(left.is_empty(), "round {round} left {left:?}");
+    }
+    assert!(failed.is_empty(), "{} of 60 runs failed:\n{}", failed.len(), failed.join("\n"));
+}
+
+/// Every name under `dir`, links not followed.
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        out.push(e.file_name().to_string_lossy().to_string());
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk(&e.path()));
+        }
+    }
+    out
+}
+
 /// One GGUF file of a Hub repo, `--model org/name:file.gguf`: fetched into the cache and loaded
 /// with the tokenizer the file carries (the same ids as the local file), `estimate` prices it from
 /// the cache, a second run with the server gone uses the cached file, and a file the repo lacks is

@@ -332,3 +332,33 @@ fn symlinks_planted_in_the_cache_are_refused() {
     lab.refused(&hub.addr, "org/planted-snapshot", &[], &["is not a folder"]);
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "only keep.txt in {}", outside.display());
 }
+
+/// A download that is not the file the Hub names is never kept: a shard whose bytes do not hash
+/// to its sha256 ETag, an HTML page answered 200, a chunked body cut short, a body of another size
+/// than the `X-Linked-Size` on the redirect. Nothing of it is linked into a snapshot, and no
+/// partial file stays in blobs/.
+#[test]
+fn damaged_downloads_are_never_kept() {
+    let lab = Lab::new();
+    let files = repo_files();
+    let cases = [
+        ("org/corrupt", Attack::Corrupt, "not the"),
+        ("org/html", Attack::Html, "an HTML page"),
+        ("org/chunked-cut", Attack::ChunkedCut, SHARDS[1]),
+        ("org/linked-size", Attack::LinkedSize(7), "X-Linked-Size"),
+    ];
+    let repos: BTreeMap<String, Repo> =
+        cases.iter().map(|(r, a, _)| (r.to_string(), Repo::new(files.clone()).attack(SHARDS[1], a.clone()))).collect();
+    let hub = Hub::start(repos);
+    for (repo, _, needle) in &cases {
+        lab.refused(&hub.addr, repo, &[], &[SHARDS[1], repo, needle]);
+        let folder = lab.cache().join(format!("models--{}", repo.replace('/', "--")));
+        let linked = folder.join("snapshots").join(hub_server::COMMIT).join(SHARDS[1]);
+        assert!(std::fs::symlink_metadata(&linked).is_err(), "{repo}: the bad shard was linked");
+        let partial = std::fs::read_dir(folder.join("blobs")).unwrap().flatten().any(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            n.ends_with(".incomplete")
+        });
+        assert!(!partial, "{repo}: a partial file stayed in blobs/");
+    }
+}

@@ -143,3 +143,27 @@ fn watch_follows_a_command_to_csv() {
     let o = lab(&["watch"]);
     assert!(!o.status.success() && text(&o).contains("watch what?"));
 }
+
+/// `watch --duration-s` ends on time, a long interval or not, and ends what the command started
+/// too (its process group): the shell's background child is gone when watch returns.
+#[test]
+fn watch_ends_the_commands_group_at_its_duration() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pid_file = tmp.path().join("child.pid");
+    let script = format!("sleep 60 & echo $! > {}; wait", pid_file.display());
+    let o = lab(&["watch", "--duration-s", "1", "--interval-ms", "5000", "--", "sh", "-c", &script]);
+    assert!(o.status.success(), "{}", text(&o));
+    // The summary's span is the last sample's time: at the duration, not an interval past it.
+    let t = text(&o);
+    let span: f64 = t
+        .split("samples over ")
+        .nth(1)
+        .and_then(|r| r.split(" s").next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no span in:\n{t}"));
+    assert!((0.9..2.0).contains(&span), "samples over {span} s with --duration-s 1:\n{t}");
+    let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_string();
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    let alive = state.as_deref().is_some_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'));
+    assert!(!alive, "the command's child {pid} still runs after watch returned");
+}

@@ -93,3 +93,37 @@ fn a_stage_outside_the_crate_runs_and_is_drawn() {
     assert!(page.contains("data-charts=\"1\""), "one chart declared, one drawn");
     assert!(page.contains("KV bytes per token") && page.contains("qwen2.5-72b"), "the chart's title and its x labels");
 }
+
+/// A notebook's settings (`--settings`, `estimate_with`) pass the checks of the flags they stand
+/// for: every stage's own defaults, each field as a setting, pass; a value out of its flag's range
+/// or a list naming a value twice is refused, the flag named.
+#[test]
+fn settings_pass_the_checks_of_their_flags() {
+    use vram_lab::estimate::scaled::Sizes;
+    for s in vram_lab::experiments::registry() {
+        for sizes in [Sizes::Report, Sizes::Quick, Sizes::Cpu] {
+            let config = s.default_config(sizes).unwrap();
+            if let Err(e) = s.check_settings(config.as_object().unwrap()) {
+                panic!("{} ({sizes:?}): its own defaults as settings are refused: {e}", s.name());
+            }
+        }
+    }
+    let refused = |stage: &str, settings: serde_json::Value, needle: &str| {
+        let s = vram_lab::experiments::find(stage).unwrap();
+        let e = s.check_settings(settings.as_object().unwrap()).unwrap_err().to_string();
+        assert!(e.contains(needle), "{stage} {settings}: {e}");
+    };
+    refused("kv", serde_json::json!({"max": 1u64 << 40}), "--max");
+    refused("frag", serde_json::json!({"blocks": 1_000_000_000}), "--blocks");
+    refused("train", serde_json::json!({"steps": 1_000_000_000}), "--steps");
+    refused("estimate", serde_json::json!({"gpus": 0}), "--gpus");
+    refused("estimate", serde_json::json!({"precisions": ["bf16", "bf16"]}), "--precisions lists");
+    let e = stage::with_settings(
+        vram_lab::experiments::find("kv").unwrap().as_ref(),
+        serde_json::json!({"max": 1024}),
+        "{\"\u{1b}[31m\": 1}",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(!e.contains('\u{1b}'), "a setting's name is echoed escaped: {e:?}");
+}

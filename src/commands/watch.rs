@@ -4,6 +4,7 @@
 use crate::error::{LabError, Result};
 use crate::memory::fmt_bytes;
 use crate::session::SessionArgs;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -38,6 +39,22 @@ const MAX_DURATION_S: f64 = 7.0 * 24.0 * 3600.0;
 /// fill the host's memory.
 const MAX_SAMPLES: usize = 1_000_000;
 
+/// Ends the watched command's process group: SIGTERM, two seconds to go, then SIGKILL.
+fn end_group(c: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    let group = -(c.id() as i32);
+    // SAFETY: signals to the group this command made (process_group(0): its pid is the group's id).
+    unsafe { libc::kill(group, libc::SIGTERM) };
+    for _ in 0..20 {
+        if let Ok(Some(st)) = c.try_wait() {
+            unsafe { libc::kill(group, libc::SIGKILL) };
+            return Some(st);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    unsafe { libc::kill(group, libc::SIGKILL) };
+    c.wait().ok()
+}
+
 fn duration_s(s: &str) -> std::result::Result<f64, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
     if !(v.is_finite() && v > 0.0 && v <= MAX_DURATION_S) {
@@ -64,8 +81,10 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
     }
     let mut child = match w.command.split_first() {
         Some((prog, rest)) => Some(
+            // Its own process group, so that ending it ends what it started too (a shell's children).
             std::process::Command::new(prog)
                 .args(rest)
+                .process_group(0)
                 .spawn()
                 .map_err(|e| LabError::input(format!("cannot start `{prog}`: {e}")))?,
         ),
@@ -92,6 +111,7 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
     let mut samples = Vec::new();
     let mut status = None;
     let mut truncated = false;
+    let started = std::time::Instant::now();
     loop {
         let s = sampler.sample();
         bar.set_message(format!(
@@ -121,13 +141,17 @@ pub fn watch(args: &SessionArgs, w: &WatchArgs) -> Result<String> {
             truncated = true;
             break;
         }
-        std::thread::sleep(std::time::Duration::from_millis(w.interval_ms));
+        // The last sleep ends at --duration-s, not a whole interval past it.
+        let mut nap = std::time::Duration::from_millis(w.interval_ms);
+        if let Some(d) = w.duration_s {
+            nap = nap.min(std::time::Duration::from_secs_f64(d).saturating_sub(started.elapsed()));
+        }
+        std::thread::sleep(nap);
     }
     bar.finish_and_clear();
     if let Some(c) = child.as_mut() {
         if status.is_none() {
-            let _ = c.kill();
-            status = c.wait().ok();
+            status = end_group(c);
         }
     }
     let used: Vec<Option<u64>> =

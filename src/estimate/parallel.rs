@@ -247,6 +247,13 @@ pub fn llamacpp_split(layers: usize, shares: &[f64]) -> Result<(Vec<(usize, usiz
         return Err(LabError::input(format!("a split of {shares:?}: each share at least 0, not all 0")));
     }
     let sum: f32 = shares.iter().map(|&s| s as f32).sum();
+    // llama.cpp sums the shares in f32: 1e300 is finite here and infinite there (every layer
+    // would land on one card), so the split must hold in f32 too.
+    if !sum.is_finite() || sum <= 0.0 {
+        return Err(LabError::input(format!(
+            "a split of {shares:?}: its sum is not a finite positive f32 (llama.cpp adds the shares in f32)"
+        )));
+    }
     let mut acc = 0f32;
     let cumulative: Vec<f32> = shares
         .iter()
@@ -470,6 +477,10 @@ mod tests {
         assert_eq!(llamacpp_split(4, &[1.0, 0.0, 1.0]).unwrap(), (vec![(0, 3), (3, 3), (3, 4)], 2));
         assert!(llamacpp_split(4, &[]).is_err() && llamacpp_split(4, &[0.0, 0.0]).is_err());
         assert!(llamacpp_split(4, &[1.0, -1.0]).is_err());
+        // Finite in f64, infinite in llama.cpp's f32 sum: refused, not every layer on one card.
+        let e = llamacpp_split(4, &[1e300, 1e300]).unwrap_err().to_string();
+        assert!(e.contains("not a finite positive f32"), "{e}");
+        assert!(llamacpp_split(4, &[3e38, 3e38]).is_err());
     }
 
     /// The cards hold every weight but the token embedding (in host memory), the whole cache, and

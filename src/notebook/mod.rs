@@ -278,7 +278,9 @@ pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Es
 /// fields of `vram-lab estimate`'s flags), computed here whatever the notebook's mode: formulas
 /// only, no GPU and no weights.
 pub fn estimate_with(model: &str, card: &str, settings: &str) -> Result<StageRun> {
+    let stage = crate::experiments::find("estimate").ok_or_else(|| LabError::Other("no estimate stage".into()))?;
     let config = crate::stage::with_settings(
+        stage.as_ref(),
         serde_json::to_value(crate::experiments::estimate::EstimateConfig::default())?,
         settings,
     )?;

@@ -10,11 +10,10 @@ mod context;
 pub mod env;
 pub mod expected;
 pub mod run_folder;
-mod stop;
 
+pub use crate::stop::{stop_on_ctrl_c, stop_requested};
 pub use allocator::one_pool;
 pub use console::Console;
-pub use stop::{stop_on_ctrl_c, stop_requested};
 
 use crate::error::{LabError, Result};
 use crate::estimate::scaled::{scaled_card, Scale, Sizes, SCALED};
@@ -174,6 +173,8 @@ pub struct Session {
     pub failed_on_input: bool,
     /// The sizes the stages' default configs are made for (the card's, the device's).
     pub sizes: Sizes,
+    /// The run folder was made by this session (not a user's empty folder).
+    made_dir: bool,
 }
 
 impl Session {
@@ -212,7 +213,7 @@ impl Session {
             }
             None => None,
         };
-        run_folder::claim(&dir, &manifest)?;
+        let made_dir = run_folder::claim(&dir, &manifest)?;
         let mut s = Self {
             probe,
             device,
@@ -224,6 +225,7 @@ impl Session {
             bandwidths: std::cell::OnceCell::new(),
             failed_on_input: false,
             sizes,
+            made_dir,
         };
         s.say(format!("vram-lab {} on {}", s.manifest.env.vram_lab, s.manifest.env.device));
         s.say(format!("model {}", s.source.label()));
@@ -353,8 +355,21 @@ impl Session {
         crate::paths::replace_own(&self.dir.join(MANIFEST), serde_json::to_string_pretty(&self.manifest)?.as_bytes())
     }
 
+    /// A run refused before any stage ran (a flag or a setting out of range) leaves nothing behind:
+    /// its manifest goes, and its folder when this session made it, so the corrected command may
+    /// use the same --out.
+    pub fn abandon(self) {
+        if self.manifest.stages.is_empty() {
+            let _ = std::fs::remove_file(self.dir.join(MANIFEST));
+            if self.made_dir {
+                let _ = std::fs::remove_dir(&self.dir);
+            }
+        }
+    }
+
     /// Closes the run: the manifest's final status, the summary of findings on the console,
     /// report.html (`render`, from the run folder, as `vram-lab report` makes it) and console.txt.
+    /// A run whose report or console cannot be written (a full disk) is recorded as failed.
     pub fn finish(mut self, render: impl FnOnce(&RunFolder) -> Result<PathBuf>) -> Result<RunFolder> {
         let statuses: Vec<StageStatus> = self.manifest.stages.iter().map(|s| s.status).collect();
         self.manifest.status = if statuses.contains(&StageStatus::Interrupted) {
@@ -372,11 +387,17 @@ impl Session {
                 console_columns(&findings, "Summary — measured, predicted, the report's RTX 4090 figure, the ceiling")?;
             self.say(format!("\n{text}"));
         }
-        let run = RunFolder::open(&self.dir)?;
-        let html = render(&run)?;
-        self.say(format!("\nwrote {} (open {})", self.dir.display(), html.display()));
-        crate::paths::replace_own(&self.dir.join("console.txt"), self.console.text.as_bytes())?;
-        Ok(run)
+        let written = RunFolder::open(&self.dir).and_then(|run| {
+            let html = render(&run)?;
+            self.say(format!("\nwrote {} (open {})", self.dir.display(), html.display()));
+            crate::paths::replace_own(&self.dir.join("console.txt"), self.console.text.as_bytes())?;
+            Ok(run)
+        });
+        if written.is_err() {
+            self.manifest.status = RunStatus::Failed;
+            let _ = self.save_manifest();
+        }
+        written
     }
 }
 

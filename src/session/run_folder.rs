@@ -173,8 +173,9 @@ impl RunFolder {
 }
 
 /// Creates the folder and its manifest in one exclusive step: a second run into the same folder,
-/// or one started at the same time, is refused.
-pub fn claim(dir: &Path, manifest: &Manifest) -> Result<()> {
+/// or one started at the same time, is refused. True when the folder was made here.
+pub fn claim(dir: &Path, manifest: &Manifest) -> Result<bool> {
+    let existed = std::fs::symlink_metadata(dir).is_ok();
     // A folder of the user's is not written into: only a new or an empty one becomes a run.
     if let Ok(meta) = std::fs::symlink_metadata(dir) {
         if !meta.file_type().is_dir() {
@@ -200,7 +201,7 @@ pub fn claim(dir: &Path, manifest: &Manifest) -> Result<()> {
     })?;
     use std::io::Write;
     f.write_all(serde_json::to_string_pretty(manifest)?.as_bytes())?;
-    Ok(())
+    Ok(!existed)
 }
 
 /// A table as CSV at `path`, a new file or one the lab wrote before (never through a link).

@@ -247,6 +247,9 @@ pub trait AnyStage {
     /// The config for these sizes (`default_config`), with the flags given on the command line
     /// put over it: `vram-lab kv` on CPU sweeps the tiny model's sizes unless told otherwise.
     fn config_from(&self, matches: &clap::ArgMatches, sizes: Sizes) -> Result<serde_json::Value>;
+    /// `settings` (config fields as JSON, a notebook's `--settings`) checked as the flags they
+    /// stand for: each value through its flag's parser, each list for a value named twice.
+    fn check_settings(&self, settings: &serde_json::Map<String, serde_json::Value>) -> Result<()>;
     fn default_config(&self, sizes: Sizes) -> Result<serde_json::Value>;
     fn run(&self, session: &mut Session, config: &serde_json::Value) -> Result<StageOutput>;
     /// The model a recorded config ran (`Stage::model`); the run's where the config no longer reads.
@@ -254,6 +257,19 @@ pub trait AnyStage {
 }
 
 struct Registered<S>(PhantomData<S>);
+
+/// Each list a stage takes names a row or a column once (a value given twice wrote two rows under
+/// one name), but for the lists of `S::REPEATABLE` (two cards alike, equal shares).
+fn repeated<S: Stage>(field: &str, value: &serde_json::Value) -> Result<()> {
+    if let Some(twice) = value
+        .as_array()
+        .filter(|_| !S::REPEATABLE.contains(&field))
+        .and_then(|a| a.iter().enumerate().find(|(i, v)| a[..*i].contains(v)))
+    {
+        return Err(LabError::input(format!("--{} lists {} twice", field.replace('_', "-"), twice.1)));
+    }
+    Ok(())
+}
 
 /// The registry's entry for a stage.
 pub fn register<S: Stage + 'static>() -> Box<dyn AnyStage> {
@@ -289,20 +305,50 @@ impl<S: Stage> AnyStage for Registered<S> {
                     Some(clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable)
                 );
                 if from_user {
-                    // Each list a stage takes names a row or a column once: a value given twice
-                    // wrote two rows under one name.
-                    if let Some(twice) = value
-                        .as_array()
-                        .filter(|_| !S::REPEATABLE.contains(&field.as_str()))
-                        .and_then(|a| a.iter().enumerate().find(|(i, v)| a[..*i].contains(v)))
-                    {
-                        return Err(LabError::input(format!("--{} lists {} twice", field.replace('_', "-"), twice.1)));
-                    }
+                    repeated::<S>(field, value)?;
                     config.insert(field.clone(), value.clone());
                 }
             }
         }
         Ok(config)
+    }
+    fn check_settings(&self, settings: &serde_json::Map<String, serde_json::Value>) -> Result<()> {
+        let command = self.command();
+        let mut argv = vec![S::NAME.to_string()];
+        for (field, value) in settings {
+            // A name the config lacks is refused by `with_settings`, naming the ones it has.
+            let Some(arg) = command.get_arguments().find(|a| a.get_id().as_str() == field.as_str()) else {
+                continue;
+            };
+            let flag = format!("--{}", arg.get_long().unwrap_or(field.as_str()));
+            // A config holds an enum as serde names it (`Separate`), its flag as clap does (`separate`).
+            let plain = |s: &str| s.chars().filter(|c| c.is_alphanumeric()).collect::<String>().to_lowercase();
+            let scalar = |v: &serde_json::Value| match v {
+                serde_json::Value::String(s) => arg
+                    .get_possible_values()
+                    .into_iter()
+                    .find(|p| plain(p.get_name()) == plain(s))
+                    .map_or_else(|| s.clone(), |p| p.get_name().to_string()),
+                other => other.to_string(),
+            };
+            match value {
+                serde_json::Value::Null => {}
+                serde_json::Value::Bool(b) if !arg.get_action().takes_values() => {
+                    if *b {
+                        argv.push(flag);
+                    }
+                }
+                serde_json::Value::Array(items) => argv.extend(items.iter().map(|v| format!("{flag}={}", scalar(v)))),
+                v => argv.push(format!("{flag}={}", scalar(v))),
+            }
+            repeated::<S>(field, value)?;
+        }
+        command.try_get_matches_from(&argv).map_err(|e| {
+            let text = e.to_string();
+            let line = text.lines().next().unwrap_or("error: a setting out of range").trim_start_matches("error: ");
+            LabError::input(format!("--settings: {line}"))
+        })?;
+        Ok(())
     }
     fn default_config(&self, sizes: Sizes) -> Result<serde_json::Value> {
         Ok(serde_json::to_value(match sizes {

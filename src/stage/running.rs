@@ -11,17 +11,24 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// A stage's config with `settings` (a JSON object of its fields, `{"gpus": 2}`) put over it; a
-/// name the config does not have is refused, never ignored.
-pub fn with_settings(mut config: serde_json::Value, settings: &str) -> Result<serde_json::Value> {
+/// name the config does not have is refused, never ignored, and each value passes the checks of
+/// the flag it stands for (its range, a list naming a value once), as on the command line.
+pub fn with_settings(stage: &dyn AnyStage, mut config: serde_json::Value, settings: &str) -> Result<serde_json::Value> {
+    let shown = settings.escape_debug();
     let given: serde_json::Value = serde_json::from_str(settings)
-        .map_err(|e| LabError::input(format!("the settings `{settings}` are not JSON: {e}")))?;
+        .map_err(|e| LabError::input(format!("the settings `{shown}` are not JSON: {e}")))?;
     let given =
-        given.as_object().ok_or_else(|| LabError::input(format!("the settings `{settings}` are not a JSON object")))?;
+        given.as_object().ok_or_else(|| LabError::input(format!("the settings `{shown}` are not a JSON object")))?;
+    stage.check_settings(given)?;
     if let Some(c) = config.as_object_mut() {
         for (k, v) in given {
             if !c.contains_key(k) {
                 let known: Vec<&str> = c.keys().map(String::as_str).collect();
-                return Err(LabError::input(format!("the stage has no setting `{k}`: {}", known.join(", "))));
+                return Err(LabError::input(format!(
+                    "the stage has no setting `{}`: {}",
+                    k.escape_debug(),
+                    known.join(", ")
+                )));
             }
             c.insert(k.clone(), v.clone());
         }

@@ -129,6 +129,15 @@ pub enum Attack {
     Stall,
     /// A Range request answered 200 with the whole file, as a server without ranges does.
     IgnoreRange,
+    /// The whole length sent, the last bytes changed (the ETag still names the real content).
+    Corrupt,
+    /// An HTML error page answered 200 with `Content-Type: text/html`, as a proxy's login page.
+    Html,
+    /// `Transfer-Encoding: chunked`, half the body in one chunk, then the connection closed
+    /// without the last chunk.
+    ChunkedCut,
+    /// The redirect announces this `X-Linked-Size` (the Hub's size of the LFS file).
+    LinkedSize(u64),
 }
 
 /// One served repo: its files, files it lists but answers 404 for (a broken mirror), whether
@@ -240,6 +249,12 @@ pub fn etag(bytes: &[u8]) -> String {
     format!("{h:016x}{:08x}", bytes.len())
 }
 
+/// The Hub's ETag of an LFS file (the weights): the sha256 of its content, in hex.
+pub fn lfs_etag(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(bytes))
+}
+
 /// Sends `bytes` one a second until the client goes or `max` seconds pass.
 fn trickle(s: &mut TcpStream, bytes: &[u8], max: usize) {
     for b in bytes.iter().cycle().take(max) {
@@ -338,11 +353,16 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
     let tag = format!("\"{}\"", etag(body));
     let commit = r.commit.clone();
     if !cdn {
+        let size = match &attack {
+            Some(Attack::LinkedSize(n)) => *n,
+            _ => body.len() as u64,
+        };
         let redirect = |location: String, linked: String| {
             vec![
                 ("Location", location),
                 ("X-Repo-Commit", commit.clone()),
                 ("X-Linked-Etag", linked),
+                ("X-Linked-Size", size.to_string()),
                 ("ETag", "\"pointer\"".into()),
             ]
         };
@@ -351,7 +371,9 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
             Some(Attack::LinkedEtag(e)) => return reply("302 Found", &redirect(cdn_url, e.clone()), b""),
             Some(Attack::Redirect(to)) => return reply("302 Found", &redirect(to.clone(), tag), b""),
             Some(Attack::RedirectLoop) => return reply("302 Found", &redirect(path.clone(), tag), b""),
-            _ if file.ends_with(".safetensors") => return reply("302 Found", &redirect(cdn_url, tag), b""),
+            _ if file.ends_with(".safetensors") => {
+                return reply("302 Found", &redirect(cdn_url, format!("\"{}\"", lfs_etag(body))), b"")
+            }
             _ => {}
         }
     }
@@ -389,6 +411,28 @@ fn serve(s: &mut TcpStream, repos: &BTreeMap<String, Repo>, base: &str, log: &Mu
         }
         Some(Attack::Shorter) => {
             return raw(s, ok_head(body.len().to_string()) + "Connection: close\r\n\r\n", &body[..body.len() / 2])
+        }
+        Some(Attack::Corrupt) => {
+            let mut bad = body.clone();
+            if let Some(last) = bad.last_mut() {
+                *last ^= 0xff;
+            }
+            return raw(s, ok_head(body.len().to_string()) + "Connection: close\r\n\r\n", &bad);
+        }
+        Some(Attack::Html) => {
+            let page = b"<!DOCTYPE html><html><body>429 Too Many Requests</body></html>";
+            let head = ok_head(page.len().to_string()) + "Content-Type: text/html\r\nConnection: close\r\n\r\n";
+            return raw(s, head, page);
+        }
+        Some(Attack::ChunkedCut) => {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nETag: {tag}\r\nX-Repo-Commit: {commit}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            );
+            let half = &body[..body.len() / 2];
+            let mut chunked = format!("{:x}\r\n", half.len()).into_bytes();
+            chunked.extend_from_slice(half);
+            chunked.extend_from_slice(b"\r\n");
+            return raw(s, head, &chunked);
         }
         Some(Attack::Stall) => {
             raw(s, ok_head(body.len().to_string()) + "\r\n", &body[..body.len() / 2])?;

@@ -118,6 +118,8 @@ fn original() -> Vec<Case> {
         case("cli", "plan --card 99999999999GiB", "out of range"),
         case("cli", "plan --card 1e30GiB", "unknown card"),
         case("cli", "plan --card banana", "unknown card"),
+        // Finite in f64, infinite in llama.cpp's f32 sum of the shares.
+        case("cli", "plan --cards 24GiB,24GiB --split 1e300,1e300", "finite positive f32"),
         case("cli", "estimate --model synthetic:nope", "unknown preset"),
         case("cli", "estimate --model no/such/dir/at/all", "no such model"),
         case("cli", "kv --start 0", "--start"),

@@ -16,6 +16,10 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 const MAX_DIMS: u32 = 4;
 /// Arrays nested deeper than this mark a forged header (metadata arrays are flat in practice).
 const MAX_DEPTH: u32 = 2;
+/// A metadata array of more items than this is passed over, not read into values (32 bytes an
+/// item), unless it is a tokenizer's (up to a vocabulary's size): no other array the lab reads is
+/// longer than a model's layer count.
+const MAX_KEPT_ITEMS: u64 = 1 << 16;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorInfo {
@@ -58,6 +62,8 @@ pub struct Header {
     pub metadata: HashMap<String, Value>,
     /// In file order.
     pub tensors: Vec<TensorInfo>,
+    /// Metadata arrays passed over unread (`MAX_KEPT_ITEMS`): keys the lab never reads.
+    pub skipped: Vec<String>,
     /// Each name's place in `tensors`.
     index: HashMap<String, usize>,
     /// Where the data section starts in the file.
@@ -100,6 +106,20 @@ impl<R: Read> Bounded<R> {
         let n = self.u64(what)?;
         String::from_utf8(self.bytes(n, what)?).map_err(|_| format!("{what} is not UTF-8"))
     }
+    /// Passes over `n` bytes without keeping them.
+    fn skip(&mut self, n: u64, what: &str) -> std::result::Result<(), String> {
+        if n > self.left {
+            self.ran_out = true;
+            return Err(format!("{what} needs {n} bytes, the file has {} left", self.left));
+        }
+        let got = std::io::copy(&mut (&mut self.r).take(n), &mut std::io::sink()).map_err(|e| e.to_string())?;
+        if got != n {
+            self.ran_out = true;
+            return Err(format!("{what} needs {n} bytes, the file ended after {got}"));
+        }
+        self.left -= n;
+        Ok(())
+    }
     /// Counts of items of at least `min` bytes each cannot exceed what is left.
     fn count(&mut self, min: u64, what: &str) -> std::result::Result<u64, String> {
         let n = self.u64(what)?;
@@ -108,6 +128,37 @@ impl<R: Read> Bounded<R> {
             return Err(format!("{what} = {n} cannot fit in the {} bytes left", self.left));
         }
         Ok(n)
+    }
+
+    fn items(&mut self, inner: u32, n: u64, depth: u32, key: &str) -> std::result::Result<Value, String> {
+        let mut v = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            v.push(self.value(inner, depth + 1, key)?);
+        }
+        Ok(Value::Array(v))
+    }
+
+    /// A top-level metadata array: read when the lab may use it (`MAX_KEPT_ITEMS`), else passed
+    /// over item by item (None), so a header of a few hundred MB costs what it keeps.
+    fn top_array(&mut self, key: &str) -> std::result::Result<Option<Value>, String> {
+        let inner = self.u32(key)?;
+        let size = item_bytes(inner, key)?;
+        let n = self.count(size, key)?;
+        let keep = if key.starts_with("tokenizer.") { crate::limits::MAX_VOCAB as u64 } else { MAX_KEPT_ITEMS };
+        if n <= keep {
+            return self.items(inner, n, 0, key).map(Some);
+        }
+        match inner {
+            8 => {
+                for _ in 0..n {
+                    let len = self.u64(key)?;
+                    self.skip(len, key)?;
+                }
+            }
+            9 => return Err(format!("{key}: an array of {n} arrays")),
+            _ => self.skip(n * size, key)?,
+        }
+        Ok(None)
     }
 
     fn value(&mut self, ty: u32, depth: u32, key: &str) -> std::result::Result<Value, String> {
@@ -126,20 +177,8 @@ impl<R: Read> Bounded<R> {
                     return Err(format!("{key}: arrays nested deeper than {MAX_DEPTH}"));
                 }
                 let inner = self.u32(key)?;
-                let min = match inner {
-                    0 | 1 | 7 => 1,
-                    2 | 3 => 2,
-                    4..=6 => 4,
-                    8 | 10..=12 => 8,
-                    9 => 12,
-                    t => return Err(format!("{key}: unknown value type {t}")),
-                };
-                let n = self.count(min, key)?;
-                let mut v = Vec::with_capacity(n as usize);
-                for _ in 0..n {
-                    v.push(self.value(inner, depth + 1, key)?);
-                }
-                Value::Array(v)
+                let n = self.count(item_bytes(inner, key)?, key)?;
+                self.items(inner, n, depth, key)?
             }
             10 => Value::U64(self.u64(key)?),
             11 => Value::I64(i64::from_le_bytes(self.array(key)?)),
@@ -147,6 +186,18 @@ impl<R: Read> Bounded<R> {
             t => return Err(format!("{key}: unknown value type {t}")),
         })
     }
+}
+
+/// The bytes one item of an array of `inner` values takes at least (a string: its length).
+fn item_bytes(inner: u32, key: &str) -> std::result::Result<u64, String> {
+    Ok(match inner {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        8 | 10..=12 => 8,
+        9 => 12,
+        t => return Err(format!("{key}: unknown value type {t}")),
+    })
 }
 
 /// ggml's own rule for the data section (gguf.cpp, `gguf_init_from_file_impl`): each tensor
@@ -217,15 +268,21 @@ impl Header {
         let n_tensors = r.count(8 + 4 + 4 + 8, "the tensor count")?;
         let n_kv = r.count(8 + 4 + 1, "the metadata count")?;
         let mut metadata = HashMap::new();
+        let mut skipped = Vec::new();
         for _ in 0..n_kv {
             let key = r.string("a metadata key")?;
             let ty = r.u32(&key)?;
-            let v = r.value(ty, 0, &key)?;
+            let v = if ty == 9 { r.top_array(&key)? } else { Some(r.value(ty, 0, &key)?) };
             // ggml refuses a key given twice (gguf.cpp: "duplicate key").
-            if metadata.contains_key(&key) {
+            if metadata.contains_key(&key) || skipped.contains(&key) {
                 return Err(format!("metadata key {} is given twice", key.escape_debug()));
             }
-            metadata.insert(key, v);
+            match v {
+                Some(v) => {
+                    metadata.insert(key, v);
+                }
+                None => skipped.push(key),
+            }
         }
         let mut tensors = Vec::with_capacity(n_tensors as usize);
         for _ in 0..n_tensors {
@@ -254,7 +311,7 @@ impl Header {
                 return Err(format!("tensor {} is named twice", t.name.escape_debug()));
             }
         }
-        Ok(Self { path: path.to_path_buf(), version, metadata, tensors, index, data_offset, file_len })
+        Ok(Self { path: path.to_path_buf(), version, metadata, tensors, skipped, index, data_offset, file_len })
     }
 
     /// The tensors of another part of a split file (`-00002-of-00003.gguf`) added to this one's,
@@ -385,5 +442,43 @@ impl Header {
                 _ => None,
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GGUF v3 header of no tensors and one U8 array of `n` items under `key`.
+    fn with_array(key: &str, n: u64) -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+        b.extend(1u64.to_le_bytes());
+        b.extend((key.len() as u64).to_le_bytes());
+        b.extend(key.as_bytes());
+        b.extend(9u32.to_le_bytes());
+        b.extend(0u32.to_le_bytes());
+        b.extend(n.to_le_bytes());
+        b.extend(std::iter::repeat_n(7u8, n as usize));
+        b
+    }
+
+    #[test]
+    fn long_arrays_the_lab_never_reads_are_passed_over() {
+        // 4 Mi items would be 128 MiB of values: passed over, named, the layout still right.
+        let big = with_array("general.junk", 4 << 20);
+        let h = Header::from_prefix(&big, big.len() as u64, Path::new("x.gguf")).unwrap().unwrap();
+        assert!(h.metadata.is_empty());
+        assert_eq!(h.skipped, ["general.junk"]);
+        assert_eq!(h.data_offset, (big.len() as u64).div_ceil(DEFAULT_ALIGNMENT) * DEFAULT_ALIGNMENT);
+        let small = with_array("general.small", 100);
+        let h = Header::from_prefix(&small, small.len() as u64, Path::new("x.gguf")).unwrap().unwrap();
+        assert!(matches!(h.metadata.get("general.small"), Some(Value::Array(v)) if v.len() == 100));
+        assert!(h.skipped.is_empty());
+        // A tokenizer's array is read up to a vocabulary's size.
+        let tokens = with_array("tokenizer.ggml.token_type", 1 << 17);
+        let h = Header::from_prefix(&tokens, tokens.len() as u64, Path::new("x.gguf")).unwrap().unwrap();
+        assert!(h.metadata.contains_key("tokenizer.ggml.token_type"));
     }
 }

@@ -106,9 +106,12 @@ impl RepoCache {
         std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()).then_some(path)
     }
 
-    /// A fresh temporary file beside the blob `etag` (O_EXCL | O_NOFOLLOW).
+    /// A fresh temporary file beside the blob `etag` (O_EXCL | O_NOFOLLOW). Partial files that
+    /// processes gone from this machine left behind are removed first.
     pub fn temp_blob(&self, etag: &str) -> Result<(File, PathBuf)> {
-        let path = self.folder(&["blobs"])?.join(format!("{etag}.{}.incomplete", std::process::id()));
+        let blobs = self.folder(&["blobs"])?;
+        remove_stale_partials(&blobs);
+        let path = blobs.join(format!("{etag}.{}.incomplete", std::process::id()));
         if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
             // Our own leftover from a run of the same process id.
             let _ = std::fs::remove_file(&path);
@@ -151,22 +154,42 @@ impl RepoCache {
         let path = dir.join(name);
         let ups = "../".repeat(parts.len());
         let target = PathBuf::from(format!("{ups}blobs/{etag}"));
-        match std::fs::symlink_metadata(&path) {
-            // An earlier link of ours (another blob): replaced, never followed.
-            Ok(m) if m.file_type().is_symlink() => {
-                let _ = std::fs::remove_file(&path);
-            }
-            Ok(_) => {
-                return Err(LabError::input(format!(
-                    "hub: {} exists and is not a link the lab made: the lab does not replace it",
-                    path.display()
-                )))
-            }
-            Err(_) => {}
+        // Another process of a shared cache may have made the same link: that is success.
+        if std::fs::read_link(&path).is_ok_and(|t| t == target) {
+            return Ok(path);
         }
-        std::os::unix::fs::symlink(&target, &path)
-            .map_err(|e| LabError::input(format!("hub: cannot link {}: {e}", path.display())))?;
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.file_type().is_symlink()) {
+            return Err(LabError::input(format!(
+                "hub: {} exists and is not a link the lab made: the lab does not replace it",
+                path.display()
+            )));
+        }
+        // Made under a name of this process and renamed over the old link (of another blob), never
+        // removed first: a process listing the snapshot meanwhile sees the old link or the new one.
+        let temp = dir.join(format!(".{}.{}.link", name.to_string_lossy(), std::process::id()));
+        let _ = std::fs::remove_file(&temp);
+        std::os::unix::fs::symlink(&target, &temp).and_then(|_| std::fs::rename(&temp, &path)).map_err(|e| {
+            let _ = std::fs::remove_file(&temp);
+            LabError::input(format!("hub: cannot link {}: {e}", path.display()))
+        })?;
         Ok(path)
+    }
+
+    /// Drops the snapshot entry `file` of `commit` and the blob it links to: a damaged file the
+    /// next download replaces. Only what `cached` accepts (a link into blobs/, a regular file) goes.
+    pub fn forget(&self, commit: &str, file: &Path) {
+        let Some(path) = self.cached(commit, file) else { return };
+        if let Some(blob) = std::fs::read_link(&path).ok().and_then(|t| t.file_name().map(|n| n.to_owned())) {
+            self.forget_blob(&blob.to_string_lossy());
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// Removes `blobs/<etag>` when it is a regular file.
+    pub fn forget_blob(&self, etag: &str) {
+        if let Some(blob) = self.blob(etag) {
+            let _ = std::fs::remove_file(blob);
+        }
     }
 
     /// Points `refs/main` at `commit`.
@@ -174,6 +197,36 @@ impl RepoCache {
         let dir = self.folder(&["refs"])?;
         crate::paths::replace_own(&dir.join("main"), commit.as_bytes())
     }
+}
+
+/// A partial file is stale when the process its name carries (`<etag>.<pid>.incomplete`) is
+/// not running here and nothing wrote to it for ten minutes: a live download writes at least
+/// once a stall limit, and a process of another container sharing the cache has a pid that may
+/// not exist here.
+const STALE_PARTIAL: std::time::Duration = std::time::Duration::from_secs(600);
+
+fn remove_stale_partials(blobs: &Path) {
+    let Ok(entries) = std::fs::read_dir(blobs) else { return };
+    for e in entries.flatten().take(100_000) {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(pid) =
+            name.strip_suffix(".incomplete").and_then(|n| n.rsplit_once('.')).and_then(|(_, p)| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(e.path()) else { continue };
+        let idle = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_some_and(|d| d > STALE_PARTIAL);
+        if meta.is_file() && pid > 0 && pid as u32 != std::process::id() && !running(pid) && idle {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Whether a process `pid` runs on this machine (kill with no signal: ESRCH when none).
+fn running(pid: i32) -> bool {
+    // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    alive || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Creates `dir` when missing; refuses it when it is a symlink, a file or a device.

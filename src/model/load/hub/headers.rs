@@ -6,6 +6,7 @@
 use crate::error::{LabError, Result};
 use crate::model::gguf::header::Header;
 use crate::model::load::hub::http::Fail;
+use crate::model::load::hub::verify::header_len;
 use crate::model::load::hub::{names, Run};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,8 +15,6 @@ use std::time::Duration;
 const FIRST_GGUF_BYTES: u64 = 1 << 20;
 /// A GGUF header larger than this is refused (a 150k-token vocabulary takes a few MiB).
 pub const MAX_GGUF_HEADER: u64 = 256 << 20;
-/// safetensors' own ceiling on a header (`safetensors::tensor::MAX_HEADER_SIZE`).
-pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
 /// One Range request may take this long.
 const RANGE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -113,24 +112,6 @@ fn read_at(path: &Path, start: u64, n: u64) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn header_len(head: &[u8], file: &str) -> Result<u64> {
-    let bytes: [u8; 8] = head.try_into().map_err(|_| {
-        LabError::input(format!(
-            "{}: {} bytes, shorter than a safetensors header's length",
-            file.escape_debug(),
-            head.len()
-        ))
-    })?;
-    let n = u64::from_le_bytes(bytes);
-    if n == 0 || n > MAX_SAFETENSORS_HEADER {
-        return Err(LabError::input(format!(
-            "{}: a safetensors header of {n} bytes (safetensors reads 1 to {MAX_SAFETENSORS_HEADER})",
-            file.escape_debug()
-        )));
-    }
-    Ok(n)
-}
-
 /// The tensors a safetensors header lists (`__metadata__` aside), each with its dtype and shape.
 pub fn parse_safetensors_header(file: &str, json: &[u8]) -> Result<ShardHeader> {
     let bad = |why: String| LabError::input(format!("{}: not a safetensors header ({why})", file.escape_debug()));
@@ -142,6 +123,17 @@ pub fn parse_safetensors_header(file: &str, json: &[u8]) -> Result<ShardHeader> 
         let shape: Option<Vec<u64>> =
             t.get("shape").and_then(|s| s.as_array()).and_then(|s| s.iter().map(|d| d.as_u64()).collect());
         match (dtype, shape) {
+            // A dtype is a short name (F32, BF16, F8_E4M3): anything else, an escape sequence
+            // included, never reaches a table or the terminal.
+            (Some(d), Some(_))
+                if d.is_empty() || d.len() > 16 || !d.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+            {
+                return Err(bad(format!(
+                    "tensor `{}` has the dtype `{}`, not a safetensors dtype",
+                    name.escape_debug(),
+                    d.escape_debug()
+                )))
+            }
             (Some(d), Some(s)) => tensors.push((name.clone(), d.to_string(), s)),
             _ => return Err(bad(format!("tensor `{}` has no dtype or shape", name.escape_debug()))),
         }
@@ -228,6 +220,11 @@ mod tests {
         assert_eq!(h.tensors, vec![("w".to_string(), "BF16".to_string(), vec![4, 8])]);
         assert_eq!(h.params(), 32);
         assert!(parse_safetensors_header("m.safetensors", br#"{"w":{"dtype":"BF16"}}"#).is_err());
+        // A dtype carrying an escape sequence is refused, and the refusal prints it escaped.
+        let e = parse_safetensors_header("m.safetensors", b"{\"w\":{\"dtype\":\"\\u001b[31mF32\",\"shape\":[1]}}")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a safetensors dtype") && !e.contains('\u{1b}'), "{e:?}");
         assert!(header_len(&0u64.to_le_bytes(), "m").is_err() && header_len(&[1, 2], "m").is_err());
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::model::load::hub::cache::RepoCache;
 use crate::model::load::hub::names;
+use crate::model::load::hub::verify;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,7 +13,8 @@ use std::time::{Duration, Instant};
 
 /// Redirects followed per request.
 const MAX_REDIRECTS: usize = 5;
-/// The pace a download must keep on average once its first 120 s are spent.
+/// The pace a download must keep on average once its first 120 s are spent, counted on the bytes
+/// received: a server announcing a large file and dripping it is stopped after about 120 s.
 const MIN_RATE: u64 = 512 * 1024;
 const BASE_FILE_S: u64 = 120;
 /// The repo info the lab reads at most (a repo of many thousand files stays well below).
@@ -60,6 +62,8 @@ pub struct Client {
 struct Meta {
     commit: Option<String>,
     etag: Option<(&'static str, String)>,
+    /// `X-Linked-Size`: the Hub's size of an LFS file, given on the redirect to its content.
+    size: Option<u64>,
 }
 
 impl Client {
@@ -119,6 +123,9 @@ impl Client {
             if meta.commit.is_none() {
                 meta.commit = resp.header("X-Repo-Commit").map(str::to_string);
             }
+            if meta.size.is_none() {
+                meta.size = resp.header("X-Linked-Size").and_then(|v| v.trim().parse::<u64>().ok());
+            }
             if meta.etag.is_none() {
                 meta.etag = match (resp.header("X-Linked-Etag"), resp.header("ETag")) {
                     (Some(e), _) => Some(("X-Linked-Etag", e.to_string())),
@@ -155,7 +162,6 @@ impl Client {
         Ok(serde_json::from_slice(&body).unwrap_or_default())
     }
 
-    /// The wall-clock limit of a file `announced` bytes long of which `got` have come.
     /// `len` bytes of `file` of `repo` from `start` (fewer at the file's end) within `timeout`, by a
     /// Range request: a 206 answer must start where asked; a server that ignores Range and sends
     /// the whole file (200) is read only up to `start + len` and then dropped. Returns the bytes
@@ -196,17 +202,18 @@ impl Client {
         Ok((out, total))
     }
 
-    fn wall(&self, announced: u64, got: u64) -> Duration {
+    /// The wall-clock limit of a download of which `got` bytes have come.
+    fn wall(&self, got: u64) -> Duration {
         match self.file_s {
             Some(s) => Duration::from_secs(s),
-            None => Duration::from_secs(BASE_FILE_S + announced.max(got) / MIN_RATE),
+            None => Duration::from_secs(BASE_FILE_S + got / MIN_RATE),
         }
     }
 
     fn wall_msg(&self, limit: Duration) -> String {
         match self.file_s {
             Some(_) => format!("not finished within {} s (VRAM_LAB_HUB_FILE_S)", limit.as_secs()),
-            None => format!("not finished within {} s (120 s + its size at 512 KiB/s)", limit.as_secs()),
+            None => format!("not finished within {} s (120 s + what came at 512 KiB/s)", limit.as_secs()),
         }
     }
 
@@ -217,13 +224,14 @@ impl Client {
         let shared = Arc::new(Shared::default());
         let t0 = Instant::now();
         let (tx, rx) = std::sync::mpsc::channel();
-        let (me, cache2, s2) = (self.clone(), cache.clone(), shared.clone());
+        let (me, cache2, s2, file2) = (self.clone(), cache.clone(), shared.clone(), file.to_string());
         std::thread::spawn(move || {
-            let r = me.worker(&url, &cache2, budget, json, &s2, t0);
-            if r.is_err() || s2.cancel.load(Ordering::SeqCst) {
-                if let Some(t) = s2.temp.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                    let _ = std::fs::remove_file(t);
+            let r = me.worker(&url, &cache2, budget, &file2, &s2, t0);
+            if let Some(t) = s2.temp.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                if r.is_err() || s2.cancel.load(Ordering::SeqCst) {
+                    let _ = std::fs::remove_file(&t);
                 }
+                crate::stop::untrack_partial(&t);
             }
             let _ = tx.send(r);
         });
@@ -250,12 +258,13 @@ impl Client {
                         bar.set_length(announced);
                         bar.set_position(got);
                     }
-                    let limit = self.wall(announced, got);
+                    let limit = self.wall(got);
                     // A second of grace: the worker, which checks after every read, speaks first.
-                    if t0.elapsed() > limit + Duration::from_secs(1) {
+                    if t0.elapsed() > limit.saturating_add(Duration::from_secs(1)) {
                         shared.cancel.store(true, Ordering::SeqCst);
                         if let Some(t) = shared.temp.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                            let _ = std::fs::remove_file(t);
+                            let _ = std::fs::remove_file(&t);
+                            crate::stop::untrack_partial(&t);
                         }
                         bar.finish_and_clear();
                         return Err(Fail::Why(self.wall_msg(limit)));
@@ -270,7 +279,7 @@ impl Client {
         url: &str,
         cache: &RepoCache,
         budget: Budget,
-        json: bool,
+        file: &str,
         shared: &Shared,
         t0: Instant,
     ) -> Result<Got, Fail> {
@@ -281,8 +290,17 @@ impl Client {
         let etag = names::etag(header, &raw).map_err(|e| Fail::Refused(e.to_string()))?;
         let announced = resp.header("Content-Length").and_then(|v| v.trim().parse::<u64>().ok());
         let encoded = resp.header("Content-Encoding").is_some_and(|e| !e.trim().eq_ignore_ascii_case("identity"));
-        if let Some(n) = announced.filter(|n| *n > budget.bytes) {
+        if let Some(n) = announced.or(meta.size).filter(|n| *n > budget.bytes) {
             return Err(Fail::Why(format!("it announces {n} bytes, over the {} bytes {}", budget.bytes, budget.what)));
+        }
+        // An error page answered 200 (a proxy's login or rate-limit page) is not the file.
+        if resp.content_type().eq_ignore_ascii_case("text/html") {
+            return Err(Fail::Why("the server answered an HTML page (Content-Type text/html), not the file".into()));
+        }
+        if let (Some(n), Some(size)) = (announced.filter(|_| !encoded), meta.size) {
+            if n != size {
+                return Err(Fail::Why(format!("its Content-Length {n} is not the {size} bytes of its X-Linked-Size")));
+            }
         }
         // The Content-Length bounds the body too (a decoded body has no such bound but the budget).
         let (limit, limit_what) = match announced.filter(|_| !encoded) {
@@ -290,17 +308,26 @@ impl Client {
             None => (budget.bytes, budget.what),
         };
         shared.announced.store(announced.unwrap_or(0), Ordering::SeqCst);
-        if cache.blob(&etag).is_some() {
-            return Ok(Got { commit, etag });
+        if let Some(blob) = cache.blob(&etag) {
+            // A blob of another size than the Hub's is not this file: fetched again.
+            match (meta.size, std::fs::metadata(&blob).map(|m| m.len())) {
+                (Some(size), Ok(len)) if len != size => cache.forget_blob(&etag),
+                _ => return Ok(Got { commit, etag }),
+            }
         }
         let (mut out, temp) = cache.temp_blob(&etag).map_err(why)?;
+        crate::stop::track_partial(&temp);
         *shared.temp.lock().unwrap_or_else(|e| e.into_inner()) = Some(temp.clone());
         let mut reader = resp.into_reader();
         let mut buf = vec![0u8; 256 * 1024];
         let mut got = 0u64;
+        let mut sha = verify::Hasher::for_etag(&etag);
         loop {
             if shared.cancel.load(Ordering::SeqCst) {
                 return Err(Fail::Why("cancelled".into()));
+            }
+            if crate::stop::stop_requested() {
+                return Err(Fail::Why("stopped by Ctrl-C; the partial file is removed".into()));
             }
             let n = match reader.read(&mut buf) {
                 Ok(n) => n,
@@ -327,8 +354,9 @@ impl Client {
             }
             let chunk = buf.get(..n).unwrap_or_default();
             out.write_all(chunk).map_err(|e| Fail::Why(format!("cannot write {}: {e}", temp.display())))?;
+            sha.update(chunk);
             shared.got.store(got, Ordering::SeqCst);
-            let wall = self.wall(announced.unwrap_or(0), got);
+            let wall = self.wall(got);
             if t0.elapsed() > wall {
                 return Err(Fail::Why(self.wall_msg(wall)));
             }
@@ -336,21 +364,26 @@ impl Client {
         if let Some(n) = announced.filter(|n| !encoded && got < *n) {
             return Err(Fail::Why(format!("the body stopped after {got} of {n} bytes")));
         }
+        if let Some(size) = meta.size.filter(|s| *s != got) {
+            return Err(Fail::Why(format!("the body has {got} bytes, not the {size} of its X-Linked-Size")));
+        }
+        if let Some(why) = sha.mismatch(&etag) {
+            return Err(Fail::Why(why));
+        }
         out.flush()
             .and_then(|_| out.sync_all())
             .map_err(|e| Fail::Why(format!("cannot write {}: {e}", temp.display())))?;
         drop(out);
-        if json {
-            let text = crate::paths::read_regular(&temp, budget.bytes).map_err(why)?;
-            if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&text) {
-                return Err(Fail::Why(format!("its {got} bytes are not JSON ({e})")));
-            }
+        if let Some(why) = verify::damage(&temp, file, budget.bytes) {
+            return Err(Fail::Why(why));
         }
         if shared.cancel.load(Ordering::SeqCst) {
             return Err(Fail::Why("cancelled".into()));
         }
         shared.temp.lock().unwrap_or_else(|e| e.into_inner()).take();
-        cache.finish_blob(&temp, &etag).map_err(why)?;
+        let kept = cache.finish_blob(&temp, &etag).map_err(why);
+        crate::stop::untrack_partial(&temp);
+        kept?;
         Ok(Got { commit, etag })
     }
 }

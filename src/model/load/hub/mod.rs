@@ -8,6 +8,7 @@ mod cache;
 pub mod headers;
 mod http;
 pub mod names;
+mod verify;
 
 use self::cache::RepoCache;
 use self::http::{Budget, Client, Fail};
@@ -137,8 +138,18 @@ impl Run {
         let rel = names::file("the file name", file).map_err(|e| Fail::Refused(e.to_string()))?;
         if let Some(c) = self.commit.clone().or_else(|| self.cache.main_ref()) {
             if let Some(path) = self.cache.cached(&c, &rel) {
-                self.commit.get_or_insert(c);
-                return Ok(path);
+                // A damaged copy (cut short, or an error page kept by an older client) is dropped
+                // and fetched again: the cache heals on the next run that reaches an honest server.
+                match verify::damage(&path, file, MAX_METADATA) {
+                    None => {
+                        self.commit.get_or_insert(c);
+                        return Ok(path);
+                    }
+                    Some(why) => {
+                        eprintln!("hub: the cached {} is damaged ({why}); fetching it again", file.escape_debug());
+                        self.cache.forget(&c, &rel);
+                    }
+                }
             }
         }
         std::fs::create_dir_all(&self.cache.root)

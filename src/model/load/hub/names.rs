@@ -26,6 +26,11 @@ pub fn repo_id(repo: &str) -> Result<()> {
         if !part.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
             return Err(bad("holds a character other than letters, digits, `.`, `_` and `-`"));
         }
+        // The Hub refuses `--` and `..` in an id (huggingface_hub's validate_repo_id): with `--`,
+        // `a--b/c` and `a/b--c` would share the cache folder models--a--b--c.
+        if part.contains("--") || part.contains("..") {
+            return Err(bad("holds `--` or `..`, which the Hub does not allow in an id"));
+        }
     }
     Ok(())
 }
@@ -149,6 +154,10 @@ mod tests {
             "org/x\n",
             "org/",
             &format!("o/{}", "x".repeat(97)),
+            // These two would share the cache folder models--a--b--c.
+            "a--b/c",
+            "a/b--c",
+            "org/a..b",
         ] {
             assert!(repo_id(bad).unwrap_err().to_string().starts_with("hub: the repo id `"), "{bad:?}");
         }
