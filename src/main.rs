@@ -161,6 +161,12 @@ fn dispatch(matches: &clap::ArgMatches) -> Result<()> {
                     })
                     .collect::<Result<Vec<_>>>()?,
             };
+            // Each stage runs once into its own folder of the run.
+            if let Some((_, twice)) =
+                chosen.iter().enumerate().find(|(i, s)| chosen[..*i].iter().any(|t| t.name() == s.name()))
+            {
+                return Err(LabError::input(format!("--stages lists {} twice", twice.name())));
+            }
             run_stages(args, "run", chosen.into_iter().map(|s| (s, None)).collect(), true, full)
         }
         Cmd::Report { dir } => {

@@ -47,7 +47,58 @@ pub fn rel_name(what: &str, name: &str) -> Result<PathBuf> {
 
 /// `dir/name` for a checked `name`.
 pub fn inside(dir: &Path, what: &str, name: &str) -> Result<PathBuf> {
-    Ok(dir.join(rel_name(what, name)?))
+    let rel = rel_name(what, name)?;
+    // The folders between `dir` and the file are real folders where they exist: a stage folder
+    // that is a link would carry a read or a write outside `dir`.
+    let mut at = dir.to_path_buf();
+    for part in rel.parent().map(|p| p.components().collect::<Vec<_>>()).unwrap_or_default() {
+        at.push(part);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| !m.is_dir()) {
+            return Err(LabError::input(format!(
+                "{what} `{}`: {} is a link or a file, not a folder",
+                name.escape_debug(),
+                at.display()
+            )));
+        }
+    }
+    Ok(dir.join(rel))
+}
+
+/// Folders a walk enters at most, and entries it looks at at most: a results folder is a few
+/// hundred runs.
+const WALK_DEPTH: usize = 16;
+const WALK_ENTRIES: usize = 1_000_000;
+
+/// The regular files under `dir` (sorted) whose path `want` takes, found without following a
+/// link: a link to a folder (a loop back to `.`) or to a device, a FIFO or a socket is passed
+/// over, and each folder is entered once.
+pub fn walk_files(dir: &Path, want: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![(dir.to_path_buf(), 0usize)];
+    let mut looked = 0usize;
+    while let Some((d, depth)) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&d) else { continue };
+        if !meta.is_dir() || !seen.insert((meta.dev(), meta.ino())) {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            looked += 1;
+            if looked > WALK_ENTRIES {
+                break;
+            }
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() && depth < WALK_DEPTH {
+                stack.push((e.path(), depth + 1));
+            } else if t.is_file() && want(&e.path()) {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Opens `path` for reading without blocking on a FIFO, and only if it is a regular file of at

@@ -842,3 +842,41 @@ fn a_report_that_cannot_be_written_fails_the_run() {
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
 }
+
+/// `check --results DIR` walks a folder it does not trust: links back to `.` (a loop), FIFOs
+/// named env.json and *.jsonl, a link to /dev/zero named as a sweep's CSV. None is followed or
+/// read, and the check ends (here within 60 s, or the test fails rather than hang).
+#[test]
+fn check_walks_a_hostile_results_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let res = tmp.path().join("res");
+    std::fs::create_dir(&res).unwrap();
+    for i in 0..4 {
+        std::os::unix::fs::symlink(".", res.join(format!("loop{i}"))).unwrap();
+    }
+    for fifo in ["env.json", "a.jsonl"] {
+        let c = std::ffi::CString::new(res.join(fifo).to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    }
+    std::os::unix::fs::symlink("/dev/zero", res.join("kv_sweep.csv")).unwrap();
+    let out = tmp.path().join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-lab"))
+        .args(["check", "--quiet", "--results", res.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("check --results did not end on a folder of loops, FIFOs and /dev/zero");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    assert_eq!(manifest(&out)["status"], "complete");
+}

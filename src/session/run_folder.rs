@@ -15,6 +15,11 @@ pub const MANIFEST: &str = "manifest.json";
 /// The largest manifest or stage text the lab reads back from a run folder (a stage's text is a
 /// memory summary of a few KiB; the largest manifest committed is under 1 MiB).
 pub const MAX_RUN_FILE: u64 = 16 << 20;
+/// Stages a run records at most (the registry has a dozen), and files one stage names at most.
+const MAX_STAGES: usize = 64;
+const MAX_STAGE_FILES: usize = 256;
+/// A table of a run, read back: the largest the lab writes are a few MB.
+pub const MAX_RUN_TABLE: u64 = 256 << 20;
 
 /// A headline figure: the measurement beside its prediction, the report's RTX 4090 figure and,
 /// for a throughput, its physical ceiling. The run's summary table is made of these.
@@ -114,7 +119,33 @@ impl Manifest {
             return Err(LabError::input(format!("{} is not a vram-lab run folder (no {MANIFEST})", dir.display())));
         }
         let text = crate::paths::read_own_text(&p, MAX_RUN_FILE)?;
-        serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", p.display())))
+        let m: Self = serde_json::from_str(&text).map_err(|e| LabError::input(format!("{}: {e}", p.display())))?;
+        m.check_shape().map_err(|why| LabError::input(format!("{}: {why}", p.display())))?;
+        Ok(m)
+    }
+
+    /// A run records each stage once, a stage each of its files once, and no more than the lab
+    /// writes: a manifest naming one text half a million times would have a report embed it as
+    /// often.
+    fn check_shape(&self) -> std::result::Result<(), String> {
+        if self.stages.len() > MAX_STAGES {
+            return Err(format!("{} stages, more than the {MAX_STAGES} a run may record", self.stages.len()));
+        }
+        for (i, s) in self.stages.iter().enumerate() {
+            if self.stages[..i].iter().any(|t| t.name == s.name) {
+                return Err(format!("the stage `{}` is recorded twice", s.name.escape_debug()));
+            }
+            let n = s.tables.len() + s.texts.len();
+            if n > MAX_STAGE_FILES {
+                return Err(format!("stage `{}` names {n} files, more than {MAX_STAGE_FILES}", s.name.escape_debug()));
+            }
+            // A table is read for the views that show it; a text is embedded once per name.
+            let texts: Vec<&String> = s.texts.values().collect();
+            if let Some((_, f)) = texts.iter().enumerate().find(|(j, f)| texts[..*j].contains(f)) {
+                return Err(format!("stage `{}` names the text `{}` twice", s.name.escape_debug(), f.escape_debug()));
+            }
+        }
+        Ok(())
     }
 
     pub fn stage(&self, name: &str) -> Option<&StageRecord> {
@@ -211,13 +242,16 @@ pub fn write_csv(path: &Path, df: &DataFrame) -> Result<()> {
     crate::paths::replace_own(path, &bytes)
 }
 
+/// A table the lab wrote, read back: a regular file (a FIFO or a link to /dev/zero is refused,
+/// not read for ever) of at most MAX_RUN_TABLE bytes.
 pub fn read_csv(path: &Path) -> Result<DataFrame> {
     if !path.is_file() {
         return Err(LabError::input(format!("no table {}", path.display())));
     }
+    let bytes = crate::paths::read_regular(path, MAX_RUN_TABLE)?;
     Ok(CsvReadOptions::default()
         .with_has_header(true)
-        .try_into_reader_with_file_path(Some(path.to_path_buf()))?
+        .into_reader_with_file_handle(std::io::Cursor::new(bytes))
         .finish()?)
 }
 
@@ -280,8 +314,9 @@ pub fn findings_table(manifest: &Manifest) -> Result<DataFrame> {
 /// The run folders (those with a manifest.json) under `dir`, at most `depth` folders down.
 pub fn run_folders(dir: &Path, depth: usize) -> Vec<PathBuf> {
     let mut out = Vec::new();
+    // Real folders only: a link to a folder (a loop back to `.`) is not entered.
     let subdirs = std::fs::read_dir(dir)
-        .map(|r| r.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect::<Vec<_>>())
+        .map(|r| r.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect::<Vec<_>>())
         .unwrap_or_default();
     for sub in subdirs {
         if sub.join(MANIFEST).is_file() {

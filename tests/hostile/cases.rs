@@ -539,6 +539,27 @@ fn run_folders() -> Vec<Case> {
         case("run folder", rep, "not a regular file").files(text_at("notes.txt")).fifo("r/notes.txt"),
         case("run folder", rep, "symbolic link").files(text_at("notes.txt")).link("r/notes.txt", "../victim.txt"),
         case("run folder", rep, "more than").files(text_at("notes.txt")).file("r/notes.txt", vec![b'x'; 17 << 20]),
+        // One text named over and over, one stage recorded over and over: the report would embed
+        // them as often.
+        case("run folder", rep, "twice").files(manifest_with(|m| {
+            let texts: serde_json::Map<String, serde_json::Value> =
+                (0..100).map(|i| (format!("t{i}"), "notes.txt".into())).collect();
+            m["stages"][0]["texts"] = texts.into();
+        })),
+        case("run folder", rep, "more than the 64").files(manifest_with(|m| {
+            let first = m["stages"][0].clone();
+            m["stages"] = vec![first; 1000].into();
+        })),
+        case("run folder", rep, "recorded twice").files(manifest_with(|m| {
+            let first = m["stages"][0].clone();
+            m["stages"] = vec![first; 10].into();
+        })),
+        case("cli", "run --stages anatomy,anatomy", "twice"),
+        // A folder of the run that is a link: what lies beyond it is not the run's.
+        case("run folder", rep, "not a folder")
+            .files(text_at("sub/notes.txt"))
+            .file("elsewhere/notes.txt", "outside the run")
+            .link("r/sub", "../elsewhere"),
         case("run folder", rep, "character").files(text_at("notes\u{1b}[31m.txt")),
         case("run folder", rep, "climbs out").files(table_at("../../victim.txt")),
         case("run folder", rep, "relative name").files(table_at("/etc/passwd")),

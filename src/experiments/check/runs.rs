@@ -12,18 +12,12 @@ use crate::model::{DecoderConfig, Logits, Precision};
 use crate::session::run_folder::{read_csv, MANIFEST};
 use std::path::{Path, PathBuf};
 
-/// Every CSV called `name` under `dir`, sorted.
+/// An env.json or manifest.json is a few kilobytes; a results folder is not trusted to hold only those.
+const MAX_CONTEXT_FILE: u64 = 16 << 20;
+
+/// Every CSV called `name` under `dir`, sorted (regular files only, no link followed).
 pub fn find(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let mut entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            find(&p, name, out);
-        } else if p.file_name().is_some_and(|f| f == name) {
-            out.push(p);
-        }
-    }
+    out.extend(crate::paths::walk_files(dir, |p| p.file_name().is_some_and(|f| f == name)));
 }
 
 /// The run's model and card: env.json beside the CSV (one stage per folder) or manifest.json
@@ -32,7 +26,7 @@ pub fn find(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
 pub fn run_context(csv: &Path) -> Result<(Option<DecoderConfig>, Option<String>)> {
     for dir in csv.ancestors().skip(1).take(2) {
         for name in ["env.json", "manifest.json"] {
-            let Ok(text) = std::fs::read_to_string(dir.join(name)) else { continue };
+            let Ok(text) = crate::paths::read_own_text(&dir.join(name), MAX_CONTEXT_FILE) else { continue };
             let v: serde_json::Value = serde_json::from_str(&text)
                 .map_err(|e| LabError::input(format!("{}: {e}", dir.join(name).display())))?;
             let Some(model) = v.get("model").and_then(|m| m.as_str()) else { continue };

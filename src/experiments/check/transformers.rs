@@ -160,19 +160,12 @@ pub fn sweeps(root: &Path) -> Result<Vec<SweepCheck>> {
 
 /// The script's files: `*.jsonl` whose first line is its `start` record.
 fn find_jsonl(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for p in entries.flatten().map(|e| e.path()) {
-        if p.is_dir() {
-            find_jsonl(&p, out);
-        } else if p.extension().is_some_and(|e| e == "jsonl") && first_line_starts(&p) {
-            out.push(p);
-        }
-    }
+    out.extend(crate::paths::walk_files(dir, |p| p.extension().is_some_and(|e| e == "jsonl") && first_line_starts(p)));
 }
 
 fn first_line_starts(p: &Path) -> bool {
     use std::io::BufRead;
-    let Ok(f) = std::fs::File::open(p) else { return false };
+    let Ok((f, _)) = crate::paths::open_regular(p, u64::MAX, false) else { return false };
     let mut line = String::new();
     let mut r = std::io::BufReader::new(f).take(1 << 16);
     r.read_line(&mut line).is_ok() && line.contains("\"kind\": \"start\"")
