@@ -443,3 +443,78 @@ fn anatomy_predicts_a_gguf_by_its_tensors() {
     // On CPU the heap's own bookkeeping adds a little to the bytes measured.
     assert!(num("weights_vs_predicted_pct").abs() < 1.0, "{}", num("weights_vs_predicted_pct"));
 }
+
+/// The peak resident bytes of `vram-lab args…` (getrusage of the child), and whether it succeeded.
+// The child is reaped by wait4, which std's wait does not do: it also returns the child's rusage.
+#[allow(clippy::zombie_processes)]
+fn peak_rss(args: &[&str]) -> (u64, bool) {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_vram-lab"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage the call fills; the pid is our own child, reaped here.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    (usage.ru_maxrss as u64 * 1024, libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0)
+}
+
+/// A metadata array the lab never reads costs no memory: `estimate` on a tiny model whose GGUF
+/// header also holds a 100 MB U8 array peaks within 64 MiB of the same file without it (read
+/// into values, the array was 32 bytes an item: 3.2 GB).
+#[test]
+fn an_unread_metadata_array_costs_no_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let small = tmp.path().join("small.gguf");
+    let (_, ok) =
+        peak_rss(&["quantize", "--model", "synthetic:tiny", "--to", small.to_str().unwrap(), "--device", "cpu"]);
+    assert!(ok, "quantize failed");
+    let bytes = std::fs::read(&small).unwrap();
+    // One entry more after the preamble (magic, version, tensor count, metadata count), its length a
+    // multiple of the alignment so the tensors' data keeps its place.
+    let key = b"general.unread_blob";
+    let entry = |n: u64| 8 + key.len() as u64 + 4 + 4 + 8 + n;
+    let mut n = 100u64 << 20;
+    while entry(n) % 32 != 0 {
+        n += 1;
+    }
+    let mut big = bytes[..24].to_vec();
+    let kv = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+    big[16..24].copy_from_slice(&(kv + 1).to_le_bytes());
+    big.extend((key.len() as u64).to_le_bytes());
+    big.extend(key);
+    big.extend(9u32.to_le_bytes());
+    big.extend(0u32.to_le_bytes());
+    big.extend(n.to_le_bytes());
+    big.resize(big.len() + n as usize, 7);
+    big.extend(&bytes[24..]);
+    let big_path = tmp.path().join("big.gguf");
+    std::fs::write(&big_path, &big).unwrap();
+    drop(big);
+    let estimate = |m: &Path, out: &str| {
+        let out = tmp.path().join(out);
+        peak_rss(&[
+            "estimate",
+            "--model",
+            m.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let (without, ok_a) = estimate(&small, "a");
+    let (with, ok_b) = estimate(&big_path, "b");
+    assert!(ok_a && ok_b, "estimate failed on the small or the big file");
+    eprintln!("estimate peak RSS: {} MiB without the array, {} MiB with it", without >> 20, with >> 20);
+    assert!(
+        with < without + (64 << 20),
+        "{} MiB with a 100 MB unread array, {} MiB without",
+        with >> 20,
+        without >> 20
+    );
+}

@@ -362,3 +362,71 @@ fn damaged_downloads_are_never_kept() {
         assert!(!partial, "{repo}: a partial file stayed in blobs/");
     }
 }
+
+/// Ctrl-C or SIGTERM during a download stops it and removes its partial file; a second signal
+/// ends the process at once (exit 130), the partial file removed as well.
+#[test]
+fn a_signal_mid_download_leaves_no_partial_file() {
+    let lab = Lab::new();
+    let files = repo_files();
+    let hub =
+        Hub::start(BTreeMap::from([("org/slow".to_string(), Repo::new(files).attack(SHARDS[1], Attack::Trickle))]));
+    let partials = |dir: &Path| -> Vec<PathBuf> {
+        let blobs = dir.join("models--org--slow/blobs");
+        std::fs::read_dir(blobs)
+            .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(".incomplete")).collect())
+            .unwrap_or_default()
+    };
+    for (i, signals) in [vec![libc::SIGINT], vec![libc::SIGTERM], vec![libc::SIGINT, libc::SIGINT]].iter().enumerate() {
+        let cache = lab.root().join(format!("signal-cache-{i}"));
+        let mut child = hub_server::lab_at(&hub.addr, &lab.root().join("hf-home"))
+            .current_dir(lab.root().join("work"))
+            .env("VRAM_LAB_HUB_FILE_S", "60")
+            .args(GENERATE)
+            .args(["--model", "org/slow", "--cache-dir", cache.to_str().unwrap(), "--device", "cpu", "--quiet"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while partials(&cache).is_empty() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "no download started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for s in signals {
+            assert_eq!(unsafe { libc::kill(child.id() as i32, *s) }, 0);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let t1 = Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if t1.elapsed() > Duration::from_secs(15) {
+                child.kill().unwrap();
+                panic!("signals {signals:?}: the download went on");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(!status.success(), "signals {signals:?}: {err}");
+        if signals.len() == 2 {
+            assert_eq!(status.code(), Some(130), "{err}");
+        } else {
+            assert!(err.contains("stopped by Ctrl-C"), "signals {signals:?}: {err}");
+        }
+        assert!(partials(&cache).is_empty(), "signals {signals:?} left {:?}", partials(&cache));
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+/// A per-file limit of u64::MAX seconds is a limit, not an overflow: the download completes.
+#[test]
+fn the_largest_file_limit_does_not_overflow() {
+    let lab = Lab::new();
+    let hub = Hub::start(BTreeMap::from([("org/tiny".to_string(), Repo::new(repo_files()))]));
+    let (o, _) = lab.run(&hub.addr, "org/tiny", &[("VRAM_LAB_HUB_FILE_S", "18446744073709551615")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("panicked"), "{err}");
+}

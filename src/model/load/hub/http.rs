@@ -327,7 +327,7 @@ impl Client {
                 return Err(Fail::Why("cancelled".into()));
             }
             if crate::stop::stop_requested() {
-                return Err(Fail::Why("stopped by Ctrl-C; the partial file is removed".into()));
+                return Err(Fail::Why("stopped by Ctrl-C or SIGTERM; the partial file is removed".into()));
             }
             let n = match reader.read(&mut buf) {
                 Ok(n) => n,
