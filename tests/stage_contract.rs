@@ -118,6 +118,11 @@ fn settings_pass_the_checks_of_their_flags() {
     refused("train", serde_json::json!({"steps": 1_000_000_000}), "--steps");
     refused("estimate", serde_json::json!({"gpus": 0}), "--gpus");
     refused("estimate", serde_json::json!({"precisions": ["bf16", "bf16"]}), "--precisions lists");
+    // A value clap refuses is echoed without a raw control character.
+    let estimate = vram_lab::experiments::find("estimate").unwrap();
+    let bad = serde_json::json!({"precisions": ["\u{1b}[31mbf16\n"]});
+    let e = estimate.check_settings(bad.as_object().unwrap()).unwrap_err().to_string();
+    assert!(e.contains("--precisions") && !e.chars().any(char::is_control), "{e:?}");
     let e = stage::with_settings(
         vram_lab::experiments::find("kv").unwrap().as_ref(),
         serde_json::json!({"max": 1024}),

@@ -344,8 +344,22 @@ impl<S: Stage> AnyStage for Registered<S> {
             repeated::<S>(field, value)?;
         }
         command.try_get_matches_from(&argv).map_err(|e| {
+            // clap's message without its help sections, on one line: a newline or another control
+            // character in the value given is escaped, never printed raw.
             let text = e.to_string();
-            let line = text.lines().next().unwrap_or("error: a setting out of range").trim_start_matches("error: ");
+            let main: Vec<&str> = text
+                .split("\n\n")
+                .next()
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| !l.trim_start().starts_with('[') && !l.trim_start().starts_with("tip:"))
+                .collect();
+            let joined = main.join("\n");
+            let line: String = joined
+                .trim_start_matches("error: ")
+                .chars()
+                .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+                .collect();
             LabError::input(format!("--settings: {line}"))
         })?;
         Ok(())
