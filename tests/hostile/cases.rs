@@ -446,11 +446,22 @@ fn model_folders() -> Vec<Case> {
     ]
 }
 
-/// Where the GGUF header gives `tensor`'s offset field.
+/// Where the GGUF header gives `tensor`'s offset field (the name found with its length before
+/// it: `output.weight` alone is found inside `blk.0.attn_output.weight`).
 fn gguf_offset_field(bytes: &[u8], tensor: &str) -> usize {
-    let at = find(bytes, tensor.as_bytes()) + tensor.len();
+    let named = [&(tensor.len() as u64).to_le_bytes()[..], tensor.as_bytes()].concat();
+    let at = find(bytes, &named) + named.len();
     let dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
     at + 4 + 8 * dims + 4
+}
+
+/// The name of the tensor whose data comes last.
+fn gguf_last_tensor(bytes: &[u8]) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("m.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    let h = vram_lab::model::gguf::header::Header::read(&path).unwrap();
+    h.tensors.iter().max_by_key(|t| t.offset).unwrap().name.clone()
 }
 
 /// Where `tensor`'s data starts in a GGUF file, as the lab's header reader finds it.
@@ -477,12 +488,20 @@ fn gguf_rules() -> Vec<Case> {
         patched(gguf.clone(), at, b"blk.0.attn_norm.weight")
     };
     let nan_norm = patched(gguf.clone(), gguf_data_at(&gguf, "output_norm.weight") + 8, &f32::NAN.to_le_bytes());
+    // The last tensor's rows made 2^60: its data ends past any file (2^67 bytes and more), where
+    // no later offset shows it.
+    let huge = |rows: u64| {
+        let last = gguf_last_tensor(&gguf);
+        patched(gguf.clone(), gguf_offset_field(&gguf, &last) - 4 - 8, &rows.to_le_bytes())
+    };
     vec![
         case("gguf", est, "not a multiple of the alignment").file("m.gguf", off("blk.1.attn_norm.weight", 1)),
         case("gguf", est, "where ggml expects").file("m.gguf", off("blk.1.attn_norm.weight", 32)),
         case("gguf", est, "where ggml expects").file("m.gguf", off("token_embd.weight", 64)),
         case("gguf", est, "named twice").file("m.gguf", renamed),
         case("gguf", gen, "model.norm.weight holds NaN").file("m.gguf", nan_norm),
+        case("gguf", est, "past 1 PiB").file("m.gguf", huge(1 << 60)),
+        case("gguf", est, "past 1 PiB").file("m.gguf", huge(u64::MAX)),
         case("gguf", est, "no such GGUF file").fifo("m.gguf"),
         case("gguf", est, "no such GGUF file").link("m.gguf", "/dev/zero"),
     ]

@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 
 /// GGUF's default data alignment (`general.alignment` overrides it).
 pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// The most tensor data a header may describe (1 PiB, far above any checkpoint: the largest
+/// published are a few TB). Bounding it here keeps every size derived from a tensor inside u64,
+/// a dequantized copy's included (at most ~5 values a byte, 4 bytes a value).
+const MAX_TENSOR_DATA: u128 = 1 << 50;
 /// More dimensions than ggml has (GGML_MAX_DIMS = 4) mark a forged header.
 const MAX_DIMS: u32 = 4;
 /// Arrays nested deeper than this mark a forged header (metadata arrays are flat in practice).
@@ -48,6 +52,16 @@ impl TensorInfo {
     /// Bytes of the tensor's data; None for an unknown type or a shape that leaves a block partial.
     pub fn bytes(&self) -> Option<u128> {
         self.ggml_type()?.bytes_of(self.elems())
+    }
+
+    /// `bytes()` of a tensor in a parsed header, where `data_layout` bounded it to 1 PiB.
+    pub fn stored_bytes(&self) -> u64 {
+        self.bytes().and_then(|b| u64::try_from(b).ok()).unwrap_or(0)
+    }
+
+    /// `elems()` of a tensor in a parsed header (at most a few values a byte of its 1 PiB).
+    pub fn values(&self) -> u64 {
+        u64::try_from(self.elems()).unwrap_or(u64::MAX)
     }
 
     pub fn type_name(&self) -> String {
@@ -229,6 +243,12 @@ fn data_layout(tensors: &[TensorInfo], alignment: u64) -> std::result::Result<()
             }
         };
         expected = expected.saturating_add(bytes.div_ceil(alignment as u128) * alignment as u128);
+        if expected > MAX_TENSOR_DATA {
+            return Err(format!(
+                "tensor {name}: the tensors' data runs past 1 PiB ({expected} bytes with this one's {:?} values)",
+                t.ne
+            ));
+        }
     }
     Ok(())
 }
@@ -388,7 +408,7 @@ impl Header {
 
     /// Tensor count and bytes per ggml type, largest first.
     pub fn bytes_by_type(&self) -> Vec<(String, usize, u64)> {
-        super::types::tally(self.tensors.iter().map(|t| (t.type_name(), t.bytes().unwrap_or(0) as u64)))
+        super::types::tally(self.tensors.iter().map(|t| (t.type_name(), t.stored_bytes())))
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {

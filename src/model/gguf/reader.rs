@@ -148,10 +148,10 @@ impl Gguf {
             .iter()
             .filter_map(|n| self.header.tensor(n))
             .map(|t| match (precision.dense_dtype(), t.ggml_type()) {
-                (None, Some(ty)) if ty.is_block_quantized() => t.bytes().unwrap_or(0) as u64,
-                (dense, _) => t.elems() as u64 * dense.unwrap_or(precision.act_dtype()).size_in_bytes() as u64,
+                (None, Some(ty)) if ty.is_block_quantized() => t.stored_bytes(),
+                (dense, _) => t.values() * dense.unwrap_or(precision.act_dtype()).size_in_bytes() as u64,
             })
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 
     /// The heads of `name` when its rows are in llama.cpp's RoPE order: a Llama file's q and k.

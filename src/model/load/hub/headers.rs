@@ -25,6 +25,10 @@ pub struct Fetched {
     pub of: u64,
 }
 
+/// The most values one tensor of a header may hold: it keeps every sum of a header's tensors
+/// inside u128 and every size derived from one inside u64.
+const MAX_VALUES: u128 = 1 << 50;
+
 /// One safetensors file's tensors as its header lists them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardHeader {
@@ -134,6 +138,12 @@ pub fn parse_safetensors_header(file: &str, json: &[u8]) -> Result<ShardHeader> 
                     d.escape_debug()
                 )))
             }
+            (Some(_), Some(s)) if s.iter().try_fold(1u128, |a, &d| a.checked_mul(d as u128)).is_none_or(|n| n > MAX_VALUES) => {
+                return Err(bad(format!(
+                    "tensor `{}` has the shape {s:?}, more than 2^50 values (no checkpoint holds a tensor near it)",
+                    name.escape_debug()
+                )))
+            }
             (Some(d), Some(s)) => tensors.push((name.clone(), d.to_string(), s)),
             _ => return Err(bad(format!("tensor `{}` has no dtype or shape", name.escape_debug()))),
         }
@@ -226,5 +236,16 @@ mod tests {
             .to_string();
         assert!(e.contains("not a safetensors dtype") && !e.contains('\u{1b}'), "{e:?}");
         assert!(header_len(&0u64.to_le_bytes(), "m").is_err() && header_len(&[1, 2], "m").is_err());
+    }
+
+    #[test]
+    fn shapes_past_any_checkpoint_are_refused() {
+        let of = |shape: &str| parse_safetensors_header("m", format!(r#"{{"w":{{"dtype":"F32","shape":{shape}}}}}"#).as_bytes());
+        // A product past u128 (it panicked in a debug build), and one inside u128 but past 2^50.
+        for shape in ["[18446744073709551615,18446744073709551615,18446744073709551615]", "[1073741824,2097152]"] {
+            let e = of(shape).unwrap_err().to_string();
+            assert!(e.contains("more than 2^50 values"), "{shape}: {e}");
+        }
+        assert_eq!(of("[1073741824,1048576]").unwrap().params(), 1 << 50);
     }
 }
