@@ -20,6 +20,9 @@ const MAX_STAGES: usize = 64;
 const MAX_STAGE_FILES: usize = 256;
 /// A table of a run, read back: the largest the lab writes are a few MB.
 pub const MAX_RUN_TABLE: u64 = 256 << 20;
+/// All the tables and texts read through one opened run (what its report embeds): the largest
+/// run folder committed holds 216 KB, so a manifest naming more than this is refused, not paged.
+pub const MAX_RUN_READ: u64 = 64 << 20;
 
 /// A headline figure: the measurement beside its prediction, the report's RTX 4090 figure and,
 /// for a throughput, its physical ceiling. The run's summary table is made of these.
@@ -162,11 +165,31 @@ impl Manifest {
 pub struct RunFolder {
     pub dir: PathBuf,
     pub manifest: Manifest,
+    /// Bytes read so far through this run (its clones share the count).
+    read: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl RunFolder {
     pub fn open(dir: &Path) -> Result<Self> {
-        Ok(Self { dir: dir.to_path_buf(), manifest: Manifest::read(dir)? })
+        Ok(Self { dir: dir.to_path_buf(), manifest: Manifest::read(dir)?, read: Default::default() })
+    }
+
+    /// What `path` may still take of MAX_RUN_READ, checked against its size before it is read.
+    fn budget(&self, path: &Path) -> Result<u64> {
+        let left = MAX_RUN_READ.saturating_sub(self.read.load(std::sync::atomic::Ordering::Relaxed));
+        let size = std::fs::symlink_metadata(path).map(|m| m.len()).unwrap_or(0);
+        if size > left {
+            return Err(LabError::input(format!(
+                "{}: its tables and texts add up past {} MiB, more than a report of a run embeds",
+                self.dir.join(MANIFEST).display(),
+                MAX_RUN_READ >> 20
+            )));
+        }
+        Ok(left)
+    }
+
+    fn charge(&self, bytes: usize) {
+        self.read.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn record(&self, stage: &str) -> Result<&StageRecord> {
@@ -185,7 +208,9 @@ impl RunFolder {
         if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.file_type().is_file()) {
             return Err(LabError::input(format!("{} is not a regular file", path.display())));
         }
-        read_csv(&path)
+        let bytes = read_table_bytes(&path, self.budget(&path)?.min(MAX_RUN_TABLE))?;
+        self.charge(bytes.len());
+        csv_table(bytes)
     }
 
     /// A stage's text file. The manifest names it: the name is checked to lie inside the folder
@@ -193,7 +218,12 @@ impl RunFolder {
     /// embed /etc/passwd or hang on a FIFO.
     pub fn text(&self, stage: &str, name: &str) -> Result<Option<String>> {
         match self.record(stage)?.texts.get(name) {
-            Some(rel) => Ok(Some(crate::paths::read_own_text(&self.inside(rel)?, MAX_RUN_FILE)?)),
+            Some(rel) => {
+                let path = self.inside(rel)?;
+                let text = crate::paths::read_own_text(&path, self.budget(&path)?.min(MAX_RUN_FILE))?;
+                self.charge(text.len());
+                Ok(Some(text))
+            }
             None => Ok(None),
         }
     }
@@ -245,10 +275,17 @@ pub fn write_csv(path: &Path, df: &DataFrame) -> Result<()> {
 /// A table the lab wrote, read back: a regular file (a FIFO or a link to /dev/zero is refused,
 /// not read for ever) of at most MAX_RUN_TABLE bytes.
 pub fn read_csv(path: &Path) -> Result<DataFrame> {
+    csv_table(read_table_bytes(path, MAX_RUN_TABLE)?)
+}
+
+fn read_table_bytes(path: &Path, max: u64) -> Result<Vec<u8>> {
     if !path.is_file() {
         return Err(LabError::input(format!("no table {}", path.display())));
     }
-    let bytes = crate::paths::read_regular(path, MAX_RUN_TABLE)?;
+    crate::paths::read_regular(path, max)
+}
+
+fn csv_table(bytes: Vec<u8>) -> Result<DataFrame> {
     Ok(CsvReadOptions::default()
         .with_has_header(true)
         .into_reader_with_file_handle(std::io::Cursor::new(bytes))

@@ -565,6 +565,14 @@ fn run_folders() -> Vec<Case> {
                 (0..100).map(|i| (format!("t{i}"), "notes.txt".into())).collect();
             m["stages"][0]["texts"] = texts.into();
         })),
+        // Five texts of 15 MiB, each under the cap on one file, 75 MiB together.
+        case("run folder", rep, "add up past 64 MiB")
+            .files(manifest_with(|m| {
+                let texts: serde_json::Map<String, serde_json::Value> =
+                    (0..5).map(|i| (format!("t{i}"), format!("t{i}.txt").into())).collect();
+                m["stages"][0]["texts"] = texts.into();
+            }))
+            .files((0..5).map(|i| (format!("r/t{i}.txt"), vec![b'x'; 15 << 20])).collect()),
         case("run folder", rep, "more than the 64").files(manifest_with(|m| {
             let first = m["stages"][0].clone();
             m["stages"] = vec![first; 1000].into();

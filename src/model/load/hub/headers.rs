@@ -138,7 +138,9 @@ pub fn parse_safetensors_header(file: &str, json: &[u8]) -> Result<ShardHeader> 
                     d.escape_debug()
                 )))
             }
-            (Some(_), Some(s)) if s.iter().try_fold(1u128, |a, &d| a.checked_mul(d as u128)).is_none_or(|n| n > MAX_VALUES) => {
+            (Some(_), Some(s))
+                if s.iter().try_fold(1u128, |a, &d| a.checked_mul(d as u128)).is_none_or(|n| n > MAX_VALUES) =>
+            {
                 return Err(bad(format!(
                     "tensor `{}` has the shape {s:?}, more than 2^50 values (no checkpoint holds a tensor near it)",
                     name.escape_debug()
@@ -240,7 +242,9 @@ mod tests {
 
     #[test]
     fn shapes_past_any_checkpoint_are_refused() {
-        let of = |shape: &str| parse_safetensors_header("m", format!(r#"{{"w":{{"dtype":"F32","shape":{shape}}}}}"#).as_bytes());
+        let of = |shape: &str| {
+            parse_safetensors_header("m", format!(r#"{{"w":{{"dtype":"F32","shape":{shape}}}}}"#).as_bytes())
+        };
         // A product past u128 (it panicked in a debug build), and one inside u128 but past 2^50.
         for shape in ["[18446744073709551615,18446744073709551615,18446744073709551615]", "[1073741824,2097152]"] {
             let e = of(shape).unwrap_err().to_string();
