@@ -13,10 +13,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 each=${SECONDS_EACH:-3600}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(gguf safetensors config run_folder hub_names)
+[ ${#targets[@]} -gt 0 ] || targets=(gguf safetensors config run_folder hub_names hub_headers results_walker)
 # No sanitizer: the code is safe Rust over mapped files; overflow checks and debug assertions on
 # (-a), so an overflow that a release build would wrap is a crash here.
-max_len() { case "$1" in gguf|safetensors) echo 65536 ;; config) echo 8192 ;; *) echo 16384 ;; esac; }
+max_len() { case "$1" in gguf|safetensors|hub_headers) echo 65536 ;; config|results_walker) echo 8192 ;; *) echo 16384 ;; esac; }
 mkdir -p logs
 declare -A pid
 [ -n "${SUMMARY_ONLY:-}" ] || RUSTC_BOOTSTRAP=1 cargo fuzz build -s none -a

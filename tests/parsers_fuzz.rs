@@ -129,3 +129,103 @@ fn mutated_gguf_never_panics_or_overallocates() {
         prop_assert!(peak <= allowed(valid.len()), "{:?}: {} B allocated for a {} B file", ms, peak, bytes.len());
     });
 }
+
+/// The headers the Hub sizing reads by Range requests, mutated: a GGUF file's first bytes (its
+/// header, the file's length as the server gave it) and a safetensors header's JSON with shapes
+/// replaced by any numbers, priced as `estimate --model org/x:file` prices them. None may panic
+/// (an overflowing size is refused), nor allocate past a small multiple of the bytes.
+#[test]
+fn mutated_hub_headers_never_panic_or_overallocate() {
+    use vram_lab::model::gguf::{header::Header, Gguf};
+    use vram_lab::model::load::hub::headers::parse_safetensors_header;
+    let _one = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = tiny_gguf(tmp.path());
+    let prefix = gguf[..gguf.len().min(16 << 10)].to_vec();
+    let st = tiny_safetensors(tmp.path());
+    let json: serde_json::Value =
+        serde_json::from_slice(&st[8..8 + u64::from_le_bytes(st[..8].try_into().unwrap()) as usize]).unwrap();
+    let names: Vec<String> = json.as_object().unwrap().keys().filter(|k| *k != "__metadata__").cloned().collect();
+    let shape = prop::collection::vec(prop_oneof![Just(u64::MAX), Just(1u64 << 32), 0..4096u64, any::<u64>()], 0..5);
+    let file_len = prop_oneof![Just(gguf.len() as u64), Just(u64::MAX), Just(0u64), any::<u64>()];
+    proptest!(config(), |(ms in prop::collection::vec(mutation(prefix.len(), prefix.len()), 1..4), len in file_len,
+                           which in 0..names.len(), dims in shape)| {
+        let before = host::allocated();
+        host::reset_peak();
+        if let Ok(Some(h)) = Header::from_prefix(&apply(prefix.clone(), &ms), len, Path::new("m.gguf")) {
+            let _ = (h.tensor_bytes(), h.bytes_by_type());
+            if let Ok(g) = Gguf::from_header(h) {
+                if let Ok(cfg) = g.config() {
+                    let _ = (g.loaded_bytes(&cfg, Precision::Q4), g.loaded_bytes(&cfg, Precision::F32));
+                }
+            }
+        }
+        let mut j = json.clone();
+        j[&names[which]]["shape"] = dims.clone().into();
+        if let Ok(h) = parse_safetensors_header("m.safetensors", &serde_json::to_vec(&j).unwrap()) {
+            let _ = h.params();
+        }
+        let peak = host::peak().saturating_sub(before);
+        prop_assert!(peak <= allowed(prefix.len() + st.len()), "{:?} {:?}: {} B allocated", ms, dims, peak);
+    });
+}
+
+/// What a results folder may hold against `check`'s walker.
+#[derive(Debug, Clone)]
+enum Entry {
+    Dir,
+    File,
+    Fifo,
+    /// A link to `.`, `..`, the folder above the results, /dev/zero, a file outside, a folder outside.
+    Link(usize),
+}
+
+/// Any tree of folders, files, FIFOs and links named as `check` looks for them: the walk ends,
+/// returns only regular files inside the folder, and `check`'s readers end on it.
+#[test]
+fn a_walk_of_any_results_tree_ends_inside_it() {
+    let names = ["kv_prefill.csv", "kv_batch.csv", "run.jsonl", "env.json", "sub", "llama.log"];
+    let entry = prop_oneof![Just(Entry::Dir), Just(Entry::File), Just(Entry::Fifo), (0..6usize).prop_map(Entry::Link)];
+    proptest!(config(), |(entries in prop::collection::vec((prop::collection::vec(0..names.len(), 1..4), entry), 1..20))| {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, outside) = (tmp.path().join("results"), tmp.path().join("outside"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("kv_prefill.csv"), "OUTSIDE").unwrap();
+        for (parts, e) in &entries {
+            let path = parts.iter().fold(root.clone(), |p, &i| p.join(names[i]));
+            if path.parent().is_some_and(|d| std::fs::create_dir_all(d).is_err()) || path.symlink_metadata().is_ok() {
+                continue;
+            }
+            match e {
+                Entry::Dir => std::fs::create_dir(&path).unwrap(),
+                Entry::File => std::fs::write(&path, "seq,batch,outcome\n1,1,ok\n").unwrap(),
+                Entry::Fifo => {
+                    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+                    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+                }
+                Entry::Link(k) => {
+                    let target = [".".into(), "..".into(), tmp.path().to_path_buf(), "/dev/zero".into(),
+                                  outside.join("kv_prefill.csv"), outside.clone()][*k].clone();
+                    std::os::unix::fs::symlink(target, &path).unwrap();
+                }
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let walked = root.clone();
+        std::thread::spawn(move || {
+            let files = vram_lab::paths::walk_files(&walked, |_| true);
+            let _ = vram_lab::experiments::check::steps(&walked);
+            let _ = vram_lab::experiments::check::transformers::sweeps(&walked);
+            let _ = vram_lab::experiments::check::llamacpp::launches(&walked);
+            let _ = tx.send(files);
+        });
+        let files = rx.recv_timeout(std::time::Duration::from_secs(60));
+        prop_assert!(files.is_ok(), "{:?}: the walk or a reader did not end in 60 s", entries);
+        for f in files.unwrap() {
+            let meta = f.symlink_metadata().unwrap();
+            prop_assert!(f.starts_with(&root) && meta.is_file(), "{:?}: {} walked", entries, f.display());
+            prop_assert!(f.canonicalize().unwrap().starts_with(root.canonicalize().unwrap()), "{}", f.display());
+        }
+    });
+}
