@@ -184,6 +184,34 @@ fn a_drifted_copy_fails() {
     assert_eq!(d, vec!["16,128".to_string()]);
 }
 
+/// What a template field shows when a Live run lacks its row (`notebook::MISSING`): the
+/// committed notebooks never print it (a committed run answers every field, or the field errs).
+#[test]
+fn no_committed_notebook_prints_a_hole() {
+    let holes: Vec<String> = notebooks()
+        .iter()
+        .filter_map(|p| {
+            let nb: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+            let n = outputs_text(&nb).matches(vram_lab::notebook::MISSING).count();
+            (n > 0).then(|| format!("{}: {n}", p.file_name().unwrap().to_string_lossy()))
+        })
+        .collect();
+    assert!(holes.is_empty(), "outputs printing `{}`: {holes:?}", vram_lab::notebook::MISSING);
+}
+
+/// The committed broken template (05's load interpretation with the `q4` keys the stage renamed):
+/// filled from the committed load run it fails, naming the field, instead of printing a hole.
+#[test]
+fn a_stale_key_fails_its_notebook() {
+    use vram_lab::notebook::{Mode, Setup};
+    let template = std::fs::read_to_string(root().join("tests/fixtures/notebooks/stale-key.md")).unwrap();
+    let load = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", None).stage("load").unwrap();
+    let e = load.fill(&template).unwrap_err().to_string();
+    assert!(e.contains("checkpoint=gguf q4, precision=q4") && e.contains("stale key"), "{e}");
+    let mended = template.replace("gguf q4,", "gguf q4_k_m,").replace("precision=q4,", "precision=q4_k_m,");
+    assert!(load.fill(&mended).is_ok());
+}
+
 /// Every notebook's first output says where its outputs come from, and no output names a
 /// machine's folders (the build machine's or a runner's).
 #[test]

@@ -7,8 +7,9 @@
 
 use crate::error::{LabError, Result};
 use crate::session::SessionArgs;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// The `vram-lab` binary a Live notebook runs, and the device it sees.
 #[derive(Debug, Clone)]
@@ -20,7 +21,9 @@ pub struct Lab {
 
 impl Lab {
     /// `VRAM_LAB_BIN` when set (a machine without Rust runs a shipped binary); else the crate's own
-    /// binary built by cargo now — a no-op when it is fresh — with CUDA when this notebook has it.
+    /// binary, brought up to date by cargo (a no-op when it is fresh) with CUDA when this notebook
+    /// has it. A binary never built is refused with the command that builds it: its first build
+    /// takes minutes, which a cell would spend without a word.
     pub fn find(device: &str) -> Result<Self> {
         let bin = match std::env::var_os("VRAM_LAB_BIN") {
             Some(b) => PathBuf::from(b),
@@ -57,9 +60,24 @@ impl Lab {
         if settings.trim() != "{}" {
             cmd.args(["--settings", settings]);
         }
-        let o = cmd.current_dir(lab_root()).output()?;
-        if !o.status.success() && !out.join(crate::session::run_folder::MANIFEST).is_file() {
-            return Err(LabError::other(format!("vram-lab {stage}: {}", last_line(&o.stderr))));
+        // The command's console streams into the cell as it runs: a stage of minutes shows where it is.
+        let mut child = cmd.current_dir(lab_root()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        let stderr = child.stderr.take().map(|mut e| {
+            std::thread::spawn(move || {
+                let mut text = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut e, &mut text);
+                text
+            })
+        });
+        if let Some(stdout) = child.stdout.take() {
+            for line in BufReader::new(stdout).lines().map_while(std::io::Result::ok) {
+                println!("  │ {line}");
+            }
+        }
+        let status = child.wait()?;
+        let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
+        if !status.success() && !out.join(crate::session::run_folder::MANIFEST).is_file() {
+            return Err(LabError::other(format!("vram-lab {stage}: {}", last_line(&stderr))));
         }
         Ok(())
     }
@@ -67,6 +85,20 @@ impl Lab {
 
 /// `cargo build` of the binary, its path from cargo's own messages (CARGO_TARGET_DIR included).
 fn build() -> Result<PathBuf> {
+    let (profile, build) = if cfg!(feature = "cuda") {
+        ("release", "cargo build --release --features cuda")
+    } else {
+        ("debug", "cargo build")
+    };
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| lab_root().join("target"));
+    let target = if target.is_absolute() { target } else { lab_root().join(target) };
+    if !target.join(profile).join("vram-lab").is_file() {
+        return Err(LabError::input(format!(
+            "Live runs the lab's own binary, and {} holds none yet: run `{build}` in {} once (minutes), or set VRAM_LAB_BIN",
+            target.join(profile).display(),
+            lab_root().display()
+        )));
+    }
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.args(["build", "--quiet", "--bin", "vram-lab", "--message-format=json"]);
     if cfg!(feature = "cuda") {

@@ -172,7 +172,7 @@ impl Setup {
                 RunFolder::open(&out)?
             }
         };
-        finished(run, name)
+        finished(run, name, self.mode == Mode::Live)
     }
 
     /// The run folder whose manifest has `stage` done, for this model and card: the newest that
@@ -236,10 +236,10 @@ impl Setup {
 /// One committed run folder under data/results/ (`h200x4/2026-11-26-four-gpus/tp7`), opened as it
 /// is in any mode: a run no kernel here can make live (four GPUs, say) shown beside the others.
 pub fn committed(folder: &str, stage: &str) -> Result<StageRun> {
-    finished(RunFolder::open(&results_dir().join(folder))?, stage)
+    finished(RunFolder::open(&results_dir().join(folder))?, stage, false)
 }
 
-fn finished(run: RunFolder, name: &str) -> Result<StageRun> {
+fn finished(run: RunFolder, name: &str, live: bool) -> Result<StageRun> {
     let record = run.manifest.stage(name).ok_or_else(|| LabError::other(format!("the run has no stage {name}")))?;
     if record.status != StageStatus::Done {
         return Err(LabError::other(format!(
@@ -247,7 +247,7 @@ fn finished(run: RunFolder, name: &str) -> Result<StageRun> {
             record.error.clone().unwrap_or_default()
         )));
     }
-    Ok(StageRun { run, stage: name.to_string() })
+    Ok(StageRun { run, stage: name.to_string(), live })
 }
 
 /// The estimator, the planner and the check for a model and card, computed here (formulas and
@@ -270,7 +270,7 @@ pub fn estimator(model: &str, card: &str, seq: usize, batch: usize) -> Result<Es
         ("check", serde_json::to_value(check)?),
     ];
     let run = run_in(formulas_session(model, card)?, stages)?;
-    let of = |stage: &str| StageRun { run: run.clone(), stage: stage.into() };
+    let of = |stage: &str| StageRun { run: run.clone(), stage: stage.into(), live: false };
     Ok(Estimator { estimate: of("estimate"), plan: of("plan"), check: of("check") })
 }
 
@@ -284,7 +284,8 @@ pub fn estimate_with(model: &str, card: &str, settings: &str) -> Result<StageRun
         serde_json::to_value(crate::experiments::estimate::EstimateConfig::default())?,
         settings,
     )?;
-    Ok(StageRun { run: run_in(formulas_session(model, card)?, vec![("estimate", config)])?, stage: "estimate".into() })
+    let run = run_in(formulas_session(model, card)?, vec![("estimate", config)])?;
+    Ok(StageRun { run, stage: "estimate".into(), live: false })
 }
 
 /// The estimator's session: on the CPU, into a fresh folder (formulas only).

@@ -6,6 +6,12 @@
 //! column on the rows whose columns have those values (one value, or the field is refused),
 //! optionally `:N` for N decimals; `findings` names the stage's findings. `{gpu}`, `{card}`, `{model}`,
 //! `{date}` and `{device}` come from the run's manifest. `{{` and `}}` are literal braces.
+//!
+//! A field no row answers is an error in a committed or computed run (a stale key under a table that
+//! has the numbers), and shows as missing only in a run the notebook made Live. What only some
+//! runs hold (PyTorch's rows come with the reference script's output) is a section:
+//! `{#if table[key=value]}…{#else}…{#end}` keeps the first part when a row has those values, else
+//! the second, which says in words what the comparison needs.
 
 use super::stage_run::StageRun;
 use crate::error::{LabError, Result};
@@ -17,8 +23,9 @@ pub const MISSING: &str = "（本次运行没有 / not in this run）";
 impl StageRun {
     /// The template with every field filled from this run.
     pub fn fill(&self, template: &str) -> Result<String> {
+        let template = self.sections(template)?;
         let mut out = String::with_capacity(template.len());
-        let mut rest = template;
+        let mut rest = template.as_str();
         while let Some(i) = rest.find(['{', '}']) {
             out.push_str(&rest[..i]);
             let c = rest.as_bytes()[i];
@@ -38,6 +45,67 @@ impl StageRun {
         }
         out.push_str(rest);
         Ok(out)
+    }
+
+    /// The template with each `{#if …}…{#else}…{#end}` section replaced by the part this run keeps.
+    fn sections(&self, template: &str) -> Result<String> {
+        let mut out = String::with_capacity(template.len());
+        let mut rest = template;
+        while let Some(i) = rest.find("{#if ") {
+            out.push_str(&rest[..i]);
+            let cond_end = i + rest[i..].find('}').ok_or_else(|| unclosed(&rest[i..]))?;
+            let body = &rest[cond_end + 1..];
+            let end = body.find("{#end}").ok_or_else(|| unclosed(&rest[i..]))?;
+            let (yes, no) = body[..end].split_once("{#else}").unwrap_or((&body[..end], ""));
+            if yes.contains("{#if ") || no.contains("{#if ") || no.contains("{#else}") {
+                return Err(LabError::input(format!("a section inside a section near `{}`", head(&rest[i..]))));
+            }
+            let starts_line = out.is_empty() || out.ends_with('\n');
+            out.push_str(if self.has_rows(rest[i + 5..cond_end].trim())? { yes } else { no });
+            rest = &body[end + "{#end}".len()..];
+            // A section that starts a line takes the line's end with it: a table's row kept or
+            // left out leaves no blank line, which would end the table.
+            if starts_line {
+                rest = rest.strip_prefix('\n').unwrap_or(rest);
+            }
+        }
+        if let Some(i) = rest.find("{#") {
+            return Err(LabError::input(format!("a section mark outside a section near `{}`", head(&rest[i..]))));
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    /// Whether a row of `table[filters]` has those values (a table the run lacks has none).
+    fn has_rows(&self, spec: &str) -> Result<bool> {
+        let (table, filters) = match spec.split_once('[') {
+            Some((t, f)) => (t.trim(), f.strip_suffix(']').ok_or_else(|| bad(spec, "a `[` without its `]`"))?),
+            None => (spec, ""),
+        };
+        Ok(self.rows(spec, table, filters)?.is_some_and(|(_, rows)| !rows.is_empty()))
+    }
+
+    /// The stage's `table` and its rows with the `filters`' values; None when the run has no such
+    /// table. A filter naming a column the table lacks is an error (a stale key).
+    fn rows(&self, spec: &str, table: &str, filters: &str) -> Result<Option<(DataFrame, Vec<usize>)>> {
+        let recorded =
+            table == "findings" || self.run.manifest.stage(&self.stage).is_some_and(|r| r.tables.contains_key(table));
+        if !recorded {
+            return Ok(None);
+        }
+        let df = if table == "findings" { self.findings()?.df()? } else { self.run.table(&self.stage, table)? };
+        let mut mask = BooleanChunked::full("m".into(), true, df.height());
+        for f in filter_pairs(filters) {
+            let (k, v) = f.split_once('=').ok_or_else(|| bad(spec, &format!("the filter `{f}` is not key=value")))?;
+            let c = df.column(k.trim()).map_err(|_| bad(spec, &format!("table {table} has no column {}", k.trim())))?;
+            let c = c.cast(&DataType::String)?;
+            // An empty value names an empty cell, which a CSV reads back as null.
+            let v = v.trim();
+            let is: BooleanChunked = c.str()?.iter().map(|x| x == Some(v) || (v.is_empty() && x.is_none())).collect();
+            mask = &mask & &is;
+        }
+        let rows = mask.iter().enumerate().filter(|(_, b)| *b == Some(true)).map(|(i, _)| i).collect();
+        Ok(Some((df, rows)))
     }
 
     /// Shows the filled template: as Markdown in a notebook, as text in a terminal.
@@ -74,31 +142,26 @@ impl StageRun {
         };
         let (table, column) =
             path.trim().split_once('.').ok_or_else(|| bad(spec, "not `table.column[filters]` nor a manifest field"))?;
-        let df = if table.trim() == "findings" {
-            self.findings().and_then(|t| t.df())
-        } else {
-            self.run.table(&self.stage, table.trim())
+        let (table, column) = (table.trim(), column.trim());
+        let found = self.rows(spec, table, filters)?;
+        let (df, rows) = match found {
+            Some((df, rows)) if !rows.is_empty() => (df, rows),
+            _ if self.live => return Ok(MISSING.into()),
+            None => return Err(bad(spec, &format!("stage {} of this run has no table {table}", self.stage))),
+            Some(_) => {
+                return Err(bad(spec, &format!("no row of {table} has these values (a stale key?); a section `{{#if {table}[…]}}` holds what only some runs have")))
+            }
         };
-        let Ok(df) = df else { return Ok(MISSING.into()) };
-        let col = df.column(column.trim()).map_err(|_| bad(spec, &format!("table {table} has no column {column}")))?;
-        let mut mask = BooleanChunked::full("m".into(), true, df.height());
-        for f in filter_pairs(filters) {
-            let (k, v) = f.split_once('=').ok_or_else(|| bad(spec, &format!("the filter `{f}` is not key=value")))?;
-            let Ok(c) = df.column(k.trim()) else { return Ok(MISSING.into()) };
-            let c = c.cast(&DataType::String)?;
-            // An empty value names an empty cell, which a CSV reads back as null.
-            let v = v.trim();
-            let is: BooleanChunked = c.str()?.iter().map(|x| x == Some(v) || (v.is_empty() && x.is_none())).collect();
-            mask = &mask & &is;
-        }
-        let rows: Vec<usize> = mask.iter().enumerate().filter(|(_, b)| *b == Some(true)).map(|(i, _)| i).collect();
+        let col = df.column(column).map_err(|_| bad(spec, &format!("table {table} has no column {column}")))?;
         // Several rows may match when they all hold the one value asked for (a rank's card on
         // each of its item rows); different values are an ambiguous field.
         let values: Vec<String> = rows.iter().map(|r| Ok(show(col.get(*r)?, decimals))).collect::<Result<_>>()?;
-        match values.first() {
-            None => Ok(MISSING.into()),
-            Some(v) if values.iter().all(|x| x == v) => Ok(v.clone()),
-            Some(_) => Err(bad(spec, &format!("{} rows with different values match: name more columns", rows.len()))),
+        // `rows` is not empty here.
+        let first = values[0].clone();
+        if values.iter().all(|x| *x == first) {
+            Ok(first)
+        } else {
+            Err(bad(spec, &format!("{} rows with different values match: name more columns", rows.len())))
         }
     }
 }
@@ -124,6 +187,10 @@ fn dedent(text: &str) -> String {
     let indent =
         text.lines().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
     text.lines().map(|l| l.get(indent..).unwrap_or(l.trim_start())).collect::<Vec<_>>().join("\n")
+}
+
+fn unclosed(at: &str) -> LabError {
+    LabError::input(format!("a section without its `{{#end}}` near `{}`", head(at)))
 }
 
 fn bad(spec: &str, why: &str) -> LabError {
@@ -210,9 +277,37 @@ mod tests {
             ))
             .unwrap();
         assert_eq!(text, format!("limit {} on {} {{x}}", show(want, None), kv.run.manifest.env.gpu.clone().unwrap()));
-        assert_eq!(kv.fill("{kv_limit.max_context[precision=f64]}").unwrap(), MISSING);
+        // A committed run answers every field or the template is wrong; a Live run may lack rows.
+        let stale = kv.fill("{kv_limit.max_context[precision=f64]}").unwrap_err().to_string();
+        assert!(stale.contains("stale key"), "{stale}");
+        assert!(kv.fill("{kv_nope.max_context}").unwrap_err().to_string().contains("no table kv_nope"));
+        let live = StageRun { live: true, ..kv.clone() };
+        assert_eq!(
+            live.fill("{kv_limit.max_context[precision=f64]} {kv_nope.x}").unwrap(),
+            format!("{MISSING} {MISSING}")
+        );
         assert!(kv.fill("{kv_limit.max_context}").unwrap_err().to_string().contains("different values match"));
         assert!(kv.fill("{kv_limit.nope[precision=bf16]}").unwrap_err().to_string().contains("no column nope"));
         assert!(kv.fill("{gpu").is_err() && kv.fill("a } b").is_err() && kv.fill("{kv_limit.max_context:x}").is_err());
+    }
+
+    /// A section keeps its first part when a row has the values, else its second.
+    #[test]
+    fn sections_keep_what_the_run_has() {
+        use crate::notebook::{Mode, Setup};
+        let kv = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090")).stage("kv").unwrap();
+        let t = "a {#if kv_limit[precision=bf16]}has {kv_limit.precision[precision=bf16]}{#else}lacks{#end} b";
+        assert_eq!(kv.fill(t).unwrap(), "a has bf16 b");
+        let t = "{#if kv_limit[precision=f64]}{kv_limit.max_context[precision=f64]}{#else}needs an f64 run{#end}";
+        assert_eq!(kv.fill(t).unwrap(), "needs an f64 run");
+        assert_eq!(kv.fill("{#if kv_nope}x{#end}.").unwrap(), ".");
+        // Rows of a table, each kept or left out whole.
+        let rows = "|a|\n{#if kv_limit[precision=bf16]}|b|\n{#end}\n{#if kv_nope}|c|\n{#end}\n|d|";
+        assert_eq!(kv.fill(rows).unwrap(), "|a|\n|b|\n|d|");
+        for broken in
+            ["{#if kv_limit}x", "{#if kv_limit}{#if kv_limit}x{#end}{#end}", "x{#end}", "{#if kv_limit[nope=1]}x{#end}"]
+        {
+            assert!(kv.fill(broken).is_err(), "{broken}");
+        }
     }
 }

@@ -17,6 +17,9 @@ use crate::stage::View;
 pub struct StageRun {
     pub run: RunFolder,
     pub stage: String,
+    /// A run this kernel made (Mode::Live): it may lack rows a template names (a CPU run has no
+    /// PyTorch rows), shown as missing; in a committed or computed run such a field is an error.
+    pub live: bool,
 }
 
 impl StageRun {

@@ -168,15 +168,15 @@ pub fn decode_table(points: &[DecodePoint]) -> Result<DataFrame> {
     )?)
 }
 
-/// Held bytes per prefill length against the GQA formula and the report's formula, on a log axis
-/// ticked at the doublings (the bisection's lengths crowd between them).
+/// Held bytes per prefill length against the GQA formula and the report's formula, on a linear
+/// axis: the growth the title and the notebook call linear is a straight line only there.
 const PREFILL_CHART: ChartSpec = ChartSpec {
     title: "KV cache 线性增长 prefill sweep",
     x: col::SEQ,
-    x_title: "sequence length (log scale)",
+    x_title: "sequence length (tokens)",
     y_title: "MiB",
     only: Some((col::OUTCOME, &[Outcome::OK])),
-    x_axis: Axis::LogDoublings,
+    x_axis: Axis::Linear,
     series: &[
         Series::styled("measured: held after prefill, above the weights", &[(col::HELD_MIB, 1.0)], Style::LinesMarkers),
         Series::styled(
