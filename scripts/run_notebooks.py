@@ -210,7 +210,7 @@ def main():
         notebooks = [n for n in notebooks if sys.argv[2] in n.name]
     if what == "render":
         evcxr_env()
-        failed = run([(nb, {"VRAM_LAB_NOTEBOOK_MODE": "replay"}, nb) for nb in notebooks])
+        failed = run([(nb, {"VRAM_LAB_NOTEBOOK_MODE": "replay"}, nb) for nb in notebooks], one_kernel=True)
         print(f"notebooks: {len(notebooks) - failed} passed, {failed} failed ({time.time() - start:.0f} s)")
         sys.exit(1 if failed else 0)
     if what != "ci":

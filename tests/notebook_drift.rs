@@ -199,16 +199,16 @@ fn no_committed_notebook_prints_a_hole() {
     assert!(holes.is_empty(), "outputs printing `{}`: {holes:?}", vram_lab::notebook::MISSING);
 }
 
-/// The committed broken template (05's load interpretation with the `q4` keys the stage renamed):
-/// filled from the committed load run it fails, naming the field, instead of printing a hole.
+/// The committed broken template (05's load interpretation with keys from another run than the one
+/// it replays): filled from that committed load run it fails, naming the field, instead of printing a
+/// hole; with the run's own keys it fills.
 #[test]
 fn a_stale_key_fails_its_notebook() {
-    use vram_lab::notebook::{Mode, Setup};
     let template = std::fs::read_to_string(root().join("tests/fixtures/notebooks/stale-key.md")).unwrap();
-    let load = Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", None).stage("load").unwrap();
+    let load = vram_lab::notebook::committed("h200/2026-11-22-load/load", "load").unwrap();
     let e = load.fill(&template).unwrap_err().to_string();
-    assert!(e.contains("checkpoint=gguf q4, precision=q4") && e.contains("stale key"), "{e}");
-    let mended = template.replace("gguf q4,", "gguf q4_k_m,").replace("precision=q4,", "precision=q4_k_m,");
+    assert!(e.contains("checkpoint=gguf q4_k_m, precision=q4_k_m") && e.contains("stale key"), "{e}");
+    let mended = template.replace("gguf q4_k_m,", "gguf q4,").replace("precision=q4_k_m,", "precision=q4,");
     assert!(load.fill(&mended).is_ok());
 }
 

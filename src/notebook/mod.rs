@@ -323,9 +323,13 @@ fn settings_of(text: &str) -> Result<serde_json::Map<String, serde_json::Value>>
 }
 
 /// A fresh folder for a run a notebook makes: target/notebook-runs/<time>-<name>.
+/// A new folder for a run made here: the time, then this process and its count of runs, so two
+/// made in the same millisecond (two threads, two kernels) never share one.
 fn live_run_dir(name: &str) -> PathBuf {
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let stamp = chrono::Utc::now().format("%Y%m%d-%H%M%S%3f");
-    lab_root().join("target/notebook-runs").join(format!("{stamp}-{name}"))
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    lab_root().join("target/notebook-runs").join(format!("{stamp}-{}-{n}-{name}", std::process::id()))
 }
 
 /// The device this kernel would use, and its memory summary.
@@ -374,9 +378,15 @@ mod tests {
     fn replay_opens_the_committed_full_run() {
         let s = Setup { mode: Mode::Replay, ..Setup::new(Mode::Replay, "synthetic:qwen2.5-7b", Some("rtx4090")) };
         let kv = s.stage("kv").unwrap();
-        // The full run, not the later run of stage 2 alone with fewer precisions.
-        assert!(kv.run.dir.ends_with("run"), "{}", kv.run.dir.display());
-        assert_eq!(kv.run.manifest.stage("kv").unwrap().config["precisions"], serde_json::json!(["bf16", "q4"]));
+        // A full run of the stage (both precisions), never a quick one such as `vram-lab run`'s kv
+        // (BF16 alone).
+        let newer_quick = results_dir().join("h100/2026-12-06-run/run");
+        assert_eq!(
+            RunFolder::open(&newer_quick).unwrap().manifest.stage("kv").unwrap().config["precisions"],
+            serde_json::json!(["bf16"])
+        );
+        assert_ne!(kv.run.dir, newer_quick);
+        assert_eq!(kv.run.manifest.stage("kv").unwrap().config["precisions"], serde_json::json!(["bf16", "q4_k_m"]));
         assert!(kv.table("kv_limit").unwrap().height() >= 4);
         let anatomy = s.stage("anatomy").unwrap();
         assert!(anatomy.text("oom_summary_f32.txt").unwrap().unwrap().contains("vram-lab memory summary"));
