@@ -242,17 +242,28 @@ fn nb_03_allocator() -> Out {
     frag.chart("steps", "allocator=pytorch")?;
     cell("03_allocator", 8);
     frag.say(r#"
-    **解读 · PyTorch 的序列.** 下面的 PyTorch 数字是本次运行的 PyTorch 行;只有带参考脚本输出的运行才有这些行,没有时每个字段都写明"本次运行没有"。
+    {#if frag_steps[allocator=pytorch]}**解读 · PyTorch 的序列.** 下面的 PyTorch 数字是本次运行的 PyTorch 行,由参考脚本在同一张 GPU、同一次调用里测得(`scripts/reference/pytorch_reference.py frag`,结果经 `vram-lab frag --pytorch FILE` 读入)。
 
     - **reserved 增长了,但这不是碎片整理.** PyTorch:十块之后 reserved {frag_steps.reserved_gib[allocator=pytorch, step=blocks_allocated]:2} GiB,释放奇数块后 {frag_steps.reserved_gib[allocator=pytorch, step=odd_freed]:2} GiB,申请之后 {frag_steps.reserved_gib[allocator=pytorch, step=request]:2} GiB(实验室的模型:{frag_steps.model_reserved_gib[allocator=pytorch, step=request]:2} GiB;报告:{frag_steps.report_reserved_gib[allocator=pool, step=request]} GB)。释放的五个洞仍被保留(PyTorch 缓存释放的块),而请求比任何一个洞都大,于是缓存分配器在上面映射一个新段:reserved 增长整整一个请求。报告的两种猜测("直接申请了新的物理页"或"碎片整理")中,是前者。
     - **报告释放后的 allocated 是它自己的泄漏.** 释放五块之后 PyTorch 持有 {frag_steps.allocated_gib[allocator=pytorch, step=odd_freed]:2} GiB(实验室的模型对每种分配器都是 {frag_steps.model_allocated_gib[allocator=pool, step=odd_freed]:2} GiB):剩下五块。报告的 {frag_steps.report_allocated_gib[allocator=pool, step=odd_freed]} GB 是六块:它的循环 `for i in range(10): t = torch.empty(...)` 结束后,变量 `t` 仍持有第 9 块。参考脚本也原样运行了报告的代码,结果在末尾的发现表里。
     - **`expandable_segments:True`**:申请之后 reserved {frag_steps.reserved_gib[allocator=pytorch-expandable, step=request]:2} GiB,默认分配器是 {frag_steps.reserved_gib[allocator=pytorch, step=request]:2} GiB。可扩展的段在末端增长,盖住了最后一个洞(第 9 块是奇数块,已经释放),所以比一个新段增长得少(实验室的模型:{frag_steps.model_reserved_gib[allocator=pytorch-expandable, step=request]:2} GiB)。
 
-    **Interpretation · PyTorch's sequence.** The PyTorch figures below are this run's PyTorch rows; only a run given the reference script's output has them, and without them each field says "not in this run".
+    **Interpretation · PyTorch's sequence.** The PyTorch figures below are this run's PyTorch rows, measured by the reference script on the same GPU in the same call (`scripts/reference/pytorch_reference.py frag`, read by `vram-lab frag --pytorch FILE`).
 
     - **Reserved grows, and it is not defragmentation.** PyTorch: reserved {frag_steps.reserved_gib[allocator=pytorch, step=blocks_allocated]:2} GiB after the ten blocks, {frag_steps.reserved_gib[allocator=pytorch, step=odd_freed]:2} GiB after the odd ones are freed, {frag_steps.reserved_gib[allocator=pytorch, step=request]:2} GiB after the request (the lab's model: {frag_steps.model_reserved_gib[allocator=pytorch, step=request]:2} GiB; the report: {frag_steps.report_reserved_gib[allocator=pool, step=request]} GB). The five holes stay reserved (PyTorch keeps freed blocks) and the request is larger than any hole, so the caching allocator maps a new segment on top: reserved grows by the whole request. Of the report's two guesses (new physical pages, or defragmentation) it is the first.
     - **The report's allocated after the frees is its own leak.** With five blocks freed PyTorch holds {frag_steps.allocated_gib[allocator=pytorch, step=odd_freed]:2} GiB (the lab's model gives {frag_steps.model_allocated_gib[allocator=pool, step=odd_freed]:2} GiB under every allocator): five blocks remain. The report's {frag_steps.report_allocated_gib[allocator=pool, step=odd_freed]} GB is six: its loop `for i in range(10): t = torch.empty(...)` leaves `t` holding block 9. The reference script also runs the report's exact code; its figure is in the findings at the end.
     - **`expandable_segments:True`**: reserved {frag_steps.reserved_gib[allocator=pytorch-expandable, step=request]:2} GiB after the request, against {frag_steps.reserved_gib[allocator=pytorch, step=request]:2} GiB under the default allocator. The expandable segment grows at its end, over the last hole (block 9 is odd, so freed), and so grows by less than a new segment (the lab's model: {frag_steps.model_reserved_gib[allocator=pytorch-expandable, step=request]:2} GiB).
+    {#else}
+    **解读 · PyTorch 的序列.** 这次运行没有 PyTorch 的行:它们来自同一张 GPU、同一次调用里的参考脚本。要得到它们,在有 GPU 和 PyTorch 的机器上先运行
+    `python3 scripts/reference/pytorch_reference.py frag --card 24084.5 --out torch-frag.jsonl`,再运行 `vram-lab frag --card rtx4090 --pytorch torch-frag.jsonl`;
+    回放模式展示的已提交运行就是这样做的。下面 CUDA 内存池的解读不需要它们。
+
+    **Interpretation · PyTorch's sequence.** This run has no PyTorch rows: they come from the reference script on the same GPU
+    in the same call. To have them, on a machine with a GPU and PyTorch run
+    `python3 scripts/reference/pytorch_reference.py frag --card 24084.5 --out torch-frag.jsonl`, then
+    `vram-lab frag --card rtx4090 --pytorch torch-frag.jsonl`; the committed run Replay shows was made so. The reading of
+    CUDA's pool below needs none of them.
+    {#end}
     "#)?;
     cell("03_allocator", 10);
     frag.show_only("steps", "allocator=caching")?;
@@ -265,13 +276,13 @@ fn nb_03_allocator() -> Out {
     **解读 · CUDA 的内存池.**
 
     - **阈值最大的池保留了洞,申请时却不必增长.** `caching`:释放奇数块后 reserved {frag_steps.reserved_gib[allocator=caching, step=odd_freed]:2} GiB(和 PyTorch 一样留着洞),申请之后 {frag_steps.reserved_gib[allocator=caching, step=request]:2} GiB;设备空闲显存 {frag_steps.device_free_gib[allocator=caching, step=odd_freed]:2} → {frag_steps.device_free_gib[allocator=caching, step=request]:2} GiB。池子用释放的页、在一段新的虚拟地址后面拼出这次请求,不需要新的物理显存。实验室最初的模型(像 PyTorch 那样的缓存)预测会多出一个请求;测量纠正了它,现在的模型先复用缓存的页:{frag_steps.model_reserved_gib[allocator=caching, step=request]:2} GiB。
-    - **candle 的池会把显存还回去.** `pool`(阈值 0):十块之后 reserved {frag_steps.reserved_gib[allocator=pool, step=blocks_allocated]:2} GiB,释放并同步之后 {frag_steps.reserved_gib[allocator=pool, step=odd_freed]:2} GiB(实验室的模型:{frag_steps.model_reserved_gib[allocator=pool, step=odd_freed]:2} GiB),而 allocated 是 {frag_steps.allocated_gib[allocator=pool, step=odd_freed]:2} GiB:释放的页在同步时回到了驱动。PyTorch 在同一步停在 {frag_steps.reserved_gib[allocator=pytorch, step=odd_freed]:2} GiB(报告:{frag_steps.report_reserved_gib[allocator=pool, step=odd_freed]} GB)。
+    - **candle 的池会把显存还回去.** `pool`(阈值 0):十块之后 reserved {frag_steps.reserved_gib[allocator=pool, step=blocks_allocated]:2} GiB,释放并同步之后 {frag_steps.reserved_gib[allocator=pool, step=odd_freed]:2} GiB(实验室的模型:{frag_steps.model_reserved_gib[allocator=pool, step=odd_freed]:2} GiB),而 allocated 是 {frag_steps.allocated_gib[allocator=pool, step=odd_freed]:2} GiB:释放的页在同步时回到了驱动。{#if frag_steps[allocator=pytorch]}PyTorch 在同一步停在 {frag_steps.reserved_gib[allocator=pytorch, step=odd_freed]:2} GiB(报告:{frag_steps.report_reserved_gib[allocator=pool, step=odd_freed]} GB)。{#else}报告在这一步是 {frag_steps.report_reserved_gib[allocator=pool, step=odd_freed]} GB。{#end}
     - **最大可分配块**(二分查找,每次试探后释放)就是卡上空闲的量,与洞无关:`pool` 释放后最大块 {frag_steps.largest_block_gib[allocator=pool, step=odd_freed]:2} GiB,设备空闲 {frag_steps.device_free_gib[allocator=pool, step=odd_freed]:2} GiB;`sync` {frag_steps.largest_block_gib[allocator=sync, step=odd_freed]:2} 对 {frag_steps.device_free_gib[allocator=sync, step=odd_freed]:2} GiB;`caching` 的最大块 {frag_steps.largest_block_gib[allocator=caching, step=odd_freed]:2} GiB,约等于设备空闲的 {frag_steps.device_free_gib[allocator=caching, step=odd_freed]:2} GiB 加上它缓存着的页。GPU 显存是分页的:一个块需要足够的空闲页,而不是一段连续的物理地址。
 
     **Interpretation · CUDA's pool.**
 
     - **The pool at its maximum threshold keeps the holes, and need not grow for the request.** `caching`: reserved {frag_steps.reserved_gib[allocator=caching, step=odd_freed]:2} GiB after the odd blocks are freed (the holes kept, as PyTorch keeps them), {frag_steps.reserved_gib[allocator=caching, step=request]:2} GiB after the request; the device's free memory {frag_steps.device_free_gib[allocator=caching, step=odd_freed]:2} → {frag_steps.device_free_gib[allocator=caching, step=request]:2} GiB. The pool assembles the request from the freed pages behind a fresh virtual range, with no new physical memory. The lab's first model (a PyTorch-like cache) predicted a whole request more; the measurement corrected it, and the model now reuses cached pages first: {frag_steps.model_reserved_gib[allocator=caching, step=request]:2} GiB.
-    - **candle's pool gives memory back.** `pool` (threshold 0): reserved {frag_steps.reserved_gib[allocator=pool, step=blocks_allocated]:2} GiB after the ten blocks, {frag_steps.reserved_gib[allocator=pool, step=odd_freed]:2} GiB once they are freed and the stream synchronised (the lab's model: {frag_steps.model_reserved_gib[allocator=pool, step=odd_freed]:2} GiB), against {frag_steps.allocated_gib[allocator=pool, step=odd_freed]:2} GiB allocated: the freed pages went back to the driver at the synchronisation. PyTorch stays at {frag_steps.reserved_gib[allocator=pytorch, step=odd_freed]:2} GiB at that step (the report: {frag_steps.report_reserved_gib[allocator=pool, step=odd_freed]} GB).
+    - **candle's pool gives memory back.** `pool` (threshold 0): reserved {frag_steps.reserved_gib[allocator=pool, step=blocks_allocated]:2} GiB after the ten blocks, {frag_steps.reserved_gib[allocator=pool, step=odd_freed]:2} GiB once they are freed and the stream synchronised (the lab's model: {frag_steps.model_reserved_gib[allocator=pool, step=odd_freed]:2} GiB), against {frag_steps.allocated_gib[allocator=pool, step=odd_freed]:2} GiB allocated: the freed pages went back to the driver at the synchronisation. {#if frag_steps[allocator=pytorch]}PyTorch stays at {frag_steps.reserved_gib[allocator=pytorch, step=odd_freed]:2} GiB at that step (the report: {frag_steps.report_reserved_gib[allocator=pool, step=odd_freed]} GB).{#else}The report has {frag_steps.report_reserved_gib[allocator=pool, step=odd_freed]} GB at that step.{#end}
     - **The largest allocatable block** (found by bisection, each trial freed) is what is free on the card, whatever the holes: after the frees `pool`'s is {frag_steps.largest_block_gib[allocator=pool, step=odd_freed]:2} GiB with {frag_steps.device_free_gib[allocator=pool, step=odd_freed]:2} GiB free on the device; `sync` {frag_steps.largest_block_gib[allocator=sync, step=odd_freed]:2} against {frag_steps.device_free_gib[allocator=sync, step=odd_freed]:2} GiB; `caching`'s {frag_steps.largest_block_gib[allocator=caching, step=odd_freed]:2} GiB is about the device's free {frag_steps.device_free_gib[allocator=caching, step=odd_freed]:2} GiB plus the pages it keeps cached. GPU memory is paged: a block needs enough free pages, not a contiguous physical range.
     "#)?;
     cell("03_allocator", 16);
@@ -282,12 +293,15 @@ fn nb_03_allocator() -> Out {
 
     | 分配器 allocator | fresh | reused |
     |---|---|---|
-    | PyTorch 默认 default | {frag_false_oom.outcome[allocator=pytorch, layout=fresh]} ({frag_false_oom.model_outcome[allocator=pytorch, layout=fresh]}) | {frag_false_oom.outcome[allocator=pytorch, layout=reused]} ({frag_false_oom.model_outcome[allocator=pytorch, layout=reused]}) |
-    | PyTorch `expandable_segments` | {frag_false_oom.outcome[allocator=pytorch-expandable, layout=fresh]} ({frag_false_oom.model_outcome[allocator=pytorch-expandable, layout=fresh]}) | {frag_false_oom.outcome[allocator=pytorch-expandable, layout=reused]} ({frag_false_oom.model_outcome[allocator=pytorch-expandable, layout=reused]}) |
+    {#if frag_false_oom[allocator=pytorch]}| PyTorch 默认 default | {frag_false_oom.outcome[allocator=pytorch, layout=fresh]} ({frag_false_oom.model_outcome[allocator=pytorch, layout=fresh]}) | {frag_false_oom.outcome[allocator=pytorch, layout=reused]} ({frag_false_oom.model_outcome[allocator=pytorch, layout=reused]}) |
+    {#end}
+    {#if frag_false_oom[allocator=pytorch-expandable]}| PyTorch `expandable_segments` | {frag_false_oom.outcome[allocator=pytorch-expandable, layout=fresh]} ({frag_false_oom.model_outcome[allocator=pytorch-expandable, layout=fresh]}) | {frag_false_oom.outcome[allocator=pytorch-expandable, layout=reused]} ({frag_false_oom.model_outcome[allocator=pytorch-expandable, layout=reused]}) |
+    {#end}
     | `pool` | {frag_false_oom.outcome[allocator=pool, layout=fresh]} ({frag_false_oom.model_outcome[allocator=pool, layout=fresh]}) | {frag_false_oom.outcome[allocator=pool, layout=reused]} ({frag_false_oom.model_outcome[allocator=pool, layout=reused]}) |
     | `caching` | {frag_false_oom.outcome[allocator=caching, layout=fresh]} ({frag_false_oom.model_outcome[allocator=caching, layout=fresh]}) | {frag_false_oom.outcome[allocator=caching, layout=reused]} ({frag_false_oom.model_outcome[allocator=caching, layout=reused]}) |
     | `sync` | {frag_false_oom.outcome[allocator=sync, layout=fresh]} ({frag_false_oom.model_outcome[allocator=sync, layout=fresh]}) | {frag_false_oom.outcome[allocator=sync, layout=reused]} ({frag_false_oom.model_outcome[allocator=sync, layout=reused]}) |
-    | `host-arena`(CPU 运行才有 / CPU runs only) | {frag_false_oom.outcome[allocator=host-arena, layout=fresh]} ({frag_false_oom.model_outcome[allocator=host-arena, layout=fresh]}) | {frag_false_oom.outcome[allocator=host-arena, layout=reused]} ({frag_false_oom.model_outcome[allocator=host-arena, layout=reused]}) |
+    {#if frag_false_oom[allocator=host-arena]}| `host-arena`(CPU 运行才有 / CPU runs only) | {frag_false_oom.outcome[allocator=host-arena, layout=fresh]} ({frag_false_oom.model_outcome[allocator=host-arena, layout=fresh]}) | {frag_false_oom.outcome[allocator=host-arena, layout=reused]} ({frag_false_oom.model_outcome[allocator=host-arena, layout=reused]}) |
+    {#end}
 
     PyTorch 的默认分配器在请求失败时会释放完全空闲的段再重试(所以 `fresh` 的洞可以还回去),但它不能释放或重新映射一个仍有存活块的段的一部分:在 `reused` 中洞都在这样的段里,没有一个洞装得下请求 —— 空闲的总量够,却 OOM,这就是"假 OOM"。`expandable_segments:True` 重新映射页,请求就装得下:正是报告的 OOM 信息里建议的办法。CUDA 的内存池在任何阈值下都会重新映射页,`cuMemAlloc`(`sync`)不保留洞:只要空闲的页够,请求就能满足。只有一段连续地址、没有页可以重映射的分配器(CPU 上的 `host-arena`)才会在两种布局下都失败。把每个测量结果和括号里的预测对照。
 
@@ -323,9 +337,16 @@ fn nb_03_allocator() -> Out {
     }
     cell("03_allocator", 28);
     leaks.say(r#"
-    **解读 · OOM 诊断.** 失败的请求 {leaks_oom.mib[section=device, item=request]:1} MiB({leaks_oom.note[section=device, item=request]}),而内存池最多能有 {leaks_oom.mib[section=device, item=capacity for the pool]:1} MiB。关键是两行 `need`:这个工作负载分配的字节 {leaks_oom.mib[section=need, item=allocated by this workload]:1} MiB(装得下:{leaks_oom.fits[section=need, item=allocated by this workload]}),池子为它映射的 {leaks_oom.mib[section=need, item=mapped by the pool for it]:1} MiB(装得下:{leaks_oom.fits[section=need, item=mapped by the pool for it]})。一次前向中,流序内存池在两次同步之间释放又分配各种大小的块,映射的比交出去的多;这个倍数在最后一个装得下的大小上测得(见表中这一行的 note)。第一行装得下、第二行装不下时,OOM 来自池子的映射,而不是工作负载;两行都装不下时,工作负载本身就太大,池子让它更糟。补救:更小的 batch({leaks_oom.note[section=remedy, item=smaller batch]},装得下:{leaks_oom.fits[section=remedy, item=smaller batch]}),更短的上下文({leaks_oom.note[section=remedy, item=shorter context]},{leaks_oom.fits[section=remedy, item=shorter context]}),Q4 权重({leaks_oom.fits[section=remedy, item=Q4 weights]}),卸载({leaks_oom.fits[section=remedy, item=offload]})。没有 OOM 的运行(例如在 CPU 上)这里每个字段都写"本次运行没有"。第 2 阶段在长上下文处的 OOM 是同一类(笔记本 02,`vram-lab kv` 的 `oom` 视图)。
+    {#if leaks_oom[section=need]}**解读 · OOM 诊断.** 失败的请求 {leaks_oom.mib[section=device, item=request]:1} MiB({leaks_oom.note[section=device, item=request]}),而内存池最多能有 {leaks_oom.mib[section=device, item=capacity for the pool]:1} MiB。关键是两行 `need`:这个工作负载分配的字节 {leaks_oom.mib[section=need, item=allocated by this workload]:1} MiB(装得下:{leaks_oom.fits[section=need, item=allocated by this workload]}),池子为它映射的 {leaks_oom.mib[section=need, item=mapped by the pool for it]:1} MiB(装得下:{leaks_oom.fits[section=need, item=mapped by the pool for it]})。一次前向中,流序内存池在两次同步之间释放又分配各种大小的块,映射的比交出去的多;这个倍数在最后一个装得下的大小上测得(见表中这一行的 note)。第一行装得下、第二行装不下时,OOM 来自池子的映射,而不是工作负载;两行都装不下时,工作负载本身就太大,池子让它更糟。补救:更小的 batch({leaks_oom.note[section=remedy, item=smaller batch]},装得下:{leaks_oom.fits[section=remedy, item=smaller batch]}),更短的上下文({leaks_oom.note[section=remedy, item=shorter context]},{leaks_oom.fits[section=remedy, item=shorter context]}),Q4 权重({leaks_oom.fits[section=remedy, item=Q4 weights]}),卸载({leaks_oom.fits[section=remedy, item=offload]})。第 2 阶段在长上下文处的 OOM 是同一类(笔记本 02,`vram-lab kv` 的 `oom` 视图)。
 
-    **Interpretation · the OOM diagnosis.** The request that failed was {leaks_oom.mib[section=device, item=request]:1} MiB ({leaks_oom.note[section=device, item=request]}), with at most {leaks_oom.mib[section=device, item=capacity for the pool]:1} MiB for the pool. The two `need` rows are the point: what the workload allocates, {leaks_oom.mib[section=need, item=allocated by this workload]:1} MiB (fits: {leaks_oom.fits[section=need, item=allocated by this workload]}), and what the pool maps for it, {leaks_oom.mib[section=need, item=mapped by the pool for it]:1} MiB (fits: {leaks_oom.fits[section=need, item=mapped by the pool for it]}; {leaks_oom.note[section=need, item=mapped by the pool for it]}). During a forward the stream-ordered pool frees and allocates blocks of many sizes between synchronisations and maps more than it hands out. Where the first fits and the second does not, the OOM is the pool's mapping, not the workload; where neither fits, the workload itself is too large and the pool makes it worse. Remedies: a smaller batch ({leaks_oom.note[section=remedy, item=smaller batch]}, fits: {leaks_oom.fits[section=remedy, item=smaller batch]}), a shorter context ({leaks_oom.note[section=remedy, item=shorter context]}, {leaks_oom.fits[section=remedy, item=shorter context]}), Q4 weights ({leaks_oom.fits[section=remedy, item=Q4 weights]}), offload ({leaks_oom.note[section=remedy, item=offload]}: {leaks_oom.fits[section=remedy, item=offload]}). A run without an OOM (on a CPU, say) reads "not in this run" in every field here. Stage 2's OOM at long contexts is of the same kind (notebook 02, `vram-lab kv`, view `oom`).
+    **Interpretation · the OOM diagnosis.** The request that failed was {leaks_oom.mib[section=device, item=request]:1} MiB ({leaks_oom.note[section=device, item=request]}), with at most {leaks_oom.mib[section=device, item=capacity for the pool]:1} MiB for the pool. The two `need` rows are the point: what the workload allocates, {leaks_oom.mib[section=need, item=allocated by this workload]:1} MiB (fits: {leaks_oom.fits[section=need, item=allocated by this workload]}), and what the pool maps for it, {leaks_oom.mib[section=need, item=mapped by the pool for it]:1} MiB (fits: {leaks_oom.fits[section=need, item=mapped by the pool for it]}; the factor is measured at the last size that fits: this row's note in the table). During a forward the stream-ordered pool frees and allocates blocks of many sizes between synchronisations and maps more than it hands out. Where the first fits and the second does not, the OOM is the pool's mapping, not the workload; where neither fits, the workload itself is too large and the pool makes it worse. Remedies: a smaller batch ({leaks_oom.note[section=remedy, item=smaller batch]}, fits: {leaks_oom.fits[section=remedy, item=smaller batch]}), a shorter context ({leaks_oom.note[section=remedy, item=shorter context]}, {leaks_oom.fits[section=remedy, item=shorter context]}), Q4 weights ({leaks_oom.fits[section=remedy, item=Q4 weights]}), offload ({leaks_oom.note[section=remedy, item=offload]}: {leaks_oom.fits[section=remedy, item=offload]}). Stage 2's OOM at long contexts is of the same kind (notebook 02, `vram-lab kv`, view `oom`).
+    {#else}
+    **解读 · OOM 诊断.** 这次运行没有 OOM(例如在 CPU 上,或者这张卡装得下每个批量),所以没有诊断可读;在模拟的 RTX 4090 上运行
+    `vram-lab leaks --card rtx4090`,溢出的批量会给出这张表。
+
+    **Interpretation · the OOM diagnosis.** This run had no OOM (on a CPU, say, or a card that holds every batch), so there is
+    no diagnosis to read; `vram-lab leaks --card rtx4090` on an emulated RTX 4090 gives this table with its overflowing batch.
+    {#end}
     "#)?;
     cell("03_allocator", 31);
     frag.findings()?.show("Stage 3 findings — allocator")?;
@@ -870,7 +891,7 @@ fn nb_06_multi_gpu() -> Out {
     cell("06_multi_gpu", 28);
     tp72.say(r#"
     **解读.** 整个 72B 放在一张 {gpu} 上：结果是 **{parallel_ranks.outcome[layout=one device]}**（要装下 {parallel_ranks.weights_predicted_mib[layout=one device]:0} MiB 的权重；oom 时这一行记为 oom，阶段继续）。
-    两张卡两种切法都放得下，每个字节都如账本所说：张量并行的 rank {parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB（嵌入和输出层每张卡完整一份），流水线的阶段 {parallel_ranks.weights_mib[layout=pipeline × 2, rank=0]:0} MiB。
+    两张卡两种切法都放得下，每个字节都如账本所说：张量并行的 rank {parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB（嵌入和输出层每张卡完整一份：这次运行早于 2026-11-27 输出层按词表切分，今天的账本见观察 1），流水线的阶段 {parallel_ranks.weights_mib[layout=pipeline × 2, rank=0]:0} MiB。
     张量并行的 rank 解码 {parallel_ranks.decode_tok_s[layout=tensor-parallel × 2, rank=0]:1} tok/s（上限 {parallel_ranks.decode_ceiling_tok_s[layout=tensor-parallel × 2, rank=0]:1}），流水线 {parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1} tok/s：
     在这里张量并行减半的读取占了上风。流水线阶段的权重更少（没有重复的嵌入和输出层），也没有 NCCL（张量并行的 rank 上是 {parallel_ranks.nccl_mib[layout=tensor-parallel × 2, rank=0]:0} MiB）：
     一个对两张卡的张量并行来说刚好太大的模型，用流水线可能还放得下。
@@ -878,7 +899,8 @@ fn nb_06_multi_gpu() -> Out {
     **Interpretation.** The whole of 72B on one {gpu}: **{parallel_ranks.outcome[layout=one device]}**
     ({parallel_ranks.weights_predicted_mib[layout=one device]:0} MiB of weights to hold; an oom is recorded as the row's
     outcome and the stage goes on). Two GPUs hold it either way, each byte as the ledger says: a tensor-parallel rank
-    {parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB (the embedding and the head whole on each), a pipeline stage
+    {parallel_ranks.weights_mib[layout=tensor-parallel × 2, rank=0]:0} MiB (the embedding and the head whole on each: this run predates the head's split by vocabulary of
+    2026-11-27; observation 1 shows today's ledger), a pipeline stage
     {parallel_ranks.weights_mib[layout=pipeline × 2, rank=0]:0} MiB. The ranks decode at {parallel_ranks.decode_tok_s[layout=tensor-parallel × 2, rank=0]:1} tok/s (their
     ceiling {parallel_ranks.decode_ceiling_tok_s[layout=tensor-parallel × 2, rank=0]:1}), the pipeline at {parallel_ranks.decode_tok_s[layout=pipeline × 2, rank=0]:1}:
     here tensor parallelism's halved reads win. A pipeline stage holds less weights (no replicated embedding and head) and no
@@ -1037,10 +1059,10 @@ fn nb_06_multi_gpu() -> Out {
     {train_ranks.measured_mib[rank=2, item=NCCL's device memory]:0} and {train_ranks.measured_mib[rank=3, item=NCCL's device memory]:0} MiB.
     "#)?;
     cell("06_multi_gpu", 54);
-    let cfg = DecoderConfig::preset("qwen2.5-14b")?;
+    let cfg = DecoderConfig::preset("qwen2.5-32b")?;
     let lab = vram_lab::model::parallel::rank_ledger(&cfg, 2, 2, 0, 2)?.weights() as f64;
     let mine = exercises::attempt(|| exercises::tp_rank_weight_bytes(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings, 2, 2) as f64);
-    println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 7 / exercise 7: tp_rank_weight_bytes, 14B BF16 over 2 GPUs", mine, lab, 0.0));
+    println!("{} · 实验室 / the lab: {lab} B = {:.0} MiB", exercises::verdict("练习 7 / exercise 7: tp_rank_weight_bytes, 32B BF16 over 2 GPUs", mine, lab, 0.0), lab / 1048576.0);
     cell("06_multi_gpu", 56);
     let lab = vram_lab::estimate::parallel::nccl_bytes(4, 0) as f64;
     let mine = exercises::attempt(|| exercises::nccl_bytes(4, 0) as f64);
