@@ -60,5 +60,8 @@ fn exercise_8_is_the_estimators_gpu_0_of_four() {
     let lab = (vram_lab::estimate::parallel::nccl_bytes(4, 0) + (2 << 20)) as f64 / 1048576.0;
     let tp4 = vram_lab::notebook::estimate_with("synthetic:qwen2.5-7b", "h200", r#"{"tp": 4}"#).unwrap();
     let shown = number(tp4.fill("{estimate_parallel.nccl_mib[layout=tp, gpu=0]:3}").unwrap());
-    assert!((shown - lab).abs() < 1e-3, "the estimator gives GPU 0 {shown} MiB, exercise 8's lab value and the 2 MiB block {lab} MiB");
+    assert!(
+        (shown - lab).abs() < 1e-3,
+        "the estimator gives GPU 0 {shown} MiB, exercise 8's lab value and the 2 MiB block {lab} MiB"
+    );
 }
