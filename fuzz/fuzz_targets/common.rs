@@ -4,7 +4,7 @@
 
 use candle_core::Device;
 use std::path::PathBuf;
-use vram_lab::model::load::source::{self, SourceOptions};
+use vram_lab::model::source::{self, SourceOptions};
 use vram_lab::model::{ModelSource, Precision};
 
 /// A scratch folder per fuzzing process (in memory where /dev/shm exists).
