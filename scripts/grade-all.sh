@@ -37,6 +37,11 @@ student_rs=$work/copy/exercises/src/student.rs
 list() {
   for s in "$subs"/*; do
     name=$(basename "$s" .rs)
+    # A name becomes a CSV cell and a word of this script: letters, digits, `.`, `_`, `-` only.
+    if [[ ! "$name" =~ ^[A-Za-z0-9._-]+$ ]]; then
+      echo "skipped $(printf '%q' "$s"): a submission's name is letters, digits, '.', '_' and '-'" >&2
+      continue
+    fi
     if [ -f "$s" ] && [ "${s%.rs}" != "$s" ]; then
       echo "$name	$s"
     elif [ -f "$s/student.rs" ]; then
@@ -50,7 +55,8 @@ list() {
 # What two submissions share once whitespace and // comments are gone.
 fingerprint() { sed 's://.*$::' "$1" | tr -d ' \t\r\n' | sha256sum | cut -c1-16; }
 
-list | while IFS=$'\t' read -r name file; do echo "$name $(fingerprint "$file")"; done > "$work/prints"
+list > "$work/list"
+while IFS=$'\t' read -r name file; do echo "$name $(fingerprint "$file")"; done < "$work/list" > "$work/prints"
 [ -s "$work/prints" ] || { echo "no NAME.rs or NAME/student.rs in $subs" >&2; exit 2; }
 
 header=student
@@ -58,13 +64,13 @@ for e in $exercises; do header+=",${e%%_[a-z]*}"; done
 header+=",passed,of,same_as,seconds"
 rows=$work/rows.csv
 echo "$header" > "$rows"
-list | while IFS=$'\t' read -r name file; do
+while IFS=$'\t' read -r name file; do
   start=$(date +%s)
   cp "$file" "$student_rs"
   line=$name
   passed=0
   n=0
-  exe=$( (cd "$work/copy" && timeout 900 cargo test -q -p exercises --test grade --no-run --message-format=json 2> "$work/$name.build.txt") |
+  exe=$( (cd "$work/copy" && timeout 900 cargo test -q -p exercises --test grade --no-run --message-format=json 2> "$work/$name.build.txt" < /dev/null) |
     python3 -c "import json,sys
 for l in sys.stdin:
     m = json.loads(l)
@@ -76,7 +82,7 @@ for l in sys.stdin:
       continue
     fi
     set +e
-    (cd "$work/copy/exercises" && timeout "$limit" "$exe" --exact "$e" --test-threads=1 > "$work/$name.$e.txt" 2>&1)
+    (cd "$work/copy/exercises" && timeout "$limit" "$exe" --exact "$e" --test-threads=1 > "$work/$name.$e.txt" 2>&1 < /dev/null)
     rc=$?
     set -e
     if [ $rc -eq 0 ]; then
@@ -94,6 +100,6 @@ for l in sys.stdin:
   same=$(awk -v n="$name" -v p="$print" '$2 == p && $1 != n {print $1}' "$work/prints" | paste -sd';' -)
   echo "$line,$passed,$n,$same,$(($(date +%s) - start))" >> "$rows"
   echo "$name: $passed / $n${same:+ (same as $same)}" >&2
-done
+done < "$work/list"
 cp "$rows" "$out"
 echo "wrote $out" >&2
