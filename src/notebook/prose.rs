@@ -23,7 +23,9 @@ pub const MISSING: &str = "（本次运行没有 / not in this run）";
 impl StageRun {
     /// The template with every field filled from this run.
     pub fn fill(&self, template: &str) -> Result<String> {
-        let template = self.sections(template)?;
+        // Each table is read once for the whole template, not once a field.
+        let mut tables = Tables::new();
+        let template = self.sections(template, &mut tables)?;
         let mut out = String::with_capacity(template.len());
         let mut rest = template.as_str();
         while let Some(i) = rest.find(['{', '}']) {
@@ -40,7 +42,7 @@ impl StageRun {
             let end = rest[i..]
                 .find('}')
                 .ok_or_else(|| LabError::input(format!("an unclosed `{{` near `{}`", head(&rest[i..]))))?;
-            out.push_str(&self.field(rest[i + 1..i + end].trim())?);
+            out.push_str(&self.field(rest[i + 1..i + end].trim(), &mut tables)?);
             rest = &rest[i + end + 1..];
         }
         out.push_str(rest);
@@ -48,7 +50,7 @@ impl StageRun {
     }
 
     /// The template with each `{#if …}…{#else}…{#end}` section replaced by the part this run keeps.
-    fn sections(&self, template: &str) -> Result<String> {
+    fn sections(&self, template: &str, tables: &mut Tables) -> Result<String> {
         let mut out = String::with_capacity(template.len());
         let mut rest = template;
         while let Some(i) = rest.find("{#if ") {
@@ -61,7 +63,7 @@ impl StageRun {
                 return Err(LabError::input(format!("a section inside a section near `{}`", head(&rest[i..]))));
             }
             let starts_line = out.is_empty() || out.ends_with('\n');
-            out.push_str(if self.has_rows(rest[i + 5..cond_end].trim())? { yes } else { no });
+            out.push_str(if self.has_rows(rest[i + 5..cond_end].trim(), tables)? { yes } else { no });
             rest = &body[end + "{#end}".len()..];
             // A section that starts a line takes the line's end with it: a table's row kept or
             // left out leaves no blank line, which would end the table.
@@ -77,23 +79,37 @@ impl StageRun {
     }
 
     /// Whether a row of `table[filters]` has those values (a table the run lacks has none).
-    fn has_rows(&self, spec: &str) -> Result<bool> {
+    fn has_rows(&self, spec: &str, tables: &mut Tables) -> Result<bool> {
         let (table, filters) = match spec.split_once('[') {
             Some((t, f)) => (t.trim(), f.strip_suffix(']').ok_or_else(|| bad(spec, "a `[` without its `]`"))?),
             None => (spec, ""),
         };
-        Ok(self.rows(spec, table, filters)?.is_some_and(|(_, rows)| !rows.is_empty()))
+        Ok(self.rows(spec, table, filters, tables)?.is_some_and(|(_, rows)| !rows.is_empty()))
     }
 
     /// The stage's `table` and its rows with the `filters`' values; None when the run has no such
     /// table. A filter naming a column the table lacks is an error (a stale key).
-    fn rows(&self, spec: &str, table: &str, filters: &str) -> Result<Option<(DataFrame, Vec<usize>)>> {
+    fn rows(
+        &self,
+        spec: &str,
+        table: &str,
+        filters: &str,
+        tables: &mut Tables,
+    ) -> Result<Option<(DataFrame, Vec<usize>)>> {
         let recorded =
             table == "findings" || self.run.manifest.stage(&self.stage).is_some_and(|r| r.tables.contains_key(table));
         if !recorded {
             return Ok(None);
         }
-        let df = if table == "findings" { self.findings()?.df()? } else { self.run.table(&self.stage, table)? };
+        let df = match tables.get(table) {
+            Some(df) => df.clone(),
+            None => {
+                let df =
+                    if table == "findings" { self.findings()?.df()? } else { self.run.table(&self.stage, table)? };
+                tables.insert(table.to_string(), df.clone());
+                df
+            }
+        };
         let mut mask = BooleanChunked::full("m".into(), true, df.height());
         for f in filter_pairs(filters) {
             let (k, v) = f.split_once('=').ok_or_else(|| bad(spec, &format!("the filter `{f}` is not key=value")))?;
@@ -120,7 +136,7 @@ impl StageRun {
         Ok(())
     }
 
-    fn field(&self, spec: &str) -> Result<String> {
+    fn field(&self, spec: &str, tables: &mut Tables) -> Result<String> {
         let m = &self.run.manifest;
         match spec {
             "gpu" => return Ok(m.env.gpu.clone().unwrap_or_else(|| m.env.device.clone())),
@@ -143,7 +159,7 @@ impl StageRun {
         let (table, column) =
             path.trim().split_once('.').ok_or_else(|| bad(spec, "not `table.column[filters]` nor a manifest field"))?;
         let (table, column) = (table.trim(), column.trim());
-        let found = self.rows(spec, table, filters)?;
+        let found = self.rows(spec, table, filters, tables)?;
         let (df, rows) = match found {
             Some((df, rows)) if !rows.is_empty() => (df, rows),
             _ if self.live => return Ok(MISSING.into()),
@@ -188,6 +204,9 @@ fn dedent(text: &str) -> String {
         text.lines().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
     text.lines().map(|l| l.get(indent..).unwrap_or(l.trim_start())).collect::<Vec<_>>().join("\n")
 }
+
+/// The tables one template has read, by name (a DataFrame's clone shares its columns).
+type Tables = std::collections::HashMap<String, DataFrame>;
 
 fn unclosed(at: &str) -> LabError {
     LabError::input(format!("a section without its `{{#end}}` near `{}`", head(at)))
