@@ -21,7 +21,7 @@ const MAX_STAGE_FILES: usize = 256;
 /// A table of a run, read back: the largest the lab writes are a few MB.
 pub const MAX_RUN_TABLE: u64 = 256 << 20;
 /// All the tables and texts read through one opened run (what its report embeds): the largest
-/// run folder committed holds 216 KB, so a manifest naming more than this is refused, not paged.
+/// run folder committed holds a few hundred KB, so a manifest naming more than this is refused, not paged.
 pub const MAX_RUN_READ: u64 = 64 << 20;
 
 /// A headline figure: the measurement beside its prediction, the report's RTX 4090 figure and,
