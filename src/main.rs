@@ -46,6 +46,9 @@ enum Cmd {
     Report { dir: PathBuf },
     /// Generate text: the quickest check that a model loaded correctly
     Generate(commands::GenerateArgs),
+    /// Each precision's logits on this device beside F32's on the CPU, on the same tokens: does this
+    /// build compute on this card what the CPU computes?
+    Parity(commands::ParityArgs),
     /// Write a GGUF file with llama.cpp's recipe (Q4_K_M by default) from safetensors, a GGUF or a
     /// synthetic preset, with the model's tokenizer in its metadata when it has one
     Quantize {
@@ -175,6 +178,7 @@ fn dispatch(matches: &clap::ArgMatches) -> Result<()> {
             Ok(())
         }
         Cmd::Generate(g) => commands::generate(args, &g).map(|t| println!("{t}")),
+        Cmd::Parity(p) => commands::parity(args, &p).map(|t| println!("{t}")),
         Cmd::Quantize { to, ftype } => commands::quantize(args, &to, ftype).map(|t| println!("{t}")),
         Cmd::Info => commands::info(args).map(|t| println!("{t}")),
         Cmd::Watch(w) => commands::watch(args, &w).map(|t| println!("{t}")),

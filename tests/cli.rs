@@ -225,6 +225,25 @@ fn generate_prints_ids_and_is_deterministic() {
     assert_eq!(v["generated_ids"], w["generated_ids"]);
 }
 
+/// The reference's picks are `generate`'s F32 ids; on the CPU, F32 beside itself agrees to the bit
+/// and BF16 stands close; a precision named twice is refused.
+#[test]
+fn parity_forces_the_references_tokens_through_each_precision() {
+    let g = lab(&["generate", "--precision", "f32", "--prompt-ids", "1,2,3,4,5", "--max-new-tokens", "6", "--json"]);
+    let ids: serde_json::Value = serde_json::from_slice(&g.stdout).unwrap();
+    let p = lab(&["parity", "--precisions", "f32,bf16", "--prompt-ids", "1,2,3,4,5", "--steps", "6", "--json"]);
+    assert!(p.status.success(), "{}", text(&p));
+    let v: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
+    let rows = v["precisions"].as_array().unwrap();
+    let picks: Vec<&serde_json::Value> =
+        rows[0]["positions"].as_array().unwrap().iter().map(|p| &p["reference_id"]).collect();
+    assert_eq!(serde_json::json!(picks), ids["generated_ids"]);
+    assert_eq!((rows[0]["top1_agreement"].as_f64(), rows[0]["largest_diff"].as_f64()), (Some(1.0), Some(0.0)));
+    let bf16 = rows[1]["largest_relative"].as_f64().unwrap();
+    assert!(bf16 > 0.0 && bf16 < 0.05, "{bf16}");
+    fails_with(&["parity", "--precisions", "bf16,f32,bf16"], "--precisions lists bf16 twice");
+}
+
 #[test]
 fn bad_input_fails_clearly() {
     let tmp = tempfile::tempdir().unwrap();

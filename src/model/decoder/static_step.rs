@@ -24,24 +24,39 @@ impl Decoder {
         tables: &crate::model::generate::Tables,
         cache: &KvCache,
     ) -> Result<Tensor> {
+        let step = StepInputs::new(tables, pos, ids.dim(0)?, &self.cfg);
+        let logits = self.static_logits(ids, &step, cache)?;
+        step.argmax(&logits)
+    }
+
+    /// `decode_static`'s logits ([batch, vocab]) before the pick: what `generate::parity` compares.
+    pub(crate) fn decode_static_logits(
+        &self,
+        ids: &Tensor,
+        pos: &Tensor,
+        tables: &crate::model::generate::Tables,
+        cache: &KvCache,
+    ) -> Result<Tensor> {
+        let step = StepInputs::new(tables, pos, ids.dim(0)?, &self.cfg);
+        self.static_logits(ids, &step, cache)
+    }
+
+    fn static_logits(&self, ids: &Tensor, step: &StepInputs, cache: &KvCache) -> Result<Tensor> {
         let cfg = &self.cfg;
-        let b = ids.dim(0)?;
-        let step = StepInputs::new(tables, pos, b, cfg);
         let mut x = self.embed(ids)?;
         for (l, slot_) in self.layers.iter().enumerate() {
             let LayerSlot::Resident(layer) = slot_ else {
                 return Err(LabError::Unsupported("graph decoding needs every layer resident on the GPU".into()));
             };
             let (kc, vc) = cache.full(l)?;
-            x = layer.decode_static(x, cfg, &step, &kc, &vc)?;
+            x = layer.decode_static(x, cfg, step, &kc, &vc)?;
         }
         // The head of `head(.., Logits::Last)` for one position, through the step's kernels.
         let head = self.lm_head.local();
-        let logits = match normed_step(parts([head]).as_deref(), &x, &self.norm, cfg.rms_norm_eps, false, &step)? {
+        Ok(match normed_step(parts([head]).as_deref(), &x, &self.norm, cfg.rms_norm_eps, false, step)? {
             StepOut::Product(y) => self.lm_head.complete(y)?,
             StepOut::Normed(h) => self.lm_head.forward(&h)?,
-        };
-        step.argmax(&logits)
+        })
     }
 }
 

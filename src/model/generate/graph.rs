@@ -35,6 +35,16 @@ impl<'a> StaticDecoder<'a> {
     /// Prefills `prompt` ([batch, s] u32) into a cache of `capacity` positions and holds the
     /// greedy ids that follow.
     pub fn prefill(model: &'a Decoder, prompt: &Tensor, capacity: usize, own: OwnKernels) -> Result<Self> {
+        Ok(Self::prefill_logits(model, prompt, capacity, own)?.0)
+    }
+
+    /// `prefill`, with the prompt's last logits ([batch, vocab], F32).
+    pub fn prefill_logits(
+        model: &'a Decoder,
+        prompt: &Tensor,
+        capacity: usize,
+        own: OwnKernels,
+    ) -> Result<(Self, Tensor)> {
         let (b, s) = prompt.dims2()?;
         let mut cache = model.new_cache(b, capacity)?;
         let logits = last_logits(&model.forward(prompt, &mut cache, Logits::Last)?)?;
@@ -43,7 +53,7 @@ impl<'a> StaticDecoder<'a> {
         check_finite(&logits, 0)?;
         let ids = logits.argmax_keepdim(candle_core::D::Minus1)?.to_dtype(DType::U32)?;
         let dev = model.device();
-        Ok(Self {
+        let dec = Self {
             tables: Tables::new(model.device(), model.act_dtype(), model.rope(0, capacity)?, own)?,
             model,
             cache,
@@ -53,7 +63,8 @@ impl<'a> StaticDecoder<'a> {
             room: capacity - s,
             #[cfg(feature = "cuda")]
             graph: None,
-        })
+        };
+        Ok((dec, logits))
     }
 
     /// One token, kernel by kernel: the ids and the position advance in device memory.
@@ -76,6 +87,18 @@ impl<'a> StaticDecoder<'a> {
         let pos = self.pos.broadcast_add(&self.one)?;
         self.pos.slice_set(&pos, 0, 0)?;
         Ok(())
+    }
+
+    /// One step, kernel by kernel, whose input is `ids` ([batch, 1] u32) instead of the last pick,
+    /// returning its logits ([batch, vocab], F32): a reference's tokens forced through the step's
+    /// kernels (`generate::parity`). The position advances as in `step`.
+    pub fn step_forced(&mut self, ids: &Tensor) -> Result<Tensor> {
+        self.take_room()?;
+        self.ids.slice_set(&ids.to_dtype(DType::U32)?, 0, 0)?;
+        let logits = self.model.decode_static_logits(&self.ids, &self.pos, &self.tables, &self.cache)?;
+        let pos = self.pos.broadcast_add(&self.one)?;
+        self.pos.slice_set(&pos, 0, 0)?;
+        Ok(logits.to_dtype(DType::F32)?)
     }
 
     /// The bytes of the decoder's KV cache (its whole capacity).

@@ -1,8 +1,10 @@
 //! Prefill + decode loop with timings: the token generator behind `vram-lab generate` and the
 //! anatomy stage; the decoder that captures the static step (its inputs and kernels:
-//! `model::layers::step`) as a CUDA graph and replays it (`graph`), and sampling.
+//! `model::layers::step`) as a CUDA graph and replays it (`graph`), sampling, and the logits of one
+//! decoder beside a reference's on the same tokens (`parity`).
 
 pub mod graph;
+pub mod parity;
 pub mod sampling;
 
 pub use crate::model::layers::step::{OwnKernels, StepInputs, Tables};
