@@ -6,7 +6,7 @@ mod common;
 
 use std::io::Read;
 use std::path::Path;
-use vram_lab::estimate::transformers::caching::{round_size, Caching};
+use vram_lab::estimate::caching::{round_size, Caching};
 use vram_lab::estimate::transformers::{forward, sweep, Dtype, Load, Target};
 use vram_lab::experiments::check::transformers::sweeps;
 use vram_lab::hw::Card;

@@ -156,6 +156,9 @@ def frag_one(args, out):
                 break
             blocks.append(b)
         count = len(blocks)
+        # The loop variable holds the last block: left alive it would outlive this trial and sit
+        # in the next one (a 512 MiB segment the 2026-12-06 run's `reused` rows carried).
+        b = None
         blocks = [b for i, b in enumerate(blocks) if i % 2 == 0]
         torch.cuda.synchronize()
         reserved_before = torch.cuda.memory_reserved()

@@ -5,6 +5,7 @@
 //! (`scaled`). No measurement, no experiment. This file only names the parts.
 
 pub mod bytes;
+pub mod caching;
 pub mod data_parallel;
 pub mod fit;
 pub mod llamacpp;

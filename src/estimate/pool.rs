@@ -4,7 +4,7 @@
 //! prediction beside it, and on CPU it is the stage's whole story.
 //!
 //! Memory is mapped in segments (2 MiB pages); a segment is cut into blocks; a freed block may
-//! stay in its segment for reuse (a cache). Five behaviours, told apart by five switches:
+//! stay in its segment for reuse (a cache). Four behaviours, told apart by five switches:
 //! - `pool`: CUDA's stream-ordered pool as candle uses it (release threshold 0): frees are cached
 //!   until the next synchronisation, which gives the free pages back;
 //! - `caching`: the same pool with the release threshold at its maximum: nothing is given back.
@@ -13,11 +13,10 @@
 //!   is mapped (measured on an H200, 2026-11-22: the report's 2 GiB request left the caching
 //!   pool's reserved at 4.91 GiB, and a card full of holes served a request larger than any);
 //! - `sync`: plain cuMemAlloc / cuMemFree, nothing cached;
-//! - `torch`: PyTorch's caching allocator: on a failed request it releases the segments with
-//!   nothing in use and retries (`release_cached_blocks`), but a segment with one live block
-//!   stays, holes and all;
-//! - `torch-expandable`: `expandable_segments:True`: the pages behind free blocks can be unmapped
-//!   and mapped again where they are needed, so only the total that is free matters.
+//! - `one_range`: one fixed range cut by a heap, the lab's host arena on CPU.
+//!
+//! PyTorch's caching allocator, beside which the reference script's figures are read, is
+//! `estimate::caching`.
 
 use std::collections::BTreeMap;
 
@@ -29,7 +28,6 @@ pub fn behaviour(policy: Policy) -> Behaviour {
         Policy::Pool => Behaviour {
             caches_frees: true,
             release_at_sync: true,
-            release_on_failure: false,
             remap_pages: true,
             reuse_pages_first: true,
             one_range: false,
@@ -37,7 +35,6 @@ pub fn behaviour(policy: Policy) -> Behaviour {
         Policy::Caching => Behaviour {
             caches_frees: true,
             release_at_sync: false,
-            release_on_failure: false,
             remap_pages: true,
             reuse_pages_first: true,
             one_range: false,
@@ -45,23 +42,10 @@ pub fn behaviour(policy: Policy) -> Behaviour {
         Policy::Sync => Behaviour {
             caches_frees: false,
             release_at_sync: false,
-            release_on_failure: false,
             remap_pages: false,
             reuse_pages_first: false,
             one_range: false,
         },
-    }
-}
-
-/// PyTorch's allocator, for the predictions beside the reference script's figures.
-pub fn torch(expandable_segments: bool) -> Behaviour {
-    Behaviour {
-        caches_frees: true,
-        release_at_sync: false,
-        release_on_failure: true,
-        remap_pages: expandable_segments,
-        reuse_pages_first: false,
-        one_range: false,
     }
 }
 
@@ -71,7 +55,6 @@ pub fn one_range() -> Behaviour {
     Behaviour {
         caches_frees: true,
         release_at_sync: false,
-        release_on_failure: false,
         remap_pages: false,
         reuse_pages_first: false,
         one_range: true,
@@ -84,8 +67,6 @@ pub struct Behaviour {
     pub caches_frees: bool,
     /// A synchronisation releases every segment with nothing in use.
     pub release_at_sync: bool,
-    /// A request that finds no room releases the segments with nothing in use and retries.
-    pub release_on_failure: bool,
     /// Pages behind free blocks can be unmapped and mapped again elsewhere.
     pub remap_pages: bool,
     /// A request no free block holds takes cached pages before new memory is mapped.
@@ -192,9 +173,6 @@ impl AllocModel {
             self.take_cached_pages(size);
             self.segments.push(Segment { blocks: vec![Block { offset: 0, size, owner: Some(handle) }] });
             return self.record(handle, size);
-        }
-        if self.unmapped() < size && self.behaviour.release_on_failure {
-            self.release_idle();
         }
         if self.unmapped() < size && self.behaviour.remap_pages {
             self.unmap_free_blocks(size);
@@ -394,9 +372,6 @@ mod tests {
     #[test]
     fn the_report_sequence_under_each_policy() {
         let cap = 24 * GIB;
-        // PyTorch: the holes stay reserved; 2 GiB is a new segment on top (the report's 6.88 GB).
-        let (_, t) = report_sequence(torch(false), cap);
-        assert_eq!(t, vec![(5000 * MIB, 5000 * MIB), (2500 * MIB, 5000 * MIB), (4548 * MIB, 7048 * MIB)]);
         // The caching pool: the holes stay reserved too, but the request takes their pages.
         let (_, c) = report_sequence(behaviour(Policy::Caching), cap);
         assert_eq!(c, vec![(5000 * MIB, 5000 * MIB), (2500 * MIB, 5000 * MIB), (4548 * MIB, 5000 * MIB)]);
@@ -431,8 +406,7 @@ mod tests {
 
     #[test]
     fn false_oom_needs_holes_inside_a_live_segment() {
-        // Blocks in segments of their own: releasing idle segments (or never caching) makes room.
-        assert!(false_oom(torch(false), false).0.is_ok());
+        // Releasing at the synchronisation, never caching, or taking the cached pages makes room.
         for p in [Policy::Pool, Policy::Caching, Policy::Sync] {
             for reused in [false, true] {
                 assert!(false_oom(behaviour(p), reused).0.is_ok(), "{p:?} reused={reused}");
@@ -441,17 +415,6 @@ mod tests {
         // The caching pool served it from its cached pages: nothing new mapped.
         let (_, m) = false_oom(behaviour(Policy::Caching), true);
         assert_eq!(m.reserved(), 47 * 512 * MIB);
-        // Holes carved out of one segment: PyTorch cannot release it — the false OOM.
-        let (r, m) = false_oom(torch(false), true);
-        let oom = r.unwrap_err();
-        assert!(oom.cached >= 11 * GIB && oom.unmapped <= 512 * MIB, "{oom:?}");
-        assert_eq!(m.largest_block(), 512 * MIB);
-        // Expandable segments remap the free pages: the request fits.
-        let (r, m) = false_oom(torch(true), true);
-        assert!(r.is_ok());
-        // 24 blocks kept (0, 2, …, 46) and the 2 GiB, on a card that never overflowed.
-        assert_eq!(m.allocated(), 24 * 512 * MIB + 2 * GIB);
-        assert!(m.reserved() <= 24 * GIB);
     }
 
     #[test]
@@ -473,7 +436,12 @@ mod tests {
     #[test]
     fn largest_block_is_free_memory_or_the_largest_hole() {
         // An allocator that neither releases nor remaps: the largest hole or what is unmapped.
-        let never = Behaviour { release_on_failure: false, ..torch(false) };
+        let never = Behaviour {
+            release_at_sync: false,
+            remap_pages: false,
+            reuse_pages_first: false,
+            ..behaviour(Policy::Caching)
+        };
         let mut m = AllocModel::new(never, 10 * GIB);
         let a = m.alloc(4 * GIB).unwrap();
         let _b = m.alloc(4 * GIB).unwrap();
@@ -481,12 +449,6 @@ mod tests {
         m.free(a);
         assert_eq!(m.largest_block(), 4 * GIB);
         assert_eq!(m.largest_hole(), 4 * GIB);
-        // PyTorch releases the idle 4 GiB segment when a request fails, then maps 6 GiB.
-        let mut t = AllocModel::new(torch(false), 10 * GIB);
-        let a = t.alloc(4 * GIB).unwrap();
-        let _b = t.alloc(4 * GIB).unwrap();
-        t.free(a);
-        assert_eq!(t.largest_block(), 6 * GIB);
         m.release_idle();
         assert_eq!(m.largest_block(), 6 * GIB);
         // A pool whose cached pages are interchangeable: the hole and the unmapped rest together.

@@ -8,7 +8,7 @@
 //! no fused kernel applies, so PyTorch's reference path materialises the attention: scores,
 //! softmax and masks of heads × seq² each, which is why F32 long contexts run out first.
 
-use super::caching::{Caching, Oom};
+use crate::estimate::caching::{Caching, Oom};
 use crate::model::DecoderConfig;
 
 /// cuBLAS's workspace, taken from PyTorch's allocator at the first matrix product and kept:

@@ -9,11 +9,10 @@
 //! RTX 4090 refused). And `_` holds the previous length's output (its logits and its cache) until
 //! the next forward returns, so each step carries the one before it.
 
-pub mod caching;
 pub mod forward;
 
+use crate::estimate::caching::{Caching, Oom};
 use crate::model::DecoderConfig;
-use caching::{Caching, Oom};
 
 /// What the CUDA context and PyTorch's start take of a card before the first tensor: measured on
 /// an H200 (CUDA 13.0, driver 580, PyTorch 2.11) as the card's size less what

@@ -3,7 +3,8 @@
 //! card) beside `estimate --engine transformers`'s replay of the same sweep.
 
 use crate::error::{LabError, Result};
-use crate::estimate::transformers::{self, caching::Oom, Dtype, Load, Step, Sweep, Target};
+use crate::estimate::caching::Oom;
+use crate::estimate::transformers::{self, Dtype, Load, Step, Sweep, Target};
 use crate::model::DecoderConfig;
 use serde::Deserialize;
 use std::io::Read;

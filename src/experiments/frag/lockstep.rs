@@ -2,6 +2,7 @@
 //! reading holds the measured figures beside the model's.
 
 use crate::error::{LabError, Result};
+use crate::estimate::caching::Caching;
 use crate::estimate::pool::AllocModel;
 use crate::memory::policy::GRANULE;
 use crate::memory::{DeviceAllocator, MemoryProbe};
@@ -26,11 +27,78 @@ pub struct Reading {
     pub model_largest: u64,
 }
 
+/// What the device is driven beside: a model of the lab's own allocators (`estimate::pool`) or of
+/// PyTorch's (`estimate::caching`), for the reference script's figures.
+#[derive(Debug, Clone)]
+pub enum Model {
+    Lab(AllocModel),
+    Torch(Caching),
+}
+
+impl Model {
+    fn alloc(&mut self, bytes: u64) -> Option<u64> {
+        match self {
+            Model::Lab(m) => m.alloc(bytes).ok(),
+            Model::Torch(m) => m.alloc(bytes).ok(),
+        }
+    }
+
+    fn free(&mut self, handle: u64) {
+        match self {
+            Model::Lab(m) => m.free(handle),
+            Model::Torch(m) => m.free(handle),
+        }
+    }
+
+    /// PyTorch's allocator gives nothing back at a synchronisation.
+    fn synchronize(&mut self) {
+        if let Model::Lab(m) = self {
+            m.synchronize()
+        }
+    }
+
+    /// A trim: `torch.cuda.empty_cache()` for PyTorch.
+    fn release_idle(&mut self) {
+        match self {
+            Model::Lab(m) => m.release_idle(),
+            Model::Torch(m) => m.release_cached(),
+        }
+    }
+
+    pub fn unmapped(&self) -> u64 {
+        match self {
+            Model::Lab(m) => m.unmapped(),
+            Model::Torch(m) => m.unmapped(),
+        }
+    }
+
+    pub fn allocated(&self) -> u64 {
+        match self {
+            Model::Lab(m) => m.allocated(),
+            Model::Torch(m) => m.allocated(),
+        }
+    }
+
+    pub fn reserved(&self) -> u64 {
+        match self {
+            Model::Lab(m) => m.reserved(),
+            Model::Torch(m) => m.reserved(),
+        }
+    }
+
+    fn largest_block(&self) -> u64 {
+        match self {
+            Model::Lab(m) => m.largest_block(),
+            Model::Torch(m) => m.largest_block(GRANULE),
+        }
+    }
+}
+
 /// The device and the model driven by the same calls.
 pub struct Lockstep<'a> {
     pub name: String,
     pub device: Option<Box<dyn DeviceAllocator + 'a>>,
-    pub model: AllocModel,
+    pub model: Model,
     pub probe: Option<&'a MemoryProbe>,
     /// (device handle, model handle) per block, None once freed or refused.
     pub blocks: Vec<(Option<u64>, Option<u64>)>,
@@ -55,7 +123,7 @@ impl<'a> Lockstep<'a> {
             }
             None => (None, String::new()),
         };
-        let m = self.model.alloc(bytes).ok();
+        let m = self.model.alloc(bytes);
         let model_outcome = if m.is_some() { Outcome::OK } else { Outcome::OOM };
         self.blocks.push((dev, m));
         Ok((self.blocks.len() - 1, dev_outcome, model_outcome.into()))

@@ -21,7 +21,7 @@ use crate::memory::{gib, mib, DeviceAllocator};
 use crate::reference::report;
 use crate::session::Session;
 use crate::stage::{Finding, Stage, StageOutput, View};
-use lockstep::{Lockstep, Reading};
+use lockstep::{Lockstep, Model, Reading};
 use pytorch::pytorch_rows;
 use sequence::{false_oom, report_sequence, step, FalseOom};
 use tables::{dash, false_oom_line, false_oom_table, reading_line, steps_table, FALSE_OOM_TABLE, STEPS_TABLE};
@@ -109,7 +109,7 @@ fn run_lockstep(
         let mut ls = Lockstep {
             name: name.into(),
             device,
-            model: AllocModel::new(behaviour, capacity),
+            model: Model::Lab(AllocModel::new(behaviour, capacity)),
             probe,
             blocks: Vec::new(),
         };
@@ -118,7 +118,7 @@ fn run_lockstep(
         for &layout in &cfg.layouts {
             s.console.step(format!("{name} allocator: false OOM, {} layout", layout.name()));
             // Each trial starts from an empty arena and a model of what is free now.
-            ls.model = AllocModel::new(behaviour, ls.free_now());
+            ls.model = Model::Lab(AllocModel::new(behaviour, ls.free_now()));
             ls.blocks.clear();
             trials.push(false_oom(&mut ls, layout, cfg.hole_mib << 20, cfg.hole_request_mib << 20)?);
         }
@@ -253,22 +253,27 @@ impl Stage for Frag {
 
 #[cfg(test)]
 mod tests {
-    use super::lockstep::Lockstep;
+    use super::lockstep::{Lockstep, Model};
     use super::pytorch::pytorch_rows;
     use super::sequence::{false_oom, report_sequence};
     use super::tables::{col, steps_table};
     use super::*;
+    use crate::estimate::caching::Caching;
     use crate::estimate::pool::Behaviour;
     use crate::stage::Outcome;
 
-    fn model_only(b: Behaviour, cap: u64) -> Lockstep<'static> {
-        Lockstep { name: "m".into(), device: None, model: AllocModel::new(b, cap), probe: None, blocks: Vec::new() }
+    fn model_only(model: Model) -> Lockstep<'static> {
+        Lockstep { name: "m".into(), device: None, model, probe: None, blocks: Vec::new() }
+    }
+
+    fn lab(b: Behaviour, cap: u64) -> Lockstep<'static> {
+        model_only(Model::Lab(AllocModel::new(b, cap)))
     }
 
     #[test]
     fn the_sequence_reads_six_steps_and_the_model_predicts_the_report() {
         let cfg = FragConfig::default();
-        let rows = report_sequence(&mut model_only(pool::torch(false), 24 << 30), &cfg).unwrap();
+        let rows = report_sequence(&mut model_only(Model::Torch(Caching::new(24 << 30))), &cfg).unwrap();
         let names: Vec<&str> = rows.iter().map(|r| r.step.as_str()).collect();
         assert_eq!(names, [step::START, step::BLOCKS, step::ODD_FREED, step::REQUEST, step::ALL_FREED, step::EMPTIED]);
         // PyTorch: 5000 → 2500 / 5000 → 4548 / 7048 MiB; the report's 4.88 → 6.88 GB is the same +2 GiB.
@@ -279,21 +284,24 @@ mod tests {
         assert_eq!(rows[5].model_reserved, 0);
         assert_eq!(rows[3].model_outcome, Outcome::OK);
         // The caching pool takes the request from the holes' pages: reserved stays.
-        let caching = report_sequence(&mut model_only(pool::behaviour(Policy::Caching), 24 << 30), &cfg).unwrap();
+        let caching = report_sequence(&mut lab(pool::behaviour(Policy::Caching), 24 << 30), &cfg).unwrap();
         assert_eq!(caching[3].model_reserved, caching[2].model_reserved);
-        let pool = report_sequence(&mut model_only(pool::behaviour(Policy::Pool), 24 << 30), &cfg).unwrap();
+        let pool = report_sequence(&mut lab(pool::behaviour(Policy::Pool), 24 << 30), &cfg).unwrap();
         assert_eq!(pool[2].model_reserved, 2500 << 20);
     }
 
     #[test]
     fn false_oom_trial_bookkeeping() {
-        let t = false_oom(&mut model_only(pool::torch(false), 24 << 30), Layout::Reused, 512 << 20, 2 << 30).unwrap();
+        let t = false_oom(&mut model_only(Model::Torch(Caching::new(24 << 30))), Layout::Reused, 512 << 20, 2 << 30)
+            .unwrap();
         assert_eq!(t.blocks, 47);
         assert_eq!(t.freed, 23 * (512 << 20));
         assert_eq!(t.model_outcome, Outcome::OOM);
         // The largest block is one hole (or what was never mapped, the same 512 MiB here).
         assert_eq!(t.model_largest, 512 << 20);
-        let t = false_oom(&mut model_only(pool::torch(true), 24 << 30), Layout::Reused, 512 << 20, 2 << 30).unwrap();
+        let t =
+            false_oom(&mut model_only(Model::Torch(Caching::expandable(24 << 30))), Layout::Reused, 512 << 20, 2 << 30)
+                .unwrap();
         assert_eq!(t.model_outcome, Outcome::OK);
         assert!(t.model_largest > 11 << 30);
     }

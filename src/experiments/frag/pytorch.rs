@@ -2,10 +2,11 @@
 //! the report's RTX 4090 figures per step.
 
 use super::config::{FragConfig, Layout};
+use super::lockstep::Model;
 use super::lockstep::{Lockstep, Reading};
 use super::sequence::{false_oom, report_sequence, step, FalseOom};
 use crate::error::{LabError, Result};
-use crate::estimate::pool::{self, AllocModel};
+use crate::estimate::caching::Caching;
 use crate::limits::{MAX_MIB, MAX_REPEATS};
 use crate::memory::gib;
 use crate::reference::{pytorch_records, report};
@@ -70,7 +71,9 @@ pub fn pytorch_rows(path: &std::path::Path, cfg: &FragConfig) -> Result<(Vec<Rea
         a
     };
     for name in allocators {
-        let behaviour = pool::torch(name.contains("expandable"));
+        let expandable = name.contains("expandable");
+        let torch =
+            |capacity| Model::Torch(if expandable { Caching::expandable(capacity) } else { Caching::new(capacity) });
         let mine: Vec<&serde_json::Value> = recs.iter().filter(|r| r["allocator"] == name.as_str()).collect();
         let seq: Vec<&&serde_json::Value> = mine.iter().filter(|r| r["kind"] == "step").collect();
         let Some(start) = seq.first() else { continue };
@@ -78,7 +81,7 @@ pub fn pytorch_rows(path: &std::path::Path, cfg: &FragConfig) -> Result<(Vec<Rea
         let mut ls = Lockstep {
             name: name.clone(),
             device: None,
-            model: AllocModel::new(behaviour, u(start, "device_free").unwrap_or(0)),
+            model: torch(u(start, "device_free").unwrap_or(0)),
             probe: None,
             blocks: Vec::new(),
         };
@@ -103,7 +106,7 @@ pub fn pytorch_rows(path: &std::path::Path, cfg: &FragConfig) -> Result<(Vec<Rea
             let mut ls = Lockstep {
                 name: name.clone(),
                 device: None,
-                model: AllocModel::new(behaviour, u(r, "device_free_start").unwrap_or(0)),
+                model: torch(u(r, "device_free_start").unwrap_or(0)),
                 probe: None,
                 blocks: Vec::new(),
             };
