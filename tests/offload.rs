@@ -62,6 +62,32 @@ fn every_placement_gives_the_full_models_tokens() {
     }
 }
 
+/// Each model times its own CPU layers: per decoding step, their products read exactly their
+/// weights' bytes, and a model beside it in the same process reads nothing.
+#[test]
+fn a_model_profiles_its_own_cpu_layers() {
+    use Home::*;
+    let cfg = cfg();
+    let w = weights(&cfg, DType::F32);
+    let cpu_layer =
+        |k: &str| ["model.layers.2.", "model.layers.3.", "model.layers.4."].iter().any(|l| k.starts_with(l));
+    let cpu_bytes: u64 =
+        w.iter().filter(|(k, _)| cpu_layer(k) && k.ends_with("proj.weight")).map(|(_, v)| v.bytes()).sum();
+    let split = placement(Strategy::Split, &[Gpu, Gpu, Cpu, Cpu, Cpu], 0);
+    let model = Decoder::new_placed(&cfg, Precision::F32, w, &Device::Cpu, &split).unwrap();
+    let full = Decoder::new(&cfg, Precision::F32, weights(&cfg, DType::F32), &Device::Cpu).unwrap();
+    let gen = GenerateConfig { max_new_tokens: 12, stop_at_eos: false, ..Default::default() };
+    let prompt = common::ids(11, cfg.vocab_size, 3);
+    generate(&model, &prompt, &gen).unwrap();
+    generate(&full, &prompt, &gen).unwrap();
+    let p = model.take_profile();
+    // The prefill makes the first token; each of the other 11 is one decoding step.
+    assert_eq!((p.steps, p.kernel_bytes), (11, cpu_bytes as f64));
+    assert!(p.kernel_s > 0.0 && p.cpu_layers_s >= p.kernel_s, "{p:?}");
+    assert_eq!(full.take_profile().kernel_bytes, 0.0);
+    assert_eq!(model.take_profile().kernel_bytes, 0.0, "taken once");
+}
+
 #[test]
 fn a_wrong_slot_schedule_would_show() {
     // The check above can fail: a model whose streamed layers all ran the first one's weights

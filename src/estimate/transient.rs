@@ -122,7 +122,7 @@ pub fn phases(cfg: &DecoderConfig, p: &Prefill) -> Phases {
 }
 
 /// The four moments of `p` on `cfg`, a mixture's busiest expert taking `routed` tokens (a run
-/// records it, `model::decoder::mixture::take_busiest`; None: every token).
+/// records it, `Decoder::take_busiest`; None: every token).
 pub fn phases_routed(cfg: &DecoderConfig, p: &Prefill, routed: Option<u64>) -> Phases {
     let a = p.act_bytes as u64;
     let (b, s) = (p.batch as u64, p.seq as u64);

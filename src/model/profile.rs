@@ -1,16 +1,12 @@
 //! Where a decoding step's time goes when its layers live on different devices: wall time in
 //! CPU layers, in their matrix-vector products (`host_linear`), and in the CPU↔GPU crossings (a
 //! crossing to the CPU waits for the GPU work queued before it). Decode steps only (one new
-//! token); a prefill is compute-bound and timed as a whole.
+//! token); a prefill is compute-bound and timed as a whole. Each decoder keeps its own counters
+//! (`Decoder::take_profile`) and each host product times itself, as candle-transformers'
+//! `with_tracing` wraps a layer, so two models in one process never mix their figures.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-static CPU_LAYERS: AtomicU64 = AtomicU64::new(0);
-static KERNEL: AtomicU64 = AtomicU64::new(0);
-static KERNEL_BYTES: AtomicU64 = AtomicU64::new(0);
-static CROSSINGS: AtomicU64 = AtomicU64::new(0);
-static STEPS: AtomicU64 = AtomicU64::new(0);
 
 /// Per decode step since the last `take`: seconds, and the weight bytes the host kernel read.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -29,32 +25,61 @@ impl StepProfile {
     }
 }
 
-pub fn take() -> StepProfile {
-    let steps = STEPS.swap(0, Ordering::Relaxed).max(1) as f64;
-    let per = |a: &AtomicU64| a.swap(0, Ordering::Relaxed) as f64 / steps;
-    StepProfile {
-        steps: steps as u64,
-        cpu_layers_s: per(&CPU_LAYERS) / 1e9,
-        kernel_s: per(&KERNEL) / 1e9,
-        kernel_bytes: per(&KERNEL_BYTES),
-        crossings_s: per(&CROSSINGS) / 1e9,
+/// Nanoseconds and bytes summed since the last `take`; a copy starts its own count.
+#[derive(Debug, Default)]
+pub struct Timer {
+    nanos: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Clone for Timer {
+    fn clone(&self) -> Self {
+        Self::default()
     }
 }
 
-pub(crate) fn step() {
-    STEPS.fetch_add(1, Ordering::Relaxed);
+impl Timer {
+    pub(crate) fn record(&self, since: Instant, bytes: u64) {
+        self.nanos.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// (nanoseconds, bytes) since the last call, and a fresh count.
+    pub(crate) fn take(&self) -> (u64, u64) {
+        (self.nanos.swap(0, Ordering::Relaxed), self.bytes.swap(0, Ordering::Relaxed))
+    }
 }
 
-pub(crate) fn cpu_layer(since: Instant) {
-    CPU_LAYERS.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+/// A decoder's own counters: its decode steps, its CPU layers and its crossings.
+#[derive(Debug, Default, Clone)]
+pub struct Profiler {
+    cpu_layers: Timer,
+    crossings: Timer,
+    steps: Timer,
 }
 
-/// A host matrix-vector product that read `bytes` of weights.
-pub(crate) fn kernel(since: Instant, bytes: u64) {
-    KERNEL.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    KERNEL_BYTES.fetch_add(bytes, Ordering::Relaxed);
-}
+impl Profiler {
+    pub(crate) fn step(&self) {
+        self.steps.bytes.fetch_add(1, Ordering::Relaxed);
+    }
 
-pub(crate) fn crossing(since: Instant) {
-    CROSSINGS.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    pub(crate) fn cpu_layer(&self, since: Instant) {
+        self.cpu_layers.record(since, 0);
+    }
+
+    pub(crate) fn crossing(&self, since: Instant) {
+        self.crossings.record(since, 0);
+    }
+
+    /// Per step since the last call, with `kernel` the host products' (nanoseconds, bytes).
+    pub(crate) fn take(&self, (kernel_ns, kernel_bytes): (u64, u64)) -> StepProfile {
+        let steps = self.steps.take().1.max(1) as f64;
+        StepProfile {
+            steps: steps as u64,
+            cpu_layers_s: self.cpu_layers.take().0 as f64 / steps / 1e9,
+            kernel_s: kernel_ns as f64 / steps / 1e9,
+            kernel_bytes: kernel_bytes as f64 / steps,
+            crossings_s: self.crossings.take().0 as f64 / steps / 1e9,
+        }
+    }
 }

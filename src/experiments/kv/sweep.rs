@@ -111,7 +111,7 @@ pub fn step(s: &Session, model: &Decoder, seq: usize, batch: usize, logits: Logi
         model.attention.name()
     ));
     st.base = s.probe.snapshot("before").allocated;
-    crate::model::decoder::mixture::take_busiest();
+    model.take_busiest();
     let t0 = Instant::now();
     let out = guarded(&s.probe, &format!("prefill of {batch} × {seq} tokens"), || {
         let ids = random_ids(batch, seq, model.cfg.vocab_size, s.opts.seed, model.device())?;
@@ -125,7 +125,7 @@ pub fn step(s: &Session, model: &Decoder, seq: usize, batch: usize, logits: Logi
         Ok((snap, cache.bytes(), kv_measured, logits_bytes))
     });
     st.seconds = t0.elapsed().as_secs_f64();
-    let busiest = crate::model::decoder::mixture::take_busiest();
+    let busiest = model.take_busiest();
     st.busiest_expert = (model.cfg.experts().is_some() && st.outcome == Outcome::Ok).then_some(busiest as u64);
     match out {
         Ok((snap, kv, kv_measured, lg)) => {

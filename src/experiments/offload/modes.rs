@@ -76,10 +76,10 @@ fn generate_in(
         let t = std::time::Instant::now();
         model::generate::warmup(model, &prompt)?;
         row.first_pass_s = Some(t.elapsed().as_secs_f64());
-        model::profile::take();
+        model.take_profile();
         generate(model, &prompt, &gen_cfg)
     })?;
-    row.profile = Some(model::profile::take());
+    row.profile = Some(model.take_profile());
     row.tok_s = Some(g.decode_tok_s());
     let after = s.probe.snapshot(&format!("{}: after generating", row.mode));
     row.device_used = after.device_used.zip(before.device_used).map(|(a, b)| a.saturating_sub(b));

@@ -101,7 +101,7 @@ pub fn run_rank(plan: &RankPlan, rank: usize, device: Device) -> Result<RankRun>
     let done = probe.settled("")?;
     let mut without_sums = None;
     if cuda && model.sums_capturable() {
-        let skipped = crate::model::layers::comm::skip_sums();
+        let skipped = model.skip_sums();
         plan.group.meet.settle("timing the step without its sums", Ok(()))?;
         let g = plan
             .group

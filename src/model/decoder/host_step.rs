@@ -5,8 +5,7 @@
 //! a quarter of the token; what is left here is the products' reading.
 
 use crate::error::Result;
-use crate::model::config::DecoderConfig;
-use crate::model::decoder::layer::{Layer, Mlp};
+use crate::model::decoder::layer::{Layer, Mlp, Pass};
 use crate::model::layers::attention::AttentionMode;
 use crate::model::layers::kv_cache::KvCache;
 use crate::model::layers::linear::Linear;
@@ -38,37 +37,20 @@ fn vec_f32(t: &Tensor) -> Result<Vec<f32>> {
 
 impl Layer {
     /// `host_step` where it applies (not for training), else `forward`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn host_step_or_forward(
-        &self,
-        x: Tensor,
-        l: usize,
-        cfg: &DecoderConfig,
-        rope: &(Tensor, Tensor),
-        cache: &mut KvCache,
-        offset: usize,
-        mode: AttentionMode,
-    ) -> Result<Tensor> {
-        if mode != AttentionMode::Differentiable {
-            if let Some(y) = self.host_step(&x, l, cfg, rope, cache, offset)? {
+    pub(crate) fn host_step_or_forward(&self, x: Tensor, l: usize, pass: &Pass, cache: &mut KvCache) -> Result<Tensor> {
+        if pass.mode != AttentionMode::Differentiable {
+            if let Some(y) = self.host_step(&x, l, pass, cache)? {
                 return Ok(y);
             }
         }
-        self.forward(x, l, cfg, rope, cache, offset, mode)
+        self.forward(x, l, pass, cache)
     }
 
     /// The decoding step of a CPU layer, or None where it does not apply (not a CPU layer, a batch
     /// or several positions, a tensor-parallel rank, products not stacked): the caller runs
     /// `forward`. `rope`: the position's tables, [1, d / 2].
-    pub(crate) fn host_step(
-        &self,
-        x: &Tensor,
-        l: usize,
-        cfg: &DecoderConfig,
-        rope: &(Tensor, Tensor),
-        cache: &mut KvCache,
-        offset: usize,
-    ) -> Result<Option<Tensor>> {
+    pub(crate) fn host_step(&self, x: &Tensor, l: usize, pass: &Pass, cache: &mut KvCache) -> Result<Option<Tensor>> {
+        let Pass { cfg, rope, offset, .. } = *pass;
         let (b, s, hidden) = x.dims3()?;
         let Some((Linear::Host(qkv), Linear::Host(gate_up))) = self.fused.as_ref() else { return Ok(None) };
         let (Linear::Host(o), Mlp::Dense { down: Linear::Host(down), .. }) = (&self.o, &self.mlp) else {
@@ -115,6 +97,7 @@ impl Layer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::config::DecoderConfig;
     use crate::model::load::synthetic::Synthetic;
     use crate::model::load::weights::{Weight, WeightSource};
     use crate::model::Precision;
@@ -148,8 +131,9 @@ mod tests {
         for pos in 0..steps {
             let x = Tensor::randn(0f32, 1., (1, 1, cfg.hidden_size), &dev).unwrap();
             let rope = (cos.narrow(0, pos, 1).unwrap(), sin.narrow(0, pos, 1).unwrap());
-            let got = layer.host_step(&x, 0, cfg, &rope, &mut a, pos).unwrap().expect("a CPU layer's step");
-            let want = layer.forward(x, 0, cfg, &rope, &mut b, pos, AttentionMode::default()).unwrap();
+            let pass = Pass { cfg, rope: &rope, offset: pos, mode: AttentionMode::default() };
+            let got = layer.host_step(&x, 0, &pass, &mut a).unwrap().expect("a CPU layer's step");
+            let want = layer.forward(x, 0, &pass, &mut b).unwrap();
             a.advance(1);
             b.advance(1);
             let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();

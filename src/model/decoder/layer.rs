@@ -33,6 +33,16 @@ pub(crate) struct Layer {
     pub(super) fused: Option<(Linear, Linear)>,
 }
 
+/// What every layer of one forward pass shares: the config, the positions' rotary tables on the
+/// layer's device, the positions the cache held before the pass, and the attention's kind.
+#[derive(Clone, Copy)]
+pub(crate) struct Pass<'a> {
+    pub cfg: &'a DecoderConfig,
+    pub rope: &'a (Tensor, Tensor),
+    pub offset: usize,
+    pub mode: AttentionMode,
+}
+
 /// The feed-forward part: one SwiGLU MLP, or a mixture of experts.
 #[derive(Debug, Clone)]
 pub(crate) enum Mlp {
@@ -241,17 +251,8 @@ impl Layer {
     /// residual is added: what stays alive through the MLP is what `estimate::transient` counts
     /// (the residual, both norms' outputs, q before and after rotary, k before and after rotary,
     /// v's projection, the attention output and its reshaped copy), as stages 1–2 measured it.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn forward(
-        &self,
-        x: Tensor,
-        l: usize,
-        cfg: &DecoderConfig,
-        rope: &(Tensor, Tensor),
-        cache: &mut KvCache,
-        offset: usize,
-        mode: AttentionMode,
-    ) -> Result<Tensor> {
+    pub(crate) fn forward(&self, x: Tensor, l: usize, pass: &Pass, cache: &mut KvCache) -> Result<Tensor> {
+        let Pass { cfg, rope, offset, mode } = *pass;
         let (b, s, _) = x.dims3()?;
         let (heads, kv_heads, d) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim());
         let act = x.dtype();
@@ -329,6 +330,20 @@ impl Layer {
     /// Whether a CUDA graph can record its products (a rank's sums included).
     pub(super) fn capturable(&self) -> bool {
         self.linears().iter().all(|l| l.capturable())
+    }
+
+    /// Its host products' (nanoseconds, weight bytes) of decoding since the last call.
+    pub(super) fn take_host_time(&self) -> (u64, u64) {
+        let fused = self.fused.iter().flat_map(|(qkv, gate_up)| [qkv, gate_up]);
+        self.linears().into_iter().chain(fused).map(Linear::take_host_time).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+
+    /// The most tokens one expert took since the last call (0 for a dense layer).
+    pub(super) fn take_busiest(&self) -> usize {
+        match &self.mlp {
+            Mlp::Mixture(m) => m.take_busiest(),
+            Mlp::Dense { .. } => 0,
+        }
     }
 }
 

@@ -13,15 +13,6 @@ use candle_core::{DType, Tensor};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The most tokens one expert took in any layer since the last `take_busiest` (the prefill's
-/// peak is at that expert: `estimate::transient::phases_routed`).
-static BUSIEST: AtomicUsize = AtomicUsize::new(0);
-
-/// The busiest expert's tokens since the last call, and a fresh count.
-pub fn take_busiest() -> usize {
-    BUSIEST.swap(0, Ordering::Relaxed)
-}
-
 #[derive(Debug, Clone)]
 pub(crate) struct Expert {
     pub(super) gate: Linear,
@@ -35,9 +26,27 @@ pub(crate) struct Mixture {
     pub(super) experts: Vec<Expert>,
     active: usize,
     renormalize: bool,
+    /// The most tokens one expert took since the last `take_busiest` (the prefill's peak is at
+    /// that expert: `estimate::transient::phases_routed`).
+    busiest: Busiest,
+}
+
+/// A count that starts afresh in a copy.
+#[derive(Debug, Default)]
+struct Busiest(AtomicUsize);
+
+impl Clone for Busiest {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
 }
 
 impl Mixture {
+    /// The busiest expert's tokens since the last call, and a fresh count.
+    pub(super) fn take_busiest(&self) -> usize {
+        self.busiest.0.swap(0, Ordering::Relaxed)
+    }
+
     /// Layer `l`'s router and experts, named as the family's checkpoints name them.
     pub(super) fn new(cfg: &DecoderConfig, l: usize, w: &mut HashMap<String, Weight>) -> Result<Self> {
         let e = cfg.experts().ok_or_else(|| LabError::other("a mixture without experts in its config"))?;
@@ -54,7 +63,7 @@ impl Mixture {
                 Ok(Expert { gate: lin(g)?, up: lin(u)?, down: lin(d)? })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { router, experts, active: e.active, renormalize: e.renormalize })
+        Ok(Self { router, experts, active: e.active, renormalize: e.renormalize, busiest: Busiest::default() })
     }
 
     /// Its products in a fixed order: the router, then each expert's gate, up, down.
@@ -75,7 +84,7 @@ impl Mixture {
             .iter()
             .map(|_| Ok(Expert { gate: next()?, up: next()?, down: next()? }))
             .collect::<Result<_>>()?;
-        Ok(Self { router, experts, active: self.active, renormalize: self.renormalize })
+        Ok(Self { router, experts, active: self.active, renormalize: self.renormalize, busiest: Busiest::default() })
     }
 
     /// The mixture over `h` ([b, s, hidden]). Routing is read on the host (a few bytes a token);
@@ -92,7 +101,7 @@ impl Mixture {
         let (rows, weights) = route(&probs, self.active, self.renormalize);
         drop(probs);
         let busiest = rows.iter().map(Vec::len).max().unwrap_or(0);
-        BUSIEST.fetch_max(busiest, Ordering::Relaxed);
+        self.busiest.0.fetch_max(busiest, Ordering::Relaxed);
         let mut out = x.zeros_like()?;
         for ((expert, rows), weights) in self.experts.iter().zip(&rows).zip(&weights) {
             if rows.is_empty() {

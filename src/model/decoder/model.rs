@@ -6,15 +6,17 @@
 use crate::error::{LabError, Result};
 use crate::model::config::DecoderConfig;
 use crate::model::decoder::crossing::{moved_to, RopeTables};
-use crate::model::decoder::layer::{norm, Layer};
+use crate::model::decoder::layer::{norm, Layer, Pass};
 use crate::model::decoder::streamer::Streamer;
 use crate::model::layers::attention::{check_elems, AttentionMode};
+use crate::model::layers::comm::{RankComm, SkippedSums};
 use crate::model::layers::embedding::Embedding;
 use crate::model::layers::kv_cache::{CacheKind, KvCache};
 use crate::model::layers::linear::Linear;
 use crate::model::load::weights::{take, take_dense, Weight};
 use crate::model::offload::placement::{Home, Placement};
 use crate::model::precision::Precision;
+use crate::model::profile::{Profiler, StepProfile};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 
@@ -59,6 +61,10 @@ pub struct Decoder {
     pub(super) weight_bytes: u64,
     /// The streamed layers' host copies and GPU buffers, when a placement streams any.
     pub(super) streamer: Option<Streamer>,
+    /// Where its decoding steps' time goes (`take_profile`).
+    pub(super) profile: Profiler,
+    /// A tensor-parallel rank's communicator (`into_rank`).
+    pub(super) comm: Option<RankComm>,
 }
 
 impl Decoder {
@@ -98,6 +104,8 @@ impl Decoder {
             device: device.clone(),
             weight_bytes,
             streamer: None,
+            profile: Profiler::default(),
+            comm: None,
         })
     }
 
@@ -167,18 +175,19 @@ impl Decoder {
     /// vocabulary gathers its logits (the model must be built from the rank's shard,
     /// `model::parallel::shard_weights`). A mixture or a streamed layer is refused.
     pub fn into_rank(mut self, comm: std::sync::Arc<dyn crate::model::parallel::AllReduce>) -> Result<Self> {
-        let comm = crate::model::layers::comm::RankComm(comm);
+        let comm = crate::model::layers::comm::RankComm::new(comm);
         let rows = self.lm_head.out_dim()?;
         if rows != self.cfg.vocab_size {
-            if rows * comm.0.ranks() != self.cfg.vocab_size {
+            if rows * comm.group.ranks() != self.cfg.vocab_size {
                 return Err(LabError::input(format!(
                     "a rank's head has {rows} rows: not the vocabulary's {} shared by {} ranks",
                     self.cfg.vocab_size,
-                    comm.0.ranks()
+                    comm.group.ranks()
                 )));
             }
             self.lm_head = self.lm_head.gathered(comm.clone());
         }
+        self.comm = Some(comm.clone());
         let layers = std::mem::take(&mut self.layers);
         self.layers = layers
             .into_iter()
@@ -190,6 +199,30 @@ impl Decoder {
             })
             .collect::<Result<_>>()?;
         Ok(self)
+    }
+
+    /// Profiling only: a rank's sums skipped until the guard drops (`RankComm::skip_sums`); None
+    /// for a model that is not a rank.
+    pub fn skip_sums(&self) -> Option<SkippedSums> {
+        self.comm.as_ref().map(RankComm::skip_sums)
+    }
+
+    /// Where its decoding steps' time went since the last call, per step (`model::profile`).
+    pub fn take_profile(&self) -> StepProfile {
+        let kernel = self.resident().map(Layer::take_host_time).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        self.profile.take(kernel)
+    }
+
+    /// The most tokens one expert took in any layer since the last call (0 without a mixture).
+    pub fn take_busiest(&self) -> usize {
+        self.resident().map(Layer::take_busiest).max().unwrap_or(0)
+    }
+
+    fn resident(&self) -> impl Iterator<Item = &Layer> {
+        self.layers.iter().filter_map(|slot| match slot {
+            LayerSlot::Resident(layer) => Some(layer),
+            LayerSlot::Streamed => None,
+        })
     }
 
     /// Whether a CUDA graph can record every sum across ranks (true without tensor parallelism).
@@ -302,14 +335,15 @@ impl Decoder {
                 let t = std::time::Instant::now();
                 x = moved_to(&x, dev)?;
                 if s == 1 {
-                    crate::model::profile::crossing(t);
+                    self.profile.crossing(t);
                 }
             }
             let r = rope.on(dev)?;
             let t = std::time::Instant::now();
-            x = layer.host_step_or_forward(x, l, cfg, &r, cache, offset, self.attention)?;
+            let pass = Pass { cfg, rope: &r, offset, mode: self.attention };
+            x = layer.host_step_or_forward(x, l, &pass, cache)?;
             if s == 1 && layer.on_host() {
-                crate::model::profile::cpu_layer(t);
+                self.profile.cpu_layer(t);
             }
             if let LayerSlot::Streamed = slot {
                 self.streamer()?.release()?;
@@ -321,12 +355,12 @@ impl Decoder {
             let t = std::time::Instant::now();
             let x = moved_to(&x, &self.device)?;
             if s == 1 {
-                crate::model::profile::crossing(t);
+                self.profile.crossing(t);
             }
             x
         };
         if s == 1 {
-            crate::model::profile::step();
+            self.profile.step();
         }
         cache.advance(s);
         self.head(&x, logits)

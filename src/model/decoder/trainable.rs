@@ -27,7 +27,8 @@ impl Decoder {
                 q => q,
             })
         }
-        let Decoder { cfg, precision, attention, embed, layers, norm, lm_head, device, weight_bytes, streamer } = self;
+        let Decoder { cfg, precision, attention, embed, layers, norm, lm_head, device, weight_bytes, streamer, .. } =
+            self;
         if streamer.is_some() {
             return Err(LabError::Unsupported("a model with streamed layers cannot be made trainable".into()));
         }
@@ -80,6 +81,8 @@ impl Decoder {
             device,
             weight_bytes,
             streamer: None,
+            profile: Default::default(),
+            comm: None,
         })
     }
 

@@ -21,6 +21,8 @@ pub struct HostLinear {
     weight: Tensor,
     bias: Option<Tensor>,
     tuning: Tuning,
+    /// Its decoding products' time and the weight bytes they read (`Decoder::take_profile`).
+    timer: crate::model::profile::Timer,
 }
 
 pub(crate) trait Elem: Copy + Send + Sync {
@@ -210,7 +212,12 @@ impl HostLinear {
             )));
         }
         let bias = bias.map(|b| b.to_device(&Device::Cpu)).transpose()?;
-        Ok(Self { weight, bias, tuning: Tuning::default() })
+        Ok(Self { weight, bias, tuning: Tuning::default(), timer: Default::default() })
+    }
+
+    /// Its decoding products' (nanoseconds, weight bytes) since the last call.
+    pub fn take_time(&self) -> (u64, u64) {
+        self.timer.take()
     }
 
     pub fn with_tuning(mut self, tuning: Tuning) -> Self {
@@ -259,7 +266,7 @@ impl HostLinear {
         drop(storage);
         // Decoding steps only (m = 1): a prefill's products are compute-bound, not a read.
         if m == 1 {
-            crate::model::profile::kernel(t0, (n * k * self.weight.dtype().size_in_bytes()) as u64);
+            self.timer.record(t0, (n * k * self.weight.dtype().size_in_bytes()) as u64);
         }
         if let Some(b) = &self.bias {
             let b: Vec<f32> = b.to_dtype(DType::F32)?.to_vec1()?;

@@ -34,46 +34,52 @@ pub trait AllReduce: Send + Sync {
     }
 }
 
-/// A rank's communicator as a model's layers hold it.
+/// A rank's communicator as a model's layers hold it: every layer of a rank shares one.
 #[derive(Clone)]
-pub struct RankComm(pub Arc<dyn AllReduce>);
-
-/// Profiling only: while set, every rank's sum returns the rank's own partial (the outputs are
-/// wrong), so a decoding step timed then is the step's work without its sums, and the
-/// difference from the summed step is what the sums cost (`experiments/parallel/ranks.rs`).
-static SUMS_SKIPPED: AtomicBool = AtomicBool::new(false);
-
-/// Skips the sums of every rank of this process until the guard is dropped. Set it on every
-/// rank before they meet and drop it after they meet again, so no rank records a sum its peers
-/// skip.
-pub fn skip_sums() -> SkippedSums {
-    SUMS_SKIPPED.store(true, Ordering::SeqCst);
-    SkippedSums
+pub struct RankComm {
+    pub group: Arc<dyn AllReduce>,
+    /// Profiling only: while set, the rank's sums return its own partial (`skip_sums`).
+    skipped: Arc<AtomicBool>,
 }
 
-pub struct SkippedSums;
+/// Dropped, the rank sums again.
+pub struct SkippedSums(Arc<AtomicBool>);
 
 impl Drop for SkippedSums {
     fn drop(&mut self) {
-        SUMS_SKIPPED.store(false, Ordering::SeqCst);
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
 impl RankComm {
+    pub fn new(group: Arc<dyn AllReduce>) -> Self {
+        Self { group, skipped: Arc::new(AtomicBool::new(false)) }
+    }
+
+    /// Profiling only: until the guard is dropped, each sum returns the rank's own partial (the
+    /// outputs are wrong), so a decoding step timed then is the step's work without its sums, and
+    /// the difference from the summed step is what the sums cost (`experiments/parallel/ranks.rs`).
+    /// Every rank sets it before they meet and drops it after they meet again, so no rank records
+    /// a sum its peers skip.
+    pub fn skip_sums(&self) -> SkippedSums {
+        self.skipped.store(true, Ordering::SeqCst);
+        SkippedSums(self.skipped.clone())
+    }
+
     /// The sum of every rank's `x` (the rank's own `x` while the sums are skipped).
     pub fn sum(&self, x: &Tensor) -> Result<Tensor> {
-        if SUMS_SKIPPED.load(Ordering::SeqCst) {
+        if self.skipped.load(Ordering::SeqCst) {
             return Ok(x.clone());
         }
-        self.0.all_reduce_sum(x)
+        self.group.all_reduce_sum(x)
     }
 
     /// The sum of every rank's `x`, plus `res` (the rank's own `x` plus `res` while skipped).
     pub fn sum_add(&self, x: &Tensor, res: Option<&Tensor>) -> Result<Tensor> {
-        if SUMS_SKIPPED.load(Ordering::SeqCst) {
+        if self.skipped.load(Ordering::SeqCst) {
             return plus(x.clone(), res);
         }
-        self.0.all_reduce_sum_add(x, res)
+        self.group.all_reduce_sum_add(x, res)
     }
 }
 
@@ -87,7 +93,7 @@ pub fn plus(y: Tensor, r: Option<&Tensor>) -> Result<Tensor> {
 
 impl std::fmt::Debug for RankComm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "rank {} of {}", self.0.rank(), self.0.ranks())
+        write!(f, "rank {} of {}", self.group.rank(), self.group.ranks())
     }
 }
 

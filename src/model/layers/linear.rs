@@ -96,8 +96,18 @@ impl Linear {
     /// Whether a CUDA graph can record the product (a row-parallel one: whether its sum can be).
     pub(crate) fn capturable(&self) -> bool {
         match self {
-            Self::RowParallel(_, c) | Self::Gathered(_, c) => c.0.capturable(),
+            Self::RowParallel(_, c) | Self::Gathered(_, c) => c.group.capturable(),
             _ => true,
+        }
+    }
+
+    /// A host product's (nanoseconds, weight bytes) of decoding since the last call; (0, 0) for
+    /// one on a device.
+    pub(crate) fn take_host_time(&self) -> (u64, u64) {
+        match self {
+            Self::Host(h) => h.take_time(),
+            Self::RowParallel(l, _) | Self::Gathered(l, _) => l.take_host_time(),
+            _ => (0, 0),
         }
     }
 
@@ -137,7 +147,7 @@ impl Linear {
             },
             Self::Host(h) => h.weight().dim(0)?,
             Self::RowParallel(l, _) => l.out_dim()?,
-            Self::Gathered(l, c) => l.out_dim()? * c.0.ranks(),
+            Self::Gathered(l, c) => l.out_dim()? * c.group.ranks(),
         })
     }
 
@@ -168,7 +178,7 @@ impl Linear {
 /// A rank's columns `y` (the last dimension) put in their place among zeros and summed across the
 /// group: every rank gets the whole output, exactly (each sum adds zeros to one value).
 fn gather(y: &Tensor, c: &RankComm) -> Result<Tensor> {
-    let (rank, ranks) = (c.0.rank(), c.0.ranks());
+    let (rank, ranks) = (c.group.rank(), c.group.ranks());
     let n = y.dim(candle_core::D::Minus1)?;
     let placed = y.pad_with_zeros(candle_core::D::Minus1, rank * n, (ranks - rank - 1) * n)?;
     c.sum(&placed)

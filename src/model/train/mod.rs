@@ -12,6 +12,7 @@
 pub mod optim;
 
 use crate::error::{LabError, Result};
+use crate::model::decoder::layer::Pass;
 use crate::model::decoder::{Decoder, Logits};
 use crate::model::layers::kv_cache::CacheKind;
 use crate::model::AttentionMode;
@@ -108,7 +109,8 @@ fn checkpointed(model: &Decoder, input: &Tensor, target: &Tensor, forward_done: 
     for l in 0..layers {
         inputs.push(x.clone());
         let mut cache = model.new_cache_of(CacheKind::Concat, b, s)?;
-        x = model.layer(l)?.detached()?.forward(x, l, cfg, &rope, &mut cache, 0, model.attention)?;
+        let pass = Pass { cfg, rope: &rope, offset: 0, mode: model.attention };
+        x = model.layer(l)?.detached()?.forward(x, l, &pass, &mut cache)?;
     }
     forward_done();
     // The head with a graph from the last layer's output.
@@ -126,7 +128,8 @@ fn checkpointed(model: &Decoder, input: &Tensor, target: &Tensor, forward_done: 
         let layer = model.layer(l)?;
         let xin = Var::from_tensor(&inputs.pop().ok_or_else(|| LabError::other("a layer input is missing"))?)?;
         let mut cache = model.new_cache_of(CacheKind::Concat, b, s)?;
-        let y = layer.forward(xin.as_tensor().clone(), l, cfg, &rope, &mut cache, 0, model.attention)?;
+        let pass = Pass { cfg, rope: &rope, offset: 0, mode: model.attention };
+        let y = layer.forward(xin.as_tensor().clone(), l, &pass, &mut cache)?;
         let mut local = (y * &g)?.sum_all()?.backward()?;
         drop(cache);
         g = local
