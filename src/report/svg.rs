@@ -12,7 +12,12 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use polars::prelude::DataFrame;
 
 const WIDTH: u32 = 860;
-const HEIGHT: u32 = 480;
+/// The plot area's height, and the head above it (the title, then the legend's rows).
+const PLOT_HEIGHT: u32 = 330;
+const TITLE_HEIGHT: u32 = 40;
+const LEGEND_ROW: u32 = 22;
+/// A character of a 14 px sans-serif label, about: what decides when labels would collide.
+const CHAR_PX: f64 = 7.4;
 
 fn rgb((r, g, b): (u8, u8, u8)) -> RGBColor {
     RGBColor(r, g, b)
@@ -30,20 +35,79 @@ pub fn draw_svg(spec: &ChartSpec, df: &DataFrame) -> Result<String> {
             t.x = t.x.iter().map(|&v| if v > 0.0 { v.log2() } else { f64::NAN }).collect();
         }
     }
+    let legend = legend_rows(&p);
+    let head = TITLE_HEIGHT + LEGEND_ROW * legend.len() as u32;
+    let labels = label_area(&p);
     let mut out = String::new();
     {
-        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut out, (WIDTH, head + PLOT_HEIGHT + labels.0)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
+        // The title and the legend above the plot, so no legend covers a bar.
+        let (top, body) = root.split_vertically(head);
+        let title = TextStyle::from(("sans-serif", 22).into_font()).pos(Pos::new(HPos::Center, VPos::Top));
+        top.draw(&Text::new(p.title.clone(), (WIDTH as i32 / 2, 8), title)).map_err(err)?;
+        draw_legend(&top, &legend)?;
         let (x_lo, x_hi) = x_range(&p, log_x);
         let (y_lo, y_hi) = y_range(&p, spec.y_log);
         if spec.y_log {
-            plot(&root, &p, spec, &ticks, x_lo..x_hi, (y_lo..y_hi).log_scale())?
+            plot(&body, &p, spec, &ticks, labels, x_lo..x_hi, (y_lo..y_hi).log_scale())?
         } else {
-            plot(&root, &p, spec, &ticks, x_lo..x_hi, y_lo..y_hi)?
+            plot(&body, &p, spec, &ticks, labels, x_lo..x_hi, y_lo..y_hi)?
         }
         root.present().map_err(err)?;
     }
     Ok(out)
+}
+
+/// A legend's entry: the name, its colour, drawn paler.
+type Entry = (String, (u8, u8, u8), bool);
+
+/// The legend's entries, laid out in rows that fit the width.
+fn legend_rows(p: &Prepared) -> Vec<Vec<Entry>> {
+    let mut rows: Vec<Vec<Entry>> = Vec::new();
+    let mut used = f64::INFINITY;
+    for t in p.traces.iter().filter(|t| t.legend) {
+        let w = 30.0 + t.name.chars().count() as f64 * CHAR_PX;
+        if used + w > WIDTH as f64 - 80.0 {
+            rows.push(Vec::new());
+            used = 0.0;
+        }
+        used += w;
+        if let Some(row) = rows.last_mut() {
+            row.push((t.name.clone(), PALETTE[t.colour % PALETTE.len()], t.faint));
+        }
+    }
+    rows
+}
+
+fn draw_legend(
+    area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+    rows: &[Vec<Entry>],
+) -> Result<()> {
+    let font = TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for (r, row) in rows.iter().enumerate() {
+        let y = (TITLE_HEIGHT + LEGEND_ROW * r as u32 + LEGEND_ROW / 2) as i32;
+        let mut x = 76;
+        for (name, colour, faint) in row {
+            let c = rgb(*colour).mix(if *faint { 0.45 } else { 1.0 });
+            area.draw(&Rectangle::new([(x, y - 6), (x + 12, y + 6)], c.filled())).map_err(err)?;
+            area.draw(&Text::new(name.clone(), (x + 18, y), font.clone())).map_err(err)?;
+            x += 30 + (name.chars().count() as f64 * CHAR_PX) as i32;
+        }
+    }
+    Ok(())
+}
+
+/// The height below the plot for the x labels, and whether category labels are turned a quarter:
+/// when there are many, or when the widest would run into its neighbour.
+fn label_area(p: &Prepared) -> (u32, bool) {
+    let widest = p.categories.iter().map(|c| c.chars().count()).max().unwrap_or(0) as f64 * CHAR_PX;
+    let each = (WIDTH as f64 - 100.0) / p.categories.len().max(1) as f64;
+    if p.categories.len() > 6 || widest > each - 8.0 {
+        ((widest + 70.0).clamp(90.0, 260.0) as u32, true)
+    } else {
+        (56, false)
+    }
 }
 
 fn err(e: impl std::fmt::Debug) -> LabError {
@@ -69,23 +133,24 @@ fn y_range(p: &Prepared, log: bool) -> (f64, f64) {
     if !lo.is_finite() {
         return if log { (0.1, 10.0) } else { (0.0, 1.0) };
     }
-    // Room above the data for the legend, which sits at the top left.
+    // A little room above the data for a flag's words (the legend is above the plot).
     if log {
-        (lo / 2.0, hi * 60.0)
+        (lo / 2.0, hi * 3.0)
     } else {
         let lo = lo.min(0.0);
         let hi = p.y_top.unwrap_or(hi).max(hi);
-        (lo, if hi > lo { hi + (hi - lo) * 0.5 } else { lo + 1.0 })
+        (lo, if hi > lo { hi + (hi - lo) * 0.12 } else { lo + 1.0 })
     }
 }
 
 /// Draws the traces on axes `x` and `y` (linear or log): grouped bars over the categories, or
-/// lines and markers, the reference lines, and a legend.
+/// lines and markers, and the reference lines; `(labels, turned)` is `label_area`'s.
 fn plot<X, Y>(
     root: &DrawingArea<SVGBackend, plotters::coord::Shift>,
     p: &Prepared,
     spec: &ChartSpec,
     log2_ticks: &[f64],
+    (labels, turned): (u32, bool),
     x: X,
     y: Y,
 ) -> Result<()>
@@ -96,10 +161,9 @@ where
     Y::CoordDescType: ValueFormatter<f64>,
 {
     let mut chart = ChartBuilder::on(root)
-        .caption(&p.title, ("sans-serif", 22))
         .margin(12)
         .margin_right(if p.lines.is_empty() { 12 } else { 110 })
-        .x_label_area_size(if p.categories.len() > 6 { 190 } else { 44 })
+        .x_label_area_size(labels)
         .y_label_area_size(64)
         .build_cartesian_2d(x, y)
         .map_err(err)?;
@@ -134,8 +198,7 @@ where
     if !p.categories.is_empty() {
         mesh.x_labels(p.categories.len() + 1).disable_x_mesh();
     }
-    // Many categories: their labels are drawn below, turned a quarter.
-    let turned = p.categories.len() > 6;
+    // Labels that would collide are drawn below, turned a quarter.
     if turned {
         mesh.x_label_formatter(&|_| String::new());
     }
@@ -159,7 +222,7 @@ where
         let colour = if t.faint { full.mix(0.45) } else { full.mix(1.0) };
         let points: Vec<(f64, f64)> =
             t.x.iter().copied().zip(t.y.iter().copied()).filter(|(a, b)| a.is_finite() && b.is_finite()).collect();
-        let series = match spec.kind {
+        match spec.kind {
             ChartKind::Stacked => {
                 let mut boxes = Vec::new();
                 for &(x, y) in &points {
@@ -194,11 +257,6 @@ where
                 chart.draw_series(shown.into_iter().map(|pt| Circle::new(pt, 3, colour.filled()))).map_err(err)?
             }
         };
-        if t.legend {
-            series
-                .label(t.name.clone())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], full.filled()));
-        }
     }
     // Reference lines in greys, each named at its right end (not in the legend).
     let (lo, hi) = (chart.x_range().start, chart.x_range().end);
@@ -226,14 +284,6 @@ where
             TextStyle::from(("sans-serif", 14).into_font()).color(&red).pos(Pos::new(HPos::Center, VPos::Bottom));
         root.draw(&Text::new(f.text.clone(), (px, py - 20), text)).map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(err)?;
     Ok(())
 }
 
