@@ -1,7 +1,9 @@
-//! `vram-lab parity`: does this build compute on this card what F32 computes on the CPU? Each
-//! precision's logits beside the CPU's F32 logits on the same tokens (`model::generate::parity`):
-//! the share of positions whose top-1 ids agree and the largest logit difference. A course's card
-//! and its build (compute 8.9 or 8.6) are judged by it (`scripts/course-check.sh`).
+//! `vram-lab parity`: does this build compute on this card what the CPU computes in F32? Each
+//! precision's model, loaded on the session's device, beside the same weights on the CPU widened
+//! to F32 (a quantized block dequantized), on the same tokens (`model::generate::parity`): the
+//! share of positions whose top-1 ids agree and the largest logit difference. What differs is the
+//! device's arithmetic alone (its kernels, its 16-bit activations), not the weights' rounding. A
+//! course's card and its build (compute 8.9 or 8.6) are judged by it (`scripts/course-check.sh`).
 
 use crate::error::{LabError, Result};
 use crate::hw;
@@ -9,13 +11,15 @@ use crate::limits;
 use crate::memory::{guarded, MemoryProbe};
 use crate::model::generate::parity::{teacher_forced, Parity};
 use crate::model::generate::seeded_ids;
+use crate::model::load::weights::{load_all, Weight};
+use crate::model::Decoder;
 use crate::model::{self, ModelSource, Precision};
 use crate::session::{default_model, SessionArgs};
-use candle_core::Device;
+use candle_core::{DType, Device};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ParityArgs {
-    /// The precisions compared with F32 on the CPU, each loaded on the session's device
+    /// The precisions compared, each loaded on the session's device beside its weights in F32 on the CPU
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Precision::F32, Precision::Bf16, Precision::Q4KM])]
     pub precisions: Vec<Precision>,
     /// The prompt's token ids (comma separated); without them, --prompt-len seeded ids
@@ -39,12 +43,6 @@ pub fn parity(args: &SessionArgs, p: &ParityArgs) -> Result<String> {
     }
     let device = hw::pick(&args.device)?;
     let source = ModelSource::parse(args.model.as_deref().unwrap_or(default_model(&device)))?;
-    let host = MemoryProbe::new(&Device::Cpu);
-    let reference = model::source::load(&source, &args.source_options(), Precision::F32, &Device::Cpu, &host, None)?;
-    let prompt = match &p.prompt_ids {
-        Some(ids) => ids.clone(),
-        None => seeded_ids(p.prompt_len, reference.model.cfg.vocab_size, args.seed),
-    };
     let mut probe = MemoryProbe::new(&device);
     if let Some(card) = args.card_for(&device, &source, false)?.0 {
         probe.emulate(&card)?;
@@ -55,8 +53,13 @@ pub fn parity(args: &SessionArgs, p: &ParityArgs) -> Result<String> {
         let lm = guarded(&probe, "loading", || {
             model::source::load(&source, &args.source_options(), precision, &device, &probe, None)
         })?;
-        let found = guarded(&probe, "comparing", || teacher_forced(&reference.model, &lm.model, &prompt, p.steps))?;
-        rows.push((precision, found));
+        let reference = widened_on_cpu(&source, args, precision)?;
+        let prompt = match &p.prompt_ids {
+            Some(ids) => ids.clone(),
+            None => seeded_ids(p.prompt_len, reference.cfg.vocab_size, args.seed),
+        };
+        let found = guarded(&probe, "comparing", || teacher_forced(&reference, &lm.model, &prompt, p.steps))?;
+        rows.push((precision, prompt.len(), found));
     }
     let device_name = hw::describe(&device);
     if p.json {
@@ -65,8 +68,8 @@ pub fn parity(args: &SessionArgs, p: &ParityArgs) -> Result<String> {
             "reference": "f32 on the cpu",
             "device": device_name,
             "built_for_compute": built_for(),
-            "prompt_len": prompt.len(),
-            "precisions": rows.iter().map(|(precision, r)| serde_json::json!({
+            "prompt_len": rows.first().map(|r| r.1),
+            "precisions": rows.iter().map(|(precision, _, r)| serde_json::json!({
                 "precision": precision.name(),
                 "top1_agreement": r.top1_agreement(),
                 "largest_diff": r.largest_diff(),
@@ -77,17 +80,29 @@ pub fn parity(args: &SessionArgs, p: &ParityArgs) -> Result<String> {
         .to_string());
     }
     let mut lines = vec![format!(
-        "{} on {device_name} (built for compute {}), beside F32 on the CPU: {} prompt ids, {} positions",
+        "{} on {device_name} (built for compute {}), beside its weights in F32 on the CPU: {} prompt ids, {} positions",
         source.label(),
         built_for().map_or("any".into(), |c| format!("{}.{}", c / 10, c % 10)),
-        prompt.len(),
+        rows.first().map_or(0, |r| r.1),
         p.steps
     )];
     lines.push(format!("{:<8} {:>14} {:>14} {:>18}", "", "top-1 agree", "largest |Δ|", "largest |Δ| / max"));
-    for (precision, r) in &rows {
+    for (precision, _, r) in &rows {
         lines.push(line(precision, r));
     }
     Ok(lines.join("\n"))
+}
+
+/// The model `precision` loads, its weights on the CPU in F32: what the device's logits are read
+/// against.
+fn widened_on_cpu(source: &ModelSource, args: &SessionArgs, precision: Precision) -> Result<Decoder> {
+    let mut opened = model::source::open(source, &args.source_options())?;
+    let weights = load_all(&opened.cfg, opened.weights.as_mut(), precision, &Device::Cpu, None, |_, _| Ok(()))?;
+    let widened = weights
+        .into_iter()
+        .map(|(name, w)| Ok((name, Weight::Dense(w.dense()?.to_dtype(DType::F32)?))))
+        .collect::<Result<_>>()?;
+    Decoder::new(&opened.cfg, Precision::F32, widened, &Device::Cpu)
 }
 
 fn line(precision: &Precision, r: &Parity) -> String {

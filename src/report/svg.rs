@@ -80,10 +80,7 @@ fn legend_rows(p: &Prepared) -> Vec<Vec<Entry>> {
     rows
 }
 
-fn draw_legend(
-    area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
-    rows: &[Vec<Entry>],
-) -> Result<()> {
+fn draw_legend(area: &DrawingArea<SVGBackend, plotters::coord::Shift>, rows: &[Vec<Entry>]) -> Result<()> {
     let font = TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
     for (r, row) in rows.iter().enumerate() {
         let y = (TITLE_HEIGHT + LEGEND_ROW * r as u32 + LEGEND_ROW / 2) as i32;

@@ -2,18 +2,17 @@
 //! do not depend on the values, so a model of any size loads without a download.
 
 use super::weights::{Part, Weight, WeightSource};
-use crate::error::{LabError, Result};
+use crate::error::Result;
 use crate::model::config::{DecoderConfig, TensorSpec};
 use crate::model::precision::{Held, Precision};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use rand::{rngs::StdRng, SeedableRng};
-use rand_distr::{Distribution, Normal};
 use std::sync::Arc;
 
 /// Seeded random weights with the checkpoint's exact names and shapes: matrices and biases of
-/// spread 0.02 (N(0, 0.02) on the CPU; on a GPU in 16 bits, `counter_normal`'s nearly normal
-/// draw), norms at 1. Memory and speed do not depend on the values.
+/// spread 0.02 (`counter_normal`'s nearly normal draw), norms at 1. Memory and speed do not
+/// depend on the values; the values do not depend on the device, so a GPU's logits can be read
+/// beside the CPU's on the same model (`vram-lab parity`).
 pub struct Synthetic {
     pub cfg: DecoderConfig,
     pub seed: u64,
@@ -31,28 +30,14 @@ impl Synthetic {
         name.bytes().fold(0xcbf29ce484222325u64 ^ self.seed, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
     }
 
-    fn host_values(&self, name: &str, n: usize) -> Result<Vec<f32>> {
-        let mut rng = StdRng::seed_from_u64(self.tensor_seed(name));
-        let normal = Normal::new(0.0f32, STD).map_err(|e| LabError::other(format!("synthetic weights: {e}")))?;
-        Ok((0..n).map(|_| normal.sample(&mut rng)).collect())
-    }
-
     fn dense(&self, spec: &TensorSpec, dtype: DType, device: &Device) -> Result<Tensor> {
         if spec.name.ends_with("norm.weight") {
             return Ok(Tensor::ones(spec.shape.as_slice(), dtype, device)?);
         }
-        if !device.is_cuda() {
-            let v = self.host_values(&spec.name, spec.elem_count())?;
-            return Ok(Tensor::from_vec(v, spec.shape.as_slice(), device)?.to_dtype(dtype)?);
-        }
-        if dtype == DType::F32 {
-            device.set_seed(self.tensor_seed(&spec.name))?;
-            return Ok(Tensor::randn(0f32, STD, spec.shape.as_slice(), device)?);
-        }
         self.drawn(spec, dtype, device, None)
     }
 
-    /// 16-bit on the GPU, or its `part`: drawn on the host by every core and copied up in one
+    /// The tensor, or its `part`: drawn on the host by every core and copied up in one
     /// allocation of the part's size, as a checkpoint loads. Drawing on the GPU needs F32 staging
     /// beside the target, and those holes left Llama-2-7B's weights 875 MiB of partly used pool
     /// chunks (`anatomy_timeline.csv` in data/results/h200/2026-11-27-families). A value depends
@@ -82,15 +67,10 @@ impl Synthetic {
     /// the host and repeat its bytes down the matrix (blocks never span rows).
     fn quantized(&self, spec: &TensorSpec, q: GgmlDType, device: &Device) -> Result<Weight> {
         let (rows, cols) = (spec.shape[0], spec.shape[1]);
-        // On a GPU a tile of 16 rows drawn by every core: a mixture's 18,000 experts (Qwen3-30B-A3B)
-        // would spend minutes quantizing 256-row tiles. The CPU lab keeps its values.
-        let (tile_rows, values) = if device.is_cuda() {
-            let tile_rows = rows.min(16);
-            (tile_rows, counter_normal(&[tile_rows, cols], None, self.tensor_seed(&spec.name), |x| x).1)
-        } else {
-            let tile_rows = rows.min(256);
-            (tile_rows, self.host_values(&spec.name, tile_rows * cols)?)
-        };
+        // A tile of 16 rows drawn by every core: a mixture's 18,000 experts (Qwen3-30B-A3B) would
+        // spend minutes quantizing 256-row tiles.
+        let tile_rows = rows.min(16);
+        let values = counter_normal(&[tile_rows, cols], None, self.tensor_seed(&spec.name), |x| x).1;
         let tile = Tensor::from_vec(values, (tile_rows, cols), &Device::Cpu)?;
         let tile = QTensor::quantize(&tile, q)?;
         let bytes = tile.data()?;
@@ -162,7 +142,7 @@ impl WeightSource for Synthetic {
         part: Option<Part>,
     ) -> Result<Weight> {
         match precision.held(&self.cfg, spec) {
-            Held::Dense(dtype @ (DType::BF16 | DType::F16)) if part.is_some() && device.is_cuda() => {
+            Held::Dense(dtype) if part.is_some() && !spec.name.ends_with("norm.weight") => {
                 Ok(Weight::Dense(self.drawn(spec, dtype, device, part)?))
             }
             _ => self.load(spec, precision, device)?.part(&spec.name, part),
