@@ -47,6 +47,8 @@ if [ -z "${VRAM_LAB_BIN:-}" ]; then
   NOTEBOOKS_BIN=$PWD/target/release/examples/notebooks_live
 fi
 lab() { "$VRAM_LAB_BIN" "$@"; }
+# The commit the notebooks' first output names: the binary's (given with it), else this checkout's.
+export VRAM_LAB_COMMIT=${VRAM_LAB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 lab info --quiet > "$OUT/info.txt" 2>&1
 card_args=()
 [ -n "$CARD" ] && card_args=(--card "$CARD")

@@ -25,7 +25,7 @@ done
 source scripts/cuda/gpu-env.sh
 if [ ! -e "$CC" ]; then
   cat .gpu/commit > /tmp/bin/commit 2>/dev/null
-  VRAM_LAB_BIN=/tmp/bin/vram-lab-89 NOTEBOOKS_BIN=/tmp/bin/notebooks_live-89 CARD=rtx4090 \
+  VRAM_LAB_BIN=/tmp/bin/vram-lab-89 NOTEBOOKS_BIN=/tmp/bin/notebooks_live-89 CARD=rtx4090 VRAM_LAB_COMMIT=$(cat .gpu/commit) \
     setsid bash scripts/course-check.sh "$CC" > /tmp/course-check.log 2>&1 < /dev/null &
   echo $! > /tmp/course-check.pid
 fi
