@@ -103,9 +103,9 @@ def compare_parity(out, lines):
             ok = agree >= c_agree - PARITY_POSITIONS_SLACK and p["largest_relative"] <= 2 * c["largest_relative"] + 1e-6
             verdict = "PASS" if ok else "FAIL"
             lines.append(f"{verdict} parity {p['precision']}: top-1 {agree}/{n} (committed 9.0 build {c_agree}/{len(c['positions'])}), "
-                         f"largest |Δ| / max {p["largest_relative"]:.3g} (committed {c["largest_relative"]:.3g})")
+                         f"largest |Δ| / max {p['largest_relative']:.3g} (committed {c['largest_relative']:.3g})")
         else:
-            lines.append(f"---- parity {p['precision']}: top-1 {agree}/{n}, largest |Δ| / max {p["largest_relative"]:.3g} (no committed figure)")
+            lines.append(f"---- parity {p['precision']}: top-1 {agree}/{n}, largest |Δ| / max {p['largest_relative']:.3g} (no committed figure)")
         rows.append([p["precision"], f"{agree}/{n}", f"{p['largest_diff']:.5g}", f"{p['largest_relative']:.5g}",
                      f"{round(c['top1_agreement'] * len(c['positions']))}/{len(c['positions'])}" if c else "",
                      f"{c['largest_relative']:.5g}" if c else "", verdict])
