@@ -74,7 +74,7 @@ fn run_stages(
     stages: Vec<(Box<dyn AnyStage>, Option<&clap::ArgMatches>)>,
     report_card: bool,
     full: bool,
-) -> Result<()> {
+) -> Result<std::path::PathBuf> {
     let mut session = Session::open(args, what, report_card)?;
     // The whole lab on a GPU tells the report's story in minutes unless asked for everything.
     if report_card && !full && session.sizes == Sizes::Report {
@@ -117,7 +117,7 @@ fn run_stages(
                 .collect();
             Err(if on_input { LabError::Input(failed.join("; ")) } else { LabError::Other(failed.join("; ")) })
         }
-        _ => Ok(()),
+        _ => Ok(run.dir),
     }
 }
 
@@ -146,8 +146,16 @@ fn dispatch(matches: &clap::ArgMatches) -> Result<()> {
     let cli_err = |e: clap::Error| LabError::input(e.to_string());
     if let Some((name, sub)) = matches.subcommand() {
         if let Some(stage) = experiments::find(name) {
-            let args = SessionArgs::from_arg_matches(sub).map_err(cli_err)?;
-            return run_stages(&args, name, vec![(stage, Some(sub))], false, true);
+            let mut args = SessionArgs::from_arg_matches(sub).map_err(cli_err)?;
+            // `estimate --json`, `plan --json`: the run's answer as one document, nothing else.
+            let json = sub.try_get_one::<bool>("json").ok().flatten().copied().unwrap_or(false);
+            args.silent |= json;
+            args.quiet |= json;
+            let dir = run_stages(&args, name, vec![(stage, Some(sub))], false, true)?;
+            if json {
+                println!("{}", vram_lab::report::json::document(&RunFolder::open(&dir)?, name)?);
+            }
+            return Ok(());
         }
     }
     let cli = Cli::from_arg_matches(matches).map_err(cli_err)?;
@@ -170,7 +178,7 @@ fn dispatch(matches: &clap::ArgMatches) -> Result<()> {
             {
                 return Err(LabError::input(format!("--stages lists {} twice", twice.name())));
             }
-            run_stages(args, "run", chosen.into_iter().map(|s| (s, None)).collect(), true, full)
+            run_stages(args, "run", chosen.into_iter().map(|s| (s, None)).collect(), true, full).map(|_| ())
         }
         Cmd::Report { dir } => {
             let path = html::write(&RunFolder::open(&dir)?, &registry())?;

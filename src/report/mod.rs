@@ -4,6 +4,7 @@
 pub mod chart;
 pub mod display;
 pub mod html;
+pub mod json;
 pub mod prepare;
 pub mod svg;
 pub mod table;

@@ -80,6 +80,10 @@ pub struct EstimateConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub llama: LlamaCppFlags,
+    /// Print the answer as one JSON document on stdout (docs/commands.md), nothing else
+    #[arg(long)]
+    #[serde(skip)]
+    pub json: bool,
 }
 
 /// GPUs of one host a tensor-parallel or pipeline plan is priced for.
@@ -102,6 +106,7 @@ impl Default for EstimateConfig {
             tp: None,
             pp: None,
             llama: LlamaCppFlags::default(),
+            json: false,
         }
     }
 }

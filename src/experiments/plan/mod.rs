@@ -54,6 +54,10 @@ pub struct PlanConfig {
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![FileType::Q4KM])]
     #[serde(default = "default_types")]
     pub gguf_types: Vec<FileType>,
+    /// Print the answer as one JSON document on stdout (docs/commands.md), nothing else
+    #[arg(long)]
+    #[serde(skip)]
+    pub json: bool,
 }
 
 fn default_margin() -> f64 {
@@ -74,6 +78,7 @@ impl Default for PlanConfig {
             engine: Engine::Lab,
             margin_mib: default_margin(),
             gguf_types: default_types(),
+            json: false,
         }
     }
 }
