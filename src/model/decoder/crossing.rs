@@ -2,7 +2,9 @@
 //! pipeline's other GPUs.
 
 use crate::error::Result;
+use crate::model::profile::Profiler;
 use candle_core::{DType, Device, Tensor};
+use std::time::Instant;
 
 /// `t` on `dev`. Between two GPUs through host memory: candle's device-to-device copy (cudarc's
 /// `cuMemcpyPeerAsync` on the destination's stream, from the source's stream-ordered pool) gave a
@@ -22,20 +24,48 @@ pub(crate) fn moved_to(t: &Tensor, dev: &Device) -> Result<Tensor> {
     Ok(t.to_device(dev)?)
 }
 
-/// A pass's rotary table on each device a layer runs on, made once per pass: on the CPU in F32
-/// as CPU layers compute, on another GPU (a pipeline stage) in the activation dtype.
-pub(crate) struct RopeTables {
+/// How one pass's activations cross devices, as mistral.rs's `DeviceMapper` maps them: each
+/// layer's input moved to the layer's device with the rotary table there (made once per device:
+/// on the CPU in F32 as CPU layers compute, on another GPU in the activation dtype), and the last
+/// layer's output moved home. A decoding step's crossings are timed into the model's profile.
+pub(crate) struct Crossing<'a> {
+    home: Device,
     /// The model's own first.
     tables: Vec<(Device, (Tensor, Tensor))>,
+    timed: Option<&'a Profiler>,
 }
 
-impl RopeTables {
-    /// `rope` (cos, sin) as the model made it on `home`.
-    pub(crate) fn new(rope: (Tensor, Tensor), home: &Device) -> Self {
-        Self { tables: vec![(home.clone(), rope)] }
+impl<'a> Crossing<'a> {
+    /// `rope` (cos, sin) as the model made it on `home`; `timed` for a decoding step.
+    pub(crate) fn new(rope: (Tensor, Tensor), home: &Device, timed: Option<&'a Profiler>) -> Self {
+        Self { home: home.clone(), tables: vec![(home.clone(), rope)], timed }
     }
 
-    pub(crate) fn on(&mut self, dev: &Device) -> Result<(Tensor, Tensor)> {
+    /// `x` on `dev`, and the rotary table there.
+    pub(crate) fn enter(&mut self, x: Tensor, dev: &Device) -> Result<(Tensor, (Tensor, Tensor))> {
+        let x = self.moved(x, dev)?;
+        Ok((x, self.rope_on(dev)?))
+    }
+
+    /// `x` back on the model's device.
+    pub(crate) fn leave(&mut self, x: Tensor) -> Result<Tensor> {
+        let home = self.home.clone();
+        self.moved(x, &home)
+    }
+
+    fn moved(&self, x: Tensor, dev: &Device) -> Result<Tensor> {
+        if x.device().same_device(dev) {
+            return Ok(x);
+        }
+        let t = Instant::now();
+        let x = moved_to(&x, dev)?;
+        if let Some(p) = self.timed {
+            p.crossing(t);
+        }
+        Ok(x)
+    }
+
+    fn rope_on(&mut self, dev: &Device) -> Result<(Tensor, Tensor)> {
         if let Some((_, r)) = self.tables.iter().find(|(d, _)| d.same_device(dev)) {
             return Ok(r.clone());
         }

@@ -5,7 +5,7 @@
 
 use crate::error::{LabError, Result};
 use crate::model::config::DecoderConfig;
-use crate::model::decoder::crossing::{moved_to, RopeTables};
+use crate::model::decoder::crossing::{moved_to, Crossing};
 use crate::model::decoder::layer::{norm, Layer, Pass};
 use crate::model::decoder::streamer::Streamer;
 use crate::model::layers::attention::{check_elems, AttentionMode};
@@ -320,7 +320,7 @@ impl Decoder {
         let cfg = &self.cfg;
         check_elems("the MLP activation", b * s * cfg.intermediate_size)?;
         let offset = cache.len();
-        let mut rope = RopeTables::new(self.rope(offset, s)?, &self.device);
+        let mut crossing = Crossing::new(self.rope(offset, s)?, &self.device, (s == 1).then_some(&self.profile));
         let mut x = self.embed(ids)?;
         if let Some(st) = &self.streamer {
             st.start_pass()?;
@@ -330,18 +330,10 @@ impl Decoder {
                 LayerSlot::Resident(layer) => layer,
                 LayerSlot::Streamed => self.streamer()?.acquire(l)?,
             };
-            let dev = layer.device();
-            if !x.device().same_device(dev) {
-                let t = std::time::Instant::now();
-                x = moved_to(&x, dev)?;
-                if s == 1 {
-                    self.profile.crossing(t);
-                }
-            }
-            let r = rope.on(dev)?;
+            let (input, r) = crossing.enter(x, layer.device())?;
             let t = std::time::Instant::now();
             let pass = Pass { cfg, rope: &r, offset, mode: self.attention };
-            x = layer.host_step_or_forward(x, l, &pass, cache)?;
+            x = layer.host_step_or_forward(input, l, &pass, cache)?;
             if s == 1 && layer.on_host() {
                 self.profile.cpu_layer(t);
             }
@@ -349,16 +341,7 @@ impl Decoder {
                 self.streamer()?.release()?;
             }
         }
-        let x = if x.device().same_device(&self.device) {
-            x
-        } else {
-            let t = std::time::Instant::now();
-            let x = moved_to(&x, &self.device)?;
-            if s == 1 {
-                self.profile.crossing(t);
-            }
-            x
-        };
+        let x = crossing.leave(x)?;
         if s == 1 {
             self.profile.step();
         }

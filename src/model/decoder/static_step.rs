@@ -30,18 +30,7 @@ impl Decoder {
     }
 
     /// `decode_static`'s logits ([batch, vocab]) before the pick: what `generate::parity` compares.
-    pub(crate) fn decode_static_logits(
-        &self,
-        ids: &Tensor,
-        pos: &Tensor,
-        tables: &crate::model::generate::Tables,
-        cache: &KvCache,
-    ) -> Result<Tensor> {
-        let step = StepInputs::new(tables, pos, ids.dim(0)?, &self.cfg);
-        self.static_logits(ids, &step, cache)
-    }
-
-    fn static_logits(&self, ids: &Tensor, step: &StepInputs, cache: &KvCache) -> Result<Tensor> {
+    pub(crate) fn static_logits(&self, ids: &Tensor, step: &StepInputs, cache: &KvCache) -> Result<Tensor> {
         let cfg = &self.cfg;
         let mut x = self.embed(ids)?;
         for (l, slot_) in self.layers.iter().enumerate() {

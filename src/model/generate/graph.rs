@@ -11,7 +11,7 @@ use crate::error::{LabError, Result};
 use crate::model::decoder::{last_logits, Decoder, Logits};
 use crate::model::generate::sampling::check_finite;
 use crate::model::layers::kv_cache::KvCache;
-use crate::model::layers::step::{OwnKernels, Tables};
+use crate::model::layers::step::{OwnKernels, StepInputs, Tables};
 use candle_core::{DType, Tensor};
 
 /// A decoder whose state (ids, position, cache) is in device memory; `step` runs one token, and
@@ -95,7 +95,8 @@ impl<'a> StaticDecoder<'a> {
     pub fn step_forced(&mut self, ids: &Tensor) -> Result<Tensor> {
         self.take_room()?;
         self.ids.slice_set(&ids.to_dtype(DType::U32)?, 0, 0)?;
-        let logits = self.model.decode_static_logits(&self.ids, &self.pos, &self.tables, &self.cache)?;
+        let step = StepInputs::new(&self.tables, &self.pos, self.ids.dim(0)?, &self.model.cfg);
+        let logits = self.model.static_logits(&self.ids, &step, &self.cache)?;
         let pos = self.pos.broadcast_add(&self.one)?;
         self.pos.slice_set(&pos, 0, 0)?;
         Ok(logits.to_dtype(DType::F32)?)
