@@ -96,20 +96,26 @@ fn outcome_of<T>(r: Result<T>) -> Result<(Outcome, Option<T>)> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-/// `seen`: the longest prefill this process ran so far (candle's quantized-matmul buffer only grows,
-/// and it outlives the models).
+/// What the stage has measured so far.
+#[derive(Default)]
+struct Rows {
+    decodes: Vec<DecodeRow>,
+    prefills: Vec<PrefillRow>,
+    /// The longest prefill this process ran so far (candle's quantized-matmul buffer only grows,
+    /// and it outlives the models).
+    seen: u64,
+}
+
+/// One precision in one variant, its rows added to `rows`.
 fn bench_model(
     s: &mut Session,
     c: &BenchConfig,
     model: &Decoder,
     base: u64,
-    p: Precision,
-    v: Variant,
-    seen: &mut u64,
-    decodes: &mut Vec<DecodeRow>,
-    prefills: &mut Vec<PrefillRow>,
+    (p, v): (Precision, Variant),
+    rows: &mut Rows,
 ) -> Result<()> {
+    let Rows { decodes, prefills, seen } = rows;
     let cfg = model.cfg.clone();
     // Warm-up: kernels loaded, cuBLAS handles made, the pool grown once.
     generate::time_decode(model, 1, 8, 2, 0)?;
@@ -247,9 +253,8 @@ impl Stage for Bench {
             None => Vec::new(),
         };
         let llama = c.llama_cpp.as_deref().map(reference::llamacpp_records).transpose()?;
-        let (mut decodes, mut prefills) = (Vec::new(), Vec::new());
+        let mut rows = Rows::default();
         let mut report_model = false;
-        let mut seen = 0u64;
         for &p in &c.precisions {
             for &v in &c.variants {
                 s.check_stop()?;
@@ -266,7 +271,7 @@ impl Stage for Bench {
                         let cfg = crate::model::source::open(&s.source, &s.opts)?.cfg;
                         let read_bytes = estimate::decode_read_bytes(&cfg, p, c.mean_context(), 1);
                         let timing = DecodeTiming { batch: 1, prompt: c.decode_prompt, ..Default::default() };
-                        decodes.push(DecodeRow {
+                        rows.decodes.push(DecodeRow {
                             precision: p,
                             variant: v,
                             batch: 1,
@@ -287,11 +292,12 @@ impl Stage for Bench {
                     s.say(format!("{p}: no dense layer to fuse (quantized weights keep five products)"));
                     continue;
                 }
-                let measured = bench_model(s, c, &model, base, p, v, &mut seen, &mut decodes, &mut prefills);
+                let measured = bench_model(s, c, &model, base, (p, v), &mut rows);
                 crate::hw::set_event_tracking(&s.device, false);
                 measured?;
             }
         }
+        let Rows { decodes, prefills, .. } = rows;
         // llama.cpp's earlier figures were measured on an H200: beside this run's only on one (a ratio
         // to another GPU's figure says nothing); elsewhere `--llama-cpp` brings the same call's.
         let on_h200 = s.device.is_cuda() && report_model && crate::hw::describe(&s.device).contains("H200");

@@ -64,33 +64,29 @@ fn model_capacity(s: &Session, cfg: &FragConfig) -> Result<u64> {
     }
 }
 
-fn run_policy(
-    s: &mut Session,
-    cfg: &FragConfig,
-    policy: Policy,
-    steps: &mut Vec<Reading>,
-    ooms: &mut Vec<FalseOom>,
-) -> Result<()> {
+/// The readings of the report's sequence and the false-OOM trials under one allocator.
+type Readings = (Vec<Reading>, Vec<FalseOom>);
+
+fn run_policy(s: &mut Session, cfg: &FragConfig, policy: Policy) -> Result<Readings> {
     let capacity = model_capacity(s, cfg)?;
     let device = device_side(s, policy)?;
-    run_lockstep(s, cfg, policy.name(), device, pool::behaviour(policy), capacity, steps, ooms)
+    run_lockstep(s, cfg, policy.name(), device, pool::behaviour(policy), capacity)
 }
 
 /// On CPU: the card's capacity as one range of host addresses cut by a heap, in step with the
 /// model's `one_range` — the false OOM measured by real allocations, not only predicted.
-fn run_host_arena(s: &mut Session, cfg: &FragConfig, steps: &mut Vec<Reading>, ooms: &mut Vec<FalseOom>) -> Result<()> {
+fn run_host_arena(s: &mut Session, cfg: &FragConfig) -> Result<Readings> {
     let capacity = model_capacity(s, cfg)?;
     let arena = match HostArena::new(capacity) {
         Ok(a) => a,
         Err(e) => {
             s.say(format!("host arena not run: {e}"));
-            return Ok(());
+            return Ok(Default::default());
         }
     };
-    run_lockstep(s, cfg, HOST_ARENA, Some(Box::new(arena)), pool::one_range(), capacity, steps, ooms)
+    run_lockstep(s, cfg, HOST_ARENA, Some(Box::new(arena)), pool::one_range(), capacity)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_lockstep(
     s: &mut Session,
     cfg: &FragConfig,
@@ -98,9 +94,7 @@ fn run_lockstep(
     device: Option<Box<dyn DeviceAllocator>>,
     behaviour: Behaviour,
     capacity: u64,
-    steps: &mut Vec<Reading>,
-    ooms: &mut Vec<FalseOom>,
-) -> Result<()> {
+) -> Result<Readings> {
     s.check_stop()?;
     s.console.step(format!("{name} allocator: the report's sequence"));
     let (rows, trials) = {
@@ -130,9 +124,7 @@ fn run_lockstep(
     for t in &trials {
         s.say(false_oom_line(t));
     }
-    steps.extend(rows);
-    ooms.extend(trials);
-    Ok(())
+    Ok((rows, trials))
 }
 
 /// The headline figures: what the report's claims come to under each allocator.
@@ -225,10 +217,14 @@ impl Stage for Frag {
         let mut ooms = Vec::new();
         let mut pytorch_findings = Vec::new();
         for &p in &cfg.policies {
-            run_policy(s, cfg, p, &mut steps, &mut ooms)?;
+            let (st, oo) = run_policy(s, cfg, p)?;
+            steps.extend(st);
+            ooms.extend(oo);
         }
         if !s.device.is_cuda() {
-            run_host_arena(s, cfg, &mut steps, &mut ooms)?;
+            let (st, oo) = run_host_arena(s, cfg)?;
+            steps.extend(st);
+            ooms.extend(oo);
         }
         if let Some(path) = &cfg.pytorch {
             let (st, oo, found) = pytorch_rows(path, cfg)?;
