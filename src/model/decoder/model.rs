@@ -209,7 +209,8 @@ impl Decoder {
 
     /// Where its decoding steps' time went since the last call, per step (`model::profile`).
     pub fn take_profile(&self) -> StepProfile {
-        let kernel = self.resident().map(Layer::take_host_time).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let head = self.lm_head.take_host_time();
+        let kernel = self.resident().map(Layer::take_host_time).fold(head, |a, b| (a.0 + b.0, a.1 + b.1));
         self.profile.take(kernel)
     }
 
