@@ -36,7 +36,7 @@ pub struct ParityArgs {
     pub json: bool,
 }
 
-/// Loads the reference once and each precision in turn; returns what to print.
+/// Each precision in turn, on the device and widened on the CPU; returns what to print.
 pub fn parity(args: &SessionArgs, p: &ParityArgs) -> Result<String> {
     if let Some((_, twice)) = p.precisions.iter().enumerate().find(|(i, x)| p.precisions[..*i].contains(x)) {
         return Err(LabError::input(format!("--precisions lists {} twice", twice.name())));
