@@ -106,11 +106,10 @@ fn widened_on_cpu(source: &ModelSource, args: &SessionArgs, precision: Precision
 }
 
 fn line(precision: &Precision, r: &Parity) -> String {
-    let agree = r.positions.iter().filter(|p| p.reference_id == p.candidate_id).count();
     format!(
         "{:<8} {:>14} {:>14.4} {:>18.4}",
         precision.name(),
-        format!("{agree}/{}", r.positions.len()),
+        format!("{}/{}", r.agreeing(), r.positions.len()),
         r.largest_diff(),
         r.largest_relative()
     )

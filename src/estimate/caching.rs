@@ -65,6 +65,11 @@ struct Segment {
     blocks: Vec<Block>,
 }
 
+/// The pages of `page` bytes that cover `need`, at most `room` (an unmapped block's size).
+fn whole_pages(need: u64, page: u64, room: u64) -> u64 {
+    need.div_ceil(page).saturating_mul(page).min(room)
+}
+
 impl Segment {
     /// The bytes mapped: what `memory_reserved` counts.
     fn size(&self) -> u64 {
@@ -82,7 +87,7 @@ impl Segment {
                 if need == 0 {
                     break;
                 }
-                let take = if b.mapped { b.size } else { need.div_ceil(page).saturating_mul(page).min(b.size) };
+                let take = if b.mapped { b.size } else { whole_pages(need, page, b.size) };
                 map += if b.mapped { 0 } else { take };
                 need -= need.min(take);
             }
@@ -100,7 +105,7 @@ impl Segment {
         while need > 0 {
             let b = &mut self.blocks[j];
             if !b.mapped {
-                let take = need.div_ceil(page).saturating_mul(page).min(b.size);
+                let take = whole_pages(need, page, b.size);
                 if take < b.size {
                     let rest = Block { offset: b.offset + take, size: b.size - take, live: false, mapped: false };
                     b.size = take;

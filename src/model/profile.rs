@@ -51,16 +51,22 @@ impl Timer {
 }
 
 /// A decoder's own counters: its decode steps, its CPU layers and its crossings.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct Profiler {
     cpu_layers: Timer,
     crossings: Timer,
-    steps: Timer,
+    steps: AtomicU64,
+}
+
+impl Clone for Profiler {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
 }
 
 impl Profiler {
     pub(crate) fn step(&self) {
-        self.steps.bytes.fetch_add(1, Ordering::Relaxed);
+        self.steps.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn cpu_layer(&self, since: Instant) {
@@ -73,7 +79,7 @@ impl Profiler {
 
     /// Per step since the last call, with `kernel` the host products' (nanoseconds, bytes).
     pub(crate) fn take(&self, (kernel_ns, kernel_bytes): (u64, u64)) -> StepProfile {
-        let steps = self.steps.take().1.max(1) as f64;
+        let steps = self.steps.swap(0, Ordering::Relaxed).max(1) as f64;
         StepProfile {
             steps: steps as u64,
             cpu_layers_s: self.cpu_layers.take().0 as f64 / steps / 1e9,

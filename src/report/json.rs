@@ -13,9 +13,7 @@ pub const SCHEMA: &str = "vram-lab.stage/1";
 /// `stage` of `run`: the run's model and card, the stage's config, each table as rows of
 /// column → value, each text, and the findings.
 pub fn document(run: &RunFolder, stage: &str) -> Result<Value> {
-    let rec = run.manifest.stages.iter().find(|s| s.name == stage).cloned().ok_or_else(|| {
-        crate::error::LabError::input(format!("the run in {} has no stage {stage}", run.dir.display()))
-    })?;
+    let rec = run.record(stage)?;
     let mut tables = Map::new();
     for name in rec.tables.keys() {
         tables.insert(name.clone(), rows(&run.table(stage, name)?));

@@ -67,7 +67,7 @@ fn legend_rows(p: &Prepared) -> Vec<Vec<Entry>> {
     let mut rows: Vec<Vec<Entry>> = Vec::new();
     let mut used = f64::INFINITY;
     for t in p.traces.iter().filter(|t| t.legend) {
-        let w = 30.0 + t.name.chars().count() as f64 * CHAR_PX;
+        let w = entry_width(&t.name) as f64;
         if used + w > WIDTH as f64 - 80.0 {
             rows.push(Vec::new());
             used = 0.0;
@@ -89,10 +89,15 @@ fn draw_legend(area: &DrawingArea<SVGBackend, plotters::coord::Shift>, rows: &[V
             let c = rgb(*colour).mix(if *faint { 0.45 } else { 1.0 });
             area.draw(&Rectangle::new([(x, y - 6), (x + 12, y + 6)], c.filled())).map_err(err)?;
             area.draw(&Text::new(name.clone(), (x + 18, y), font.clone())).map_err(err)?;
-            x += 30 + (name.chars().count() as f64 * CHAR_PX) as i32;
+            x += entry_width(name);
         }
     }
     Ok(())
+}
+
+/// A legend entry's width: the swatch, its gap, the name.
+fn entry_width(name: &str) -> i32 {
+    30 + (name.chars().count() as f64 * CHAR_PX) as i32
 }
 
 /// The height below the plot for the x labels, and whether category labels are turned a quarter:

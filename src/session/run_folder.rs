@@ -192,7 +192,8 @@ impl RunFolder {
         self.read.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn record(&self, stage: &str) -> Result<&StageRecord> {
+    /// The manifest's record of `stage`, or an error naming the run.
+    pub fn record(&self, stage: &str) -> Result<&StageRecord> {
         self.manifest
             .stage(stage)
             .ok_or_else(|| LabError::input(format!("the run in {} has no stage {stage}", self.dir.display())))

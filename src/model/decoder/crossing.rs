@@ -48,9 +48,8 @@ impl<'a> Crossing<'a> {
     }
 
     /// `x` back on the model's device.
-    pub(crate) fn leave(&mut self, x: Tensor) -> Result<Tensor> {
-        let home = self.home.clone();
-        self.moved(x, &home)
+    pub(crate) fn leave(&self, x: Tensor) -> Result<Tensor> {
+        self.moved(x, &self.home)
     }
 
     fn moved(&self, x: Tensor, dev: &Device) -> Result<Tensor> {

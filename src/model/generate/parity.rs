@@ -30,10 +30,14 @@ pub struct Parity {
 }
 
 impl Parity {
+    /// The positions whose top-1 ids agree.
+    pub fn agreeing(&self) -> usize {
+        self.positions.iter().filter(|p| p.reference_id == p.candidate_id).count()
+    }
+
     /// The share of positions whose top-1 ids agree.
     pub fn top1_agreement(&self) -> f64 {
-        let same = self.positions.iter().filter(|p| p.reference_id == p.candidate_id).count();
-        same as f64 / self.positions.len().max(1) as f64
+        self.agreeing() as f64 / self.positions.len().max(1) as f64
     }
 
     pub fn largest_diff(&self) -> f32 {
