@@ -16,7 +16,12 @@ GRID=${GRID:-scripts/gpu/llamacpp-grid-1.csv}
 if [ "${STEP:-run}" = write ]; then
   python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('.gpu/vram-lab.xz'), open('/tmp/vram-lab','wb'))"
   chmod +x /tmp/vram-lab
-  exec bash scripts/reference/llama_memory.sh write /tmp/llm /tmp/vram-lab "$GRID"
+  # In a session of its own, so a write longer than one call goes on into the next (which waits).
+  mkdir -p /tmp/llm
+  setsid bash scripts/reference/llama_memory.sh write /tmp/llm /tmp/vram-lab "$GRID" >/tmp/llm/write.log 2>&1 &
+  bash scripts/gpu/wait_for.sh /tmp/llm/written "${WAIT:-560}"
+  cat /tmp/llm/write.log
+  exit 0
 fi
 # The graph node by node for a few launches: full offload with and without flash attention, a
 # quantized cache, partial offloads (GGML_SCHED_DEBUG=2).

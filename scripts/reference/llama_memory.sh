@@ -52,8 +52,9 @@ fi
 # (synthetic weights with Qwen2.5's tokenizer; memory does not depend on the values).
 #   scripts/reference/llama_memory.sh write WORK LAB GRID.csv
 # run: every launch of GRID.csv (a header, then one launch per row:
-#   preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch
-# ) over the GGUFs `write` left in WORK: llama-completion with `-fit off` (so llama.cpp changes
+#   preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch[,ncmoe,ot]
+# where ncmoe, when set, is --n-cpu-moe and ot a pattern whose tensors stay on the host
+# (-ot PATTERN=CPU; no commas)) over the GGUFs `write` left in WORK (it waits for them): llama-completion with `-fit off` (so llama.cpp changes
 # none of the flags it is given), a prompt longer than the micro-batch and 4 decoded tokens, while
 # nvidia-smi lists the process's device memory every 50 ms (the peak is kept). OUT gets
 # launches.csv (the grid, exit code, seconds, nvidia-smi's peak) and one log per launch (llama.cpp's
@@ -72,11 +73,15 @@ if [ "$cmd" = write ]; then
   done < <(tail -n +2 "$GRID" | cut -d, -f1,2 | sort -u)
   for p in "${pids[@]}"; do wait "$p"; done
   ls -la "$WORK"/*.gguf
+  df -h "$WORK"
+  touch "$WORK/written"
   exit 0
 fi
 
 OUT=$(realpath -m "$3") BIN=$(realpath "$4") GRID=$(realpath "$5")
 mkdir -p "$OUT/logs" "$WORK/bin"
+# The GGUFs may still be being written (a write started in the call before).
+for _ in $(seq 360); do [ -e "$WORK/written" ] && break; sleep 5; done
 python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])" "$BIN" "$WORK/bin"
 chmod +x "$WORK/bin/"llama-*
 cp "$WORK/bin/commit" "$OUT/llama-cpp-commit.txt"
@@ -84,9 +89,9 @@ cp "$GRID" "$OUT/grid.csv"
 cp -r "$WORK/quantize-logs" "$OUT/" 2>/dev/null || true
 # About 3,000 tokens of text, more than the largest micro-batch the grid uses.
 python3 -c "import sys; open(sys.argv[1], 'w').write('显存解剖学: the KV cache grows with every token, the weights do not. 权重不变, 缓存增长。 ' * 130)" "$WORK/prompt.txt"
-echo "id,preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch,rc,seconds,smi_peak_mib" >"$OUT/launches.csv"
+echo "id,preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch,ncmoe,ot,rc,seconds,smi_peak_mib" >"$OUT/launches.csv"
 id=0
-tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ubatch; do
+tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ubatch ncmoe ot; do
   [ -n "$preset" ] || continue
   gguf=$WORK/$preset-$type.gguf
   id=$((id + 1))
@@ -97,8 +102,11 @@ tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ub
   dbg=0 verbosity="-lv 4"
   case " ${SCHED_DEBUG_CELLS:-} " in *" $id "*) dbg=2 verbosity="-v" ;; esac
   t0=$(date +%s.%N)
+  host=()
+  [ -n "${ncmoe:-}" ] && host+=(--n-cpu-moe "$ncmoe")
+  [ -n "${ot:-}" ] && host+=(-ot "$ot=CPU")
   GGML_SCHED_DEBUG=$dbg "$WORK/bin/llama-completion" -m "$gguf" -c "$ctx" -ngl "$ngl" -fa "$fa" -ctk "$ctk" -ctv "$ctv" \
-    -b "$batch" -ub "$ubatch" $verbosity -fit off -f "$WORK/prompt.txt" -n 4 --temp 0 -no-cnv --no-display-prompt >"$log" 2>&1 </dev/null &
+    -b "$batch" -ub "$ubatch" "${host[@]}" $verbosity -fit off -f "$WORK/prompt.txt" -n 4 --temp 0 -no-cnv --no-display-prompt >"$log" 2>&1 </dev/null &
   pid=$!
   peak=0
   while kill -0 "$pid" 2>/dev/null; do
@@ -108,5 +116,5 @@ tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ub
   done
   wait "$pid" && rc=0 || rc=$?
   t1=$(date +%s.%N)
-  echo "$id,$preset,$type,$ctx,$ngl,$fa,$ctk,$ctv,$batch,$ubatch,$rc,$(awk "BEGIN{print $t1 - $t0}"),$peak" >>"$OUT/launches.csv"
+  echo "$id,$preset,$type,$ctx,$ngl,$fa,$ctk,$ctv,$batch,$ubatch,${ncmoe:-},${ot:-},$rc,$(awk "BEGIN{print $t1 - $t0}"),$peak" >>"$OUT/launches.csv"
 done

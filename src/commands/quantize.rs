@@ -16,6 +16,11 @@ pub fn quantize(args: &SessionArgs, to: &Path, ftype: FileType) -> Result<String
     let device = hw::pick(&args.device)?;
     let source = ModelSource::parse(args.model.as_deref().unwrap_or(default_model(&device)))?;
     let mut opened = model::source::open(&source, &args.source_options())?;
+    // llama.cpp loads no GGUF without a vocabulary: a synthetic model smaller than Qwen2.5's
+    // (Mistral, Mixtral) gets Qwen2.5's tokenizer cut to its vocabulary.
+    if opened.tokenizer.is_none() && matches!(source, ModelSource::Synthetic(_)) {
+        opened.tokenizer = Some(crate::model::load::tokenizer::qwen25()?);
+    }
     let n = opened.cfg.tensor_specs().len() as u64;
     let pb = if args.quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(n) };
     let rows = writer::write_gguf(

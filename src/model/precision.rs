@@ -158,7 +158,7 @@ fn q4_k_m_type(cfg: &DecoderConfig, spec: &TensorSpec) -> GgmlDType {
     let layer =
         spec.name.strip_prefix("model.layers.").and_then(|r| r.split('.').next()).and_then(|d| d.parse::<i64>().ok());
     let more_bits = layer.is_some_and(|i| recipe::use_more_bits(i, n));
-    let class = ModelClass::qwen2(cfg.num_hidden_layers);
+    let class = ModelClass::of(cfg);
     let t = recipe::tensor_type(
         FileType::Q4KM,
         class,

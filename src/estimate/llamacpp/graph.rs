@@ -1,11 +1,12 @@
 //! The graph llama.cpp reserves its compute buffers with (`llama_context::sched_reserve`: a
 //! prompt micro-batch of `min(n_ctx, n_ubatch)` tokens, every one an output, over the whole KV
-//! cache), node by node in the order ggml builds it for a dense decoder (`src/models/qwen2.cpp`,
-//! `llama.cpp`, `qwen3.cpp`; `llm_graph_context::build_attn`, `build_ffn`), with the backend each
+//! cache), node by node in the order ggml builds it for a decoder (`src/models/qwen2.cpp`,
+//! `llama.cpp`, `qwen3.cpp`, `qwen3moe.cpp`; `llm_graph_context::build_attn`, `build_ffn`,
+//! `build_moe_ffn`), with the backend each
 //! node runs on and the copies ggml's scheduler makes where a node reads another backend's tensor
 //! (`sched`). `alloc::reserve` walks it.
 
-use crate::model::config::DecoderConfig;
+use crate::model::config::{DecoderConfig, Experts};
 
 pub const GPU: usize = 0;
 pub const CPU: usize = 1;
@@ -150,12 +151,53 @@ impl Graph {
     }
 }
 
-/// The bytes of layer `il`'s weight `name` (`attn_q`, `ffn_down`, …; `output` and
-/// `output_norm` with `il` = the layer count) as its buffer holds it.
-pub type WeightBytes<'a> = &'a dyn Fn(usize, &str) -> u64;
+/// Where layer `il`'s weight `name` (`attn_q`, `ffn_down`, `ffn_up_exps`, …; `output` and
+/// `output_norm` with `il` = the layer count) lives, and its bytes as a CUDA buffer holds it (what
+/// a copy onto the GPU takes).
+pub type WeightBytes<'a> = &'a dyn Fn(usize, &str) -> (usize, u64);
 
-/// The reserved graph of `cfg` (a dense decoder) over `s`, in ggml's node order; `sched` gives
-/// each node its backend and adds the copies between backends.
+/// A mixture's feed-forward block as `build_moe_ffn` makes it for Qwen3-MoE and Mixtral (softmax
+/// router, the chosen experts' weights renormalized), over `cur` of `n` rows, in the order ggml's
+/// graph visits it: the router's weights first (llama.cpp expands them early), then the three
+/// expert products, then the experts' outputs summed one view at a time.
+fn experts(g: &mut Graph, w: &dyn Fn(&mut Graph, &str) -> usize, cur: usize, n: u64, e: u64, x: Experts) -> usize {
+    let (all, k, ff) = (x.experts as u64, x.active as u64, x.width as u64);
+    let router = w(g, "ffn_gate_inp");
+    let logits = g.op(&[router, cur], F32, [all, n, 1], false);
+    let probs = g.op(&[logits], F32, [all, n, 1], true);
+    let probs_3d = g.view(probs, &[]);
+    let argsort = g.op(&[probs], I32, [all, n, 1], false);
+    let chosen = g.view(argsort, &[]);
+    let weights = g.op(&[probs_3d, chosen], F32, [1, k, n], false);
+    let weights_2d = g.view(weights, &[]);
+    let sum = g.op(&[weights_2d], F32, [1, n, 1], false);
+    let clamped = g.op(&[sum], F32, [1, n, 1], true);
+    let normed = g.op(&[weights_2d, clamped], F32, [k, n, 1], true);
+    let weights_3d = g.view(normed, &[]);
+    let cur_3d = g.view(cur, &[]);
+    let product = |g: &mut Graph, name: &str, input: usize, rows: u64| {
+        let wt = w(g, name);
+        g.op(&[wt, input, chosen], F32, [rows, k, n], false)
+    };
+    let gate = product(g, "ffn_gate_exps", cur_3d, ff);
+    let up = product(g, "ffn_up_exps", cur_3d, ff);
+    let glu = g.op(&[gate, up], F32, [ff, k, n], false);
+    let down = product(g, "ffn_down_exps", glu, e);
+    let weighted = g.op(&[down, weights_3d], F32, [e, k, n], true);
+    // Each expert's rows are a strided view: never a parent a sum can write over.
+    let views: Vec<usize> = (0..k).map(|_| g.view(weighted, &[])).collect();
+    let mut out = views[0];
+    for &v in &views[1..] {
+        out = g.op(&[out, v], F32, [e, n, 1], true);
+    }
+    if k == 1 {
+        out = g.op(&[out], F32, [e, n, 1], false);
+    }
+    out
+}
+
+/// The reserved graph of `cfg` over `s`, in ggml's node order; `sched` gives each node its
+/// backend and adds the copies between backends.
 pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
     let mut g = Graph::default();
     let n = s.tokens;
@@ -183,7 +225,10 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
 
     for il in 0..layers {
         let b = if il >= s.first_gpu_layer { GPU } else { CPU };
-        let w = |g: &mut Graph, name: &str| g.weight(b, weight(il, name));
+        let w = |g: &mut Graph, name: &str| {
+            let (home, bytes) = weight(il, name);
+            g.weight(home, bytes)
+        };
         let inp_sa = inp_l;
         let norm = g.op(&[inp_l], F32, [e, n, 1], true);
         let wn = w(&mut g, "attn_norm");
@@ -192,7 +237,8 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
             let wt = w(g, name);
             let mut t = g.op(&[wt, cur], F32, [width, n, 1], false);
             if bias {
-                let bt = g.weight(b, 4 * width);
+                let (home, bytes) = weight(il, &format!("{name}.bias"));
+                let bt = g.weight(home, bytes);
                 t = g.op(&[t, bt], F32, [width, n, 1], true);
             }
             t
@@ -253,18 +299,24 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         let norm = g.op(&[ffn_inp], F32, [e, m, 1], true);
         let wn = w(&mut g, "ffn_norm");
         let cur = g.op(&[norm, wn], F32, [e, m, 1], true);
-        let (wg, wu, wd) = (w(&mut g, "ffn_gate"), w(&mut g, "ffn_up"), w(&mut g, "ffn_down"));
-        let gate = g.op(&[wg, cur], F32, [ff, m, 1], false);
-        let up = g.op(&[wu, cur], F32, [ff, m, 1], false);
-        let glu = g.op(&[gate, up], F32, [ff, m, 1], false);
-        let down = g.op(&[wd, glu], F32, [e, m, 1], false);
-        inp_l = g.op(&[down, ffn_inp], F32, [e, m, 1], true);
+        let out = match cfg.experts() {
+            Some(x) => experts(&mut g, &w, cur, m, e, x),
+            None => {
+                let (wg, wu, wd) = (w(&mut g, "ffn_gate"), w(&mut g, "ffn_up"), w(&mut g, "ffn_down"));
+                let gate = g.op(&[wg, cur], F32, [ff, m, 1], false);
+                let up = g.op(&[wu, cur], F32, [ff, m, 1], false);
+                let glu = g.op(&[gate, up], F32, [ff, m, 1], false);
+                g.op(&[wd, glu], F32, [e, m, 1], false)
+            }
+        };
+        inp_l = g.op(&[out, ffn_inp], F32, [e, m, 1], true);
     }
-    let b = if s.output_on_gpu { GPU } else { CPU };
     let norm = g.op(&[inp_l], F32, [e, no, 1], true);
-    let wn = g.weight(b, weight(layers, "output_norm"));
+    let (home, bytes) = weight(layers, "output_norm");
+    let wn = g.weight(home, bytes);
     let result_norm = g.op(&[norm, wn], F32, [e, no, 1], true);
-    let out = g.weight(b, weight(layers, "output"));
+    let (home, bytes) = weight(layers, "output");
+    let out = g.weight(home, bytes);
     let logits = g.op(&[out, result_norm], F32, [vocab, no, 1], false);
     g.tensors[result_norm].output = true;
     g.tensors[logits].output = true;

@@ -1,7 +1,7 @@
 //! The memory llama.cpp takes for a GGUF (`--engine llama.cpp`), per device and term by term as
 //! it allocates it: the model buffers (`llama_model::load_tensors`: the input layer on the host,
 //! the last `-ngl` layers and the output on the GPU, each tensor padded as the CUDA buffer type
-//! pads it), the KV cache (`llama_kv_cache`: `-c` rounded up to 256 cells, each layer on its
+//! pads it, the tensors `-ot`, `--cpu-moe` and `--n-cpu-moe` name on the host), the KV cache (`llama_kv_cache`: `-c` rounded up to 256 cells, each layer on its
 //! layer's device, in `-ctk`/`-ctv`), and the compute buffers (`graph`, `alloc`: ggml's allocator
 //! replayed over the graph llama.cpp reserves). Source read: llama.cpp as
 //! `scripts/reference/llama_memory.sh` builds it.
@@ -12,7 +12,7 @@ pub mod process;
 pub mod sched;
 
 use crate::error::{LabError, Result};
-use crate::model::config::DecoderConfig;
+use crate::model::config::{DecoderConfig, Family};
 use crate::model::gguf::types::GgmlType;
 use crate::model::gguf::writer::Planned;
 use serde::{Deserialize, Serialize};
@@ -78,6 +78,16 @@ pub struct Launch {
     /// The outputs the compute buffer is reserved for (`n_outputs_max`): None for `-b`, as
     /// llama-completion reserves; llama-server reserves one per slot (`-np`).
     pub outputs: Option<usize>,
+    /// `--n-cpu-moe N`: the experts of the first N layers in host memory.
+    #[serde(default)]
+    pub n_cpu_moe: Option<usize>,
+    /// `--cpu-moe`: every layer's experts in host memory.
+    #[serde(default)]
+    pub cpu_moe: bool,
+    /// `-ot PATTERN=CPU`, one pattern each: the tensors whose names the pattern finds stay in host
+    /// memory.
+    #[serde(default)]
+    pub host_tensors: Vec<String>,
 }
 
 impl Default for Launch {
@@ -91,6 +101,9 @@ impl Default for Launch {
             batch: 2048,
             ubatch: 512,
             outputs: None,
+            n_cpu_moe: None,
+            cpu_moe: false,
+            host_tensors: Vec::new(),
         }
     }
 }
@@ -101,8 +114,18 @@ impl Launch {
         let ngl = self.gpu_layers.map(|n| n.to_string()).unwrap_or_else(|| "99".into());
         let name = |t: CacheType| t.ggml().name.to_ascii_lowercase();
         let slots = self.outputs.map(|n| format!(" -np {n}")).unwrap_or_default();
+        let mut host = String::new();
+        if self.cpu_moe {
+            host += " --cpu-moe";
+        }
+        if let Some(n) = self.n_cpu_moe {
+            host += &format!(" --n-cpu-moe {n}");
+        }
+        for p in &self.host_tensors {
+            host += &format!(" -ot '{p}=CPU'");
+        }
         format!(
-            "-c {} -ngl {ngl} -fa {} -ctk {} -ctv {} -b {} -ub {}{slots}",
+            "-c {} -ngl {ngl} -fa {} -ctk {} -ctv {} -b {} -ub {}{slots}{host}",
             self.ctx,
             if self.flash { "on" } else { "off" },
             name(self.cache_k),
@@ -110,6 +133,30 @@ impl Launch {
             self.batch,
             self.ubatch
         )
+    }
+
+    /// The patterns that keep tensors in host memory, as llama.cpp's `common` makes them of
+    /// `--cpu-moe`, `--n-cpu-moe` and `-ot` (`LLM_FFN_EXPS_REGEX`, `llm_ffn_block_regex`): each
+    /// searched in a tensor's name, as `std::regex_search` does.
+    pub fn host_patterns(&self) -> Result<Vec<regex::Regex>> {
+        const EXPS: &str = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps";
+        let mut texts: Vec<String> = self.host_tensors.clone();
+        if self.cpu_moe {
+            texts.push(EXPS.to_string());
+        }
+        // Past the layers a pattern names no tensor; the bound keeps a hostile N from costing.
+        for i in 0..self.n_cpu_moe.unwrap_or(0).min(1 << 16) {
+            texts.push(format!(r"blk\.{i}{EXPS}"));
+        }
+        texts
+            .iter()
+            .map(|t| {
+                regex::RegexBuilder::new(t)
+                    .size_limit(1 << 20)
+                    .build()
+                    .map_err(|e| LabError::input(format!("-ot {t:?}: not a pattern llama.cpp would take here: {e}")))
+            })
+            .collect()
     }
 }
 
@@ -198,16 +245,20 @@ fn flash_copies_on_gpu(g: &mut graph::Graph, s: &graph::Shape) {
 
 /// llama.cpp's memory for `cfg` stored as `tensors` (a GGUF's, or a recipe's plan) under `l`.
 pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Memory> {
-    if cfg.model_type.is_moe() {
+    // A sliding window is Mistral v0.1's: llama.cpp runs Mistral as its `llama`, whose graph
+    // attends to the whole cache, so the cache is the full one (src/models/llama.cpp). Any other
+    // family with a window is not priced.
+    if cfg.sliding_window.is_some() && cfg.model_type != Family::Mistral {
         return Err(LabError::input(format!(
-            "--engine llama.cpp prices dense models; {} is a mixture of experts",
+            "--engine llama.cpp: {} with a sliding window keeps a second cache llama.cpp sizes apart; not priced",
             cfg.model_type.name()
         )));
     }
-    if cfg.sliding_window.is_some() {
-        return Err(LabError::input(
-            "--engine llama.cpp: a sliding window (Mistral) keeps a second cache llama.cpp sizes apart; not priced",
-        ));
+    if (l.cpu_moe || l.n_cpu_moe.is_some()) && cfg.experts().is_none() {
+        return Err(LabError::input(format!(
+            "--cpu-moe and --n-cpu-moe place a mixture's experts; {} has none",
+            cfg.model_type.name()
+        )));
     }
     if l.cache_v.is_quantized() && !l.flash {
         return Err(LabError::input(format!(
@@ -222,30 +273,35 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     let ngl = l.gpu_layers.unwrap_or(layers + 1).min(layers + 1);
     let first_gpu_layer = layers + 1 - ngl;
     let on_gpu = |layer: Option<usize>| layer.is_some_and(|i| i >= first_gpu_layer);
+    let host_patterns = l.host_patterns()?;
+    let kept_on_host = |name: &str| host_patterns.iter().any(|p| p.is_match(name));
 
     let mut gpu = Buffers::default();
     let mut host = Buffers::default();
+    // Each layer's weight by its short name: where it lives, and its bytes in a CUDA buffer (what
+    // it takes there, or what a copy onto the GPU takes).
     let mut weight = std::collections::HashMap::new();
     for t in tensors {
         let layer = layer_of(&t.name, layers);
-        if on_gpu(layer) {
+        let home = if on_gpu(layer) && !kept_on_host(&t.name) { graph::GPU } else { graph::CPU };
+        if home == graph::GPU {
             gpu.model += cuda_alloc(t);
         } else {
             host.model += t.bytes();
         }
         if let Some(i) = layer {
             let short = t.name.trim_start_matches(&format!("blk.{i}.")).trim_end_matches(".weight");
-            let held = if on_gpu(layer) { cuda_alloc(t) } else { t.bytes() };
-            weight.insert((i, short.to_string()), held);
+            weight.insert((i, short.to_string()), (home, cuda_alloc(t)));
         }
     }
     // A tied head: llama.cpp loads the token embedding a second time as the output layer.
     if !tensors.iter().any(|t| t.name == "output.weight") {
         if let Some(embd) = tensors.iter().find(|t| t.name == "token_embd.weight") {
-            if on_gpu(Some(layers)) {
+            let home = if on_gpu(Some(layers)) && !kept_on_host("output.weight") { graph::GPU } else { graph::CPU };
+            if home == graph::GPU {
                 gpu.model += cuda_alloc(embd);
             }
-            weight.insert((layers, "output".into()), cuda_alloc(embd));
+            weight.insert((layers, "output".into()), (home, cuda_alloc(embd)));
         }
     }
 
@@ -270,7 +326,8 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
         first_gpu_layer,
         output_on_gpu: on_gpu(Some(layers)),
     };
-    let bytes = |i: usize, name: &str| weight.get(&(i, name.to_string())).copied().unwrap_or(0);
+    let layer_home = |i: usize| if on_gpu(Some(i)) { graph::GPU } else { graph::CPU };
+    let bytes = |i: usize, name: &str| weight.get(&(i, name.to_string())).copied().unwrap_or((layer_home(i), 0));
     let mut g = graph::build(cfg, &shape, &bytes);
     sched::assign(&mut g, tokens);
     flash_copies_on_gpu(&mut g, &shape);

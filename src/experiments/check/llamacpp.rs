@@ -141,6 +141,14 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
             floats(&df, "rc")?,
             floats(&df, "smi_peak_mib")?,
         );
+        // Grids since issue 68 name the tensors kept on the host (`--n-cpu-moe N`, `-ot PATTERN=CPU`).
+        let optional = |name: &str| -> Result<Vec<String>> {
+            if df.column(name).is_err() {
+                return Ok(vec![String::new(); df.height()]);
+            }
+            strings(&df, name)
+        };
+        let (ncmoe, ot) = (optional("ncmoe")?, optional("ot")?);
         let file = f.strip_prefix(root).unwrap_or(&f).display().to_string();
         for i in 0..df.height() {
             if rc[i] != 0.0 {
@@ -159,6 +167,12 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
                 ubatch: count(ubatch[i]).ok_or_else(|| bad("ubatch"))?,
                 // llama-completion reserves for every token of -b.
                 outputs: None,
+                n_cpu_moe: Some(&ncmoe[i])
+                    .filter(|s| !s.is_empty())
+                    .map(|s| s.parse().map_err(|_| bad("ncmoe")))
+                    .transpose()?,
+                cpu_moe: false,
+                host_tensors: Some(&ot[i]).filter(|s| !s.is_empty()).cloned().into_iter().collect(),
             };
             let ftype = FileType::from_str(&ty[i], true).map_err(|_| bad(&format!("type {}", ty[i])))?;
             let id = count(id[i]).ok_or_else(|| bad("id"))?;

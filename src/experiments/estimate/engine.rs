@@ -49,6 +49,31 @@ pub struct LlamaCppFlags {
     #[arg(long, value_parser = limits::count(limits::MAX_BATCH))]
     #[serde(default)]
     pub np: Option<usize>,
+    /// --engine llama.cpp: --n-cpu-moe, the experts of the first N layers in host memory
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=limits::MAX_LAYERS as u64))]
+    #[serde(default)]
+    pub n_cpu_moe: Option<usize>,
+    /// --engine llama.cpp: --cpu-moe, every layer's experts in host memory
+    #[arg(long)]
+    #[serde(default)]
+    pub cpu_moe: bool,
+    /// --engine llama.cpp: -ot PATTERN=CPU (comma-separated, as llama.cpp takes them): the tensors
+    /// whose names the pattern finds stay in host memory
+    #[arg(long, value_delimiter = ',', value_parser = host_override)]
+    #[serde(default)]
+    pub override_tensor: Vec<String>,
+}
+
+/// One `-ot PATTERN=BUFFER`: its pattern when the buffer is the host's; other buffers (a GPU's,
+/// CPU_REPACK) are not priced.
+fn host_override(s: &str) -> std::result::Result<String, String> {
+    match s.rsplit_once('=') {
+        Some((pattern, "CPU")) if !pattern.is_empty() && pattern.len() <= 4096 => Ok(pattern.to_string()),
+        Some((_, buffer)) if !buffer.is_empty() => {
+            Err(format!("={buffer}: only =CPU is priced (llama.cpp's host memory)"))
+        }
+        _ => Err("expected PATTERN=CPU".into()),
+    }
 }
 
 impl Default for LlamaCppFlags {
@@ -63,6 +88,9 @@ impl Default for LlamaCppFlags {
             n_batch: None,
             ub: None,
             np: None,
+            n_cpu_moe: None,
+            cpu_moe: false,
+            override_tensor: Vec::new(),
         }
     }
 }
@@ -112,6 +140,9 @@ pub fn launch(c: &LlamaCppFlags, seq: usize, others: &[(&str, bool)]) -> Result<
         ("--n-batch", c.n_batch.is_some()),
         ("--ub", c.ub.is_some()),
         ("--np", c.np.is_some()),
+        ("--n-cpu-moe", c.n_cpu_moe.is_some()),
+        ("--cpu-moe", c.cpu_moe),
+        ("--override-tensor", !c.override_tensor.is_empty()),
         ("--gguf-types", c.gguf_types != LlamaCppFlags::default().gguf_types),
     ];
     if c.engine != Engine::LlamaCpp {
@@ -145,6 +176,9 @@ pub fn launch(c: &LlamaCppFlags, seq: usize, others: &[(&str, bool)]) -> Result<
         batch: c.n_batch.unwrap_or(d.batch),
         ubatch: c.ub.unwrap_or(d.ubatch),
         outputs: c.np,
+        n_cpu_moe: c.n_cpu_moe,
+        cpu_moe: c.cpu_moe,
+        host_tensors: c.override_tensor.clone(),
     }))
 }
 

@@ -106,6 +106,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("llama-2-70b", include_str!("../../../data/models/llama-2-70b.json")),
     ("llama-3.1-8b", include_str!("../../../data/models/llama-3.1-8b.json")),
     ("mistral-7b", include_str!("../../../data/models/mistral-7b.json")),
+    ("mistral-7b-v0.1", include_str!("../../../data/models/mistral-7b-v0.1.json")),
     ("qwen3-30b-a3b", include_str!("../../../data/models/qwen3-30b-a3b.json")),
     ("mixtral-8x7b", include_str!("../../../data/models/mixtral-8x7b.json")),
     ("tiny-qwen3", include_str!("../../../data/models/tiny-qwen3.json")),
@@ -369,6 +370,7 @@ mod tests {
             ("llama-2-70b", 68_976_648_192),
             ("llama-3.1-8b", 8_030_261_248),
             ("mistral-7b", 7_248_023_552),
+            ("mistral-7b-v0.1", 7_241_732_096),
             ("qwen3-30b-a3b", 30_532_122_624),
             ("mixtral-8x7b", 46_702_792_704),
         ] {

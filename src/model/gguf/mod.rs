@@ -9,5 +9,5 @@ pub mod recipe;
 pub mod types;
 pub mod writer;
 
-pub use names::{gguf_name, gguf_tensor, gguf_tensors};
+pub use names::{gguf_groups, gguf_name, gguf_tensor, gguf_tensors};
 pub use reader::Gguf;

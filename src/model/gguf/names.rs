@@ -43,7 +43,38 @@ pub fn gguf_tensor(spec: &TensorSpec) -> (String, Vec<u64>) {
     (gguf_name(&spec.name), spec.shape.iter().rev().map(|&d| d as u64).collect())
 }
 
-/// The tensors a config implies, as a GGUF names and shapes them.
+/// The tensors a config implies, as a GGUF names and shapes them: a layer's experts stacked in
+/// one tensor of `[row, rows, experts]` (where the first expert stands), as llama.cpp's converter
+/// merges them.
 pub fn gguf_tensors(cfg: &DecoderConfig) -> Vec<(String, Vec<u64>)> {
-    cfg.tensor_specs().iter().map(gguf_tensor).collect()
+    gguf_groups(cfg).into_iter().map(|(name, ne, _)| (name, ne)).collect()
+}
+
+/// `gguf_tensors` with the checkpoint tensors each one holds (indices into `tensor_specs`, one a
+/// tensor, the experts in order for a merged one).
+pub fn gguf_groups(cfg: &DecoderConfig) -> Vec<(String, Vec<u64>, Vec<usize>)> {
+    let mut out: Vec<(String, Vec<u64>, Vec<usize>)> = Vec::new();
+    let mut merged = std::collections::HashMap::new();
+    for (i, spec) in cfg.tensor_specs().iter().enumerate() {
+        let (name, ne) = gguf_tensor(spec);
+        if !name.contains("_exps.") {
+            out.push((name, ne, vec![i]));
+            continue;
+        }
+        match merged.get(&name) {
+            Some(&k) => {
+                let group: &mut (String, Vec<u64>, Vec<usize>) = &mut out[k];
+                group.2.push(i);
+                let n = group.2.len() as u64;
+                if let Some(last) = group.1.last_mut() {
+                    *last = n;
+                }
+            }
+            None => {
+                merged.insert(name.clone(), out.len());
+                out.push((name, [ne, vec![1]].concat(), vec![i]));
+            }
+        }
+    }
+    out
 }

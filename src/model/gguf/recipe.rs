@@ -1,7 +1,8 @@
 //! llama.cpp's quantization recipes (`llama-quantize`'s file types), tensor by tensor, as
 //! `src/llama-quant.cpp` decides them: the default type of the file type, promoted for the output
-//! layer, for the `use_more_bits` layers' attn_v and ffn_down (Q4_K_M), for a 70B's attn_v, and
-//! replaced by a fallback where a row is not a whole number of blocks. A file the lab writes with
+//! layer, for the `use_more_bits` layers' attn_v and ffn_down (Q4_K_M), for a 70B's attn_v, for an
+//! 8-expert mixture's attention (Mixtral), and replaced by a fallback where a row is not a whole
+//! number of blocks. A file the lab writes with
 //! a recipe holds the same types, so the same bytes, as llama.cpp's.
 
 use crate::model::gguf::types::GgmlType;
@@ -78,16 +79,21 @@ pub struct Tensor<'a> {
 }
 
 /// What llama-quantize needs of the model beyond the tensors: whether it is llama.cpp's 70B size
-/// class (80 layers for qwen2), whose attn_v gets more bits.
+/// class (80 layers for qwen2), whose attn_v gets more bits; its layer count, which places an
+/// ffn_down among `use_more_bits`'s layers; its experts (`n_expert`: 8 gives Mixtral's attention
+/// more bits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ModelClass {
     pub is_70b: bool,
+    pub layers: usize,
+    pub experts: usize,
 }
 
 impl ModelClass {
-    /// llama.cpp's size class for qwen2 that changes a recipe: 80 layers is its "70B".
-    pub fn qwen2(layers: usize) -> Self {
-        Self { is_70b: layers == 80 }
+    /// llama.cpp's size class that changes a recipe: 80 dense layers is its "70B".
+    pub fn of(cfg: &crate::model::config::DecoderConfig) -> Self {
+        let experts = cfg.experts().map_or(0, |e| e.experts);
+        Self { is_70b: cfg.num_hidden_layers == 80 && experts == 0, layers: cfg.num_hidden_layers, experts }
     }
 }
 
@@ -97,9 +103,9 @@ pub fn use_more_bits(i: i64, n: i64) -> bool {
 }
 
 /// Whether llama-quantize quantizes the tensor at all: weights of two or more dimensions, not a
-/// norm (everything else keeps the type it has in the input file).
+/// norm, not a mixture's router (everything else keeps the type it has in the input file).
 pub fn is_quantized(name: &str, ne: &[u64]) -> bool {
-    name.ends_with("weight") && ne.len() >= 2 && !name.contains("_norm.weight")
+    name.ends_with("weight") && ne.len() >= 2 && !name.contains("_norm.weight") && !name.contains("ffn_gate_inp.weight")
 }
 
 /// The type of every tensor under `ftype`, in the order given. `input` is the type a tensor has in
@@ -113,16 +119,15 @@ pub fn plan(
 ) -> Vec<GgmlType> {
     let has_output = tensors.iter().any(|t| t.name == "output.weight");
     let n_attn_v = tensors.iter().filter(|t| t.name.contains("attn_v.weight")).count() as i64;
-    let n_ffn_down = tensors.iter().filter(|t| t.name.contains("ffn_down")).count() as i64;
     // llama.cpp walks the tensors in its loader's map order (`weight_name_comparer`: by layer
-    // number, tensors outside the layers first, then by name); its attn_v and ffn_down counters
-    // count in that order.
+    // number, tensors outside the layers first, then by name); its attn_v counter counts in that
+    // order. An ffn_down's layer is its index among the layers' (one a layer, experts merged).
     let layer = |n: &str| -> i64 {
         n.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|d| d.parse().ok()).unwrap_or(-1)
     };
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by(|&a, &b| (layer(tensors[a].name), tensors[a].name).cmp(&(layer(tensors[b].name), tensors[b].name)));
-    let (mut i_attn_v, mut i_ffn_down) = (0i64, 0i64);
+    let mut i_attn_v = 0i64;
     let mut out = vec![ftype.default_type(); tensors.len()];
     for k in order {
         let t = &tensors[k];
@@ -135,8 +140,7 @@ pub fn plan(
             more_bits = use_more_bits(i_attn_v, n_attn_v);
             i_attn_v += 1;
         } else if t.name.contains("ffn_down") {
-            more_bits = use_more_bits(i_ffn_down, n_ffn_down);
-            i_ffn_down += 1;
+            more_bits = use_more_bits(layer(t.name), class.layers as i64);
         }
         out[k] = tensor_type(ftype, class, t, has_output, more_bits);
     }
@@ -166,6 +170,14 @@ pub fn tensor_type(ftype: FileType, class: ModelClass, t: &Tensor, has_output: b
         if class.is_70b && (new == ty("Q3_K") || new == ty("Q4_K")) {
             new = ty("Q5_K");
         }
+        // "for the 8-expert model, bumping this to Q8_0 trades just ~128MB" (llama-quant.cpp).
+        if class.experts == 8 {
+            new = ty("Q8_0");
+        }
+    } else if t.name.contains("attn_k.weight") && class.experts == 8 {
+        new = ty("Q8_0");
+    } else if t.name.contains("attn_output.weight") && class.experts == 8 && ftype == FileType::Q4KM {
+        new = ty("Q5_K");
     } else if t.name.contains("ffn_down") && ftype == FileType::Q4KM && more_bits {
         new = ty("Q6_K");
     }

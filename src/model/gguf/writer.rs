@@ -4,10 +4,10 @@
 
 use crate::error::{LabError, Result};
 use crate::model::config::{DecoderConfig, Family};
-use crate::model::gguf::gguf_tensors;
 use crate::model::gguf::header::DEFAULT_ALIGNMENT;
 use crate::model::gguf::recipe::{self, FileType, ModelClass};
 use crate::model::gguf::types::GgmlType;
+use crate::model::gguf::{gguf_groups, gguf_tensors};
 use crate::model::load::gguf_tokenizer as tokenizer;
 use crate::model::load::weights::WeightSource;
 use crate::model::precision::{ggml_dtype_for, Precision};
@@ -53,9 +53,7 @@ pub fn plan(cfg: &DecoderConfig, file: FileTypes) -> Vec<Planned> {
         FileTypes::Llama(ftype) => {
             let tensors: Vec<recipe::Tensor> = named.iter().map(|(n, ne)| recipe::Tensor { name: n, ne }).collect();
             // The converter writes vectors as F32; they keep that type.
-            recipe::plan(ftype, ModelClass::qwen2(cfg.num_hidden_layers), &tensors, |_| {
-                GgmlType::of(candle_core::quantized::GgmlDType::F32)
-            })
+            recipe::plan(ftype, ModelClass::of(cfg), &tensors, |_| GgmlType::of(candle_core::quantized::GgmlDType::F32))
         }
         FileTypes::LabQ4 => {
             cfg.tensor_specs().iter().map(|s| GgmlType::of(ggml_dtype_for(s, cfg.tie_word_embeddings))).collect()
@@ -64,9 +62,11 @@ pub fn plan(cfg: &DecoderConfig, file: FileTypes) -> Vec<Planned> {
     named.into_iter().zip(types).map(|((name, ne), ty)| Planned { name, ne, ty }).collect()
 }
 
-/// The `<arch>.*` keys llama.cpp's loader reads (qwen2, qwen3, llama), `general.*`, and the
-/// tokenizer when there is one. Refused: Mistral (its window has no key), Llama 3.1's scaled RoPE
-/// (llama.cpp carries it as a `rope_freqs` tensor the lab does not write) and the mixtures.
+/// The `<arch>.*` keys llama.cpp's loader reads (qwen2, qwen3, qwen3moe, llama), `general.*`, and
+/// the tokenizer when there is one. Mistral and Mixtral are llama.cpp's `llama`, as its converter
+/// writes them: without a sliding window (llama.cpp's llama graph has none, so it attends to the
+/// whole cache). Refused: Llama 3.1's scaled RoPE (llama.cpp carries it as a `rope_freqs` tensor
+/// the lab does not write).
 pub fn metadata(
     cfg: &DecoderConfig,
     file: FileTypes,
@@ -74,12 +74,13 @@ pub fn metadata(
 ) -> Result<Vec<(String, Value)>> {
     let arch = match cfg.model_type {
         Family::Qwen2 | Family::Qwen3 => cfg.model_type.name(),
+        Family::Qwen3Moe => "qwen3moe",
         Family::Llama if cfg.rope_scaling.is_none() => "llama",
+        Family::Mistral | Family::Mixtral => "llama",
         other => {
             return Err(crate::error::LabError::input(format!(
-                "the lab writes GGUF files of qwen2, qwen3 and llama without RoPE scaling, not {}{} (llama.cpp's convert_hf_to_gguf.py writes those)",
+                "the lab writes GGUF files without RoPE scaling, not {} with rope_scaling (llama.cpp's convert_hf_to_gguf.py writes those)",
                 other.name(),
-                if other == Family::Llama { " with rope_scaling" } else { "" }
             )))
         }
     };
@@ -104,6 +105,13 @@ pub fn metadata(
     }
     if arch == "llama" {
         md.push((key("rope.dimension_count"), u(cfg.head_dim())));
+    }
+    if let Some(e) = cfg.experts() {
+        md.push((key("expert_count"), u(e.experts)));
+        md.push((key("expert_used_count"), u(e.active)));
+        if arch != "llama" {
+            md.push((key("expert_feed_forward_length"), u(e.width)));
+        }
     }
     if let FileTypes::Llama(ftype) = file {
         md.push(("general.file_type".into(), Value::U32(ftype.llama_ftype())));
@@ -210,6 +218,27 @@ fn encode(dense: &candle_core::Tensor, ty: GgmlType) -> Result<Vec<u8>> {
     Ok(qt.data()?.into_owned())
 }
 
+/// One checkpoint tensor's values in `ty`; Llama's q and k rows in llama.cpp's RoPE order, as its
+/// converter writes them (Mistral and Mixtral are llama.cpp's llama).
+fn encode_spec(
+    cfg: &DecoderConfig,
+    source: &mut dyn WeightSource,
+    spec: &crate::model::config::TensorSpec,
+    ty: GgmlType,
+) -> Result<Vec<u8>> {
+    let dense = source.load(spec, Precision::F32, &Device::Cpu)?.dense()?;
+    let bytes = encode(&dense, ty)?;
+    if !matches!(cfg.model_type, Family::Llama | Family::Mistral | Family::Mixtral) || !spec.name.ends_with(".weight") {
+        return Ok(bytes);
+    }
+    let heads = match spec.name.rsplit('.').nth(1) {
+        Some("q_proj") => cfg.num_attention_heads,
+        Some("k_proj") => cfg.num_key_value_heads,
+        _ => return Ok(bytes),
+    };
+    super::permute::reorder_rows(&bytes, &super::permute::file_to_checkpoint(spec.shape[0], heads)?)
+}
+
 /// Writes `cfg`'s weights from `source` as a GGUF file of the types `which` names, with the tokenizer's
 /// metadata when there is one; `each` runs after every tensor. Returns the tensors written.
 pub fn write_gguf(
@@ -237,20 +266,12 @@ pub fn write_gguf(
     .map_err(|e| LabError::input(format!("cannot create {}: {e}", tmp.display())))?;
     let mut w = BufWriter::with_capacity(8 << 20, file);
     write_header(&mut w, &md, &tensors)?;
-    for (spec, t) in cfg.tensor_specs().iter().zip(&tensors) {
-        let dense = source.load(spec, Precision::F32, &Device::Cpu)?.dense()?;
-        let mut bytes = encode(&dense, t.ty)?;
-        // Llama's q and k rows in llama.cpp's RoPE order, as its converter writes them.
-        if cfg.model_type == Family::Llama {
-            let heads = match spec.name.rsplit('.').nth(1) {
-                Some("q_proj") => Some(cfg.num_attention_heads),
-                Some("k_proj") => Some(cfg.num_key_value_heads),
-                _ => None,
-            };
-            if let Some(heads) = heads.filter(|_| spec.name.ends_with(".weight")) {
-                bytes =
-                    super::permute::reorder_rows(&bytes, &super::permute::file_to_checkpoint(spec.shape[0], heads)?)?;
-            }
+    let specs = cfg.tensor_specs();
+    for ((_, _, held), t) in gguf_groups(cfg).iter().zip(&tensors) {
+        // A merged tensor is its experts' rows one after another.
+        let mut bytes = Vec::with_capacity(t.bytes() as usize);
+        for &i in held {
+            bytes.extend(encode_spec(cfg, source, &specs[i], t.ty)?);
         }
         // The header already gave every offset: a tensor of another size would shift the rest.
         if bytes.len() as u64 != t.bytes() {

@@ -64,7 +64,10 @@ pub fn from_header(h: &Header) -> Result<Option<Tokenizer>> {
 }
 
 /// A tokenizer.json as llama.cpp's converter stores it: every id up to the model's vocabulary
-/// (`[PADn]` where the tokenizer has none), token types, merges as "a b" strings, special ids.
+/// (`[PADn]` where the tokenizer has none), token types, merges as "a b" strings, special ids. A
+/// tokenizer larger than the vocabulary (Qwen2.5's in a synthetic Mixtral) is cut to it: the ids
+/// past it and the merges that make or use them are left out, as llama.cpp's loader needs one
+/// token per embedding row.
 pub fn to_metadata(tok: &Tokenizer, cfg: &DecoderConfig) -> Result<Vec<(String, Value)>> {
     let spec: Json =
         serde_json::from_str(&tok.to_string(false).map_err(|e| LabError::other(format!("tokenizer: {e}")))?)?;
@@ -84,7 +87,7 @@ pub fn to_metadata(tok: &Tokenizer, cfg: &DecoderConfig) -> Result<Vec<(String, 
             a.iter().filter_map(|t| Some((t["id"].as_u64()? as u32, t["special"].as_bool().unwrap_or(false)))).collect()
         })
         .unwrap_or_default();
-    let n = cfg.vocab_size.max(tok.get_vocab_size(true));
+    let n = cfg.vocab_size;
     let (mut tokens, mut types) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for id in 0..n as u32 {
         match tok.id_to_token(id) {
@@ -114,6 +117,10 @@ pub fn to_metadata(tok: &Tokenizer, cfg: &DecoderConfig) -> Result<Vec<(String, 
                     Json::Array(p) => Some(format!("{} {}", p.first()?.as_str()?, p.get(1)?.as_str()?)),
                     _ => None,
                 })
+                .filter(|m| {
+                    let kept = |t: &str| tok.token_to_id(t).is_some_and(|id| (id as usize) < n);
+                    m.split_once(' ').is_some_and(|(a, b)| kept(a) && kept(b) && kept(&format!("{a}{b}")))
+                })
                 .map(Value::String)
                 .collect()
         })
@@ -129,10 +136,10 @@ pub fn to_metadata(tok: &Tokenizer, cfg: &DecoderConfig) -> Result<Vec<(String, 
         md.push(("tokenizer.ggml.eos_token_id".into(), Value::U32(*eos)));
     }
     // Qwen2's converter sets bos to <|endoftext|> and adds no bos.
-    if let Some(bos) = cfg.bos_token_id.or(tok.token_to_id("<|endoftext|>")) {
+    if let Some(bos) = cfg.bos_token_id.or(tok.token_to_id("<|endoftext|>")).filter(|&id| (id as usize) < n) {
         md.push(("tokenizer.ggml.bos_token_id".into(), Value::U32(bos)));
     }
-    if let Some(pad) = tok.token_to_id("<|endoftext|>") {
+    if let Some(pad) = tok.token_to_id("<|endoftext|>").filter(|&id| (id as usize) < n) {
         md.push(("tokenizer.ggml.padding_token_id".into(), Value::U32(pad)));
     }
     md.push(("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)));
