@@ -201,6 +201,81 @@ fn written_files_read_back() {
     }
 }
 
+/// A mixture's GGUF as llama.cpp's converter writes it: each layer's experts stacked in one
+/// tensor of `[row, rows, experts]`, the router left in F32, the expert keys llama.cpp's loader
+/// reads; 8 experts give the attention Mixtral's types (Q8_0 K and V, Q5_K output). A Mistral or
+/// Mixtral is llama.cpp's `llama`, with Qwen2.5's tokenizer cut to its vocabulary.
+#[test]
+fn mixtures_and_mistral_are_written_as_llama_cpp_reads_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |preset: &str| {
+        let path = tmp.path().join(format!("{preset}.gguf"));
+        let o = common::lab_quiet(&[
+            "quantize",
+            "--model",
+            &format!("synthetic:{preset}"),
+            "--type",
+            "q4_k_m",
+            "--to",
+            path.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{preset}: {}", common::output_text(&o));
+        Header::read(&path).unwrap()
+    };
+    let h = write("tiny-moe");
+    let cfg = DecoderConfig::preset("tiny-moe").unwrap();
+    assert_eq!(h.str("general.architecture"), Some("qwen3moe"));
+    assert_eq!(h.uint("qwen3moe.expert_count"), Some(8));
+    assert_eq!(h.uint("qwen3moe.expert_used_count"), Some(2));
+    assert_eq!(h.uint("qwen3moe.expert_feed_forward_length"), Some(cfg.moe_intermediate_size.unwrap() as u64));
+    assert_eq!(h.file_len, h.needs());
+    let t = |name: &str| h.tensor(name).unwrap_or_else(|| panic!("{name}"));
+    assert_eq!(t("blk.1.ffn_down_exps.weight").ne, vec![128, 256, 8]);
+    assert_eq!(t("blk.1.ffn_gate_exps.weight").ne, vec![256, 128, 8]);
+    assert_eq!(t("blk.0.ffn_gate_inp.weight").type_name(), "F32");
+    assert_eq!(t("blk.0.attn_v.weight").type_name(), "Q8_0");
+    assert_eq!(t("blk.0.attn_k.weight").type_name(), "Q8_0");
+    assert_eq!(t("blk.0.attn_output.weight").type_name(), "Q5_K");
+    let planned = writer::plan(&cfg, FileTypes::Llama(FileType::Q4KM));
+    let got: Vec<(String, u32)> = h.tensors.iter().map(|t| (t.name.clone(), t.type_id)).collect();
+    assert_eq!(got, planned.iter().map(|t| (t.name.clone(), t.ty.id)).collect::<Vec<_>>());
+
+    let h = write("tiny-mistral");
+    assert_eq!(h.str("general.architecture"), Some("llama"));
+    assert_eq!(h.file_len, h.needs());
+}
+
+/// Qwen2.5's tokenizer in the metadata of a model with a smaller vocabulary (a synthetic Mixtral
+/// writes it cut to its 32,000 ids): one token per embedding row, and only the merges whose two
+/// parts and result are kept.
+#[test]
+fn a_tokenizer_larger_than_the_vocabulary_is_cut_to_it() {
+    let tok = vram_lab::model::load::tokenizer::qwen25().unwrap();
+    let mut cfg = DecoderConfig::preset("tiny-mistral").unwrap();
+    cfg.vocab_size = 4096;
+    let md = tokenizer::to_metadata(&tok, &cfg).unwrap();
+    let get = |k: &str| md.iter().find(|(name, _)| name == k).map(|(_, v)| v.clone()).unwrap();
+    let strings = |k: &str| -> Vec<String> {
+        match get(k) {
+            candle_core::quantized::gguf_file::Value::Array(a) => {
+                a.into_iter().map(|v| v.to_string().unwrap().clone()).collect()
+            }
+            _ => panic!("{k}"),
+        }
+    };
+    let tokens = strings("tokenizer.ggml.tokens");
+    assert_eq!(tokens.len(), 4096);
+    let kept: std::collections::HashSet<&str> = tokens.iter().map(|s| s.as_str()).collect();
+    let merges = strings("tokenizer.ggml.merges");
+    assert!(!merges.is_empty() && merges.len() < 150_000, "{}", merges.len());
+    for m in &merges {
+        let (a, b) = m.split_once(' ').unwrap();
+        assert!(kept.contains(a) && kept.contains(b) && kept.contains(format!("{a}{b}").as_str()), "{m}");
+    }
+    // <|endoftext|> (151643) is past the vocabulary: no padding id names it.
+    assert!(!md.iter().any(|(k, _)| k == "tokenizer.ggml.padding_token_id"));
+}
+
 /// A type ggml defines and the lab does not compute (IQ2_XXS) is priced by `estimate` from its
 /// blocks, and loading names it in one line.
 #[test]

@@ -103,17 +103,54 @@ fn flags_of_the_other_engine_are_refused_by_name() {
     }
 }
 
-/// Mistral v0.1's window keeps a second, windowed cache in llama.cpp: refused, not mispriced.
+/// Mistral v0.1's window does not shrink llama.cpp's cache (its llama graph attends to every
+/// cell): priced with the whole cache, and the estimate says so.
 #[test]
-fn a_sliding_window_is_refused_by_name() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut cfg = DecoderConfig::preset("mistral-7b").unwrap();
-    cfg.sliding_window = Some(4096);
-    let file = tmp.path().join("config.json");
-    std::fs::write(&file, serde_json::to_string(&cfg).unwrap()).unwrap();
-    let o = lab(&["estimate", "--engine", "llama.cpp", "--config", file.to_str().unwrap()]);
+fn a_sliding_window_is_priced_as_llama_cpp_attends() {
+    let o = lab(&["estimate", "--engine", "llama.cpp", "--model", "synthetic:mistral-7b-v0.1", "--seq", "32768"]);
     let t = text(&o);
-    assert!(!o.status.success() && t.contains("sliding window") && !t.contains("panicked"), "{t}");
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("KV 4096.00 (32768 cells)") && t.contains("window"), "{t}");
+}
+
+/// `plan --engine llama.cpp` for a mixture that does not fit a 16 GB card whole keeps the fewest
+/// layers' experts on the host: the plan's --n-cpu-moe fits the card less the margin, one layer
+/// fewer does not.
+#[test]
+fn plan_keeps_the_fewest_experts_on_the_host() {
+    use vram_lab::estimate::llamacpp::process;
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("plan");
+    let o = lab(&[
+        "plan",
+        "--engine",
+        "llama.cpp",
+        "--model",
+        "synthetic:qwen3-30b-a3b",
+        "--card",
+        "a4000",
+        "--seq",
+        "32768",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = std::fs::read_to_string(out.join("plan").join("plan_llamacpp.csv")).unwrap();
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let f16: Vec<&str> = lines.map(|l| l.split(',').collect::<Vec<_>>()).find(|row| row[1] == "f16").unwrap();
+    let at = |name: &str| f16[head.iter().position(|h| *h == name).unwrap()];
+    let n: usize = at("n_cpu_moe").parse().unwrap();
+    assert_eq!(at("seq"), "32768");
+    assert!(at("command").contains(&format!("--n-cpu-moe {n}")), "{}", at("command"));
+    let cfg = DecoderConfig::preset("qwen3-30b-a3b").unwrap();
+    let tensors = plan(&cfg, FileTypes::Llama(FileType::Q4KM));
+    let need = |n| {
+        let l = Launch { ctx: 32768, outputs: Some(1), n_cpu_moe: Some(n), ..Launch::default() };
+        memory(&cfg, &tensors, &l).unwrap().gpu.total() + process::beyond(&cfg, &l, true, 32768).total()
+    };
+    let budget = vram_lab::hw::Card::parse("a4000").unwrap().total_bytes() - (256 << 20);
+    assert!(n > 0 && need(n) <= budget && need(n - 1) > budget, "{n}");
 }
 
 /// `plan --engine llama.cpp`: the context chosen fits the card less the margin and the next 256
@@ -127,8 +164,9 @@ fn plan_picks_the_longest_context_that_fits() {
     let o = lab(&[&args[..], &["--out", out.to_str().unwrap()]].concat());
     assert!(o.status.success(), "{}", text(&o));
     let csv = std::fs::read_to_string(out.join("plan").join("plan_llamacpp.csv")).unwrap();
+    let seq = csv.lines().next().unwrap().split(',').position(|h| h == "seq").unwrap();
     let f16: Vec<&str> = csv.lines().map(|l| l.split(',').collect::<Vec<_>>()).find(|row| row[1] == "f16").unwrap();
-    let ctx: usize = f16[3].parse().unwrap();
+    let ctx: usize = f16[seq].parse().unwrap();
     let cfg = DecoderConfig::preset("qwen2.5-32b").unwrap();
     let tensors = plan(&cfg, FileTypes::Llama(FileType::Q4KM));
     let need = |ctx| {
@@ -189,6 +227,7 @@ fn every_planned_server_launch_fits_its_card() {
             batch: f("batch") as usize,
             ubatch: f("ubatch") as usize,
             outputs: Some(1),
+            ..Launch::default()
         };
         let tensors = plan(&cfg, FileTypes::Llama(ty));
         let m = memory(&cfg, &tensors, &l).unwrap();

@@ -80,6 +80,9 @@ def launch(row, args, i):
     cmd = [args.server, "-m", gguf, "-c", row["ctx"], "-ngl", row["ngl"], "-fa", "on", "-ctk", row["ctk"],
            "-ctv", row["ctv"], "-b", row["batch"], "-ub", row["ubatch"], "-np", "1", "-fit", "off",
            "--host", "127.0.0.1", "--port", str(PORT), "-lv", "4"]
+    # A mixture's plan keeps the first layers' experts in host memory.
+    if row.get("ncmoe"):
+        cmd += ["--n-cpu-moe", row["ncmoe"]]
     rec = dict(row, id=i, loaded=0, http=0, alive=0, smi_peak_mib=0, seconds=0.0)
     t0 = time.time()
     with open(log_path, "w") as log:

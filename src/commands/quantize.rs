@@ -16,9 +16,10 @@ pub fn quantize(args: &SessionArgs, to: &Path, ftype: FileType) -> Result<String
     let device = hw::pick(&args.device)?;
     let source = ModelSource::parse(args.model.as_deref().unwrap_or(default_model(&device)))?;
     let mut opened = model::source::open(&source, &args.source_options())?;
-    // llama.cpp loads no GGUF without a vocabulary: a synthetic model smaller than Qwen2.5's
-    // (Mistral, Mixtral) gets Qwen2.5's tokenizer cut to its vocabulary.
-    if opened.tokenizer.is_none() && matches!(source, ModelSource::Synthetic(_)) {
+    // llama.cpp loads no GGUF without a vocabulary: a synthetic model of a real vocabulary smaller
+    // than Qwen2.5's (Mistral, Mixtral, Llama 2: 32,000 tokens) gets Qwen2.5's tokenizer cut to it.
+    // The tiny test presets stay without one.
+    if opened.tokenizer.is_none() && matches!(source, ModelSource::Synthetic(_)) && opened.cfg.vocab_size >= 32_000 {
         opened.tokenizer = Some(crate::model::load::tokenizer::qwen25()?);
     }
     let n = opened.cfg.tensor_specs().len() as u64;

@@ -400,4 +400,74 @@ mod tests {
         assert!(at(131072, true, CacheType::Q8_0) > logits.max(copies));
         assert!(memory(&cfg, &t, &Launch { flash: false, cache_v: CacheType::Q8_0, ..Launch::default() }).is_err());
     }
+
+    fn qwen3_moe() -> (DecoderConfig, Vec<Planned>) {
+        let cfg = DecoderConfig::preset("qwen3-30b-a3b").unwrap();
+        let tensors = plan(&cfg, FileTypes::Llama(FileType::Q4KM));
+        (cfg, tensors)
+    }
+
+    /// `--n-cpu-moe N` moves the first N layers' three expert tensors to the host and nothing else;
+    /// `--cpu-moe` and `-ot exps=CPU` move every layer's, as `--n-cpu-moe` of every layer does.
+    #[test]
+    fn experts_on_the_host_by_layer_or_pattern() {
+        let (cfg, t) = qwen3_moe();
+        let at = |l: Launch| memory(&cfg, &t, &l).unwrap();
+        let all = at(Launch::default());
+        let exps = |first: usize| -> u64 {
+            t.iter()
+                .filter(|x| x.name.contains("_exps.") && layer_of(&x.name, 48).is_some_and(|i| i < first))
+                .map(cuda_alloc)
+                .sum()
+        };
+        let twenty = at(Launch { n_cpu_moe: Some(20), ..Launch::default() });
+        assert_eq!(all.gpu.model - twenty.gpu.model, exps(20));
+        assert!(exps(20) > 0);
+        let every = at(Launch { cpu_moe: true, ..Launch::default() });
+        assert_eq!(all.gpu.model - every.gpu.model, exps(48));
+        let pattern = at(Launch { host_tensors: vec!["exps".into()], ..Launch::default() });
+        assert_eq!(pattern.gpu, every.gpu);
+        assert_eq!(at(Launch { n_cpu_moe: Some(48), ..Launch::default() }).gpu.model, every.gpu.model);
+        // The router and attention stay: what is left on the GPU is more than the embedding-free rest.
+        assert!(every.gpu.model > 0);
+    }
+
+    /// A copy of one layer's host experts goes through the GPU's compute buffer when a
+    /// micro-batch is large enough for llama.cpp to offload the product (32 rows); with fewer
+    /// rows the experts are multiplied on the host and the GPU holds no copy.
+    #[test]
+    fn host_experts_are_copied_for_large_micro_batches_only() {
+        let (cfg, t) = qwen3_moe();
+        let down: u64 = t.iter().filter(|x| x.name.ends_with("ffn_down_exps.weight")).map(cuda_alloc).max().unwrap();
+        let l = Launch { cpu_moe: true, ctx: 4096, ubatch: 512, outputs: Some(1), ..Launch::default() };
+        let big = memory(&cfg, &t, &l).unwrap();
+        assert!(big.gpu.compute >= down, "{} < {down}", big.gpu.compute);
+        let small = memory(&cfg, &t, &Launch { ubatch: 16, ..l }).unwrap();
+        assert!(small.gpu.compute < down, "{} >= {down}", small.gpu.compute);
+    }
+
+    #[test]
+    fn expert_flags_on_a_dense_model_and_bad_patterns_are_refused() {
+        let (cfg, t) = qwen7b(FileType::Q4KM);
+        let e = memory(&cfg, &t, &Launch { n_cpu_moe: Some(4), ..Launch::default() }).unwrap_err().to_string();
+        assert!(e.contains("--n-cpu-moe") && e.contains("none"), "{e}");
+        let e = memory(&cfg, &t, &Launch { host_tensors: vec!["ffn_(up".into()], ..Launch::default() }).unwrap_err();
+        assert!(e.to_string().contains("-ot"), "{e}");
+        // A dense model's tensors matched by -ot stay on the host all the same.
+        let ffn =
+            memory(&cfg, &t, &Launch { host_tensors: vec![r"blk\.0\.ffn_up".into()], ..Launch::default() }).unwrap();
+        let up0 = t.iter().find(|x| x.name == "blk.0.ffn_up.weight").unwrap();
+        assert_eq!(memory(&cfg, &t, &Launch::default()).unwrap().gpu.model - ffn.gpu.model, cuda_alloc(up0));
+    }
+
+    /// Mistral v0.1's window does not shrink llama.cpp's cache: its llama graph attends to every
+    /// cell, so -c 32768 holds 32,768 cells of 8 × 128 values in 32 layers.
+    #[test]
+    fn mistral_v01_keeps_the_whole_cache() {
+        let cfg = DecoderConfig::preset("mistral-7b-v0.1").unwrap();
+        assert_eq!(cfg.sliding_window, Some(4096));
+        let t = plan(&cfg, FileTypes::Llama(FileType::Q4KM));
+        let m = memory(&cfg, &t, &Launch { ctx: 32768, ..Launch::default() }).unwrap();
+        assert_eq!(m.gpu.context, 2 * 32 * 1024 * 2 * 32768);
+    }
 }

@@ -212,6 +212,12 @@ pub fn llamacpp(
     l: &Launch,
 ) -> Result<StageOutput> {
     let priced = priced(cfg, gguf, types)?;
+    if let Some(w) = cfg.sliding_window {
+        s.say(format!(
+            "llama.cpp runs {} as its llama, whose graph has no {w}-position window: the KV cache keeps every cell of -c",
+            cfg.model_type.name()
+        ));
+    }
     // (what, device, its buffers) per row.
     let mut rows: Vec<(String, &str, llamacpp::Buffers)> = Vec::new();
     let mut out = StageOutput::default();

@@ -59,6 +59,7 @@ pub mod col {
     pub const OUTCOME: &str = "outcome";
     pub const CACHE: &str = "cache";
     pub const NGL: &str = "ngl";
+    pub const N_CPU_MOE: &str = "n_cpu_moe";
     pub const COMMAND: &str = "command";
 }
 
@@ -223,10 +224,10 @@ pub fn plan_views() -> Vec<View> {
         name: "plan_llamacpp",
         table: PLAN_LLAMACPP,
         caption: "Planner — llama-server's flags that fit the card with the margin left free, --engine llama.cpp",
-        columns: &[MODEL, CACHE, NGL, SEQ, NEED_MIB, CARD_MIB, COMMAND],
+        columns: &[MODEL, CACHE, NGL, N_CPU_MOE, SEQ, NEED_MIB, CARD_MIB, COMMAND],
         group_by: &[],
         chart: None,
-        explain: "每种量化与 KV 缓存类型:所有层放进显卡时能开到的最长上下文(-c),放不下整个模型时在想要的上下文下能放进的最多层数(-ngl);need 是 nvidia-smi 会显示的整个进程(llama.cpp 的缓冲区、CUDA 上下文、cuBLAS、临时池,按填满上下文的提示词计),卡的容量减去余量以内。<br>Per type and KV-cache type: every layer on the GPU at the longest context (-c) that fits, or, when the model does not fit whole, the most layers (-ngl) at the context wanted. need is the whole process as nvidia-smi would list it (llama.cpp's buffers, the CUDA context, cuBLAS, the scratch pool, after a prompt filling the context), within the card less the margin.",
+        explain: "每种量化与 KV 缓存类型:所有层放进显卡时能开到的最长上下文(-c),放不下整个模型时在想要的上下文下:混合专家模型把最少几层的专家留在主机内存(--n-cpu-moe),其余模型放进最多的层数(-ngl);need 是 nvidia-smi 会显示的整个进程(llama.cpp 的缓冲区、CUDA 上下文、cuBLAS、临时池,按填满上下文的提示词计),卡的容量减去余量以内。<br>Per type and KV-cache type: every layer on the GPU at the longest context (-c) that fits, or, when the model does not fit whole, at the context wanted: for a mixture of experts the fewest layers whose experts stay in host memory (--n-cpu-moe), else the most layers (-ngl). need is the whole process as nvidia-smi would list it (llama.cpp's buffers, the CUDA context, cuBLAS, the scratch pool, after a prompt filling the context), within the card less the margin.",
     }, View {
         name: "plan_gpus",
         table: PLAN_GPUS,

@@ -1,6 +1,7 @@
 //! `plan --engine llama.cpp`: the `llama-server` flags that fit a card, with a margin left free:
 //! every layer on the GPU at the longest context that fits, or, when the model does not fit
-//! whole, the most layers at the context wanted. The need is the whole process as nvidia-smi
+//! whole, at the context wanted: for a mixture the fewest layers whose experts stay in host memory
+//! (`--n-cpu-moe`, what users of a 24 GB card run Qwen3-30B-A3B with), else the most layers. The need is the whole process as nvidia-smi
 //! lists it after a prompt filling the context (`estimate::llamacpp` and its `process`).
 
 use crate::error::Result;
@@ -46,6 +47,26 @@ impl Row {
     }
 }
 
+/// The smallest `x` in `lo..=hi` with `fits(x)`, when `fits(hi)`; fits is taken as monotone.
+fn smallest(lo: usize, hi: usize, fits: impl Fn(usize) -> Result<bool>) -> Result<Option<usize>> {
+    if !fits(hi)? {
+        return Ok(None);
+    }
+    let (mut bad, mut good) = (lo, hi);
+    if fits(lo)? {
+        return Ok(Some(lo));
+    }
+    while good - bad > 1 {
+        let mid = (good + bad) / 2;
+        if fits(mid)? {
+            good = mid;
+        } else {
+            bad = mid;
+        }
+    }
+    Ok(Some(good))
+}
+
 /// The largest `x` in `lo..=hi` (stepping by `step`) with `fits(x)`, when `fits(lo)`; fits is
 /// taken as monotone.
 fn largest(lo: usize, hi: usize, step: usize, fits: impl Fn(usize) -> Result<bool>) -> Result<Option<usize>> {
@@ -82,9 +103,10 @@ pub fn plan(
     let mut rows = Vec::new();
     for (what, tensors) in priced(cfg, gguf, types)? {
         for cache in [CacheType::F16, CacheType::Q8_0] {
-            let launch = |ctx: usize, gpu_layers: Option<usize>| Launch {
+            let launch = |ctx: usize, gpu_layers: Option<usize>, n_cpu_moe: Option<usize>| Launch {
                 ctx,
                 gpu_layers,
+                n_cpu_moe,
                 flash: true,
                 cache_k: cache,
                 cache_v: cache,
@@ -94,13 +116,25 @@ pub fn plan(
                 ..Launch::default()
             };
             let fits = |l: Launch| -> Result<bool> { Ok(need(cfg, &tensors, &l)? <= budget) };
-            let (chosen, fitted) = match largest(CELLS, longest, CELLS, |ctx| fits(launch(ctx, None)))? {
-                Some(ctx) => (launch(ctx, None), true),
+            let layers = cfg.num_hidden_layers;
+            let moe = cfg.experts().is_some();
+            let (chosen, fitted) = match largest(CELLS, longest, CELLS, |ctx| fits(launch(ctx, None, None)))? {
+                Some(ctx) => (launch(ctx, None, None), true),
                 None => {
                     let ctx = seq.min(longest);
-                    match largest(0, cfg.num_hidden_layers + 1, 1, |n| fits(launch(ctx, Some(n))))? {
-                        Some(n) => (launch(ctx, Some(n)), true),
-                        None => (launch(ctx, Some(0)), false),
+                    let experts_out = match moe {
+                        true => smallest(1, layers, |n| fits(launch(ctx, None, Some(n))))?,
+                        false => None,
+                    };
+                    // A mixture whose every expert is on the host and still does not fit gives up
+                    // layers too, their experts still on the host.
+                    let all_out = moe.then_some(layers);
+                    match experts_out {
+                        Some(n) => (launch(ctx, None, Some(n)), true),
+                        None => match largest(0, layers + 1, 1, |n| fits(launch(ctx, Some(n), all_out)))? {
+                            Some(n) => (launch(ctx, Some(n), all_out), true),
+                            None => (launch(ctx, Some(0), all_out), false),
+                        },
                     }
                 }
             };
@@ -139,6 +173,7 @@ pub fn plan(
             col::MODEL => rows.iter().map(|r| r.what.clone()).collect::<Vec<_>>(),
             col::CACHE => rows.iter().map(|r| cache_name(r.launch.cache_k)).collect::<Vec<_>>(),
             col::NGL => rows.iter().map(|r| r.launch.gpu_layers.map(|n| n as u64).unwrap_or(99)).collect::<Vec<_>>(),
+            col::N_CPU_MOE => rows.iter().map(|r| r.launch.n_cpu_moe.map(|n| n as u64)).collect::<Vec<_>>(),
             col::SEQ => rows.iter().map(|r| r.launch.ctx as u64).collect::<Vec<_>>(),
             col::NEED_MIB => rows.iter().map(|r| r.need.map(mib)).collect::<Vec<_>>(),
             col::CARD_MIB => rows.iter().map(|_| card.total_mib).collect::<Vec<_>>(),
@@ -151,6 +186,13 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn smallest_finds_the_first_that_fits() {
+        assert_eq!(smallest(1, 48, |n| Ok(n >= 17)).unwrap(), Some(17));
+        assert_eq!(smallest(1, 48, |_| Ok(true)).unwrap(), Some(1));
+        assert_eq!(smallest(1, 48, |_| Ok(false)).unwrap(), None);
+    }
 
     #[test]
     fn largest_finds_the_edge_by_steps() {
