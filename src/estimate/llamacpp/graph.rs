@@ -36,6 +36,9 @@ pub struct Tensor {
     pub fa_cells: u64,
     /// ggml_get_rows (the embedding lookup, the outputs' rows): never offloaded for its rows.
     pub get_rows: bool,
+    /// The rows a GPU weighs before taking the node over from the host (`get_op_batch_size`:
+    /// a `mul_mat_id`'s tokens, every other node's rows).
+    pub batch: u64,
     /// The scheduler's dependency node before a copy: reads what is copied, holds no bytes and
     /// does not count as a view of it.
     pub dep: bool,
@@ -60,6 +63,7 @@ impl Tensor {
             layout,
             fa_cells: 0,
             get_rows: false,
+            batch: 0,
             dep: false,
         }
     }
@@ -130,10 +134,13 @@ impl Graph {
     /// A node making a new tensor of `ne` in `ty`; its backend is assigned once the graph is whole.
     fn op(&mut self, srcs: &[usize], ty: u32, ne: [u64; 3], inplace: bool) -> usize {
         let get_rows = !inplace && srcs.len() == 2 && self.tensors[srcs[1]].layout.0 == I32;
+        // A mul_mat_id reads the experts' ids third; its rows are tokens × experts used.
+        let expert_product = srcs.len() == 3 && self.tensors[srcs[2]].layout.0 == I32;
         let t = self.push(Tensor {
             srcs: srcs.to_vec(),
             inplace,
             get_rows,
+            batch: if expert_product { ne[2] } else { ne[1] * ne[2] },
             ..Tensor::plain(bytes_of(ty, ne.iter().product()), (ty, ne), UNSET)
         });
         self.nodes.push(t);

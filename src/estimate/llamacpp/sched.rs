@@ -6,10 +6,10 @@ use super::graph::{Graph, Tensor, CPU, GPU, UNSET};
 
 /// ggml's scheduler's backend for each node (`ggml_backend_sched_split_graph`, passes 1, 2 and
 /// 5): a node reading a weight runs where the weight is, or on the GPU when the weight is on the
-/// host and the node handles at least 32 rows (op offload); one writing or viewing the cache runs
+/// host and the node handles at least 32 rows (op offload: `Tensor::batch`); one writing or viewing the cache runs
 /// where the cache is; the rest, views aside, take the GPU from a neighbour (down, then up), then
 /// any neighbour's backend; a view runs where what it views does.
-pub fn assign(g: &mut Graph, tokens: u64) {
+pub fn assign(g: &mut Graph) {
     let nodes = g.nodes.clone();
     let root = |g: &Graph, i: usize| g.tensors[i].view_of.unwrap_or(i);
     for &i in &nodes {
@@ -18,8 +18,8 @@ pub fn assign(g: &mut Graph, tokens: u64) {
             Some(g.tensors[v].backend)
         } else if let Some(w) = t.srcs.iter().find(|&&s| g.tensors[s].external && g.tensors[s].view_of.is_none()) {
             let home = g.tensors[*w].backend;
-            // Every node here handles one row per token (`get_op_batch_size`); get_rows none.
-            Some(if home == CPU && tokens >= 32 && !t.get_rows { GPU } else { home })
+            // get_rows is never offloaded (`get_op_batch_size` gives it none).
+            Some(if home == CPU && t.batch >= 32 && !t.get_rows { GPU } else { home })
         } else {
             None
         };
