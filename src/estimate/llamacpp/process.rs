@@ -9,7 +9,8 @@
 //! output converted in the pool (tokens × (hidden + intermediate) × 2 B); without flash attention
 //! K·Q and the softmax times V go through cuBLAS too, with an F16 copy of the scores in the pool
 //! (cells in use × tokens × heads × 2 B, plus Q in F16). A micro-batch sees the cells filled up to
-//! its end (rounded up to 256).
+//! its end (rounded up to 256). A mixture's widest quantized input is its experts' down projection
+//! (tokens × experts used × the expert's row), and its router, kept in F32, goes through cuBLAS.
 //!
 //! The constants are the H200's (CUDA 13.0, driver 580), read off the 116 launches of
 //! `data/results/h200/2026-11-27-llamacpp-memory`: what the launches with the smallest pool kept
@@ -60,13 +61,18 @@ fn micro_batches(prompt: u64, batch: u64, ubatch: u64) -> Vec<(u64, u64)> {
 /// multiplied through MMQ (`quantized`) or through cuBLAS.
 pub fn beyond(cfg: &DecoderConfig, l: &Launch, quantized: bool, prompt: u64) -> Beyond {
     let (h, inter) = (cfg.hidden_size as u64, cfg.intermediate_size as u64);
+    // The rows of the widest quantized product's input, and their length.
+    let (rows_per_token, row) = match cfg.experts() {
+        Some(x) => (x.active as u64, x.width as u64),
+        None => (1, inter),
+    };
     let (heads, d) = (cfg.num_attention_heads as u64, cfg.head_dim() as u64);
     let cells = pad(l.ctx as u64, CTX_PAD);
     let high = micro_batches(prompt, l.batch as u64, l.ubatch as u64)
         .into_iter()
         .map(|(end, n)| {
             let product = if quantized {
-                n * pad(inter, MATRIX_ROW_PADDING) * Q8_1_BYTES.0 / Q8_1_BYTES.1
+                n * rows_per_token * pad(row, MATRIX_ROW_PADDING) * Q8_1_BYTES.0 / Q8_1_BYTES.1
             } else {
                 n * (h + inter) * 2
             };
@@ -76,7 +82,8 @@ pub fn beyond(cfg: &DecoderConfig, l: &Launch, quantized: bool, prompt: u64) -> 
         })
         .max()
         .unwrap_or(0);
-    Beyond { context: CONTEXT, cublas: if !quantized || !l.flash { CUBLAS } else { 0 }, pool: pad(high, POOL_GRANULE) }
+    let cublas = !quantized || !l.flash || cfg.experts().is_some();
+    Beyond { context: CONTEXT, cublas: if cublas { CUBLAS } else { 0 }, pool: pad(high, POOL_GRANULE) }
 }
 
 #[cfg(test)]
