@@ -113,4 +113,15 @@ mod tests {
         assert_eq!(fa.cublas, 0);
         assert!(fa.pool < b.pool / 5);
     }
+
+    /// A mixture's router is F32 (cuBLAS, whatever the experts' type), and its widest quantized
+    /// input is the experts' down projection: Qwen3-30B-A3B at -ub 512, 512 tokens × 8 experts ×
+    /// 768 values padded to 1,024, in q8_1.
+    #[test]
+    fn a_mixtures_router_uses_cublas_and_its_experts_fill_the_pool() {
+        let cfg = DecoderConfig::preset("qwen3-30b-a3b").unwrap();
+        let b = beyond(&cfg, &Launch::default(), true, 3900);
+        assert_eq!(b.cublas, CUBLAS);
+        assert_eq!(b.pool, pad(512 * 8 * 1024 * 36 / 32, POOL_GRANULE));
+    }
 }
