@@ -1,8 +1,9 @@
 //! The memory llama.cpp takes for a GGUF (`--engine llama.cpp`), per device and term by term as
 //! it allocates it: the model buffers (`llama_model::load_tensors`: the input layer on the host,
 //! the last `-ngl` layers and the output on the GPU, each tensor padded as the CUDA buffer type
-//! pads it, the tensors `-ot`, `--cpu-moe` and `--n-cpu-moe` name on the host), the KV cache (`llama_kv_cache`: `-c` rounded up to 256 cells, each layer on its
-//! layer's device, in `-ctk`/`-ctv`), and the compute buffers (`graph`, `alloc`: ggml's allocator
+//! pads it, the tensors `-ot`, `--cpu-moe` and `--n-cpu-moe` name on the host), the KV cache
+//! (`llama_kv_cache`: `-c` rounded up to 256 cells, each layer on its layer's device, in
+//! `-ctk`/`-ctv`), and the compute buffers (`graph`, `alloc`: ggml's allocator
 //! replayed over the graph llama.cpp reserves). Source read: llama.cpp as
 //! `scripts/reference/llama_memory.sh` builds it.
 
@@ -135,28 +136,26 @@ impl Launch {
         )
     }
 
-    /// The patterns that keep tensors in host memory, as llama.cpp's `common` makes them of
-    /// `--cpu-moe`, `--n-cpu-moe` and `-ot` (`LLM_FFN_EXPS_REGEX`, `llm_ffn_block_regex`): each
-    /// searched in a tensor's name, as `std::regex_search` does.
-    pub fn host_patterns(&self) -> Result<Vec<regex::Regex>> {
-        const EXPS: &str = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps";
-        let mut texts: Vec<String> = self.host_tensors.clone();
-        if self.cpu_moe {
-            texts.push(EXPS.to_string());
-        }
-        // Past the layers a pattern names no tensor; the bound keeps a hostile N from costing.
-        for i in 0..self.n_cpu_moe.unwrap_or(0).min(1 << 16) {
-            texts.push(format!(r"blk\.{i}{EXPS}"));
-        }
-        texts
-            .iter()
-            .map(|t| {
-                regex::RegexBuilder::new(t)
-                    .size_limit(1 << 20)
-                    .build()
-                    .map_err(|e| LabError::input(format!("-ot {t:?}: not a pattern llama.cpp would take here: {e}")))
-            })
-            .collect()
+    /// Whether the tensor `name` of layer `layer` stays in host memory whatever `-ngl` says, as
+    /// llama.cpp's `common` turns `--cpu-moe`, `--n-cpu-moe` and `-ot` into patterns searched in
+    /// tensor names (`std::regex_search`): `--cpu-moe` is `LLM_FFN_EXPS_REGEX`, `--n-cpu-moe N`
+    /// that pattern after `blk\.i` for each layer i below N (`llm_ffn_block_regex`).
+    pub fn host_rule(&self) -> Result<impl Fn(&str, Option<usize>) -> bool> {
+        let exps = regex::Regex::new(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps").expect("llama.cpp's pattern");
+        let patterns =
+            self.host_tensors
+                .iter()
+                .map(|t| {
+                    regex::RegexBuilder::new(t).size_limit(1 << 20).build().map_err(|e| {
+                        LabError::input(format!("-ot {t:?}: not a pattern llama.cpp would take here: {e}"))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+        let (all, first) = (self.cpu_moe, self.n_cpu_moe.unwrap_or(0));
+        Ok(move |name: &str, layer: Option<usize>| {
+            let expert = exps.is_match(name);
+            (expert && (all || layer.is_some_and(|i| i < first))) || patterns.iter().any(|p| p.is_match(name))
+        })
     }
 }
 
@@ -273,8 +272,7 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     let ngl = l.gpu_layers.unwrap_or(layers + 1).min(layers + 1);
     let first_gpu_layer = layers + 1 - ngl;
     let on_gpu = |layer: Option<usize>| layer.is_some_and(|i| i >= first_gpu_layer);
-    let host_patterns = l.host_patterns()?;
-    let kept_on_host = |name: &str| host_patterns.iter().any(|p| p.is_match(name));
+    let kept_on_host = l.host_rule()?;
 
     let mut gpu = Buffers::default();
     let mut host = Buffers::default();
@@ -283,7 +281,7 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     let mut weight = std::collections::HashMap::new();
     for t in tensors {
         let layer = layer_of(&t.name, layers);
-        let home = if on_gpu(layer) && !kept_on_host(&t.name) { graph::GPU } else { graph::CPU };
+        let home = if on_gpu(layer) && !kept_on_host(&t.name, layer) { graph::GPU } else { graph::CPU };
         if home == graph::GPU {
             gpu.model += cuda_alloc(t);
         } else {
@@ -297,7 +295,8 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     // A tied head: llama.cpp loads the token embedding a second time as the output layer.
     if !tensors.iter().any(|t| t.name == "output.weight") {
         if let Some(embd) = tensors.iter().find(|t| t.name == "token_embd.weight") {
-            let home = if on_gpu(Some(layers)) && !kept_on_host("output.weight") { graph::GPU } else { graph::CPU };
+            let home =
+                if on_gpu(Some(layers)) && !kept_on_host("output.weight", None) { graph::GPU } else { graph::CPU };
             if home == graph::GPU {
                 gpu.model += cuda_alloc(embd);
             }
