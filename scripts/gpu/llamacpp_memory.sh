@@ -9,10 +9,14 @@
 #   there: carry .gpu/vram-lab.xz:            STEP=write bash scripts/gpu/llamacpp_memory.sh
 #          then carry .gpu/llama-memory.tar.xz: REPORTS=0 WAIT=560 bash scripts/gpu/llamacpp_memory.sh
 #          (again to wait and pack)
+# TOOLS names another archive of llama-completion and its commit (the tools built together pass
+# 64 MiB: pack llama-completion alone). The write runs in a session of its own and the launches
+# wait for it, so a write longer than one call goes on into the next.
 # `vram-lab check --results DIR` sets every launch beside `estimate --engine llama.cpp`.
 set -u
 cd "$(dirname "$0")/../.."
 GRID=${GRID:-scripts/gpu/llamacpp-grid-1.csv}
+TOOLS=${TOOLS:-.gpu/llama-memory.tar.xz}
 if [ "${STEP:-run}" = write ]; then
   python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('.gpu/vram-lab.xz'), open('/tmp/vram-lab','wb'))"
   chmod +x /tmp/vram-lab
@@ -28,4 +32,4 @@ fi
 DEBUG=${SCHED_DEBUG_CELLS:-1 2 4 23 25 26}
 # run.sh finds the lab binary the write step unpacked (its info goes in the results).
 bash scripts/gpu/run.sh \
-  "llama=sh:SCHED_DEBUG_CELLS='$DEBUG' bash scripts/reference/llama_memory.sh run /tmp/llm \$R/llama-memory .gpu/llama-memory.tar.xz $GRID"
+  "llama=sh:SCHED_DEBUG_CELLS='$DEBUG' bash scripts/reference/llama_memory.sh run /tmp/llm \$R/llama-memory $TOOLS $GRID"
