@@ -2,8 +2,8 @@
 //! `src/llama-quant.cpp` decides them: the default type of the file type, promoted for the output
 //! layer, for the `use_more_bits` layers' attn_v and ffn_down (Q4_K_M), for a 70B's attn_v, for an
 //! 8-expert mixture's attention (Mixtral), and replaced by a fallback where a row is not a whole
-//! number of blocks. A file the lab writes with
-//! a recipe holds the same types, so the same bytes, as llama.cpp's.
+//! number of blocks. A file the lab writes with a recipe holds the same types, so the same bytes,
+//! as llama.cpp's.
 
 use crate::model::gguf::types::GgmlType;
 
