@@ -191,8 +191,9 @@ fn plan_picks_the_longest_context_that_fits() {
     }
 }
 
-/// The 20 llama-server launches run with `plan --engine llama.cpp`'s flags on emulated RTX 4090
-/// and A4000 cards, every prompt filling the context (`scripts/gpu/llamacpp_serve.sh`): each
+/// The 32 llama-server launches run with `plan --engine llama.cpp`'s flags on emulated RTX 4090
+/// and A4000 cards (20 dense on an H200; 12 of Qwen3-30B-A3B and Mixtral with `--n-cpu-moe` on an
+/// H100), every prompt filling the context (`scripts/gpu/llamacpp_serve.sh`): each
 /// loaded and answered without running out of memory, the plan's figure is what the estimator
 /// gives today, the server's own buffers equal the estimate, and nvidia-smi stays within 64 MiB of it.
 #[test]
@@ -202,61 +203,70 @@ fn every_planned_server_launch_fits_its_card() {
     use std::path::Path;
     use vram_lab::estimate::llamacpp::{mmq_weights, process};
     use vram_lab::experiments::check::llamacpp::parse_log;
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results/h200/2026-11-27-llamacpp-server/run-2/launches");
-    let csv = std::fs::read_to_string(dir.join("server_launches.csv")).unwrap();
-    let mut lines = csv.lines();
-    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let col = |row: &[&str], name: &str| row[head.iter().position(|h| *h == name).unwrap()].to_string();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/results");
+    // The mixtures' launches ran with flags an earlier estimator chose (before llama.cpp's fused
+    // kernels were counted): their plan figure is not today's; the rest holds for them too.
     let mut n = 0;
-    for line in lines {
-        let row: Vec<&str> = line.split(',').collect();
-        let f = |name: &str| col(&row, name).parse::<f64>().unwrap();
-        let id = col(&row, "id");
-        assert_eq!((f("loaded"), f("http"), f("oom")), (1.0, 200.0, 0.0), "launch {id}");
-        assert!(f("smi_peak_mib") <= f("card_mib"), "launch {id}");
-        let cfg = DecoderConfig::preset(&col(&row, "preset")).unwrap();
-        let ty = FileType::from_str(&col(&row, "type"), true).unwrap();
-        let cache = |c: &str| CacheType::from_str(&col(&row, c), true).unwrap();
-        let ngl = f("ngl") as usize;
-        let l = Launch {
-            ctx: f("ctx") as usize,
-            gpu_layers: (ngl < 99).then_some(ngl),
-            flash: true,
-            cache_k: cache("ctk"),
-            cache_v: cache("ctv"),
-            batch: f("batch") as usize,
-            ubatch: f("ubatch") as usize,
-            outputs: Some(1),
-            ..Launch::default()
-        };
-        let tensors = plan(&cfg, FileTypes::Llama(ty));
-        let m = memory(&cfg, &tensors, &l).unwrap();
-        let need =
-            (m.gpu.total() + process::beyond(&cfg, &l, mmq_weights(&tensors), l.ctx as u64).total()) as f64 / 1048576.0;
-        assert!(
-            (need - f("predicted_mib")).abs() < 1.0,
-            "launch {id}: the plan said {}, the estimate says {need}",
-            f("predicted_mib")
-        );
-        assert!(
-            (f("smi_peak_mib") - need).abs() <= 64.0,
-            "launch {id}: nvidia-smi {} against {need:.0}",
-            f("smi_peak_mib")
-        );
-        let mut log = String::new();
-        let gz = std::fs::File::open(dir.join(format!("launch-{id}.log.gz"))).unwrap();
-        flate2::read::GzDecoder::new(gz).read_to_string(&mut log).unwrap();
-        let measured = parse_log(&log).unwrap();
-        let predicted = [m.gpu.model, m.gpu.context, m.gpu.compute].map(|b| b as f64 / 1048576.0);
-        // The model and the KV cache exactly; the compute buffer exactly with an F16 cache, and
-        // within 10.1 MiB with a q8_0 one, whose F16 copies for flash attention sit differently in
-        // a graph reserved for one output (a gap not yet explained: 8 of these 20 launches).
-        let slack = if l.cache_k.is_quantized() { 10.1 } else { 0.25 };
-        for (k, (mm, p)) in measured.iter().zip(predicted).enumerate() {
-            let bar = if k == 2 { slack } else { 0.25 };
-            assert!((mm - p).abs() <= bar, "launch {id}: buffers {measured:?} against {predicted:?}");
+    for (dir, same_plan) in [
+        (root.join("h200/2026-11-27-llamacpp-server/run-2/launches"), true),
+        (root.join("h100/2026-12-06-llamacpp-moe/server/launches"), false),
+    ] {
+        let csv = std::fs::read_to_string(dir.join("server_launches.csv")).unwrap();
+        let mut lines = csv.lines();
+        let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let col = |row: &[&str], name: &str| row[head.iter().position(|h| *h == name).unwrap()].to_string();
+        let ncmoe = |row: &[&str]| head.iter().position(|h| *h == "ncmoe").and_then(|i| row[i].parse().ok());
+        for line in lines {
+            let row: Vec<&str> = line.split(',').collect();
+            let f = |name: &str| col(&row, name).parse::<f64>().unwrap();
+            let id = col(&row, "id");
+            assert_eq!((f("loaded"), f("http"), f("oom")), (1.0, 200.0, 0.0), "launch {id}");
+            assert!(f("smi_peak_mib") <= f("card_mib"), "launch {id}");
+            let cfg = DecoderConfig::preset(&col(&row, "preset")).unwrap();
+            let ty = FileType::from_str(&col(&row, "type"), true).unwrap();
+            let cache = |c: &str| CacheType::from_str(&col(&row, c), true).unwrap();
+            let ngl = f("ngl") as usize;
+            let l = Launch {
+                ctx: f("ctx") as usize,
+                gpu_layers: (ngl < 99).then_some(ngl),
+                flash: true,
+                cache_k: cache("ctk"),
+                cache_v: cache("ctv"),
+                batch: f("batch") as usize,
+                ubatch: f("ubatch") as usize,
+                outputs: Some(1),
+                n_cpu_moe: ncmoe(&row),
+                ..Launch::default()
+            };
+            let tensors = plan(&cfg, FileTypes::Llama(ty));
+            let m = memory(&cfg, &tensors, &l).unwrap();
+            let need = (m.gpu.total() + process::beyond(&cfg, &l, mmq_weights(&tensors), l.ctx as u64).total()) as f64
+                / 1048576.0;
+            assert!(
+                !same_plan || (need - f("predicted_mib")).abs() < 1.0,
+                "launch {id}: the plan said {}, the estimate says {need}",
+                f("predicted_mib")
+            );
+            assert!(
+                (f("smi_peak_mib") - need).abs() <= 64.0,
+                "launch {id}: nvidia-smi {} against {need:.0}",
+                f("smi_peak_mib")
+            );
+            let mut log = String::new();
+            let gz = std::fs::File::open(dir.join(format!("launch-{id}.log.gz"))).unwrap();
+            flate2::read::GzDecoder::new(gz).read_to_string(&mut log).unwrap();
+            let measured = parse_log(&log).unwrap();
+            let predicted = [m.gpu.model, m.gpu.context, m.gpu.compute].map(|b| b as f64 / 1048576.0);
+            // The model and the KV cache exactly; the compute buffer exactly with an F16 cache, and
+            // within 10.1 MiB with a q8_0 one, whose F16 copies for flash attention sit differently in
+            // a graph reserved for one output (a gap not yet explained: 8 of these 20 launches).
+            let slack = if l.cache_k.is_quantized() { 10.1 } else { 0.25 };
+            for (k, (mm, p)) in measured.iter().zip(predicted).enumerate() {
+                let bar = if k == 2 { slack } else { 0.25 };
+                assert!((mm - p).abs() <= bar, "launch {id}: buffers {measured:?} against {predicted:?}");
+            }
+            n += 1;
         }
-        n += 1;
     }
-    assert_eq!(n, 20);
+    assert_eq!(n, 32);
 }

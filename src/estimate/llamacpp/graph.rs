@@ -78,6 +78,18 @@ impl Tensor {
 pub struct Graph {
     pub tensors: Vec<Tensor>,
     pub nodes: Vec<usize>,
+    /// Where the CUDA backend fuses a run of nodes and keeps their tensors until a later node
+    /// (`ggml_backend_cuda_graph_optimize`'s `add_alloc_dep`): applied by `keep_fused` once every
+    /// node has its backend.
+    pub fusions: Vec<Fusion>,
+}
+
+/// Tensors a fused CUDA kernel reads or writes, kept allocated until `until` has been allocated.
+#[derive(Clone, Debug)]
+pub struct Fusion {
+    pub nodes: Vec<usize>,
+    pub kept: Vec<usize>,
+    pub until: usize,
 }
 
 /// What shapes the reserved graph: the micro-batch, the KV cells, attention's path, the cache's
@@ -182,6 +194,13 @@ fn experts(g: &mut Graph, w: &dyn Fn(&mut Graph, &str) -> usize, cur: usize, n: 
     let normed = g.op(&[weights_2d, clamped], F32, [k, n, 1], true);
     let weights_3d = g.view(normed, &[]);
     let cur_3d = g.view(cur, &[]);
+    // topk-moe (for the expert counts it is instantiated for): the router's nodes and what they
+    // read, kept until the node after them.
+    let gating = [probs, probs_3d, argsort, chosen, weights, weights_2d, sum, clamped, normed, weights_3d];
+    let topk = Fusion { nodes: gating.to_vec(), kept: [&[logits][..], &gating[..]].concat(), until: cur_3d };
+    if (all.is_power_of_two() && all <= 512) || all == 288 || all == 576 {
+        g.fusions.push(topk);
+    }
     let product = |g: &mut Graph, name: &str, input: usize, rows: u64| {
         let wt = w(g, name);
         g.op(&[wt, input, chosen], F32, [rows, k, n], false)
@@ -199,6 +218,15 @@ fn experts(g: &mut Graph, w: &dyn Fn(&mut Graph, &str) -> usize, cur: usize, n: 
     }
     if k == 1 {
         out = g.op(&[out], F32, [e, n, 1], false);
+    }
+    // The weighted sum of 2 to 15 experts is one kernel reading the experts' products and their
+    // weights while it writes the sum: both kept until the sum.
+    if (2..=15).contains(&k) {
+        g.fusions.push(Fusion {
+            nodes: [&[weighted][..], &views[..]].concat(),
+            kept: vec![down, weights_3d],
+            until: out,
+        });
     }
     out
 }

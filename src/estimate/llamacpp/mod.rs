@@ -329,6 +329,7 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     let bytes = |i: usize, name: &str| weight.get(&(i, name.to_string())).copied().unwrap_or((layer_home(i), 0));
     let mut g = graph::build(cfg, &shape, &bytes);
     sched::assign(&mut g);
+    sched::keep_fused(&mut g);
     flash_copies_on_gpu(&mut g, &shape);
     let g = sched::with_copies(g);
     let high = alloc::reserve(&g, 2, CUDA_ALIGNMENT);

@@ -49,6 +49,29 @@ pub fn assign(g: &mut Graph) {
     }
 }
 
+/// The CUDA backend's fusions (`Graph::fusions`) whose nodes all run on the GPU: after `until`,
+/// a node that reads every kept tensor and holds no bytes (ggml-backend's dependency node, op
+/// NONE), so none is freed or written over in place before it.
+pub fn keep_fused(g: &mut Graph) {
+    let fusions = std::mem::take(&mut g.fusions);
+    for f in &fusions {
+        if !f.nodes.iter().chain([&f.until]).all(|&i| g.tensors[i].backend == GPU) {
+            continue;
+        }
+        let Some(at) = g.nodes.iter().position(|&n| n == f.until) else { continue };
+        let root = g.tensors[f.kept[0]].view_of.unwrap_or(f.kept[0]);
+        let dep = Tensor {
+            size: 0,
+            srcs: f.kept.clone(),
+            view_of: Some(root),
+            dep: true,
+            ..g.tensors[f.kept[0]].detached(GPU)
+        };
+        g.tensors.push(dep);
+        g.nodes.insert(at + 1, g.tensors.len() - 1);
+    }
+}
+
 /// The scheduler's split: a run of nodes on one backend reads the other backend's tensors
 /// through copies it allocates at the run's start (one copy per tensor and backend, kept while
 /// any node reads it; host weights of a node offloaded to the GPU too). A node reading another
