@@ -2,9 +2,8 @@
 //! prompt micro-batch of `min(n_ctx, n_ubatch)` tokens, every one an output, over the whole KV
 //! cache), node by node in the order ggml builds it for a decoder (`src/models/qwen2.cpp`,
 //! `llama.cpp`, `qwen3.cpp`, `qwen3moe.cpp`; `llm_graph_context::build_attn`, `build_ffn`,
-//! `build_moe_ffn`), with the backend each
-//! node runs on and the copies ggml's scheduler makes where a node reads another backend's tensor
-//! (`sched`). `alloc::reserve` walks it.
+//! `build_moe_ffn`), with the backend each node runs on and the copies ggml's scheduler makes
+//! where a node reads another backend's tensor (`sched`). `alloc::reserve` walks it.
 
 use crate::model::config::{DecoderConfig, Experts};
 
@@ -93,7 +92,8 @@ pub struct Fusion {
 }
 
 /// What shapes the reserved graph: the micro-batch, the KV cells, attention's path, the cache's
-/// types (their bytes per value), and which layers (and the output) run on the GPU.
+/// types (their bytes per value), and which layers run on the GPU (each weight's own place comes
+/// with its bytes: `WeightBytes`).
 pub struct Shape {
     pub tokens: u64,
     /// The rows the last layer keeps (`n_outputs` of the reserve: every token for
@@ -107,7 +107,6 @@ pub struct Shape {
     pub k_quantized: bool,
     pub v_quantized: bool,
     pub first_gpu_layer: usize,
-    pub output_on_gpu: bool,
 }
 
 const F32: u32 = 0;

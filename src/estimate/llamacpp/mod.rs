@@ -323,7 +323,6 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
         k_quantized: l.cache_k.is_quantized(),
         v_quantized: l.cache_v.is_quantized(),
         first_gpu_layer,
-        output_on_gpu: on_gpu(Some(layers)),
     };
     let layer_home = |i: usize| if on_gpu(Some(i)) { graph::GPU } else { graph::CPU };
     let bytes = |i: usize, name: &str| weight.get(&(i, name.to_string())).copied().unwrap_or((layer_home(i), 0));

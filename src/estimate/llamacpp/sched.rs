@@ -6,9 +6,9 @@ use super::graph::{Graph, Tensor, CPU, GPU, UNSET};
 
 /// ggml's scheduler's backend for each node (`ggml_backend_sched_split_graph`, passes 1, 2 and
 /// 5): a node reading a weight runs where the weight is, or on the GPU when the weight is on the
-/// host and the node handles at least 32 rows (op offload: `Tensor::batch`); one writing or viewing the cache runs
-/// where the cache is; the rest, views aside, take the GPU from a neighbour (down, then up), then
-/// any neighbour's backend; a view runs where what it views does.
+/// host and the node handles at least 32 rows (op offload: `Tensor::batch`); one writing or
+/// viewing the cache runs where the cache is; the rest, views aside, take the GPU from a
+/// neighbour (down, then up), then any neighbour's backend; a view runs where what it views does.
 pub fn assign(g: &mut Graph) {
     let nodes = g.nodes.clone();
     let root = |g: &Graph, i: usize| g.tensors[i].view_of.unwrap_or(i);
