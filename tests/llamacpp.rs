@@ -92,6 +92,12 @@ fn flags_of_the_other_engine_are_refused_by_name() {
         (vec!["estimate", "--ngl", "10"], "--ngl is a flag of --engine llama.cpp"),
         (vec!["estimate", "--ctk", "q8_0"], "--ctk is a flag of --engine llama.cpp"),
         (vec!["estimate", "--engine", "llama.cpp", "--tp", "2"], "--tp is not priced for --engine llama.cpp"),
+        (vec!["estimate", "--n-cpu-moe", "4"], "--n-cpu-moe is a flag of --engine llama.cpp"),
+        (vec!["estimate", "--engine", "llama.cpp", "--override-tensor", "exps=CUDA0"], "only =CPU is priced"),
+        (
+            vec!["estimate", "--engine", "llama.cpp", "--model", "synthetic:qwen2.5-7b", "--cpu-moe"],
+            "--cpu-moe and --n-cpu-moe place a mixture's experts",
+        ),
         (
             vec!["estimate", "--engine", "llama.cpp", "--fa", "off", "--ctv", "q8_0"],
             "quantized V cache without flash attention",
