@@ -195,10 +195,9 @@ fn experts(g: &mut Graph, w: &dyn Fn(&mut Graph, &str) -> usize, cur: usize, n: 
     let cur_3d = g.view(cur, &[]);
     // topk-moe (for the expert counts it is instantiated for): the router's nodes and what they
     // read, kept until the node after them.
-    let gating = [probs, probs_3d, argsort, chosen, weights, weights_2d, sum, clamped, normed, weights_3d];
-    let topk = Fusion { nodes: gating.to_vec(), kept: [&[logits][..], &gating[..]].concat(), until: cur_3d };
     if (all.is_power_of_two() && all <= 512) || all == 288 || all == 576 {
-        g.fusions.push(topk);
+        let gating = [probs, probs_3d, argsort, chosen, weights, weights_2d, sum, clamped, normed, weights_3d];
+        g.fusions.push(Fusion { nodes: gating.to_vec(), kept: [&[logits][..], &gating[..]].concat(), until: cur_3d });
     }
     let product = |g: &mut Graph, name: &str, input: usize, rows: u64| {
         let wt = w(g, name);

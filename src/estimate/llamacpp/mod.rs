@@ -141,16 +141,14 @@ impl Launch {
     /// tensor names (`std::regex_search`): `--cpu-moe` is `LLM_FFN_EXPS_REGEX`, `--n-cpu-moe N`
     /// that pattern after `blk\.i` for each layer i below N (`llm_ffn_block_regex`).
     pub fn host_rule(&self) -> Result<impl Fn(&str, Option<usize>) -> bool> {
-        let exps = regex::Regex::new(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps").expect("llama.cpp's pattern");
-        let patterns =
-            self.host_tensors
-                .iter()
-                .map(|t| {
-                    regex::RegexBuilder::new(t).size_limit(1 << 20).build().map_err(|e| {
-                        LabError::input(format!("-ot {t:?}: not a pattern llama.cpp would take here: {e}"))
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
+        let pattern = |t: &str| {
+            regex::RegexBuilder::new(t)
+                .size_limit(1 << 20)
+                .build()
+                .map_err(|e| LabError::input(format!("-ot {t:?}: not a pattern llama.cpp would take here: {e}")))
+        };
+        let exps = pattern(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")?;
+        let patterns = self.host_tensors.iter().map(|t| pattern(t)).collect::<Result<Vec<_>>>()?;
         let (all, first) = (self.cpu_moe, self.n_cpu_moe.unwrap_or(0));
         Ok(move |name: &str, layer: Option<usize>| {
             let expert = exps.is_match(name);

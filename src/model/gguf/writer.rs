@@ -72,18 +72,7 @@ pub fn metadata(
     file: FileTypes,
     tok: Option<&tokenizers::Tokenizer>,
 ) -> Result<Vec<(String, Value)>> {
-    let arch = match cfg.model_type {
-        Family::Qwen2 | Family::Qwen3 => cfg.model_type.name(),
-        Family::Qwen3Moe => "qwen3moe",
-        Family::Llama if cfg.rope_scaling.is_none() => "llama",
-        Family::Mistral | Family::Mixtral => "llama",
-        other => {
-            return Err(crate::error::LabError::input(format!(
-                "the lab writes GGUF files without RoPE scaling, not {} with rope_scaling (llama.cpp's convert_hf_to_gguf.py writes those)",
-                other.name(),
-            )))
-        }
-    };
+    let arch = gguf_arch(cfg)?;
     let u = |v: usize| Value::U32(v as u32);
     let key = |k: &str| format!("{arch}.{k}");
     let mut md: Vec<(String, Value)> = vec![
@@ -218,17 +207,32 @@ fn encode(dense: &candle_core::Tensor, ty: GgmlType) -> Result<Vec<u8>> {
     Ok(qt.data()?.into_owned())
 }
 
-/// One checkpoint tensor's values in `ty`; Llama's q and k rows in llama.cpp's RoPE order, as its
-/// converter writes them (Mistral and Mixtral are llama.cpp's llama).
+/// The `general.architecture` llama.cpp's converter writes for `cfg`'s family.
+fn gguf_arch(cfg: &DecoderConfig) -> Result<&'static str> {
+    match cfg.model_type {
+        Family::Qwen2 | Family::Qwen3 => Ok(cfg.model_type.name()),
+        Family::Qwen3Moe => Ok("qwen3moe"),
+        Family::Llama if cfg.rope_scaling.is_none() => Ok("llama"),
+        Family::Mistral | Family::Mixtral => Ok("llama"),
+        other => Err(LabError::input(format!(
+            "the lab writes GGUF files without RoPE scaling, not {} with rope_scaling (llama.cpp's convert_hf_to_gguf.py writes those)",
+            other.name(),
+        ))),
+    }
+}
+
+/// One checkpoint tensor's values in `ty`; in a `llama` file (`permuted`) q's and k's rows in
+/// llama.cpp's RoPE order, as its converter writes them.
 fn encode_spec(
     cfg: &DecoderConfig,
     source: &mut dyn WeightSource,
     spec: &crate::model::config::TensorSpec,
     ty: GgmlType,
+    permuted: bool,
 ) -> Result<Vec<u8>> {
     let dense = source.load(spec, Precision::F32, &Device::Cpu)?.dense()?;
     let bytes = encode(&dense, ty)?;
-    if !matches!(cfg.model_type, Family::Llama | Family::Mistral | Family::Mixtral) || !spec.name.ends_with(".weight") {
+    if !permuted || !spec.name.ends_with(".weight") {
         return Ok(bytes);
     }
     let heads = match spec.name.rsplit('.').nth(1) {
@@ -267,11 +271,12 @@ pub fn write_gguf(
     let mut w = BufWriter::with_capacity(8 << 20, file);
     write_header(&mut w, &md, &tensors)?;
     let specs = cfg.tensor_specs();
+    let permuted = gguf_arch(cfg)? == "llama";
     for ((_, _, held), t) in gguf_groups(cfg).iter().zip(&tensors) {
         // A merged tensor is its experts' rows one after another.
         let mut bytes = Vec::with_capacity(t.bytes() as usize);
         for &i in held {
-            bytes.extend(encode_spec(cfg, source, &specs[i], t.ty)?);
+            bytes.extend(encode_spec(cfg, source, &specs[i], t.ty, permuted)?);
         }
         // The header already gave every offset: a tensor of another size would shift the rest.
         if bytes.len() as u64 != t.bytes() {
