@@ -83,15 +83,23 @@ proptest! {
         }
     }
 
-    /// More context, or a larger batch, never needs less memory.
+    /// More context, or a larger batch, never needs less memory, but for what a budget holds:
+    /// bounded attention's chunk is budget / one query row's scores, rounded down
+    /// (`attention::bounded`), so one more row can shorten every chunk and its busiest score
+    /// matrix fall (batch 23 → 24 at 690 tokens, 6 heads, 256 MiB: 287 KiB less), never by more
+    /// than the budget it is held under.
     #[test]
     fn more_tokens_never_need_less(cfg in config(), w in workload(), more in 1..=4096usize) {
         let longer = Inference { seq: (w.seq + more).min(MAX_SEQ), ..w };
         let wider = Inference { batch: (w.batch + 1).min(MAX_BATCH), ..w };
+        let held = match w.attention {
+            AttentionMode::Bounded { budget } => budget as u64,
+            _ => 0,
+        };
         for bigger in [longer, wider] {
             if fit::check(&cfg, &w).is_ok() && fit::check(&cfg, &bigger).is_ok() {
                 let (a, b) = (fit::ledger(&cfg, &w, RUNTIME), fit::ledger(&cfg, &bigger, RUNTIME));
-                prop_assert!(b.device() >= a.device(), "{:?} needs {} < {} at {:?}", bigger, b.device(), a.device(), w);
+                prop_assert!(b.device() + held >= a.device(), "{:?} needs {} < {} at {:?}", bigger, b.device(), a.device(), w);
             }
         }
     }
