@@ -243,6 +243,24 @@ fn mixtures_and_mistral_are_written_as_llama_cpp_reads_them() {
     let h = write("tiny-mistral");
     assert_eq!(h.str("general.architecture"), Some("llama"));
     assert_eq!(h.file_len, h.needs());
+
+    // Gemma 3: its own architecture, four norms a layer under llama.cpp's names, the head tied,
+    // the window; read back, the same config.
+    let path = tmp.path().join("tiny-gemma.gguf");
+    let h = write("tiny-gemma");
+    assert_eq!(h.str("general.architecture"), Some("gemma3"));
+    assert_eq!(h.uint("gemma3.attention.sliding_window"), Some(64));
+    assert_eq!(h.uint("gemma3.attention.key_length"), Some(256));
+    for n in ["attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "attn_q_norm", "attn_k_norm"] {
+        let name = format!("blk.5.{n}.weight");
+        assert_eq!(h.tensor(&name).unwrap_or_else(|| panic!("{name}")).type_name(), "F32");
+    }
+    assert!(h.tensor("output.weight").is_none());
+    let cfg = DecoderConfig::preset("tiny-gemma").unwrap();
+    let back = Gguf::open(&path).unwrap().config().unwrap();
+    assert_eq!(back.model_type, cfg.model_type);
+    assert_eq!((back.sliding_window, back.head_dim, back.tie_word_embeddings), (Some(64), Some(256), true));
+    assert!((0..6).all(|il| back.is_swa(il) == cfg.is_swa(il)));
 }
 
 /// Qwen2.5's tokenizer in the metadata of a model with a smaller vocabulary (a synthetic Mixtral

@@ -52,9 +52,9 @@ fi
 # (synthetic weights with Qwen2.5's tokenizer; memory does not depend on the values).
 #   scripts/reference/llama_memory.sh write WORK LAB GRID.csv
 # run: every launch of GRID.csv (a header, then one launch per row:
-#   preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch[,ncmoe,ot]
-# where ncmoe, when set, is --n-cpu-moe and ot a pattern whose tensors stay on the host
-# (-ot PATTERN=CPU; no commas)) over the GGUFs `write` left in WORK (it waits for them): llama-completion with `-fit off` (so llama.cpp changes
+#   preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch[,ncmoe,ot,swa]
+# where ncmoe, when set, is --n-cpu-moe, ot a pattern whose tensors stay on the host
+# (-ot PATTERN=CPU; no commas) and swa `full` for --swa-full) over the GGUFs `write` left in WORK (it waits for them): llama-completion with `-fit off` (so llama.cpp changes
 # none of the flags it is given), a prompt longer than the micro-batch and 4 decoded tokens, while
 # nvidia-smi lists the process's device memory every 50 ms (the peak is kept). OUT gets
 # launches.csv (the grid, exit code, seconds, nvidia-smi's peak) and one log per launch (llama.cpp's
@@ -89,9 +89,9 @@ cp "$GRID" "$OUT/grid.csv"
 cp -r "$WORK/quantize-logs" "$OUT/" 2>/dev/null || true
 # About 3,000 tokens of text, more than the largest micro-batch the grid uses.
 python3 -c "import sys; open(sys.argv[1], 'w').write('显存解剖学: the KV cache grows with every token, the weights do not. 权重不变, 缓存增长。 ' * 130)" "$WORK/prompt.txt"
-echo "id,preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch,ncmoe,ot,rc,seconds,smi_peak_mib" >"$OUT/launches.csv"
+echo "id,preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch,ncmoe,ot,swa,rc,seconds,smi_peak_mib" >"$OUT/launches.csv"
 id=0
-tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ubatch ncmoe ot; do
+tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ubatch ncmoe ot swa; do
   [ -n "$preset" ] || continue
   gguf=$WORK/$preset-$type.gguf
   id=$((id + 1))
@@ -105,6 +105,7 @@ tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ub
   host=()
   [ -n "${ncmoe:-}" ] && host+=(--n-cpu-moe "$ncmoe")
   [ -n "${ot:-}" ] && host+=(-ot "$ot=CPU")
+  [ "${swa:-}" = full ] && host+=(--swa-full)
   GGML_SCHED_DEBUG=$dbg "$WORK/bin/llama-completion" -m "$gguf" -c "$ctx" -ngl "$ngl" -fa "$fa" -ctk "$ctk" -ctv "$ctv" \
     -b "$batch" -ub "$ubatch" "${host[@]}" $verbosity -fit off -f "$WORK/prompt.txt" -n 4 --temp 0 -no-cnv --no-display-prompt >"$log" 2>&1 </dev/null &
   pid=$!
@@ -116,5 +117,5 @@ tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ub
   done
   wait "$pid" && rc=0 || rc=$?
   t1=$(date +%s.%N)
-  echo "$id,$preset,$type,$ctx,$ngl,$fa,$ctk,$ctv,$batch,$ubatch,${ncmoe:-},${ot:-},$rc,$(awk "BEGIN{print $t1 - $t0}"),$peak" >>"$OUT/launches.csv"
+  echo "$id,$preset,$type,$ctx,$ngl,$fa,$ctk,$ctv,$batch,$ubatch,${ncmoe:-},${ot:-},${swa:-},$rc,$(awk "BEGIN{print $t1 - $t0}"),$peak" >>"$OUT/launches.csv"
 done

@@ -166,6 +166,7 @@ pub fn ledger_routed(cfg: &DecoderConfig, w: &Inference, runtime: u64, seen: u64
 /// attention's score matrices) each below `limits::MAX_TERM_BYTES`, so the ledger's sums of a
 /// few dozen terms stay inside u64. Checked in u128, before any of the ledger's arithmetic.
 pub fn check(cfg: &DecoderConfig, w: &Inference) -> Result<()> {
+    cfg.computed()?;
     check_count("seq (tokens per sequence)", w.seq, MAX_SEQ)?;
     check_count("batch (sequences)", w.batch, MAX_BATCH)?;
     let (b, s) = (w.batch as u128, w.seq as u128);

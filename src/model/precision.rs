@@ -150,7 +150,7 @@ impl Compute {
 /// llama.cpp's Q4_K_M type for one tensor of `cfg` named as in the HF checkpoint (F32 for what
 /// llama-quantize leaves alone: norms and biases).
 fn q4_k_m_type(cfg: &DecoderConfig, spec: &TensorSpec) -> GgmlDType {
-    let (name, ne) = super::gguf::gguf_tensor(spec);
+    let (name, ne) = super::gguf::gguf_tensor(spec, cfg.model_type);
     if !recipe::is_quantized(&name, &ne) {
         return GgmlDType::F32;
     }

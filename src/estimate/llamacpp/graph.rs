@@ -1,11 +1,11 @@
 //! The graph llama.cpp reserves its compute buffers with (`llama_context::sched_reserve`: a
 //! prompt micro-batch of `min(n_ctx, n_ubatch)` tokens, every one an output, over the whole KV
 //! cache), node by node in the order ggml builds it for a decoder (`src/models/qwen2.cpp`,
-//! `llama.cpp`, `qwen3.cpp`, `qwen3moe.cpp`; `llm_graph_context::build_attn`, `build_ffn`,
+//! `llama.cpp`, `qwen3.cpp`, `qwen3moe.cpp`, `gemma3.cpp`; `llm_graph_context::build_attn`, `build_ffn`,
 //! `build_moe_ffn`), with the backend each node runs on and the copies ggml's scheduler makes
 //! where a node reads another backend's tensor (`sched`). `alloc::reserve` walks it.
 
-use crate::model::config::{DecoderConfig, Experts};
+use crate::model::config::{DecoderConfig, Experts, Family};
 
 pub const GPU: usize = 0;
 pub const CPU: usize = 1;
@@ -100,6 +100,8 @@ pub struct Shape {
     /// llama-completion, one per slot for llama-server).
     pub outputs: u64,
     pub kv_cells: u64,
+    /// The windowed layers' cells (`kv_cells` when the model has none).
+    pub swa_cells: u64,
     pub flash: bool,
     /// Bytes per row of `kv_dim` values of K and of V in the cache.
     pub k_row: u64,
@@ -229,6 +231,21 @@ fn experts(g: &mut Graph, w: &dyn Fn(&mut Graph, &str) -> usize, cur: usize, n: 
     out
 }
 
+/// RMS norm of `cur` (`m` rows of `e`) times the layer's weight `name`: Gemma 3's norms after
+/// the attention and the MLP.
+fn post_norm(g: &mut Graph, w: &dyn Fn(&mut Graph, &str) -> usize, cur: usize, m: u64, e: u64, name: &str) -> usize {
+    let norm = g.op(&[cur], F32, [e, m, 1], true);
+    let wn = w(g, name);
+    g.op(&[norm, wn], F32, [e, m, 1], true)
+}
+
+/// Whether llama.cpp keeps a second, windowed cache for `cfg` (`llama_kv_cache_iswa`): Gemma 3's.
+/// Mistral v0.1's window is not llama.cpp's: it runs Mistral as its `llama`, whose graph attends
+/// to the whole cache (src/models/llama.cpp).
+pub fn windowed(cfg: &DecoderConfig) -> bool {
+    cfg.model_type == Family::Gemma3 && cfg.sliding_window.is_some()
+}
+
 /// The reserved graph of `cfg` over `s`, in ggml's node order; `sched` gives each node its
 /// backend and adds the copies between backends.
 pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
@@ -244,15 +261,29 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
     let layers = cfg.num_hidden_layers;
     let bias = cfg.model_type.qkv_bias();
     let qk_norm = cfg.model_type.qk_norm();
+    // Gemma 3: the embedding scaled, q scaled after RoPE, the attention's and the MLP's outputs
+    // normalised before their residual sums.
+    let gemma = cfg.model_type.post_norms();
+    let windowed = windowed(cfg);
 
     // The token embedding is read on the host (llama.cpp keeps the input layer there).
     let tok_embd = g.weight(CPU, 0);
     let tokens = g.input(I32, [n, 1, 1]);
     let mut inp_l = g.op(&[tok_embd, tokens], F32, [e, n, 1], false);
+    if gemma {
+        inp_l = g.op(&[inp_l], F32, [e, n, 1], true);
+    }
     let pos = g.input(I32, [n, 1, 1]);
-    let k_idxs = g.input(I64, [n, 1, 1]);
-    let v_idxs = g.input(I64, [if s.flash { n } else { n * kv }, 1, 1]);
-    let mask = g.input(if s.flash { F16 } else { F32 }, [s.kv_cells, n, 1]);
+    // One cache's write positions and mask (`build_attn_inp_kv`); the windowed cache has its own
+    // (`build_attn_inp_kv_iswa`: the full cache's first).
+    let cache_inputs = |g: &mut Graph, cells: u64| {
+        let k_idxs = g.input(I64, [n, 1, 1]);
+        let v_idxs = g.input(I64, [if s.flash { n } else { n * kv }, 1, 1]);
+        let mask = g.input(if s.flash { F16 } else { F32 }, [cells, n, 1]);
+        (k_idxs, v_idxs, mask)
+    };
+    let full = cache_inputs(&mut g, s.kv_cells);
+    let swa = if windowed { cache_inputs(&mut g, s.swa_cells) } else { full };
     let no = s.outputs.min(n).max(1);
     let out_ids = g.input(I32, [no, 1, 1]);
 
@@ -263,6 +294,9 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
             g.weight(home, bytes)
         };
         let inp_sa = inp_l;
+        let windowed_layer = windowed && cfg.is_swa(il);
+        let (k_idxs, v_idxs, mask) = if windowed_layer { swa } else { full };
+        let cells = if windowed_layer { s.swa_cells } else { s.kv_cells };
         let norm = g.op(&[inp_l], F32, [e, n, 1], true);
         let wn = w(&mut g, "attn_norm");
         let cur = g.op(&[norm, wn], F32, [e, n, 1], true);
@@ -288,7 +322,10 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         let q_mm = proj(&mut g, "attn_q", q);
         let q_3d = g.view(q_mm, &[]);
         let q_n = head_norm(&mut g, q_3d, h, "attn_q_norm");
-        let q_rope = g.op(&[q_n, pos], F32, [hd, h, n], true);
+        let mut q_rope = g.op(&[q_n, pos], F32, [hd, h, n], true);
+        if gemma {
+            q_rope = g.op(&[q_rope], F32, [hd, h, n], true);
+        }
         let v_mm = proj(&mut g, "attn_v", kv);
         let v_3d = g.view(v_mm, &[]);
         let k_mm = proj(&mut g, "attn_k", kv);
@@ -296,8 +333,8 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         let k_n = head_norm(&mut g, k_3d, hkv, "attn_k_norm");
         let k_rope = g.op(&[k_n, pos], F32, [hd, hkv, n], true);
         // The cache is this layer's device's (llama.cpp offloads it with the layer).
-        let k_cache = g.cache(b, s.k_row * s.kv_cells);
-        let v_cache = g.cache(b, s.v_row * s.kv_cells);
+        let k_cache = g.cache(b, s.k_row * cells);
+        let v_cache = g.cache(b, s.v_row * cells);
         let k_2d = g.view(k_rope, &[]);
         g.view(k_cache, &[k_2d, k_idxs]);
         let v_2d = g.view(v_3d, &[]);
@@ -310,11 +347,11 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         let v_perm = g.view(v_view, &[]);
         let attn = if s.flash {
             let fa = g.op(&[q_perm, k_perm, v_perm, mask], F32, [hd, h, n], false);
-            g.tensors[fa].fa_cells = hd * hkv * s.kv_cells;
+            g.tensors[fa].fa_cells = hd * hkv * cells;
             g.view(fa, &[])
         } else {
-            let kq = g.op(&[k_perm, q_perm], F32, [s.kv_cells, n, h], false);
-            let sm = g.op(&[kq, mask], F32, [s.kv_cells, n, h], true);
+            let kq = g.op(&[k_perm, q_perm], F32, [cells, n, h], false);
+            let sm = g.op(&[kq, mask], F32, [cells, n, h], true);
             let kqv = g.op(&[v_perm, sm], F32, [hd, n, h], false);
             let perm = g.view(kqv, &[]);
             g.op(&[perm], F32, [hd * h, n, 1], false)
@@ -326,6 +363,13 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         let m = if il == layers - 1 { no } else { n };
         if il == layers - 1 {
             cur = g.op(&[cur, out_ids], F32, [e, m, 1], false);
+        }
+        if gemma {
+            cur = post_norm(&mut g, &w, cur, m, e, "post_attention_norm");
+        }
+        // ggml visits the sum's first source before its second: the residual's rows after the
+        // attention's (and its norm).
+        if il == layers - 1 {
             res = g.op(&[inp_sa, out_ids], F32, [e, m, 1], false);
         }
         let ffn_inp = g.op(&[cur, res], F32, [e, m, 1], true);
@@ -342,6 +386,7 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
                 g.op(&[wd, glu], F32, [e, m, 1], false)
             }
         };
+        let out = if gemma { post_norm(&mut g, &w, out, m, e, "post_ffw_norm") } else { out };
         inp_l = g.op(&[out, ffn_inp], F32, [e, m, 1], true);
     }
     let norm = g.op(&[inp_l], F32, [e, no, 1], true);

@@ -13,9 +13,10 @@ pub mod process;
 pub mod sched;
 
 use crate::error::{LabError, Result};
-use crate::model::config::{DecoderConfig, Family};
+use crate::model::config::DecoderConfig;
 use crate::model::gguf::types::GgmlType;
 use crate::model::gguf::writer::Planned;
+pub use graph::windowed;
 use serde::{Deserialize, Serialize};
 
 /// The KV-cache types llama.cpp's `-ctk`/`-ctv` take.
@@ -89,6 +90,9 @@ pub struct Launch {
     /// memory.
     #[serde(default)]
     pub host_tensors: Vec<String>,
+    /// `--swa-full`: a windowed layer's cache as large as the others'.
+    #[serde(default)]
+    pub swa_full: bool,
 }
 
 impl Default for Launch {
@@ -105,6 +109,7 @@ impl Default for Launch {
             n_cpu_moe: None,
             cpu_moe: false,
             host_tensors: Vec::new(),
+            swa_full: false,
         }
     }
 }
@@ -124,6 +129,9 @@ impl Launch {
         }
         for p in &self.host_tensors {
             host += &format!(" -ot '{p}=CPU'");
+        }
+        if self.swa_full {
+            host += " --swa-full";
         }
         format!(
             "-c {} -ngl {ngl} -fa {} -ctk {} -ctv {} -b {} -ub {}{slots}{host}",
@@ -182,6 +190,8 @@ pub struct Memory {
     pub output_on_gpu: bool,
     /// KV cells (`-c` rounded up to 256) and the reserved micro-batch.
     pub cells: u64,
+    /// The windowed layers' cells (Gemma 3), when there are any.
+    pub swa_cells: Option<u64>,
     pub tokens: u64,
 }
 
@@ -242,15 +252,6 @@ fn flash_copies_on_gpu(g: &mut graph::Graph, s: &graph::Shape) {
 
 /// llama.cpp's memory for `cfg` stored as `tensors` (a GGUF's, or a recipe's plan) under `l`.
 pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Memory> {
-    // A sliding window is Mistral v0.1's: llama.cpp runs Mistral as its `llama`, whose graph
-    // attends to the whole cache, so the cache is the full one (src/models/llama.cpp). Any other
-    // family with a window is not priced.
-    if cfg.sliding_window.is_some() && cfg.model_type != Family::Mistral {
-        return Err(LabError::input(format!(
-            "--engine llama.cpp: {} with a sliding window keeps a second cache llama.cpp sizes apart; not priced",
-            cfg.model_type.name()
-        )));
-    }
     if (l.cpu_moe || l.n_cpu_moe.is_some()) && cfg.experts().is_none() {
         return Err(LabError::input(format!(
             "--cpu-moe and --n-cpu-moe place a mixture's experts; {} has none",
@@ -303,18 +304,30 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     }
 
     let cells = pad(l.ctx as u64, CTX_PAD);
+    let ubatch = l.ubatch.min(l.batch) as u64;
+    let swa_cells = graph::windowed(cfg).then(|| if l.swa_full { cells } else { swa_cells(cfg, cells, ubatch) });
+    let cells_of = |il: usize| match swa_cells {
+        Some(c) if cfg.is_swa(il) => c,
+        _ => cells,
+    };
     let kv = cfg.kv_dim() as u64;
     let (k_row, v_row) = (type_bytes(l.cache_k.ggml(), kv), type_bytes(l.cache_v.ggml(), kv));
-    let per_layer = pad(k_row * cells, CUDA_ALIGNMENT) + pad(v_row * cells, CUDA_ALIGNMENT);
     let gpu_layers = layers - first_gpu_layer.min(layers);
-    gpu.context = per_layer * gpu_layers as u64;
-    host.context = (k_row + v_row) * cells * (layers - gpu_layers) as u64;
+    for il in 0..layers {
+        let c = cells_of(il);
+        if il >= first_gpu_layer {
+            gpu.context += pad(k_row * c, CUDA_ALIGNMENT) + pad(v_row * c, CUDA_ALIGNMENT);
+        } else {
+            host.context += (k_row + v_row) * c;
+        }
+    }
 
-    let tokens = (l.ubatch.min(l.batch) as u64).min(cells);
+    let tokens = ubatch.min(cells);
     let shape = graph::Shape {
         tokens,
         outputs: l.outputs.unwrap_or(l.batch) as u64,
         kv_cells: cells,
+        swa_cells: swa_cells.unwrap_or(cells),
         flash: l.flash,
         k_row,
         v_row,
@@ -333,7 +346,15 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     // Even with -ngl 0 a CUDA build offloads the prompt's large products (op offload).
     gpu.compute = high[graph::GPU];
     host.compute = high[graph::CPU];
-    Ok(Memory { gpu, host, gpu_layers, output_on_gpu: on_gpu(Some(layers)), cells, tokens })
+    Ok(Memory { gpu, host, gpu_layers, output_on_gpu: on_gpu(Some(layers)), cells, swa_cells, tokens })
+}
+
+/// The windowed cache's cells (`llama_kv_cache_iswa`): the window and one micro-batch, padded
+/// to 256 and never above the full cache (llama.cpp's default: one sequence's window, the cache
+/// not unified across slots).
+fn swa_cells(cfg: &DecoderConfig, cells: u64, ubatch: u64) -> u64 {
+    let window = cfg.sliding_window.unwrap_or(0) as u64;
+    pad(cells.min(window + ubatch), CTX_PAD)
 }
 
 #[cfg(test)]
@@ -455,6 +476,30 @@ mod tests {
             memory(&cfg, &t, &Launch { host_tensors: vec![r"blk\.0\.ffn_up".into()], ..Launch::default() }).unwrap();
         let up0 = t.iter().find(|x| x.name == "blk.0.ffn_up.weight").unwrap();
         assert_eq!(memory(&cfg, &t, &Launch::default()).unwrap().gpu.model - ffn.gpu.model, cuda_alloc(up0));
+    }
+
+    /// Gemma 3's windowed layers keep the window and one micro-batch, padded to 256 (1,024 +
+    /// 512 = 1,536 cells at -c 32768), its global layers (8 of 48) every cell; `--swa-full` and
+    /// a context shorter than the window give every layer the whole cache.
+    #[test]
+    fn gemma3_keeps_a_windowed_cache_beside_the_full_one() {
+        let cfg = DecoderConfig::preset("gemma-3-12b").unwrap();
+        let t = plan(&cfg, FileTypes::Llama(FileType::Q4KM));
+        let row = 2 * 8 * 256; // K or V, F16: 8 KV heads of 256
+        let at = |l: Launch| memory(&cfg, &t, &l).unwrap();
+        let m = at(Launch { ctx: 32768, ..Launch::default() });
+        assert_eq!(m.swa_cells, Some(1536));
+        assert_eq!(m.gpu.context, 2 * row * (8 * 32768 + 40 * 1536));
+        let full = at(Launch { ctx: 32768, swa_full: true, ..Launch::default() });
+        assert_eq!(full.gpu.context, 2 * row * 48 * 32768);
+        let big_ub = at(Launch { ctx: 32768, ubatch: 2048, ..Launch::default() });
+        assert_eq!(big_ub.swa_cells, Some(3072));
+        let short = at(Launch { ctx: 1000, ..Launch::default() });
+        assert_eq!((short.cells, short.swa_cells), (1024, Some(1024)));
+        // Without flash attention the scores of a global layer are the widest: the compute
+        // buffer follows the full cache, not the window.
+        let off = at(Launch { ctx: 32768, flash: false, ..Launch::default() });
+        assert!(off.gpu.compute >= 32768 * 512 * 16 * 4, "{}", off.gpu.compute);
     }
 
     /// Mistral v0.1's window does not shrink llama.cpp's cache: its llama graph attends to every

@@ -141,14 +141,15 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
             floats(&df, "rc")?,
             floats(&df, "smi_peak_mib")?,
         );
-        // Grids since issue 68 name the tensors kept on the host (`--n-cpu-moe N`, `-ot PATTERN=CPU`).
+        // Grids since issue 68 name the tensors kept on the host (`--n-cpu-moe N`, `-ot PATTERN=CPU`)
+        // and a windowed cache as large as the others (`--swa-full`).
         let optional = |name: &str| -> Result<Vec<String>> {
             if df.column(name).is_err() {
                 return Ok(vec![String::new(); df.height()]);
             }
             strings(&df, name)
         };
-        let (ncmoe, ot) = (optional("ncmoe")?, optional("ot")?);
+        let (ncmoe, ot, swa) = (optional("ncmoe")?, optional("ot")?, optional("swa")?);
         let file = f.strip_prefix(root).unwrap_or(&f).display().to_string();
         for i in 0..df.height() {
             if rc[i] != 0.0 {
@@ -173,6 +174,7 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
                     .transpose()?,
                 cpu_moe: false,
                 host_tensors: Some(&ot[i]).filter(|s| !s.is_empty()).cloned().into_iter().collect(),
+                swa_full: swa[i] == "full",
             };
             let ftype = FileType::from_str(&ty[i], true).map_err(|_| bad(&format!("type {}", ty[i])))?;
             let id = count(id[i]).ok_or_else(|| bad("id"))?;

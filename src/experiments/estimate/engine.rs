@@ -62,6 +62,10 @@ pub struct LlamaCppFlags {
     #[arg(long, value_delimiter = ',', value_parser = host_override)]
     #[serde(default)]
     pub override_tensor: Vec<String>,
+    /// --engine llama.cpp: --swa-full, a windowed layer's cache (Gemma 3) as large as the others'
+    #[arg(long)]
+    #[serde(default)]
+    pub swa_full: bool,
 }
 
 /// One `-ot PATTERN=BUFFER`: its pattern when the buffer is the host's; other buffers (a GPU's,
@@ -91,6 +95,7 @@ impl Default for LlamaCppFlags {
             n_cpu_moe: None,
             cpu_moe: false,
             override_tensor: Vec::new(),
+            swa_full: false,
         }
     }
 }
@@ -143,6 +148,7 @@ pub fn launch(c: &LlamaCppFlags, seq: usize, others: &[(&str, bool)]) -> Result<
         ("--n-cpu-moe", c.n_cpu_moe.is_some()),
         ("--cpu-moe", c.cpu_moe),
         ("--override-tensor", !c.override_tensor.is_empty()),
+        ("--swa-full", c.swa_full),
         ("--gguf-types", c.gguf_types != LlamaCppFlags::default().gguf_types),
     ];
     if c.engine != Engine::LlamaCpp {
@@ -179,6 +185,7 @@ pub fn launch(c: &LlamaCppFlags, seq: usize, others: &[(&str, bool)]) -> Result<
         n_cpu_moe: c.n_cpu_moe,
         cpu_moe: c.cpu_moe,
         host_tensors: c.override_tensor.clone(),
+        swa_full: c.swa_full,
     }))
 }
 
@@ -212,11 +219,19 @@ pub fn llamacpp(
     l: &Launch,
 ) -> Result<StageOutput> {
     let priced = priced(cfg, gguf, types)?;
-    if let Some(w) = cfg.sliding_window {
-        s.say(format!(
+    match cfg.sliding_window {
+        Some(w) if llamacpp::windowed(cfg) => s.say(format!(
+            "{}: {} of {} layers attend through a {w}-position window; llama.cpp keeps their cache apart, {}",
+            cfg.model_type.name(),
+            (0..cfg.num_hidden_layers).filter(|&il| cfg.is_swa(il)).count(),
+            cfg.num_hidden_layers,
+            if l.swa_full { "as large as the others' (--swa-full)" } else { "the window and one micro-batch long" }
+        )),
+        Some(w) => s.say(format!(
             "llama.cpp runs {} as its llama, whose graph has no {w}-position window: the KV cache keeps every cell of -c",
             cfg.model_type.name()
-        ));
+        )),
+        None => {}
     }
     // (what, device, its buffers) per row.
     let mut rows: Vec<(String, &str, llamacpp::Buffers)> = Vec::new();
@@ -225,12 +240,13 @@ pub fn llamacpp(
         let m = llamacpp::memory(cfg, tensors, l)?;
         rows.extend([("gpu", m.gpu), ("host", m.host)].map(|(device, b)| (what.clone(), device, b)));
         s.say(format!(
-            "llama.cpp {} ({what}): GPU {:.2} MiB = model {:.2} + KV {:.2} ({} cells) + compute {:.2} ({} layers and {} the output on the GPU; {}-token micro-batch); host {:.2} MiB",
+            "llama.cpp {} ({what}): GPU {:.2} MiB = model {:.2} + KV {:.2} ({} cells{}) + compute {:.2} ({} layers and {} the output on the GPU; {}-token micro-batch); host {:.2} MiB",
             l.flags(),
             mib(m.gpu.total()),
             mib(m.gpu.model),
             mib(m.gpu.context),
             m.cells,
+            m.swa_cells.map(|c| format!(", {c} in the windowed layers")).unwrap_or_default(),
             mib(m.gpu.compute),
             m.gpu_layers,
             if m.output_on_gpu { "with" } else { "without" },

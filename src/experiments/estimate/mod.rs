@@ -137,6 +137,8 @@ impl Stage for Estimate {
         if let Some(l) = launch {
             return engine::llamacpp(s, &cfg, gguf.as_ref(), &c.llama.gguf_types, &l);
         }
+        // The lab's runtime and transformers' are priced for the families the lab computes.
+        cfg.computed()?;
         if c.llama.engine == engine::Engine::Transformers {
             // The default list's Q4_K_M is llama.cpp's; transformers loads the dense dtypes.
             let dense = [Precision::Bf16, Precision::F32];

@@ -13,11 +13,22 @@ pub enum Family {
     Mistral,
     Qwen3Moe,
     Mixtral,
+    /// Gemma 3's text model (`gemma3_text`): priced for llama.cpp and written as a GGUF; the
+    /// lab's own decoder does not compute its layers (`DecoderConfig::computed`).
+    #[serde(rename = "gemma3_text")]
+    Gemma3,
 }
 
 impl Family {
-    pub const ALL: [Family; 6] =
-        [Family::Qwen2, Family::Qwen3, Family::Llama, Family::Mistral, Family::Qwen3Moe, Family::Mixtral];
+    pub const ALL: [Family; 7] = [
+        Family::Qwen2,
+        Family::Qwen3,
+        Family::Llama,
+        Family::Mistral,
+        Family::Qwen3Moe,
+        Family::Mixtral,
+        Family::Gemma3,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -27,6 +38,7 @@ impl Family {
             Family::Mistral => "mistral",
             Family::Qwen3Moe => "qwen3_moe",
             Family::Mixtral => "mixtral",
+            Family::Gemma3 => "gemma3_text",
         }
     }
 
@@ -35,9 +47,17 @@ impl Family {
         self == Family::Qwen2
     }
 
-    /// Qwen3 normalises each head of q and k before RoPE (`q_norm`, `k_norm`, one weight of head_dim).
+    /// Qwen3 and Gemma 3 normalise each head of q and k before RoPE (`q_norm`, `k_norm`, one
+    /// weight of head_dim).
     pub fn qk_norm(self) -> bool {
-        matches!(self, Family::Qwen3 | Family::Qwen3Moe)
+        matches!(self, Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3)
+    }
+
+    /// Gemma 3 normalises the attention's and the MLP's outputs too, before each residual sum
+    /// (`post_attention_layernorm`, `post_feedforward_layernorm`; `pre_feedforward_layernorm`
+    /// is the others' `post_attention_layernorm`).
+    pub fn post_norms(self) -> bool {
+        self == Family::Gemma3
     }
 
     pub fn is_moe(self) -> bool {

@@ -55,6 +55,15 @@ const KNOWN_FIELDS: &[&str] = &[
     "pretraining_tp",
     "router_aux_loss_coef",
     "router_jitter_noise",
+    // Gemma 3 (gemma3_text): its pattern and activation are read; its attention's query scale
+    // and its windowed layers' RoPE base change no byte; its soft-capping is checked below
+    "sliding_window_pattern",
+    "hidden_activation",
+    "query_pre_attn_scalar",
+    "rope_local_base_freq",
+    "final_logit_softcapping",
+    "attn_logit_softcapping",
+    "cache_implementation",
 ];
 
 /// The first field of `obj` the lab does not implement for `family`, as a sentence naming it.
@@ -70,7 +79,9 @@ pub(super) fn unimplemented_field(
     }
     if let Some(r) = obj.get("rope_scaling").filter(|r| !r.is_null()) {
         let kind = r.get("rope_type").or_else(|| r.get("type")).and_then(|t| t.as_str()).unwrap_or("");
-        if kind != "llama3" || family != Family::Llama {
+        // Gemma 3's linear scaling of its global layers moves no byte: taken for gemma3_text.
+        let taken = (kind == "llama3" && family == Family::Llama) || (kind == "linear" && family == Family::Gemma3);
+        if !taken {
             return Err(format!("`rope_scaling` = {r} is set: the lab computes plain RoPE, and Llama 3.1's llama3 scaling for llama (no YaRN, linear or dynamic scaling)"));
         }
     }
@@ -88,7 +99,7 @@ pub(super) fn unimplemented_field(
             "`use_sliding_window` is on: the lab computes full attention in every layer (no sliding window)".into()
         );
     }
-    if let Some(types) = obj.get("layer_types").filter(|t| !t.is_null()) {
+    if let Some(types) = obj.get("layer_types").filter(|t| !t.is_null() && family != Family::Gemma3) {
         if !types.as_array().is_some_and(|a| a.iter().all(|t| t == "full_attention")) {
             return Err("`layer_types` names a layer that is not full_attention: the lab computes full attention in every layer".into());
         }
@@ -102,6 +113,20 @@ pub(super) fn unimplemented_field(
     // transformers' Qwen2 biases q, k and v whatever the field says; the others bias nothing.
     if family != Family::Qwen2 && !off("attention_bias") {
         return Err(format!("`attention_bias` is on: the lab's {name} has no bias in attention"));
+    }
+    for k in ["final_logit_softcapping", "attn_logit_softcapping"] {
+        if !off(k) {
+            return Err(format!("`{k}` is set: llama.cpp's Gemma 3 graph as the lab prices it has no soft-capping"));
+        }
+    }
+    if family != Family::Gemma3 {
+        if let Some(k) =
+            ["sliding_window_pattern", "hidden_activation", "query_pre_attn_scalar", "rope_local_base_freq"]
+                .into_iter()
+                .find(|k| obj.contains_key(*k))
+        {
+            return Err(format!("field `{k}` is Gemma 3's (gemma3_text), not one the lab implements for {name}"));
+        }
     }
     if !off("mlp_bias") {
         return Err("`mlp_bias` is on: the lab's MLP has no bias".into());

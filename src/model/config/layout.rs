@@ -69,6 +69,10 @@ impl DecoderConfig {
             }
             out.push(spec(format!("{p}.input_layernorm.weight"), vec![h]));
             out.push(spec(format!("{p}.post_attention_layernorm.weight"), vec![h]));
+            if family.post_norms() {
+                out.push(spec(format!("{p}.pre_feedforward_layernorm.weight"), vec![h]));
+                out.push(spec(format!("{p}.post_feedforward_layernorm.weight"), vec![h]));
+            }
         }
         out.push(spec("model.norm.weight".into(), vec![h]));
         if !self.tie_word_embeddings {

@@ -57,9 +57,18 @@ pub struct DecoderConfig {
     pub head_dim: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_scaling: Option<RopeScaling>,
-    /// Mistral v0.1's window (4096): attention sees only the last `sliding_window` positions.
+    /// Mistral v0.1's window (4096) and Gemma 3's (1024 in its windowed layers): attention sees
+    /// only the last `sliding_window` positions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_window: Option<usize>,
+    /// Gemma 3: every `sliding_window_pattern`-th layer attends to all positions, the others
+    /// through the window (6, also llama.cpp's default for the family).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window_pattern: Option<usize>,
+    /// Gemma 3 in newer transformers: each layer's attention, `sliding_attention` or
+    /// `full_attention` (the pattern written out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_types: Option<Vec<String>>,
     /// Experts of a mixture (Qwen3-MoE `num_experts`, Mixtral `num_local_experts`).
     #[serde(default, alias = "num_local_experts", skip_serializing_if = "Option::is_none")]
     pub num_experts: Option<usize>,
@@ -82,6 +91,9 @@ pub struct Experts {
     /// The picked experts' router weights divided by their sum.
     pub renormalize: bool,
 }
+
+/// llama.cpp's pattern for Gemma 3 when the file names none (`load_swa_pattern(ml, 6)`).
+pub const GEMMA3_PATTERN: usize = 6;
 
 fn default_max_position_embeddings() -> usize {
     32768
@@ -109,10 +121,13 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("mistral-7b-v0.1", include_str!("../../../data/models/mistral-7b-v0.1.json")),
     ("qwen3-30b-a3b", include_str!("../../../data/models/qwen3-30b-a3b.json")),
     ("mixtral-8x7b", include_str!("../../../data/models/mixtral-8x7b.json")),
+    ("gemma-3-4b", include_str!("../../../data/models/gemma-3-4b.json")),
+    ("gemma-3-12b", include_str!("../../../data/models/gemma-3-12b.json")),
     ("tiny-qwen3", include_str!("../../../data/models/tiny-qwen3.json")),
     ("tiny-llama", include_str!("../../../data/models/tiny-llama.json")),
     ("tiny-mistral", include_str!("../../../data/models/tiny-mistral.json")),
     ("tiny-moe", include_str!("../../../data/models/tiny-moe.json")),
+    ("tiny-gemma", include_str!("../../../data/models/tiny-gemma.json")),
 ];
 
 impl DecoderConfig {
@@ -162,6 +177,7 @@ impl DecoderConfig {
                 "max_position_embeddings",
                 "head_dim",
                 "sliding_window",
+                "sliding_window_pattern",
                 "num_experts",
                 "num_local_experts",
                 "num_experts_per_tok",
@@ -175,7 +191,9 @@ impl DecoderConfig {
                 None => Family::Qwen2,
                 Some(t) => serde_json::from_value::<Family>(t.clone()).map_err(|_| {
                     let names: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
-                    bad(&format!("model_type {t}: the lab knows {}", names.join(", ")))
+                    // Gemma 3's checkpoints of 4B and up wrap the text model beside a vision tower.
+                    let hint = if t == "gemma3" { " (Gemma 3's text model is its text_config)" } else { "" };
+                    bad(&format!("model_type {t}: the lab knows {}{hint}", names.join(", ")))
                 })?,
             };
             fields::unimplemented_field(family, obj).map_err(|e| bad(&e))?;
@@ -184,9 +202,23 @@ impl DecoderConfig {
                 let theta = if family == Family::Mixtral { 1e6 } else { 1e4 };
                 obj.insert("rope_theta".into(), theta.into());
             }
-            // A window only Mistral uses; the others write one that is off (use_sliding_window).
-            if family != Family::Mistral {
+            // A window only Mistral and Gemma 3 use; the others write one that is off
+            // (use_sliding_window), and their layer_types (checked above) say full attention.
+            if !matches!(family, Family::Mistral | Family::Gemma3) {
                 obj.remove("sliding_window");
+            }
+            if family != Family::Gemma3 {
+                obj.remove("layer_types");
+            } else {
+                // Gemma names its activation `hidden_activation`; its RoPE scaling (linear, in
+                // the global layers of 4B and larger) moves no byte llama.cpp allocates, and no
+                // engine that computes Gemma 3 is the lab's (`computed`).
+                if let Some(act) = obj.remove("hidden_activation") {
+                    obj.insert("hidden_act".into(), act);
+                }
+                // Gemma3TextConfig ties the head unless told otherwise; its config.json says nothing.
+                obj.entry("tie_word_embeddings").or_insert(true.into());
+                obj.remove("rope_scaling");
             }
             // Dense families take no expert fields; the checks above refused counts of experts.
             if !family.is_moe() {
@@ -214,6 +246,7 @@ impl DecoderConfig {
             ("max_position_embeddings", Some(self.max_position_embeddings), MAX_SEQ),
             ("head_dim", self.head_dim, MAX_HIDDEN / 4),
             ("sliding_window", self.sliding_window, MAX_SEQ),
+            ("sliding_window_pattern", self.sliding_window_pattern, MAX_LAYERS),
             ("num_experts", self.num_experts, MAX_EXPERTS),
             ("num_experts_per_tok", self.num_experts_per_tok, MAX_EXPERTS),
             ("moe_intermediate_size", self.moe_intermediate_size, MAX_INTERMEDIATE),
@@ -260,11 +293,31 @@ impl DecoderConfig {
                 ));
             }
         }
-        if self.hidden_act != "silu" {
+        let act = if self.model_type == Family::Gemma3 { "gelu_pytorch_tanh" } else { "silu" };
+        if self.hidden_act != act {
             return Err(format!(
-                "hidden_act `{}` is not supported (every family the lab knows uses silu)",
-                self.hidden_act
+                "hidden_act `{}` is not supported ({} uses {act})",
+                self.hidden_act,
+                self.model_type.name()
             ));
+        }
+        if let Some(types) = &self.layer_types {
+            if types.len() != self.num_hidden_layers {
+                return Err(format!(
+                    "layer_types names {} layers, num_hidden_layers is {}",
+                    types.len(),
+                    self.num_hidden_layers
+                ));
+            }
+            if let Some(t) = types.iter().find(|t| !matches!(t.as_str(), "sliding_attention" | "full_attention")) {
+                return Err(format!(
+                    "layer_types: `{}` is neither sliding_attention nor full_attention",
+                    t.escape_debug()
+                ));
+            }
+        }
+        if self.model_type == Family::Gemma3 && self.sliding_window.is_none() {
+            return Err("gemma3_text needs its `sliding_window`".into());
         }
         if let Some(dtype) = &self.torch_dtype {
             // The dtypes a checkpoint's weights can be stored in and the lab can read; int8 or
@@ -279,6 +332,37 @@ impl DecoderConfig {
             }
         } else if self.model_type.is_moe() {
             return Err(format!("{} needs num_experts_per_tok", self.model_type.name()));
+        }
+        Ok(())
+    }
+
+    /// Whether layer `il` attends through the sliding window: Mistral's every layer, Gemma 3's
+    /// as `layer_types` or the pattern says (llama.cpp's `set_swa_pattern`: all but every
+    /// `pattern`-th layer, counting from 1).
+    pub fn is_swa(&self, il: usize) -> bool {
+        if self.sliding_window.is_none() {
+            return false;
+        }
+        if let Some(types) = &self.layer_types {
+            return types.get(il).is_some_and(|t| t == "sliding_attention");
+        }
+        match self.model_type {
+            Family::Gemma3 => {
+                let p = self.sliding_window_pattern.unwrap_or(GEMMA3_PATTERN);
+                il % p < p - 1
+            }
+            _ => true,
+        }
+    }
+
+    /// Refused for the lab's own decoder, its estimator and the transformers engine: Gemma 3's
+    /// layers (scaled embedding, four norms a layer, GELU, windows beside global layers) are
+    /// priced for llama.cpp only.
+    pub fn computed(&self) -> Result<()> {
+        if self.model_type == Family::Gemma3 {
+            return Err(LabError::input(
+                "gemma3_text: the lab's own decoder does not compute Gemma 3's layers; it prices llama.cpp (--engine llama.cpp) and writes its GGUF (quantize)",
+            ));
         }
         Ok(())
     }
@@ -376,6 +460,42 @@ mod tests {
         ] {
             assert_eq!(DecoderConfig::preset(preset).unwrap().param_count(), published, "{preset}");
         }
+    }
+
+    /// Gemma 3: every sixth layer global (5, 11, …, 47 of 48), four norms a layer, heads of 256
+    /// wider than hidden / heads; `layer_types` written out gives the same layers. The lab's
+    /// decoder refuses it by name.
+    #[test]
+    fn gemma3_windows_norms_and_refusal() {
+        let cfg = DecoderConfig::preset("gemma-3-12b").unwrap();
+        let global: Vec<usize> = (0..48).filter(|&il| !cfg.is_swa(il)).collect();
+        assert_eq!(global, vec![5, 11, 17, 23, 29, 35, 41, 47]);
+        assert_eq!((cfg.head_dim(), cfg.q_dim(), cfg.hidden_size), (256, 4096, 3840));
+        let names: Vec<String> = cfg.tensor_specs().into_iter().map(|s| s.name).collect();
+        for n in ["pre_feedforward_layernorm", "post_feedforward_layernorm", "self_attn.q_norm"] {
+            assert!(names.contains(&format!("model.layers.0.{n}.weight")), "{n}");
+        }
+        assert_eq!(names.len(), 1 + 48 * 13 + 1, "embed, 13 a layer, norm; the head tied");
+        let mut json: serde_json::Value =
+            serde_json::from_str(PRESETS.iter().find(|(n, _)| *n == "gemma-3-12b").unwrap().1).unwrap();
+        let types: Vec<&str> =
+            (0..48).map(|il| if cfg.is_swa(il) { "sliding_attention" } else { "full_attention" }).collect();
+        json["layer_types"] = serde_json::json!(types);
+        json.as_object_mut().unwrap().remove("sliding_window_pattern");
+        let listed = DecoderConfig::from_json(&json.to_string(), "listed").unwrap();
+        assert!((0..48).all(|il| listed.is_swa(il) == cfg.is_swa(il)));
+        let e = cfg.computed().unwrap_err().to_string();
+        assert!(e.contains("gemma3_text") && e.contains("--engine llama.cpp"), "{e}");
+        assert!(DecoderConfig::preset("qwen2.5-7b").unwrap().computed().is_ok());
+        // Soft-capping, and Gemma's fields on another family, are refused by name.
+        json["final_logit_softcapping"] = serde_json::json!(30.0);
+        let e = DecoderConfig::from_json(&json.to_string(), "capped").unwrap_err().to_string();
+        assert!(e.contains("final_logit_softcapping"), "{e}");
+        let qwen = serde_json::json!({"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+            "rope_theta": 1e6, "sliding_window_pattern": 6});
+        let e = DecoderConfig::from_json(&qwen.to_string(), "qwen").unwrap_err().to_string();
+        assert!(e.contains("sliding_window_pattern"), "{e}");
     }
 
     /// Active parameters per token: Qwen3-30B-A3B's card says 3.3B, Mixtral's 12.9B.

@@ -54,6 +54,7 @@ impl Layer {
     /// Layer `l` from weights named as in the HF checkpoint, with the parts its family has: q, k,
     /// v biases (Qwen2), q and k norms (Qwen3); vectors in the activation dtype `act`.
     pub(crate) fn new(cfg: &DecoderConfig, l: usize, w: &mut HashMap<String, Weight>, act: DType) -> Result<Self> {
+        cfg.computed()?;
         let p = format!("model.layers.{l}");
         let family = cfg.model_type;
         let mut lin = |name: &str, bias: bool| -> Result<Linear> {

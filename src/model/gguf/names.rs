@@ -1,11 +1,22 @@
 //! Tensor names and shapes as a GGUF writes them: llama.cpp's names, row length first.
 
-use crate::model::config::{DecoderConfig, TensorSpec};
+use crate::model::config::{DecoderConfig, Family, TensorSpec};
 
 /// HF tensor name → llama.cpp's GGUF name (Qwen2 and Qwen3 need no Q/K permutation: they use
 /// NeoX RoPE). A mixture's experts share one 3-D tensor a layer in a GGUF (`ffn_gate_exps`), so
-/// every expert's name maps to it.
-pub fn gguf_name(hf: &str) -> String {
+/// every expert's name maps to it. Gemma 3's `post_attention_layernorm` follows the attention
+/// (`post_attention_norm`); its `pre_feedforward_layernorm` is the others' `ffn_norm`.
+pub fn gguf_name(hf: &str, family: Family) -> String {
+    if family.post_norms() {
+        let gemma = [
+            ("post_attention_layernorm", "post_attention_norm"),
+            ("pre_feedforward_layernorm", "ffn_norm"),
+            ("post_feedforward_layernorm", "post_ffw_norm"),
+        ];
+        if let Some((a, b)) = gemma.iter().find(|(a, _)| hf.contains(a)) {
+            return gguf_name(&hf.replace(a, b), Family::Qwen2);
+        }
+    }
     if let Some((layer, rest)) = hf.split_once(".mlp.experts.").or_else(|| hf.split_once(".block_sparse_moe.experts."))
     {
         let part = rest.split('.').nth(1).unwrap_or("");
@@ -38,9 +49,9 @@ pub fn gguf_name(hf: &str) -> String {
     map.iter().fold(hf.to_string(), |s, (a, b)| s.replace(a, b))
 }
 
-/// One tensor as a GGUF names and shapes it (row length first).
-pub fn gguf_tensor(spec: &TensorSpec) -> (String, Vec<u64>) {
-    (gguf_name(&spec.name), spec.shape.iter().rev().map(|&d| d as u64).collect())
+/// One tensor of a `family` model as a GGUF names and shapes it (row length first).
+pub fn gguf_tensor(spec: &TensorSpec, family: Family) -> (String, Vec<u64>) {
+    (gguf_name(&spec.name, family), spec.shape.iter().rev().map(|&d| d as u64).collect())
 }
 
 /// The tensors a config implies, as a GGUF names and shapes them: a layer's experts stacked in
@@ -56,7 +67,7 @@ pub fn gguf_groups(cfg: &DecoderConfig) -> Vec<(String, Vec<u64>, Vec<usize>)> {
     let mut out: Vec<(String, Vec<u64>, Vec<usize>)> = Vec::new();
     let mut merged = std::collections::HashMap::new();
     for (i, spec) in cfg.tensor_specs().iter().enumerate() {
-        let (name, ne) = gguf_tensor(spec);
+        let (name, ne) = gguf_tensor(spec, cfg.model_type);
         if !name.contains("_exps.") {
             out.push((name, ne, vec![i]));
             continue;

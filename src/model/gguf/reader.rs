@@ -77,9 +77,10 @@ impl Gguf {
             ("qwen3moe", Some(_)) => Family::Qwen3Moe,
             ("llama", None) => Family::Llama,
             ("llama", Some(_)) => Family::Mixtral,
+            ("gemma3", None) => Family::Gemma3,
             _ => {
                 return Err(LabError::input(format!(
-                    "{}: architecture `{}`, the lab reads qwen2, qwen3, qwen3moe and llama",
+                    "{}: architecture `{}`, the lab reads qwen2, qwen3, qwen3moe, llama and gemma3",
                     self.path(),
                     arch.escape_debug()
                 )))
@@ -117,14 +118,29 @@ impl Gguf {
             rope_theta: f("rope.freq_base").unwrap_or(10000.0),
             max_position_embeddings: self.md_uint(&key("context_length"))?,
             tie_word_embeddings: h.tensor("output.weight").is_none(),
-            hidden_act: "silu".into(),
+            hidden_act: if family == Family::Gemma3 { "gelu_pytorch_tanh" } else { "silu" }.into(),
             bos_token_id: h.uint("tokenizer.ggml.bos_token_id").map(|v| v as u32),
             eos_token_id: h.uint("tokenizer.ggml.eos_token_id").map(|v| serde_json::json!(v)),
             torch_dtype: None,
             head_dim,
             // Llama 3.1's scaled frequencies travel as a tensor (rope_freqs.weight), read where it is computed.
             rope_scaling: None,
-            sliding_window: None,
+            // Gemma 3's window; a per-layer pattern other than llama.cpp's default is refused
+            // (the lab does not read GGUF arrays beyond a tokenizer's).
+            sliding_window: (family == Family::Gemma3)
+                .then(|| self.md_uint(&key("attention.sliding_window")))
+                .transpose()?,
+            sliding_window_pattern: match h.get(&key("attention.sliding_window_pattern")) {
+                None => None,
+                Some(_) => Some(self.md_uint(&key("attention.sliding_window_pattern")).map_err(|_| {
+                    LabError::input(format!(
+                        "{}: {} is a list of layers; the lab reads a pattern of one number",
+                        self.path(),
+                        key("attention.sliding_window_pattern")
+                    ))
+                })?),
+            },
+            layer_types: None,
             num_experts,
             num_experts_per_tok,
             moe_intermediate_size,
@@ -140,7 +156,7 @@ impl Gguf {
     /// (F32, or BF16 for q4_k_m); dequantized to the
     /// precision's dtype otherwise.
     pub fn loaded_bytes(&self, cfg: &DecoderConfig, precision: Precision) -> u64 {
-        let mut names: Vec<String> = cfg.tensor_specs().iter().map(|s| gguf_name(&s.name)).collect();
+        let mut names: Vec<String> = cfg.tensor_specs().iter().map(|s| gguf_name(&s.name, cfg.model_type)).collect();
         // A mixture's experts map to one tensor a layer: counted once.
         let mut seen = std::collections::HashSet::new();
         names.retain(|n| seen.insert(n.clone()));
@@ -152,6 +168,15 @@ impl Gguf {
                 (dense, _) => t.values() * dense.unwrap_or(precision.act_dtype()).size_in_bytes() as u64,
             })
             .fold(0, u64::saturating_add)
+    }
+
+    /// The family whose names this file's tensors carry (only Gemma 3's differ).
+    fn family(&self) -> Family {
+        if self.header.str("general.architecture") == Some("gemma3") {
+            Family::Gemma3
+        } else {
+            Family::Qwen2
+        }
     }
 
     /// The heads of `name` when its rows are in llama.cpp's RoPE order: a Llama file's q and k.
@@ -209,7 +234,7 @@ impl Gguf {
 
 impl WeightSource for Gguf {
     fn load(&mut self, spec: &TensorSpec, precision: Precision, device: &Device) -> Result<Weight> {
-        let name = gguf_name(&spec.name);
+        let name = gguf_name(&spec.name, self.family());
         // The header's shape first: nothing is read for a tensor the config does not expect.
         if let Some(info) = self.header.tensor(&name) {
             check_shape(&name, &info.shape(), &spec.shape)?;
@@ -224,7 +249,7 @@ impl WeightSource for Gguf {
     }
 
     fn contains(&self, name: &str) -> bool {
-        self.header.tensor(&gguf_name(name)).is_some()
+        self.header.tensor(&gguf_name(name, self.family())).is_some()
     }
 
     fn stored_bytes(&self, cfg: &DecoderConfig, precision: Precision) -> Option<u64> {

@@ -3,7 +3,7 @@
 //! nothing larger than one tensor is held (a BF16 7B file is 15 GB).
 
 use crate::error::{LabError, Result};
-use crate::model::config::{DecoderConfig, Family};
+use crate::model::config::{DecoderConfig, Family, GEMMA3_PATTERN};
 use crate::model::gguf::header::DEFAULT_ALIGNMENT;
 use crate::model::gguf::recipe::{self, FileType, ModelClass};
 use crate::model::gguf::types::GgmlType;
@@ -94,6 +94,14 @@ pub fn metadata(
     }
     if arch == "llama" {
         md.push((key("rope.dimension_count"), u(cfg.head_dim())));
+    }
+    // Gemma 3's window, and its pattern where it is not llama.cpp's default for the family.
+    if let (Family::Gemma3, Some(window)) = (cfg.model_type, cfg.sliding_window) {
+        md.push((key("attention.sliding_window"), u(window)));
+        let pattern = gemma3_pattern(cfg)?;
+        if pattern != GEMMA3_PATTERN {
+            md.push((key("attention.sliding_window_pattern"), u(pattern)));
+        }
     }
     if let Some(e) = cfg.experts() {
         md.push((key("expert_count"), u(e.experts)));
@@ -207,6 +215,16 @@ fn encode(dense: &candle_core::Tensor, ty: GgmlType) -> Result<Vec<u8>> {
     Ok(qt.data()?.into_owned())
 }
 
+/// Gemma 3's windowed layers as one number (`is_swa`'s pattern): `layer_types` that no pattern
+/// gives are refused (the lab writes no per-layer list).
+fn gemma3_pattern(cfg: &DecoderConfig) -> Result<usize> {
+    let layers = cfg.num_hidden_layers;
+    let asked: Vec<bool> = (0..layers).map(|il| cfg.is_swa(il)).collect();
+    (1..=layers + 1).find(|&p| asked.iter().enumerate().all(|(il, &swa)| swa == (il % p < p - 1))).ok_or_else(|| {
+        LabError::input("layer_types: the windowed layers follow no pattern of one number; the lab writes none other")
+    })
+}
+
 /// The `general.architecture` llama.cpp's converter writes for `cfg`'s family.
 fn gguf_arch(cfg: &DecoderConfig) -> Result<&'static str> {
     match cfg.model_type {
@@ -214,6 +232,7 @@ fn gguf_arch(cfg: &DecoderConfig) -> Result<&'static str> {
         Family::Qwen3Moe => Ok("qwen3moe"),
         Family::Llama if cfg.rope_scaling.is_none() => Ok("llama"),
         Family::Mistral | Family::Mixtral => Ok("llama"),
+        Family::Gemma3 => Ok("gemma3"),
         other => Err(LabError::input(format!(
             "the lab writes GGUF files without RoPE scaling, not {} with rope_scaling (llama.cpp's convert_hf_to_gguf.py writes those)",
             other.name(),

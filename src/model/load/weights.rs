@@ -284,6 +284,8 @@ pub fn load_placed(
     probe: Option<&MemoryProbe>,
     mut each: impl FnMut(&TensorSpec, &Weight) -> Result<()>,
 ) -> Result<HashMap<String, Weight>> {
+    // Nothing is made or read for a model the lab's decoder does not compute.
+    cfg.computed()?;
     let mut out = HashMap::new();
     for spec in cfg.tensor_specs() {
         let to = home(&spec.name);
