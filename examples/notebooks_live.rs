@@ -49,7 +49,6 @@ fn nb_01_anatomy() -> Out {
     println!("{}", anatomy.describe());
     cell("01_anatomy", 7);
     anatomy.show("memory")?;
-    cell("01_anatomy", 8);
     anatomy.chart("memory", "")?;
     anatomy.say(r#"
     **解读 · 加载之后.**
@@ -64,16 +63,16 @@ fn nb_01_anatomy() -> Out {
     - **Q4_K_M ≠ bitsandbytes Int4.** The lab's Q4 is llama.cpp's Q4_K_M mix, as the GGUF files users download hold it: Q4_K (4.5 bits per weight, scales included) for most matrices, Q6_K for the output layer and for `attn_v` and `ffn_down` in 14 of the 28 layers (llama.cpp's `use_more_bits`), norms and biases in BF16: {anatomy.predicted_weights_gib[precision=q4_k_m]:3} GiB predicted, {anatomy.loaded_allocated_gib[precision=q4_k_m]:3} GiB measured. It computes in BF16 as llama.cpp does, so its KV cache is BF16's (`kv_cache_mib` in the speed table below; `--compute f32` doubles it). The report's Int4 is bitsandbytes' `load_in_4bit`: it quantizes only the transformer blocks' linear layers, keeps the embedding and lm_head in BF16 and stores an FP32 scale per 64 weights, so the report's {anatomy.report_allocated_gib[precision=q4_k_m]} GB is more than Q4_K_M's.
     - **FP32's outcome in this run is `{anatomy.outcome[precision=f32]}`**: it needs {anatomy.predicted_weights_gib[precision=f32]:2} GiB by the prediction; the next section shows why it does not fit.
     "#)?;
-    cell("01_anatomy", 10);
+    cell("01_anatomy", 9);
     anatomy.show("oom")?;
-    cell("01_anatomy", 12);
+    cell("01_anatomy", 11);
     println!("{}", anatomy.text("oom_summary_f32.txt")?.unwrap_or_else(|| "(F32 fit: no OOM in this run)".into()));
     anatomy.say(r#"
     **解读 · FP32 为什么装不下.** 本次 F32 的结果:`{anatomy.outcome[precision=f32]}`。预测的权重 {anatomy.predicted_weights_gib[precision=f32]:2} GiB,而模拟的卡一共 {anatomy_timeline.device_total_mib[label=f32: oom]:1} MiB,扣除 CUDA 上下文后内存池最多可用 {anatomy_oom.mib[context=f32 load, item=capacity for the pool]:1} MiB。加载在 {anatomy_oom.mib[context=f32 load, item=weights]:1} MiB 权重已经到位时停下:下一次请求 {anatomy_oom.mib[context=f32 load, item=request]:1} MiB,{anatomy_oom.note[context=f32 load, item=request]};失败时池子还能映射的只剩 {anatomy_oom.mib[context=f32 load, item=free at the failure]:1} MiB。这不是缓存造成的假 OOM:池子的容量减去存活的权重,比这次请求还小 —— 就算把其余的全部还回去(notebook 02 的重试所做的),也放不下;摘要最后一行记录了有多少请求靠整理后重试才成功。报告的请求更大,因为它失败在一个整矩阵上;这里按模块顺序加载,失败的是一个 MLP 矩阵(上表的 note 写明是哪一个)。补救:Q4 权重需要 {anatomy_oom.mib[context=f32 load, item=Q4 weights]:1} MiB(装得下:{anatomy_oom.fits[context=f32 load, item=Q4 weights]});或者卸载 —— {anatomy_oom.note[context=f32 load, item=offload]}(装得下:{anatomy_oom.fits[context=f32 load, item=offload]})。没有显存上限时(参考列,PyTorch 在 H200 上)F32 占 {anatomy.pytorch_h200_allocated_gib[precision=f32]} GiB。
 
     **Interpretation · why F32 does not fit.** F32's outcome in this run: `{anatomy.outcome[precision=f32]}`. The predicted weights are {anatomy.predicted_weights_gib[precision=f32]:2} GiB; the emulated card has {anatomy_timeline.device_total_mib[label=f32: oom]:1} MiB in all, and the pool at most {anatomy_oom.mib[context=f32 load, item=capacity for the pool]:1} MiB of it once the CUDA context is counted. The load stopped with {anatomy_oom.mib[context=f32 load, item=weights]:1} MiB of weights in place: the next request, {anatomy_oom.mib[context=f32 load, item=request]:1} MiB, {anatomy_oom.note[context=f32 load, item=request]}, with {anatomy_oom.mib[context=f32 load, item=free at the failure]:1} MiB left for the pool to map. This is no false OOM from cached blocks: the pool's capacity less the live weights is smaller than the request, so even a pool that gave back everything else (what notebook 02's retry does) could not serve it; the summary's last line counts the requests a retry after a trim rescued. The report's request was larger because it failed on a whole vocabulary-sized matrix; here the layers load in module order and the request that fails is one MLP matrix (the table's note names it). Remedies: Q4 weights need {anatomy_oom.mib[context=f32 load, item=Q4 weights]:1} MiB (fits: {anatomy_oom.fits[context=f32 load, item=Q4 weights]}); or offload — {anatomy_oom.note[context=f32 load, item=offload]} (fits: {anatomy_oom.fits[context=f32 load, item=offload]}). Without the cap (the reference column, PyTorch on an H200) F32 takes {anatomy.pytorch_h200_allocated_gib[precision=f32]} GiB.
     "#)?;
-    cell("01_anatomy", 14);
+    cell("01_anatomy", 13);
     anatomy.chart("timeline", "")?;
     anatomy.say(r#"
     **解读 · 生成之后.**
@@ -88,21 +87,21 @@ fn nb_01_anatomy() -> Out {
     - **Q4_K_M ends {anatomy.kv_act_delta_mib[precision=q4_k_m]:1} MiB above its loaded weights**, and {anatomy_timeline.allocated_mib[label=q4_k_m: cleaned up]:1} MiB stay allocated even after the model is dropped ("q4_k_m: cleaned up"): the lab attributes it to the workspace candle's quantized matmul keeps (`data/results/h200/2026-11-22-run/RUN.md`).
     - **Reserved − allocated** is what the allocator keeps cached for reuse: after loading BF16, {anatomy.loaded_reserved_gib[precision=bf16]:3} GiB reserved for {anatomy.loaded_allocated_gib[precision=bf16]:3} GiB allocated. candle's stream-ordered pool returns freed memory to the driver at the next synchronisation, so the gap stays small; the report's PyTorch caching allocator: {anatomy.report_reserved_gib[precision=bf16]} for {anatomy.report_allocated_gib[precision=bf16]} GB.
     "#)?;
-    cell("01_anatomy", 16);
+    cell("01_anatomy", 15);
     anatomy.show("speed")?;
     anatomy.say(r#"
     **解读 · 速度.** 解码一个 token 要把每个权重读一遍,所以 tokens/s ≤ 带宽 ÷ 每步读取的字节。本次运行的上限用本次测得的读带宽计算。BF16:{anatomy.decode_tok_s[precision=bf16]:1} tok/s,上限 {anatomy.decode_ceiling_tok_s[precision=bf16]:1};Q4_K_M:{anatomy.decode_tok_s[precision=q4_k_m]:1} tok/s,上限 {anatomy.decode_ceiling_tok_s[precision=q4_k_m]:1}。Q4_K_M 读的字节少,上限更高,但它的内核要边反量化边乘,离上限的距离与 BF16 不同:比较两者实测占上限的比例。实验室用自己的解码循环:每一步录成一个 CUDA graph(每个 token 一次启动),内核是实验室自己写的(`docs/speed.md`,`vram-lab bench`)。报告在 RTX 4090 上用 PyTorch 的 `generate`,它的数字在下面发现表的 `report_rtx4090` 列;练习 2 计算那张卡的上限。
 
     **Interpretation · speed.** Decoding one token reads every weight once, so tokens/s ≤ bandwidth ÷ the bytes a step reads; this run's ceilings use the read bandwidth measured in this run. BF16: {anatomy.decode_tok_s[precision=bf16]:1} tok/s against a ceiling of {anatomy.decode_ceiling_tok_s[precision=bf16]:1}; Q4_K_M: {anatomy.decode_tok_s[precision=q4_k_m]:1} tok/s against {anatomy.decode_ceiling_tok_s[precision=q4_k_m]:1}. Q4_K_M reads fewer bytes, so its ceiling is higher, but its kernels dequantize while they multiply and sit at another distance from it: compare the two shares of the ceiling. The lab decodes with its own loop: the step captured once as a CUDA graph (one launch per token) in the lab's kernels (`docs/speed.md`, `vram-lab bench`). The report used PyTorch's `generate` on an RTX 4090; its figure is in the findings table's `report_rtx4090` column below, and exercise 2 computes that card's ceiling.
     "#)?;
-    cell("01_anatomy", 18);
+    cell("01_anatomy", 17);
     anatomy.findings()?.show("Stage 1 findings")?;
-    cell("01_anatomy", 22);
+    cell("01_anatomy", 21);
     let cfg = DecoderConfig::preset("qwen2.5-7b")?;
     let lab = cfg.param_count() as f64;
     let mine = exercises::attempt(|| exercises::param_count(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings) as f64);
     println!("{} · 实验室 / the lab: {lab}", exercises::verdict("练习 1 / exercise 1: param_count, 7B", mine, lab, 0.0));
-    cell("01_anatomy", 24);
+    cell("01_anatomy", 23);
     let cfg = DecoderConfig::preset("qwen2.5-7b")?;
     let weights = vram_lab::estimate::weight_bytes(&cfg, Precision::Bf16);
     let embedding = (cfg.vocab_size * cfg.hidden_size * 2) as u64; // the BF16 table, vocab × hidden × 2 B
@@ -128,7 +127,6 @@ fn nb_02_kv_cache() -> Out {
     println!("{}", kv.describe());
     cell("02_kv_cache", 6);
     kv.show_only("prefill", "precision=bf16, logits=all, attention=bounded")?;
-    cell("02_kv_cache", 7);
     kv.chart("prefill", "precision=bf16, logits=all, attention=bounded")?;
     kv.say(r#"
     **解读 · prefill 账本.**
@@ -145,7 +143,7 @@ fn nb_02_kv_cache() -> Out {
     - **The peak above what stays held is transient** (attention scores in chunks, MLP activations): {kv_prefill.transient_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB at {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=1024]} tokens, {kv_prefill.transient_mib[precision=bf16, logits=all, attention=bounded, seq=16384]:1} MiB at {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=16384]}, linear in the length.
     - **The report's first OOM is in the first cell; this run first ran out at {kv_limit.first_oom[precision=bf16, logits=all, attention=bounded]}.** At {kv_prefill.seq[precision=bf16, logits=all, attention=bounded, seq=16384]} tokens this run's outcome is `{kv_prefill.outcome[precision=bf16, logits=all, attention=bounded, seq=16384]}`, holding {kv_prefill.held_mib[precision=bf16, logits=all, attention=bounded, seq=16384]:1} MiB, {kv_prefill.logits_mib[precision=bf16, logits=all, attention=bounded, seq=16384]:1} MiB of it logits.
     "#)?;
-    cell("02_kv_cache", 9);
+    cell("02_kv_cache", 8);
     match kv.show("limit") {
         Ok(()) => {}
         Err(_) => println!("no sweep ran out of memory on this device: no limit to bisect"),
@@ -172,37 +170,36 @@ fn nb_02_kv_cache() -> Out {
     - **Q4_K_M (llama.cpp's 4-bit mix, computing in BF16):** what is allocated before the prefill (`base_mib`: the weights, and what earlier stages left) goes from {kv_prefill.base_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB down to {kv_prefill.base_mib[precision=q4_k_m, logits=all, attention=bounded, seq=1024]:1} MiB; its cache and logits are BF16's (at 1,024 tokens: KV {kv_prefill.kv_measured_mib[precision=q4_k_m, logits=all, attention=bounded, seq=1024]:1} against {kv_prefill.kv_measured_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB, logits {kv_prefill.logits_mib[precision=q4_k_m, logits=all, attention=bounded, seq=1024]:1} against {kv_prefill.logits_mib[precision=bf16, logits=all, attention=bounded, seq=1024]:1} MiB), but its prefill's transient is larger (at 16,384 tokens: {kv_prefill.transient_mib[precision=q4_k_m, logits=all, attention=bounded, seq=16384]:1} against {kv_prefill.transient_mib[precision=bf16, logits=all, attention=bounded, seq=16384]:1} MiB): candle's quantized matmul casts the products to F32 and back. So with all logits its limit is {kv_limit.max_context[precision=q4_k_m, logits=all, attention=bounded]}, somewhat above BF16's {kv_limit.max_context[precision=bf16, logits=all, attention=bounded]}; with the last logits only, {kv_limit.max_context[precision=q4_k_m, logits=last, attention=bounded]}.
     - Every row's `oom_retry` says whether the retry was on: BF16 last {kv_limit.oom_retry[precision=bf16, logits=last, attention=bounded]}, Q4_K_M all {kv_limit.oom_retry[precision=q4_k_m, logits=all, attention=bounded]}.
     "#)?;
-    cell("02_kv_cache", 12);
+    cell("02_kv_cache", 11);
     kv.show_only("prefill", "precision=bf16, logits=all, attention=naive")?;
     kv.say(r#"
     **解读 · 朴素注意力.** 朴素注意力(BF16、全部 logits)的上限是 {kv_limit.max_context[precision=bf16, logits=all, attention=naive]} 个 token,分块注意力是 {kv_limit.max_context[precision=bf16, logits=all, attention=bounded]}。held 两者相同(都是 KV + logits,例如 {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=4096]} 个 token 时 {kv_prefill.held_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} 对 {kv_prefill.held_mib[precision=bf16, logits=all, attention=bounded, seq=4096]:1} MiB),差别全在临时部分:同一长度下朴素 {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} MiB,分块 {kv_prefill.transient_mib[precision=bf16, logits=all, attention=bounded, seq=4096]:1} MiB;朴素的临时部分从 {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=2048]} 到 {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=4096]} 个 token 由 {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=2048]:1} 涨到 {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} MiB —— 远快于长度的增长:分数矩阵随长度的平方增长。
 
     **Interpretation · naive attention.** Naive attention (BF16, all logits) fits {kv_limit.max_context[precision=bf16, logits=all, attention=naive]} tokens, bounded attention {kv_limit.max_context[precision=bf16, logits=all, attention=bounded]}. What stays held is the same (KV + logits: at {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=4096]} tokens {kv_prefill.held_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} against {kv_prefill.held_mib[precision=bf16, logits=all, attention=bounded, seq=4096]:1} MiB); the difference is all transient: {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} MiB naive against {kv_prefill.transient_mib[precision=bf16, logits=all, attention=bounded, seq=4096]:1} MiB bounded at that length, and naive's transient goes from {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=2048]:1} MiB at {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=2048]} tokens to {kv_prefill.transient_mib[precision=bf16, logits=all, attention=naive, seq=4096]:1} MiB at {kv_prefill.seq[precision=bf16, logits=all, attention=naive, seq=4096]}: far faster than the length, as the score matrix grows with its square.
     "#)?;
-    cell("02_kv_cache", 14);
+    cell("02_kv_cache", 13);
     kv.show_only("decode", "precision=bf16")?;
-    cell("02_kv_cache", 15);
     kv.chart("decode", "precision=bf16")?;
     kv.say(r#"
     **解读 · 解码.** 预分配的缓存(BF16)从第一步就占 {kv_decode.kv_mib[precision=bf16, cache=preallocated, tokens=256]:1} MiB,allocated 始终是 {kv_decode.allocated_mib[precision=bf16, cache=preallocated, tokens=256]:1} MiB;拼接的缓存从 {kv_decode.kv_mib[precision=bf16, cache=concat, tokens=256]:1} MiB 长到 {kv_decode.kv_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB,最后追上预分配的 {kv_decode.allocated_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB。代价是复制:拼接的 peak 比 allocated 高出 {kv_decode.peak_above_allocated_mib[precision=bf16, cache=concat, tokens=4096]:2} MiB(最后一步,约为一层的 K 或 V),预分配只高 {kv_decode.peak_above_allocated_mib[precision=bf16, cache=preallocated, tokens=4096]:2} MiB;拼接的池子最后 reserved {kv_decode.reserved_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB,预分配 {kv_decode.reserved_mib[precision=bf16, cache=preallocated, tokens=4096]:1} MiB。账本(权重 + 缓存 + 一步的 logits)与测得的 allocated 相差 {kv_decode.ledger_vs_allocated_pct[precision=bf16, cache=concat, tokens=4096]:6} %。
 
     **Interpretation · decoding.** The preallocated cache (BF16) holds {kv_decode.kv_mib[precision=bf16, cache=preallocated, tokens=256]:1} MiB from the first step, and allocated stays at {kv_decode.allocated_mib[precision=bf16, cache=preallocated, tokens=256]:1} MiB; the concatenating cache grows from {kv_decode.kv_mib[precision=bf16, cache=concat, tokens=256]:1} to {kv_decode.kv_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB and ends level with it at {kv_decode.allocated_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB. The price is the copy: the concatenating cache's peak rises {kv_decode.peak_above_allocated_mib[precision=bf16, cache=concat, tokens=4096]:2} MiB above what it holds at the last step (about one layer's K or V), the preallocated one's {kv_decode.peak_above_allocated_mib[precision=bf16, cache=preallocated, tokens=4096]:2} MiB; the pool ends with {kv_decode.reserved_mib[precision=bf16, cache=concat, tokens=4096]:1} MiB reserved for the concatenating cache, {kv_decode.reserved_mib[precision=bf16, cache=preallocated, tokens=4096]:1} MiB for the preallocated one. The ledger (weights + cache + one step's logits) is {kv_decode.ledger_vs_allocated_pct[precision=bf16, cache=concat, tokens=4096]:6} % off the measured allocated memory.
     "#)?;
-    cell("02_kv_cache", 17);
+    cell("02_kv_cache", 15);
     kv.show("batch")?;
     kv.say(r#"
     **解读 · batch.** batch 对缓存和 logits 一样是乘法:BF16 在 batch 1、2、4、8、16 时 held 分别为 {kv_batch.held_mib[precision=bf16, batch=1]:1}、{kv_batch.held_mib[precision=bf16, batch=2]:1}、{kv_batch.held_mib[precision=bf16, batch=4]:1}、{kv_batch.held_mib[precision=bf16, batch=8]:1}、{kv_batch.held_mib[precision=bf16, batch=16]:1} MiB,线性增长,直到卡满:batch 32 的结果是 `{kv_batch.outcome[precision=bf16, batch=32]}`。Q4_K_M(BF16 计算)每个序列的字节与 BF16 相同(batch 1:{kv_batch.held_mib[precision=q4_k_m, batch=1]:1} MiB),权重小得多,batch 32 的结果却同样是 `{kv_batch.outcome[precision=q4_k_m, batch=32]}`。
 
     **Interpretation · batch.** Batch multiplies the cache and the logits alike: BF16 holds {kv_batch.held_mib[precision=bf16, batch=1]:1}, {kv_batch.held_mib[precision=bf16, batch=2]:1}, {kv_batch.held_mib[precision=bf16, batch=4]:1}, {kv_batch.held_mib[precision=bf16, batch=8]:1} and {kv_batch.held_mib[precision=bf16, batch=16]:1} MiB at batch 1, 2, 4, 8 and 16, linear until the card is full: batch 32's outcome is `{kv_batch.outcome[precision=bf16, batch=32]}`. Q4_K_M (computing in BF16) takes BF16's bytes per sequence ({kv_batch.held_mib[precision=q4_k_m, batch=1]:1} MiB at batch 1) with far smaller weights, yet batch 32's outcome is `{kv_batch.outcome[precision=q4_k_m, batch=32]}`.
     "#)?;
-    cell("02_kv_cache", 19);
+    cell("02_kv_cache", 17);
     kv.findings()?.show("Stage 2 findings")?;
-    cell("02_kv_cache", 23);
+    cell("02_kv_cache", 21);
     let cfg = DecoderConfig::preset("qwen2.5-72b")?;
     let lab = vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64;
     let mine = exercises::attempt(|| exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) as f64);
     println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 3 / exercise 3: kv_bytes_per_token, 72B BF16", mine, lab, 0.0));
-    cell("02_kv_cache", 25);
+    cell("02_kv_cache", 23);
     let cfg = DecoderConfig::preset("qwen2.5-7b")?;
     let (capacity, w) = (19u64 << 30, vram_lab::estimate::Workload { precision: Precision::Bf16, seq: 16_384, batch: 1, logits: Logits::All });
     let lab = vram_lab::estimate::fit::largest(w.seq, |s| vram_lab::estimate::prefill_need(&cfg, &vram_lab::estimate::Workload { seq: s, ..w }, 0.0) <= capacity) as f64;
@@ -228,7 +225,6 @@ fn nb_03_allocator() -> Out {
     println!("{}", frag.describe());
     cell("03_allocator", 6);
     frag.show_only("steps", "allocator=pytorch")?;
-    cell("03_allocator", 7);
     frag.chart("steps", "allocator=pytorch")?;
     frag.say(r#"
     {#if frag_steps[allocator=pytorch]}**解读 · PyTorch 的序列.** 下面的 PyTorch 数字是本次运行的 PyTorch 行,由参考脚本在同一张 GPU、同一次调用里测得(`scripts/reference/pytorch_reference.py frag`,结果经 `vram-lab frag --pytorch FILE` 读入)。
@@ -254,11 +250,10 @@ fn nb_03_allocator() -> Out {
     CUDA's pool below needs none of them.
     {#end}
     "#)?;
-    cell("03_allocator", 9);
+    cell("03_allocator", 8);
     frag.show_only("steps", "allocator=caching")?;
-    cell("03_allocator", 10);
     frag.chart("steps", "allocator=caching")?;
-    cell("03_allocator", 12);
+    cell("03_allocator", 10);
     frag.show_only("steps", "allocator=pool")?;
     frag.say(r#"
     **解读 · CUDA 的内存池.**
@@ -273,7 +268,7 @@ fn nb_03_allocator() -> Out {
     - **candle's pool gives memory back.** `pool` (threshold 0): reserved {frag_steps.reserved_gib[allocator=pool, step=blocks_allocated]:2} GiB after the ten blocks, {frag_steps.reserved_gib[allocator=pool, step=odd_freed]:2} GiB once they are freed and the stream synchronised (the lab's model: {frag_steps.model_reserved_gib[allocator=pool, step=odd_freed]:2} GiB), against {frag_steps.allocated_gib[allocator=pool, step=odd_freed]:2} GiB allocated: the freed pages went back to the driver at the synchronisation. {#if frag_steps[allocator=pytorch]}PyTorch stays at {frag_steps.reserved_gib[allocator=pytorch, step=odd_freed]:2} GiB at that step (the report: {frag_steps.report_reserved_gib[allocator=pool, step=odd_freed]} GB).{#else}The report has {frag_steps.report_reserved_gib[allocator=pool, step=odd_freed]} GB at that step.{#end}
     - **The largest allocatable block** (found by bisection, each trial freed) is what is free on the card, whatever the holes: after the frees `pool`'s is {frag_steps.largest_block_gib[allocator=pool, step=odd_freed]:2} GiB with {frag_steps.device_free_gib[allocator=pool, step=odd_freed]:2} GiB free on the device; `sync` {frag_steps.largest_block_gib[allocator=sync, step=odd_freed]:2} against {frag_steps.device_free_gib[allocator=sync, step=odd_freed]:2} GiB; `caching`'s {frag_steps.largest_block_gib[allocator=caching, step=odd_freed]:2} GiB is about the device's free {frag_steps.device_free_gib[allocator=caching, step=odd_freed]:2} GiB plus the pages it keeps cached. GPU memory is paged: a block needs enough free pages, not a contiguous physical range.
     "#)?;
-    cell("03_allocator", 14);
+    cell("03_allocator", 12);
     frag.show("false_oom")?;
     frag.say(r#"
     **解读 · 假 OOM.** 本次每个洞 {frag_false_oom.hole_mib[allocator=sync, layout=fresh]:0} MiB,洞里一共空出 {frag_false_oom.freed_mib[allocator=sync, layout=fresh]:0} MiB,然后申请 {frag_false_oom.request_mib[allocator=sync, layout=fresh]:0} MiB。每种组合的测量结果,括号里是实验室模型的预测 · Each combination's measured outcome, the lab's model in brackets:
@@ -294,12 +289,12 @@ fn nb_03_allocator() -> Out {
 
     **Interpretation · the false OOM.** In this run the holes are {frag_false_oom.hole_mib[allocator=sync, layout=fresh]:0} MiB each, {frag_false_oom.freed_mib[allocator=sync, layout=fresh]:0} MiB in all, and the request {frag_false_oom.request_mib[allocator=sync, layout=fresh]:0} MiB. On a failed request PyTorch's default allocator frees the segments that are wholly free and retries (so `fresh`'s holes can go back), but it cannot release or remap part of a segment that still holds live blocks: in `reused` every hole sits in such a segment, no hole holds the request, and it fails with enough free in total — the false OOM. `expandable_segments:True` remaps the pages and the request fits: the remedy the report's own OOM message suggests. CUDA's pool remaps pages under every threshold, and plain `cuMemAlloc` (`sync`) keeps no holes: with enough free pages the request is met. Only an allocator with one contiguous range and no pages to remap (the CPU's `host-arena`) fails in both layouts. Compare each measured outcome with the model's in brackets.
     "#)?;
-    cell("03_allocator", 17);
+    cell("03_allocator", 15);
     let leaks: StageRun = setup.stage("leaks")?;
     println!("{}", leaks.describe());
-    cell("03_allocator", 19);
+    cell("03_allocator", 17);
     leaks.show("summary")?;
-    cell("03_allocator", 21);
+    cell("03_allocator", 19);
     leaks.show_only("marks", "demo=kv_cache_kept")?;
     leaks.say(r#"
     **解读 · 三种泄漏.**
@@ -316,7 +311,7 @@ fn nb_03_allocator() -> Out {
     - **The oversized batch**: twice the ledger's batch — {leaks_summary.verdict[demo=batch_overflow, variant=twice the ledger's batch]} (main category `{leaks_summary.main_category[demo=batch_overflow, variant=twice the ledger's batch]}`; {leaks_summary.note[demo=batch_overflow, variant=twice the ledger's batch]}); the ledger's batch — {leaks_summary.verdict[demo=batch_overflow, variant=the ledger's batch]}.
     - **Reserved memory that only looks like a leak** (`reserved_growth_mib`) is shown and never flagged: {leaks_summary.reserved_growth_mib[demo=kv_cache_kept, variant=caches kept]:1} MiB over the run that keeps its caches, {leaks_summary.reserved_growth_mib[demo=autograd_graph_kept, variant=trainable weights]:1} MiB over the trainable one; the monitor watches allocated.
     "#)?;
-    cell("03_allocator", 23);
+    cell("03_allocator", 21);
     match leaks.show("oom") {
         Ok(()) => {}
         Err(_) => println!("no run of this stage ran out of memory on this device"),
@@ -333,11 +328,11 @@ fn nb_03_allocator() -> Out {
     no diagnosis to read; `vram-lab leaks --card rtx4090` on an emulated RTX 4090 gives this table with its overflowing batch.
     {#end}
     "#)?;
-    cell("03_allocator", 26);
+    cell("03_allocator", 24);
     frag.findings()?.show("Stage 3 findings — allocator")?;
-    cell("03_allocator", 27);
+    cell("03_allocator", 25);
     leaks.findings()?.show("Stage 3 findings — leaks")?;
-    cell("03_allocator", 29);
+    cell("03_allocator", 27);
     let cfg = DecoderConfig::preset("qwen2.5-7b")?;
     let lab = (vram_lab::estimate::kv_bytes_per_token(&cfg, 2) * (2048 + 16)) as f64 / 1048576.0;
     let mine = exercises::attempt(|| (exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) * (2048 + 16)) as f64 / 1048576.0);
@@ -360,7 +355,6 @@ fn nb_04_offload() -> Out {
     println!("{}", bw.describe());
     cell("04_offload", 6);
     bw.show("bandwidth")?;
-    cell("04_offload", 7);
     bw.chart("bandwidth", "")?;
     bw.say(r#"
     **解读 · 吸管.** 这次带宽运行在 {gpu} 上(模拟的卡:{card})。
@@ -379,14 +373,13 @@ fn nb_04_offload() -> Out {
 
     Every tok/s below stands beside the ceiling these bandwidths allow; the offload stage measures the three it uses again, in its own run (its `bandwidths` table).
     "#)?;
-    cell("04_offload", 10);
+    cell("04_offload", 9);
     let off: StageRun = setup.stage("offload")?;
     println!("{}", off.describe());
-    cell("04_offload", 11);
+    cell("04_offload", 10);
     off.show("modes")?;
-    cell("04_offload", 12);
     off.chart("modes", "")?;
-    cell("04_offload", 14);
+    cell("04_offload", 12);
     off.show("bandwidths")?;
     off.say(r#"
     **解读 · 八种放置.** 这次卸载运行在 {gpu} 上;每种方式的上限(`ceiling_tok_s`)都由它自己在上表中测得的带宽算出(GPU 读显存 {offload_bandwidths.gb_s[what=device read (GPU layers)]:0} GB/s,CPU 读内存 {offload_bandwidths.gb_s[what=host read by the CPU (CPU layers)]:1} GB/s,锁页 PCIe 见表中那一行)。
@@ -405,7 +398,7 @@ fn nb_04_offload() -> Out {
     - **Where the time goes (the profile columns).** `split` takes {offload.ms_per_token[mode=split]:1} ms a token, {offload.cpu_layers_ms_per_token[mode=split]:1} ms of it in the CPU layers; their matrix products take {offload.host_kernel_ms_per_token[mode=split]:1} ms, reading the weights at {offload.host_kernel_gb_s[mode=split]:1} GB/s, and the rest is each layer's norms, rotary embedding, attention and activations. `hybrid`: {offload.ms_per_token[mode=hybrid]:1} ms a token, {offload.cpu_layers_ms_per_token[mode=hybrid]:1} ms in the CPU layers, {offload.host_kernel_ms_per_token[mode=hybrid]:1} ms of matrix products ({offload.host_kernel_gb_s[mode=hybrid]:1} GB/s). The hand-overs between GPU and host (`crossings_ms_per_token`) take only {offload.crossings_ms_per_token[mode=split]:2} and {offload.crossings_ms_per_token[mode=hybrid]:2} ms. The gap to the ceiling is on the CPU side: set the kernel's GB/s beside the host-read bandwidth in the table above — whatever it falls short is time the kernel loses — and the CPU layers' time beyond their matrix products is each layer's other work. llama.cpp's figure, on the GPU it was measured on, is in the findings' note at the end.
     - **Unified memory with room is no offload at all.** With the managed total below what the GPU has free (the lab refuses more), plain `managed` migrates every page to the GPU on first touch ({offload.device_used_gib[mode=managed]:1} GiB on the GPU, a first pass of {offload.first_pass_s[mode=managed]:2} s), then decodes at {offload.decode_tok_s[mode=managed]:1} tok/s (ceiling {offload.ceiling_tok_s[mode=managed]:1}); `read-mostly` and `prefetch` end the same way: {offload.device_used_gib[mode=managed-read-mostly]:1} / {offload.device_used_gib[mode=managed-prefetch]:1} GiB on the GPU, {offload.decode_tok_s[mode=managed-read-mostly]:1} / {offload.decode_tok_s[mode=managed-prefetch]:1} tok/s. Only **preferred location CPU** keeps the weights in host memory ({offload.device_used_gib[mode=managed-prefer-cpu]:3} GiB on the GPU) and reads every weight over PCIe each token ({offload.pcie_mib_per_token[mode=managed-prefer-cpu]:1} MiB): {offload.decode_tok_s[mode=managed-prefer-cpu]:2} tok/s, {offload.pct_of_ceiling[mode=managed-prefer-cpu]:1} % of the {offload.ceiling_tok_s[mode=managed-prefer-cpu]:2} tok/s that pinned copies allow (above 100 % means reading through the mapping beat the copy engine's measured pinned rate). The article's figures on its 24 GB card (managed {offload.article_tok_s[mode=managed]}, preferred location CPU {offload.article_tok_s[mode=managed-prefer-cpu]}, read-mostly {offload.article_tok_s[mode=managed-read-mostly]} tok/s) come from oversubscription, predicted on paper in the next section.
     "#)?;
-    cell("04_offload", 17);
+    cell("04_offload", 15);
     off.show("predict")?;
     off.say(r#"
     **解读 · 纸面上的超额订阅**(Qwen2.5-14B,{offload_predict.model_gib[case=managed]:1} GiB,在 {offload_predict.card[case=managed]} 上)。
@@ -420,20 +413,20 @@ fn nb_04_offload() -> Out {
     - **Plain managed and read-mostly**: {offload_predict.predicted_tok_s[case=managed]:2} / {offload_predict.predicted_tok_s[case=managed-read-mostly]:2} tok/s predicted, {offload_predict.article_tok_s[case=managed]} / {offload_predict.article_tok_s[case=managed-read-mostly]} tok/s in the article. The prediction's basis: {offload_predict.basis[case=managed]}. Where it falls below the article's figures, the driver keeps more of the working set resident across tokens than a cyclic scan would allow. The measurement that would settle it needs oversubscription, which the lab runs only on one's own workstation (`--oversubscribe`).
     - **The lab's placements need no oversubscription at all**: on a real RTX 4090 hybrid's ceiling is {offload_predict.predicted_tok_s[case=vram-lab hybrid (ceiling)]:1} tok/s ({offload_predict.basis[case=vram-lab hybrid (ceiling)]}), split's {offload_predict.predicted_tok_s[case=vram-lab split (ceiling)]:1}, streamed's {offload_predict.predicted_tok_s[case=vram-lab streamed (ceiling)]:1} tok/s — set them beside the unified modes' predictions above. Below, the same 14B model runs for real.
     "#)?;
-    cell("04_offload", 19);
+    cell("04_offload", 17);
     let setup14: Setup = Setup::new(Mode::Replay, "synthetic:qwen2.5-14b", Some("rtx4090"));
     let off14: StageRun = setup14.stage("offload")?;
     println!("{}", off14.describe());
-    cell("04_offload", 20);
+    cell("04_offload", 18);
     off14.show("modes")?;
     off14.say(r#"
     **解读 · 更大的模型,真实运行.** 这次运行:{model},在 {gpu} 上。全部放在 GPU 上(`full`,{offload.gpu_layers[mode=full]} 层)的结果是 `{offload.outcome[mode=full]}` —— 是 `oom` 时整个模型放不下,记录下来,接着运行下一种方式。预算 {offload.gpu_budget_gib[mode=split]} GiB 时:`split` 把 {offload.gpu_layers[mode=split]} 层留在 GPU、{offload.cpu_layers[mode=split]} 层在 CPU 上计算,{offload.decode_tok_s[mode=split]:2} tok/s(上限 {offload.ceiling_tok_s[mode=split]:2},{offload.pct_of_ceiling[mode=split]:1} %);`streamed` 留 {offload.gpu_layers[mode=streamed]} 层、流式传输 {offload.streamed_layers[mode=streamed]} 层,{offload.decode_tok_s[mode=streamed]:2} tok/s,是 PCIe 上限 {offload.ceiling_tok_s[mode=streamed]:2} 的 {offload.pct_of_ceiling[mode=streamed]:1} %;**`hybrid` 流式传输 {offload.streamed_layers[mode=hybrid]} 层、在 CPU 上计算 {offload.cpu_layers[mode=hybrid]} 层:{offload.decode_tok_s[mode=hybrid]:2} tok/s(上限 {offload.ceiling_tok_s[mode=hybrid]:2},{offload.pct_of_ceiling[mode=hybrid]:1} %)**。文章用统一内存对它 27 GB 的模型得到 managed {offload_predict.article_tok_s[case=managed]}、read-mostly {offload_predict.article_tok_s[case=managed-read-mostly]}、preferred location CPU {offload_predict.article_tok_s[case=managed-prefer-cpu]} tok/s,而这里的几种方式都不需要超额订阅。这台机器的 PCIe 和主机内存不是 4090 主机的;在真实的 RTX 4090 上,上一节的纸面预测给出各放置方式的上限。
 
     **Interpretation · a larger model, run for real.** This run: {model} on {gpu}. All of it on the GPU (`full`, {offload.gpu_layers[mode=full]} layers) gives `{offload.outcome[mode=full]}` — where that is `oom` the whole model does not fit; it is recorded and the next mode runs. With a {offload.gpu_budget_gib[mode=split]} GiB budget, `split` keeps {offload.gpu_layers[mode=split]} layers on the GPU and computes {offload.cpu_layers[mode=split]} on the CPU: {offload.decode_tok_s[mode=split]:2} tok/s (ceiling {offload.ceiling_tok_s[mode=split]:2}, {offload.pct_of_ceiling[mode=split]:1} %); `streamed` keeps {offload.gpu_layers[mode=streamed]} and streams {offload.streamed_layers[mode=streamed]}: {offload.decode_tok_s[mode=streamed]:2} tok/s, {offload.pct_of_ceiling[mode=streamed]:1} % of its {offload.ceiling_tok_s[mode=streamed]:2} tok/s PCIe ceiling; **`hybrid` streams {offload.streamed_layers[mode=hybrid]} and computes {offload.cpu_layers[mode=hybrid]} on the CPU: {offload.decode_tok_s[mode=hybrid]:2} tok/s (ceiling {offload.ceiling_tok_s[mode=hybrid]:2}, {offload.pct_of_ceiling[mode=hybrid]:1} %)**. The article's unified memory gave managed {offload_predict.article_tok_s[case=managed]}, read-mostly {offload_predict.article_tok_s[case=managed-read-mostly]}, preferred location CPU {offload_predict.article_tok_s[case=managed-prefer-cpu]} tok/s for its 27 GB model, and none of this needs oversubscription. This machine's PCIe and host memory are not a 4090 host's; on a real RTX 4090 the previous section's paper predictions give each placement's ceiling.
     "#)?;
-    cell("04_offload", 23);
+    cell("04_offload", 21);
     bw.findings()?.show("Stage 4a findings — bandwidth")?;
-    cell("04_offload", 24);
+    cell("04_offload", 22);
     off.findings()?.show("Stage 4b findings — offload")?;
     Ok(())
 }
@@ -456,7 +449,6 @@ fn nb_05_estimator() -> Out {
     println!("{}", est.estimate.describe());
     cell("05_estimator", 6);
     est.estimate.show("ledger")?;
-    cell("05_estimator", 7);
     est.estimate.say(r#"
     **解读.**
     - **权重**由配置的张量清单算出：{estimate_ledger.formula[precision=bf16, item=weights]}，即 {estimate_ledger.mib[precision=bf16, item=weights]:0} MiB。
@@ -493,11 +485,9 @@ fn nb_05_estimator() -> Out {
     - **Runtime**: the CUDA context, cuBLAS and kernels outside the allocator's pool, {estimate_ledger.mib[precision=bf16, item=runtime]:0} MiB,
       measured on an H200 (`data/runtime.json`).
     "#)?;
-    cell("05_estimator", 9);
+    cell("05_estimator", 8);
     est.estimate.show("fit")?;
-    cell("05_estimator", 10);
     est.estimate.chart("curve", "")?;
-    cell("05_estimator", 11);
     est.estimate.say(r#"
     **解读.** 一种精度的曲线与某张卡的容量线相交处就是它的最长上下文（表中的 max_context，以模型的最长位置封顶）。
     解码上限 = 显卡带宽 ÷ 批量为 1 时每个 token 要读的字节（全部权重加上到目前为止的缓存）：带宽 {estimate_fit.bandwidth_gb_s[precision=bf16, card=rtx4090]:0} GB/s 的
@@ -513,9 +503,8 @@ fn nb_05_estimator() -> Out {
     F32 needs {estimate_fit.need_mib[precision=f32, card=rtx4090]:0} MiB there, on a card of {estimate_fit.card_mib[precision=f32, card=rtx4090]:0} MiB.
     Stage 1 measures how close the lab comes on a GPU.
     "#)?;
-    cell("05_estimator", 13);
+    cell("05_estimator", 10);
     est.plan.show("plan")?;
-    cell("05_estimator", 14);
     est.plan.say(r#"
     **解读.** 对 {card}，规划器选 **{plan.precision[rank=best]}**：放得下这个上下文的最精确的精度（F32 > BF16 > Q4），
     余量 {plan.headroom_mib[rank=best]:0} MiB，最长上下文 {plan.max_context[rank=best]}，这个上下文下最大批量 {plan.max_batch[rank=best]}，
@@ -528,9 +517,8 @@ fn nb_05_estimator() -> Out {
     F32 needs {plan.need_mib[precision=f32]:0} MiB (headroom {plan.headroom_mib[precision=f32]:0} MiB: negative means it does not fit); Q4_K_M needs {plan.need_mib[precision=q4_k_m]:0} MiB
     and could decode at up to {plan.decode_ceiling_tok_s[precision=q4_k_m]:1} tok/s — faster, and less precise.
     "#)?;
-    cell("05_estimator", 17);
+    cell("05_estimator", 13);
     est.estimate.show("training")?;
-    cell("05_estimator", 18);
     est.estimate.say(r#"
     **解读.** 文章的 112 GB 是 16 B × 7e9：F32 权重（4）、梯度（4）和 Adam 的两个矩（8）。同一规则用于 Qwen2.5-7B 的全部参数，
     得 {estimate_training.gib_per_gpu[item=total, note=16 B × 7615616512 parameters; the articles' 112 GB is 16 B × 7e9]:1} GiB。
@@ -544,16 +532,15 @@ fn nb_05_estimator() -> Out {
     again 16 B a parameter; what it saves is activations and time. ZeRO divides the optimizer states (stage 1), then the
     gradients (2), then the weights (3) across GPUs. What the articles leave out is the activations: the step below counts them.
     "#)?;
-    cell("05_estimator", 20);
+    cell("05_estimator", 15);
     let params = DecoderConfig::preset("qwen2.5-7b")?.param_count() as u64;
     // zero_setup, not setup: `setup` is this notebook's Setup (and `train_setup` the training stage's, below).
     let zero_setup = vram_lab::estimate::training::TrainSetup { weight_bytes: 2, master_f32: true, optimizer: vram_lab::estimate::training::Optimizer::Adamw, zero: 2, gpus: 8 };
     let lab = vram_lab::estimate::training::ledger(params, &zero_setup).total() as f64;
     let mine = exercises::attempt(|| exercises::train_state_bytes(params, 2, true, 4, 2, 8) as f64);
     println!("{} · 实验室 / the lab: {lab} B", exercises::verdict("练习 5 / exercise 5: train_state_bytes, 7B mixed BF16, ZeRO-2 on 8 GPUs", mine, lab, 0.0));
-    cell("05_estimator", 22);
+    cell("05_estimator", 17);
     est.estimate.show("train_step")?;
-    cell("05_estimator", 23);
     est.estimate.say(r#"
     **解读.**
     - **在这个上下文下，激活远超文章的规则。** 规则（每参数 16 B，加上 batch × seq × hidden × layers × 4 B）给出 {estimate_train_step.without_checkpointing_gib[item=the articles' rule]:1} GiB；
@@ -576,7 +563,7 @@ fn nb_05_estimator() -> Out {
       thousand tokens outweighs the rest together. With checkpointing a layer keeps its input only, and the step's peak is
       the optimizer's update: one F32 copy of every parameter at once, 20 B a parameter.
     "#)?;
-    cell("05_estimator", 26);
+    cell("05_estimator", 20);
     let cfg = DecoderConfig::preset("qwen2.5-0.5b")?;
     let params = cfg.param_count() as u64;
     let states = vram_lab::estimate::training::ledger(params, &vram_lab::estimate::training::TrainSetup::fp32_adam());
@@ -584,12 +571,12 @@ fn nb_05_estimator() -> Out {
     let lab = (states.weights + states.optimizer + vram_lab::estimate::training::pytorch_step(&cfg, params, sh, false).above_states()) as f64;
     let mine = exercises::attempt(|| exercises::pytorch_step_peak(params, cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_attention_heads as u64, cfg.vocab_size as u64, 1, 1024, false) as f64);
     println!("{} · 实验室 / the lab: {:.1} GiB", exercises::verdict("练习 6 / exercise 6: pytorch_step_peak, 0.5B, 1,024 tokens", mine, lab, 0.0), lab / (1u64 << 30) as f64);
-    cell("05_estimator", 29);
+    cell("05_estimator", 23);
     let train_setup: Setup = Setup::new(setup.mode, "synthetic:qwen2.5-0.5b", None);
     let train: StageRun = train_setup.stage("train")?;
     println!("{}", train.describe());
     train.show("memory")?;
-    cell("05_estimator", 30);
+    cell("05_estimator", 24);
     train.show("scale")?;
     train.say(r#"
     **解读.**
@@ -631,14 +618,13 @@ fn nb_05_estimator() -> Out {
       estimate of a real F32 step at 1,024 tokens is {train_scale.gb[note=weights + states + the peak above them]:1} GB without
       checkpointing (with it: the table's last row) — no single 80 GB card, and not the articles' figure either.
     "#)?;
-    cell("05_estimator", 33);
+    cell("05_estimator", 27);
     let load_setup: Setup = Setup::new(setup.mode, "synthetic:qwen2.5-7b", None);
     let load: StageRun = load_setup.stage("load")?;
     println!("{}", load.describe());
     load.show("disk")?;
-    cell("05_estimator", 34);
+    cell("05_estimator", 28);
     load.show("load")?;
-    cell("05_estimator", 35);
     load.chart("load", "")?;
     load.say(r#"
     **解读.**
@@ -673,11 +659,10 @@ fn nb_05_estimator() -> Out {
       {load_time.resident_before_pct[checkpoint=safetensors bf16, precision=bf16, cache=cold]:0} before every cold read
       (posix_fadvise, no root needed).
     "#)?;
-    cell("05_estimator", 38);
+    cell("05_estimator", 31);
     est.check.findings()?.show("Estimator check — the worst errors");
-    cell("05_estimator", 39);
+    cell("05_estimator", 32);
     est.check.show("limits")?;
-    cell("05_estimator", 40);
     est.check.say(r#"
     **解读.**
     - 上面的发现表数出了已提交的预填充、批量步骤和加载的个数，以及已分配和峰值的最大误差：BF16 与 Q4 都在很小的误差内。
@@ -718,7 +703,7 @@ fn nb_05_estimator() -> Out {
       against {check_limits.predicted_max_context[file=h200/2026-11-22-run/run/kv/kv_limit.csv, precision=bf16, logits=all, attention=bounded]}:
       candle's pool had mapped the whole card, with gigabytes freed but not given back.
     "#)?;
-    cell("05_estimator", 44);
+    cell("05_estimator", 36);
     let cfg = DecoderConfig::preset("qwen2.5-14b")?;
     let lab = vram_lab::estimate::kv_bytes_per_token(&cfg, 2) as f64;
     let mine = exercises::attempt(|| exercises::kv_bytes_per_token(cfg.num_hidden_layers as u64, cfg.hidden_size as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, 2) as f64);
@@ -959,9 +944,8 @@ fn nb_06_multi_gpu() -> Out {
     let four7 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp7", "parallel")?;
     println!("{}", four7.describe());
     four7.show("ranks")?;
-    cell("06_multi_gpu", 31);
     four7.chart("per_gpu", "tensor")?;
-    cell("06_multi_gpu", 33);
+    cell("06_multi_gpu", 32);
     let two7 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp7-g2", "parallel")?;
     two7.table("parallel_ranks")?.vstack(&four7.table("parallel_ranks")?)?.chart("parallel", "decode")?;
     four7.say(r#"
@@ -991,7 +975,7 @@ fn nb_06_multi_gpu() -> Out {
       candle's ops and two NCCL all-reduces a layer, waited for — launches and synchronisations, not bytes, set the step, and
       four ranks wait on each other more than two.
     "#)?;
-    cell("06_multi_gpu", 34);
+    cell("06_multi_gpu", 33);
     let four72 = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/tp72", "parallel")?;
     println!("{}", four72.describe());
     four72.show("ranks")?;
@@ -1005,11 +989,10 @@ fn nb_06_multi_gpu() -> Out {
     {parallel_ranks.weights_mib[layout=tensor-parallel × 4, rank=0]:0} MiB (ledger {parallel_ranks.weights_predicted_mib[layout=tensor-parallel × 4, rank=0]:0}) and decodes at
     {parallel_ranks.decode_tok_s[layout=tensor-parallel × 4, rank=0]:1} tok/s. Only a model with this many bytes gains from more GPUs.
     "#)?;
-    cell("06_multi_gpu", 35);
+    cell("06_multi_gpu", 34);
     let zero2_four = vram_lab::notebook::committed("h200x4/2026-11-26-four-gpus/zero2-1.5b", "train")?;
     println!("{}", zero2_four.describe());
     zero2_four.show("ranks")?;
-    cell("06_multi_gpu", 36);
     zero2_four.chart("per_gpu", "")?;
     zero2_four.say(r#"
     **解读.** N = 4 时的 ZeRO-2：每张卡 AdamW 状态 {train_ranks.measured_mib[rank=0, item=optimizer states]:1} MiB（8Ψ/N），保留的梯度 {train_ranks.measured_mib[rank=0, item=gradients kept after the step]:1} MiB（4Ψ/N），
@@ -1023,12 +1006,12 @@ fn nb_06_multi_gpu() -> Out {
     per GPU here too: {train_ranks.measured_mib[rank=0, item=NCCL's device memory]:0}, {train_ranks.measured_mib[rank=1, item=NCCL's device memory]:0},
     {train_ranks.measured_mib[rank=2, item=NCCL's device memory]:0} and {train_ranks.measured_mib[rank=3, item=NCCL's device memory]:0} MiB.
     "#)?;
-    cell("06_multi_gpu", 40);
+    cell("06_multi_gpu", 38);
     let cfg = DecoderConfig::preset("qwen2.5-32b")?;
     let lab = vram_lab::model::parallel::rank_ledger(&cfg, 2, 2, 0, 2)?.weights() as f64;
     let mine = exercises::attempt(|| exercises::tp_rank_weight_bytes(cfg.vocab_size as u64, cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.num_hidden_layers as u64, cfg.num_attention_heads as u64, cfg.num_key_value_heads as u64, cfg.tie_word_embeddings, 2, 2) as f64);
     println!("{} · 实验室 / the lab: {lab} B = {:.0} MiB", exercises::verdict("练习 7 / exercise 7: tp_rank_weight_bytes, 32B BF16 over 2 GPUs", mine, lab, 0.0), lab / 1048576.0);
-    cell("06_multi_gpu", 42);
+    cell("06_multi_gpu", 40);
     let lab = vram_lab::estimate::parallel::nccl_bytes(4, 0) as f64;
     let mine = exercises::attempt(|| exercises::nccl_bytes(4, 0) as f64);
     println!("{} · 实验室 / the lab: {} MiB", exercises::verdict("练习 8 / exercise 8: nccl_bytes, GPU 0 of 4", mine, lab, 0.0), lab / 1048576.0);

@@ -108,6 +108,10 @@ pub struct Shape {
     pub v_row: u64,
     pub k_quantized: bool,
     pub v_quantized: bool,
+    /// The Hadamard matrices' sides a quantized K and V cache rotate their rows by
+    /// (`llama_kv_cache`'s `attn_rot_k`, `attn_rot_v`); 0 for none.
+    pub k_rot: u64,
+    pub v_rot: u64,
     pub first_gpu_layer: usize,
 }
 
@@ -231,6 +235,15 @@ fn experts(g: &mut Graph, w: &dyn Fn(&mut Graph, &str) -> usize, cur: usize, n: 
     out
 }
 
+/// `x` (`elems` values) times a Hadamard matrix `rot` of `n` × `n` when there is one
+/// (`llama_mul_mat_hadamard`: a reshaped view, the product, a view back), else `x`.
+fn rotated(g: &mut Graph, x: usize, rot: Option<usize>, n: u64, elems: u64) -> usize {
+    let Some(rot) = rot else { return x };
+    let flat = g.view(x, &[]);
+    let product = g.op(&[rot, flat], F32, [n, elems / n, 1], false);
+    g.view(product, &[])
+}
+
 /// RMS norm of `cur` (`m` rows of `e`) times the layer's weight `name`: Gemma 3's norms after
 /// the attention and the MLP.
 fn post_norm(g: &mut Graph, w: &dyn Fn(&mut Graph, &str) -> usize, cur: usize, m: u64, e: u64, name: &str) -> usize {
@@ -284,6 +297,15 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
     };
     let full = cache_inputs(&mut g, s.kv_cells);
     let swa = if windowed { cache_inputs(&mut g, s.swa_cells) } else { full };
+    // Each cache's Hadamard matrices (`build_input_k_rot`, `build_input_v_rot`), after both caches'
+    // positions and masks.
+    let rot_inputs = |g: &mut Graph| {
+        let k = (s.k_rot > 0).then(|| g.input(F32, [s.k_rot, s.k_rot, 1]));
+        let v = (s.v_rot > 0).then(|| g.input(F32, [s.v_rot, s.v_rot, 1]));
+        (k, v)
+    };
+    let full_rot = rot_inputs(&mut g);
+    let swa_rot = if windowed { rot_inputs(&mut g) } else { full_rot };
     let no = s.outputs.min(n).max(1);
     let out_ids = g.input(I32, [no, 1, 1]);
 
@@ -296,6 +318,7 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         let inp_sa = inp_l;
         let windowed_layer = windowed && cfg.is_swa(il);
         let (k_idxs, v_idxs, mask) = if windowed_layer { swa } else { full };
+        let (k_rot, v_rot) = if windowed_layer { swa_rot } else { full_rot };
         let cells = if windowed_layer { s.swa_cells } else { s.kv_cells };
         let norm = g.op(&[inp_l], F32, [e, n, 1], true);
         let wn = w(&mut g, "attn_norm");
@@ -318,7 +341,8 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
             let wt = w(g, name);
             g.op(&[nt, wt], F32, [hd, heads, n], true)
         };
-        // q, then v, then k: the order build_attn expands them in.
+        // q, then v, then k: the order build_attn expands them in (q, k, v for the windowed
+        // caches' build_attn). A quantized cache's rows are rotated first (`rot`).
         let q_mm = proj(&mut g, "attn_q", q);
         let q_3d = g.view(q_mm, &[]);
         let q_n = head_norm(&mut g, q_3d, h, "attn_q_norm");
@@ -326,12 +350,26 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         if gemma {
             q_rope = g.op(&[q_rope], F32, [hd, h, n], true);
         }
-        let v_mm = proj(&mut g, "attn_v", kv);
-        let v_3d = g.view(v_mm, &[]);
-        let k_mm = proj(&mut g, "attn_k", kv);
-        let k_3d = g.view(k_mm, &[]);
-        let k_n = head_norm(&mut g, k_3d, hkv, "attn_k_norm");
-        let k_rope = g.op(&[k_n, pos], F32, [hd, hkv, n], true);
+        let q_rope = rotated(&mut g, q_rope, k_rot, s.k_rot, h * hd * n);
+        let v_chain = |g: &mut Graph| {
+            let v_mm = proj(g, "attn_v", kv);
+            let v_3d = g.view(v_mm, &[]);
+            rotated(g, v_3d, v_rot, s.v_rot, kv * n)
+        };
+        let k_chain = |g: &mut Graph| {
+            let k_mm = proj(g, "attn_k", kv);
+            let k_3d = g.view(k_mm, &[]);
+            let k_n = head_norm(g, k_3d, hkv, "attn_k_norm");
+            let k_rope = g.op(&[k_n, pos], F32, [hd, hkv, n], true);
+            rotated(g, k_rope, k_rot, s.k_rot, kv * n)
+        };
+        let (v_3d, k_rope) = if windowed {
+            let k = k_chain(&mut g);
+            (v_chain(&mut g), k)
+        } else {
+            let v = v_chain(&mut g);
+            (v, k_chain(&mut g))
+        };
         // The cache is this layer's device's (llama.cpp offloads it with the layer).
         let k_cache = g.cache(b, s.k_row * cells);
         let v_cache = g.cache(b, s.v_row * cells);
@@ -356,6 +394,7 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
             let perm = g.view(kqv, &[]);
             g.op(&[perm], F32, [hd * h, n, 1], false)
         };
+        let attn = rotated(&mut g, attn, v_rot, s.v_rot, hd * h * n);
         let wo = w(&mut g, "attn_output");
         let mut cur = g.op(&[wo, attn], F32, [e, n, 1], false);
         let mut res = inp_sa;

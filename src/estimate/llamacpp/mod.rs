@@ -333,6 +333,8 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
         v_row,
         k_quantized: l.cache_k.is_quantized(),
         v_quantized: l.cache_v.is_quantized(),
+        k_rot: rotation(l.cache_k, cfg.head_dim() as u64, true),
+        v_rot: rotation(l.cache_v, cfg.head_dim() as u64, false),
         first_gpu_layer,
     };
     let layer_home = |i: usize| if on_gpu(Some(i)) { graph::GPU } else { graph::CPU };
@@ -347,6 +349,23 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     gpu.compute = high[graph::GPU];
     host.compute = high[graph::CPU];
     Ok(Memory { gpu, host, gpu_layers, output_on_gpu: on_gpu(Some(layers)), cells, swa_cells, tokens })
+}
+
+/// The side of the Hadamard matrix llama.cpp rotates a quantized cache's rows by (`llama_kv_cache`:
+/// heads whose size is a multiple of 64; K by the largest power of two from 64 that divides it, V
+/// by 64), 0 for a cache it leaves alone.
+fn rotation(cache: CacheType, head: u64, k: bool) -> u64 {
+    if !cache.is_quantized() || !head.is_multiple_of(64) {
+        return 0;
+    }
+    if !k {
+        return 64;
+    }
+    let mut n = 64;
+    while head.is_multiple_of(n * 2) {
+        n *= 2;
+    }
+    n
 }
 
 /// The windowed cache's cells (`llama_kv_cache_iswa`): the window and one micro-batch, padded
