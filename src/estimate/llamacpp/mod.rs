@@ -521,6 +521,18 @@ mod tests {
         assert!(off.gpu.compute >= 32768 * 512 * 16 * 4, "{}", off.gpu.compute);
     }
 
+    /// A quantized K cache rotates by the largest power of two from 64 that divides the head, a
+    /// quantized V cache by 64; an F16 cache, or a head that is no multiple of 64, not at all.
+    #[test]
+    fn a_quantized_cache_rotates_by_its_hadamard_side() {
+        assert_eq!(rotation(CacheType::Q8_0, 256, true), 256);
+        assert_eq!(rotation(CacheType::Q4_0, 128, true), 128);
+        assert_eq!(rotation(CacheType::Q8_0, 192, true), 64);
+        assert_eq!(rotation(CacheType::Q8_0, 256, false), 64);
+        assert_eq!(rotation(CacheType::F16, 128, true), 0);
+        assert_eq!(rotation(CacheType::Q8_0, 96, true), 0);
+    }
+
     /// Mistral v0.1's window does not shrink llama.cpp's cache: its llama graph attends to every
     /// cell, so -c 32768 holds 32,768 cells of 8 × 128 values in 32 layers.
     #[test]
