@@ -192,7 +192,14 @@ impl DecoderConfig {
                 Some(t) => serde_json::from_value::<Family>(t.clone()).map_err(|_| {
                     let names: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
                     // Gemma 3's checkpoints of 4B and up wrap the text model beside a vision tower.
-                    let hint = if t == "gemma3" { " (Gemma 3's text model is its text_config)" } else { "" };
+                    let hint = match t.as_str() {
+                        Some("gemma3") => " (Gemma 3's text model is its text_config)",
+                        // llama.cpp runs it (its openai-moe graph); the lab prices none of its parts yet.
+                        Some("gpt_oss") => {
+                            " (gpt-oss: its MXFP4 experts, attention sinks and biases are not priced yet, for llama.cpp either)"
+                        }
+                        _ => "",
+                    };
                     bad(&format!("model_type {t}: the lab knows {}{hint}", names.join(", ")))
                 })?,
             };
