@@ -95,6 +95,12 @@ pub struct Experts {
 /// llama.cpp's pattern for Gemma 3 when the file names none (`load_swa_pattern(ml, 6)`).
 pub const GEMMA3_PATTERN: usize = 6;
 
+/// Whether layer `il` is windowed under a pattern of `p` (`llama_hparams::set_swa_pattern`: all
+/// but every `p`-th layer, counting from 1).
+pub fn windowed_in_pattern(il: usize, p: usize) -> bool {
+    il % p < p - 1
+}
+
 fn default_max_position_embeddings() -> usize {
     32768
 }
@@ -354,10 +360,7 @@ impl DecoderConfig {
             return types.get(il).is_some_and(|t| t == "sliding_attention");
         }
         match self.model_type {
-            Family::Gemma3 => {
-                let p = self.sliding_window_pattern.unwrap_or(GEMMA3_PATTERN);
-                il % p < p - 1
-            }
+            Family::Gemma3 => windowed_in_pattern(il, self.sliding_window_pattern.unwrap_or(GEMMA3_PATTERN)),
             _ => true,
         }
     }

@@ -3,7 +3,7 @@
 //! nothing larger than one tensor is held (a BF16 7B file is 15 GB).
 
 use crate::error::{LabError, Result};
-use crate::model::config::{DecoderConfig, Family, GEMMA3_PATTERN};
+use crate::model::config::{windowed_in_pattern, DecoderConfig, Family, GEMMA3_PATTERN};
 use crate::model::gguf::header::DEFAULT_ALIGNMENT;
 use crate::model::gguf::recipe::{self, FileType, ModelClass};
 use crate::model::gguf::types::GgmlType;
@@ -220,9 +220,13 @@ fn encode(dense: &candle_core::Tensor, ty: GgmlType) -> Result<Vec<u8>> {
 fn gemma3_pattern(cfg: &DecoderConfig) -> Result<usize> {
     let layers = cfg.num_hidden_layers;
     let asked: Vec<bool> = (0..layers).map(|il| cfg.is_swa(il)).collect();
-    (1..=layers + 1).find(|&p| asked.iter().enumerate().all(|(il, &swa)| swa == (il % p < p - 1))).ok_or_else(|| {
-        LabError::input("layer_types: the windowed layers follow no pattern of one number; the lab writes none other")
-    })
+    (1..=layers + 1).find(|&p| asked.iter().enumerate().all(|(il, &swa)| swa == windowed_in_pattern(il, p))).ok_or_else(
+        || {
+            LabError::input(
+                "layer_types: the windowed layers follow no pattern of one number; the lab writes none other",
+            )
+        },
+    )
 }
 
 /// The `general.architecture` llama.cpp's converter writes for `cfg`'s family.
