@@ -263,6 +263,67 @@ fn mixtures_and_mistral_are_written_as_llama_cpp_reads_them() {
     assert!((0..6).all(|il| back.is_swa(il) == cfg.is_swa(il)));
 }
 
+/// gpt-oss as llama.cpp's converter and `llama-quantize --type mxfp4_moe` write it: architecture
+/// `gpt-oss`, experts in MXFP4 (gate and up split from transformers' interleaved gate_up_proj,
+/// down transposed), every other matrix Q8_0, biases, sinks and router in F32, the window; the
+/// experts' values read back are the checkpoint's within MXFP4's grid.
+#[test]
+fn gpt_oss_is_written_with_mxfp4_experts() {
+    use candle_core::IndexOp;
+    use vram_lab::model::gguf::mxfp4;
+    use vram_lab::model::load::weights::WeightSource;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("tiny-gpt-oss.gguf");
+    let o = common::lab_quiet(&[
+        "quantize",
+        "--model",
+        "synthetic:tiny-gpt-oss",
+        "--type",
+        "mxfp4_moe",
+        "--to",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", common::output_text(&o));
+    let h = Header::read(&path).unwrap();
+    assert_eq!(h.str("general.architecture"), Some("gpt-oss"));
+    assert_eq!(h.uint("gpt-oss.attention.sliding_window"), Some(64));
+    assert_eq!(h.uint("gpt-oss.expert_feed_forward_length"), Some(256));
+    assert!(h.get("gpt-oss.attention.sliding_window_pattern").is_none());
+    assert_eq!(h.file_len, h.needs());
+    let t = |name: &str| h.tensor(name).unwrap_or_else(|| panic!("{name}"));
+    for n in ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"] {
+        assert_eq!(t(&format!("blk.3.{n}.weight")).type_name(), "MXFP4", "{n}");
+        assert_eq!(t(&format!("blk.3.{n}.bias")).type_name(), "F32", "{n}");
+    }
+    for n in ["attn_q.weight", "attn_output.weight", "output.weight", "token_embd.weight"] {
+        let name = if n.contains('.') && n.starts_with("attn") { format!("blk.0.{n}") } else { n.to_string() };
+        assert_eq!(t(&name).type_name(), "Q8_0", "{name}");
+    }
+    for n in ["attn_sinks.weight", "ffn_gate_inp.weight", "ffn_gate_inp.bias", "attn_output.bias"] {
+        assert_eq!(t(&format!("blk.0.{n}")).type_name(), "F32", "{n}");
+    }
+    let cfg = DecoderConfig::preset("tiny-gpt-oss").unwrap();
+    let back = Gguf::open(&path).unwrap().config().unwrap();
+    assert_eq!(back.model_type, cfg.model_type);
+    assert_eq!((back.sliding_window, back.experts(), back.head_dim()), (Some(64), cfg.experts(), 64));
+    assert!((0..4).all(|il| back.is_swa(il) == cfg.is_swa(il)));
+
+    // Layer 1's up experts: the odd columns of gate_up_proj, one row per output, each row the
+    // MXFP4 blocks of the checkpoint's values (`quantize`'s seed, 42).
+    let bytes = std::fs::read(&path).unwrap();
+    let up = t("blk.1.ffn_up_exps.weight");
+    let start = (h.data_offset + up.offset) as usize;
+    let values = mxfp4::dequantize(&bytes[start..start + (256 * 256 * 8 / 32 * 17)]);
+    let mut src = vram_lab::model::load::synthetic::Synthetic::new(cfg.clone(), 42);
+    let spec = cfg.tensor_specs().into_iter().find(|s| s.name == "model.layers.1.mlp.experts.gate_up_proj").unwrap();
+    let dense = src.load(&spec, Precision::F32, &Device::Cpu).unwrap().dense().unwrap();
+    for (expert, out) in [(0, 0), (3, 17), (7, 255)] {
+        let row: Vec<f32> = (0..256).map(|i| dense.i((expert, i, 2 * out + 1)).unwrap().to_scalar().unwrap()).collect();
+        let got = &values[(expert * 256 + out) * 256..][..256];
+        assert_eq!(got, mxfp4::dequantize(&mxfp4::quantize(&row)), "expert {expert}, output {out}");
+    }
+}
+
 /// Qwen2.5's tokenizer in the metadata of a model with a smaller vocabulary (a synthetic Mixtral
 /// writes it cut to its 32,000 ids): one token per embedding row, and only the merges whose two
 /// parts and result are kept.

@@ -1,8 +1,8 @@
 //! The graph llama.cpp reserves its compute buffers with (`llama_context::sched_reserve`: a
 //! prompt micro-batch of `min(n_ctx, n_ubatch)` tokens, every one an output, over the whole KV
 //! cache), node by node in the order ggml builds it for a decoder (`src/models/qwen2.cpp`,
-//! `llama.cpp`, `qwen3.cpp`, `qwen3moe.cpp`, `gemma3.cpp`; `llm_graph_context::build_attn`, `build_ffn`,
-//! `build_moe_ffn`), with the backend each node runs on and the copies ggml's scheduler makes
+//! `llama.cpp`, `qwen3.cpp`, `qwen3moe.cpp`, `gemma3.cpp`, `openai-moe.cpp`;
+//! `llm_graph_context::build_attn`, `build_ffn`, `build_moe_ffn`), with the backend each node runs on and the copies ggml's scheduler makes
 //! where a node reads another backend's tensor (`sched`). `alloc::reserve` walks it.
 
 use crate::model::config::{DecoderConfig, Experts, Family};
@@ -151,8 +151,10 @@ impl Graph {
     /// A node making a new tensor of `ne` in `ty`; its backend is assigned once the graph is whole.
     fn op(&mut self, srcs: &[usize], ty: u32, ne: [u64; 3], inplace: bool) -> usize {
         let get_rows = !inplace && srcs.len() == 2 && self.tensors[srcs[1]].layout.0 == I32;
-        // A mul_mat_id reads the experts' ids third; its rows are tokens × experts used.
-        let expert_product = srcs.len() == 3 && self.tensors[srcs[2]].layout.0 == I32;
+        // A mul_mat_id reads the experts' weights first and their ids third; the GPU weighs its
+        // tokens, not its rows (an add_id, which reads the ids third too, by its rows).
+        let expert_product =
+            srcs.len() == 3 && self.tensors[srcs[2]].layout.0 == I32 && self.tensors[srcs[0]].weight;
         let t = self.push(Tensor {
             srcs: srcs.to_vec(),
             inplace,
@@ -213,6 +215,42 @@ fn experts(g: &mut Graph, w: &dyn Fn(&mut Graph, &str) -> usize, cur: usize, n: 
     let up = product(g, "ffn_up_exps", cur_3d, ff);
     let glu = g.op(&[gate, up], F32, [ff, k, n], false);
     let down = product(g, "ffn_down_exps", glu, e);
+    weighted_sum(g, down, weights_3d, e, k, n)
+}
+
+/// gpt-oss's mixture (`build_moe_ffn` with `LLM_FFN_SWIGLU_OAI_MOE` and
+/// `SOFTMAX_WEIGHT` gating, src/models/openai-moe.cpp): the router biased, the experts picked on
+/// its logits and their weights a softmax over the picked four; each expert product biased
+/// (`add_id`), gate before up (swiglu_oai's first source).
+fn experts_oss(g: &mut Graph, w: &dyn Fn(&mut Graph, &str) -> usize, cur: usize, n: u64, e: u64, x: Experts) -> usize {
+    let (all, k, ff) = (x.experts as u64, x.active as u64, x.width as u64);
+    let router = w(g, "ffn_gate_inp");
+    let logits = g.op(&[router, cur], F32, [all, n, 1], false);
+    let router_bias = w(g, "ffn_gate_inp.bias");
+    let logits = g.op(&[logits, router_bias], F32, [all, n, 1], true);
+    let probs_3d = g.view(logits, &[]);
+    let argsort = g.op(&[logits], I32, [all, n, 1], false);
+    let chosen = g.view(argsort, &[]);
+    let weights = g.op(&[probs_3d, chosen], F32, [1, k, n], false);
+    let weights_2d = g.view(weights, &[]);
+    let softmax = g.op(&[weights_2d], F32, [k, n, 1], true);
+    let weights_3d = g.view(softmax, &[]);
+    let cur_3d = g.view(cur, &[]);
+    let product = |g: &mut Graph, name: &str, input: usize, rows: u64| {
+        let wt = w(g, name);
+        let p = g.op(&[wt, input, chosen], F32, [rows, k, n], false);
+        let bias = w(g, &format!("{name}.bias"));
+        g.op(&[p, bias, chosen], F32, [rows, k, n], true)
+    };
+    let gate = product(g, "ffn_gate_exps", cur_3d, ff);
+    let up = product(g, "ffn_up_exps", cur_3d, ff);
+    let glu = g.op(&[gate, up], F32, [ff, k, n], false);
+    let down = product(g, "ffn_down_exps", glu, e);
+    weighted_sum(g, down, weights_3d, e, k, n)
+}
+
+/// The experts' outputs `down` ([e, k, n]) times their weights, summed one view at a time.
+fn weighted_sum(g: &mut Graph, down: usize, weights_3d: usize, e: u64, k: u64, n: u64) -> usize {
     let weighted = g.op(&[down, weights_3d], F32, [e, k, n], true);
     // Each expert's rows are a strided view: never a parent a sum can write over.
     let views: Vec<usize> = (0..k).map(|_| g.view(weighted, &[])).collect();
@@ -252,11 +290,11 @@ fn post_norm(g: &mut Graph, w: &dyn Fn(&mut Graph, &str) -> usize, cur: usize, m
     g.op(&[norm, wn], F32, [e, m, 1], true)
 }
 
-/// Whether llama.cpp keeps a second, windowed cache for `cfg` (`llama_kv_cache_iswa`): Gemma 3's.
-/// Mistral v0.1's window is not llama.cpp's: it runs Mistral as its `llama`, whose graph attends
-/// to the whole cache (src/models/llama.cpp).
+/// Whether llama.cpp keeps a second, windowed cache for `cfg` (`llama_kv_cache_iswa`): Gemma 3's
+/// and gpt-oss's. Mistral v0.1's window is not llama.cpp's: it runs Mistral as its `llama`, whose
+/// graph attends to the whole cache (src/models/llama.cpp).
 pub fn windowed(cfg: &DecoderConfig) -> bool {
-    cfg.model_type == Family::Gemma3 && cfg.sliding_window.is_some()
+    matches!(cfg.model_type, Family::Gemma3 | Family::GptOss) && cfg.sliding_window.is_some()
 }
 
 /// The reserved graph of `cfg` over `s`, in ggml's node order; `sched` gives each node its
@@ -277,6 +315,9 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
     // Gemma 3: the embedding scaled, q scaled after RoPE, the attention's and the MLP's outputs
     // normalised before their residual sums.
     let gemma = cfg.model_type.post_norms();
+    // gpt-oss: sinks in the softmax, the attention's output biased, its own mixture, and every
+    // layer over all tokens (the outputs' rows taken after the last layer).
+    let oss = cfg.model_type.biases();
     let windowed = windowed(cfg);
 
     // The token embedding is read on the host (llama.cpp keeps the input layer there).
@@ -383,13 +424,15 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         let q_perm = g.view(q_4d, &[]);
         let k_perm = g.view(k_view, &[]);
         let v_perm = g.view(v_view, &[]);
+        // gpt-oss's sinks: a weight the attention reads last (its backend follows the weight's).
+        let sinks: Vec<usize> = if oss { vec![w(&mut g, "attn_sinks")] } else { vec![] };
         let attn = if s.flash {
-            let fa = g.op(&[q_perm, k_perm, v_perm, mask], F32, [hd, h, n], false);
+            let fa = g.op(&[&[q_perm, k_perm, v_perm, mask][..], &sinks].concat(), F32, [hd, h, n], false);
             g.tensors[fa].fa_cells = hd * hkv * cells;
             g.view(fa, &[])
         } else {
             let kq = g.op(&[k_perm, q_perm], F32, [cells, n, h], false);
-            let sm = g.op(&[kq, mask], F32, [cells, n, h], true);
+            let sm = g.op(&[&[kq, mask][..], &sinks].concat(), F32, [cells, n, h], true);
             let kqv = g.op(&[v_perm, sm], F32, [hd, n, h], false);
             let perm = g.view(kqv, &[]);
             g.op(&[perm], F32, [hd * h, n, 1], false)
@@ -397,10 +440,15 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         let attn = rotated(&mut g, attn, v_rot, s.v_rot, hd * h * n);
         let wo = w(&mut g, "attn_output");
         let mut cur = g.op(&[wo, attn], F32, [e, n, 1], false);
+        if oss {
+            let wo_b = w(&mut g, "attn_output.bias");
+            cur = g.op(&[cur, wo_b], F32, [e, n, 1], true);
+        }
         let mut res = inp_sa;
-        // The last layer goes on with the outputs' rows only.
-        let m = if il == layers - 1 { no } else { n };
-        if il == layers - 1 {
+        // The last layer goes on with the outputs' rows only (gpt-oss's after it).
+        let last = il == layers - 1 && !oss;
+        let m = if last { no } else { n };
+        if last {
             cur = g.op(&[cur, out_ids], F32, [e, m, 1], false);
         }
         if gemma {
@@ -408,14 +456,15 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         }
         // ggml visits the sum's first source before its second: the residual's rows after the
         // attention's (and its norm).
-        if il == layers - 1 {
+        if last {
             res = g.op(&[inp_sa, out_ids], F32, [e, m, 1], false);
         }
         let ffn_inp = g.op(&[cur, res], F32, [e, m, 1], true);
         let norm = g.op(&[ffn_inp], F32, [e, m, 1], true);
-        let wn = w(&mut g, "ffn_norm");
+        let wn = w(&mut g, if oss { "post_attention_norm" } else { "ffn_norm" });
         let cur = g.op(&[norm, wn], F32, [e, m, 1], true);
         let out = match cfg.experts() {
+            Some(x) if oss => experts_oss(&mut g, &w, cur, m, e, x),
             Some(x) => experts(&mut g, &w, cur, m, e, x),
             None => {
                 let (wg, wu, wd) = (w(&mut g, "ffn_gate"), w(&mut g, "ffn_up"), w(&mut g, "ffn_down"));
@@ -427,6 +476,9 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
         };
         let out = if gemma { post_norm(&mut g, &w, out, m, e, "post_ffw_norm") } else { out };
         inp_l = g.op(&[out, ffn_inp], F32, [e, m, 1], true);
+    }
+    if oss {
+        inp_l = g.op(&[inp_l, out_ids], F32, [e, no, 1], false);
     }
     let norm = g.op(&[inp_l], F32, [e, no, 1], true);
     let (home, bytes) = weight(layers, "output_norm");

@@ -521,6 +521,35 @@ mod tests {
         assert!(off.gpu.compute >= 32768 * 512 * 16 * 4, "{}", off.gpu.compute);
     }
 
+    /// gpt-oss-20b as ggml-org publishes it (MXFP4_MOE): its 12 windowed layers keep 128 + 512
+    /// cells padded to 768, its 12 global ones every cell, 8 KV heads of 64.
+    #[test]
+    fn gpt_oss_windows_every_other_layer() {
+        let cfg = DecoderConfig::preset("gpt-oss-20b").unwrap();
+        let t = plan(&cfg, FileTypes::Llama(FileType::Mxfp4Moe));
+        let m = memory(&cfg, &t, &Launch { ctx: 32768, ..Launch::default() }).unwrap();
+        assert_eq!(m.swa_cells, Some(768));
+        let row = 2 * 8 * 64;
+        assert_eq!(m.gpu.context, 2 * row * (12 * 32768 + 12 * 768));
+        // Experts in MXFP4 (17 B per 32), every other matrix Q8_0: about 12 GB on the GPU.
+        let exps: u64 = t.iter().filter(|x| x.ty.name == "MXFP4").map(Planned::bytes).sum();
+        assert_eq!(exps, 24 * 3 * 32 * 2880 * 2880 / 32 * 17);
+        assert!(m.gpu.model > exps && m.gpu.model < exps + (2 << 30), "{}", m.gpu.model);
+    }
+
+    /// A host layer's attention reads its sinks, a weight in host memory: llama.cpp offloads the
+    /// prompt's attention to the GPU all the same (op offload), so the GPU's compute buffer holds
+    /// a copy of a host layer's K and V; a model without sinks attends on the host.
+    #[test]
+    fn gpt_oss_attends_on_the_gpu_for_host_layers() {
+        let cfg = DecoderConfig::preset("gpt-oss-20b").unwrap();
+        let t = plan(&cfg, FileTypes::Llama(FileType::Mxfp4Moe));
+        let l = Launch { ctx: 65536, gpu_layers: Some(13), ..Launch::default() };
+        let part = memory(&cfg, &t, &l).unwrap();
+        let full_layer_kv = 2 * 2 * 8 * 64 * 65536;
+        assert!(part.gpu.compute >= full_layer_kv, "{} < {full_layer_kv}", part.gpu.compute);
+    }
+
     /// A quantized K cache rotates by the largest power of two from 64 that divides the head, a
     /// quantized V cache by 64; an F16 cache, or a head that is no multiple of 64, not at all.
     #[test]

@@ -17,10 +17,13 @@ pub enum Family {
     /// lab's own decoder does not compute its layers (`DecoderConfig::computed`).
     #[serde(rename = "gemma3_text")]
     Gemma3,
+    /// OpenAI's gpt-oss (`gpt_oss`): a mixture with biases everywhere, attention sinks and
+    /// windowed layers beside global ones; priced for llama.cpp and written as a GGUF like Gemma 3.
+    GptOss,
 }
 
 impl Family {
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Qwen2,
         Family::Qwen3,
         Family::Llama,
@@ -28,6 +31,7 @@ impl Family {
         Family::Qwen3Moe,
         Family::Mixtral,
         Family::Gemma3,
+        Family::GptOss,
     ];
 
     pub fn name(self) -> &'static str {
@@ -39,12 +43,20 @@ impl Family {
             Family::Qwen3Moe => "qwen3_moe",
             Family::Mixtral => "mixtral",
             Family::Gemma3 => "gemma3_text",
+            Family::GptOss => "gpt_oss",
         }
     }
 
-    /// Qwen2 alone biases q, k and v (transformers' `Qwen2Attention`).
+    /// Qwen2 biases q, k and v (transformers' `Qwen2Attention`); gpt-oss o_proj too
+    /// (`attention_bias`), and its experts and router (`biases`).
     pub fn qkv_bias(self) -> bool {
-        self == Family::Qwen2
+        matches!(self, Family::Qwen2 | Family::GptOss)
+    }
+
+    /// gpt-oss biases the attention's output, the router and each expert's projections, and adds
+    /// a learned sink to each head's softmax (`self_attn.sinks`).
+    pub fn biases(self) -> bool {
+        self == Family::GptOss
     }
 
     /// Qwen3 and Gemma 3 normalise each head of q and k before RoPE (`q_norm`, `k_norm`, one
@@ -61,6 +73,6 @@ impl Family {
     }
 
     pub fn is_moe(self) -> bool {
-        matches!(self, Family::Qwen3Moe | Family::Mixtral)
+        matches!(self, Family::Qwen3Moe | Family::Mixtral | Family::GptOss)
     }
 }

@@ -64,6 +64,11 @@ const KNOWN_FIELDS: &[&str] = &[
     "final_logit_softcapping",
     "attn_logit_softcapping",
     "cache_implementation",
+    // gpt-oss (gpt_oss): `experts_per_token` repeats num_experts_per_tok, `initial_context_length`
+    // is YaRN's original length; both checked below, like its `swiglu_limit`
+    "experts_per_token",
+    "initial_context_length",
+    "swiglu_limit",
 ];
 
 /// The first field of `obj` the lab does not implement for `family`, as a sentence naming it.
@@ -79,8 +84,11 @@ pub(super) fn unimplemented_field(
     }
     if let Some(r) = obj.get("rope_scaling").filter(|r| !r.is_null()) {
         let kind = r.get("rope_type").or_else(|| r.get("type")).and_then(|t| t.as_str()).unwrap_or("");
-        // Gemma 3's linear scaling of its global layers moves no byte: taken for gemma3_text.
-        let taken = (kind == "llama3" && family == Family::Llama) || (kind == "linear" && family == Family::Gemma3);
+        // Gemma 3's linear scaling of its global layers and gpt-oss's YaRN move no byte llama.cpp
+        // allocates: taken for those families, which only llama.cpp's pricing reads.
+        let taken = (kind == "llama3" && family == Family::Llama)
+            || (kind == "linear" && family == Family::Gemma3)
+            || (kind == "yarn" && family == Family::GptOss);
         if !taken {
             return Err(format!("`rope_scaling` = {r} is set: the lab computes plain RoPE, and Llama 3.1's llama3 scaling for llama (no YaRN, linear or dynamic scaling)"));
         }
@@ -99,7 +107,8 @@ pub(super) fn unimplemented_field(
             "`use_sliding_window` is on: the lab computes full attention in every layer (no sliding window)".into()
         );
     }
-    if let Some(types) = obj.get("layer_types").filter(|t| !t.is_null() && family != Family::Gemma3) {
+    let windowed = matches!(family, Family::Gemma3 | Family::GptOss);
+    if let Some(types) = obj.get("layer_types").filter(|t| !t.is_null() && !windowed) {
         if !types.as_array().is_some_and(|a| a.iter().all(|t| t == "full_attention")) {
             return Err("`layer_types` names a layer that is not full_attention: the lab computes full attention in every layer".into());
         }
@@ -107,12 +116,35 @@ pub(super) fn unimplemented_field(
     if !off("use_mrope") {
         return Err("`use_mrope` is on: the lab computes one-dimensional RoPE (no multimodal RoPE)".into());
     }
-    if !off("quantization_config") {
+    // gpt-oss ships its experts in MXFP4: the config describes the same model, which llama.cpp
+    // runs from a GGUF whose types the file decides (the lab reads no MXFP4 safetensors).
+    let mxfp4 = family == Family::GptOss
+        && obj.get("quantization_config").and_then(|q| q.get("quant_method")).is_some_and(|m| m == "mxfp4");
+    if !off("quantization_config") && !mxfp4 {
         return Err("`quantization_config` is set: the lab reads F32, F16 and BF16 checkpoints (GPTQ, AWQ and bitsandbytes weights are not priced or computed; use a GGUF)".into());
     }
-    // transformers' Qwen2 biases q, k and v whatever the field says; the others bias nothing.
-    if family != Family::Qwen2 && !off("attention_bias") {
+    // transformers' Qwen2 biases q, k and v whatever the field says; gpt-oss biases every
+    // projection (llama.cpp requires the biases); the others bias nothing.
+    if !matches!(family, Family::Qwen2 | Family::GptOss) && !off("attention_bias") {
         return Err(format!("`attention_bias` is on: the lab's {name} has no bias in attention"));
+    }
+    if family == Family::GptOss {
+        if obj.get("attention_bias").is_some_and(|b| b == false) {
+            return Err("`attention_bias` is off: llama.cpp's gpt-oss has biases in attention".into());
+        }
+        // llama.cpp's swiglu_oai clamps at 7 whatever the file says (LLM_FFN_SWIGLU_OAI_MOE).
+        if obj.get("swiglu_limit").is_some_and(|v| v.as_f64() != Some(7.0)) {
+            return Err("`swiglu_limit` is not 7.0: llama.cpp's gpt-oss clamps its experts at 7".into());
+        }
+        if let (Some(a), Some(b)) = (obj.get("experts_per_token"), obj.get("num_experts_per_tok")) {
+            if a != b {
+                return Err(format!("`experts_per_token` = {a} and `num_experts_per_tok` = {b} disagree"));
+            }
+        }
+    } else if let Some(k) =
+        ["experts_per_token", "initial_context_length", "swiglu_limit"].into_iter().find(|k| obj.contains_key(*k))
+    {
+        return Err(format!("field `{k}` is gpt-oss's (gpt_oss), not one the lab implements for {name}"));
     }
     for k in ["final_logit_softcapping", "attn_logit_softcapping"] {
         if !off(k) {

@@ -25,6 +25,9 @@ impl DecoderConfig {
         let mut out = vec![spec("model.embed_tokens.weight".into(), vec![self.vocab_size, h])];
         for l in 0..self.num_hidden_layers {
             let p = format!("model.layers.{l}");
+            if family.biases() {
+                out.push(spec(format!("{p}.self_attn.sinks"), vec![self.num_attention_heads]));
+            }
             out.push(spec(format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
             if family.qkv_bias() {
                 out.push(spec(format!("{p}.self_attn.q_proj.bias"), vec![q]));
@@ -38,6 +41,9 @@ impl DecoderConfig {
                 out.push(spec(format!("{p}.self_attn.v_proj.bias"), vec![kv]));
             }
             out.push(spec(format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
+            if family.biases() {
+                out.push(spec(format!("{p}.self_attn.o_proj.bias"), vec![h]));
+            }
             if family.qk_norm() {
                 out.push(spec(format!("{p}.self_attn.q_norm.weight"), vec![d]));
                 out.push(spec(format!("{p}.self_attn.k_norm.weight"), vec![d]));
@@ -52,6 +58,16 @@ impl DecoderConfig {
                         out.push(spec(format!("{ex}.w3.weight"), vec![e.width, h]));
                     }
                 }
+                // transformers' GptOssExperts: every expert in one tensor, gate and up interleaved
+                // in gate_up_proj's last dimension, each product `x @ W` (input rows first).
+                (Family::GptOss, Some(e)) => out.extend([
+                    spec(format!("{p}.mlp.router.weight"), vec![e.experts, h]),
+                    spec(format!("{p}.mlp.router.bias"), vec![e.experts]),
+                    spec(format!("{p}.mlp.experts.gate_up_proj"), vec![e.experts, h, 2 * e.width]),
+                    spec(format!("{p}.mlp.experts.gate_up_proj_bias"), vec![e.experts, 2 * e.width]),
+                    spec(format!("{p}.mlp.experts.down_proj"), vec![e.experts, e.width, h]),
+                    spec(format!("{p}.mlp.experts.down_proj_bias"), vec![e.experts, h]),
+                ]),
                 (_, Some(e)) => {
                     out.push(spec(format!("{p}.mlp.gate.weight"), vec![e.experts, h]));
                     for x in 0..e.experts {
@@ -90,6 +106,8 @@ impl DecoderConfig {
     pub fn active_param_count(&self) -> usize {
         let Some(e) = self.experts() else { return self.param_count() };
         let idle = (e.experts - e.active) * 3 * self.hidden_size * e.width * self.num_hidden_layers;
+        // gpt-oss's idle experts' biases too (2 × width for gate and up, hidden for down).
+        let idle = idle + self.model_type.biases() as usize * (e.experts - e.active) * (2 * e.width + self.hidden_size) * self.num_hidden_layers;
         self.param_count() - idle
     }
 }

@@ -1,5 +1,6 @@
 //! One decoder config for every family the lab computes and prices (config.json field names):
-//! Qwen2/2.5, Qwen3, Llama 2/3.x, Mistral and the mixtures Qwen3-MoE and Mixtral. A family is a set of
+//! Qwen2/2.5, Qwen3, Llama 2/3.x, Mistral and the mixtures Qwen3-MoE and Mixtral (Gemma 3 and
+//! gpt-oss for llama.cpp's pricing only). A family is a set of
 //! parts (a bias, a q/k norm, a router), not a copy of the model; the tensor layout follows.
 
 use crate::error::{LabError, Result};
@@ -95,6 +96,9 @@ pub struct Experts {
 /// llama.cpp's pattern for Gemma 3 when the file names none (`load_swa_pattern(ml, 6)`).
 pub const GEMMA3_PATTERN: usize = 6;
 
+/// llama.cpp's pattern for gpt-oss (`load_swa_pattern(ml, 2)`): every other layer windowed.
+pub const GPT_OSS_PATTERN: usize = 2;
+
 /// Whether layer `il` is windowed under a pattern of `p` (`llama_hparams::set_swa_pattern`: all
 /// but every `p`-th layer, counting from 1).
 pub fn windowed_in_pattern(il: usize, p: usize) -> bool {
@@ -129,11 +133,13 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("mixtral-8x7b", include_str!("../../../data/models/mixtral-8x7b.json")),
     ("gemma-3-4b", include_str!("../../../data/models/gemma-3-4b.json")),
     ("gemma-3-12b", include_str!("../../../data/models/gemma-3-12b.json")),
+    ("gpt-oss-20b", include_str!("../../../data/models/gpt-oss-20b.json")),
     ("tiny-qwen3", include_str!("../../../data/models/tiny-qwen3.json")),
     ("tiny-llama", include_str!("../../../data/models/tiny-llama.json")),
     ("tiny-mistral", include_str!("../../../data/models/tiny-mistral.json")),
     ("tiny-moe", include_str!("../../../data/models/tiny-moe.json")),
     ("tiny-gemma", include_str!("../../../data/models/tiny-gemma.json")),
+    ("tiny-gpt-oss", include_str!("../../../data/models/tiny-gpt-oss.json")),
 ];
 
 impl DecoderConfig {
@@ -200,10 +206,6 @@ impl DecoderConfig {
                     // Gemma 3's checkpoints of 4B and up wrap the text model beside a vision tower.
                     let hint = match t.as_str() {
                         Some("gemma3") => " (Gemma 3's text model is its text_config)",
-                        // llama.cpp runs it (its openai-moe graph); the lab prices none of its parts yet.
-                        Some("gpt_oss") => {
-                            " (gpt-oss: its MXFP4 experts, attention sinks and biases are not priced yet, for llama.cpp either)"
-                        }
                         _ => "",
                     };
                     bad(&format!("model_type {t}: the lab knows {}{hint}", names.join(", ")))
@@ -215,14 +217,19 @@ impl DecoderConfig {
                 let theta = if family == Family::Mixtral { 1e6 } else { 1e4 };
                 obj.insert("rope_theta".into(), theta.into());
             }
-            // A window only Mistral and Gemma 3 use; the others write one that is off
+            // A window only Mistral, Gemma 3 and gpt-oss use; the others write one that is off
             // (use_sliding_window), and their layer_types (checked above) say full attention.
-            if !matches!(family, Family::Mistral | Family::Gemma3) {
+            if !matches!(family, Family::Mistral | Family::Gemma3 | Family::GptOss) {
                 obj.remove("sliding_window");
             }
-            if family != Family::Gemma3 {
+            if !matches!(family, Family::Gemma3 | Family::GptOss) {
                 obj.remove("layer_types");
-            } else {
+            }
+            // gpt-oss's YaRN (checked above) moves no byte llama.cpp allocates.
+            if family == Family::GptOss {
+                obj.remove("rope_scaling");
+            }
+            if family == Family::Gemma3 {
                 // Gemma names its activation `hidden_activation`; its RoPE scaling (linear, in
                 // the global layers of 4B and larger) moves no byte llama.cpp allocates, and no
                 // engine that computes Gemma 3 is the lab's (`computed`).
@@ -329,8 +336,8 @@ impl DecoderConfig {
                 ));
             }
         }
-        if self.model_type == Family::Gemma3 && self.sliding_window.is_none() {
-            return Err("gemma3_text needs its `sliding_window`".into());
+        if matches!(self.model_type, Family::Gemma3 | Family::GptOss) && self.sliding_window.is_none() {
+            return Err(format!("{} needs its `sliding_window`", self.model_type.name()));
         }
         if let Some(dtype) = &self.torch_dtype {
             // The dtypes a checkpoint's weights can be stored in and the lab can read; int8 or
@@ -361,20 +368,24 @@ impl DecoderConfig {
         }
         match self.model_type {
             Family::Gemma3 => windowed_in_pattern(il, self.sliding_window_pattern.unwrap_or(GEMMA3_PATTERN)),
+            Family::GptOss => windowed_in_pattern(il, self.sliding_window_pattern.unwrap_or(GPT_OSS_PATTERN)),
             _ => true,
         }
     }
 
     /// Refused for the lab's own decoder, its estimator and the transformers engine: Gemma 3's
-    /// layers (scaled embedding, four norms a layer, GELU, windows beside global layers) are
-    /// priced for llama.cpp only.
+    /// layers (scaled embedding, four norms a layer, GELU, windows beside global layers) and
+    /// gpt-oss's (sinks, biased experts, windows) are priced for llama.cpp only.
     pub fn computed(&self) -> Result<()> {
-        if self.model_type == Family::Gemma3 {
-            return Err(LabError::input(
-                "gemma3_text: the lab's own decoder does not compute Gemma 3's layers; it prices llama.cpp (--engine llama.cpp) and writes its GGUF (quantize)",
-            ));
-        }
-        Ok(())
+        let parts = match self.model_type {
+            Family::Gemma3 => "Gemma 3's layers",
+            Family::GptOss => "gpt-oss's layers (attention sinks, biased experts)",
+            _ => return Ok(()),
+        };
+        Err(LabError::input(format!(
+            "{}: the lab's own decoder does not compute {parts}; it prices llama.cpp (--engine llama.cpp) and writes its GGUF (quantize)",
+            self.model_type.name()
+        )))
     }
 
     pub fn head_dim(&self) -> usize {
@@ -397,10 +408,12 @@ impl DecoderConfig {
 
     pub fn experts(&self) -> Option<Experts> {
         let width = match self.model_type {
-            Family::Mixtral => self.intermediate_size,
+            Family::Mixtral | Family::GptOss => self.intermediate_size,
             _ => self.moe_intermediate_size?,
         };
-        let renormalize = self.model_type == Family::Mixtral || self.norm_topk_prob.unwrap_or(false);
+        // gpt-oss takes a softmax over the picked experts' logits: their weights sum to 1 too.
+        let renormalize =
+            matches!(self.model_type, Family::Mixtral | Family::GptOss) || self.norm_topk_prob.unwrap_or(false);
         Some(Experts { experts: self.num_experts?, active: self.num_experts_per_tok?, width, renormalize })
     }
 
@@ -470,6 +483,40 @@ mod tests {
         ] {
             assert_eq!(DecoderConfig::preset(preset).unwrap().param_count(), published, "{preset}");
         }
+    }
+
+    /// gpt-oss-20b: the model card's 20.91B parameters and 3.61B active ones (the card counts
+    /// the output layer but not the embedding as active); even layers windowed (128 positions),
+    /// as layer_types and llama.cpp's pattern of 2 say; the lab's decoder refuses it by name.
+    #[test]
+    fn gpt_oss_counts_windows_and_refusal() {
+        let cfg = DecoderConfig::preset("gpt-oss-20b").unwrap();
+        let billions = |n: usize| (n as f64 / 1e7).round() / 100.0;
+        assert_eq!(billions(cfg.param_count()), 20.91);
+        let embedding = cfg.vocab_size * cfg.hidden_size;
+        assert_eq!(billions(cfg.active_param_count() - embedding), 3.61);
+        let windowed: Vec<usize> = (0..24).filter(|&il| cfg.is_swa(il)).collect();
+        assert_eq!(windowed, (0..24).step_by(2).collect::<Vec<_>>());
+        let mut unlisted = cfg.clone();
+        unlisted.layer_types = None;
+        assert!((0..24).all(|il| unlisted.is_swa(il) == cfg.is_swa(il)));
+        assert_eq!(cfg.experts().map(|e| (e.experts, e.active, e.width)), Some((32, 4, 2880)));
+        assert!(cfg.computed().unwrap_err().to_string().contains("gpt_oss"));
+        // What llama.cpp's gpt-oss cannot run is refused by name.
+        let json = include_str!("../../../data/models/gpt-oss-20b.json");
+        for (field, value) in [("swiglu_limit", "8.0"), ("attention_bias", "false"), ("experts_per_token", "2")] {
+            let mut v: serde_json::Value = serde_json::from_str(json).unwrap();
+            v[field] = serde_json::from_str(value).unwrap();
+            let e = DecoderConfig::from_json(&v.to_string(), "t").unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
+        }
+        let mut v: serde_json::Value = serde_json::from_str(json).unwrap();
+        v["quantization_config"]["quant_method"] = "gptq".into();
+        assert!(DecoderConfig::from_json(&v.to_string(), "t").unwrap_err().to_string().contains("quantization_config"));
+        let qwen = include_str!("../../../data/models/tiny.json");
+        let mut v: serde_json::Value = serde_json::from_str(qwen).unwrap();
+        v["swiglu_limit"] = 7.0.into();
+        assert!(DecoderConfig::from_json(&v.to_string(), "t").unwrap_err().to_string().contains("gpt-oss"));
     }
 
     /// Gemma 3: every sixth layer global (5, 11, …, 47 of 48), four norms a layer, heads of 256

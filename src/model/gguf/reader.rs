@@ -64,7 +64,7 @@ impl Gguf {
     }
 
     /// The config from `<arch>.*` metadata (qwen2, qwen3, qwen3moe, llama — Llama, Mistral and,
-    /// with experts, Mixtral); the vocabulary size from the embedding's shape.
+    /// with experts, Mixtral —, gemma3, gpt-oss); the vocabulary size from the embedding's shape.
     pub fn config(&self) -> Result<DecoderConfig> {
         let h = &self.header;
         let arch = h
@@ -78,9 +78,10 @@ impl Gguf {
             ("llama", None) => Family::Llama,
             ("llama", Some(_)) => Family::Mixtral,
             ("gemma3", None) => Family::Gemma3,
+            ("gpt-oss", Some(_)) => Family::GptOss,
             _ => {
                 return Err(LabError::input(format!(
-                    "{}: architecture `{}`, the lab reads qwen2, qwen3, qwen3moe, llama and gemma3",
+                    "{}: architecture `{}`, the lab reads qwen2, qwen3, qwen3moe, llama, gemma3 and gpt-oss",
                     self.path(),
                     arch.escape_debug()
                 )))
@@ -125,9 +126,9 @@ impl Gguf {
             head_dim,
             // Llama 3.1's scaled frequencies travel as a tensor (rope_freqs.weight), read where it is computed.
             rope_scaling: None,
-            // Gemma 3's window; a per-layer pattern other than llama.cpp's default is refused
-            // (the lab does not read GGUF arrays beyond a tokenizer's).
-            sliding_window: (family == Family::Gemma3)
+            // Gemma 3's and gpt-oss's window; a per-layer pattern other than llama.cpp's default
+            // is refused (the lab does not read GGUF arrays beyond a tokenizer's).
+            sliding_window: matches!(family, Family::Gemma3 | Family::GptOss)
                 .then(|| self.md_uint(&key("attention.sliding_window")))
                 .transpose()?,
             sliding_window_pattern: match h.get(&key("attention.sliding_window_pattern")) {
@@ -170,12 +171,12 @@ impl Gguf {
             .fold(0, u64::saturating_add)
     }
 
-    /// The family whose names this file's tensors carry (only Gemma 3's differ).
+    /// The family whose names this file's tensors carry (only Gemma 3's and gpt-oss's differ).
     fn family(&self) -> Family {
-        if self.header.str("general.architecture") == Some("gemma3") {
-            Family::Gemma3
-        } else {
-            Family::Qwen2
+        match self.header.str("general.architecture") {
+            Some("gemma3") => Family::Gemma3,
+            Some("gpt-oss") => Family::GptOss,
+            _ => Family::Qwen2,
         }
     }
 

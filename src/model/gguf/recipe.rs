@@ -25,6 +25,9 @@ pub enum FileType {
     F16,
     #[value(name = "f32")]
     F32,
+    /// MXFP4 for a mixture's experts, Q8_0 for every other matrix (gpt-oss's published GGUF)
+    #[value(name = "mxfp4_moe")]
+    Mxfp4Moe,
 }
 
 impl FileType {
@@ -39,6 +42,7 @@ impl FileType {
             Self::Bf16 => ("BF16", 32, "BF16"),
             Self::F16 => ("F16", 1, "F16"),
             Self::F32 => ("F32", 0, "F32"),
+            Self::Mxfp4Moe => ("MXFP4_MOE", 38, "Q8_0"),
         }
     }
 
@@ -154,6 +158,11 @@ pub fn tensor_type(ftype: FileType, class: ModelClass, t: &Tensor, has_output: b
     let default = ftype.default_type();
     if !default.is_block_quantized() {
         return default;
+    }
+    // MXFP4_MOE: the experts (three dimensions, more than one expert) in MXFP4, the rest Q8_0,
+    // the output layer included.
+    if ftype == FileType::Mxfp4Moe {
+        return if t.ne.get(2).is_some_and(|&n| n > 1) { ty("MXFP4") } else { default };
     }
     let mut new = default;
     let nx = t.ne[0];

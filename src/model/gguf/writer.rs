@@ -3,11 +3,11 @@
 //! nothing larger than one tensor is held (a BF16 7B file is 15 GB).
 
 use crate::error::{LabError, Result};
-use crate::model::config::{windowed_in_pattern, DecoderConfig, Family, GEMMA3_PATTERN};
+use crate::model::config::{windowed_in_pattern, DecoderConfig, Family, GEMMA3_PATTERN, GPT_OSS_PATTERN};
 use crate::model::gguf::header::DEFAULT_ALIGNMENT;
 use crate::model::gguf::recipe::{self, FileType, ModelClass};
 use crate::model::gguf::types::GgmlType;
-use crate::model::gguf::{gguf_groups, gguf_tensors};
+use crate::model::gguf::{gguf_groups, gguf_tensors, Part};
 use crate::model::load::gguf_tokenizer as tokenizer;
 use crate::model::load::weights::WeightSource;
 use crate::model::precision::{ggml_dtype_for, Precision};
@@ -62,11 +62,12 @@ pub fn plan(cfg: &DecoderConfig, file: FileTypes) -> Vec<Planned> {
     named.into_iter().zip(types).map(|((name, ne), ty)| Planned { name, ne, ty }).collect()
 }
 
-/// The `<arch>.*` keys llama.cpp's loader reads (qwen2, qwen3, qwen3moe, llama), `general.*`, and
-/// the tokenizer when there is one. Mistral and Mixtral are llama.cpp's `llama`, as its converter
-/// writes them: without a sliding window (llama.cpp's llama graph has none, so it attends to the
-/// whole cache). Refused: Llama 3.1's scaled RoPE (llama.cpp carries it as a `rope_freqs` tensor
-/// the lab does not write).
+/// The `<arch>.*` keys llama.cpp's loader reads (qwen2, qwen3, qwen3moe, llama, gemma3, gpt-oss),
+/// `general.*`, and the tokenizer when there is one. Mistral and Mixtral are llama.cpp's `llama`, as
+/// its converter writes them: without a sliding window (llama.cpp's llama graph has none, so it
+/// attends to the whole cache). Not written: gpt-oss's YaRN (dropped with its config, it moves no
+/// byte). Refused: Llama 3.1's scaled RoPE (llama.cpp carries it as a `rope_freqs` tensor the lab
+/// does not write).
 pub fn metadata(
     cfg: &DecoderConfig,
     file: FileTypes,
@@ -95,11 +96,17 @@ pub fn metadata(
     if arch == "llama" {
         md.push((key("rope.dimension_count"), u(cfg.head_dim())));
     }
-    // Gemma 3's window, and its pattern where it is not llama.cpp's default for the family.
-    if let (Family::Gemma3, Some(window)) = (cfg.model_type, cfg.sliding_window) {
+    // Gemma 3's and gpt-oss's window, and its pattern where it is not llama.cpp's default for
+    // the family.
+    let default_pattern = match cfg.model_type {
+        Family::Gemma3 => Some(GEMMA3_PATTERN),
+        Family::GptOss => Some(GPT_OSS_PATTERN),
+        _ => None,
+    };
+    if let (Some(default), Some(window)) = (default_pattern, cfg.sliding_window) {
         md.push((key("attention.sliding_window"), u(window)));
-        let pattern = gemma3_pattern(cfg)?;
-        if pattern != GEMMA3_PATTERN {
+        let pattern = swa_pattern(cfg)?;
+        if pattern != default {
             md.push((key("attention.sliding_window_pattern"), u(pattern)));
         }
     }
@@ -206,6 +213,9 @@ pub fn write_header(w: &mut (impl Write + Seek), md: &[(String, Value)], tensors
 
 /// One tensor's values in `ty`, as the bytes the file stores.
 fn encode(dense: &candle_core::Tensor, ty: GgmlType) -> Result<Vec<u8>> {
+    if ty.name == "MXFP4" {
+        return Ok(super::mxfp4::quantize(&dense.flatten_all()?.to_vec1::<f32>()?));
+    }
     let q = ty.candle().ok_or_else(|| LabError::input(format!("the lab cannot write {ty} blocks")))?;
     let qt = if dense.rank() == 2 && ty.is_block_quantized() {
         quantize_rows(dense, q, &Device::Cpu)?
@@ -215,9 +225,9 @@ fn encode(dense: &candle_core::Tensor, ty: GgmlType) -> Result<Vec<u8>> {
     Ok(qt.data()?.into_owned())
 }
 
-/// Gemma 3's windowed layers as one number (`is_swa`'s pattern): `layer_types` that no pattern
-/// gives are refused (the lab writes no per-layer list).
-fn gemma3_pattern(cfg: &DecoderConfig) -> Result<usize> {
+/// The windowed layers as one number (`is_swa`'s pattern): `layer_types` that no pattern gives
+/// are refused (the lab writes no per-layer list).
+fn swa_pattern(cfg: &DecoderConfig) -> Result<usize> {
     let layers = cfg.num_hidden_layers;
     let asked: Vec<bool> = (0..layers).map(|il| cfg.is_swa(il)).collect();
     (1..=layers + 1).find(|&p| asked.iter().enumerate().all(|(il, &swa)| swa == windowed_in_pattern(il, p))).ok_or_else(
@@ -237,6 +247,7 @@ fn gguf_arch(cfg: &DecoderConfig) -> Result<&'static str> {
         Family::Llama if cfg.rope_scaling.is_none() => Ok("llama"),
         Family::Mistral | Family::Mixtral => Ok("llama"),
         Family::Gemma3 => Ok("gemma3"),
+        Family::GptOss => Ok("gpt-oss"),
         other => Err(LabError::input(format!(
             "the lab writes GGUF files without RoPE scaling, not {} with rope_scaling (llama.cpp's convert_hf_to_gguf.py writes those)",
             other.name(),
@@ -244,16 +255,33 @@ fn gguf_arch(cfg: &DecoderConfig) -> Result<&'static str> {
     }
 }
 
-/// One checkpoint tensor's values in `ty`; in a `llama` file (`permuted`) q's and k's rows in
-/// llama.cpp's RoPE order, as its converter writes them.
+/// The values of `dense` a GGUF tensor holds (`Part`): gpt-oss's down_proj transposed, its
+/// gate_up_proj transposed and split into the even (gate) and odd (up) rows.
+fn take(dense: candle_core::Tensor, part: Part) -> Result<candle_core::Tensor> {
+    let n = dense.rank();
+    let t = if n >= 3 && part != Part::Whole { dense.transpose(n - 2, n - 1)?.contiguous()? } else { dense };
+    let odd = match part {
+        Part::Gate => 0,
+        Part::Up => 1,
+        Part::Whole | Part::Transposed => return Ok(t),
+    };
+    let dim = if n >= 3 { n - 2 } else { n - 1 };
+    let dims = t.dims();
+    let split = [&dims[..dim], &[dims[dim] / 2, 2], &dims[dim + 1..]].concat();
+    Ok(t.reshape(split)?.narrow(dim + 1, odd, 1)?.squeeze(dim + 1)?.contiguous()?)
+}
+
+/// One checkpoint tensor's values (the `part` a GGUF tensor takes) in `ty`; in a `llama` file
+/// (`permuted`) q's and k's rows in llama.cpp's RoPE order, as its converter writes them.
 fn encode_spec(
     cfg: &DecoderConfig,
     source: &mut dyn WeightSource,
     spec: &crate::model::config::TensorSpec,
+    part: Part,
     ty: GgmlType,
     permuted: bool,
 ) -> Result<Vec<u8>> {
-    let dense = source.load(spec, Precision::F32, &Device::Cpu)?.dense()?;
+    let dense = take(source.load(spec, Precision::F32, &Device::Cpu)?.dense()?, part)?;
     let bytes = encode(&dense, ty)?;
     if !permuted || !spec.name.ends_with(".weight") {
         return Ok(bytes);
@@ -295,11 +323,11 @@ pub fn write_gguf(
     write_header(&mut w, &md, &tensors)?;
     let specs = cfg.tensor_specs();
     let permuted = gguf_arch(cfg)? == "llama";
-    for ((_, _, held), t) in gguf_groups(cfg).iter().zip(&tensors) {
+    for (g, t) in gguf_groups(cfg).iter().zip(&tensors) {
         // A merged tensor is its experts' rows one after another.
         let mut bytes = Vec::with_capacity(t.bytes() as usize);
-        for &i in held {
-            bytes.extend(encode_spec(cfg, source, &specs[i], t.ty, permuted)?);
+        for &i in &g.held {
+            bytes.extend(encode_spec(cfg, source, &specs[i], g.part, t.ty, permuted)?);
         }
         // The header already gave every offset: a tensor of another size would shift the rest.
         if bytes.len() as u64 != t.bytes() {
