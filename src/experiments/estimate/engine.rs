@@ -62,7 +62,7 @@ pub struct LlamaCppFlags {
     #[arg(long, value_delimiter = ',', value_parser = host_override)]
     #[serde(default)]
     pub override_tensor: Vec<String>,
-    /// --engine llama.cpp: --swa-full, a windowed layer's cache (Gemma 3) as large as the others'
+    /// --engine llama.cpp: --swa-full, a windowed layer's cache (Gemma 3, gpt-oss) as large as the others'
     #[arg(long)]
     #[serde(default)]
     pub swa_full: bool,
