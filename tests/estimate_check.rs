@@ -415,7 +415,8 @@ fn training_steps_within_10_percent() {
 /// micro-batches 128-4096, full and partial offload) and the H100 grid of mixtures and Mistral
 /// v0.1 (`h100/2026-12-06-llamacpp-moe`, 41 launches: experts on the host by `--n-cpu-moe`,
 /// `--cpu-moe`-like and other `-ot` patterns) and of Gemma 3 (`h100/2026-12-06-llamacpp-gemma`, 26
-/// launches: the windowed cache, `--swa-full`). Every buffer within a quarter MiB, quantized caches
+/// launches: the windowed cache, `--swa-full`) and gpt-oss-20b (`h100/2026-12-06-llamacpp-gpt-oss`, 22
+/// launches: MXFP4 experts, sinks, windows every other layer). Every buffer within a quarter MiB, quantized caches
 /// (whose rows llama.cpp rotates by a Hadamard matrix) included.
 #[test]
 fn llamacpp_buffers_of_every_committed_launch() {
@@ -435,6 +436,11 @@ fn llamacpp_buffers_of_every_committed_launch() {
             );
         }
     }
+    // gpt-oss-20b among them: MXFP4 experts on the GPU and the host, host layers whose
+    // attention the sinks send to the GPU.
+    let oss: Vec<_> = l.iter().filter(|x| x.preset == "gpt-oss-20b").collect();
+    assert!(oss.len() >= 20, "{} launches of gpt-oss", oss.len());
+    assert!(oss.iter().any(|x| x.launch.n_cpu_moe.is_some()) && oss.iter().any(|x| x.launch.gpu_layers.is_some()));
     // Gemma 3 among them: its windowed cache, and --swa-full.
     let gemma: Vec<_> = l.iter().filter(|x| x.preset.starts_with("gemma-3")).collect();
     assert!(gemma.len() >= 20 && gemma.iter().any(|x| x.launch.swa_full), "{} launches of Gemma 3", gemma.len());

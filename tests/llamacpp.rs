@@ -197,9 +197,10 @@ fn plan_picks_the_longest_context_that_fits() {
     }
 }
 
-/// The 36 llama-server launches run with `plan --engine llama.cpp`'s flags on emulated RTX 4090
-/// and A4000 cards (20 dense on an H200; 12 of Qwen3-30B-A3B and Mixtral with `--n-cpu-moe` and 4
-/// of Gemma 3 on an H100), every prompt filling the context (`scripts/gpu/llamacpp_serve.sh`):
+/// The 42 llama-server launches run with `plan --engine llama.cpp`'s flags on emulated RTX 4090
+/// and A4000 cards (20 dense on an H200; 12 of Qwen3-30B-A3B and Mixtral with `--n-cpu-moe`, 4
+/// of Gemma 3 and 6 of gpt-oss-20b on 8 GiB, 12 GiB and A4000 cards on an H100), every prompt
+/// filling the context (`scripts/gpu/llamacpp_serve.sh`):
 /// each loaded and answered without running out of memory, the plan's figure is what the
 /// estimator gives today where nothing it counts since changed, the server's own buffers equal the
 /// estimate, and nvidia-smi stays within 64 MiB of it.
@@ -218,10 +219,12 @@ fn every_planned_server_launch_fits_its_card() {
     let mut n = 0;
     let unrotated = |l: &Launch| !l.cache_k.is_quantized() && !l.cache_v.is_quantized();
     let none = |_: &Launch| false;
+    let every = |_: &Launch| true;
     for (dir, same_plan) in [
         (root.join("h200/2026-11-27-llamacpp-server/run-2/launches"), &unrotated as &dyn Fn(&Launch) -> bool),
         (root.join("h100/2026-12-06-llamacpp-moe/server/launches"), &none),
         (root.join("h100/2026-12-06-llamacpp-gemma/server/launches"), &unrotated),
+        (root.join("h100/2026-12-06-llamacpp-gpt-oss/server/launches"), &every),
     ] {
         let csv = std::fs::read_to_string(dir.join("server_launches.csv")).unwrap();
         let mut lines = csv.lines();
@@ -277,5 +280,5 @@ fn every_planned_server_launch_fits_its_card() {
             n += 1;
         }
     }
-    assert_eq!(n, 36);
+    assert_eq!(n, 42);
 }

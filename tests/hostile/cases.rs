@@ -374,7 +374,8 @@ fn configs() -> Vec<Case> {
         // gpt-oss: what llama.cpp's graph does not do is refused by name; the lab's own engine
         // points to llama.cpp's.
         case("config.json", est, "swiglu_limit").file("c.json", {
-            let mut v: serde_json::Value = serde_json::from_str(include_str!("../../data/models/gpt-oss-20b.json")).unwrap();
+            let mut v: serde_json::Value =
+                serde_json::from_str(include_str!("../../data/models/gpt-oss-20b.json")).unwrap();
             v["swiglu_limit"] = 8.0.into();
             json(v)
         }),

@@ -153,8 +153,7 @@ impl Graph {
         let get_rows = !inplace && srcs.len() == 2 && self.tensors[srcs[1]].layout.0 == I32;
         // A mul_mat_id reads the experts' weights first and their ids third; the GPU weighs its
         // tokens, not its rows (an add_id, which reads the ids third too, by its rows).
-        let expert_product =
-            srcs.len() == 3 && self.tensors[srcs[2]].layout.0 == I32 && self.tensors[srcs[0]].weight;
+        let expert_product = srcs.len() == 3 && self.tensors[srcs[2]].layout.0 == I32 && self.tensors[srcs[0]].weight;
         let t = self.push(Tensor {
             srcs: srcs.to_vec(),
             inplace,

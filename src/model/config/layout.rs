@@ -107,7 +107,11 @@ impl DecoderConfig {
         let Some(e) = self.experts() else { return self.param_count() };
         let idle = (e.experts - e.active) * 3 * self.hidden_size * e.width * self.num_hidden_layers;
         // gpt-oss's idle experts' biases too (2 × width for gate and up, hidden for down).
-        let idle = idle + self.model_type.biases() as usize * (e.experts - e.active) * (2 * e.width + self.hidden_size) * self.num_hidden_layers;
+        let idle = idle
+            + self.model_type.biases() as usize
+                * (e.experts - e.active)
+                * (2 * e.width + self.hidden_size)
+                * self.num_hidden_layers;
         self.param_count() - idle
     }
 }
