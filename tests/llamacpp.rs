@@ -182,7 +182,7 @@ fn plan_picks_the_longest_context_that_fits() {
     let budget = vram_lab::hw::Card::parse("rtx4090").unwrap().total_bytes() - (256 << 20);
     assert!(ctx > 4096 && need(ctx) <= budget && need(ctx + 256) > budget, "{ctx}");
     for (extra, needle) in [
-        (vec!["--cards", "24GiB,24GiB"], "--cards is not planned for --engine llama.cpp"),
+        (vec!["--cards", "24GiB"], "--cards names two cards or more"),
         (
             vec!["--engine", "lab", "--margin-mib", "512"],
             "--margin-mib and --gguf-types are flags of --engine llama.cpp",
@@ -281,4 +281,102 @@ fn every_planned_server_launch_fits_its_card() {
         }
     }
     assert_eq!(n, 42);
+}
+
+/// Over two GPUs (`--cards`, llama.cpp's `-sm layer`): one row per GPU and the host in
+/// `estimate_llamacpp_devices.csv`, the GPUs' model and KV buffers adding up to one GPU's, the
+/// layers moved by `--ts`; `--ts` and `--cards` that disagree, and `--ts` without llama.cpp, refused.
+#[test]
+fn estimate_over_two_gpus_per_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let out = tmp.path().join(name);
+        let args = [
+            &["estimate", "--engine", "llama.cpp", "--model", "synthetic:qwen2.5-14b", "--seq", "8192"][..],
+            extra,
+            &["--out", out.to_str().unwrap()],
+        ]
+        .concat();
+        let o = lab(&args);
+        assert!(o.status.success(), "{}", text(&o));
+        let t = std::fs::read_to_string(out.join("estimate/estimate_llamacpp_devices.csv")).unwrap();
+        t.lines().skip(1).map(|l| l.split(',').map(str::to_string).collect::<Vec<_>>()).collect::<Vec<_>>()
+    };
+    let one = run("one", &[]);
+    assert_eq!(one.iter().map(|r| r[1].as_str()).collect::<Vec<_>>(), ["cuda0", "host"]);
+    let two = run("two", &["--cards", "rtx4090,rtx4090"]);
+    assert_eq!(two.iter().map(|r| r[1].as_str()).collect::<Vec<_>>(), ["cuda0", "cuda1", "host"]);
+    let f = |r: &[String], c: usize| r[c].parse::<f64>().unwrap();
+    for c in [2, 3] {
+        assert!((f(&two[0], c) + f(&two[1], c) - f(&one[0], c)).abs() < 0.01, "column {c}");
+    }
+    assert!(two[..2].iter().all(|r| f(r, 5) > f(r, 2) + f(r, 3) + f(r, 4)));
+    // Three shares to one: cuda0 holds about three quarters of the 48 layers' cache.
+    let skew = run("skew", &["--cards", "rtx4090,rtx4090", "--ts", "3,1"]);
+    let share = f(&skew[0], 3) / (f(&skew[0], 3) + f(&skew[1], 3));
+    assert!((0.7..0.8).contains(&share), "{share}");
+    for (extra, needle) in [
+        (&["--engine", "llama.cpp", "--cards", "rtx4090,rtx4090", "--ts", "1,2,3"][..], "3 shares for 2 cards"),
+        (&["--ts", "1,1"][..], "--ts is a flag of --engine llama.cpp"),
+        (&["--engine", "llama.cpp", "--ts", "1,-1"][..], "a share is a number of 0 or more"),
+    ] {
+        let o = lab(&[&["estimate", "--model", "synthetic:tiny"][..], extra].concat());
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(needle) && !t.contains("panicked"), "{extra:?}:\n{t}");
+    }
+}
+
+/// `plan --engine llama.cpp --cards 12GiB,8GiB`: every layer on the two cards, each card's need
+/// within it less the margin, what the estimate gives for the printed `-ts`; and a context at least
+/// as long as llama.cpp's default split (each card's free memory) reaches.
+#[test]
+fn plan_over_two_cards_balances_the_split() {
+    use clap::ValueEnum;
+    use vram_lab::estimate::llamacpp::{mmq_weights, process};
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("p");
+    let o = lab(&[
+        "plan",
+        "--engine",
+        "llama.cpp",
+        "--model",
+        "synthetic:llama-3.1-8b",
+        "--gguf-types",
+        "bf16",
+        "--cards",
+        "12GiB,8GiB",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = std::fs::read_to_string(out.join("plan/plan_llamacpp_cards.csv")).unwrap();
+    let rows: Vec<Vec<String>> = t.lines().skip(1).map(|l| l.split(',').map(str::to_string).collect()).collect();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let cfg = DecoderConfig::preset("llama-3.1-8b").unwrap();
+    let tensors = plan(&cfg, FileTypes::Llama(FileType::Bf16));
+    for pair in rows.chunks(2) {
+        let ctx: usize = pair[0][3].parse().unwrap();
+        let flags = pair[0][6..].join(",");
+        let ts: Vec<f64> =
+            flags.split("-ts ").nth(1).unwrap().trim_end_matches('"').split(',').map(|x| x.parse().unwrap()).collect();
+        let cache = CacheType::from_str(&pair[0][1], true).unwrap();
+        let l = Launch { ctx, cache_k: cache, cache_v: cache, outputs: Some(1), tensor_split: ts, ..Launch::default() };
+        let needs = |l: &Launch| -> Vec<f64> {
+            let beyond = process::beyond(&cfg, l, mmq_weights(&tensors), l.ctx as u64).total();
+            let m = memory(&cfg, &tensors, l).unwrap();
+            assert!(m.pipeline);
+            m.gpus.iter().map(|b| (b.total() + beyond) as f64 / 1048576.0).collect()
+        };
+        let n = needs(&l);
+        for (d, row) in pair.iter().enumerate() {
+            let (need, card): (f64, f64) = (row[4].parse().unwrap(), row[5].parse().unwrap());
+            assert!(need <= card - 256.0, "{row:?}");
+            assert!((need - n[d]).abs() < 0.01, "{row:?}: the estimate says {}", n[d]);
+        }
+        // llama.cpp's default split over the same cards, one cell step further, does not fit both.
+        let context = process::CONTEXT as f64 / 1048576.0;
+        let default = Launch { ctx: ctx + 256, tensor_split: vec![12288.0 - context, 8192.0 - context], ..l };
+        let over = needs(&default).iter().zip([12288.0 - 256.0, 8192.0 - 256.0]).any(|(n, cap)| *n > cap);
+        assert!(over, "the default split reaches past {ctx}");
+    }
 }

@@ -243,30 +243,8 @@ pub fn shares_by_memory(cards: &[crate::hw::Card], runtime: u64) -> Vec<f64> {
 /// `i / (layers + 1)`. Returns each GPU's layers (first..last, maybe none) and the output's GPU.
 /// llama.cpp's `-ts` gives the shares; without it, each GPU's free memory.
 pub fn llamacpp_split(layers: usize, shares: &[f64]) -> Result<(Vec<(usize, usize)>, usize)> {
-    if shares.is_empty() || shares.iter().any(|s| !s.is_finite() || *s < 0.0) || shares.iter().sum::<f64>() <= 0.0 {
-        return Err(LabError::input(format!("a split of {shares:?}: each share at least 0, not all 0")));
-    }
-    let sum: f32 = shares.iter().map(|&s| s as f32).sum();
-    // llama.cpp sums the shares in f32: 1e300 is finite here and infinite there (every layer
-    // would land on one card), so the split must hold in f32 too.
-    if !sum.is_finite() || sum <= 0.0 {
-        return Err(LabError::input(format!(
-            "a split of {shares:?}: its sum is not a finite positive f32 (llama.cpp adds the shares in f32)"
-        )));
-    }
-    let mut acc = 0f32;
-    let cumulative: Vec<f32> = shares
-        .iter()
-        .map(|&s| {
-            acc += s as f32;
-            acc / sum
-        })
-        .collect();
-    let slots = (layers + 1) as f32;
-    let gpu_of = |slot: usize| {
-        let x = slot as f32 / slots;
-        cumulative.iter().position(|&c| c > x).unwrap_or(shares.len() - 1)
-    };
+    let devices = super::llamacpp::devices::layer_devices(layers, layers + 1, shares)?;
+    let gpu_of = |slot: usize| devices[slot].unwrap_or(shares.len() - 1);
     let mut ranges = vec![(0, 0); shares.len()];
     let mut first = 0;
     for (g, range) in ranges.iter_mut().enumerate() {

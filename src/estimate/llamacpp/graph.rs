@@ -7,10 +7,18 @@
 
 use crate::model::config::{DecoderConfig, Experts, Family};
 
+/// The scheduler's backends in its order of priority: the GPUs from 0 (the first takes what op
+/// offload moves off the host), then the host, last.
+pub const MAX_GPUS: usize = 16;
 pub const GPU: usize = 0;
-pub const CPU: usize = 1;
+pub const CPU: usize = MAX_GPUS;
 /// Not yet assigned to a backend (`sched::assign` assigns every node).
-pub const UNSET: usize = 2;
+pub const UNSET: usize = MAX_GPUS + 1;
+
+/// Whether `backend` is one of the GPUs.
+pub fn is_gpu(backend: usize) -> bool {
+    backend < CPU
+}
 
 /// One tensor of the graph: a node, an input, or an external (a weight, the KV cache).
 #[derive(Clone, Debug)]
@@ -92,8 +100,8 @@ pub struct Fusion {
 }
 
 /// What shapes the reserved graph: the micro-batch, the KV cells, attention's path, the cache's
-/// types (their bytes per value), and which layers run on the GPU (each weight's own place comes
-/// with its bytes: `WeightBytes`).
+/// types (their bytes per value), and which device each layer runs on (each weight's own place
+/// comes with its bytes: `WeightBytes`).
 pub struct Shape {
     pub tokens: u64,
     /// The rows the last layer keeps (`n_outputs` of the reserve: every token for
@@ -112,7 +120,8 @@ pub struct Shape {
     /// (`llama_kv_cache`'s `attn_rot_k`, `attn_rot_v`); 0 for none.
     pub k_rot: u64,
     pub v_rot: u64,
-    pub first_gpu_layer: usize,
+    /// Each layer's backend, the output layer's last (`devices::layer_devices`).
+    pub layer_backend: Vec<usize>,
 }
 
 const F32: u32 = 0;
@@ -350,7 +359,7 @@ pub fn build(cfg: &DecoderConfig, s: &Shape, weight: WeightBytes) -> Graph {
     let out_ids = g.input(I32, [no, 1, 1]);
 
     for il in 0..layers {
-        let b = if il >= s.first_gpu_layer { GPU } else { CPU };
+        let b = s.layer_backend[il];
         let w = |g: &mut Graph, name: &str| {
             let (home, bytes) = weight(il, name);
             g.weight(home, bytes)

@@ -1,13 +1,15 @@
 //! The memory llama.cpp takes for a GGUF (`--engine llama.cpp`), per device and term by term as
 //! it allocates it: the model buffers (`llama_model::load_tensors`: the input layer on the host,
-//! the last `-ngl` layers and the output on the GPU, each tensor padded as the CUDA buffer type
-//! pads it, the tensors `-ot`, `--cpu-moe` and `--n-cpu-moe` name on the host), the KV cache
+//! the last `-ngl` layers and the output on the GPU, or over several GPUs by `-ts` (`devices`),
+//! each tensor padded as the CUDA buffer type pads it, the tensors `-ot`, `--cpu-moe` and
+//! `--n-cpu-moe` name on the host), the KV cache
 //! (`llama_kv_cache`: `-c` rounded up to 256 cells, each layer on its layer's device, in
 //! `-ctk`/`-ctv`), and the compute buffers (`graph`, `alloc`: ggml's allocator
 //! replayed over the graph llama.cpp reserves). Source read: llama.cpp as
 //! `scripts/reference/llama_memory.sh` builds it.
 
 pub mod alloc;
+pub mod devices;
 pub mod graph;
 pub mod process;
 pub mod sched;
@@ -93,6 +95,9 @@ pub struct Launch {
     /// `--swa-full`: a windowed layer's cache as large as the others'.
     #[serde(default)]
     pub swa_full: bool,
+    /// `-ts`, one share a GPU (`--split-mode layer`); empty for one GPU.
+    #[serde(default)]
+    pub tensor_split: Vec<f64>,
 }
 
 impl Default for Launch {
@@ -110,6 +115,7 @@ impl Default for Launch {
             cpu_moe: false,
             host_tensors: Vec::new(),
             swa_full: false,
+            tensor_split: Vec::new(),
         }
     }
 }
@@ -132,6 +138,10 @@ impl Launch {
         }
         if self.swa_full {
             host += " --swa-full";
+        }
+        if self.tensor_split.len() > 1 {
+            let shares: Vec<String> = self.tensor_split.iter().map(|s| s.to_string()).collect();
+            host += &format!(" -sm layer -ts {}", shares.join(","));
         }
         format!(
             "-c {} -ngl {ngl} -fa {} -ctk {} -ctv {} -b {} -ub {}{slots}{host}",
@@ -183,11 +193,17 @@ impl Buffers {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Memory {
+    /// Every GPU's buffers together (the one GPU's, for one).
     pub gpu: Buffers,
+    /// Each GPU's, in `-ts` order (`cuda0`, `cuda1`, …).
+    pub gpus: Vec<Buffers>,
     pub host: Buffers,
-    /// Repeating layers on the GPU, and whether the output layer is.
+    /// Repeating layers on the GPUs, and whether the output layer is on one.
     pub gpu_layers: usize,
     pub output_on_gpu: bool,
+    /// Pipeline parallelism: several GPUs holding every layer, each split's inputs kept in
+    /// `PIPELINE_COPIES` copies.
+    pub pipeline: bool,
     /// KV cells (`-c` rounded up to 256) and the reserved micro-batch.
     pub cells: u64,
     /// The windowed layers' cells (Gemma 3), when there are any.
@@ -195,6 +211,9 @@ pub struct Memory {
     pub tokens: u64,
 }
 
+/// The copies ggml's scheduler keeps of each split's inputs under pipeline parallelism
+/// (`GGML_SCHED_MAX_COPIES`).
+const PIPELINE_COPIES: u64 = 4;
 /// CUDA buffers align every tensor to 128 B (`ggml_backend_cuda_buffer_type_get_alignment`).
 const CUDA_ALIGNMENT: u64 = 128;
 /// A quantized matrix's rows are padded to 512 values on the GPU (`MATRIX_ROW_PADDING`).
@@ -240,7 +259,7 @@ fn layer_of(name: &str, layers: usize) -> Option<usize> {
 /// The MMA flash-attention kernel reads a quantized cache through F16 copies it makes inside its
 /// output's allocation (`ggml_cuda_flash_attn_ext_get_alloc_size`): on the GPU only.
 fn flash_copies_on_gpu(g: &mut graph::Graph, s: &graph::Shape) {
-    for t in g.tensors.iter_mut().filter(|t| t.fa_cells > 0 && t.backend == graph::GPU) {
+    for t in g.tensors.iter_mut().filter(|t| t.fa_cells > 0 && graph::is_gpu(t.backend)) {
         if s.k_quantized {
             t.size = pad(t.size, CUDA_ALIGNMENT) + 2 * t.fa_cells;
         }
@@ -269,22 +288,28 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     }
     let layers = cfg.num_hidden_layers;
     let ngl = l.gpu_layers.unwrap_or(layers + 1).min(layers + 1);
-    let first_gpu_layer = layers + 1 - ngl;
-    let on_gpu = |layer: Option<usize>| layer.is_some_and(|i| i >= first_gpu_layer);
+    let n_gpus = l.tensor_split.len().max(1);
+    if n_gpus > graph::MAX_GPUS {
+        return Err(LabError::input(format!("-ts names {n_gpus} GPUs; the lab prices up to {}", graph::MAX_GPUS)));
+    }
+    let shares = if l.tensor_split.is_empty() { vec![1.0] } else { l.tensor_split.clone() };
+    // Each layer's backend, the output layer's last: a GPU's index, or the host.
+    let slots: Vec<usize> =
+        devices::layer_devices(layers, ngl, &shares)?.into_iter().map(|d| d.unwrap_or(graph::CPU)).collect();
+    let home_of = |layer: Option<usize>| layer.map_or(graph::CPU, |i| slots[i]);
     let kept_on_host = l.host_rule()?;
 
-    let mut gpu = Buffers::default();
+    let mut gpus = vec![Buffers::default(); n_gpus];
     let mut host = Buffers::default();
     // Each layer's weight by its short name: where it lives, and its bytes in a CUDA buffer (what
-    // it takes there, or what a copy onto the GPU takes).
+    // it takes there, or what a copy onto a GPU takes).
     let mut weight = std::collections::HashMap::new();
     for t in tensors {
         let layer = layer_of(&t.name, layers);
-        let home = if on_gpu(layer) && !kept_on_host(&t.name, layer) { graph::GPU } else { graph::CPU };
-        if home == graph::GPU {
-            gpu.model += cuda_alloc(t);
-        } else {
-            host.model += t.bytes();
+        let home = if kept_on_host(&t.name, layer) { graph::CPU } else { home_of(layer) };
+        match gpus.get_mut(home) {
+            Some(g) => g.model += cuda_alloc(t),
+            None => host.model += t.bytes(),
         }
         if let Some(i) = layer {
             let short = t.name.trim_start_matches(&format!("blk.{i}.")).trim_end_matches(".weight");
@@ -294,10 +319,9 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     // A tied head: llama.cpp loads the token embedding a second time as the output layer.
     if !tensors.iter().any(|t| t.name == "output.weight") {
         if let Some(embd) = tensors.iter().find(|t| t.name == "token_embd.weight") {
-            let home =
-                if on_gpu(Some(layers)) && !kept_on_host("output.weight", None) { graph::GPU } else { graph::CPU };
-            if home == graph::GPU {
-                gpu.model += cuda_alloc(embd);
+            let home = if kept_on_host("output.weight", None) { graph::CPU } else { slots[layers] };
+            if let Some(g) = gpus.get_mut(home) {
+                g.model += cuda_alloc(embd);
             }
             weight.insert((layers, "output".into()), (home, cuda_alloc(embd)));
         }
@@ -312,13 +336,11 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     };
     let kv = cfg.kv_dim() as u64;
     let (k_row, v_row) = (type_bytes(l.cache_k.ggml(), kv), type_bytes(l.cache_v.ggml(), kv));
-    let gpu_layers = layers - first_gpu_layer.min(layers);
     for il in 0..layers {
         let c = cells_of(il);
-        if il >= first_gpu_layer {
-            gpu.context += pad(k_row * c, CUDA_ALIGNMENT) + pad(v_row * c, CUDA_ALIGNMENT);
-        } else {
-            host.context += (k_row + v_row) * c;
+        match gpus.get_mut(slots[il]) {
+            Some(g) => g.context += pad(k_row * c, CUDA_ALIGNMENT) + pad(v_row * c, CUDA_ALIGNMENT),
+            None => host.context += (k_row + v_row) * c,
         }
     }
 
@@ -335,20 +357,40 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
         v_quantized: l.cache_v.is_quantized(),
         k_rot: rotation(l.cache_k, cfg.head_dim() as u64, true),
         v_rot: rotation(l.cache_v, cfg.head_dim() as u64, false),
-        first_gpu_layer,
+        layer_backend: slots.clone(),
     };
-    let layer_home = |i: usize| if on_gpu(Some(i)) { graph::GPU } else { graph::CPU };
-    let bytes = |i: usize, name: &str| weight.get(&(i, name.to_string())).copied().unwrap_or((layer_home(i), 0));
+    let bytes = |i: usize, name: &str| weight.get(&(i, name.to_string())).copied().unwrap_or((slots[i], 0));
     let mut g = graph::build(cfg, &shape, &bytes);
     sched::assign(&mut g);
     sched::keep_fused(&mut g);
     flash_copies_on_gpu(&mut g, &shape);
-    let g = sched::with_copies(g);
-    let high = alloc::reserve(&g, 2, CUDA_ALIGNMENT);
+    // Pipeline parallelism (`llama_context`): several GPUs holding every layer and the output,
+    // nothing overridden onto the host.
+    let overridden = l.cpu_moe || l.n_cpu_moe.is_some_and(|n| n > 0) || !l.host_tensors.is_empty();
+    let pipeline = n_gpus > 1 && ngl > layers && !overridden;
+    let g = sched::with_copies(g, if pipeline { PIPELINE_COPIES } else { 1 }, CUDA_ALIGNMENT);
+    let high = alloc::reserve(&g, graph::CPU + 1, CUDA_ALIGNMENT);
     // Even with -ngl 0 a CUDA build offloads the prompt's large products (op offload).
-    gpu.compute = high[graph::GPU];
+    for (d, b) in gpus.iter_mut().enumerate() {
+        b.compute = high[d];
+    }
     host.compute = high[graph::CPU];
-    Ok(Memory { gpu, host, gpu_layers, output_on_gpu: on_gpu(Some(layers)), cells, swa_cells, tokens })
+    let gpu = gpus.iter().fold(Buffers::default(), |a, b| Buffers {
+        model: a.model + b.model,
+        context: a.context + b.context,
+        compute: a.compute + b.compute,
+    });
+    Ok(Memory {
+        gpu,
+        gpus,
+        host,
+        gpu_layers: slots[..layers].iter().filter(|&&b| graph::is_gpu(b)).count(),
+        output_on_gpu: graph::is_gpu(slots[layers]),
+        pipeline,
+        cells,
+        swa_cells,
+        tokens,
+    })
 }
 
 /// The side of the Hadamard matrix llama.cpp rotates a quantized cache's rows by (`llama_kv_cache`:
@@ -548,6 +590,36 @@ mod tests {
         let part = memory(&cfg, &t, &l).unwrap();
         let full_layer_kv = 2 * 2 * 8 * 64 * 65536;
         assert!(part.gpu.compute >= full_layer_kv, "{} < {full_layer_kv}", part.gpu.compute);
+    }
+
+    /// Two GPUs as `-sm layer -ts 1,1` places Qwen2.5-7B: layers 0-14 on cuda0, 15-27 and the
+    /// output on cuda1, each layer's cache with it; the buffers of one GPU split between them.
+    /// With every layer on the GPUs llama.cpp runs a pipeline, keeping 4 copies of each split's
+    /// inputs: cuda1's compute buffer holds at least 3 more copies of the hidden state it receives
+    /// (512 tokens × 3,584 × 4 B) than with an override, which turns the pipeline off.
+    #[test]
+    fn two_gpus_split_the_layers_and_keep_pipeline_copies() {
+        let (cfg, t) = qwen7b(FileType::Q4KM);
+        let one = memory(&cfg, &t, &Launch::default()).unwrap();
+        let two = Launch { tensor_split: vec![1.0, 1.0], ..Launch::default() };
+        let m = memory(&cfg, &t, &two).unwrap();
+        assert_eq!(m.gpus.len(), 2);
+        assert!(m.pipeline && !one.pipeline);
+        assert_eq!(m.gpu.model, one.gpu.model);
+        assert_eq!(m.gpu.context, one.gpu.context);
+        assert_eq!(m.gpus[0].context * 13, m.gpus[1].context * 15);
+        let output = t.iter().find(|x| x.name == "output.weight").map(cuda_alloc).unwrap();
+        assert!(m.gpus[1].model > output && m.gpus[0].model + output > m.gpus[1].model);
+        let plain = Launch { host_tensors: vec!["nothing_matches".into()], ..two.clone() };
+        let p = memory(&cfg, &t, &plain).unwrap();
+        assert!(!p.pipeline);
+        let hidden = 512 * 3584 * 4;
+        assert!(m.gpus[1].compute >= p.gpus[1].compute + 3 * hidden, "{} vs {}", m.gpus[1].compute, p.gpus[1].compute);
+        // -ngl 10 over two GPUs: no pipeline, the first 19 layers' caches on the host.
+        let part = memory(&cfg, &t, &Launch { gpu_layers: Some(10), ..two }).unwrap();
+        assert!(!part.pipeline);
+        assert_eq!(part.gpu_layers, 9);
+        assert_eq!(part.gpus[0].context + part.gpus[1].context, one.gpu.context * 9 / 28);
     }
 
     /// A quantized K cache rotates by the largest power of two from 64 that divides the head, a

@@ -2,13 +2,13 @@
 //! node runs on, and the copies it makes where a node reads another backend's tensor, each
 //! allocated at the start of the run of nodes that needs it.
 
-use super::graph::{Graph, Tensor, CPU, GPU, UNSET};
+use super::graph::{is_gpu, Graph, Tensor, CPU, GPU, UNSET};
 
 /// ggml's scheduler's backend for each node (`ggml_backend_sched_split_graph`, passes 1, 2 and
-/// 5): a node reading a weight runs where the weight is, or on the GPU when the weight is on the
-/// host and the node handles at least 32 rows (op offload: `Tensor::batch`); one writing or
-/// viewing the cache runs where the cache is; the rest, views aside, take the GPU from a
-/// neighbour (down, then up), then any neighbour's backend; a view runs where what it views does.
+/// 5): a node reading a weight runs where the weight is, or on the first GPU when the weight is on
+/// the host and the node handles at least 32 rows (op offload: `Tensor::batch`); one writing or
+/// viewing the cache runs where the cache is; the rest, views aside, take a GPU from a neighbour
+/// (down, then up), then any neighbour's backend; a view runs where what it views does.
 pub fn assign(g: &mut Graph) {
     let nodes = g.nodes.clone();
     let root = |g: &Graph, i: usize| g.tensors[i].view_of.unwrap_or(i);
@@ -49,13 +49,14 @@ pub fn assign(g: &mut Graph) {
     }
 }
 
-/// The CUDA backend's fusions (`Graph::fusions`) whose nodes all run on the GPU: after `until`,
+/// The CUDA backend's fusions (`Graph::fusions`) whose nodes all run on one GPU: after `until`,
 /// a node that reads every kept tensor and holds no bytes (ggml-backend's dependency node, op
 /// NONE), so none is freed or written over in place before it.
 pub fn keep_fused(g: &mut Graph) {
     let fusions = std::mem::take(&mut g.fusions);
     for f in &fusions {
-        if !f.nodes.iter().chain([&f.until]).all(|&i| g.tensors[i].backend == GPU) {
+        let b = g.tensors[f.until].backend;
+        if !is_gpu(b) || !f.nodes.iter().all(|&i| g.tensors[i].backend == b) {
             continue;
         }
         let Some(at) = g.nodes.iter().position(|&n| n == f.until) else { continue };
@@ -65,7 +66,7 @@ pub fn keep_fused(g: &mut Graph) {
             srcs: f.kept.clone(),
             view_of: Some(root),
             dep: true,
-            ..g.tensors[f.kept[0]].detached(GPU)
+            ..g.tensors[f.kept[0]].detached(b)
         };
         g.tensors.push(dep);
         g.nodes.insert(at + 1, g.tensors.len() - 1);
@@ -77,7 +78,12 @@ pub fn keep_fused(g: &mut Graph) {
 /// any node reads it; host weights of a node offloaded to the GPU too). A node reading another
 /// backend's weight starts a new run when the current one already has copies, so the last
 /// weight's copy is freed before the next is made.
-pub fn with_copies(mut g: Graph) -> Graph {
+///
+/// With pipeline parallelism (`n_copies` > 1: llama.cpp over several GPUs with every layer on them)
+/// the scheduler keeps `n_copies` of every copy, allocated before the graph's first node and never
+/// freed (`ggml_backend_sched_split_graph`: input and output flags on each), so that one micro-batch's
+/// split can run while the next one's inputs arrive.
+pub fn with_copies(mut g: Graph, n_copies: u64, alignment: u64) -> Graph {
     let mut out: Vec<usize> = Vec::with_capacity(g.nodes.len());
     let mut copies: std::collections::HashMap<(usize, usize), usize> = Default::default();
     // The current run: its backend, its copies (each after its dependency), its nodes.
@@ -113,7 +119,11 @@ pub fn with_copies(mut g: Graph) -> Graph {
                         ..g.tensors[s].detached(from)
                     };
                     g.tensors.push(dep);
-                    let t = g.tensors[s].detached(backend);
+                    let mut t = g.tensors[s].detached(backend);
+                    if n_copies > 1 {
+                        t.size = t.size.next_multiple_of(alignment) * (n_copies - 1) + t.size;
+                        (t.input, t.output) = (true, true);
+                    }
                     g.tensors.push(t);
                     let c = g.tensors.len() - 1;
                     run_copies.extend([c - 1, c]);

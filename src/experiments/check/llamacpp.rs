@@ -149,13 +149,17 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
             }
             strings(&df, name)
         };
-        let (ncmoe, ot, swa) = (optional("ncmoe")?, optional("ot")?, optional("swa")?);
+        let (ncmoe, ot, swa, ts) = (optional("ncmoe")?, optional("ot")?, optional("swa")?, optional("ts")?);
         let file = f.strip_prefix(root).unwrap_or(&f).display().to_string();
         for i in 0..df.height() {
             if rc[i] != 0.0 {
                 continue;
             }
             let bad = |what: &str| LabError::input(format!("{file} row {}: {what}", i + 1));
+            // One GPU's buffer lines are read; a launch over several is not checked yet.
+            if !ts[i].is_empty() {
+                return Err(bad("-ts: launches over several GPUs are not checked yet"));
+            }
             let cache = |s: &str| CacheType::from_str(s, true).map_err(|_| bad(&format!("cache type {s}")));
             let count = |x: f64| (x.is_finite() && x >= 0.0 && x <= u32::MAX as f64).then_some(x as usize);
             let launch = Launch {
@@ -175,6 +179,7 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
                 cpu_moe: false,
                 host_tensors: Some(&ot[i]).filter(|s| !s.is_empty()).cloned().into_iter().collect(),
                 swa_full: swa[i] == "full",
+                tensor_split: vec![],
             };
             let ftype = FileType::from_str(&ty[i], true).map_err(|_| bad(&format!("type {}", ty[i])))?;
             let id = count(id[i]).ok_or_else(|| bad("id"))?;

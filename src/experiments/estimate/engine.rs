@@ -1,7 +1,7 @@
 //! `estimate --engine llama.cpp`: what llama.cpp allocates for the same model, per device and
 //! term by term (`crate::estimate::llamacpp`), for the file's own types or llama-quantize's.
 
-use super::tables::{col, LLAMACPP};
+use super::tables::{col, LLAMACPP, LLAMACPP_DEVICES};
 use crate::error::{LabError, Result};
 use crate::estimate::llamacpp::{self, process, CacheType, Launch};
 use crate::limits;
@@ -66,6 +66,40 @@ pub struct LlamaCppFlags {
     #[arg(long)]
     #[serde(default)]
     pub swa_full: bool,
+    /// --engine llama.cpp: -ts, each GPU's share of the layers (`--split-mode layer`; with --cards
+    /// one per card, whose free memory is the default share)
+    #[arg(long, value_delimiter = ',', value_parser = share)]
+    #[serde(default)]
+    pub ts: Vec<f64>,
+}
+
+fn share(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("-ts {s:?}: a share is a number of 0 or more")),
+    }
+}
+
+/// The layers' shares over the GPUs of `cards` (llama.cpp's `-ts`): `ts` as given, else each
+/// card's memory less its CUDA context, as llama.cpp splits by the free memory it finds.
+pub fn split(cards: &[String], ts: &[f64]) -> Result<Vec<f64>> {
+    if cards.is_empty() {
+        if ts.len() < 2 {
+            return Err(LabError::input("--ts gives one share per GPU: two or more (or --cards)"));
+        }
+        return Ok(ts.to_vec());
+    }
+    if cards.len() < 2 {
+        return Err(LabError::input("--cards names two cards or more (for one card, --card)"));
+    }
+    if !ts.is_empty() && ts.len() != cards.len() {
+        return Err(LabError::input(format!("--ts gives {} shares for {} cards", ts.len(), cards.len())));
+    }
+    let cards = cards.iter().map(|n| crate::hw::Card::parse(n)).collect::<Result<Vec<_>>>()?;
+    if !ts.is_empty() {
+        return Ok(ts.to_vec());
+    }
+    Ok(cards.iter().map(|c| c.total_bytes().saturating_sub(process::CONTEXT) as f64 / 1048576.0).collect())
 }
 
 /// One `-ot PATTERN=BUFFER`: its pattern when the buffer is the host's; other buffers (a GPU's,
@@ -96,6 +130,7 @@ impl Default for LlamaCppFlags {
             cpu_moe: false,
             override_tensor: Vec::new(),
             swa_full: false,
+            ts: Vec::new(),
         }
     }
 }
@@ -149,6 +184,7 @@ pub fn launch(c: &LlamaCppFlags, seq: usize, others: &[(&str, bool)]) -> Result<
         ("--cpu-moe", c.cpu_moe),
         ("--override-tensor", !c.override_tensor.is_empty()),
         ("--swa-full", c.swa_full),
+        ("--ts", !c.ts.is_empty()),
         ("--gguf-types", c.gguf_types != LlamaCppFlags::default().gguf_types),
     ];
     if c.engine != Engine::LlamaCpp {
@@ -186,6 +222,7 @@ pub fn launch(c: &LlamaCppFlags, seq: usize, others: &[(&str, bool)]) -> Result<
         cpu_moe: c.cpu_moe,
         host_tensors: c.override_tensor.clone(),
         swa_full: c.swa_full,
+        tensor_split: vec![],
     }))
 }
 
@@ -233,12 +270,39 @@ pub fn llamacpp(
         )),
         None => {}
     }
-    // (what, device, its buffers) per row.
+    // (what, device, its buffers) per row; (what, device, its buffers, nvidia-smi's figure) per device.
     let mut rows: Vec<(String, &str, llamacpp::Buffers)> = Vec::new();
+    let mut devices: Vec<(String, String, llamacpp::Buffers, Option<f64>)> = Vec::new();
     let mut out = StageOutput::default();
     for (what, tensors) in &priced {
         let m = llamacpp::memory(cfg, tensors, l)?;
         rows.extend([("gpu", m.gpu), ("host", m.host)].map(|(device, b)| (what.clone(), device, b)));
+        // Each GPU runs a CUDA context, cuBLAS and a scratch pool of its own: the one-GPU figures.
+        let beyond = process::beyond(cfg, l, llamacpp::mmq_weights(tensors), l.ctx as u64).total();
+        for (d, b) in m.gpus.iter().enumerate() {
+            devices.push((what.clone(), format!("cuda{d}"), *b, Some(mib(b.total() + beyond))));
+        }
+        devices.push((what.clone(), "host".into(), m.host, None));
+        if m.gpus.len() > 1 {
+            let each: Vec<String> = m
+                .gpus
+                .iter()
+                .enumerate()
+                .map(|(d, b)| {
+                    format!(
+                        "cuda{d} {:.0} MiB ({:.0} as nvidia-smi would list it)",
+                        mib(b.total()),
+                        mib(b.total() + beyond)
+                    )
+                })
+                .collect();
+            s.say(format!(
+                "llama.cpp over {} GPUs ({what}): {}{}; not yet measured on several GPUs (docs/llamacpp.md)",
+                m.gpus.len(),
+                each.join(", "),
+                if m.pipeline { "; each split's inputs kept in 4 copies (pipeline parallelism)" } else { "" },
+            ));
+        }
         s.say(format!(
             "llama.cpp {} ({what}): GPU {:.2} MiB = model {:.2} + KV {:.2} ({} cells{}) + compute {:.2} ({} layers and {} the output on the GPU; {}-token micro-batch); host {:.2} MiB",
             l.flags(),
@@ -258,7 +322,11 @@ pub fn llamacpp(
                 .predicted(mib(m.gpu.total()))
                 .note("model + KV cache + compute buffer, as llama.cpp's memory breakdown counts them (its 'self'); the CUDA context and its pools come beside it"),
         );
-        // And the whole process as nvidia-smi would list it, for the same buffers.
+        // And the whole process as nvidia-smi would list it, for the same buffers (one GPU's; over
+        // several, each GPU's line above).
+        if m.gpus.len() > 1 {
+            continue;
+        }
         let b = process::beyond(cfg, l, llamacpp::mmq_weights(tensors), l.ctx as u64);
         let gpu = m.gpu.total();
         s.say(format!(
@@ -275,6 +343,17 @@ pub fn llamacpp(
                 .note("the GPU buffers, the CUDA context and kernels, cuBLAS once used, ggml-cuda's scratch pool"),
         );
     }
+    out.table(
+        LLAMACPP_DEVICES,
+        df!(
+            col::MODEL => devices.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+            col::DEVICE => devices.iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
+            col::MODEL_MIB => devices.iter().map(|r| mib(r.2.model)).collect::<Vec<_>>(),
+            col::CONTEXT_MIB => devices.iter().map(|r| mib(r.2.context)).collect::<Vec<_>>(),
+            col::COMPUTE_MIB => devices.iter().map(|r| mib(r.2.compute)).collect::<Vec<_>>(),
+            col::PREDICTED_NVIDIA_SMI_MIB => devices.iter().map(|r| r.3).collect::<Vec<_>>(),
+        )?,
+    );
     out.table(
         LLAMACPP,
         df!(

@@ -64,7 +64,8 @@ pub struct EstimateConfig {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=limits::MAX_GPUS))]
     pub gpus: u64,
     /// With --train: cards (names or sizes: rtx4090,16GiB) trained on together under data
-    /// parallelism — each card's largest micro-batch, and an even split beside it
+    /// parallelism — each card's largest micro-batch, and an even split beside it; with --engine
+    /// llama.cpp: the GPUs llama.cpp splits the layers over (each card's free memory its share)
     #[arg(long, value_delimiter = ',')]
     pub cards: Vec<String>,
     /// With --train --cards: gradient checkpointing on
@@ -118,8 +119,8 @@ impl Stage for Estimate {
         "The byte ledger of a workload and whether it fits each card: headroom, longest context, largest batch, decode ceiling (no GPU needed)";
     const INTRO: &'static str = "The articles size a model with parameters × 2 B, a KV formula without grouped-query attention (7× too high for Qwen2.5-7B), and activations = batch × seq × hidden × layers × 4 B. The lab's formulas count what its forward pass holds, tensor by tensor, and each is checked against every GPU run committed (`vram-lab check`). 估算器:逐项字节账本,以及在每张卡上能否装下、余量、最长上下文、最大批量和解码上限。";
     type Config = EstimateConfig;
-    // One card per GPU: two RTX 4090s are the most common machine of two.
-    const REPEATABLE: &'static [&'static str] = &["cards"];
+    // One card per GPU: two RTX 4090s are the most common machine of two; one share per GPU.
+    const REPEATABLE: &'static [&'static str] = &["cards", "ts"];
 
     fn run(s: &mut Session, c: &EstimateConfig) -> Result<StageOutput> {
         let allocator = s.manifest().allocator;
@@ -134,7 +135,10 @@ impl Stage for Estimate {
         ];
         let launch = engine::launch(&c.llama, c.seq, &others)?;
         let (cfg, gguf) = model_config(s, &c.config)?;
-        if let Some(l) = launch {
+        if let Some(mut l) = launch {
+            if !c.cards.is_empty() || !c.llama.ts.is_empty() {
+                l.tensor_split = engine::split(&c.cards, &c.llama.ts)?;
+            }
             return engine::llamacpp(s, &cfg, gguf.as_ref(), &c.llama.gguf_types, &l);
         }
         // The lab's runtime and transformers' are priced for the families the lab computes.

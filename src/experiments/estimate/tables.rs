@@ -61,6 +61,7 @@ pub mod col {
     pub const NGL: &str = "ngl";
     pub const N_CPU_MOE: &str = "n_cpu_moe";
     pub const COMMAND: &str = "command";
+    pub const PREDICTED_NVIDIA_SMI_MIB: &str = "predicted_nvidia_smi_mib";
 }
 
 pub const LEDGER: &str = "estimate_ledger";
@@ -82,13 +83,20 @@ pub const PLAN: &str = "plan";
 /// The llama-server flags that fit a card (`plan --engine llama.cpp`).
 pub const PLAN_LLAMACPP: &str = "plan_llamacpp";
 
+/// llama-server's flags over several cards and each card's need (`plan --engine llama.cpp --cards`).
+pub const PLAN_LLAMACPP_CARDS: &str = "plan_llamacpp_cards";
+
 /// The planner over several cards: each card's share (`plan --cards`).
 pub const PLAN_GPUS: &str = "plan_gpus";
 
 pub const PARALLEL: &str = "estimate_parallel";
 
-/// llama.cpp's buffers per device (`--engine llama.cpp`).
+/// llama.cpp's buffers on the GPUs together and the host (`--engine llama.cpp`).
 pub const LLAMACPP: &str = "estimate_llamacpp";
+
+/// llama.cpp's buffers on each GPU (`cuda0`, `cuda1`, …) and the host, and what nvidia-smi lists
+/// for each GPU.
+pub const LLAMACPP_DEVICES: &str = "estimate_llamacpp_devices";
 
 /// transformers' allocated, peak and reserved memory per length of the report's sweep
 /// (`--engine transformers`).
@@ -171,6 +179,15 @@ pub fn views() -> Vec<View> {
             explain: "llama.cpp 自己分配的三块显存:模型权重(输入层的词嵌入留在主机内存,-ngl 之外的层也在主机)、KV 缓存(-c 向上取整到 256 个单元,按 -ctk/-ctv 的类型)、计算缓冲区(ggml 的分配器在预留的图上走一遍的最高水位:开启 flash attention 时通常是 logits 那一刻,关闭时是注意力分数矩阵)。CUDA 上下文和 llama.cpp 的临时池在这之外。<br>What llama.cpp allocates itself, as its memory breakdown prints it: the model (the token embedding stays in host memory, as do layers beyond -ngl), the KV cache (-c rounded up to 256 cells, in -ctk/-ctv) and the compute buffer (the high-water mark of ggml's allocator over the graph llama.cpp reserves: with flash attention usually the logits' moment, without it the attention scores). The CUDA context and llama.cpp's scratch pool come beside these.",
         },
         View {
+            name: "llamacpp_devices",
+            table: LLAMACPP_DEVICES,
+            caption: "Estimator — llama.cpp on each GPU (MiB), --engine llama.cpp [--cards A,B --ts …]",
+            columns: &[MODEL, DEVICE, MODEL_MIB, CONTEXT_MIB, COMPUTE_MIB, PREDICTED_NVIDIA_SMI_MIB],
+            group_by: &[],
+            chart: None,
+            explain: "每张 GPU 上 llama.cpp 的三块缓冲区,以及 nvidia-smi 会列出的整个进程(再加 CUDA 上下文、cuBLAS 和临时池)。多卡时按 --split-mode layer:层按 -ts(默认每张卡的空闲显存)分配,输出层在最后一张卡;所有层都在 GPU 上时开启流水线并行,每段的输入保留 4 份。多卡部分尚未在多卡机器上实测。<br>Each GPU's three buffers and the process nvidia-smi would list for it (the CUDA context, cuBLAS and the scratch pool beside them). Over several GPUs, as `--split-mode layer` places them: layers by `-ts` (default each card's free memory), the output layer on the last; with every layer on the GPUs, pipeline parallelism keeps 4 copies of each split's inputs. Not yet measured on a machine of several GPUs.",
+        },
+        View {
             name: "transformers",
             table: TRANSFORMERS,
             caption: "Estimator — transformers' memory in the report's KV-cache sweep (GiB), --engine transformers",
@@ -228,6 +245,14 @@ pub fn plan_views() -> Vec<View> {
         group_by: &[],
         chart: None,
         explain: "每种量化与 KV 缓存类型:所有层放进显卡时能开到的最长上下文(-c),放不下整个模型时在想要的上下文下:混合专家模型把最少几层的专家留在主机内存(--n-cpu-moe),其余模型放进最多的层数(-ngl);need 是 nvidia-smi 会显示的整个进程(llama.cpp 的缓冲区、CUDA 上下文、cuBLAS、临时池,按填满上下文的提示词计),卡的容量减去余量以内。<br>Per type and KV-cache type: every layer on the GPU at the longest context (-c) that fits, or, when the model does not fit whole, at the context wanted: for a mixture of experts the fewest layers whose experts stay in host memory (--n-cpu-moe), else the most layers (-ngl). need is the whole process as nvidia-smi would list it (llama.cpp's buffers, the CUDA context, cuBLAS, the scratch pool, after a prompt filling the context), within the card less the margin.",
+    }, View {
+        name: "plan_llamacpp_cards",
+        table: PLAN_LLAMACPP_CARDS,
+        caption: "Planner — llama-server over several cards (--split-mode layer), each card's need, --engine llama.cpp --cards",
+        columns: &[MODEL, CACHE, DEVICE, SEQ, NEED_MIB, CARD_MIB, COMMAND],
+        group_by: &[],
+        chart: None,
+        explain: "每种量化与 KV 缓存类型:所有层放在这几张卡上(--split-mode layer)时能开到的最长上下文,以及让它最长的 -ts(从每张卡的预算出发,把层移向还有余量的卡);每张卡的 need 是 nvidia-smi 会显示的量,卡的容量减去余量以内。尚未在多卡机器上实测。<br>Per type and KV-cache type: every layer on the cards (`--split-mode layer`) at the longest context, with the `-ts` that reaches it (from each card's budget as its share, layers moved toward the cards with room left); each card's need is what nvidia-smi would list, within the card less the margin. Not yet measured on a machine of several GPUs.",
     }, View {
         name: "plan_gpus",
         table: PLAN_GPUS,

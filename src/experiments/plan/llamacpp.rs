@@ -2,12 +2,13 @@
 //! every layer on the GPU at the longest context that fits, or, when the model does not fit
 //! whole, at the context wanted: for a mixture the fewest layers whose experts stay in host memory
 //! (`--n-cpu-moe`, what users of a 24 GB card run Qwen3-30B-A3B with), else the most layers. The need is the whole process as nvidia-smi
-//! lists it after a prompt filling the context (`estimate::llamacpp` and its `process`).
+//! lists it after a prompt filling the context (`estimate::llamacpp` and its `process`). Over
+//! several cards (`plan_cards`): every layer on them, the `-ts` that reaches the longest context.
 
 use crate::error::Result;
 use crate::estimate::llamacpp::{self, process, CacheType, Launch};
 use crate::experiments::estimate::engine::priced;
-use crate::experiments::estimate::tables::{col, PLAN_LLAMACPP};
+use crate::experiments::estimate::tables::{col, PLAN_LLAMACPP, PLAN_LLAMACPP_CARDS};
 use crate::hw::Card;
 use crate::memory::mib;
 use crate::model::gguf::recipe::FileType;
@@ -29,6 +30,161 @@ fn cache_name(t: CacheType) -> String {
 fn need(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<u64> {
     let gpu = llamacpp::memory(cfg, tensors, l)?.gpu.total();
     Ok(gpu + process::beyond(cfg, l, llamacpp::mmq_weights(tensors), l.ctx as u64).total())
+}
+
+/// Each GPU's need for launch `l` over several GPUs: its buffers and a CUDA context, cuBLAS and
+/// a scratch pool of its own (the one-GPU figures).
+fn needs(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Vec<u64>> {
+    let beyond = process::beyond(cfg, l, llamacpp::mmq_weights(tensors), l.ctx as u64).total();
+    Ok(llamacpp::memory(cfg, tensors, l)?.gpus.iter().map(|b| b.total() + beyond).collect())
+}
+
+/// The `-ts` that gives the longest context over cards of `budgets` bytes, every layer on the
+/// GPUs (`cache` for K and V): from each card's budget as the share, three rounds of moving
+/// layers toward the cards with room left (each share times its card's budget over its need at
+/// the longest context so far), the best kept. Returns the launch and each card's need.
+fn split_for(
+    cfg: &DecoderConfig,
+    tensors: &[Planned],
+    budgets: &[u64],
+    cache: CacheType,
+    longest: usize,
+) -> Result<Option<(Launch, Vec<u64>)>> {
+    let launch = |ctx: usize, ts: &[f64]| Launch {
+        ctx,
+        flash: true,
+        cache_k: cache,
+        cache_v: cache,
+        outputs: Some(1),
+        tensor_split: ts.to_vec(),
+        ..Launch::default()
+    };
+    let fits = |ctx: usize, ts: &[f64]| -> Result<bool> {
+        Ok(needs(cfg, tensors, &launch(ctx, ts))?.iter().zip(budgets).all(|(n, b)| n <= b))
+    };
+    let mut ts: Vec<f64> = budgets.iter().map(|&b| (b / 1048576) as f64).collect();
+    let mut best: Option<(usize, Vec<f64>)> = None;
+    for _ in 0..4 {
+        let found = largest(CELLS, longest, CELLS, |ctx| fits(ctx, &ts))?;
+        if let Some(ctx) = found.filter(|&c| best.as_ref().is_none_or(|(b, _)| c > *b)) {
+            best = Some((ctx, ts.clone()));
+        }
+        let at = best.as_ref().map_or(CELLS, |(c, _)| *c);
+        let n = needs(cfg, tensors, &launch(at, &ts))?;
+        // Whole MiB: what `-ts` is printed in.
+        ts = ts
+            .iter()
+            .zip(&n)
+            .zip(budgets)
+            .map(|((t, &n), &b)| (t * b as f64 / n.max(1) as f64).round().max(1.0))
+            .collect();
+    }
+    let Some((ctx, ts)) = best else { return Ok(None) };
+    let l = launch(ctx, &ts);
+    let n = needs(cfg, tensors, &l)?;
+    Ok(Some((l, n)))
+}
+
+/// `plan --engine llama.cpp --cards A,B`: per type and cache, every layer on the cards (`-sm
+/// layer`) with the `-ts` that reaches the longest context, each card with the margin left free
+/// (`split` given: that `-ts`). Not yet measured on several GPUs.
+pub fn plan_cards(
+    s: &mut Session,
+    cfg: &DecoderConfig,
+    gguf: Option<&Gguf>,
+    types: &[FileType],
+    cards: &[Card],
+    split: &[f64],
+    margin_mib: f64,
+) -> Result<StageOutput> {
+    let margin = (margin_mib.max(0.0) * 1048576.0) as u64;
+    let budgets: Vec<u64> = cards.iter().map(|c| c.total_bytes().saturating_sub(margin)).collect();
+    let longest = (cfg.max_position_embeddings / CELLS).max(1) * CELLS;
+    let names: Vec<&str> = cards.iter().map(|c| c.name.as_str()).collect();
+    let mut out = StageOutput::default();
+    let mut rows: Vec<(String, CacheType, Option<(Launch, Vec<u64>)>)> = Vec::new();
+    for (what, tensors) in priced(cfg, gguf, types)? {
+        for cache in [CacheType::F16, CacheType::Q8_0] {
+            let chosen = if split.is_empty() {
+                split_for(cfg, &tensors, &budgets, cache, longest)?
+            } else {
+                let l = |ctx| Launch {
+                    ctx,
+                    cache_k: cache,
+                    cache_v: cache,
+                    outputs: Some(1),
+                    tensor_split: split.to_vec(),
+                    ..Launch::default()
+                };
+                let fits = |ctx| -> Result<bool> {
+                    Ok(needs(cfg, &tensors, &l(ctx))?.iter().zip(&budgets).all(|(n, b)| n <= b))
+                };
+                match largest(CELLS, longest, CELLS, fits)? {
+                    Some(ctx) => Some((l(ctx), needs(cfg, &tensors, &l(ctx))?)),
+                    None => None,
+                }
+            };
+            rows.push((what.clone(), cache, chosen));
+        }
+    }
+    for (what, cache, chosen) in &rows {
+        let said = match chosen {
+            Some((l, n)) => format!(
+                "llama-server -m MODEL.gguf {} — {} MiB as nvidia-smi would list each (not yet measured on several GPUs)",
+                l.flags(),
+                n.iter().map(|b| format!("{:.0}", mib(*b))).collect::<Vec<_>>().join(" + ")
+            ),
+            None => "does not fit with every layer on the cards".into(),
+        };
+        s.say(format!(
+            "{what} on {} (a {margin_mib:.0} MiB margin each), cache {}: {said}",
+            names.join(" + "),
+            cache_name(*cache)
+        ));
+        out.findings.push(
+            Finding::new(
+                format!("llama.cpp {what} on {}, cache {}: the longest context", names.join("+"), cache_name(*cache)),
+                "tokens",
+                None,
+            )
+            .predicted(chosen.as_ref().map(|(l, _)| l.ctx as f64))
+            .note(said),
+        );
+    }
+    // One row per card: the launch's context and flags, the card's need.
+    let mut table: Vec<(String, String, String, Option<u64>, Option<f64>, f64, String)> = Vec::new();
+    for (what, cache, chosen) in &rows {
+        for (d, card) in cards.iter().enumerate() {
+            let (ctx, need, command) = match chosen {
+                Some((l, n)) => {
+                    (Some(l.ctx as u64), Some(mib(n[d])), format!("llama-server -m MODEL.gguf {}", l.flags()))
+                }
+                None => (None, None, "does not fit".into()),
+            };
+            table.push((
+                what.clone(),
+                cache_name(*cache),
+                format!("cuda{d} {}", card.name),
+                ctx,
+                need,
+                card.total_mib,
+                command,
+            ));
+        }
+    }
+    out.table(
+        PLAN_LLAMACPP_CARDS,
+        df!(
+            col::MODEL => table.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+            col::CACHE => table.iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
+            col::DEVICE => table.iter().map(|r| r.2.clone()).collect::<Vec<_>>(),
+            col::SEQ => table.iter().map(|r| r.3).collect::<Vec<_>>(),
+            col::NEED_MIB => table.iter().map(|r| r.4).collect::<Vec<_>>(),
+            col::CARD_MIB => table.iter().map(|r| r.5).collect::<Vec<_>>(),
+            col::COMMAND => table.iter().map(|r| r.6.clone()).collect::<Vec<_>>(),
+        )?,
+    );
+    Ok(out)
 }
 
 /// One row of the plan: the launch chosen and what it needs (None: nothing fits).

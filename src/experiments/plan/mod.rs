@@ -97,9 +97,8 @@ impl Stage for Plan {
         let (cfg, gguf) = model_config(s, &c.config)?;
         match c.engine {
             Engine::LlamaCpp if !c.cards.is_empty() => {
-                return Err(LabError::input(
-                    "--cards is not planned for --engine llama.cpp yet: plan one card (--card)".to_string(),
-                ))
+                let (cards, _) = cards::cards_and_shares(&c.cards, &c.split, 0)?;
+                return llamacpp::plan_cards(s, &cfg, gguf.as_ref(), &c.gguf_types, &cards, &c.split, c.margin_mib);
             }
             Engine::LlamaCpp => return llamacpp::plan(s, &cfg, gguf.as_ref(), &c.gguf_types, c.seq, c.margin_mib),
             Engine::Transformers => return Err(LabError::input(
