@@ -52,9 +52,10 @@ fi
 # (synthetic weights with Qwen2.5's tokenizer; memory does not depend on the values).
 #   scripts/reference/llama_memory.sh write WORK LAB GRID.csv
 # run: every launch of GRID.csv (a header, then one launch per row:
-#   preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch[,ncmoe,ot,swa]
+#   preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch[,ncmoe,ot,swa,ts]
 # where ncmoe, when set, is --n-cpu-moe, ot a pattern whose tensors stay on the host
-# (-ot PATTERN=CPU; no commas) and swa `full` for --swa-full) over the GGUFs `write` left in WORK (it waits for them): llama-completion with `-fit off` (so llama.cpp changes
+# (-ot PATTERN=CPU; no commas), swa `full` for --swa-full and ts llama.cpp's -ts over several
+# GPUs, colon-separated) over the GGUFs `write` left in WORK (it waits for them): llama-completion with `-fit off` (so llama.cpp changes
 # none of the flags it is given), a prompt longer than the micro-batch and 4 decoded tokens, while
 # nvidia-smi lists the process's device memory every 50 ms (the peak is kept). OUT gets
 # launches.csv (the grid, exit code, seconds, nvidia-smi's peak) and one log per launch (llama.cpp's
@@ -89,9 +90,9 @@ cp "$GRID" "$OUT/grid.csv"
 cp -r "$WORK/quantize-logs" "$OUT/" 2>/dev/null || true
 # About 3,000 tokens of text, more than the largest micro-batch the grid uses.
 python3 -c "import sys; open(sys.argv[1], 'w').write('显存解剖学: the KV cache grows with every token, the weights do not. 权重不变, 缓存增长。 ' * 130)" "$WORK/prompt.txt"
-echo "id,preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch,ncmoe,ot,swa,rc,seconds,smi_peak_mib" >"$OUT/launches.csv"
+echo "id,preset,type,ctx,ngl,fa,ctk,ctv,batch,ubatch,ncmoe,ot,swa,ts,rc,seconds,smi_peak_mib" >"$OUT/launches.csv"
 id=0
-tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ubatch ncmoe ot swa; do
+tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ubatch ncmoe ot swa ts; do
   [ -n "$preset" ] || continue
   gguf=$WORK/$preset-$type.gguf
   id=$((id + 1))
@@ -106,16 +107,20 @@ tail -n +2 "$GRID" | while IFS=, read -r preset type ctx ngl fa ctk ctv batch ub
   [ -n "${ncmoe:-}" ] && host+=(--n-cpu-moe "$ncmoe")
   [ -n "${ot:-}" ] && host+=(-ot "$ot=CPU")
   [ "${swa:-}" = full ] && host+=(--swa-full)
+  # ts: llama.cpp's -ts over several GPUs, its shares separated by colons (3:2).
+  [ -n "${ts:-}" ] && host+=(-sm layer -ts "${ts//:/,}")
   GGML_SCHED_DEBUG=$dbg "$WORK/bin/llama-completion" -m "$gguf" -c "$ctx" -ngl "$ngl" -fa "$fa" -ctk "$ctk" -ctv "$ctv" \
     -b "$batch" -ub "$ubatch" "${host[@]}" $verbosity -fit off -f "$WORK/prompt.txt" -n 4 --temp 0 -no-cnv --no-display-prompt >"$log" 2>&1 </dev/null &
   pid=$!
   peak=0
   while kill -0 "$pid" 2>/dev/null; do
-    m=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk -F', ' -v p="$pid" '$1 == p {print $2}')
-    [ -n "$m" ] && [ "$m" -gt "$peak" ] && peak=$m
+    # One figure per GPU the process holds memory on, in nvidia-smi's order, colon-separated; each
+    # GPU's peak kept (a plain number on one GPU).
+    m=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk -F', ' -v p="$pid" '$1 == p {print $2}' | paste -sd:)
+    [ -n "$m" ] && peak=$(awk -v a="$peak" -v b="$m" 'BEGIN { n = split(a, x, ":"); k = split(b, y, ":"); if (k > n) n = k; for (i = 1; i <= n; i++) printf "%s%d", (i > 1 ? ":" : ""), (x[i] + 0 > y[i] + 0 ? x[i] : y[i]); print "" }')
     sleep 0.05
   done
   wait "$pid" && rc=0 || rc=$?
   t1=$(date +%s.%N)
-  echo "$id,$preset,$type,$ctx,$ngl,$fa,$ctk,$ctv,$batch,$ubatch,${ncmoe:-},${ot:-},${swa:-},$rc,$(awk "BEGIN{print $t1 - $t0}"),$peak" >>"$OUT/launches.csv"
+  echo "$id,$preset,$type,$ctx,$ngl,$fa,$ctk,$ctv,$batch,$ubatch,${ncmoe:-},${ot:-},${swa:-},${ts:-},$rc,$(awk "BEGIN{print $t1 - $t0}"),$peak" >>"$OUT/launches.csv"
 done

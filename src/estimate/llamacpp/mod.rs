@@ -336,9 +336,9 @@ pub fn memory(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Me
     };
     let kv = cfg.kv_dim() as u64;
     let (k_row, v_row) = (type_bytes(l.cache_k.ggml(), kv), type_bytes(l.cache_v.ggml(), kv));
-    for il in 0..layers {
+    for (il, &slot) in slots[..layers].iter().enumerate() {
         let c = cells_of(il);
-        match gpus.get_mut(slots[il]) {
+        match gpus.get_mut(slot) {
             Some(g) => g.context += pad(k_row * c, CUDA_ALIGNMENT) + pad(v_row * c, CUDA_ALIGNMENT),
             None => host.context += (k_row + v_row) * c,
         }

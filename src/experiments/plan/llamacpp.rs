@@ -49,7 +49,7 @@ fn split_for(
     budgets: &[u64],
     cache: CacheType,
     longest: usize,
-) -> Result<Option<(Launch, Vec<u64>)>> {
+) -> Result<Chosen> {
     let launch = |ctx: usize, ts: &[f64]| Launch {
         ctx,
         flash: true,
@@ -85,6 +85,9 @@ fn split_for(
     Ok(Some((l, n)))
 }
 
+/// A launch over several cards and each card's need, or None where nothing fits.
+type Chosen = Option<(Launch, Vec<u64>)>;
+
 /// `plan --engine llama.cpp --cards A,B`: per type and cache, every layer on the cards (`-sm
 /// layer`) with the `-ts` that reaches the longest context, each card with the margin left free
 /// (`split` given: that `-ts`). Not yet measured on several GPUs.
@@ -102,7 +105,7 @@ pub fn plan_cards(
     let longest = (cfg.max_position_embeddings / CELLS).max(1) * CELLS;
     let names: Vec<&str> = cards.iter().map(|c| c.name.as_str()).collect();
     let mut out = StageOutput::default();
-    let mut rows: Vec<(String, CacheType, Option<(Launch, Vec<u64>)>)> = Vec::new();
+    let mut rows: Vec<(String, CacheType, Chosen)> = Vec::new();
     for (what, tensors) in priced(cfg, gguf, types)? {
         for cache in [CacheType::F16, CacheType::Q8_0] {
             let chosen = if split.is_empty() {
@@ -152,36 +155,32 @@ pub fn plan_cards(
         );
     }
     // One row per card: the launch's context and flags, the card's need.
-    let mut table: Vec<(String, String, String, Option<u64>, Option<f64>, f64, String)> = Vec::new();
+    let (mut model, mut cache_col, mut device, mut seq, mut need, mut card_mib, mut command) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for (what, cache, chosen) in &rows {
         for (d, card) in cards.iter().enumerate() {
-            let (ctx, need, command) = match chosen {
-                Some((l, n)) => {
-                    (Some(l.ctx as u64), Some(mib(n[d])), format!("llama-server -m MODEL.gguf {}", l.flags()))
-                }
-                None => (None, None, "does not fit".into()),
-            };
-            table.push((
-                what.clone(),
-                cache_name(*cache),
-                format!("cuda{d} {}", card.name),
-                ctx,
-                need,
-                card.total_mib,
-                command,
-            ));
+            model.push(what.clone());
+            cache_col.push(cache_name(*cache));
+            device.push(format!("cuda{d} {}", card.name));
+            seq.push(chosen.as_ref().map(|(l, _)| l.ctx as u64));
+            need.push(chosen.as_ref().map(|(_, n)| mib(n[d])));
+            card_mib.push(card.total_mib);
+            command.push(match chosen {
+                Some((l, _)) => format!("llama-server -m MODEL.gguf {}", l.flags()),
+                None => "does not fit".into(),
+            });
         }
     }
     out.table(
         PLAN_LLAMACPP_CARDS,
         df!(
-            col::MODEL => table.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
-            col::CACHE => table.iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
-            col::DEVICE => table.iter().map(|r| r.2.clone()).collect::<Vec<_>>(),
-            col::SEQ => table.iter().map(|r| r.3).collect::<Vec<_>>(),
-            col::NEED_MIB => table.iter().map(|r| r.4).collect::<Vec<_>>(),
-            col::CARD_MIB => table.iter().map(|r| r.5).collect::<Vec<_>>(),
-            col::COMMAND => table.iter().map(|r| r.6.clone()).collect::<Vec<_>>(),
+            col::MODEL => model,
+            col::CACHE => cache_col,
+            col::DEVICE => device,
+            col::SEQ => seq,
+            col::NEED_MIB => need,
+            col::CARD_MIB => card_mib,
+            col::COMMAND => command,
         )?,
     );
     Ok(out)
