@@ -461,6 +461,22 @@ fn llamacpp_buffers_of_every_committed_launch() {
             x.predicted_smi_mib()
         );
     }
+    // Each GPU of a launch over several (`-ts`): its buffers and nvidia-smi's figure for it.
+    for x in &l {
+        for (d, g) in x.devices.iter().enumerate() {
+            let predicted = [g.predicted.model, g.predicted.context, g.predicted.compute].map(|b| b as f64 / 1048576.0);
+            for (m, p) in g.measured.iter().zip(predicted) {
+                assert!((m - p).abs() <= 0.25, "{} cuda{d}: {:?} against {predicted:?}", x.file, g.measured);
+            }
+            let smi = (g.predicted.total() + x.beyond.total()) as f64 / 1048576.0;
+            assert!(
+                (g.smi_mib - smi).abs() <= (0.01 * g.smi_mib).max(64.0),
+                "{} cuda{d}: nvidia-smi {}",
+                x.file,
+                g.smi_mib
+            );
+        }
+    }
     // Partial offloads are among them: the scheduler's copies are what they exercise.
     assert!(l.iter().filter(|x| x.launch.gpu_layers.is_some_and(|n| n < 20)).count() >= 8);
 }

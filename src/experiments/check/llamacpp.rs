@@ -17,6 +17,15 @@ use std::path::Path;
 
 const MIB: f64 = (1u64 << 20) as f64;
 
+/// One GPU of a launch over several: its buffers as its log lines give them (MiB), as predicted,
+/// and nvidia-smi's largest figure for the process on it.
+#[derive(Debug, Clone)]
+pub struct DeviceCheck {
+    pub measured: [f64; 3],
+    pub predicted: Buffers,
+    pub smi_mib: f64,
+}
+
 /// One launch: what llama.cpp printed beside the estimate.
 #[derive(Debug, Clone)]
 pub struct LaunchCheck {
@@ -31,8 +40,10 @@ pub struct LaunchCheck {
     pub smi_mib: f64,
     /// The prompt's tokens, as llama.cpp's log counts them.
     pub prompt: u64,
-    /// What the process holds beyond the buffers, predicted for that prompt.
+    /// What the process holds beyond the buffers, predicted for that prompt (on each GPU).
     pub beyond: Beyond,
+    /// Each GPU of a launch over several (`-ts`); empty for one GPU.
+    pub devices: Vec<DeviceCheck>,
 }
 
 impl LaunchCheck {
@@ -57,9 +68,11 @@ impl LaunchCheck {
         self.smi_mib - self.measured_total()
     }
 
-    /// The whole process as nvidia-smi would list it: the buffers and what lies beyond them.
+    /// The whole process as nvidia-smi would list it: the buffers and what lies beyond them, on
+    /// every GPU.
     pub fn predicted_smi_mib(&self) -> f64 {
-        (self.predicted.total() + self.beyond.total()) as f64 / MIB
+        let gpus = self.devices.len().max(1) as u64;
+        (self.predicted.total() + gpus * self.beyond.total()) as f64 / MIB
     }
 
     pub fn smi_err_mib(&self) -> f64 {
@@ -73,28 +86,42 @@ pub fn prompt_tokens(text: &str) -> Option<u64> {
     line.rsplit_once('/')?.1.split_whitespace().next()?.parse().ok()
 }
 
-/// The GPU's model, KV and compute buffers (MiB) a llama.cpp log printed, or None when it printed
-/// no compute buffer (the launch failed before reserving).
+/// The GPUs' model, KV and compute buffers (MiB) a llama.cpp log printed, added up, or None when
+/// it printed no compute buffer (the launch failed before reserving).
 pub fn parse_log(text: &str) -> Option<[f64; 3]> {
-    let mut sums = [0.0; 3];
-    let mut compute = None;
+    let devices = parse_log_devices(text)?;
+    Some(devices.iter().fold([0.0; 3], |a, d| [a[0] + d[0], a[1] + d[1], a[2] + d[2]]))
+}
+
+/// Each GPU's model, KV and compute buffers (MiB), `CUDA0` first, as a llama.cpp log printed
+/// them, or None when a GPU that holds buffers printed no compute buffer.
+pub fn parse_log_devices(text: &str) -> Option<Vec<[f64; 3]>> {
+    let mut sums: Vec<[f64; 3]> = Vec::new();
+    let mut compute: Vec<Option<f64>> = Vec::new();
     for line in text.lines() {
         let Some((left, right)) = line.split_once(" buffer size =") else { continue };
         let Some(mib) = right.split_whitespace().next().and_then(|x| x.parse::<f64>().ok()) else { continue };
         let words: Vec<&str> = left.split_whitespace().collect();
         let [.., device, kind] = words[..] else { continue };
-        if !device.starts_with("CUDA") || device.starts_with("CUDA_Host") {
-            continue;
+        let Some(d) = device.strip_prefix("CUDA").and_then(|n| n.parse::<usize>().ok()) else { continue };
+        if d >= sums.len() {
+            sums.resize(d + 1, [0.0; 3]);
+            compute.resize(d + 1, None);
         }
         match kind {
-            "model" => sums[0] += mib,
-            "KV" => sums[1] += mib,
+            "model" => sums[d][0] += mib,
+            "KV" => sums[d][1] += mib,
             // Printed once per reserve; the last one is the buffer kept.
-            "compute" => compute = Some(mib),
+            "compute" => compute[d] = Some(mib),
             _ => {}
         }
     }
-    sums[2] = compute?;
+    if sums.is_empty() {
+        return None;
+    }
+    for (s, c) in sums.iter_mut().zip(compute) {
+        s[2] = c?;
+    }
     Some(sums)
 }
 
@@ -132,15 +159,16 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
             strings(&df, "ctk")?,
             strings(&df, "ctv")?,
         );
-        let (id, ctx, ngl, batch, ubatch, rc, smi) = (
+        let (id, ctx, ngl, batch, ubatch, rc) = (
             floats(&df, "id")?,
             floats(&df, "ctx")?,
             floats(&df, "ngl")?,
             floats(&df, "batch")?,
             floats(&df, "ubatch")?,
             floats(&df, "rc")?,
-            floats(&df, "smi_peak_mib")?,
         );
+        // One figure per GPU, colon-separated, over several.
+        let smi = strings(&df, "smi_peak_mib")?;
         // Grids since issue 68 name the tensors kept on the host (`--n-cpu-moe N`, `-ot PATTERN=CPU`)
         // and a windowed cache as large as the others (`--swa-full`).
         let optional = |name: &str| -> Result<Vec<String>> {
@@ -156,10 +184,11 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
                 continue;
             }
             let bad = |what: &str| LabError::input(format!("{file} row {}: {what}", i + 1));
-            // One GPU's buffer lines are read; a launch over several is not checked yet.
-            if !ts[i].is_empty() {
-                return Err(bad("-ts: launches over several GPUs are not checked yet"));
-            }
+            let numbers = |s: &str, what: &str| -> Result<Vec<f64>> {
+                s.split(':').filter(|x| !x.is_empty()).map(|x| x.trim().parse().map_err(|_| bad(what))).collect()
+            };
+            let tensor_split = numbers(&ts[i], "ts")?;
+            let smi_gpus = numbers(&smi[i], "smi_peak_mib")?;
             let cache = |s: &str| CacheType::from_str(s, true).map_err(|_| bad(&format!("cache type {s}")));
             let count = |x: f64| (x.is_finite() && x >= 0.0 && x <= u32::MAX as f64).then_some(x as usize);
             let launch = Launch {
@@ -179,27 +208,49 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
                 cpu_moe: false,
                 host_tensors: Some(&ot[i]).filter(|s| !s.is_empty()).cloned().into_iter().collect(),
                 swa_full: swa[i] == "full",
-                tensor_split: vec![],
+                tensor_split,
             };
             let ftype = FileType::from_str(&ty[i], true).map_err(|_| bad(&format!("type {}", ty[i])))?;
             let id = count(id[i]).ok_or_else(|| bad("id"))?;
             let log = read_log(&dir.join("logs"), id).map_err(|e| bad(&format!("its log: {e}")))?;
-            let Some(measured) = parse_log(&log) else { continue };
+            let Some(per_gpu) = parse_log_devices(&log) else { continue };
             let Some(prompt) = prompt_tokens(&log) else { continue };
             let cfg = DecoderConfig::preset(&preset[i])?;
             let tensors = plan(&cfg, FileTypes::Llama(ftype));
-            let predicted = llamacpp::memory(&cfg, &tensors, &launch)?.gpu;
+            let m = llamacpp::memory(&cfg, &tensors, &launch)?;
             let beyond = process::beyond(&cfg, &launch, llamacpp::mmq_weights(&tensors), prompt);
+            let devices = if m.gpus.len() > 1 {
+                if per_gpu.len() > m.gpus.len() || smi_gpus.len() != m.gpus.len() {
+                    return Err(bad(&format!(
+                        "{} GPUs in its log and {} in nvidia-smi's figures for a -ts of {}",
+                        per_gpu.len(),
+                        smi_gpus.len(),
+                        m.gpus.len()
+                    )));
+                }
+                m.gpus
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &predicted)| DeviceCheck {
+                        measured: per_gpu.get(d).copied().unwrap_or_default(),
+                        predicted,
+                        smi_mib: smi_gpus[d],
+                    })
+                    .collect()
+            } else {
+                vec![]
+            };
             out.push(LaunchCheck {
                 file: format!("{file}#{id}"),
                 preset: preset[i].clone(),
                 ftype,
                 launch,
-                measured,
-                predicted,
-                smi_mib: smi[i],
+                measured: per_gpu.iter().fold([0.0; 3], |a, d| [a[0] + d[0], a[1] + d[1], a[2] + d[2]]),
+                predicted: m.gpu,
+                smi_mib: smi_gpus.iter().sum(),
                 prompt,
                 beyond,
+                devices,
             });
         }
     }
@@ -222,6 +273,23 @@ mod tests {
                    sched_reserve:      CUDA0 compute buffer size =   304.00 MiB\n";
         assert_eq!(parse_log(log), Some([4168.09, 224.0, 304.0]));
         assert_eq!(parse_log("load_tensors: CUDA0 model buffer size = 1.00 MiB\n"), None);
+    }
+
+    /// Over two GPUs each GPU's lines are its own, its last compute line the one kept.
+    #[test]
+    fn a_log_over_two_gpus_gives_each_gpus_buffers() {
+        let log = "load_tensors:        CUDA0 model buffer size =  4000.50 MiB\n\
+                   load_tensors:        CUDA1 model buffer size =  3000.25 MiB\n\
+                   llama_kv_cache:      CUDA0 KV buffer size =   240.00 MiB\n\
+                   llama_kv_cache:      CUDA1 KV buffer size =   208.00 MiB\n\
+                   sched_reserve:      CUDA0 compute buffer size =   320.00 MiB\n\
+                   sched_reserve:      CUDA1 compute buffer size =   410.00 MiB\n\
+                   sched_reserve:  CUDA_Host compute buffer size =    40.00 MiB\n\
+                   sched_reserve:      CUDA1 compute buffer size =   420.00 MiB\n";
+        assert_eq!(parse_log_devices(log), Some(vec![[4000.5, 240.0, 320.0], [3000.25, 208.0, 420.0]]));
+        assert_eq!(parse_log(log), Some([7000.75, 448.0, 740.0]));
+        // A GPU with buffers and no compute line: the launch failed before reserving.
+        assert_eq!(parse_log_devices(&log.replace("CUDA0 compute", "CUDA2 compute")), None);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use polars::prelude::*;
 use runs::kv_folders;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use tables::{LIMITS, LLAMACPP, PREFILL, SUMMARY, TRANSFORMERS};
+use tables::{LIMITS, LLAMACPP, LLAMACPP_DEVICES, PREFILL, SUMMARY, TRANSFORMERS};
 
 pub use checks::{limits, steps, weights};
 
@@ -135,6 +135,9 @@ impl Stage for Check {
         if !launches.is_empty() {
             llamacpp_findings(s, &mut out, &launches);
             out.table(LLAMACPP, llamacpp_table(&launches)?);
+            if launches.iter().any(|x| !x.devices.is_empty()) {
+                out.table(LLAMACPP_DEVICES, llamacpp_devices_table(&launches)?);
+            }
         }
         let sweeps = transformers::sweeps(&c.results)?;
         if !sweeps.is_empty() {
@@ -238,6 +241,32 @@ fn llamacpp_findings(s: &mut Session, out: &mut StageOutput, l: &[llamacpp::Laun
                 .note(format!("{}; {within} of {} within max(1 %, 64 MiB)", w.file, l.len())),
         );
     }
+}
+
+/// One row per GPU of each launch over several.
+fn llamacpp_devices_table(l: &[llamacpp::LaunchCheck]) -> Result<DataFrame> {
+    use tables::col::*;
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let rows: Vec<(String, String, &llamacpp::DeviceCheck, f64)> = l
+        .iter()
+        .flat_map(|x| {
+            let beyond = mib(x.beyond.total());
+            x.devices.iter().enumerate().map(move |(d, g)| (x.file.clone(), format!("cuda{d}"), g, beyond))
+        })
+        .collect();
+    let f = |g: &dyn Fn(&llamacpp::DeviceCheck) -> f64| rows.iter().map(|r| g(r.2)).collect::<Vec<f64>>();
+    Ok(df!(
+        FILE => rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+        DEVICE => rows.iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
+        MODEL_MIB => f(&|g| g.measured[0]),
+        PREDICTED_MODEL_MIB => f(&|g| mib(g.predicted.model)),
+        KV_MIB => f(&|g| g.measured[1]),
+        PREDICTED_KV_MIB => f(&|g| mib(g.predicted.context)),
+        COMPUTE_MIB => f(&|g| g.measured[2]),
+        PREDICTED_COMPUTE_MIB => f(&|g| mib(g.predicted.compute)),
+        NVIDIA_SMI_MIB => f(&|g| g.smi_mib),
+        PREDICTED_NVIDIA_SMI_MIB => rows.iter().map(|r| mib(r.2.predicted.total()) + r.3).collect::<Vec<f64>>(),
+    )?)
 }
 
 fn llamacpp_table(l: &[llamacpp::LaunchCheck]) -> Result<DataFrame> {

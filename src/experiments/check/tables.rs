@@ -4,6 +4,7 @@ use crate::stage::View;
 
 pub mod col {
     pub const FILE: &str = "file";
+    pub const DEVICE: &str = "device";
     pub const PRECISION: &str = "precision";
     pub const LOGITS: &str = "logits";
     pub const ATTENTION: &str = "attention";
@@ -65,6 +66,9 @@ pub const LIMITS: &str = "check_limits";
 /// llama.cpp's buffers per launch beside `estimate --engine llama.cpp`.
 pub const LLAMACPP: &str = "check_llamacpp";
 
+/// llama.cpp's buffers on each GPU of a launch over several (`-ts`).
+pub const LLAMACPP_DEVICES: &str = "check_llamacpp_devices";
+
 /// transformers' memory per length of the report's sweep beside `estimate --engine transformers`.
 pub const TRANSFORMERS: &str = "check_transformers";
 
@@ -107,6 +111,15 @@ pub fn views() -> Vec<View> {
             group_by: &[],
             chart: None,
             explain: "每次 llama.cpp 启动:它日志里打印的 GPU 模型缓冲、KV 缓冲、计算缓冲,旁边是估算器对同一模型同一组参数的预测,以及 nvidia-smi 看到的整个进程显存(多出来的是 CUDA 上下文、cuBLAS 和 llama.cpp 的临时池)。<br>Each llama.cpp launch: the GPU's model, KV and compute buffers as its log printed them, beside the estimate for the same model and flags, and the whole process as nvidia-smi listed it beside its prediction (beyond the buffers: the CUDA context with its kernels, cuBLAS once used, and ggml-cuda's scratch pool at the launch's own prompt; the H200's constants).",
+        },
+        View {
+            name: "llamacpp_devices",
+            table: LLAMACPP_DEVICES,
+            caption: "Estimator check — llama.cpp over several GPUs: each GPU's buffers beside `estimate --engine llama.cpp --ts` (MiB)",
+            columns: &[FILE, DEVICE, MODEL_MIB, PREDICTED_MODEL_MIB, KV_MIB, PREDICTED_KV_MIB, COMPUTE_MIB, PREDICTED_COMPUTE_MIB, NVIDIA_SMI_MIB, PREDICTED_NVIDIA_SMI_MIB],
+            group_by: &[],
+            chart: None,
+            explain: "多卡启动(-sm layer -ts):每张 GPU 日志里的三块缓冲区和 nvidia-smi 的数字,旁边是估算。<br>Each GPU of a launch over several (`-sm layer -ts`): its three buffers as llama.cpp's log printed them and nvidia-smi's figure for the process on it, beside the estimate (each GPU with a CUDA context, cuBLAS and a scratch pool of its own).",
         },
             View {
             name: "transformers",
