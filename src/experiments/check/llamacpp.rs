@@ -89,8 +89,12 @@ pub fn prompt_tokens(text: &str) -> Option<u64> {
 /// The GPUs' model, KV and compute buffers (MiB) a llama.cpp log printed, added up, or None when
 /// it printed no compute buffer (the launch failed before reserving).
 pub fn parse_log(text: &str) -> Option<[f64; 3]> {
-    let devices = parse_log_devices(text)?;
-    Some(devices.iter().fold([0.0; 3], |a, d| [a[0] + d[0], a[1] + d[1], a[2] + d[2]]))
+    Some(added(&parse_log_devices(text)?))
+}
+
+/// The GPUs' three buffers added up.
+fn added(devices: &[[f64; 3]]) -> [f64; 3] {
+    devices.iter().fold([0.0; 3], |a, d| [a[0] + d[0], a[1] + d[1], a[2] + d[2]])
 }
 
 /// Each GPU's model, KV and compute buffers (MiB), `CUDA0` first, as a llama.cpp log printed
@@ -245,7 +249,7 @@ pub fn launches(root: &Path) -> Result<Vec<LaunchCheck>> {
                 preset: preset[i].clone(),
                 ftype,
                 launch,
-                measured: per_gpu.iter().fold([0.0; 3], |a, d| [a[0] + d[0], a[1] + d[1], a[2] + d[2]]),
+                measured: added(&per_gpu),
                 predicted: m.gpu,
                 smi_mib: smi_gpus.iter().sum(),
                 prompt,

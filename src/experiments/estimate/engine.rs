@@ -99,7 +99,8 @@ pub fn split(cards: &[String], ts: &[f64]) -> Result<Vec<f64>> {
     if !ts.is_empty() {
         return Ok(ts.to_vec());
     }
-    Ok(cards.iter().map(|c| c.total_bytes().saturating_sub(process::CONTEXT) as f64 / 1048576.0).collect())
+    // In MiB: what `-ts` is printed in.
+    Ok(crate::estimate::parallel::shares_by_memory(&cards, process::CONTEXT).iter().map(|b| b / 1048576.0).collect())
 }
 
 /// One `-ot PATTERN=BUFFER`: its pattern when the buffer is the host's; other buffers (a GPU's,
@@ -278,7 +279,8 @@ pub fn llamacpp(
         let m = llamacpp::memory(cfg, tensors, l)?;
         rows.extend([("gpu", m.gpu), ("host", m.host)].map(|(device, b)| (what.clone(), device, b)));
         // Each GPU runs a CUDA context, cuBLAS and a scratch pool of its own: the one-GPU figures.
-        let beyond = process::beyond(cfg, l, llamacpp::mmq_weights(tensors), l.ctx as u64).total();
+        let b = process::beyond(cfg, l, llamacpp::mmq_weights(tensors), l.ctx as u64);
+        let beyond = b.total();
         for (d, b) in m.gpus.iter().enumerate() {
             devices.push((what.clone(), format!("cuda{d}"), *b, Some(mib(b.total() + beyond))));
         }
@@ -327,7 +329,6 @@ pub fn llamacpp(
         if m.gpus.len() > 1 {
             continue;
         }
-        let b = process::beyond(cfg, l, llamacpp::mmq_weights(tensors), l.ctx as u64);
         let gpu = m.gpu.total();
         s.say(format!(
             "llama.cpp {what}: nvidia-smi after a prompt filling -c {}: {:.0} MiB = the buffers + the CUDA context {:.0} + cuBLAS {:.0} + the scratch pool {:.0} (the H200's context; docs/accuracy.md)",

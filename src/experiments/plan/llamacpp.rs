@@ -28,8 +28,7 @@ fn cache_name(t: CacheType) -> String {
 
 /// The process's need for launch `l`: llama.cpp's GPU buffers and what lies beyond them.
 fn need(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<u64> {
-    let gpu = llamacpp::memory(cfg, tensors, l)?.gpu.total();
-    Ok(gpu + process::beyond(cfg, l, llamacpp::mmq_weights(tensors), l.ctx as u64).total())
+    Ok(needs(cfg, tensors, l)?.iter().sum())
 }
 
 /// Each GPU's need for launch `l` over several GPUs: its buffers and a CUDA context, cuBLAS and
@@ -40,15 +39,17 @@ fn needs(cfg: &DecoderConfig, tensors: &[Planned], l: &Launch) -> Result<Vec<u64
 }
 
 /// The `-ts` that gives the longest context over cards of `budgets` bytes, every layer on the
-/// GPUs (`cache` for K and V): from each card's budget as the share, three rounds of moving
-/// layers toward the cards with room left (each share times its card's budget over its need at
-/// the longest context so far), the best kept. Returns the launch and each card's need.
+/// GPUs (`cache` for K and V): `fixed` when given, else from each card's budget as the share,
+/// three rounds of moving layers toward the cards with room left (each share times its card's
+/// budget over its need at the longest context so far), the best kept. Returns the launch and
+/// each card's need.
 fn split_for(
     cfg: &DecoderConfig,
     tensors: &[Planned],
     budgets: &[u64],
     cache: CacheType,
     longest: usize,
+    fixed: &[f64],
 ) -> Result<Chosen> {
     let launch = |ctx: usize, ts: &[f64]| Launch {
         ctx,
@@ -62,12 +63,18 @@ fn split_for(
     let fits = |ctx: usize, ts: &[f64]| -> Result<bool> {
         Ok(needs(cfg, tensors, &launch(ctx, ts))?.iter().zip(budgets).all(|(n, b)| n <= b))
     };
-    let mut ts: Vec<f64> = budgets.iter().map(|&b| (b / 1048576) as f64).collect();
+    let (mut ts, rounds) = match fixed {
+        [] => (budgets.iter().map(|&b| (b / 1048576) as f64).collect::<Vec<_>>(), 4),
+        given => (given.to_vec(), 1),
+    };
     let mut best: Option<(usize, Vec<f64>)> = None;
-    for _ in 0..4 {
+    for round in 1..=rounds {
         let found = largest(CELLS, longest, CELLS, |ctx| fits(ctx, &ts))?;
         if let Some(ctx) = found.filter(|&c| best.as_ref().is_none_or(|(b, _)| c > *b)) {
             best = Some((ctx, ts.clone()));
+        }
+        if round == rounds {
+            break;
         }
         let at = best.as_ref().map_or(CELLS, |(c, _)| *c);
         let n = needs(cfg, tensors, &launch(at, &ts))?;
@@ -108,25 +115,7 @@ pub fn plan_cards(
     let mut rows: Vec<(String, CacheType, Chosen)> = Vec::new();
     for (what, tensors) in priced(cfg, gguf, types)? {
         for cache in [CacheType::F16, CacheType::Q8_0] {
-            let chosen = if split.is_empty() {
-                split_for(cfg, &tensors, &budgets, cache, longest)?
-            } else {
-                let l = |ctx| Launch {
-                    ctx,
-                    cache_k: cache,
-                    cache_v: cache,
-                    outputs: Some(1),
-                    tensor_split: split.to_vec(),
-                    ..Launch::default()
-                };
-                let fits = |ctx| -> Result<bool> {
-                    Ok(needs(cfg, &tensors, &l(ctx))?.iter().zip(&budgets).all(|(n, b)| n <= b))
-                };
-                match largest(CELLS, longest, CELLS, fits)? {
-                    Some(ctx) => Some((l(ctx), needs(cfg, &tensors, &l(ctx))?)),
-                    None => None,
-                }
-            };
+            let chosen = split_for(cfg, &tensors, &budgets, cache, longest, split)?;
             rows.push((what.clone(), cache, chosen));
         }
     }
